@@ -1,0 +1,10 @@
+module quicbed
+
+go 1.26.8
+
+require (
+	github.com/quic-go/quic-go v0.65.0 // indirect
+	golang.org/x/crypto v0.54.0 // indirect
+	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

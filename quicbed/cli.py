@@ -1,0 +1,234 @@
+"""The ``quicbed`` command line.
+
+Errors a user can cause end as one line, ``quicbed: error: ...``, exit status 2;
+Ctrl-C and SIGTERM unwind through the same ``finally`` blocks as errors, so a
+shaped link, an emulator or a testbed made by the command is always removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from quicbed.errors import QuicbedError
+from quicbed.link.model import JitterKind, LinkCondition, make_condition
+from quicbed.testbed.local import LocalTestbed
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="quicbed: testbed-as-code for QUIC vs TCP web performance research.",
+)
+testbed_app = typer.Typer(no_args_is_help=True, help="The local testbed (network namespaces).")
+link_app = typer.Typer(no_args_is_help=True, help="Link emulation and its fidelity receipt.")
+app.add_typer(testbed_app, name="testbed")
+app.add_typer(link_app, name="link")
+
+out = Console()
+
+PrefixOpt = Annotated[
+    str, typer.Option("--prefix", help="Name prefix of the testbed's namespaces.")
+]
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise QuicbedError(f"{what} needs root (network namespaces); run it with sudo")
+
+
+# --- testbed --------------------------------------------------------------------------
+@testbed_app.command("up")
+def testbed_up(prefix: PrefixOpt = "qb") -> None:
+    """Create the server, bridge and client namespaces (idempotent)."""
+    _need_root("quicbed testbed up")
+    tb = LocalTestbed(prefix)
+    made = tb.up()
+    out.print(f"testbed {prefix}: {'created' if made else 'already up'}")
+
+
+@testbed_app.command("down")
+def testbed_down(prefix: PrefixOpt = "qb") -> None:
+    """Remove everything of the testbed, also after a crash (idempotent)."""
+    _need_root("quicbed testbed down")
+    from quicbed.link.shapers import UserspaceShaper
+
+    tb = LocalTestbed(prefix)
+    UserspaceShaper().clear(tb)
+    removed = tb.down()
+    out.print(
+        f"testbed {prefix}: "
+        + (f"removed {', '.join(removed)}" if removed else "nothing to remove")
+    )
+
+
+@testbed_app.command("status")
+def testbed_status(
+    prefix: PrefixOpt = "qb",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """What exists now, read from the kernel."""
+    _need_root("quicbed testbed status")
+    info = LocalTestbed(prefix).status()
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    state = "up" if info["complete"] else ("partial" if any(info["roles"].values()) else "down")
+    out.print(f"testbed {prefix}: {state}")
+    for role, r in info["roles"].items():
+        if r:
+            ifs = ", ".join(f"{n} {v['state']} {' '.join(v['addresses'])}".strip()
+                            for n, v in r["interfaces"].items())  # fmt: skip
+            out.print(f"  {role:7} {r['namespace']}: {ifs}; pids {r['pids'] or '-'}; "
+                      f"qdiscs {', '.join(r['qdiscs']) or '-'}")  # fmt: skip
+
+
+# --- link -----------------------------------------------------------------------------
+def _parse_rate(rate: str) -> float | None:
+    if rate.strip().lower() in ("unlimited", "none", "inf"):
+        return None
+    try:
+        return float(rate)
+    except ValueError:
+        raise QuicbedError(f"rate: not a number of Mbit/s or 'unlimited' (got {rate!r})") from None
+
+
+def _condition(**kw: Any) -> LinkCondition:
+    kw["rate_mbit"] = _parse_rate(kw.pop("rate"))
+    try:
+        kw["jitter_kind"] = JitterKind(kw["jitter_kind"])
+    except ValueError:
+        raise QuicbedError(
+            f"jitter kind: unknown {kw['jitter_kind']!r} (one of none, reorder, smooth)"
+        ) from None
+    return make_condition(**{k: v for k, v in kw.items() if v is not None})
+
+
+def _link_options(
+    rate: Annotated[
+        str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")
+    ] = "unlimited",
+    rtt: Annotated[float | None, typer.Option(help="Base RTT in ms, split evenly.")] = None,
+    delay_down: Annotated[float | None, typer.Option(help="Server->client delay, ms.")] = None,
+    delay_up: Annotated[float | None, typer.Option(help="Client->server delay, ms.")] = None,
+    loss: Annotated[float, typer.Option(help="End-to-end loss in %, split evenly.")] = 0.0,
+    loss_down: Annotated[float | None, typer.Option(help="Server->client loss, %.")] = None,
+    loss_up: Annotated[float | None, typer.Option(help="Client->server loss, %.")] = None,
+    jitter: Annotated[float, typer.Option(help="Jitter, +/- ms per direction.")] = 0.0,
+    jitter_kind: Annotated[str, typer.Option(help="reorder or smooth.")] = "none",
+    queue: Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")] = "2bdp",
+    count: Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")] = "ethernet",
+    seed: Annotated[int, typer.Option(help="RNG seed of loss and jitter.")] = 1,
+) -> LinkCondition:
+    if count not in ("ethernet", "ip"):
+        raise QuicbedError(f"count: unknown {count!r} (ethernet or ip)")
+    return _condition(
+        rate=rate, rtt_ms=rtt, delay_down_ms=delay_down, delay_up_ms=delay_up,
+        loss_pct=loss, loss_down_pct=loss_down, loss_up_pct=loss_up, jitter_ms=jitter,
+        jitter_kind=jitter_kind, queue=queue, count=count, seed=seed,
+    )  # fmt: skip
+
+
+ShaperOpt = Annotated[str, typer.Option("--shaper", help="auto, userspace, netem or dummynet.")]
+
+
+@link_app.command("check", context_settings={"ignore_unknown_options": False})
+def link_check(
+    rate: Annotated[
+        str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")
+    ] = "unlimited",
+    rtt: Annotated[float | None, typer.Option(help="Base RTT in ms, split evenly.")] = None,
+    delay_down: Annotated[float | None, typer.Option(help="Server->client delay, ms.")] = None,
+    delay_up: Annotated[float | None, typer.Option(help="Client->server delay, ms.")] = None,
+    loss: Annotated[float, typer.Option(help="End-to-end loss in %, split evenly.")] = 0.0,
+    loss_down: Annotated[float | None, typer.Option(help="Server->client loss, %.")] = None,
+    loss_up: Annotated[float | None, typer.Option(help="Client->server loss, %.")] = None,
+    jitter: Annotated[float, typer.Option(help="Jitter, +/- ms per direction.")] = 0.0,
+    jitter_kind: Annotated[str, typer.Option(help="reorder or smooth.")] = "none",
+    queue: Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")] = "2bdp",
+    count: Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")] = "ethernet",
+    seed: Annotated[int, typer.Option(help="RNG seed of loss and jitter.")] = 1,
+    shaper: ShaperOpt = "auto",
+    prefix: PrefixOpt = "qb",
+    tcp_seconds: Annotated[float, typer.Option(help="iperf3 TCP seconds per direction.")] = 10,
+    cc: Annotated[str, typer.Option(help="TCP congestion control.")] = "cubic",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the receipt as JSON.")] = False,
+    out_file: Annotated[
+        str | None, typer.Option("--out", help="Also write the receipt here.")
+    ] = None,
+) -> None:
+    """Apply a condition, measure what the link delivers, judge it (exit 1 if out of tolerance)."""
+    from quicbed.link.receipt import measure
+    from quicbed.link.session import shaped_link
+
+    cond = _link_options(rate, rtt, delay_down, delay_up, loss, loss_down, loss_up, jitter,
+                         jitter_kind, queue, count, seed)  # fmt: skip
+    if tcp_seconds <= 0:
+        raise QuicbedError(f"tcp-seconds must be > 0 (got {tcp_seconds:g})")
+    _need_root("quicbed link check")
+    tb = LocalTestbed(prefix)
+    with shaped_link(tb, cond, shaper, cc=cc) as link:
+        receipt = measure(tb, cond, link.shaper, link.tuning, tcp_seconds=tcp_seconds, cc=cc)
+    data = receipt.model_dump(mode="json")
+    if out_file:
+        with open(out_file, "x") as f:
+            json.dump(data, f, indent=2)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        print_receipt(receipt)
+    if not receipt.passed:
+        raise typer.Exit(1)
+
+
+def print_receipt(receipt: Any) -> None:
+    t = Table(title=f"Fidelity receipt: {receipt.label} ({receipt.shaper['shaper']})")
+    for col in ("check", "expected", "measured", "accepted", "verdict", "note"):
+        t.add_column(col)
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4g}"
+
+    for c in receipt.checks:
+        verdict = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]n/j[/]"}[c.passed]
+        acc = f"{f(c.low)}..{f(c.high)}" if c.low is not None or c.high is not None else "-"
+        t.add_row(c.name, f"{f(c.expected)} {c.unit}", f"{f(c.measured)} {c.unit}", acc, verdict,
+                  c.note)  # fmt: skip
+    out.print(t)
+    if receipt.emulator and "cpu_pct_during_tcp_max" in receipt.emulator:
+        out.print(
+            f"emulator CPU during TCP: {receipt.emulator['cpu_pct_during_tcp_max']:.0f} % of a core"
+        )
+    out.print("[green]within tolerance[/]" if receipt.passed else "[red]OUT OF TOLERANCE[/]")
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        rc = app(standalone_mode=False)
+    except QuicbedError as exc:
+        print(f"quicbed: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("quicbed: interrupted; what this command set up was removed", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors etc.
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+    sys.exit(rc if isinstance(rc, int) else 0)

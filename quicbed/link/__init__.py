@@ -1,0 +1,1 @@
+"""Link emulation: one pipe model, several shapers, and a fidelity receipt."""

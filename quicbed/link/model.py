@@ -1,0 +1,238 @@
+"""The link model: one Dummynet pipe per direction, resolved from a user's condition.
+
+A user states a condition the way papers do (rate, RTT, end-to-end loss, jitter,
+queue in BDPs). Every shaper consumes the same resolved per-direction pipes, so
+the three shapers cannot disagree about what "1 % loss" or "2 x BDP" means.
+
+Conventions (documented in docs/link.md):
+- Rates count Ethernet frame bytes (14-byte header included, no FCS or preamble),
+  as Dummynet does on a layer-2 bridge; ``count="ip"`` counts IP bytes instead.
+- ``rtt_ms`` is split evenly between the two directions.
+- ``loss_pct`` is end to end, split evenly (the reference study's "1 %" = 0.5 %
+  each way); ``loss_down_pct``/``loss_up_pct`` set a direction explicitly.
+- Jitter is +/- ``jitter_ms`` per direction around that direction's delay.
+- The queue default is 2 x BDP (rate x base RTT), never below 10 full frames.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from quicbed.errors import QuicbedError
+
+#: Largest frame on the veths with offloads off: 1500-byte MTU + 14-byte header.
+MAX_FRAME = 1514
+ETH_HEADER = 14
+MIN_QUEUE_FRAMES = 10
+
+
+class JitterKind(StrEnum):
+    """The two named jitter experiments (methodology.md section 3)."""
+
+    none = "none"
+    reorder = "reorder"  # i.i.d. per-packet delay: packets overtake each other
+    smooth = "smooth"  # delay drifts over time, packet order is kept
+
+
+class Pipe(BaseModel):
+    """One direction of the link, fully resolved: what every shaper applies."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rate_bps: int | None  # None = unlimited
+    delay_us: int
+    jitter_us: int
+    jitter_kind: JitterKind
+    jitter_interval_us: int
+    loss: float  # probability in [0, 1)
+    queue_bytes: int | None
+    queue_packets: int | None
+    count: Literal["ethernet", "ip"]
+
+
+_QUEUE_RE = re.compile(
+    r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>bdp|p|pkts|packets|b|kb|kib|mb|mib)\s*$",
+    re.IGNORECASE,
+)
+_QUEUE_BYTES = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2}
+
+
+def parse_queue(spec: str) -> tuple[str, float]:
+    """Parse a queue limit: ``2bdp``, ``100p`` / ``100pkts``, ``450kB``, ``1MiB``.
+
+    Returns (kind, value) with kind in {"bdp", "packets", "bytes"}.
+    """
+    m = _QUEUE_RE.match(spec)
+    if not m:
+        raise QuicbedError(f"queue: cannot parse {spec!r} (use e.g. 2bdp, 100pkts, 450kB, 1MiB)")
+    num, unit = float(m["num"]), m["unit"].lower()
+    if num <= 0:
+        raise QuicbedError(f"queue: must be > 0 (got {spec!r})")
+    if unit == "bdp":
+        return "bdp", num
+    if unit in ("p", "pkts", "packets"):
+        if num != int(num):
+            raise QuicbedError(f"queue: a packet count must be whole (got {spec!r})")
+        return "packets", num
+    return "bytes", num * _QUEUE_BYTES[unit]
+
+
+class LinkCondition(BaseModel):
+    """A network condition as a researcher states it. Validation names every bad value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rate_mbit: float | None = Field(
+        default=None, description="bottleneck rate in Mbit/s each way; None = unlimited"
+    )
+    rtt_ms: float | None = Field(default=None, description="base RTT, split evenly")
+    delay_down_ms: float | None = None
+    delay_up_ms: float | None = None
+    loss_pct: float = Field(default=0.0, description="end-to-end loss in %, split evenly")
+    loss_down_pct: float | None = None
+    loss_up_pct: float | None = None
+    jitter_ms: float = 0.0
+    jitter_kind: JitterKind = JitterKind.none
+    jitter_interval_ms: float = Field(
+        default=100.0, description="smooth jitter: time between random delay knots"
+    )
+    queue: str = "2bdp"
+    count: Literal["ethernet", "ip"] = "ethernet"
+    seed: int = 1
+
+    @model_validator(mode="after")
+    def _check(self) -> LinkCondition:
+        if self.rate_mbit is not None and not (
+            self.rate_mbit > 0 and math.isfinite(self.rate_mbit)
+        ):
+            raise ValueError(f"rate must be > 0 Mbit/s (got {self.rate_mbit:g})")
+        if self.rtt_ms is not None and (
+            self.delay_down_ms is not None or self.delay_up_ms is not None
+        ):
+            raise ValueError("give either rtt or per-direction delays, not both")
+        for name in ("rtt_ms", "delay_down_ms", "delay_up_ms"):
+            v = getattr(self, name)
+            if v is not None and not (v >= 0 and math.isfinite(v)):
+                raise ValueError(f"{name.removesuffix('_ms')} must be >= 0 ms (got {v:g})")
+        for name in ("loss_pct", "loss_down_pct", "loss_up_pct"):
+            v = getattr(self, name)
+            if v is not None and not (0 <= v < 100):
+                raise ValueError(f"{name.removesuffix('_pct')} must be in [0, 100) % (got {v:g})")
+        if self.jitter_ms < 0:
+            raise ValueError(f"jitter must be >= 0 ms (got {self.jitter_ms:g})")
+        if self.jitter_ms > 0 and self.jitter_kind == JitterKind.none:
+            raise ValueError(f"jitter {self.jitter_ms:g} ms needs a jitter kind: reorder or smooth")
+        if self.jitter_interval_ms <= 0:
+            raise ValueError(f"jitter interval must be > 0 ms (got {self.jitter_interval_ms:g})")
+        for direction, d in (("down", self.delay_down()), ("up", self.delay_up())):
+            if self.jitter_kind == JitterKind.smooth and self.jitter_ms > d:
+                raise ValueError(
+                    f"smooth jitter {self.jitter_ms:g} ms is larger than the {direction} "
+                    f"delay {d:g} ms (a delay cannot go below zero)"
+                )
+        kind, value = parse_queue(self.queue)
+        if kind == "bdp" and self.rate_mbit is not None and self.rtt() == 0:
+            raise ValueError(f"queue {self.queue!r} is relative to a BDP, but the RTT is 0")
+        if kind == "bytes" and value < MAX_FRAME:
+            raise ValueError(f"queue {self.queue!r} holds less than one {MAX_FRAME}-byte frame")
+        return self
+
+    # --- derived values -------------------------------------------------------------
+    def delay_down(self) -> float:
+        if self.delay_down_ms is not None:
+            return self.delay_down_ms
+        return (self.rtt_ms or 0.0) / 2
+
+    def delay_up(self) -> float:
+        if self.delay_up_ms is not None:
+            return self.delay_up_ms
+        return (self.rtt_ms or 0.0) / 2
+
+    def rtt(self) -> float:
+        """Base RTT in ms (no jitter, no serialization)."""
+        return self.delay_down() + self.delay_up()
+
+    def loss_down(self) -> float:
+        """Per-direction loss probability (not %)."""
+        pct = self.loss_down_pct if self.loss_down_pct is not None else self.loss_pct / 2
+        return pct / 100
+
+    def loss_up(self) -> float:
+        pct = self.loss_up_pct if self.loss_up_pct is not None else self.loss_pct / 2
+        return pct / 100
+
+    def bdp_bytes(self) -> int | None:
+        """Bandwidth-delay product at the base RTT; None when the rate is unlimited."""
+        if self.rate_mbit is None:
+            return None
+        return int(self.rate_mbit * 1e6 * self.rtt() / 1000 / 8)
+
+    def queue_limit(self) -> tuple[int | None, int | None]:
+        """(bytes, packets) limit of each direction's FIFO; exactly one is set if rated."""
+        if self.rate_mbit is None:
+            return None, None
+        kind, value = parse_queue(self.queue)
+        if kind == "packets":
+            return None, int(value)
+        if kind == "bdp":
+            value = value * (self.bdp_bytes() or 0)
+        return max(int(value), MIN_QUEUE_FRAMES * MAX_FRAME), None
+
+    def socket_buffer_bytes(self) -> int:
+        """Socket buffers of at least 2 x BDP on both hosts, as the reference study did.
+
+        Never below Linux's own default maximum (6 MiB), so tuning only ever raises.
+        """
+        bdp = self.bdp_bytes() or 0
+        return max(2 * bdp, 6 * 1024 * 1024)
+
+    def pipes(self) -> dict[str, Pipe]:
+        qb, qp = self.queue_limit()
+        rate = None if self.rate_mbit is None else round(self.rate_mbit * 1e6)
+        out = {}
+        for name, delay, loss in (
+            ("down", self.delay_down(), self.loss_down()),
+            ("up", self.delay_up(), self.loss_up()),
+        ):
+            out[name] = Pipe(
+                rate_bps=rate,
+                delay_us=round(delay * 1000),
+                jitter_us=round(self.jitter_ms * 1000),
+                jitter_kind=self.jitter_kind,
+                jitter_interval_us=round(self.jitter_interval_ms * 1000),
+                loss=loss,
+                queue_bytes=qb,
+                queue_packets=qp,
+                count=self.count,
+            )
+        return out
+
+    def label(self) -> str:
+        """Short human label, e.g. ``50 Mbit/s, 36 ms, 1 % loss``."""
+        parts = ["unlimited" if self.rate_mbit is None else f"{self.rate_mbit:g} Mbit/s"]
+        parts.append(f"{self.rtt():g} ms")
+        if self.loss_pct or self.loss_down_pct or self.loss_up_pct:
+            parts.append(f"loss {self.loss_down() * 100:g}/{self.loss_up() * 100:g} % down/up")
+        if self.jitter_ms:
+            parts.append(f"jitter {self.jitter_ms:g} ms {self.jitter_kind.value}")
+        parts.append(f"queue {self.queue}")
+        return ", ".join(parts)
+
+
+def make_condition(**kwargs: object) -> LinkCondition:
+    """Build a LinkCondition, turning pydantic's report into one QuicbedError line."""
+    from pydantic import ValidationError
+
+    try:
+        return LinkCondition(**kwargs)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        where = f"{loc}: " if loc else ""
+        raise QuicbedError(f"link condition: {where}{msg}") from None

@@ -1,0 +1,160 @@
+"""Measurements across the emulated link, run from the client and server namespaces.
+
+Each probe returns plain data; judging it against the configured link is the
+receipt's job (quicbed.link.receipt), so the same numbers can be re-judged later.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from quicbed import proc
+from quicbed.errors import QuicbedError
+from quicbed.testbed.local import LocalTestbed
+
+IPERF_PORT = 5201
+_PING_RE = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")
+
+
+def ping(tb: LocalTestbed, *, count: int = 200, interval: float = 0.01) -> dict[str, Any]:
+    """RTT samples from client to server (ICMP echo, 56-byte payload, 98-byte frames)."""
+    wait = max(2.0, count * interval + 5)
+    cp = tb.exec(
+        "client",
+        ["ping", "-n", "-c", str(count), "-i", f"{interval:g}", "-W", "3", tb.server_ip],
+        timeout=wait + 10,
+        check=False,
+    )
+    samples = [float(m.group(2)) for m in _PING_RE.finditer(cp.stdout)]
+    seqs = {int(m.group(1)) for m in _PING_RE.finditer(cp.stdout)}
+    out: dict[str, Any] = {"sent": count, "received": len(seqs), "samples_ms": samples}
+    if samples:
+        out.update(
+            mean_ms=statistics.fmean(samples),
+            sd_ms=statistics.stdev(samples) if len(samples) > 1 else 0.0,
+            min_ms=min(samples),
+            max_ms=max(samples),
+        )
+    return out
+
+
+def one_way_delay(
+    tb: LocalTestbed, direction: str, *, count: int = 100, interval: float = 0.01
+) -> dict[str, Any]:
+    """One-way delay per packet: the namespaces share CLOCK_MONOTONIC, so send and
+    receive timestamps from two namespaces are directly comparable."""
+    sender, receiver = ("server", "client") if direction == "down" else ("client", "server")
+    dst = tb.client_ip if direction == "down" else tb.server_ip
+    port = 5301
+    py = sys.executable
+    rx = tb.spawn(
+        receiver,
+        [py, "-m", "quicbed.link.owd", "recv", "--bind", f"{dst}:{port}", "--count",
+         str(count), "--out", str(tb.state_dir / f"owd-{direction}.json")],
+    )  # fmt: skip
+    try:
+        _wait_bound(tb, receiver, "udp", port)
+        tb.exec(
+            sender,
+            [py, "-m", "quicbed.link.owd", "send", "--to", f"{dst}:{port}", "--count",
+             str(count), "--interval", str(interval)],
+            timeout=count * interval + 30,
+        )  # fmt: skip
+        rx.wait(timeout=count * interval + 30)
+    finally:
+        if rx.poll() is None:
+            proc.stop_pid(rx.pid)
+    path = tb.state_dir / f"owd-{direction}.json"
+    data = json.loads(path.read_text())
+    path.unlink()
+    return data
+
+
+def _wait_bound(tb: LocalTestbed, role: str, proto: str, port: int, timeout: float = 10) -> None:
+    """Wait until something listens on ``port`` in ``role``'s namespace (ss, not sleep)."""
+    flag = "-lnu" if proto == "udp" else "-lnt"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = tb.exec(role, ["ss", "-H", flag, f"sport = :{port}"], check=False).stdout
+        if out.strip():
+            return
+        time.sleep(0.02)
+    raise QuicbedError(f"nothing listened on {proto}/{port} in {tb.ns(role)} after {timeout:g} s")
+
+
+@contextmanager
+def iperf3_server(tb: LocalTestbed) -> Iterator[None]:
+    """An iperf3 server in the server namespace for the duration of a receipt."""
+    log = tb.state_dir / "iperf3-server.log"
+    p = tb.spawn("server", ["iperf3", "-s", "-B", tb.server_ip, "-p", str(IPERF_PORT)], log=log)
+    try:
+        _wait_bound(tb, "server", "tcp", IPERF_PORT)
+        yield
+    finally:
+        proc.stop_pid(p.pid)
+
+
+def _iperf3(tb: LocalTestbed, args: list[str], seconds: float) -> dict[str, Any]:
+    argv = ["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-J", *args]
+    cp = tb.exec("client", argv, timeout=seconds + 30, check=False)
+    try:
+        data = json.loads(cp.stdout)
+    except json.JSONDecodeError as exc:
+        raise QuicbedError(
+            f"iperf3 gave no JSON (exit {cp.returncode}): {cp.stderr.strip()}"
+        ) from exc
+    if "error" in data:
+        raise QuicbedError(f"iperf3: {data['error']}")
+    return data
+
+
+def tcp_goodput(
+    tb: LocalTestbed, direction: str, *, seconds: float = 10, omit: float = 2, cc: str = "cubic"
+) -> dict[str, Any]:
+    """TCP goodput in steady state: iperf3 omits the first ``omit`` s (slow start)."""
+    args = ["-t", f"{seconds:g}", "-O", f"{omit:g}", "-C", cc]
+    if direction == "down":
+        args.append("-R")
+    d = _iperf3(tb, args, seconds + omit)
+    end = d["end"]
+    return {
+        "seconds": seconds,
+        "omit": omit,
+        "goodput_bps": end["sum_received"]["bits_per_second"],
+        "retransmits": end["sum_sent"].get("retransmits"),
+        "sender_cc": end.get("sender_tcp_congestion"),
+        "receiver_cc": end.get("receiver_tcp_congestion"),
+    }
+
+
+def udp(
+    tb: LocalTestbed, direction: str, *, bitrate_bps: float, seconds: float, length: int
+) -> dict[str, Any]:
+    """A UDP stream at ``bitrate_bps`` (payload): delivery rate, loss and reordering."""
+    args = ["-u", "-b", str(int(bitrate_bps)), "-l", str(length), "-t", f"{seconds:g}"]
+    if direction == "down":
+        args.append("-R")
+    d = _iperf3(tb, args, seconds)
+    end = d["end"]
+    recv = end.get("sum_received") or end["sum"]
+    streams = end.get("streams") or [{}]
+    ooo = sum(s.get("udp", {}).get("out_of_order", 0) for s in streams)
+    # lost/packets come from the receiver's sequence numbers
+    lost = end["sum"].get("lost_packets", recv.get("lost_packets", 0))
+    packets = end["sum"].get("packets", recv.get("packets", 0))
+    return {
+        "bitrate_bps": bitrate_bps,
+        "length": length,
+        "seconds": seconds,
+        "packets": packets,
+        "lost": lost,
+        "out_of_order": ooo,
+        "received_bps": recv["bits_per_second"],
+    }

@@ -1,0 +1,268 @@
+"""The fidelity receipt: what the link really delivered, next to what was configured.
+
+A receipt is data first (pydantic, stored with every cell of a sweep) and a
+printout second. Every check carries its expected value, its acceptance interval
+and a verdict; a check that cannot be judged under the condition says why
+instead of passing silently.
+
+Ideal values and tolerances (docs/link.md explains each):
+- RTT (ping, 98-byte frames): base RTT + serialization of the probe each way;
+  within max(1 ms, 2 %), widened by 3 standard errors of the jitter when there is
+  jitter.
+- One-way delay per direction (64-byte UDP payload, 106-byte frames): the
+  direction's delay + serialization; same tolerance.
+- TCP steady goodput per direction (iperf3, CUBIC, first seconds omitted):
+  >= 97 % of rate x 1448/1514 (MSS with timestamps over the frame); judged only
+  without loss and jitter, where TCP can reach the rate.
+- UDP delivery at 1.2 x the rate: delivered payload rate within 97-103 % of the
+  rate x payload/frame x (1 - loss).
+- Loss per direction: a paced UDP stream well below the rate; the configured
+  probability must lie inside the measured 95 % Clopper-Pearson interval.
+- Reordering: none unless the jitter kind is ``reorder`` (then some is expected).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+from scipy.stats import binomtest
+
+from quicbed import proc
+from quicbed.link import probes
+from quicbed.link.model import ETH_HEADER, JitterKind, LinkCondition
+from quicbed.link.shapers import Shaper, UserspaceShaper
+from quicbed.testbed.local import LocalTestbed
+
+RECEIPT_FORMAT = 1
+TCP_MSS = 1448
+PING_FRAME = 98
+OWD_FRAME = 106
+UDP_RATE_PAYLOAD = 1200
+LOSS_PAYLOAD = 100
+IP_UDP_HEADERS = 28
+
+
+class Check(BaseModel):
+    """One measured figure beside its expected value and the verdict."""
+
+    name: str
+    unit: str
+    expected: float | None
+    measured: float | None
+    low: float | None = None
+    high: float | None = None
+    passed: bool | None  # None: not judged under this condition (see note)
+    note: str = ""
+    detail: dict[str, Any] = {}
+
+
+class Receipt(BaseModel):
+    format: int = RECEIPT_FORMAT
+    created: str
+    duration_s: float
+    testbed: dict[str, Any]
+    condition: dict[str, Any]
+    label: str
+    shaper: dict[str, Any]
+    tuning: dict[str, Any]
+    checks: list[Check]
+    emulator: dict[str, Any] | None
+    passed: bool
+
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if c.passed is False]
+
+
+def _frame(cond: LinkCondition, eth_frame: int) -> int:
+    """Bytes that count against the rate for an Ethernet frame of ``eth_frame`` bytes."""
+    return eth_frame if cond.count == "ethernet" else eth_frame - ETH_HEADER
+
+
+def _ser_ms(cond: LinkCondition, eth_frame: int) -> float:
+    if cond.rate_mbit is None:
+        return 0.0
+    return _frame(cond, eth_frame) * 8 / (cond.rate_mbit * 1e6) * 1000
+
+
+def _mean_delay(delay: float, jitter: float, kind: JitterKind) -> float:
+    """Expected per-packet delay: uniform +/- jitter, clamped at zero for ``reorder``."""
+    if kind != JitterKind.reorder or jitter <= delay:
+        return delay
+    return (delay + jitter) ** 2 / (4 * jitter)
+
+
+def _jitter_allowance(cond: LinkCondition, n: int, directions: int, seconds: float) -> float:
+    """3 standard errors of a mean of ``n`` samples under the configured jitter (ms)."""
+    if not cond.jitter_ms:
+        return 0.0
+    sd = cond.jitter_ms / math.sqrt(3) * math.sqrt(directions)
+    n_eff = n
+    if cond.jitter_kind == JitterKind.smooth:  # samples within one knot are correlated
+        n_eff = max(1, min(n, int(seconds * 1000 / cond.jitter_interval_ms)))
+    return 3 * sd / math.sqrt(max(n_eff, 1))
+
+
+def _delay_check(
+    name: str, cond: LinkCondition, expected: float, data: dict[str, Any], dirs: int, secs: float
+) -> Check:
+    n = len(data.get("samples_ms", [])) or data.get("received", 0)
+    tol = max(1.0, 0.02 * expected) + _jitter_allowance(cond, n, dirs, secs)
+    measured = data.get("mean_ms")
+    passed = measured is not None and abs(measured - expected) <= tol
+    detail = {k: v for k, v in data.items() if k != "samples_ms"}
+    return Check(
+        name=name, unit="ms", expected=expected, measured=measured,
+        low=expected - tol, high=expected + tol, passed=passed, detail=detail,
+        note="" if measured is not None else "no probe came back",
+    )  # fmt: skip
+
+
+def _loss_check(direction: str, p: float, data: dict[str, Any]) -> Check:
+    n, k = int(data["packets"]), int(data["lost"])
+    k = max(0, min(k, n))
+    if n == 0:
+        return Check(name=f"loss_{direction}", unit="%", expected=p * 100, measured=None,
+                     passed=False, note="no packets", detail=data)  # fmt: skip
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    passed = ci.low <= p <= ci.high
+    return Check(
+        name=f"loss_{direction}", unit="%", expected=p * 100, measured=k / n * 100,
+        low=ci.low * 100, high=ci.high * 100, passed=passed,
+        note="configured loss must lie inside the measured 95 % interval", detail=data,
+    )  # fmt: skip
+
+
+def measure(
+    tb: LocalTestbed,
+    cond: LinkCondition,
+    shaper: Shaper,
+    tuning: dict[str, Any],
+    *,
+    tcp_seconds: float = 10,
+    tcp_omit: float = 2,
+    ping_count: int = 200,
+    cc: str = "cubic",
+) -> Receipt:
+    """Measure the link as it is now shaped and judge it against ``cond``."""
+    t0 = time.monotonic()
+    created = datetime.now(UTC).isoformat()
+    checks: list[Check] = []
+    before = shaper.counters(tb)
+    emu_pid = shaper.pid(tb) if isinstance(shaper, UserspaceShaper) else None
+    cpu: list[float] = []
+
+    # RTT by ping
+    rtt_expected = (
+        _mean_delay(cond.delay_down(), cond.jitter_ms, cond.jitter_kind)
+        + _mean_delay(cond.delay_up(), cond.jitter_ms, cond.jitter_kind)
+        + 2 * _ser_ms(cond, PING_FRAME)
+    )
+    pr = probes.ping(tb, count=ping_count)
+    checks.append(_delay_check("rtt", cond, rtt_expected, pr, 2, ping_count * 0.01))
+
+    pipes = cond.pipes()
+    rate_bps = None if cond.rate_mbit is None else cond.rate_mbit * 1e6
+    with probes.iperf3_server(tb):
+        for direction in ("down", "up"):
+            pipe = pipes[direction]
+            delay = pipe.delay_us / 1000
+            # one-way delay
+            owd = probes.one_way_delay(tb, direction)
+            exp = _mean_delay(delay, cond.jitter_ms, cond.jitter_kind) + _ser_ms(cond, OWD_FRAME)
+            checks.append(_delay_check(f"owd_{direction}", cond, exp, owd, 1, 1.0))
+
+            # loss and reordering with a paced stream of small datagrams
+            loss_rate = min(0.3 * rate_bps, 20e6) if rate_bps else 20e6
+            pps = loss_rate / (LOSS_PAYLOAD * 8)
+            want = 20000 if pipe.loss == 0 else max(20000, int(50 / pipe.loss))
+            secs = min(8.0, max(2.0, want / pps))
+            lo = probes.udp(tb, direction, bitrate_bps=loss_rate, seconds=secs,
+                            length=LOSS_PAYLOAD)  # fmt: skip
+            checks.append(_loss_check(direction, pipe.loss, lo))
+            ooo = lo["out_of_order"] + owd.get("reordered", 0)
+            if cond.jitter_kind == JitterKind.reorder and cond.jitter_ms > 0:
+                checks.append(Check(
+                    name=f"reorder_{direction}", unit="packets", expected=None, measured=ooo,
+                    low=1, passed=ooo > 0,
+                    note="jitter kind 'reorder': packets are expected to overtake",
+                ))  # fmt: skip
+            else:
+                checks.append(Check(
+                    name=f"reorder_{direction}", unit="packets", expected=0, measured=ooo,
+                    low=0, high=0, passed=ooo == 0,
+                    note="no reordering unless the jitter kind is 'reorder'",
+                ))  # fmt: skip
+
+            # UDP delivery at 1.2 x the rate
+            if rate_bps:
+                frame = _frame(cond, UDP_RATE_PAYLOAD + IP_UDP_HEADERS + ETH_HEADER)
+                ideal = rate_bps * UDP_RATE_PAYLOAD / frame * (1 - pipe.loss)
+                offered = 1.2 * rate_bps * UDP_RATE_PAYLOAD / frame
+                ud = probes.udp(tb, direction, bitrate_bps=offered, seconds=3,
+                                length=UDP_RATE_PAYLOAD)  # fmt: skip
+                sent_bps = ud["packets"] * UDP_RATE_PAYLOAD * 8 / ud["seconds"]
+                judged = sent_bps >= 1.1 * rate_bps * UDP_RATE_PAYLOAD / frame
+                checks.append(Check(
+                    name=f"udp_rate_{direction}", unit="Mbit/s", expected=ideal / 1e6,
+                    measured=ud["received_bps"] / 1e6, low=0.97 * ideal / 1e6,
+                    high=1.03 * ideal / 1e6,
+                    passed=(0.97 * ideal <= ud["received_bps"] <= 1.03 * ideal) if judged else None,
+                    note="payload rate at 1.2 x the link rate" if judged else
+                    f"not judged: the sender reached only {sent_bps / 1e6:.1f} Mbit/s",
+                    detail=ud,
+                ))  # fmt: skip
+
+            # TCP goodput
+            c0 = proc.cpu_seconds(emu_pid) if emu_pid else None
+            w0 = time.monotonic()
+            tcp = probes.tcp_goodput(tb, direction, seconds=tcp_seconds, omit=tcp_omit, cc=cc)
+            if c0 is not None and emu_pid:
+                cpu.append((proc.cpu_seconds(emu_pid) - c0) / (time.monotonic() - w0) * 100)
+            if rate_bps:
+                ideal = rate_bps * TCP_MSS / _frame(cond, TCP_MSS + 52 + ETH_HEADER)
+                judged = pipe.loss == 0 and cond.jitter_ms == 0
+                checks.append(Check(
+                    name=f"tcp_{direction}", unit="Mbit/s", expected=ideal / 1e6,
+                    measured=tcp["goodput_bps"] / 1e6, low=0.97 * ideal / 1e6,
+                    passed=(tcp["goodput_bps"] >= 0.97 * ideal) if judged else None,
+                    note=f"steady state, {tcp['sender_cc']}" if judged else
+                    "not judged: with loss or jitter TCP does not reach the rate by design",
+                    detail=tcp,
+                ))  # fmt: skip
+            else:
+                checks.append(Check(
+                    name=f"tcp_{direction}", unit="Mbit/s", expected=None,
+                    measured=tcp["goodput_bps"] / 1e6, passed=None,
+                    note="unlimited rate: reported, not judged", detail=tcp,
+                ))  # fmt: skip
+
+    after = shaper.counters(tb)
+    emulator = None
+    if after is not None:
+        emulator = {"counters_before": before, "counters_after": after}
+        if cpu:
+            emulator["cpu_pct_during_tcp_max"] = max(cpu)
+        dirs = {}
+        for d in ("down", "up"):
+            a = after["directions"][d]
+            b = (before or {"directions": {d: {}}})["directions"][d]
+            dirs[d] = {k: a[k] - b.get(k, 0) for k in ("rx_packets", "loss_drops",
+                                                        "queue_drops", "tx_packets")}  # fmt: skip
+        emulator["during_receipt"] = dirs
+    passed = all(c.passed is not False for c in checks)
+    return Receipt(
+        created=created,
+        duration_s=time.monotonic() - t0,
+        testbed={"kind": tb.kind, "prefix": tb.prefix},
+        condition=cond.model_dump(mode="json"),
+        label=cond.label(),
+        shaper=shaper.describe(cond),
+        tuning=tuning,
+        checks=checks,
+        emulator=emulator,
+        passed=passed,
+    )

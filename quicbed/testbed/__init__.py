@@ -1,0 +1,1 @@
+"""Testbed backends: where the server, bridge and client roles run."""

@@ -1,0 +1,252 @@
+"""The embedded testbed: server, bridge and client as network namespaces on this machine.
+
+Topology (one layer-2 segment, the bridge transparent like Emulab's bridge node)::
+
+    [P-server] eth0 10.10.1.1/24 ── srv [P-bridge] cli ── eth0 10.10.1.2/24 [P-client]
+
+The bridge namespace has no addresses; a shaper forwards between ``srv`` and ``cli``
+(the userspace emulator over AF_PACKET, or a kernel bridge with netem). Every
+name carries the prefix, so two testbeds or a crashed leftover never collide, and
+``down`` can find and remove everything of a prefix from the kernel's own lists,
+even after ``kill -9`` of the process that made it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quicbed import proc
+from quicbed.errors import QuicbedError
+
+ROLES = ("server", "bridge", "client")
+SERVER_IP = "10.10.1.1"
+CLIENT_IP = "10.10.1.2"
+PREFIX_LEN = 24
+#: interface of each role's veth end(s), inside its namespace
+IFACES = {"server": ("eth0",), "bridge": ("srv", "cli"), "client": ("eth0",)}
+#: offload features that must be off on every veth end (ethtool -k names)
+OFFLOADS_OFF = {
+    "tcp-segmentation-offload": "tso",
+    "generic-segmentation-offload": "gso",
+    "generic-receive-offload": "gro",
+    "tx-checksumming": "tx",
+}
+STATE_ROOT = Path("/run/quicbed")
+_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+
+
+def check_prefix(prefix: str) -> str:
+    if not _PREFIX_RE.match(prefix):
+        raise QuicbedError(
+            f"testbed prefix {prefix!r} is not 1-8 lowercase letters/digits starting with a letter"
+        )
+    return prefix
+
+
+def _netns_list() -> list[str]:
+    out = proc.run(["ip", "-json", "netns", "list"], timeout=10).stdout.strip()
+    return [e["name"] for e in json.loads(out)] if out else []
+
+
+@dataclass
+class LocalTestbed:
+    """Three namespaces and two veth pairs; runs commands and daemons inside them."""
+
+    prefix: str = "qb"
+    server_ip: str = SERVER_IP
+    client_ip: str = CLIENT_IP
+    _created: bool = field(default=False, repr=False)
+
+    kind = "local"
+
+    def __post_init__(self) -> None:
+        check_prefix(self.prefix)
+
+    # --- names ------------------------------------------------------------------------
+    def ns(self, role: str) -> str:
+        if role not in ROLES:
+            raise QuicbedError(f"unknown testbed role {role!r} (one of {', '.join(ROLES)})")
+        return f"{self.prefix}-{role}"
+
+    @property
+    def state_dir(self) -> Path:
+        """Per-testbed runtime state (config files, pid files); gone with a reboot, like netns."""
+        return STATE_ROOT / self.prefix
+
+    # --- lifecycle --------------------------------------------------------------------
+    def exists(self) -> bool:
+        names = set(_netns_list())
+        return all(self.ns(r) in names for r in ROLES)
+
+    def leftovers(self) -> list[str]:
+        """Namespaces of this prefix that exist (a partial set means a crashed set-up)."""
+        names = set(_netns_list())
+        return [self.ns(r) for r in ROLES if self.ns(r) in names]
+
+    def up(self) -> bool:
+        """Create the topology. Idempotent: returns False if it was already complete.
+
+        A partial leftover (a crash during set-up) is removed first, so ``up`` always
+        ends in the one known state or raises with nothing half-made.
+        """
+        if self.exists() and self._healthy():
+            return False
+        if self.leftovers():
+            self.down()
+        try:
+            self._create()
+        except BaseException:
+            self.down()
+            raise
+        self._created = True
+        return True
+
+    def _create(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for role in ROLES:
+            proc.run(["ip", "netns", "add", self.ns(role)])
+        s, b, c = (self.ns(r) for r in ROLES)
+        proc.run(["ip", "link", "add", "eth0", "netns", s, "type", "veth",
+                  "peer", "name", "srv", "netns", b])  # fmt: skip
+        proc.run(["ip", "link", "add", "eth0", "netns", c, "type", "veth",
+                  "peer", "name", "cli", "netns", b])  # fmt: skip
+        for role in ROLES:
+            ns = self.ns(role)
+            # No IPv6: router solicitations and DAD would be stray packets on the link.
+            for key in ("all", "default"):
+                self.sysctl(role, f"net.ipv6.conf.{key}.disable_ipv6", "1")
+            proc.run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            for dev in IFACES[role]:
+                self.sysctl(role, f"net.ipv6.conf.{dev}.disable_ipv6", "1")
+                proc.run(["ip", "netns", "exec", ns, "ethtool", "-K", dev,
+                          "tso", "off", "gso", "off", "gro", "off", "tx", "off"])  # fmt: skip
+                proc.run(["ip", "-n", ns, "link", "set", dev, "up"])
+        proc.run(["ip", "-n", s, "addr", "add", f"{self.server_ip}/{PREFIX_LEN}", "dev", "eth0"])
+        proc.run(["ip", "-n", c, "addr", "add", f"{self.client_ip}/{PREFIX_LEN}", "dev", "eth0"])
+        self.check_offloads()
+
+    def _healthy(self) -> bool:
+        try:
+            self.check_offloads()
+        except QuicbedError:
+            return False
+        return True
+
+    def check_offloads(self) -> dict[str, dict[str, str]]:
+        """Read back ``ethtool -k`` on every veth end; raise if any offload is still on.
+
+        A forwarded frame with a partial checksum is dropped by the receiver, and
+        64 KB super-packets would make loss, queue and rate apply per super-packet.
+        """
+        report: dict[str, dict[str, str]] = {}
+        for role in ROLES:
+            for dev in IFACES[role]:
+                out = self.exec(role, ["ethtool", "-k", dev]).stdout
+                feats = {}
+                for line in out.splitlines():
+                    key, _, val = line.strip().partition(":")
+                    if key in OFFLOADS_OFF:
+                        feats[key] = val.strip().split()[0] if val.strip() else ""
+                bad = [k for k, v in feats.items() if v != "off"]
+                if bad or len(feats) != len(OFFLOADS_OFF):
+                    raise QuicbedError(
+                        f"offloads still on for {self.ns(role)}:{dev}: {', '.join(bad) or feats}"
+                    )
+                report[f"{role}:{dev}"] = feats
+        return report
+
+    def down(self) -> list[str]:
+        """Remove everything of this prefix: processes in its namespaces, then namespaces.
+
+        Works from the kernel's lists, not from memory, so it also cleans up after a
+        crash. Returns what it removed.
+        """
+        removed: list[str] = []
+        for ns in self.leftovers():
+            for pid in self.pids_in(ns):
+                proc.stop_pid(pid, timeout=3)
+                removed.append(f"pid {pid} in {ns}")
+            proc.run(["ip", "netns", "del", ns], check=False)
+            removed.append(ns)
+        # netns deletion is asynchronous for the veths; wait until the kernel agrees.
+        deadline = time.monotonic() + 5
+        while self.leftovers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            removed.append(str(self.state_dir))
+        self._created = False
+        return removed
+
+    @staticmethod
+    def pids_in(ns: str) -> list[int]:
+        cp = proc.run(["ip", "netns", "pids", ns], check=False, timeout=10)
+        return [int(x) for x in cp.stdout.split()]
+
+    def status(self) -> dict[str, object]:
+        """What exists now, from the kernel: namespaces, links, addresses, processes, qdiscs."""
+        info: dict[str, object] = {"prefix": self.prefix, "kind": self.kind}
+        present = self.leftovers()
+        info["complete"] = len(present) == len(ROLES)
+        roles: dict[str, object] = {}
+        for role in ROLES:
+            ns = self.ns(role)
+            if ns not in present:
+                roles[role] = None
+                continue
+            links = json.loads(proc.run(["ip", "-n", ns, "-json", "addr"]).stdout or "[]")
+            qd = json.loads(proc.run(["ip", "netns", "exec", ns, "tc", "-json", "qdisc"]).stdout
+                            or "[]")  # fmt: skip
+            roles[role] = {
+                "namespace": ns,
+                "interfaces": {
+                    lk["ifname"]: {
+                        "state": lk.get("operstate"),
+                        "addresses": [a["local"] for a in lk.get("addr_info", [])],
+                    }
+                    for lk in links
+                    if lk["ifname"] != "lo"
+                },
+                "qdiscs": [f"{q['dev']}:{q['kind']}" for q in qd if q.get("dev") != "lo"],
+                "pids": self.pids_in(ns),
+            }
+        info["roles"] = roles
+        return info
+
+    # --- running things ---------------------------------------------------------------
+    def argv(self, role: str, argv: Sequence[str]) -> list[str]:
+        """The command line that runs ``argv`` on ``role``."""
+        return ["ip", "netns", "exec", self.ns(role), *argv]
+
+    def exec(
+        self, role: str, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return proc.run(self.argv(role, argv), timeout=timeout, check=check)
+
+    def spawn(
+        self,
+        role: str,
+        argv: Sequence[str],
+        *,
+        log: Path | None = None,
+        die_with_parent: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start a daemon on ``role``; ``ip netns exec`` execs, so the PID is the daemon's."""
+        return proc.spawn(
+            self.argv(role, argv), stdout=log, stderr=log, die_with_parent=die_with_parent,
+            env=env,
+        )  # fmt: skip
+
+    def sysctl(self, role: str, key: str, value: str) -> None:
+        self.exec(role, ["sysctl", "-q", "-w", f"{key}={value}"])
+
+    def read_sysctl(self, role: str, key: str) -> str:
+        return self.exec(role, ["sysctl", "-n", key]).stdout.strip()

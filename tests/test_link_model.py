@@ -1,0 +1,93 @@
+"""The link model: how a stated condition resolves into per-direction pipes."""
+
+from __future__ import annotations
+
+import pytest
+
+from quicbed.errors import QuicbedError
+from quicbed.link.model import MAX_FRAME, MIN_QUEUE_FRAMES, JitterKind, make_condition, parse_queue
+
+
+def test_rtt_splits_evenly_and_loss_is_end_to_end() -> None:
+    c = make_condition(rate_mbit=50, rtt_ms=36, loss_pct=1)
+    p = c.pipes()
+    assert p["down"].delay_us == 18000 and p["up"].delay_us == 18000
+    assert p["down"].loss == pytest.approx(0.005) and p["up"].loss == pytest.approx(0.005)
+    assert p["down"].rate_bps == 50_000_000
+
+
+def test_per_direction_values_override() -> None:
+    c = make_condition(rate_mbit=10, delay_down_ms=30, delay_up_ms=6, loss_down_pct=1)
+    p = c.pipes()
+    assert (p["down"].delay_us, p["up"].delay_us) == (30000, 6000)
+    assert (p["down"].loss, p["up"].loss) == (0.01, 0.0)
+    assert c.rtt() == 36
+
+
+def test_queue_defaults_to_two_bdp() -> None:
+    c = make_condition(rate_mbit=100, rtt_ms=112)
+    bdp = 100e6 * 0.112 / 8
+    assert c.bdp_bytes() == int(bdp)
+    assert c.pipes()["down"].queue_bytes == int(2 * bdp)  # 2.8 MB, as the study
+    assert c.socket_buffer_bytes() >= 2 * bdp
+
+
+def test_queue_has_a_floor_of_ten_frames() -> None:
+    c = make_condition(rate_mbit=1, rtt_ms=1)
+    assert c.pipes()["up"].queue_bytes == MIN_QUEUE_FRAMES * MAX_FRAME
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [("2bdp", ("bdp", 2.0)), ("100pkts", ("packets", 100.0)), ("450kB", ("bytes", 450000.0)),
+     ("1MiB", ("bytes", 1048576.0)), ("64p", ("packets", 64.0))],
+)  # fmt: skip
+def test_parse_queue(spec: str, expected: tuple[str, float]) -> None:
+    assert parse_queue(spec) == expected
+
+
+def test_packet_queue_resolves_to_packets() -> None:
+    p = make_condition(rate_mbit=10, rtt_ms=36, queue="50pkts").pipes()["down"]
+    assert (p.queue_bytes, p.queue_packets) == (None, 50)
+
+
+def test_unlimited_rate_has_no_queue() -> None:
+    p = make_condition(rtt_ms=10).pipes()["down"]
+    assert p.rate_bps is None and p.queue_bytes is None and p.queue_packets is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"rate_mbit": 0}, "rate must be > 0 Mbit/s (got 0)"),
+        ({"rate_mbit": -5}, "got -5"),
+        ({"loss_pct": 100}, "loss must be in [0, 100) % (got 100)"),
+        ({"loss_pct": -1}, "got -1"),
+        ({"loss_down_pct": 150}, "loss_down must be in [0, 100) % (got 150)"),
+        ({"rtt_ms": -1}, "rtt must be >= 0 ms (got -1)"),
+        ({"delay_up_ms": -3}, "delay_up must be >= 0 ms (got -3)"),
+        ({"rtt_ms": 10, "jitter_ms": 6, "jitter_kind": "smooth"}, "smooth jitter 6 ms is larger"),
+        ({"rtt_ms": 10, "jitter_ms": 2}, "needs a jitter kind"),
+        ({"queue": "lots"}, "cannot parse 'lots'"),
+        ({"queue": "0pkts"}, "must be > 0"),
+        ({"queue": "100B"}, "less than one"),
+        ({"rtt_ms": 10, "delay_down_ms": 5}, "either rtt or per-direction"),
+        ({"rate_mbit": 10, "bogus": 1}, "bogus"),
+    ],
+)
+def test_bad_conditions_name_the_value(kwargs: dict, needle: str) -> None:
+    with pytest.raises(QuicbedError) as exc:
+        make_condition(**kwargs)
+    assert needle in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_reorder_jitter_may_exceed_delay_but_smooth_may_not() -> None:
+    c = make_condition(rtt_ms=112, jitter_ms=50, jitter_kind=JitterKind.reorder)
+    assert c.pipes()["down"].jitter_us == 50000
+    make_condition(rtt_ms=112, jitter_ms=50, jitter_kind="smooth")  # 50 <= 56: fine
+
+
+def test_label() -> None:
+    c = make_condition(rate_mbit=50, rtt_ms=36, loss_pct=1)
+    assert c.label() == "50 Mbit/s, 36 ms, loss 0.5/0.5 % down/up, queue 2bdp"

@@ -1,0 +1,76 @@
+"""Shaper command generation (netem, dummynet) and the emulator's config contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from quicbed.errors import QuicbedError
+from quicbed.link.model import make_condition
+from quicbed.link.shapers import DummynetShaper, NetemShaper, UserspaceShaper
+
+
+def test_dummynet_lines_for_the_reference_loss_scenario() -> None:
+    c = make_condition(rate_mbit=50, rtt_ms=36, loss_pct=1)
+    lines = DummynetShaper.commands(c, {"down": 110, "up": 120})
+    q = -(-2 * int(50e6 * 0.036 / 8) // 1024)
+    assert lines == [
+        f"ipfw pipe 110 config bw 50Mbit/s delay 18 plr 0.005 queue {q}Kbytes",
+        f"ipfw pipe 120 config bw 50Mbit/s delay 18 plr 0.005 queue {q}Kbytes",
+    ]
+
+
+def test_dummynet_packet_queue_and_unlimited_rate() -> None:
+    assert DummynetShaper.commands(
+        make_condition(rate_mbit=10, rtt_ms=112, queue="100pkts"), {"down": 1, "up": 2}
+    ) == ["ipfw pipe 1 config bw 10Mbit/s delay 56 queue 100",
+          "ipfw pipe 2 config bw 10Mbit/s delay 56 queue 100"]  # fmt: skip
+    assert DummynetShaper.commands(make_condition(rtt_ms=2), {"down": 1, "up": 2})[0] == (
+        "ipfw pipe 1 config bw 0 delay 1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cond", "needle"),
+    [
+        (make_condition(rtt_ms=112, jitter_ms=50, jitter_kind="reorder"), "dummynet has no jitter"),
+        (make_condition(rtt_ms=3), "1 ms granularity"),
+    ],
+)
+def test_dummynet_refuses_what_it_cannot_do(cond, needle: str) -> None:
+    with pytest.raises(QuicbedError, match=needle):
+        DummynetShaper.commands(cond, {"down": 1, "up": 2})
+
+
+def test_dummynet_needs_both_pipe_numbers() -> None:
+    with pytest.raises(QuicbedError, match="no pipe number"):
+        DummynetShaper.commands(make_condition(rtt_ms=2), {"down": 1})
+
+
+def test_netem_commands_shape_each_egress_port() -> None:
+    c = make_condition(rate_mbit=10, rtt_ms=36, loss_pct=1)
+    cmds = [" ".join(x) for x in NetemShaper.commands(c)]
+    assert len(cmds) == 4
+    assert cmds[0].startswith("tc qdisc replace dev cli root handle 1: tbf rate 10000000bit")
+    assert "limit 90000" in cmds[0]
+    assert cmds[1].startswith("tc qdisc replace dev cli parent 1:1 handle 10: netem")
+    assert "delay 18000us" in cmds[1] and "loss 0.5%" in cmds[1]
+    assert " dev srv " in cmds[2]
+
+
+def test_netem_refuses_smooth_jitter() -> None:
+    c = make_condition(rate_mbit=10, rtt_ms=112, jitter_ms=10, jitter_kind="smooth")
+    with pytest.raises(QuicbedError, match="smooth"):
+        NetemShaper.commands(c)
+
+
+def test_userspace_config_contract() -> None:
+    c = make_condition(rate_mbit=100, rtt_ms=112, jitter_ms=50, jitter_kind="reorder", seed=7)
+    cfg = UserspaceShaper.config(c)
+    assert cfg["format"] == 1 and cfg["seed"] == 7
+    assert (cfg["server_if"], cfg["client_if"]) == ("srv", "cli")
+    d = cfg["directions"]["down"]
+    assert d == {
+        "rate_bps": 100_000_000, "delay_us": 56000, "jitter_us": 50000, "jitter_kind": "reorder",
+        "jitter_interval_us": 100000, "loss": 0.0, "queue_bytes": 2_800_000, "queue_packets": 0,
+        "count": "ethernet",
+    }  # fmt: skip
