@@ -1,0 +1,211 @@
+"""The results store: one folder per experiment, an SQLite run index at its heart.
+
+Append-only and crash-safe: every run is committed the moment it finishes (WAL
+journal), so a crash loses at most the load in flight. Runs have deterministic IDs
+(cell, attempt, arm, repetition): a run can never be stored twice. Failures and
+invalid loads are rows too, with their reason; warm-ups are rows flagged as such.
+
+Layout::
+
+    DIR/store.sqlite                  cells, attempts (receipt, provenance), runs
+    DIR/hars/<cell>/<attempt>/<arm>-<rep>.har.gz
+    DIR/logs/<cell>/<attempt>/...     server logs, browser logs
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from quicbed.errors import QuicbedError
+
+SCHEMA_VERSION = 1
+DB_NAME = "store.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cells (
+    cell_id TEXT PRIMARY KEY,
+    config TEXT NOT NULL,          -- resolved cell configuration (JSON)
+    created TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    cell_id TEXT NOT NULL REFERENCES cells(cell_id),
+    attempt INTEGER NOT NULL,
+    started TEXT NOT NULL,
+    finished TEXT,
+    status TEXT NOT NULL,          -- running | done | failed
+    problem TEXT,
+    receipt TEXT,                  -- fidelity receipt (JSON)
+    provenance TEXT,               -- versions, kernel, sysctls, git SHA (JSON)
+    PRIMARY KEY (cell_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,       -- cell:attempt:arm:rep
+    cell_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    arm TEXT NOT NULL,
+    rep INTEGER NOT NULL,          -- 0-based; warm-ups first
+    seq INTEGER NOT NULL,          -- order of execution within the attempt
+    warmup INTEGER NOT NULL,
+    valid INTEGER NOT NULL,
+    reason TEXT,                   -- why invalid ("" if valid)
+    plt_ms REAL,                   -- HAR onLoad minus DNS
+    onload_ms REAL,
+    dns_ms REAL,
+    nav_load_ms REAL,              -- Navigation Timing loadEventEnd
+    ttfb_ms REAL,
+    objects INTEGER,
+    bytes INTEGER,
+    protocols TEXT,                -- JSON list of protocols seen on the test origin
+    used_0rtt INTEGER,             -- from the QUIC server's own log (NULL: not applicable)
+    tls_resumed INTEGER,           -- from the server's log (NULL: unknown)
+    har_path TEXT,
+    started TEXT NOT NULL,
+    detail TEXT                    -- JSON: per-entry timings etc.
+);
+CREATE INDEX IF NOT EXISTS runs_cell ON runs(cell_id, attempt, arm);
+"""
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class Store:
+    """A results folder. Opening a folder of another schema version is refused."""
+
+    def __init__(self, root: Path, *, create: bool = False) -> None:
+        self.root = Path(root)
+        db = self.root / DB_NAME
+        if not db.exists() and not create:
+            raise QuicbedError(f"no quicbed results in {self.root} ({DB_NAME} missing)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(db, isolation_level=None, timeout=30)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(_SCHEMA)
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            self.db.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?), ('created', ?)",
+                (str(SCHEMA_VERSION), now()),
+            )
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise QuicbedError(
+                f"{db} has schema version {row[0]}; this quicbed reads version {SCHEMA_VERSION}"
+            )
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- cells and attempts -----------------------------------------------------------
+    def add_cell(self, cell_id: str, config: dict[str, Any]) -> None:
+        self.db.execute(
+            "INSERT OR IGNORE INTO cells VALUES (?, ?, ?)",
+            (cell_id, json.dumps(config, sort_keys=True), now()),
+        )
+
+    def cell_config(self, cell_id: str) -> dict[str, Any]:
+        row = self.db.execute("SELECT config FROM cells WHERE cell_id=?", (cell_id,)).fetchone()
+        if row is None:
+            raise QuicbedError(f"no cell {cell_id!r} in {self.root}")
+        return json.loads(row[0])
+
+    def cells(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT cell_id FROM cells ORDER BY created")]
+
+    def new_attempt(self, cell_id: str, provenance: dict[str, Any]) -> int:
+        row = self.db.execute(
+            "SELECT COALESCE(MAX(attempt), 0) FROM attempts WHERE cell_id=?", (cell_id,)
+        ).fetchone()
+        attempt = int(row[0]) + 1
+        self.db.execute(
+            "INSERT INTO attempts (cell_id, attempt, started, status, provenance) "
+            "VALUES (?, ?, ?, 'running', ?)",
+            (cell_id, attempt, now(), json.dumps(provenance, sort_keys=True)),
+        )
+        return attempt
+
+    def set_receipt(self, cell_id: str, attempt: int, receipt: dict[str, Any]) -> None:
+        self.db.execute(
+            "UPDATE attempts SET receipt=? WHERE cell_id=? AND attempt=?",
+            (json.dumps(receipt), cell_id, attempt),
+        )
+
+    def finish_attempt(self, cell_id: str, attempt: int, status: str, problem: str = "") -> None:
+        self.db.execute(
+            "UPDATE attempts SET finished=?, status=?, problem=? WHERE cell_id=? AND attempt=?",
+            (now(), status, problem, cell_id, attempt),
+        )
+
+    def attempt(self, cell_id: str, attempt: int | None = None) -> dict[str, Any]:
+        """One attempt of a cell; the latest unless given."""
+        q = "SELECT * FROM attempts WHERE cell_id=? ORDER BY attempt DESC LIMIT 1"
+        args: tuple[Any, ...] = (cell_id,)
+        if attempt is not None:
+            q, args = "SELECT * FROM attempts WHERE cell_id=? AND attempt=?", (cell_id, attempt)
+        row = self.db.execute(q, args).fetchone()
+        if row is None:
+            raise QuicbedError(f"no attempt {attempt or 'at all'} of cell {cell_id!r}")
+        d = dict(row)
+        for k in ("receipt", "provenance"):
+            d[k] = json.loads(d[k]) if d[k] else None
+        return d
+
+    # --- runs -------------------------------------------------------------------------
+    def paths(self, cell_id: str, attempt: int) -> tuple[Path, Path]:
+        """(HAR folder, log folder) of an attempt, created on demand."""
+        har = self.root / "hars" / cell_id / str(attempt)
+        logs = self.root / "logs" / cell_id / str(attempt)
+        har.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        return har, logs
+
+    def add_run(self, row: dict[str, Any], har: dict[str, Any] | None) -> None:
+        """Write the HAR (gzip), then commit the row: a row never points at a missing HAR."""
+        if har is not None:
+            hdir, _ = self.paths(row["cell_id"], row["attempt"])
+            path = hdir / f"{row['arm']}-{row['rep']:03d}.har.gz"
+            tmp = path.with_suffix(".tmp")
+            with gzip.open(tmp, "wt") as f:
+                json.dump(har, f)
+            tmp.replace(path)
+            row["har_path"] = str(path.relative_to(self.root))
+        row = dict(row)
+        row.setdefault("started", now())
+        for k in ("protocols", "detail"):
+            if k in row and not isinstance(row[k], str) and row[k] is not None:
+                row[k] = json.dumps(row[k])
+        row["run_id"] = f"{row['cell_id']}:{row['attempt']}:{row['arm']}:{row['rep']}"
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self.db.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", tuple(row.values()))
+
+    def runs(self, cell_id: str, attempt: int | None = None) -> list[dict[str, Any]]:
+        if attempt is None:
+            attempt = self.attempt(cell_id)["attempt"]
+        rows = self.db.execute(
+            "SELECT * FROM runs WHERE cell_id=? AND attempt=? ORDER BY seq", (cell_id, attempt)
+        )
+        out = []
+        for r in rows:
+            d = dict(r)
+            for k in ("protocols", "detail"):
+                d[k] = json.loads(d[k]) if d[k] else None
+            out.append(d)
+        return out
+
+    def plts(self, cell_id: str, attempt: int, arm: str) -> list[float]:
+        """PLTs of the valid, non-warm-up runs of one arm: the only input to statistics."""
+        rows = self.db.execute(
+            "SELECT plt_ms FROM runs WHERE cell_id=? AND attempt=? AND arm=? AND valid=1 "
+            "AND warmup=0 ORDER BY rep",
+            (cell_id, attempt, arm),
+        )
+        return [float(r[0]) for r in rows]

@@ -1,0 +1,152 @@
+"""Link emulation end to end: real namespaces, the real emulator, real ping and iperf3.
+
+Bounds are generous on purpose (a shared 2-core machine): precise fidelity figures
+belong to benchmarks/link_fidelity.py, not to tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from quicbed.link import probes
+from quicbed.link.model import make_condition
+from quicbed.link.receipt import measure
+from quicbed.link.session import shaped_link
+from quicbed.link.shapers import NetemShaper, UserspaceShaper
+from quicbed.testbed.local import LocalTestbed
+
+
+def _linkem_pids() -> list[int]:
+    out = subprocess.run(["pgrep", "-x", "quicbed-linkem"], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["quicbed", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_receipt_at_50mbit_36ms(testbed: LocalTestbed) -> None:
+    cond = make_condition(rate_mbit=50, rtt_ms=36)
+    with shaped_link(testbed, cond, "userspace") as link:
+        r = measure(testbed, cond, link.shaper, link.tuning, tcp_seconds=3, tcp_omit=1,
+                    ping_count=100)  # fmt: skip
+        pid = link.shaper.pid(testbed)
+        assert pid is not None
+    assert not os.path.exists(f"/proc/{pid}"), "emulator still running after the block"
+    checks = {c.name: c for c in r.checks}
+    assert 34 < checks["rtt"].measured < 40
+    assert 16 < checks["owd_down"].measured < 21 and 16 < checks["owd_up"].measured < 21
+    for d in ("down", "up"):
+        assert checks[f"tcp_{d}"].measured > 0.8 * checks[f"tcp_{d}"].expected
+        assert checks[f"tcp_{d}"].measured < 1.02 * checks[f"tcp_{d}"].expected
+        assert 0.9 < checks[f"udp_rate_{d}"].measured / checks[f"udp_rate_{d}"].expected < 1.05
+        assert checks[f"reorder_{d}"].measured == 0
+        assert checks[f"loss_{d}"].measured == 0
+    dirs = r.emulator["during_receipt"]
+    assert dirs["down"]["queue_drops"] > 0  # the 1.2 x UDP stream overflowed the queue
+    assert dirs["down"]["loss_drops"] == 0
+    assert r.tuning["client"]["net.ipv4.tcp_congestion_control"] == "cubic"
+    assert int(r.tuning["server"]["net.ipv4.tcp_rmem"].split()[2]) >= 2 * cond.bdp_bytes()
+    json.dumps(r.model_dump(mode="json"))  # a receipt is data
+
+
+def test_loss_is_random_and_per_direction(testbed: LocalTestbed) -> None:
+    cond = make_condition(rate_mbit=20, rtt_ms=10, loss_down_pct=5, loss_up_pct=0)
+    with shaped_link(testbed, cond, "userspace") as link:
+        with probes.iperf3_server(testbed):
+            down = probes.udp(testbed, "down", bitrate_bps=4e6, seconds=2, length=100)
+            up = probes.udp(testbed, "up", bitrate_bps=4e6, seconds=2, length=100)
+        counters = link.shaper.counters(testbed)
+    assert 0.03 < down["lost"] / down["packets"] < 0.07
+    assert up["lost"] == 0
+    assert counters["directions"]["down"]["loss_drops"] > 0
+    assert counters["directions"]["up"]["loss_drops"] == 0
+
+
+@pytest.mark.parametrize(("kind", "reorders"), [("reorder", True), ("smooth", False)])
+def test_jitter_kinds(testbed: LocalTestbed, kind: str, reorders: bool) -> None:
+    cond = make_condition(rate_mbit=20, rtt_ms=40, jitter_ms=10, jitter_kind=kind,
+                          jitter_interval_ms=20)  # fmt: skip
+    with shaped_link(testbed, cond, "userspace"), probes.iperf3_server(testbed):
+        r = probes.udp(testbed, "down", bitrate_bps=2e6, seconds=2, length=200)
+        owd = probes.one_way_delay(testbed, "down", count=100)
+    assert (r["out_of_order"] > 0) is reorders
+    assert owd["max_ms"] - owd["min_ms"] > 5  # the delay really varied
+
+
+def test_netem_here_or_not(testbed: LocalTestbed) -> None:
+    """On this CI kernel netem is missing and the error says so; elsewhere it shapes."""
+    reason = NetemShaper().unavailable(testbed)
+    cp = _cli("link", "check", "--rate", "10", "--rtt", "20", "--shaper", "netem", "--prefix",
+              testbed.prefix + "n", "--tcp-seconds", "1")  # fmt: skip
+    if reason:
+        assert cp.returncode == 2
+        assert "netem" in cp.stderr and cp.stderr.count("\n") == 1
+    else:
+        assert cp.returncode in (0, 1), cp.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--rate", "0"], "rate must be > 0"),
+        (["--rate", "fast"], "rate: not a number"),
+        (["--loss", "100"], "loss must be in [0, 100)"),
+        (["--rtt", "-4"], "rtt must be >= 0"),
+        (["--rtt", "10", "--jitter", "8", "--jitter-kind", "smooth"], "smooth jitter 8 ms"),
+        (["--jitter-kind", "wobbly"], "jitter kind: unknown 'wobbly'"),
+        (["--shaper", "tc"], "unknown shaper 'tc'"),
+        (["--queue", "2 buckets"], "queue: cannot parse"),
+    ],
+)
+def test_bad_input_is_one_line_and_makes_nothing(prefix: str, args: list[str], needle: str) -> None:
+    cp = _cli("link", "check", "--prefix", prefix, *args)
+    assert cp.returncode == 2, cp.stdout
+    assert needle in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
+    assert LocalTestbed(prefix).leftovers() == []
+
+
+def _wait_for_emulator(prefix: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if UserspaceShaper().pid(LocalTestbed(prefix)) is not None:
+            return
+        time.sleep(0.1)
+    pytest.fail("the emulator never started")
+
+
+def test_ctrl_c_during_link_check_tears_everything_down(prefix: str) -> None:
+    before = set(_linkem_pids())
+    p = subprocess.Popen(["quicbed", "link", "check", "--rate", "10", "--rtt", "20",
+                          "--prefix", prefix], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)  # fmt: skip
+    _wait_for_emulator(prefix)
+    time.sleep(1.0)  # inside the measurements
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert LocalTestbed(prefix).leftovers() == []
+    assert set(_linkem_pids()) <= before
+
+
+def test_kill_9_leaves_nothing_running_and_down_cleans_up(prefix: str) -> None:
+    before = set(_linkem_pids())
+    p = subprocess.Popen(["quicbed", "link", "check", "--rate", "10", "--rtt", "20",
+                          "--prefix", prefix], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)  # fmt: skip
+    _wait_for_emulator(prefix)
+    p.kill()
+    p.wait(timeout=10)
+    deadline = time.monotonic() + 10  # PR_SET_PDEATHSIG stops the emulator and probes
+    while set(_linkem_pids()) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert set(_linkem_pids()) <= before
+    cp = _cli("testbed", "down", "--prefix", prefix)
+    assert cp.returncode == 0
+    assert LocalTestbed(prefix).leftovers() == []
