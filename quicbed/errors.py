@@ -7,3 +7,16 @@ prints it and exits 2 without a traceback, so a typo never looks like a crash.
 
 class QuicbedError(Exception):
     """A user-facing error whose message is one line naming the bad value."""
+
+
+def from_validation(exc: Exception, what: str) -> QuicbedError:
+    """Turn pydantic's multi-line ValidationError into one line: ``what: key: problem``."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return QuicbedError(f"{what}: {exc}")
+    e = errors()[0]
+    loc = ".".join(str(x) for x in e["loc"])
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    if e["type"] in ("literal_error", "enum"):
+        msg = f"{msg} (got {e['input']!r})"
+    return QuicbedError(f"{what}: {loc + ': ' if loc else ''}{msg}")

@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from quicbed.errors import QuicbedError
+from quicbed.errors import QuicbedError, from_validation
 
 #: Largest frame on the veths with offloads off: 1500-byte MTU + 14-byte header.
 MAX_FRAME = 1514
@@ -231,8 +231,4 @@ def make_condition(**kwargs: object) -> LinkCondition:
     try:
         return LinkCondition(**kwargs)  # type: ignore[arg-type]
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        where = f"{loc}: " if loc else ""
-        raise QuicbedError(f"link condition: {where}{msg}") from None
+        raise from_validation(exc, "link condition") from None

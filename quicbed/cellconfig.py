@@ -1,0 +1,99 @@
+"""One cell: a network condition x one page x the protocol arms compared in it.
+
+A cell's identity is a hash of its fully resolved configuration, so results can be
+resumed, rerun and merged safely: the same configuration always gets the same ID.
+Software versions are not in the hash; they are stored with every attempt and
+checked before runs are pooled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from quicbed.errors import from_validation
+from quicbed.link.model import LinkCondition
+
+ARMS = ("h2", "h3")
+TEST_HOST = "quicbed.test"
+
+
+class CellConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    condition: LinkCondition
+    page: str
+    runs: int = Field(default=20, description="measured loads per arm")
+    warmup: int = Field(default=1, description="loads per arm before the measured ones")
+    mode: Literal["0rtt", "1rtt"] = "0rtt"
+    arms: tuple[str, ...] = ARMS
+    order: Literal["alternate", "random", "blocked"] = "alternate"
+    order_seed: int = 1
+    cc: Literal["cubic", "bbr"] = "cubic"
+    shaper: str = "auto"
+    host: str = TEST_HOST
+    load_timeout_s: float = 60.0
+
+    @field_validator("runs")
+    @classmethod
+    def _runs(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"runs must be >= 2 for a variance (got {v})")
+        return v
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError(f"warmup must be >= 0 (got {v})")
+        return v
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [a for a in v if a not in ARMS]
+        if bad or not v:
+            raise ValueError(f"unknown arm {bad[0] if bad else '(none)'!r} (arms are h2, h3)")
+        if len(set(v)) != len(v):
+            raise ValueError(f"arm listed twice in {','.join(v)}")
+        return v
+
+    def cell_id(self) -> str:
+        """12 hex digits of SHA-256 over the canonical JSON of the resolved configuration."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def schedule(self) -> list[tuple[str, int]]:
+        """(arm, rep) in execution order; reps 0..warmup-1 are warm-ups.
+
+        ``alternate``: arms take turns and the order is reversed every second round
+        (ABBA), so neither arm always goes first; ``random``: a seeded shuffle of the
+        arms in each round; ``blocked``: all loads of one arm, then the next.
+        Warm-ups of every arm come before any measured load.
+        """
+        total = self.warmup + self.runs
+        if self.order == "blocked":
+            out = [(a, r) for a in self.arms for r in range(self.warmup)]
+            return out + [(a, r) for a in self.arms for r in range(self.warmup, total)]
+        rng = random.Random(self.order_seed)
+        out = []
+        for r in range(total):
+            arms = list(self.arms)
+            if self.order == "alternate" and r % 2 == 1:
+                arms.reverse()
+            elif self.order == "random":
+                rng.shuffle(arms)
+            out += [(a, r) for a in arms]
+        return out
+
+
+def make_cell(**kwargs: object) -> CellConfig:
+    """Build a CellConfig; pydantic's report becomes one line naming the bad value."""
+    try:
+        return CellConfig(**kwargs)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise from_validation(exc, "cell") from None

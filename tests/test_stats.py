@@ -1,0 +1,52 @@
+"""Statistics against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy.stats import t as student_t
+
+from quicbed.stats import compare, min_valid, summarize
+
+
+def test_summary_by_hand() -> None:
+    s = summarize("h2", [100.0, 110.0, 120.0, 130.0])
+    assert s.n == 4 and s.mean == 115.0 and s.median == 115.0
+    sd = math.sqrt(((15**2) * 2 + (5**2) * 2) / 3)
+    assert s.sd == pytest.approx(sd)
+    half = student_t.ppf(0.975, 3) * sd / 2
+    assert (s.ci95_low, s.ci95_high) == pytest.approx((115 - half, 115 + half))
+
+
+def test_welch_and_percentage_difference_by_hand() -> None:
+    tcp = [1.0, 2.0, 3.0, 4.0, 5.0]
+    quic = [2.0, 4.0, 6.0, 8.0, 10.0]
+    c = compare(tcp, quic, planned=5)
+    assert c.enough
+    assert c.pct_diff == pytest.approx((3 - 6) / 6 * 100)  # -50 %: TCP faster
+    va, vb = 2.5 / 5, 10.0 / 5
+    tstat = (3 - 6) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / 4 + vb**2 / 4)
+    assert c.welch_p == pytest.approx(2 * student_t.sf(abs(tstat), df))
+    assert c.significant is False  # p ~ 0.11 >= 0.01
+
+
+def test_significant_quic_faster() -> None:
+    tcp = [200.0 + i for i in range(20)]
+    quic = [100.0 + i for i in range(20)]
+    c = compare(tcp, quic, planned=20)
+    assert c.pct_diff == pytest.approx((209.5 - 109.5) / 109.5 * 100)
+    assert c.significant is True and c.welch_p < 1e-10
+
+
+def test_too_few_valid_runs_gives_no_number() -> None:
+    c = compare([1.0] * 20, [1.0, 2.0], planned=20)
+    assert not c.enough and c.pct_diff is None and c.welch_p is None
+    assert "too few valid runs in h3" in c.problem and "need 16" in c.problem
+    assert min_valid(20) == 16 and min_valid(2) == 2
+
+
+def test_unstable_samples_warn() -> None:
+    c = compare([100.0, 200.0, 100.0, 200.0], [100.0, 101.0, 100.0, 101.0], planned=4)
+    assert any("h2: sd is" in w for w in c.warnings)
