@@ -189,8 +189,9 @@ def link_check(
 
 def print_receipt(receipt: Any) -> None:
     t = Table(title=f"Fidelity receipt: {receipt.label} ({receipt.shaper['shaper']})")
-    for col in ("check", "expected", "measured", "accepted", "verdict", "note"):
-        t.add_column(col)
+    for col in ("check", "expected", "measured", "accepted", "verdict"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("note", overflow="fold")
 
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.4g}"
@@ -198,8 +199,9 @@ def print_receipt(receipt: Any) -> None:
     for c in receipt.checks:
         verdict = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]n/j[/]"}[c.passed]
         acc = f"{f(c.low)}..{f(c.high)}" if c.low is not None or c.high is not None else "-"
+        note = c.note if c.passed is not True else ""
         t.add_row(c.name, f"{f(c.expected)} {c.unit}", f"{f(c.measured)} {c.unit}", acc, verdict,
-                  c.note)  # fmt: skip
+                  note)  # fmt: skip
     out.print(t)
     if receipt.emulator and "cpu_pct_during_tcp_max" in receipt.emulator:
         out.print(

@@ -8,10 +8,12 @@ and set on the server and the client. Everything is read back and recorded.
 from __future__ import annotations
 
 from quicbed import proc
+from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.testbed.local import LocalTestbed
 
 GLOBAL_KEYS = ("net.core.rmem_max", "net.core.wmem_max")
+GLOBAL_RECORDED = (*GLOBAL_KEYS, "net.ipv4.tcp_allowed_congestion_control")
 HOST_KEYS = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control")
 
 
@@ -27,12 +29,15 @@ def tune_hosts(tb: LocalTestbed, cond: LinkCondition, cc: str = "cubic") -> dict
             proc.run(["sysctl", "-q", "-w", f"{key}={buf}"])
     available = _read_global("net.ipv4.tcp_available_congestion_control").split()
     if cc not in available:
-        from quicbed.errors import QuicbedError
-
         raise QuicbedError(
             f"congestion control {cc!r} is not available in this kernel "
             f"(available: {', '.join(available)})"
         )
+    # A namespace may only pick a CC that the (global) allowed list names.
+    allowed = _read_global("net.ipv4.tcp_allowed_congestion_control").split()
+    if cc not in allowed:
+        key = "net.ipv4.tcp_allowed_congestion_control"
+        proc.run(["sysctl", "-q", "-w", f"{key}={' '.join([*allowed, cc])}"])
     for role in ("server", "client"):
         tb.sysctl(role, "net.ipv4.tcp_rmem", f"4096 131072 {buf}")
         tb.sysctl(role, "net.ipv4.tcp_wmem", f"4096 16384 {buf}")
@@ -42,7 +47,7 @@ def tune_hosts(tb: LocalTestbed, cond: LinkCondition, cc: str = "cubic") -> dict
 
 def read_tuning(tb: LocalTestbed) -> dict[str, object]:
     """The sysctls that matter, as the kernel reports them now (for receipts and provenance)."""
-    out: dict[str, object] = {k: _read_global(k) for k in GLOBAL_KEYS}
+    out: dict[str, object] = {k: _read_global(k) for k in GLOBAL_RECORDED}
     for role in ("server", "client"):
         out[role] = {k: tb.read_sysctl(role, k) for k in HOST_KEYS}
     return out

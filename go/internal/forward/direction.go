@@ -1,0 +1,312 @@
+package forward
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"quicbed/internal/linkmodel"
+)
+
+// maxFrame bounds a frame read from a packet socket (offloads are off, but be safe).
+const maxFrame = 65536
+
+// lateBuckets is the resolution of the lateness histogram: 1 us up to 100 ms.
+const lateBuckets = 100000
+
+type frame struct {
+	release int64 // CLOCK_MONOTONIC ns
+	seq     uint64
+	data    []byte
+}
+
+// releaseHeap orders frames by release time, then arrival order.
+type releaseHeap []frame
+
+func (h releaseHeap) less(i, j int) bool {
+	if h[i].release != h[j].release {
+		return h[i].release < h[j].release
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h *releaseHeap) push(f frame) {
+	*h = append(*h, f)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *releaseHeap) pop() frame {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s[last] = frame{}
+	s = s[:last]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(s) && s.less(l, m) {
+			m = l
+		}
+		if r < len(s) && s.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
+}
+
+// Counters are one direction's statistics; all fields are read atomically.
+type Counters struct {
+	RxPackets, RxBytes, LossDrops, QueueDrops atomic.Uint64
+	TxPackets, TxBytes, SendErrors, Reordered atomic.Uint64
+}
+
+// Direction forwards frames from one socket to another through one pipe.
+type Direction struct {
+	Name string
+	in   int
+	out  int
+	pipe *linkmodel.Pipe
+
+	mu      sync.Mutex
+	heap    releaseHeap
+	seq     uint64
+	wake    int // eventfd: a new earliest frame
+	timer   int // timerfd on CLOCK_MONOTONIC
+	armedAt int64
+	pool    sync.Pool
+
+	C          Counters
+	lateMu     sync.Mutex
+	late       []uint64
+	lateMax    int64
+	maxSentSeq uint64
+	sentAny    bool
+}
+
+// NewDirection prepares forwarding of frames read on inFd to outFd.
+func NewDirection(name string, inFd, outFd int, pipe *linkmodel.Pipe) (*Direction, error) {
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	timer, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	d := &Direction{Name: name, in: inFd, out: outFd, pipe: pipe, wake: wake, timer: timer,
+		late: make([]uint64, lateBuckets)}
+	d.pool.New = func() any { b := make([]byte, 2048); return &b }
+	return d, nil
+}
+
+// Start runs the receive and send loops, each on its own locked OS thread.
+func (d *Direction) Start() {
+	go d.receive()
+	go d.send()
+}
+
+func (d *Direction) receive() {
+	runtime.LockOSThread()
+	buf := make([]byte, maxFrame)
+	for {
+		n, err := unix.Read(d.in, buf)
+		if err != nil {
+			if err == unix.EINTR || err == unix.EAGAIN {
+				continue
+			}
+			return
+		}
+		now := monotonic()
+		d.C.RxPackets.Add(1)
+		d.C.RxBytes.Add(uint64(n))
+		d.mu.Lock()
+		release, verdict := d.pipe.Offer(time.Duration(now), n)
+		if verdict != linkmodel.Forward {
+			d.mu.Unlock()
+			if verdict == linkmodel.DropLoss {
+				d.C.LossDrops.Add(1)
+			} else {
+				d.C.QueueDrops.Add(1)
+			}
+			continue
+		}
+		var data []byte
+		if n <= 2048 {
+			bp := d.pool.Get().(*[]byte)
+			data = (*bp)[:n]
+		} else {
+			data = make([]byte, n)
+		}
+		copy(data, buf[:n])
+		d.seq++
+		f := frame{release: int64(release), seq: d.seq, data: data}
+		d.heap.push(f)
+		isHead := d.heap[0].seq == f.seq
+		d.mu.Unlock()
+		if isHead {
+			var one = [8]byte{1}
+			_, _ = unix.Write(d.wake, one[:])
+		}
+	}
+}
+
+func (d *Direction) send() {
+	runtime.LockOSThread()
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return
+	}
+	for _, fd := range []int{d.wake, d.timer} {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			return
+		}
+	}
+	events := make([]unix.EpollEvent, 2)
+	var scratch [8]byte
+	for {
+		// release everything that is due
+		for {
+			d.mu.Lock()
+			if len(d.heap) == 0 {
+				d.mu.Unlock()
+				break
+			}
+			now := monotonic()
+			head := d.heap[0].release
+			if head > now {
+				d.arm(head)
+				d.mu.Unlock()
+				break
+			}
+			f := d.heap.pop()
+			d.mu.Unlock()
+			d.transmit(f, now)
+		}
+		if _, err := unix.EpollWait(ep, events, -1); err != nil && err != unix.EINTR {
+			return
+		}
+		_, _ = unix.Read(d.wake, scratch[:])
+		_, _ = unix.Read(d.timer, scratch[:])
+	}
+}
+
+// arm sets the timer to an absolute release time (called with mu held).
+func (d *Direction) arm(at int64) {
+	if at == d.armedAt {
+		return
+	}
+	d.armedAt = at
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(at)}
+	_ = unix.TimerfdSettime(d.timer, unix.TFD_TIMER_ABSTIME, &spec, nil)
+}
+
+func (d *Direction) transmit(f frame, now int64) {
+	if _, err := unix.Write(d.out, f.data); err != nil {
+		d.C.SendErrors.Add(1)
+	} else {
+		d.C.TxPackets.Add(1)
+		d.C.TxBytes.Add(uint64(len(f.data)))
+	}
+	if d.sentAny && f.seq < d.maxSentSeq {
+		d.C.Reordered.Add(1)
+	}
+	if f.seq > d.maxSentSeq {
+		d.maxSentSeq = f.seq
+	}
+	d.sentAny = true
+	lateNs := now - f.release
+	if lateNs < 0 {
+		lateNs = 0
+	}
+	us := lateNs / 1000
+	d.lateMu.Lock()
+	if us >= lateBuckets {
+		d.late[lateBuckets-1]++
+	} else {
+		d.late[us]++
+	}
+	if us > d.lateMax {
+		d.lateMax = us
+	}
+	d.lateMu.Unlock()
+	if cap(f.data) == 2048 {
+		b := f.data[:cap(f.data)]
+		d.pool.Put(&b)
+	}
+}
+
+// Stats is one direction's statistics in the stats file (format 1).
+type Stats struct {
+	RxPackets       uint64 `json:"rx_packets"`
+	RxBytes         uint64 `json:"rx_bytes"`
+	LossDrops       uint64 `json:"loss_drops"`
+	QueueDrops      uint64 `json:"queue_drops"`
+	TxPackets       uint64 `json:"tx_packets"`
+	TxBytes         uint64 `json:"tx_bytes"`
+	SendErrors      uint64 `json:"send_errors"`
+	SocketDrops     uint64 `json:"socket_drops"`
+	MaxQueueBytes   int64  `json:"max_queue_bytes"`
+	MaxQueuePackets int64  `json:"max_queue_packets"`
+	Reordered       uint64 `json:"reordered"`
+	LateUsP50       int64  `json:"late_us_p50"`
+	LateUsP99       int64  `json:"late_us_p99"`
+	LateUsMax       int64  `json:"late_us_max"`
+	Pipe            string `json:"pipe"`
+}
+
+// Snapshot reads the counters; socketDrops accumulates across calls.
+func (d *Direction) Snapshot(socketDrops uint64) Stats {
+	s := Stats{
+		RxPackets: d.C.RxPackets.Load(), RxBytes: d.C.RxBytes.Load(),
+		LossDrops: d.C.LossDrops.Load(), QueueDrops: d.C.QueueDrops.Load(),
+		TxPackets: d.C.TxPackets.Load(), TxBytes: d.C.TxBytes.Load(),
+		SendErrors: d.C.SendErrors.Load(), Reordered: d.C.Reordered.Load(),
+		SocketDrops: socketDrops, Pipe: d.pipe.String(),
+	}
+	d.mu.Lock()
+	s.MaxQueueBytes, s.MaxQueuePackets = d.pipe.MaxQueueBytes, d.pipe.MaxQueuePackets
+	d.mu.Unlock()
+	d.lateMu.Lock()
+	defer d.lateMu.Unlock()
+	var total uint64
+	for _, c := range d.late {
+		total += c
+	}
+	s.LateUsMax = d.lateMax
+	if total > 0 {
+		var acc uint64
+		p50, p99 := (total+1)/2, (total*99+99)/100
+		got50 := false
+		for us, c := range d.late {
+			acc += c
+			if !got50 && acc >= p50 {
+				s.LateUsP50, got50 = int64(us), true
+			}
+			if acc >= p99 {
+				s.LateUsP99 = int64(us)
+				break
+			}
+		}
+	}
+	return s
+}

@@ -1,0 +1,73 @@
+package forward
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"quicbed/internal/linkmodel"
+)
+
+// Link is the two directions between the server-side and client-side interfaces.
+type Link struct {
+	Down, Up    *Direction
+	fdServer    int
+	fdClient    int
+	dropsServer uint64
+	dropsClient uint64
+}
+
+// Open binds both interfaces and builds one pipe per direction from cfg.
+func Open(cfg *linkmodel.Config) (*Link, error) {
+	fs, err := openPacketSocket(cfg.ServerIf)
+	if err != nil {
+		return nil, err
+	}
+	fc, err := openPacketSocket(cfg.ClientIf)
+	if err != nil {
+		unix.Close(fs)
+		return nil, err
+	}
+	l := &Link{fdServer: fs, fdClient: fc}
+	for _, name := range []string{"down", "up"} {
+		p, err := cfg.Directions[name].Params()
+		if err != nil {
+			return nil, fmt.Errorf("directions.%s.%v", name, err)
+		}
+		pipe, err := linkmodel.NewPipe(p, cfg.Seed, name)
+		if err != nil {
+			return nil, fmt.Errorf("directions.%s.%v", name, err)
+		}
+		in, out := fs, fc
+		if name == "up" {
+			in, out = fc, fs
+		}
+		d, err := NewDirection(name, in, out, pipe)
+		if err != nil {
+			return nil, err
+		}
+		if name == "down" {
+			l.Down = d
+		} else {
+			l.Up = d
+		}
+	}
+	return l, nil
+}
+
+// Start begins forwarding in both directions.
+func (l *Link) Start() {
+	l.Down.Start()
+	l.Up.Start()
+}
+
+// Stats snapshots both directions. Frames the kernel dropped on a socket are
+// charged to the direction that reads that socket.
+func (l *Link) Stats() map[string]Stats {
+	l.dropsServer += socketDrops(l.fdServer)
+	l.dropsClient += socketDrops(l.fdClient)
+	return map[string]Stats{
+		"down": l.Down.Snapshot(l.dropsServer),
+		"up":   l.Up.Snapshot(l.dropsClient),
+	}
+}

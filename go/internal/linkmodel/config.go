@@ -1,0 +1,119 @@
+// Package linkmodel is the Dummynet pipe model of quicbed's link emulator: pure,
+// deterministic and free of I/O, so that every property of the link can be tested
+// exactly on a virtual clock.
+//
+// One Pipe models one direction, in Dummynet's order: random loss at entry, a
+// bounded FIFO queue (tail drop), serialization at the rate, then propagation
+// delay with optional jitter.
+package linkmodel
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// ConfigFormat is the version of the config file this package reads.
+const ConfigFormat = 1
+
+// EthernetHeader is the number of bytes "ip" counting subtracts from a frame.
+const EthernetHeader = 14
+
+// DirectionConfig is one direction of the link as written by quicbed's Python side.
+type DirectionConfig struct {
+	// RateBps is the bottleneck rate in bit/s; 0 means unlimited (no queue, no serialization).
+	RateBps uint64 `json:"rate_bps"`
+	// DelayUs is the one-way propagation delay in microseconds.
+	DelayUs int64 `json:"delay_us"`
+	// JitterUs is the +/- jitter amplitude in microseconds; 0 means none.
+	JitterUs int64 `json:"jitter_us"`
+	// JitterKind is "none", "reorder" (i.i.d. per packet, packets overtake) or
+	// "smooth" (a random delay curve, order kept).
+	JitterKind string `json:"jitter_kind"`
+	// JitterIntervalUs is the time between the knots of the smooth delay curve, in
+	// microseconds (only for "smooth"; must be > 0 then).
+	JitterIntervalUs int64 `json:"jitter_interval_us"`
+	// Loss is the probability in [0, 1) that a packet is dropped at entry.
+	Loss float64 `json:"loss"`
+	// QueueBytes limits the FIFO in bytes (counted as Count says); 0 = not by bytes.
+	QueueBytes int64 `json:"queue_bytes"`
+	// QueuePackets limits the FIFO in packets; 0 = not by packets.
+	QueuePackets int64 `json:"queue_packets"`
+	// Count is "ethernet" (whole frame, header included, no FCS) or "ip" (frame
+	// minus the 14-byte Ethernet header): the bytes that serialize and fill the queue.
+	Count string `json:"count"`
+}
+
+// Config is the whole emulator configuration (format 1).
+type Config struct {
+	Format int `json:"format"`
+	// ServerIf is the bridge's interface towards the server: "down" frames enter here.
+	ServerIf string `json:"server_if"`
+	// ClientIf is the bridge's interface towards the client: "up" frames enter here.
+	ClientIf string `json:"client_if"`
+	// Seed seeds every random stream (per direction, per purpose).
+	Seed       int64                      `json:"seed"`
+	Directions map[string]DirectionConfig `json:"directions"`
+}
+
+// ParseConfig decodes and validates a config; every error names the key and value.
+func ParseConfig(data []byte) (*Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("config: %v", err)
+	}
+	if c.Format != ConfigFormat {
+		return nil, fmt.Errorf("config: format %d is not supported (this emulator reads %d)", c.Format, ConfigFormat)
+	}
+	if c.ServerIf == "" || c.ClientIf == "" || c.ServerIf == c.ClientIf {
+		return nil, fmt.Errorf("config: server_if %q and client_if %q must be two different interfaces", c.ServerIf, c.ClientIf)
+	}
+	for _, name := range []string{"down", "up"} {
+		if _, ok := c.Directions[name]; !ok {
+			return nil, fmt.Errorf("config: directions.%s is missing", name)
+		}
+	}
+	for name, d := range c.Directions {
+		if name != "down" && name != "up" {
+			return nil, fmt.Errorf("config: unknown direction %q (down or up)", name)
+		}
+		if _, err := d.Params(); err != nil {
+			return nil, fmt.Errorf("config: directions.%s.%v", name, err)
+		}
+	}
+	return &c, nil
+}
+
+// Params validates a direction's configuration and converts it to model units.
+func (d DirectionConfig) Params() (Params, error) {
+	p := Params{
+		RateBps:        d.RateBps,
+		Delay:          time.Duration(d.DelayUs) * time.Microsecond,
+		Jitter:         time.Duration(d.JitterUs) * time.Microsecond,
+		JitterInterval: time.Duration(d.JitterIntervalUs) * time.Microsecond,
+		Loss:           d.Loss,
+		QueueBytes:     d.QueueBytes,
+		QueuePackets:   d.QueuePackets,
+	}
+	switch d.JitterKind {
+	case "none", "":
+		p.Kind = JitterNone
+	case "reorder":
+		p.Kind = JitterReorder
+	case "smooth":
+		p.Kind = JitterSmooth
+	default:
+		return p, fmt.Errorf("jitter_kind: unknown %q (none, reorder or smooth)", d.JitterKind)
+	}
+	switch d.Count {
+	case "ethernet", "":
+	case "ip":
+		p.CountIP = true
+	default:
+		return p, fmt.Errorf("count: unknown %q (ethernet or ip)", d.Count)
+	}
+	return p, p.Validate()
+}

@@ -1,0 +1,262 @@
+package linkmodel
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// JitterKind names the two jitter experiments, which differ in reordering.
+type JitterKind int
+
+const (
+	// JitterNone: every packet gets exactly the configured delay.
+	JitterNone JitterKind = iota
+	// JitterReorder: each packet independently gets delay + U(-jitter, +jitter),
+	// clamped at zero, and is released at its own time, so packets overtake.
+	JitterReorder
+	// JitterSmooth: the delay follows a random curve (knots every JitterInterval,
+	// uniform in delay +/- jitter, linearly interpolated) and no packet is released
+	// before its predecessor, so the order is kept.
+	JitterSmooth
+)
+
+func (k JitterKind) String() string {
+	return [...]string{"none", "reorder", "smooth"}[k]
+}
+
+// Params is one direction of the link in model units.
+type Params struct {
+	// RateBps is the rate in bit/s; 0 = unlimited.
+	RateBps uint64
+	// Delay is the one-way propagation delay.
+	Delay time.Duration
+	// Jitter is the +/- amplitude of the delay variation.
+	Jitter time.Duration
+	// Kind selects how the delay varies.
+	Kind JitterKind
+	// JitterInterval is the knot spacing of the smooth curve.
+	JitterInterval time.Duration
+	// Loss is the entry drop probability in [0, 1).
+	Loss float64
+	// QueueBytes and QueuePackets limit the FIFO (exactly one > 0 when rated).
+	QueueBytes, QueuePackets int64
+	// CountIP counts IP bytes (frame minus Ethernet header) instead of frame bytes.
+	CountIP bool
+}
+
+// Validate reports the first bad value, naming its key.
+func (p Params) Validate() error {
+	switch {
+	case p.Delay < 0:
+		return fmt.Errorf("delay_us: must be >= 0 (got %d)", p.Delay.Microseconds())
+	case p.Jitter < 0:
+		return fmt.Errorf("jitter_us: must be >= 0 (got %d)", p.Jitter.Microseconds())
+	case p.Loss < 0 || p.Loss >= 1 || p.Loss != p.Loss:
+		return fmt.Errorf("loss: must be in [0, 1) (got %g)", p.Loss)
+	case p.QueueBytes < 0:
+		return fmt.Errorf("queue_bytes: must be >= 0 (got %d)", p.QueueBytes)
+	case p.QueuePackets < 0:
+		return fmt.Errorf("queue_packets: must be >= 0 (got %d)", p.QueuePackets)
+	case p.RateBps > 0 && (p.QueueBytes > 0) == (p.QueuePackets > 0):
+		return fmt.Errorf("queue_bytes/queue_packets: exactly one must be > 0 when rate_bps > 0 (got %d/%d)", p.QueueBytes, p.QueuePackets)
+	case p.Kind == JitterSmooth && p.Jitter > p.Delay:
+		return fmt.Errorf("jitter_us: smooth jitter %d is larger than delay_us %d", p.Jitter.Microseconds(), p.Delay.Microseconds())
+	case p.Kind == JitterSmooth && p.Jitter > 0 && p.JitterInterval <= 0:
+		return fmt.Errorf("jitter_interval_us: must be > 0 for smooth jitter (got %d)", p.JitterInterval.Microseconds())
+	case p.Kind == JitterNone && p.Jitter != 0:
+		return fmt.Errorf("jitter_kind: jitter_us %d needs kind reorder or smooth", p.Jitter.Microseconds())
+	}
+	return nil
+}
+
+// Verdict is what the pipe does with one offered frame.
+type Verdict int
+
+const (
+	// Forward: release the frame at the returned time.
+	Forward Verdict = iota
+	// DropLoss: dropped by random loss at entry.
+	DropLoss
+	// DropQueue: dropped because the FIFO was full (tail drop).
+	DropQueue
+)
+
+func (v Verdict) String() string {
+	return [...]string{"forward", "drop-loss", "drop-queue"}[v]
+}
+
+type inQueue struct {
+	departure time.Duration
+	size      int64
+}
+
+// Pipe is one direction's state. Not safe for concurrent use.
+type Pipe struct {
+	p       Params
+	lossRng *rand.Rand
+	jitRng  *rand.Rand
+
+	lastDeparture time.Duration
+	lastRelease   time.Duration
+	fifo          []inQueue // packets not yet fully serialized, oldest first
+	fifoHead      int
+	fifoBytes     int64
+
+	// smooth curve: value va at time ta, vb at tb
+	curveInit bool
+	ta, tb    time.Duration
+	va, vb    time.Duration
+
+	// MaxQueueBytes and MaxQueuePackets are the largest occupancy seen.
+	MaxQueueBytes, MaxQueuePackets int64
+}
+
+// Streams of a seed: separate per direction and per purpose, so the n-th packet
+// meets the same loss decision whatever the jitter settings.
+const (
+	streamLoss   = 0x6c6f7373 // "loss"
+	streamJitter = 0x6a697474 // "jitt"
+)
+
+// NewPipe makes a pipe; direction ("down" or "up") selects the random streams.
+func NewPipe(p Params, seed int64, direction string) (*Pipe, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	var dir uint64
+	for _, c := range direction {
+		dir = dir*131 + uint64(c)
+	}
+	return &Pipe{
+		p:       p,
+		lossRng: rand.New(rand.NewPCG(uint64(seed), dir<<32|streamLoss)),
+		jitRng:  rand.New(rand.NewPCG(uint64(seed), dir<<32|streamJitter)),
+	}, nil
+}
+
+// Params returns the pipe's parameters.
+func (q *Pipe) Params() Params { return q.p }
+
+// String describes the pipe the way a log header should.
+func (q *Pipe) String() string {
+	rate := "unlimited"
+	if q.p.RateBps > 0 {
+		rate = fmt.Sprintf("%d bit/s", q.p.RateBps)
+	}
+	queue := "none"
+	if q.p.QueueBytes > 0 {
+		queue = fmt.Sprintf("%d bytes", q.p.QueueBytes)
+	} else if q.p.QueuePackets > 0 {
+		queue = fmt.Sprintf("%d packets", q.p.QueuePackets)
+	}
+	count := "ethernet"
+	if q.p.CountIP {
+		count = "ip"
+	}
+	return fmt.Sprintf("loss %g -> fifo %s -> rate %s (%s bytes) -> delay %v +/- %v (%s)",
+		q.p.Loss, queue, rate, count, q.p.Delay, q.p.Jitter, q.p.Kind)
+}
+
+// Offer passes a frame of frameLen bytes arriving at now through the pipe. It
+// returns when to release the frame, or why it was dropped. Times are on any
+// monotonic clock; the model never reads a clock itself.
+func (q *Pipe) Offer(now time.Duration, frameLen int) (time.Duration, Verdict) {
+	// 1. random loss at entry; one draw per packet keeps the stream aligned
+	if q.p.Loss > 0 && q.lossRng.Float64() < q.p.Loss {
+		return 0, DropLoss
+	}
+	departure := now
+	if q.p.RateBps > 0 {
+		size := int64(frameLen)
+		if q.p.CountIP {
+			size -= EthernetHeader
+			if size < 0 {
+				size = 0
+			}
+		}
+		// 2. bounded FIFO: packets whose serialization has completed have left it
+		for q.fifoHead < len(q.fifo) && q.fifo[q.fifoHead].departure <= now {
+			q.fifoBytes -= q.fifo[q.fifoHead].size
+			q.fifoHead++
+		}
+		if q.fifoHead > 1024 && q.fifoHead*2 > len(q.fifo) {
+			q.fifo = append(q.fifo[:0], q.fifo[q.fifoHead:]...)
+			q.fifoHead = 0
+		}
+		n := int64(len(q.fifo) - q.fifoHead)
+		if q.p.QueueBytes > 0 && q.fifoBytes+size > q.p.QueueBytes {
+			return 0, DropQueue
+		}
+		if q.p.QueuePackets > 0 && n+1 > q.p.QueuePackets {
+			return 0, DropQueue
+		}
+		// 3. serialization on a virtual clock: a late caller never lowers the rate
+		start := now
+		if q.lastDeparture > start {
+			start = q.lastDeparture
+		}
+		departure = start + time.Duration(size*8*int64(time.Second)/int64(q.p.RateBps))
+		q.lastDeparture = departure
+		q.fifo = append(q.fifo, inQueue{departure, size})
+		q.fifoBytes += size
+		if q.fifoBytes > q.MaxQueueBytes {
+			q.MaxQueueBytes = q.fifoBytes
+		}
+		if n+1 > q.MaxQueuePackets {
+			q.MaxQueuePackets = n + 1
+		}
+	}
+	// 4. propagation delay +/- jitter
+	var release time.Duration
+	switch q.p.Kind {
+	case JitterReorder:
+		d := q.p.Delay + time.Duration((q.jitRng.Float64()*2-1)*float64(q.p.Jitter))
+		if d < 0 {
+			d = 0
+		}
+		release = departure + d
+	case JitterSmooth:
+		release = departure + q.curve(departure)
+		if release < q.lastRelease {
+			release = q.lastRelease
+		}
+	default:
+		release = departure + q.p.Delay
+	}
+	if release > q.lastRelease {
+		q.lastRelease = release
+	}
+	return release, Forward
+}
+
+func (q *Pipe) knot() time.Duration {
+	return q.p.Delay + time.Duration((q.jitRng.Float64()*2-1)*float64(q.p.Jitter))
+}
+
+// curve is the smooth delay at time t: linear between random knots.
+func (q *Pipe) curve(t time.Duration) time.Duration {
+	if q.p.Jitter == 0 {
+		return q.p.Delay
+	}
+	if !q.curveInit {
+		q.curveInit = true
+		q.ta = t - t%q.p.JitterInterval
+		q.tb = q.ta + q.p.JitterInterval
+		q.va, q.vb = q.knot(), q.knot()
+	}
+	if t >= q.tb+q.p.JitterInterval {
+		// idle for a while: restart the curve at t, keeping the stream deterministic
+		skip := (t - q.tb) / q.p.JitterInterval
+		q.ta = q.tb + skip*q.p.JitterInterval
+		q.tb = q.ta + q.p.JitterInterval
+		q.va, q.vb = q.vb, q.knot()
+	}
+	for t >= q.tb {
+		q.ta, q.va = q.tb, q.vb
+		q.tb += q.p.JitterInterval
+		q.vb = q.knot()
+	}
+	frac := float64(t-q.ta) / float64(q.p.JitterInterval)
+	return q.va + time.Duration(frac*float64(q.vb-q.va))
+}
