@@ -110,6 +110,7 @@ def stop_pid(pid: int, *, timeout: float = 5.0, sig: int = signal.SIGTERM) -> No
     while time.monotonic() < deadline:
         _reap(pid)
         if not pid_alive(pid):
+            _reap(pid, block=True)  # a dying thread group is a zombie before it can be reaped
             return
         time.sleep(0.02)
     try:
@@ -119,13 +120,19 @@ def stop_pid(pid: int, *, timeout: float = 5.0, sig: int = signal.SIGTERM) -> No
     for _ in range(100):
         _reap(pid)
         if not pid_alive(pid):
+            _reap(pid, block=True)
             return
         time.sleep(0.02)
 
 
-def _reap(pid: int) -> None:
+def _reap(pid: int, block: bool = False) -> None:
+    """Collect our child's exit status; a no-op for a process that is not our child.
+
+    ``block`` only after the process is known to be dead: a multi-threaded process
+    shows as a zombie while its other threads still exit, and only then is reapable.
+    """
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+        os.waitpid(pid, 0 if block else os.WNOHANG)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -101,18 +101,28 @@ def iperf3_server(tb: LocalTestbed) -> Iterator[None]:
         proc.stop_pid(p.pid)
 
 
-def _iperf3(tb: LocalTestbed, args: list[str], seconds: float) -> dict[str, Any]:
+def _iperf3(tb: LocalTestbed, args: list[str], seconds: float, tries: int = 3) -> dict[str, Any]:
+    """Run an iperf3 client; retry when its set-up exchange is lost on a lossy link.
+
+    iperf3 3.12 does not retransmit the datagram that opens a UDP test, so with
+    loss configured a test can fail before it starts; that is the link doing its
+    job, not a measurement, so it is retried (and the retries recorded).
+    """
     argv = ["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-J", *args]
-    cp = tb.exec("client", argv, timeout=seconds + 30, check=False)
-    try:
-        data = json.loads(cp.stdout)
-    except json.JSONDecodeError as exc:
-        raise QuicbedError(
-            f"iperf3 gave no JSON (exit {cp.returncode}): {cp.stderr.strip()}"
-        ) from exc
-    if "error" in data:
-        raise QuicbedError(f"iperf3: {data['error']}")
-    return data
+    problem = ""
+    for attempt in range(1, tries + 1):
+        cp = tb.exec("client", argv, timeout=seconds + 30, check=False)
+        try:
+            data = json.loads(cp.stdout)
+        except json.JSONDecodeError:
+            problem = f"iperf3 gave no JSON (exit {cp.returncode}): {cp.stderr.strip()}"
+            continue
+        if "error" in data:
+            problem = f"iperf3: {data['error']}"
+            continue
+        data["quicbed_attempts"] = attempt
+        return data
+    raise QuicbedError(f"{problem} (after {tries} tries)")
 
 
 def tcp_goodput(
@@ -125,6 +135,7 @@ def tcp_goodput(
     d = _iperf3(tb, args, seconds + omit)
     end = d["end"]
     return {
+        "attempts": d["quicbed_attempts"],
         "seconds": seconds,
         "omit": omit,
         "goodput_bps": end["sum_received"]["bits_per_second"],
@@ -150,6 +161,7 @@ def udp(
     lost = end["sum"].get("lost_packets", recv.get("lost_packets", 0))
     packets = end["sum"].get("packets", recv.get("packets", 0))
     return {
+        "attempts": d["quicbed_attempts"],
         "bitrate_bps": bitrate_bps,
         "length": length,
         "seconds": seconds,
