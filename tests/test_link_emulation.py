@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -21,6 +22,8 @@ from quicbed.link.session import shaped_link
 from quicbed.link.shapers import NetemShaper, UserspaceShaper
 from quicbed.testbed.local import LocalTestbed
 
+QB = [sys.executable, "-m", "quicbed"]
+
 
 def _linkem_pids() -> list[int]:
     out = subprocess.run(["pgrep", "-x", "quicbed-linkem"], capture_output=True, text=True).stdout
@@ -28,7 +31,7 @@ def _linkem_pids() -> list[int]:
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["quicbed", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*QB, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_receipt_at_50mbit_36ms(testbed: LocalTestbed) -> None:
@@ -123,7 +126,7 @@ def _wait_for_emulator(prefix: str, timeout: float = 30) -> None:
 
 def test_ctrl_c_during_link_check_tears_everything_down(prefix: str) -> None:
     before = set(_linkem_pids())
-    p = subprocess.Popen(["quicbed", "link", "check", "--rate", "10", "--rtt", "20",
+    p = subprocess.Popen([*QB, "link", "check", "--rate", "10", "--rtt", "20",
                           "--prefix", prefix], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)  # fmt: skip
     _wait_for_emulator(prefix)
@@ -137,7 +140,7 @@ def test_ctrl_c_during_link_check_tears_everything_down(prefix: str) -> None:
 
 def test_kill_9_leaves_nothing_running_and_down_cleans_up(prefix: str) -> None:
     before = set(_linkem_pids())
-    p = subprocess.Popen(["quicbed", "link", "check", "--rate", "10", "--rtt", "20",
+    p = subprocess.Popen([*QB, "link", "check", "--rate", "10", "--rtt", "20",
                           "--prefix", prefix], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)  # fmt: skip
     _wait_for_emulator(prefix)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
 from quicbed.errors import QuicbedError
 from quicbed.testbed.local import LocalTestbed
 
+QB = [sys.executable, "-m", "quicbed"]
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["quicbed", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([*QB, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_up_is_idempotent_and_offloads_are_off(testbed: LocalTestbed) -> None:
