@@ -24,7 +24,12 @@ _PING_RE = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")
 
 
 def ping(tb: LocalTestbed, *, count: int = 200, interval: float = 0.01) -> dict[str, Any]:
-    """RTT samples from client to server (ICMP echo, 56-byte payload, 98-byte frames)."""
+    """RTT samples from client to server (ICMP echo, 56-byte payload, 98-byte frames).
+
+    One unmeasured probe first: until ARP has resolved, probes wait in the neighbour
+    queue and would each count up to one extra RTT.
+    """
+    tb.exec("client", ["ping", "-n", "-c", "1", "-W", "5", tb.server_ip], timeout=15, check=False)
     wait = max(2.0, count * interval + 5)
     cp = tb.exec(
         "client",
@@ -93,7 +98,9 @@ def _wait_bound(tb: LocalTestbed, role: str, proto: str, port: int, timeout: flo
 def iperf3_server(tb: LocalTestbed) -> Iterator[None]:
     """An iperf3 server in the server namespace for the duration of a receipt."""
     log = tb.state_dir / "iperf3-server.log"
-    p = tb.spawn("server", ["iperf3", "-s", "-B", tb.server_ip, "-p", str(IPERF_PORT)], log=log)
+    p = tb.spawn(
+        "server", ["iperf3", "-s", "-J", "-B", tb.server_ip, "-p", str(IPERF_PORT)], log=log
+    )
     try:
         _wait_bound(tb, "server", "tcp", IPERF_PORT)
         yield
@@ -148,10 +155,17 @@ def tcp_goodput(
 def udp(
     tb: LocalTestbed, direction: str, *, bitrate_bps: float, seconds: float, length: int
 ) -> dict[str, Any]:
-    """A UDP stream at ``bitrate_bps`` (payload): delivery rate, loss and reordering."""
+    """A UDP stream at ``bitrate_bps`` (payload): delivery rate, loss and reordering.
+
+    The delivery rate is the median of the receiver's one-second intervals without
+    the first and the last: iperf3's whole-test figure divides by the sender's
+    duration, while the receiver also gets the queue's drain after the sender stops.
+    """
     args = ["-u", "-b", str(int(bitrate_bps)), "-l", str(length), "-t", f"{seconds:g}"]
     if direction == "down":
         args.append("-R")
+    else:
+        args.append("--get-server-output")
     d = _iperf3(tb, args, seconds)
     end = d["end"]
     recv = end.get("sum_received") or end["sum"]
@@ -160,6 +174,11 @@ def udp(
     # lost/packets come from the receiver's sequence numbers
     lost = end["sum"].get("lost_packets", recv.get("lost_packets", 0))
     packets = end["sum"].get("packets", recv.get("packets", 0))
+    rx_intervals = (d if direction == "down" else d.get("server_output_json", {})).get(
+        "intervals", []
+    )
+    rates = [iv["sum"]["bits_per_second"] for iv in rx_intervals]
+    steady = statistics.median(rates[1:-1]) if len(rates) > 2 else recv["bits_per_second"]
     return {
         "attempts": d["quicbed_attempts"],
         "bitrate_bps": bitrate_bps,
@@ -169,4 +188,6 @@ def udp(
         "lost": lost,
         "out_of_order": ooo,
         "received_bps": recv["bits_per_second"],
+        "steady_received_bps": steady,
+        "receiver_intervals_bps": rates,
     }
