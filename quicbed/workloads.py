@@ -1,0 +1,144 @@
+"""Page sets of the reference study and the generator of the document tree.
+
+One tree serves both arms byte for byte. Image bodies are JPEG-typed (SOI/JFIF
+header, EOI trailer), incompressible and deterministic: a SHA-256 counter-mode
+stream keyed by page and index, so every machine generates the same bytes and a
+replication package can prove it by hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from quicbed.errors import QuicbedError, from_validation
+from quicbed.paths import REPO_ROOT
+
+PAGES_FILE = REPO_ROOT / "workloads" / "pages.yaml"
+MANIFEST = "manifest.json"
+_SIZE_RE = re.compile(r"^(\d+)(KB|MB|B)$")
+_JPEG_HEAD = bytes.fromhex("ffd8ffe000104a46494600010100000100010000")
+_JPEG_TAIL = bytes.fromhex("ffd9")
+
+
+class PageDef(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    size: str
+    count: int
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if not _SIZE_RE.match(v):
+            raise ValueError(f"size {v!r} is not like 5KB, 1MB or 300B")
+        return v
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"count must be >= 1 (got {v})")
+        return v
+
+    def image_bytes(self, kb: int) -> int:
+        m = _SIZE_RE.match(self.size)
+        assert m
+        n, unit = int(m.group(1)), m.group(2)
+        return n * {"B": 1, "KB": kb, "MB": kb * kb}[unit]
+
+
+class PageSet(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kb: int
+    pages: dict[str, PageDef]
+
+
+def load(path: Path = PAGES_FILE) -> PageSet:
+    try:
+        data = yaml.safe_load(path.read_text())
+        return PageSet(**data)
+    except ValidationError as exc:
+        raise from_validation(exc, str(path)) from None
+    except (OSError, yaml.YAMLError, TypeError) as exc:
+        raise QuicbedError(f"{path}: {exc}") from None
+
+
+def check_page(name: str, pageset: PageSet | None = None) -> str:
+    """The page name if defined, else an error that lists the defined ones."""
+    ps = pageset or load()
+    if name not in ps.pages:
+        raise QuicbedError(f"unknown page {name!r} (defined: {', '.join(ps.pages)})")
+    return name
+
+
+def body(page: str, index: int, size: int) -> bytes:
+    """Deterministic, incompressible, JPEG-typed bytes of exactly ``size``."""
+    if size < len(_JPEG_HEAD) + len(_JPEG_TAIL):
+        raise QuicbedError(f"page {page}: an image of {size} bytes is too small for a JPEG")
+    n = size - len(_JPEG_HEAD) - len(_JPEG_TAIL)
+    seed = f"quicbed/{page}/{index}".encode()
+    out = bytearray()
+    counter = 0
+    while len(out) < n:
+        out += hashlib.sha256(seed + counter.to_bytes(8, "big")).digest()
+        counter += 1
+    return _JPEG_HEAD + bytes(out[:n]) + _JPEG_TAIL
+
+
+def html(page: str, count: int) -> bytes:
+    imgs = "\n".join(f'<img src="img-{i:03d}.jpg" alt="">' for i in range(count))
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+        f'<link rel="icon" href="data:,"><title>{page}</title></head>\n'
+        f"<body>\n{imgs}\n</body></html>\n"
+    ).encode()
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    if path.exists() and path.stat().st_size == len(data) and path.read_bytes() == data:
+        return
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def generate(root: Path, pages: list[str] | None = None, pageset: PageSet | None = None) -> dict:
+    """Write ``root/<page>/index.html`` and its images, and ``root/manifest.json``.
+
+    Idempotent: identical files are not rewritten. Returns the manifest.
+    """
+    ps = pageset or load()
+    names = pages or list(ps.pages)
+    for n in names:
+        check_page(n, ps)
+    manifest: dict = {"kb": ps.kb, "pages": {}}
+    mpath = root / MANIFEST
+    if mpath.exists():
+        manifest = json.loads(mpath.read_text())
+    for name in names:
+        p = ps.pages[name]
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        files = {"index.html": html(name, p.count)}
+        size = p.image_bytes(ps.kb)
+        for i in range(p.count):
+            files[f"img-{i:03d}.jpg"] = body(name, i, size)
+        for fname, data in files.items():
+            _write_if_changed(d / fname, data)
+        manifest["pages"][name] = {
+            "objects": len(files),
+            "bytes": sum(len(b) for b in files.values()),
+            "image_bytes": size,
+            "files": {
+                f: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()}
+                for f, b in files.items()
+            },
+        }
+    manifest["kb"] = ps.kb
+    _write_if_changed(mpath, json.dumps(manifest, indent=1, sort_keys=True).encode())
+    return manifest
