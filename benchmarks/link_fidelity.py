@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from quicbed.link.model import LinkCondition, make_condition
 from quicbed.link.receipt import Receipt, measure
 from quicbed.link.session import shaped_link
+from quicbed.progress import progress_bar
 from quicbed.testbed.local import LocalTestbed
 
 
@@ -104,16 +104,9 @@ def main() -> int:
     conds = grid(a.quick)
     receipts: list[Receipt] = []
     t0 = time.monotonic()
-    cols = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
     try:
         tb.up()
-        with Progress(*cols, console=console) as progress:
+        with progress_bar(console) as progress:
             task = progress.add_task("receipts", total=len(conds))
             for cond in conds:
                 progress.update(task, description=cond.label())

@@ -12,15 +12,21 @@ The order of work is the method of the reference study with its pitfalls removed
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quicbed import provenance
 from quicbed.cellconfig import CellConfig
-from quicbed.link.receipt import Receipt
+from quicbed.client import har
+from quicbed.errors import QuicbedError
+from quicbed.link.receipt import Receipt, measure
+from quicbed.link.session import shaped_link
 from quicbed.servers.base import ServeSpec, WebServer
-from quicbed.stats import Comparison
+from quicbed.stats import Comparison, compare
+from quicbed.store import Store
 from quicbed.testbed.local import LocalTestbed
 
 Progress = Callable[[str, int, int], None]
@@ -63,3 +69,147 @@ def servers_for(cfg: CellConfig, tb: LocalTestbed, spec: ServeSpec) -> dict[str,
         else:
             out[arm] = ApacheServer(tb, spec)
     return out
+
+
+def _judge(
+    cfg: CellConfig, arm: str, warmup: bool, result: dict[str, Any], m: dict[str, Any],
+    facts: dict[str, Any], page: dict[str, Any], server_up: bool,
+) -> list[str]:  # fmt: skip
+    """Every reason this load must not enter the statistics."""
+    if not result.get("ok"):
+        reasons = [f"load failed: {result.get('error')}"]
+    else:
+        reasons = har.verify(m, arm=arm, host=cfg.host, expected_objects=page["objects"],
+                             expected_bytes=page["bytes"])  # fmt: skip
+    if not server_up:
+        reasons.append(f"the {arm} server was not running")
+    if facts.get("connections", 0) == 0:
+        reasons.append("the server logged no connection for this load")
+    elif cfg.mode == "0rtt" and not warmup:
+        if arm == "h3" and not facts.get("used_0rtt"):
+            reasons.append("the QUIC server's log shows no 0-RTT on this load")
+        if arm == "h2" and not facts.get("tls_resumed"):
+            reasons.append("Apache's log shows no TLS resumption on this load")
+    elif cfg.mode == "1rtt" and arm == "h3" and facts.get("used_0rtt"):
+        reasons.append("0-RTT was used in 1-RTT mode (state leaked between contexts)")
+    return reasons
+
+
+def validate(cfg: CellConfig) -> Any:
+    """Everything that can be checked before touching the machine; returns the page set."""
+    from quicbed import workloads
+    from quicbed.servers.quic_go import QuicGoServer
+
+    pageset = workloads.load()
+    workloads.check_page(cfg.page, pageset)
+    if "h3" in cfg.arms:
+        QuicGoServer.check_cc(cfg.cc)
+    return pageset
+
+
+def run_cell(
+    cfg: CellConfig,
+    out: Path,
+    *,
+    prefix: str = "qb",
+    receipt_tcp_seconds: float = 10,
+    progress: Progress | None = None,
+    fault: Callable[[str, int, dict[str, WebServer]], None] | None = None,
+) -> CellResult:
+    """Measure one cell into the results folder ``out`` as a new attempt.
+
+    ``fault`` is called before each load (arm, rep, servers): tests use it to stop
+    a server at a chosen moment.
+    """
+    from quicbed import certs, workloads
+    from quicbed.client.chromium import Browser, BrowserSpec
+
+    pageset = validate(cfg)
+    tb = LocalTestbed(prefix)
+    store = Store(out, create=True)
+    cell_id = cfg.cell_id()
+    store.add_cell(cell_id, cfg.model_dump(mode="json"))
+    attempt = store.new_attempt(cell_id, provenance.collect())
+    _, log_dir = store.paths(cell_id, attempt)
+    receipt: Receipt | None = None
+    servers: dict[str, WebServer] = {}
+    browsers: dict[str, Browser] = {}
+    status, problem = "failed", ""
+    try:
+        with shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.cc) as link:
+            receipt = measure(tb, cfg.condition, link.shaper, link.tuning,
+                              tcp_seconds=receipt_tcp_seconds, cc=cfg.cc)  # fmt: skip
+            store.set_receipt(cell_id, attempt, receipt.model_dump(mode="json"))
+            if not receipt.passed:
+                names = ", ".join(c.name for c in receipt.failed_checks())
+                raise QuicbedError(f"the link is out of tolerance ({names}); nothing measured")
+            www = tb.state_dir / "www"
+            manifest = workloads.generate(www, [cfg.page], pageset)
+            page = manifest["pages"][cfg.page]
+            pki = certs.ensure(tb.state_dir / "tls", [cfg.host], [tb.server_ip])
+            spec = ServeSpec(docroot=www, cert=pki.cert, key=pki.key, logdir=log_dir, cc=cfg.cc)
+            servers = servers_for(cfg, tb, spec)
+            for s in servers.values():
+                s.start()
+            for arm in cfg.arms:
+                bspec = BrowserSpec(arm=arm, host=cfg.host, server_ip=tb.server_ip,
+                                    spki_pin=pki.spki_pin,
+                                    user_data_dir=tb.state_dir / f"profile-{arm}")  # fmt: skip
+                browsers[arm] = Browser(bspec, tb.argv("client", []), log_dir)
+                browsers[arm].start()
+            url = f"https://{cfg.host}/{cfg.page}/"
+            schedule = cfg.schedule()
+            for seq, (arm, rep) in enumerate(schedule):
+                if fault:
+                    fault(arm, rep, servers)
+                warm = rep < cfg.warmup
+                srv = servers[arm]
+                srv.mark()
+                result = browsers[arm].load(url, fresh_context=cfg.mode == "1rtt",
+                                            timeout_s=cfg.load_timeout_s)  # fmt: skip
+                time.sleep(0.05)  # let the server's log line about this load land
+                facts = srv.load_facts(srv.since_mark())
+                m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
+                reasons = _judge(cfg, arm, warm, result, m, facts, page, srv.running())
+                store.add_run(
+                    {
+                        "cell_id": cell_id, "attempt": attempt, "arm": arm, "rep": rep,
+                        "seq": seq, "warmup": int(warm), "valid": int(not reasons),
+                        "reason": "; ".join(reasons), "plt_ms": m.get("plt_ms"),
+                        "onload_ms": m.get("onload_ms"), "dns_ms": m.get("dns_ms"),
+                        "nav_load_ms": m.get("nav_load_ms"), "ttfb_ms": m.get("ttfb_ms"),
+                        "objects": m.get("objects"), "bytes": m.get("bytes"),
+                        "protocols": m.get("protocols"),
+                        "used_0rtt": int(facts["used_0rtt"]) if "used_0rtt" in facts else None,
+                        "tls_resumed": int(facts.get("tls_resumed", False)),
+                        "detail": {"entries": m.get("entries"), "server": facts,
+                                   "error": result.get("error"), "context": result.get("context"),
+                                   "main_connect_ms": m.get("main_connect_ms"),
+                                   "main_ssl_ms": m.get("main_ssl_ms")},
+                    },
+                    result.get("har"),
+                )  # fmt: skip
+                if progress:
+                    progress(arm, seq + 1, len(schedule))
+            versions = {a: s.version() for a, s in servers.items()}
+            versions["browser"] = next(iter(browsers.values())).version if browsers else None
+            store.set_versions(cell_id, attempt, versions)
+        status = "done"
+    except QuicbedError as exc:
+        problem = str(exc)
+    finally:
+        for b in browsers.values():
+            b.stop()
+        for s in servers.values():
+            s.stop()
+        store.finish_attempt(cell_id, attempt, status, problem)
+    comparison = None
+    if status == "done" and set(cfg.arms) == {"h2", "h3"}:
+        comparison = compare(store.plts(cell_id, attempt, "h2"), store.plts(cell_id, attempt, "h3"),
+                             planned=cfg.runs)  # fmt: skip
+    invalid: dict[str, list[str]] = {}
+    for r in store.runs(cell_id, attempt):
+        if not r["valid"]:
+            invalid.setdefault(r["arm"], []).append(f"#{r['rep']}: {r['reason']}")
+    store.close()
+    return CellResult(cell_id, attempt, status, problem, receipt, comparison, invalid, out)

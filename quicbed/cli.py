@@ -19,6 +19,7 @@ from rich.table import Table
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import JitterKind, LinkCondition, make_condition
+from quicbed.progress import progress_bar
 from quicbed.testbed.local import LocalTestbed
 
 app = typer.Typer(
@@ -36,6 +37,20 @@ out = Console()
 PrefixOpt = Annotated[
     str, typer.Option("--prefix", help="Name prefix of the testbed's namespaces.")
 ]
+
+
+RateOpt = Annotated[str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")]
+RttOpt = Annotated[float | None, typer.Option(help="Base RTT in ms, split evenly.")]
+DelayDownOpt = Annotated[float | None, typer.Option(help="Server->client delay, ms.")]
+DelayUpOpt = Annotated[float | None, typer.Option(help="Client->server delay, ms.")]
+LossOpt = Annotated[float, typer.Option(help="End-to-end loss in %, split evenly.")]
+LossDownOpt = Annotated[float | None, typer.Option(help="Server->client loss, %.")]
+LossUpOpt = Annotated[float | None, typer.Option(help="Client->server loss, %.")]
+JitterOpt = Annotated[float, typer.Option(help="Jitter, +/- ms per direction.")]
+JitterKindOpt = Annotated[str, typer.Option(help="reorder or smooth.")]
+QueueOpt = Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")]
+CountOpt = Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")]
+SeedOpt = Annotated[int, typer.Option(help="RNG seed of loss and jitter.")]
 
 
 def _need_root(what: str) -> None:
@@ -114,17 +129,17 @@ def _link_options(
     rate: Annotated[
         str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")
     ] = "unlimited",
-    rtt: Annotated[float | None, typer.Option(help="Base RTT in ms, split evenly.")] = None,
-    delay_down: Annotated[float | None, typer.Option(help="Server->client delay, ms.")] = None,
-    delay_up: Annotated[float | None, typer.Option(help="Client->server delay, ms.")] = None,
-    loss: Annotated[float, typer.Option(help="End-to-end loss in %, split evenly.")] = 0.0,
-    loss_down: Annotated[float | None, typer.Option(help="Server->client loss, %.")] = None,
-    loss_up: Annotated[float | None, typer.Option(help="Client->server loss, %.")] = None,
-    jitter: Annotated[float, typer.Option(help="Jitter, +/- ms per direction.")] = 0.0,
-    jitter_kind: Annotated[str, typer.Option(help="reorder or smooth.")] = "none",
-    queue: Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")] = "2bdp",
-    count: Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")] = "ethernet",
-    seed: Annotated[int, typer.Option(help="RNG seed of loss and jitter.")] = 1,
+    rtt: RttOpt = None,
+    delay_down: DelayDownOpt = None,
+    delay_up: DelayUpOpt = None,
+    loss: LossOpt = 0.0,
+    loss_down: LossDownOpt = None,
+    loss_up: LossUpOpt = None,
+    jitter: JitterOpt = 0.0,
+    jitter_kind: JitterKindOpt = "none",
+    queue: QueueOpt = "2bdp",
+    count: CountOpt = "ethernet",
+    seed: SeedOpt = 1,
 ) -> LinkCondition:
     if count not in ("ethernet", "ip"):
         raise QuicbedError(f"count: unknown {count!r} (ethernet or ip)")
@@ -143,17 +158,17 @@ def link_check(
     rate: Annotated[
         str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")
     ] = "unlimited",
-    rtt: Annotated[float | None, typer.Option(help="Base RTT in ms, split evenly.")] = None,
-    delay_down: Annotated[float | None, typer.Option(help="Server->client delay, ms.")] = None,
-    delay_up: Annotated[float | None, typer.Option(help="Client->server delay, ms.")] = None,
-    loss: Annotated[float, typer.Option(help="End-to-end loss in %, split evenly.")] = 0.0,
-    loss_down: Annotated[float | None, typer.Option(help="Server->client loss, %.")] = None,
-    loss_up: Annotated[float | None, typer.Option(help="Client->server loss, %.")] = None,
-    jitter: Annotated[float, typer.Option(help="Jitter, +/- ms per direction.")] = 0.0,
-    jitter_kind: Annotated[str, typer.Option(help="reorder or smooth.")] = "none",
-    queue: Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")] = "2bdp",
-    count: Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")] = "ethernet",
-    seed: Annotated[int, typer.Option(help="RNG seed of loss and jitter.")] = 1,
+    rtt: RttOpt = None,
+    delay_down: DelayDownOpt = None,
+    delay_up: DelayUpOpt = None,
+    loss: LossOpt = 0.0,
+    loss_down: LossDownOpt = None,
+    loss_up: LossUpOpt = None,
+    jitter: JitterOpt = 0.0,
+    jitter_kind: JitterKindOpt = "none",
+    queue: QueueOpt = "2bdp",
+    count: CountOpt = "ethernet",
+    seed: SeedOpt = 1,
     shaper: ShaperOpt = "auto",
     prefix: PrefixOpt = "qb",
     tcp_seconds: Annotated[float, typer.Option(help="iperf3 TCP seconds per direction.")] = 10,
@@ -234,3 +249,91 @@ def main() -> None:
             sys.exit(130)
         raise
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+# --- cell -----------------------------------------------------------------------------
+@app.command("cell")
+def cell_cmd(
+    page: Annotated[str, typer.Option(help="Page name from workloads/pages.yaml.")],
+    out_dir: Annotated[str, typer.Option("--out", help="Results folder (created or added to).")],
+    rate: Annotated[
+        str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")
+    ] = "unlimited",
+    rtt: RttOpt = None,
+    loss: LossOpt = 0.0,
+    jitter: JitterOpt = 0.0,
+    jitter_kind: JitterKindOpt = "none",
+    queue: QueueOpt = "2bdp",
+    seed: SeedOpt = 1,
+    runs: Annotated[int, typer.Option(help="Measured loads per arm.")] = 20,
+    warmup: Annotated[int, typer.Option(help="Warm-up loads per arm (not in the stats).")] = 1,
+    mode: Annotated[str, typer.Option(help="0rtt (one context) or 1rtt (fresh each).")] = "0rtt",
+    arms: Annotated[str, typer.Option(help="Comma-separated arms: h2,h3.")] = "h2,h3",
+    order: Annotated[str, typer.Option(help="alternate (ABBA), random or blocked.")] = "alternate",
+    cc: Annotated[str, typer.Option(help="Congestion control of both arms.")] = "cubic",
+    shaper: ShaperOpt = "auto",
+    prefix: PrefixOpt = "qb",
+    receipt_tcp_seconds: Annotated[float, typer.Option(help="Receipt iperf3 seconds.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Measure one cell: the page over h2 and h3 under one condition, verified and stored."""
+    from quicbed.cell import run_cell, validate
+    from quicbed.cellconfig import make_cell
+
+    cond = _link_options(rate, rtt, None, None, loss, None, None, jitter, jitter_kind, queue,
+                         "ethernet", seed)  # fmt: skip
+    cfg = make_cell(condition=cond, page=page, runs=runs, warmup=warmup, mode=mode,
+                    arms=tuple(a.strip() for a in arms.split(",") if a.strip()), order=order,
+                    cc=cc, shaper=shaper)  # fmt: skip
+    validate(cfg)
+    if receipt_tcp_seconds <= 0:
+        raise QuicbedError(f"receipt-tcp-seconds must be > 0 (got {receipt_tcp_seconds:g})")
+    _need_root("quicbed cell")
+    with progress_bar(Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"cell {cfg.cell_id()}: receipt, then loads", total=len(cfg.schedule()))
+
+        def step(arm: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, description=f"cell {cfg.cell_id()}: {arm}")
+
+        from pathlib import Path
+
+        result = run_cell(cfg, Path(out_dir), prefix=prefix,
+                          receipt_tcp_seconds=receipt_tcp_seconds, progress=step)  # fmt: skip
+    if as_json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print_cell(result, cfg)
+    if result.status != "done":
+        raise typer.Exit(1)
+
+
+def print_cell(result: Any, cfg: Any) -> None:
+    out.print(f"cell {result.cell_id} attempt {result.attempt}: {cfg.page}, "
+              f"{cfg.condition.label()}, {cfg.mode}, results in {result.out}")  # fmt: skip
+    if result.status != "done":
+        out.print(f"[red]failed:[/] {result.problem}")
+        return
+    c = result.comparison
+    t = Table()
+    for col in ("arm", "valid n", "mean ms", "sd ms", "median ms", "95 % CI"):
+        t.add_column(col)
+    if c is not None:
+        for s in (c.tcp, c.quic):
+
+            def f(v: float | None) -> str:
+                return "-" if v is None else f"{v:.1f}"
+
+            t.add_row(s.arm, str(s.n), f(s.mean), f(s.sd), f(s.median),
+                      f"{f(s.ci95_low)}..{f(s.ci95_high)}")  # fmt: skip
+        out.print(t)
+        if not c.enough:
+            out.print(f"[yellow]no comparison:[/] {c.problem}")
+        else:
+            sig = "significant" if c.significant else "not significant"
+            faster = "QUIC faster" if (c.pct_diff or 0) > 0 else "TCP faster"
+            out.print(f"difference (TCP - QUIC) / QUIC = {c.pct_diff:+.1f} % ({faster}); "
+                      f"Welch p = {c.welch_p:.3g}, {sig} at {c.alpha:g}")  # fmt: skip
+        for w in c.warnings:
+            out.print(f"[yellow]warning:[/] {w}")
+    for arm, reasons in result.invalid.items():
+        out.print(f"[yellow]{len(reasons)} invalid {arm} load(s):[/] {reasons[0]}")

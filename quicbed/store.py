@@ -138,6 +138,15 @@ class Store:
             (json.dumps(receipt), cell_id, attempt),
         )
 
+    def set_versions(self, cell_id: str, attempt: int, versions: dict[str, Any]) -> None:
+        """Add what the servers and the browser reported about themselves to provenance."""
+        prov = self.attempt(cell_id, attempt)["provenance"] or {}
+        prov["components"] = versions
+        self.db.execute(
+            "UPDATE attempts SET provenance=? WHERE cell_id=? AND attempt=?",
+            (json.dumps(prov, sort_keys=True), cell_id, attempt),
+        )
+
     def finish_attempt(self, cell_id: str, attempt: int, status: str, problem: str = "") -> None:
         self.db.execute(
             "UPDATE attempts SET finished=?, status=?, problem=? WHERE cell_id=? AND attempt=?",

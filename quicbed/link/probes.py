@@ -50,35 +50,43 @@ def ping(tb: LocalTestbed, *, count: int = 200, interval: float = 0.01) -> dict[
     return out
 
 
-def one_way_delay(
-    tb: LocalTestbed, direction: str, *, count: int = 100, interval: float = 0.01
+def udp_probe(
+    tb: LocalTestbed, direction: str, *, count: int, pps: float, idle: float = 2.0
 ) -> dict[str, Any]:
-    """One-way delay per packet: the namespaces share CLOCK_MONOTONIC, so send and
-    receive timestamps from two namespaces are directly comparable."""
+    """One paced stream of ``count`` 64-byte datagrams: one-way delay, loss, reordering.
+
+    The receiver waits until the link has been idle for ``idle`` seconds, longer than
+    any configured delay, so nothing in flight is counted as lost.
+    """
     sender, receiver = ("server", "client") if direction == "down" else ("client", "server")
     dst = tb.client_ip if direction == "down" else tb.server_ip
     port = 5301
+    out = tb.state_dir / f"udpprobe-{direction}.json"
+    out.unlink(missing_ok=True)
     py = sys.executable
     rx = tb.spawn(
         receiver,
-        [py, "-m", "quicbed.link.owd", "recv", "--bind", f"{dst}:{port}", "--count",
-         str(count), "--out", str(tb.state_dir / f"owd-{direction}.json")],
+        [py, "-m", "quicbed.link.udpprobe", "recv", "--bind", f"{dst}:{port}", "--count",
+         str(count), "--out", str(out), "--idle", str(idle)],
     )  # fmt: skip
+    seconds = count / pps
     try:
         _wait_bound(tb, receiver, "udp", port)
         tb.exec(
             sender,
-            [py, "-m", "quicbed.link.owd", "send", "--to", f"{dst}:{port}", "--count",
-             str(count), "--interval", str(interval)],
-            timeout=count * interval + 30,
+            [py, "-m", "quicbed.link.udpprobe", "send", "--to", f"{dst}:{port}", "--count",
+             str(count), "--pps", f"{pps:g}"],
+            timeout=seconds + 30,
         )  # fmt: skip
-        rx.wait(timeout=count * interval + 30)
+        rx.wait(timeout=seconds + idle + 60)
     finally:
         if rx.poll() is None:
             proc.stop_pid(rx.pid)
-    path = tb.state_dir / f"owd-{direction}.json"
-    data = json.loads(path.read_text())
-    path.unlink()
+    if not out.exists():
+        raise QuicbedError(f"the UDP probe ({direction}) wrote no result")
+    data = json.loads(out.read_text())
+    out.unlink()
+    data.update(direction=direction, pps=pps)
     return data
 
 

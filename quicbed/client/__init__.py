@@ -1,0 +1,1 @@
+"""The browser side: headless Chromium driven over CDP, HARs, and load verification."""

@@ -1,0 +1,177 @@
+"""Headless Chromium in the client namespace, and the driver that loads pages in it.
+
+The command line is the reference study's, with what it missed:
+- network prediction off in the profile's Preferences (a navigation preconnect
+  would race the measured connection; connect/TLS timings would read -1);
+- ``MAP * ~NOTFOUND`` after the test host's mapping, and the background-networking
+  switches, so Chromium contacts nothing but the test server;
+- QUIC forced for the test origin on the h3 arm, QUIC off on the h2 arm;
+- the leaf certificate trusted by SPKI pin, nothing else relaxed.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quicbed import proc
+from quicbed.errors import QuicbedError
+from quicbed.paths import REPO_ROOT
+
+CLIENT_DIR = REPO_ROOT / "client"
+CHROMIUM = "chromium"
+
+#: switches that keep Chromium from calling home on a closed network
+QUIET = [
+    "--headless=new",
+    "--no-sandbox",  # as root; the browser only ever sees our own test pages
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--disable-domain-reliability",
+    "--disable-client-side-phishing-detection",
+    "--disable-features=OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,"
+    "CertificateTransparencyComponentUpdater,NetworkTimeServiceQuerying",
+    "--metrics-recording-only",
+    "--no-pings",
+    "--password-store=basic",
+    "--use-mock-keychain",
+]
+
+
+@dataclass
+class BrowserSpec:
+    arm: str  # h2 | h3
+    host: str
+    server_ip: str
+    spki_pin: str
+    user_data_dir: Path
+    port: int = 443
+    net_log: Path | None = None
+
+
+def command_line(spec: BrowserSpec) -> list[str]:
+    """The full Chromium argv for one arm (stored with the results)."""
+    if spec.arm not in ("h2", "h3"):
+        raise QuicbedError(f"unknown arm {spec.arm!r} (h2 or h3)")
+    argv = [CHROMIUM, *QUIET,
+            f"--user-data-dir={spec.user_data_dir}",
+            "--remote-debugging-port=0",
+            f"--host-resolver-rules=MAP {spec.host} {spec.server_ip}, MAP * ~NOTFOUND",
+            f"--ignore-certificate-errors-spki-list={spec.spki_pin}",
+            "--enable-net-benchmarking"]  # fmt: skip
+    if spec.arm == "h3":
+        argv += ["--enable-quic", f"--origin-to-force-quic-on={spec.host}:{spec.port}"]
+    else:
+        argv += ["--disable-quic"]
+    if spec.net_log:
+        argv += [f"--log-net-log={spec.net_log}", "--net-log-capture-mode=Default"]
+    argv.append("about:blank")
+    return argv
+
+
+def seed_profile(user_data_dir: Path) -> None:
+    """A fresh profile with network prediction off (``net.network_prediction_options: 2``)."""
+    if user_data_dir.exists():
+        shutil.rmtree(user_data_dir)
+    (user_data_dir / "Default").mkdir(parents=True)
+    prefs = {"net": {"network_prediction_options": 2}}
+    (user_data_dir / "Default" / "Preferences").write_text(json.dumps(prefs))
+
+
+class Browser:
+    """One Chromium and one driver process for one arm of one cell.
+
+    ``run_prefix`` runs both inside a namespace (``ip netns exec NS``): the
+    DevTools port is on that namespace's loopback.
+    """
+
+    def __init__(self, spec: BrowserSpec, run_prefix: list[str], log_dir: Path) -> None:
+        self.spec = spec
+        self.prefix = run_prefix
+        self.log_dir = log_dir
+        self.chrome: subprocess.Popen[bytes] | None = None
+        self.driver: subprocess.Popen[str] | None = None
+        self.version = ""
+
+    def start(self, timeout: float = 30) -> None:
+        seed_profile(self.spec.user_data_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        argv = command_line(self.spec)
+        (self.log_dir / f"chromium-{self.spec.arm}.argv.json").write_text(json.dumps(argv))
+        self.chrome = proc.spawn(
+            [*self.prefix, *argv], stdout=self.log_dir / f"chromium-{self.spec.arm}.log",
+            stderr=self.log_dir / f"chromium-{self.spec.arm}.log",
+        )  # fmt: skip
+        port_file = self.spec.user_data_dir / "DevToolsActivePort"
+        deadline = time.monotonic() + timeout
+        while not port_file.exists() or not port_file.read_text().strip():
+            if self.chrome.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise QuicbedError(
+                    f"Chromium did not start (see {self.log_dir}/chromium-{self.spec.arm}.log)"
+                )
+            time.sleep(0.05)
+        port = int(port_file.read_text().split()[0])
+        node = shutil.which("node") or "node"
+        self.driver = subprocess.Popen(
+            [*self.prefix, node, str(CLIENT_DIR / "load.js"), str(port)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=open(self.log_dir / f"driver-{self.spec.arm}.log", "ab"),  # noqa: SIM115
+            text=True, bufsize=1, preexec_fn=proc._die_with_parent,
+        )  # fmt: skip
+        hello = self._read(timeout)
+        if not hello.get("ready"):
+            self.stop()
+            raise QuicbedError(f"page-load driver failed: {hello.get('error')}")
+        self.version = hello.get("browser", "")
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        assert self.driver and self.driver.stdout
+        ready, _, _ = select.select([self.driver.stdout], [], [], timeout)
+        if not ready:
+            raise QuicbedError(f"page-load driver gave no answer in {timeout:g} s")
+        line = self.driver.stdout.readline()
+        if not line:
+            raise QuicbedError(f"page-load driver exited (code {self.driver.poll()})")
+        return json.loads(line)
+
+    def load(self, url: str, *, fresh_context: bool, timeout_s: float) -> dict[str, Any]:
+        """One page load; a failed load comes back with ok=false and the reason."""
+        if self.driver is None or self.driver.poll() is not None:
+            return {"ok": False, "error": "driver not running", "har": None, "nav": None}
+        assert self.driver.stdin
+        cmd = {"cmd": "load", "url": url, "fresh_context": fresh_context,
+               "timeout_ms": int(timeout_s * 1000)}  # fmt: skip
+        self.driver.stdin.write(json.dumps(cmd) + "\n")
+        self.driver.stdin.flush()
+        try:
+            return self._read(timeout_s + 30)
+        except QuicbedError as exc:
+            return {"ok": False, "error": str(exc), "har": None, "nav": None}
+
+    def stop(self) -> None:
+        if self.driver is not None:
+            if self.driver.poll() is None and self.driver.stdin:
+                try:
+                    self.driver.stdin.write('{"cmd": "quit"}\n')
+                    self.driver.stdin.flush()
+                    self.driver.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            proc.stop_pid(self.driver.pid)
+            self.driver = None
+        if self.chrome is not None:
+            proc.stop_pid(self.chrome.pid, timeout=10)
+            self.chrome = None
