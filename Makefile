@@ -36,8 +36,10 @@ test: setup lint
 	cd go && $(GO) test ./...
 	$(VENV)/bin/pytest -q
 
+# The main job (until sweeps land): one verified h2-vs-h3 cell on the local testbed.
 demo: setup
-	$(VENV)/bin/quicbed link check --rate 50 --rtt 36
+	$(VENV)/bin/quicbed cell --rate 10 --rtt 36 --page 5kb --runs 20 --out results/demo
+	@echo "results: results/demo (store.sqlite, hars/, logs/)"
 
 bench: setup
 	$(PY) benchmarks/link_fidelity.py

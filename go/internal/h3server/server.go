@@ -1,0 +1,229 @@
+package h3server
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/qlog"
+)
+
+// CongestionControl is what quic-go implements: CUBIC with one emulated
+// connection (internal/congestion/cubic.go: defaultNumConnections = 1, beta 0.7),
+// where Chromium's quiche emulates N = 2 connections (a milder cut on loss and
+// faster window growth). The reference study found N = 2 takes about 3/4 of a
+// link shared with one TCP flow; quic-go behaves like N = 1.
+const CongestionControl = "cubic"
+
+// Config is everything the server is started with; it is logged at start.
+type Config struct {
+	// Addr is the UDP address to listen on (default ":443").
+	Addr string `json:"addr"`
+	// Docroot is the document tree to serve (required).
+	Docroot string `json:"docroot"`
+	// Cert and Key are PEM files (required; there is no fallback certificate).
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+	// QlogDir enables qlog output to this directory (opt-in; "" = none).
+	QlogDir string `json:"qlog_dir"`
+	// Flow-control windows in bytes; 0 = quic-go's default (512 KB initial,
+	// 6 MB max per stream; 512 KB initial, 15 MB max per connection).
+	InitialStreamWindow uint64 `json:"initial_stream_window"`
+	MaxStreamWindow     uint64 `json:"max_stream_window"`
+	InitialConnWindow   uint64 `json:"initial_conn_window"`
+	MaxConnWindow       uint64 `json:"max_conn_window"`
+	// Stream limits; 0 = quic-go's default (100 bidirectional, 100 unidirectional).
+	MaxIncomingStreams    int64 `json:"max_incoming_streams"`
+	MaxIncomingUniStreams int64 `json:"max_incoming_uni_streams"`
+	// IdleTimeout closes idle connections; 0 = quic-go's default (30 s).
+	IdleTimeout time.Duration `json:"idle_timeout"`
+	// CC must be "cubic": quic-go has no other congestion control to offer.
+	CC string `json:"cc"`
+}
+
+// Validate names the first bad setting the way the command line spells it.
+func (c Config) Validate() error {
+	switch {
+	case c.Docroot == "":
+		return errors.New("-docroot is required")
+	case c.Cert == "" || c.Key == "":
+		return errors.New("-cert and -key are required (there is no fallback certificate)")
+	case c.CC != CongestionControl:
+		return fmt.Errorf("congestion control %q is not supported by quic-go (it implements only CUBIC/NewReno); use -cc cubic", c.CC)
+	case c.MaxIncomingStreams < 0:
+		return fmt.Errorf("-max-incoming-streams must be >= 0 (got %d)", c.MaxIncomingStreams)
+	case c.MaxIncomingUniStreams < 0:
+		return fmt.Errorf("-max-incoming-uni-streams must be >= 0 (got %d)", c.MaxIncomingUniStreams)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("-idle-timeout must be >= 0 (got %v)", c.IdleTimeout)
+	}
+	if st, err := os.Stat(c.Docroot); err != nil || !st.IsDir() {
+		return fmt.Errorf("-docroot %q is not a readable directory", c.Docroot)
+	}
+	return nil
+}
+
+// Logger writes one JSON object per line.
+type Logger struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// NewLogger logs to w.
+func NewLogger(w io.Writer) *Logger { return &Logger{w: w} }
+
+// Log writes event with fields and a timestamp.
+func (l *Logger) Log(event string, fields map[string]any) {
+	rec := map[string]any{"ts": time.Now().UTC().Format(time.RFC3339Nano), "event": event}
+	for k, v := range fields {
+		rec[k] = v
+	}
+	b, _ := json.Marshal(rec)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.w.Write(append(b, '\n'))
+}
+
+type connIDKey struct{}
+
+// QuicGoVersion is the quic-go module version compiled in.
+func QuicGoVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/quic-go/quic-go" {
+				return d.Version
+			}
+		}
+	}
+	return "unknown"
+}
+
+// Server is a running HTTP/3 server.
+type Server struct {
+	cfg     Config
+	log     *Logger
+	h3      *http3.Server
+	ln      *quic.EarlyListener
+	udp     net.PacketConn
+	nextID  atomic.Int64
+	serving chan error
+}
+
+func (c Config) quicConfig() *quic.Config {
+	q := &quic.Config{
+		Allow0RTT:                      true,
+		InitialStreamReceiveWindow:     c.InitialStreamWindow,
+		MaxStreamReceiveWindow:         c.MaxStreamWindow,
+		InitialConnectionReceiveWindow: c.InitialConnWindow,
+		MaxConnectionReceiveWindow:     c.MaxConnWindow,
+		MaxIncomingStreams:             c.MaxIncomingStreams,
+		MaxIncomingUniStreams:          c.MaxIncomingUniStreams,
+		MaxIdleTimeout:                 c.IdleTimeout,
+	}
+	if c.QlogDir != "" {
+		os.Setenv("QLOGDIR", c.QlogDir)
+		q.Tracer = qlog.DefaultConnectionTracer
+	}
+	return q
+}
+
+// Start listens and serves in the background; the start record is logged first.
+func Start(cfg Config, log *Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
+	if err != nil {
+		return nil, fmt.Errorf("-cert/-key: %v", err)
+	}
+	s := &Server{cfg: cfg, log: log, serving: make(chan error, 1)}
+	handler, err := NewHandler(cfg.Docroot, s.logRequest)
+	if err != nil {
+		return nil, err
+	}
+	s.h3 = &http3.Server{Handler: handler, ConnContext: s.connContext}
+	tlsConf := http3.ConfigureTLSConfig(&tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS13,
+	})
+	udpAddr, err := net.ResolveUDPAddr("udp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("-addr %q: %v", cfg.Addr, err)
+	}
+	s.udp, err = net.ListenUDP("udp", udpAddr)
+	if err != nil {
+		return nil, fmt.Errorf("-addr %q: %v", cfg.Addr, err)
+	}
+	s.ln, err = quic.ListenEarly(s.udp, tlsConf, cfg.quicConfig())
+	if err != nil {
+		s.udp.Close()
+		return nil, err
+	}
+	log.Log("start", map[string]any{
+		"addr": s.udp.LocalAddr().String(), "docroot": cfg.Docroot, "config": cfg,
+		"quic_go_version": QuicGoVersion(), "go_version": runtime.Version(), "cc": CongestionControl,
+		"pid": os.Getpid(),
+	})
+	go func() { s.serving <- s.h3.ServeListener(s.ln) }()
+	return s, nil
+}
+
+// Addr is the bound UDP address.
+func (s *Server) Addr() net.Addr { return s.udp.LocalAddr() }
+
+func (s *Server) connContext(ctx context.Context, c *quic.Conn) context.Context {
+	id := s.nextID.Add(1)
+	accepted := time.Now()
+	go func() {
+		select {
+		case <-c.HandshakeComplete():
+		case <-c.Context().Done():
+			s.log.Log("conn_failed", map[string]any{"conn_id": id, "remote": c.RemoteAddr().String(),
+				"error": fmt.Sprint(context.Cause(c.Context()))})
+			return
+		}
+		st := c.ConnectionState()
+		s.log.Log("conn", map[string]any{
+			"conn_id": id, "remote": c.RemoteAddr().String(),
+			"handshake_ms": float64(time.Since(accepted).Microseconds()) / 1000,
+			"used_0rtt":    st.Used0RTT, "did_resume": st.TLS.DidResume,
+			"quic_version": st.Version.String(), "alpn": st.TLS.NegotiatedProtocol,
+			"tls_version": tls.VersionName(st.TLS.Version), "cc": CongestionControl,
+		})
+		<-c.Context().Done()
+		s.log.Log("conn_close", map[string]any{"conn_id": id,
+			"duration_ms": float64(time.Since(accepted).Microseconds()) / 1000})
+	}()
+	return context.WithValue(ctx, connIDKey{}, id)
+}
+
+func (s *Server) logRequest(r *http.Request, status int, n int64, took time.Duration) {
+	id, _ := r.Context().Value(connIDKey{}).(int64)
+	s.log.Log("request", map[string]any{
+		"conn_id": id, "method": r.Method, "path": r.URL.Path, "status": status,
+		"bytes": n, "duration_ms": float64(took.Microseconds()) / 1000, "proto": r.Proto,
+	})
+}
+
+// Stop closes the server gracefully (bounded by timeout) and logs "stop".
+func (s *Server) Stop(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = s.h3.Shutdown(ctx)
+	_ = s.ln.Close()
+	_ = s.udp.Close()
+	s.log.Log("stop", nil)
+}

@@ -1,0 +1,96 @@
+"""One cell end to end with real components: namespaces, emulator, Apache, quic-go,
+Chromium. Small run counts; the assertions are about correctness, not timing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from quicbed.cell import run_cell
+from quicbed.cellconfig import make_cell
+from quicbed.link.model import make_condition
+from quicbed.servers.base import WebServer
+from quicbed.store import Store
+
+QB = [sys.executable, "-m", "quicbed"]
+
+
+def _ours_running() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    keys = ("quicbed-h3server", "quicbed-linkem", "/etc/quicbed/apache", "client/load.js",
+            "--enable-net-benchmarking")  # fmt: skip
+    return [line for line in out.splitlines() if any(k in line for k in keys)]
+
+
+@pytest.fixture
+def clean(prefix: str):
+    before = set(_ours_running())
+    yield
+    left = set(_ours_running()) - before
+    assert not left, f"left running: {left}"
+
+
+def test_cell_at_112ms_h3_0rtt_beats_h2(prefix: str, tmp_path: Path, clean: None) -> None:
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=112), page="5kb", runs=3,
+                    warmup=1)  # fmt: skip
+    r = run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=2)
+    assert r.status == "done", r.problem
+    assert r.receipt is not None and r.receipt.passed
+    assert r.invalid == {}, r.invalid
+    store = Store(tmp_path / "res")
+    runs = store.runs(r.cell_id, r.attempt)
+    assert len(runs) == 8 and sum(x["warmup"] for x in runs) == 2
+    for x in runs:
+        assert x["protocols"] == [x["arm"]]
+        assert x["objects"] == 2
+        if x["arm"] == "h3" and not x["warmup"]:
+            assert x["used_0rtt"] == 1  # the QUIC server's own log says so
+        if x["arm"] == "h2" and not x["warmup"]:
+            assert x["tls_resumed"] == 1
+        assert (tmp_path / "res" / x["har_path"]).exists()
+    c = r.comparison
+    assert c is not None and c.enough
+    assert c.quic.mean * 1.3 < c.tcp.mean, (c.quic.mean, c.tcp.mean)  # 0-RTT saves RTTs
+    assert c.pct_diff > 30
+    att = store.attempt(r.cell_id)
+    assert att["provenance"]["git"]["sha"]
+    assert "quic_go_version" in str(att["provenance"]["components"])
+    assert att["receipt"]["passed"] is True
+
+
+def test_quic_server_stopped_mid_cell_gives_invalid_runs(
+    prefix: str, tmp_path: Path, clean: None
+) -> None:
+    cfg = make_cell(condition=make_condition(rate_mbit=50, rtt_ms=20), page="5kb", runs=4,
+                    warmup=1, load_timeout_s=10)  # fmt: skip
+
+    def stop_h3(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
+        if arm == "h3" and rep == 2:
+            servers["h3"].stop()
+
+    r = run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1, fault=stop_h3)
+    assert r.status == "done"
+    bad = r.invalid.get("h3", [])
+    assert len(bad) == 3 and all("not running" in b for b in bad), bad
+    assert "h2" not in r.invalid
+    assert r.comparison is not None and not r.comparison.enough
+    assert r.comparison.pct_diff is None and "too few valid runs in h3" in r.comparison.problem
+
+
+def test_cli_cell_bad_input_writes_nothing(prefix: str, tmp_path: Path) -> None:
+    for args, needle in [
+        (["--page", "7kb"], "unknown page '7kb'"),
+        (["--page", "5kb", "--runs", "1"], "runs must be >= 2"),
+        (["--page", "5kb", "--mode", "2rtt"], "'2rtt'"),
+        (["--page", "5kb", "--arms", "h2,spdy"], "unknown arm 'spdy'"),
+        (["--page", "5kb", "--rate", "-1"], "rate must be > 0"),
+        (["--page", "5kb", "--cc", "bbr"], "not supported by the QUIC server quic-go"),
+    ]:
+        cp = subprocess.run([*QB, "cell", "--out", str(tmp_path / "r"), "--prefix", prefix, *args],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert cp.returncode == 2, (args, cp.stdout, cp.stderr)
+        assert needle in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
+        assert not (tmp_path / "r").exists()
