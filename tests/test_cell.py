@@ -94,3 +94,15 @@ def test_cli_cell_bad_input_writes_nothing(prefix: str, tmp_path: Path) -> None:
         assert cp.returncode == 2, (args, cp.stdout, cp.stderr)
         assert needle in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
         assert not (tmp_path / "r").exists()
+
+
+def test_1rtt_mode_uses_a_fresh_context_per_load(prefix: str, tmp_path: Path, clean: None) -> None:
+    cfg = make_cell(condition=make_condition(rate_mbit=50, rtt_ms=20), page="10kbx100", runs=2,
+                    warmup=0, mode="1rtt", arms=("h3",))  # fmt: skip
+    r = run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1)
+    assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
+    runs = Store(tmp_path / "res").runs(r.cell_id, r.attempt)
+    assert [x["used_0rtt"] for x in runs] == [0, 0]
+    assert all(x["objects"] == 101 for x in runs)
+    contexts = {x["detail"]["context"] for x in runs}
+    assert len(contexts) == 2 and "default" not in contexts
