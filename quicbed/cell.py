@@ -115,11 +115,13 @@ def run_cell(
     receipt_tcp_seconds: float = 10,
     progress: Progress | None = None,
     fault: Callable[[str, int, dict[str, WebServer]], None] | None = None,
+    resume_attempt: int | None = None,
 ) -> CellResult:
     """Measure one cell into the results folder ``out`` as a new attempt.
 
-    ``fault`` is called before each load (arm, rep, servers): tests use it to stop
-    a server at a chosen moment.
+    ``resume_attempt`` continues an interrupted attempt instead: the loads already
+    stored are kept and skipped, the link gets a fresh receipt. ``fault`` is called
+    before each load (arm, rep, servers): tests use it to stop a server on purpose.
     """
     from quicbed import certs, workloads
     from quicbed.client.chromium import Browser, BrowserSpec
@@ -129,7 +131,12 @@ def run_cell(
     store = Store(out, create=True)
     cell_id = cfg.cell_id()
     store.add_cell(cell_id, cfg.model_dump(mode="json"))
-    attempt = store.new_attempt(cell_id, provenance.collect())
+    if resume_attempt is None:
+        attempt = store.new_attempt(cell_id, provenance.collect())
+    else:
+        attempt = resume_attempt
+        store.reopen_attempt(cell_id, attempt)
+    done = {(r["arm"], r["rep"]) for r in store.runs(cell_id, attempt)}
     _, log_dir = store.paths(cell_id, attempt)
     receipt: Receipt | None = None
     servers: dict[str, WebServer] = {}
@@ -160,6 +167,8 @@ def run_cell(
             url = f"https://{cfg.host}/{cfg.page}/"
             schedule = cfg.schedule()
             for seq, (arm, rep) in enumerate(schedule):
+                if (arm, rep) in done:
+                    continue
                 if fault:
                     fault(arm, rep, servers)
                 warm = rep < cfg.warmup

@@ -337,3 +337,53 @@ def print_cell(result: Any, cfg: Any) -> None:
             out.print(f"[yellow]warning:[/] {w}")
     for arm, reasons in result.invalid.items():
         out.print(f"[yellow]{len(reasons)} invalid {arm} load(s):[/] {reasons[0]}")
+
+
+# --- sweeps ---------------------------------------------------------------------------
+@app.command("run")
+def run_cmd(
+    spec_file: Annotated[str, typer.Argument(help="Sweep spec (YAML), e.g. sweeps/demo.yaml.")],
+    out_dir: Annotated[str, typer.Option("--out", help="Results folder of this sweep.")],
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted sweep in --out.")] = False,
+    force: Annotated[bool, typer.Option(help="Resume despite a changed spec or software.")] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Run even if longer than --max-hours.")
+    ] = False,
+    max_hours: Annotated[float, typer.Option(help="Ask for --yes above this estimate.")] = 1.0,
+    prefix: PrefixOpt = "qb",
+) -> None:
+    """Run every cell of a sweep spec into one results folder; resumable after any stop."""
+    from pathlib import Path
+
+    from quicbed.spec import load_spec, plan
+    from quicbed.sweep import check_budget, run_sweep
+
+    spec = load_spec(Path(spec_file))
+    cells = plan(spec)
+    est = check_budget(cells, spec, max_hours * 3600, yes)
+    _need_root("quicbed run")
+    out.print(f"sweep {spec.name!r}: {len(cells)} cells, about {est / 60:.0f} min; "
+              f"results in {out_dir}")  # fmt: skip
+    with progress_bar(Console(stderr=True)) as bar:
+        cells_task = bar.add_task("cells", total=len(cells))
+        loads_task = bar.add_task("loads", total=1)
+
+        def on_cell(i: int, n: int, pc: Any, what: str) -> None:
+            c = pc.config
+            bar.update(cells_task, completed=i, description=f"{pc.scenario}: {c.page}, "
+                       f"{c.condition.label()} ({what})")  # fmt: skip
+
+        def on_load(arm: str, done: int, total: int) -> None:
+            bar.update(loads_task, completed=done, total=total, description=f"loads ({arm})")
+
+        result = run_sweep(spec, Path(out_dir), prefix=prefix, resume=resume, force=force,
+                           on_cell=on_cell, on_load=on_load)  # fmt: skip
+        bar.update(cells_task, completed=len(cells))
+    out.print(f"sweep {spec.name!r}: {result.done} cells measured, {result.skipped} kept from "
+              f"before, {result.failed} failed; results in {out_dir}")  # fmt: skip
+    for r in result.results:
+        if r.status != "done":
+            out.print(f"[red]cell {r.cell_id} failed:[/] {r.problem}")
+    out.print(f"next: quicbed report {out_dir}")
+    if result.failed:
+        raise typer.Exit(1)

@@ -68,6 +68,13 @@ CREATE TABLE IF NOT EXISTS runs (
     started TEXT NOT NULL,
     detail TEXT                    -- JSON: per-entry timings etc.
 );
+CREATE TABLE IF NOT EXISTS receipts (     -- every receipt, also of resumed attempts
+    cell_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    created TEXT NOT NULL,
+    passed INTEGER NOT NULL,
+    receipt TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS runs_cell ON runs(cell_id, attempt, arm);
 """
 
@@ -133,6 +140,11 @@ class Store:
         return attempt
 
     def set_receipt(self, cell_id: str, attempt: int, receipt: dict[str, Any]) -> None:
+        """Keep every receipt; the attempt shows the latest."""
+        self.db.execute(
+            "INSERT INTO receipts VALUES (?, ?, ?, ?, ?)",
+            (cell_id, attempt, now(), int(bool(receipt.get("passed"))), json.dumps(receipt)),
+        )
         self.db.execute(
             "UPDATE attempts SET receipt=? WHERE cell_id=? AND attempt=?",
             (json.dumps(receipt), cell_id, attempt),
@@ -146,6 +158,20 @@ class Store:
             "UPDATE attempts SET provenance=? WHERE cell_id=? AND attempt=?",
             (json.dumps(prov, sort_keys=True), cell_id, attempt),
         )
+
+    def reopen_attempt(self, cell_id: str, attempt: int) -> None:
+        self.db.execute(
+            "UPDATE attempts SET status='running', finished=NULL WHERE cell_id=? AND attempt=?",
+            (cell_id, attempt),
+        )
+
+    def latest_attempts(self) -> dict[str, dict[str, Any]]:
+        """cell_id -> its latest attempt row (status tells done/failed/running)."""
+        rows = self.db.execute(
+            "SELECT a.* FROM attempts a JOIN (SELECT cell_id, MAX(attempt) m FROM attempts "
+            "GROUP BY cell_id) l ON a.cell_id=l.cell_id AND a.attempt=l.m"
+        )
+        return {r["cell_id"]: dict(r) for r in rows}
 
     def finish_attempt(self, cell_id: str, attempt: int, status: str, problem: str = "") -> None:
         self.db.execute(

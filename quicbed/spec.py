@@ -1,0 +1,171 @@
+"""Sweep specs: a declarative YAML file that expands into cells.
+
+Named scenarios let one file hold the reference study's partial grids (baseline,
+loss, latency, reordering), each a product of rates x RTTs x losses x jitters x
+queues x pages x modes. Everything is validated before anything runs, and every
+error names the key and the value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from quicbed.cellconfig import CellConfig, make_cell
+from quicbed.errors import QuicbedError, from_validation
+from quicbed.link.model import make_condition
+
+SPEC_FORMAT = 1
+
+
+class Defaults(BaseModel):
+    """Cell settings shared by every scenario unless a scenario overrides them."""
+
+    model_config = ConfigDict(extra="forbid")
+    runs: int = 20
+    warmup: int = 1
+    arms: list[str] = ["h2", "h3"]
+    order: Literal["alternate", "random", "blocked"] = "alternate"
+    order_seed: int = 1
+    cc: Literal["cubic", "bbr"] = "cubic"
+    seed: int = 1
+    count: Literal["ethernet", "ip"] = "ethernet"
+    load_timeout_s: float = 60.0
+
+
+class Statistics(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    test: Literal["welch", "mannwhitney"] = "welch"
+    alpha: float = Field(default=0.01, gt=0, lt=1)
+    correction: Literal["none", "holm", "bh"] = "none"
+
+
+class Scenario(BaseModel):
+    """One partial grid: the product of its lists."""
+
+    model_config = ConfigDict(extra="forbid")
+    rate: list[float | None]
+    rtt: list[float]
+    loss: list[float] = [0.0]
+    jitter: list[float] = [0.0]
+    jitter_kind: Literal["none", "reorder", "smooth"] = "none"
+    queue: list[str] = ["2bdp"]
+    pages: list[str]
+    modes: list[Literal["0rtt", "1rtt"]] = ["0rtt"]
+    runs: int | None = None
+    warmup: int | None = None
+
+    @field_validator("rate", "rtt", "loss", "jitter", "queue", "pages", "modes")
+    @classmethod
+    def _not_empty(cls, v: list) -> list:
+        if not v:
+            raise ValueError("is empty: a grid needs at least one value")
+        return v
+
+
+class SweepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: int = SPEC_FORMAT
+    name: str
+    description: str = ""
+    testbed: Literal["local"] = "local"
+    shaper: Literal["auto", "userspace", "netem", "dummynet"] = "auto"
+    receipt_tcp_seconds: float = Field(default=10, gt=0)
+    defaults: Defaults = Defaults()
+    statistics: Statistics = Statistics()
+    scenarios: dict[str, Scenario]
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepSpec:
+        if self.format != SPEC_FORMAT:
+            raise ValueError(f"format {self.format} is not supported (this quicbed reads 1)")
+        if not self.scenarios:
+            raise ValueError("scenarios is empty")
+        return self
+
+    def digest(self) -> str:
+        """Hash of the resolved spec: a results folder belongs to exactly one."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class PlannedCell(BaseModel):
+    scenario: str
+    config: CellConfig
+
+
+def load_spec(path: Path) -> SweepSpec:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise QuicbedError(f"{path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise QuicbedError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise QuicbedError(f"{path}: a sweep spec is a mapping (name, scenarios, ...)")
+    try:
+        spec = SweepSpec(**data)
+    except ValidationError as exc:
+        raise from_validation(exc, str(path)) from None
+    plan(spec, source=str(path))  # every cell must be valid too
+    return spec
+
+
+def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
+    """Expand every scenario into cells, in a stable order; errors name the scenario."""
+    from quicbed import workloads
+
+    pageset = workloads.load()
+    cells: list[PlannedCell] = []
+    seen: set[str] = set()
+    d = spec.defaults
+    for name, sc in spec.scenarios.items():
+        where = f"{source}: scenarios.{name}"
+        for page in sc.pages:
+            if page not in pageset.pages:
+                raise QuicbedError(
+                    f"{where}.pages: unknown page {page!r} (defined: {', '.join(pageset.pages)})"
+                )
+        grid = itertools.product(sc.rate, sc.rtt, sc.loss, sc.jitter, sc.queue, sc.modes, sc.pages)
+        for rate, rtt, loss, jitter, queue, mode, page in grid:
+            try:
+                cond = make_condition(
+                    rate_mbit=rate, rtt_ms=rtt, loss_pct=loss, jitter_ms=jitter,
+                    jitter_kind=sc.jitter_kind if jitter else "none", queue=queue,
+                    seed=d.seed, count=d.count,
+                )  # fmt: skip
+                cfg = make_cell(
+                    condition=cond, page=page, runs=sc.runs or d.runs,
+                    warmup=d.warmup if sc.warmup is None else sc.warmup, mode=mode,
+                    arms=tuple(d.arms), order=d.order, order_seed=d.order_seed, cc=d.cc,
+                    shaper=spec.shaper, load_timeout_s=d.load_timeout_s,
+                )  # fmt: skip
+            except QuicbedError as exc:
+                raise QuicbedError(f"{where}: {exc}") from None
+            if cfg.cell_id() in seen:
+                continue  # scenarios may overlap; a cell is measured once
+            seen.add(cfg.cell_id())
+            cells.append(PlannedCell(scenario=name, config=cfg))
+    return cells
+
+
+def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
+    """A deliberately pessimistic wall-time estimate: receipt + loads at ~3x their bound."""
+    from quicbed import workloads
+
+    pageset = workloads.load()
+    total = 0.0
+    for pc in cells:
+        c = pc.config
+        rate = c.condition.rate_mbit or 1000.0
+        page = pageset.pages[c.page]
+        nbytes = page.image_bytes(pageset.kb) * page.count
+        load = 4 * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
+        total += receipt_s + len(c.arms) * (c.runs + c.warmup) * (3 * load + 0.5)
+    return total

@@ -1,0 +1,172 @@
+"""Run a sweep: every planned cell into one results folder, resumable at any moment.
+
+The folder belongs to one spec (``sweep.json`` holds it and its digest) and one set
+of software versions; resuming into a folder of another spec or other versions is
+refused unless forced. A lock file stops two runs from writing one folder, and says
+"still running" to anyone who looks (a replication package refuses such a folder).
+
+Resume is exact: a finished cell is skipped, an interrupted attempt continues with
+the loads it lacks (each stored load is committed, a load in flight was never
+stored), a failed cell stays failed (its receipt says why).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quicbed import provenance
+from quicbed.cell import CellResult, run_cell
+from quicbed.errors import QuicbedError
+from quicbed.spec import PlannedCell, SweepSpec, estimate_seconds, plan
+from quicbed.store import Store, now
+
+SWEEP_FILE = "sweep.json"
+LOCK_FILE = "sweep.lock"
+#: software whose version change makes old and new runs not comparable
+CHECKED_SOFTWARE = ("chromium", "apache", "quicbed-h3server", "quicbed-linkem", "quicbed")
+RECEIPT_SECONDS = 8 + 2 * 2 + 2 * 5  # ping, UDP rate and probes, beside 2 x TCP
+
+
+@dataclass
+class SweepOutcome:
+    out: Path
+    planned: int
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+    results: list[CellResult] = field(default_factory=list)
+
+
+def _software() -> dict[str, Any]:
+    sw = provenance.software()
+    out: dict[str, Any] = {}
+    for k in CHECKED_SOFTWARE:
+        v = sw.get(k)
+        out[k] = v.get("deps") if isinstance(v, dict) else v
+    return out
+
+
+@contextmanager
+def folder_lock(out: Path) -> Iterator[None]:
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise QuicbedError(f"{out} is in use by a running sweep") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def is_running(out: Path) -> bool:
+    """True while some process holds the folder's lock."""
+    path = out / LOCK_FILE
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def prepare_folder(out: Path, spec: SweepSpec, *, resume: bool, force: bool) -> None:
+    """Claim ``out`` for ``spec`` or check that it already belongs to it."""
+    meta = out / SWEEP_FILE
+    software = _software()
+    if meta.exists():
+        held = json.loads(meta.read_text())
+        if not resume:
+            raise QuicbedError(
+                f"{out} holds sweep {held['spec']['name']!r} already; use --resume to continue "
+                "it or choose another --out"
+            )
+        if held["digest"] != spec.digest() and not force:
+            raise QuicbedError(
+                f"{out} holds another spec (digest {held['digest']}, this one {spec.digest()}); "
+                "use --force to add to it anyway"
+            )
+        changed = [k for k in CHECKED_SOFTWARE if held["software"].get(k) != software.get(k)]
+        if changed and not force:
+            raise QuicbedError(
+                f"software changed since this sweep started ({', '.join(changed)}): its runs "
+                "would not be comparable; use --force to continue anyway"
+            )
+        return
+    if out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
+        raise QuicbedError(f"{out} is not empty and holds no quicbed sweep; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    body = {"format": 1, "created": now(), "digest": spec.digest(),
+            "spec": spec.model_dump(mode="json"), "software": software}  # fmt: skip
+    tmp = meta.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, indent=2))
+    tmp.replace(meta)
+
+
+def check_budget(cells: list[PlannedCell], spec: SweepSpec, max_s: float, yes: bool) -> float:
+    est = estimate_seconds(cells, RECEIPT_SECONDS + 2 * (spec.receipt_tcp_seconds + 2))
+    if est > max_s and not yes:
+        raise QuicbedError(
+            f"this sweep would take about {est / 3600:.1f} h ({len(cells)} cells), more than "
+            f"{max_s / 3600:.1f} h; pass --yes to run it"
+        )
+    return est
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    *,
+    prefix: str = "qb",
+    resume: bool = False,
+    force: bool = False,
+    on_cell: Callable[[int, int, PlannedCell, str], None] | None = None,
+    on_load: Callable[[str, int, int], None] | None = None,
+) -> SweepOutcome:
+    cells = plan(spec)
+    outcome = SweepOutcome(out=out, planned=len(cells))
+    with folder_lock(out):
+        prepare_folder(out, spec, resume=resume, force=force)
+        store = Store(out, create=True)
+        latest = store.latest_attempts()
+        store.close()
+        for i, pc in enumerate(cells):
+            cid = pc.config.cell_id()
+            prev = latest.get(cid)
+            if prev and prev["status"] in ("done", "failed"):
+                outcome.skipped += 1
+                if on_cell:
+                    on_cell(i, len(cells), pc, f"kept ({prev['status']})")
+                continue
+            if on_cell:
+                on_cell(i, len(cells), pc, "running")
+            resume_attempt = prev["attempt"] if prev else None
+            tcp_s = spec.receipt_tcp_seconds
+            r = run_cell(pc.config, out, prefix=prefix, receipt_tcp_seconds=tcp_s,
+                         progress=on_load, resume_attempt=resume_attempt)  # fmt: skip
+            if r.status == "failed" and "out of tolerance" in r.problem:
+                # one retry on a freshly applied link, as a new attempt
+                r = run_cell(pc.config, out, prefix=prefix, receipt_tcp_seconds=tcp_s,
+                             progress=on_load)  # fmt: skip
+            outcome.results.append(r)
+            if r.status == "done":
+                outcome.done += 1
+            else:
+                outcome.failed += 1
+    return outcome
