@@ -387,3 +387,16 @@ def run_cmd(
     out.print(f"next: quicbed report {out_dir}")
     if result.failed:
         raise typer.Exit(1)
+
+
+@app.command("report")
+def report_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder (a sweep or cells).")],
+) -> None:
+    """Statistics, heatmaps (PNG, SVG), table.csv and report/index.html, from the store only."""
+    from pathlib import Path
+
+    from quicbed.report import build
+
+    r = build(Path(results))
+    out.print(f"{len(r.rows)} cells, {len(r.figures)} heatmaps; report: {r.out / 'index.html'}")

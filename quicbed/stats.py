@@ -98,3 +98,55 @@ def compare(
         tcp=t, quic=q, enough=True, pct_diff=pct, welch_p=p, alpha=alpha,
         significant=p < alpha, warnings=warnings,
     )  # fmt: skip
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided Mann-Whitney U p-value: no normality assumed (PLTs are skewed)."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    return float(sps.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def bootstrap_diff_ci(
+    tcp: Sequence[float], quic: Sequence[float], *, n: int = 5000, seed: int = 1
+) -> tuple[float, float] | None:
+    """95 % percentile bootstrap CI of mean(tcp) - mean(quic), in ms (seeded: reproducible)."""
+    import numpy as np
+
+    if len(tcp) < 2 or len(quic) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    t, q = np.asarray(tcp, float), np.asarray(quic, float)
+    dt = rng.choice(t, size=(n, t.size)).mean(axis=1)
+    dq = rng.choice(q, size=(n, q.size)).mean(axis=1)
+    lo, hi = np.percentile(dt - dq, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def adjust(pvalues: Sequence[float | None], method: str) -> list[float | None]:
+    """Holm or Benjamini-Hochberg adjustment across the cells of one heatmap.
+
+    ``None`` (no test possible) stays ``None`` and does not count as a test.
+    """
+    if method == "none":
+        return list(pvalues)
+    idx = [i for i, p in enumerate(pvalues) if p is not None]
+    m = len(idx)
+    out: list[float | None] = list(pvalues)
+    if m == 0:
+        return out
+    order = sorted(idx, key=lambda i: pvalues[i])  # type: ignore[arg-type, return-value]
+    if method == "holm":
+        running = 0.0
+        for rank, i in enumerate(order):
+            running = max(running, min(1.0, (m - rank) * pvalues[i]))  # type: ignore[operator]
+            out[i] = running
+    elif method == "bh":
+        running = 1.0
+        for rank in range(m - 1, -1, -1):
+            i = order[rank]
+            running = min(running, pvalues[i] * m / (rank + 1))  # type: ignore[operator]
+            out[i] = min(1.0, running)
+    else:
+        raise ValueError(f"unknown correction {method!r} (none, holm, bh)")
+    return out

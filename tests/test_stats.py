@@ -50,3 +50,26 @@ def test_too_few_valid_runs_gives_no_number() -> None:
 def test_unstable_samples_warn() -> None:
     c = compare([100.0, 200.0, 100.0, 200.0], [100.0, 101.0, 100.0, 101.0], planned=4)
     assert any("h2: sd is" in w for w in c.warnings)
+
+
+def test_holm_and_bh_by_hand() -> None:
+    from quicbed.stats import adjust
+
+    p = [0.01, 0.04, 0.03, None, 0.005]
+    # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1, made monotone
+    assert adjust(p, "holm") == pytest.approx([0.03, 0.06, 0.06, None, 0.02])
+    # BH: sorted p * m / rank = 0.02, 0.02, 0.04, 0.04, made monotone from the top
+    assert adjust(p, "bh") == pytest.approx([0.02, 0.04, 0.04, None, 0.02])
+    assert adjust(p, "none") == p
+
+
+def test_mann_whitney_and_bootstrap() -> None:
+    from quicbed.stats import bootstrap_diff_ci, mann_whitney_p
+
+    # complete separation of 5 vs 5 (exact test): two-sided p = 2 / C(10, 5)
+    assert mann_whitney_p([6.0, 7, 8, 9, 10], [1.0, 2, 3, 4, 5]) == pytest.approx(2 / 252)
+    tcp = [200.0 + i for i in range(10)]
+    quic = [100.0 + i for i in range(10)]
+    lo, hi = bootstrap_diff_ci(tcp, quic)
+    assert lo < 100 < hi and hi - lo < 10
+    assert bootstrap_diff_ci(tcp, quic) == (lo, hi)  # seeded

@@ -1,0 +1,71 @@
+"""Heatmaps drawn as the reference study draws them.
+
+Rows are rates, columns are pages; the colour is the percentage difference
+(TCP - QUIC) / QUIC x 100 on a diverging scale from -100 % (blue, TCP faster) to
++100 % (red, QUIC faster); every cell carries its value; a cell that is not
+significant at alpha is white. Cells without a number say why: ``n/a`` (too few
+valid runs), ``fail`` (the link receipt failed), ``-`` (not measured).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.colors import TwoSlopeNorm
+
+CMAP = "RdBu_r"  # low = blue (TCP faster), high = red (QUIC faster)
+
+
+@dataclass
+class HeatCell:
+    pct: float | None = None
+    significant: bool | None = None
+    state: str = "-"  # ok | n/a | fail | -
+
+
+def draw_heatmap(
+    rows: list[str], cols: list[str], cells: dict[tuple[str, str], HeatCell], title: str,
+    path_base: Path,
+) -> list[Path]:  # fmt: skip
+    """Write ``path_base``.png and .svg; returns the two paths."""
+    fig_w = max(6.0, 1.1 * len(cols) + 2.6)
+    fig_h = max(3.0, 0.75 * len(rows) + 2.0)
+    fig, ax = plt.subplots(figsize=(fig_w, fig_h))
+    norm = TwoSlopeNorm(vmin=-100, vcenter=0, vmax=100)
+    cmap = plt.get_cmap(CMAP)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            cell = cells.get((r, c), HeatCell())
+            ink = "black"
+            if cell.state == "ok" and cell.pct is not None:
+                clipped = max(-100.0, min(100.0, cell.pct))
+                colour = cmap(norm(clipped)) if cell.significant else "white"
+                text = f"{cell.pct:+.0f}"
+                if cell.significant and abs(clipped) > 60:
+                    ink = "white"
+            else:
+                colour, text = "#d9d9d9", cell.state if cell.state != "ok" else "n/a"
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor=colour, edgecolor="#888888"))
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=9, color=ink)
+    ax.set_xlim(0, len(cols))
+    ax.set_ylim(len(rows), 0)
+    ax.set_xticks([j + 0.5 for j in range(len(cols))], cols, rotation=45, ha="right")
+    ax.set_yticks([i + 0.5 for i in range(len(rows))], rows)
+    ax.set_xlabel("page")
+    ax.set_ylabel("rate")
+    ax.set_title(title, fontsize=10)
+    sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
+    cb = fig.colorbar(sm, ax=ax, fraction=0.05, pad=0.03)
+    cb.set_label("(TCP - QUIC) / QUIC [%]", fontsize=8)
+    fig.tight_layout()
+    paths = [path_base.with_suffix(".png"), path_base.with_suffix(".svg")]
+    path_base.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(paths[0], dpi=130)
+    fig.savefig(paths[1])
+    plt.close(fig)
+    return paths

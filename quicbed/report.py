@@ -1,0 +1,206 @@
+"""The report: statistics, tables, heatmaps and an HTML page, from the store only.
+
+A pure function of the results folder: it never reads the memory of a run, so a
+replication package can regenerate it. ``DIR/report/`` is rebuilt from scratch.
+Per cell the latest attempt is used (the report says so and counts attempts).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from quicbed import __version__
+from quicbed.errors import QuicbedError
+from quicbed.plots import HeatCell, draw_heatmap
+from quicbed.stats import adjust, bootstrap_diff_ci, compare, mann_whitney_p
+from quicbed.store import Store
+from quicbed.sweep import SWEEP_FILE
+
+SINGLE_PAGES = ("5kb", "10kb", "100kb", "200kb", "500kb", "1mb", "10mb")
+COLUMNS = [
+    "scenario", "cell_id", "attempt", "attempts", "status", "page", "rate_mbit", "rtt_ms",
+    "loss_pct", "jitter_ms", "jitter_kind", "queue", "mode", "runs",
+    "n_h2", "mean_h2", "sd_h2", "median_h2", "n_h3", "mean_h3", "sd_h3", "median_h3",
+    "pct_diff", "welch_p", "mannwhitney_p", "p_used", "p_adjusted", "significant",
+    "boot_diff_low", "boot_diff_high", "receipt_passed", "invalid_h2", "invalid_h3", "problem",
+]  # fmt: skip
+
+
+@dataclass
+class Report:
+    out: Path
+    rows: list[dict[str, Any]]
+    figures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """One row per cell (latest attempt) with every statistic; corrections not yet applied."""
+    sweep = json.loads((root / SWEEP_FILE).read_text()) if (root / SWEEP_FILE).exists() else None
+    stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
+    alpha = stats_cfg.get("alpha", 0.01)
+    test = stats_cfg.get("test", "welch")
+    store = Store(root)
+    rows = []
+    scenario_of = {}
+    if sweep:
+        from quicbed.spec import SweepSpec, plan
+
+        scenario_of = {pc.config.cell_id(): pc.scenario for pc in plan(SweepSpec(**sweep["spec"]))}
+    try:
+        latest = store.latest_attempts()
+        for cid in store.cells():
+            if cid not in latest:
+                continue
+            cfg = store.cell_config(cid)
+            att = latest[cid]
+            cond = cfg["condition"]
+            row: dict[str, Any] = {
+                "scenario": scenario_of.get(cid, "cells"), "cell_id": cid,
+                "attempt": att["attempt"], "attempts": att["attempt"], "status": att["status"],
+                "page": cfg["page"], "rate_mbit": cond["rate_mbit"],
+                "rtt_ms": (cond["rtt_ms"] if cond["rtt_ms"] is not None else
+                           (cond["delay_down_ms"] or 0) + (cond["delay_up_ms"] or 0)),
+                "loss_pct": cond["loss_pct"], "jitter_ms": cond["jitter_ms"],
+                "jitter_kind": cond["jitter_kind"], "queue": cond["queue"], "mode": cfg["mode"],
+                "runs": cfg["runs"], "problem": att["problem"] or "",
+            }  # fmt: skip
+            receipt = json.loads(att["receipt"]) if att["receipt"] else None
+            row["receipt_passed"] = None if receipt is None else receipt["passed"]
+            runs = store.runs(cid, att["attempt"])
+            for arm in ("h2", "h3"):
+                row[f"invalid_{arm}"] = sum(
+                    1 for r in runs if r["arm"] == arm and not r["valid"] and not r["warmup"]
+                )
+            h2 = store.plts(cid, att["attempt"], "h2")
+            h3 = store.plts(cid, att["attempt"], "h3")
+            c = compare(h2, h3, planned=cfg["runs"], alpha=alpha)
+            for arm, s in (("h2", c.tcp), ("h3", c.quic)):
+                row.update({f"n_{arm}": s.n, f"mean_{arm}": s.mean, f"sd_{arm}": s.sd,
+                            f"median_{arm}": s.median})  # fmt: skip
+            row["pct_diff"] = c.pct_diff
+            row["welch_p"] = c.welch_p
+            row["mannwhitney_p"] = mann_whitney_p(h2, h3) if c.enough else None
+            row["p_used"] = row["welch_p"] if test == "welch" else row["mannwhitney_p"]
+            ci = bootstrap_diff_ci(h2, h3) if c.enough else None
+            row["boot_diff_low"], row["boot_diff_high"] = ci if ci else (None, None)
+            if att["status"] == "done" and not c.enough:
+                row["problem"] = c.problem
+            row["_runs"] = runs
+            row["_receipt"] = receipt
+            row["_warnings"] = c.warnings
+            rows.append(row)
+    finally:
+        store.close()
+    return rows, sweep
+
+
+def _heat_groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """(scenario, mode, single|multi) -> its rows: one heatmap each."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        kind = "single-object" if r["page"] in SINGLE_PAGES else "multi-object"
+        groups.setdefault((r["scenario"], r["mode"], kind), []).append(r)
+    return groups
+
+
+def _label_rate(v: float | None) -> str:
+    return "unlimited" if v is None else f"{v:g} Mbit/s"
+
+
+def build(root: Path) -> Report:
+    root = Path(root)
+    rows, sweep = cell_rows(root)
+    if not rows:
+        raise QuicbedError(f"{root} has no measured cells to report")
+    stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
+    alpha = stats_cfg.get("alpha", 0.01)
+    correction = stats_cfg.get("correction", "none")
+    from quicbed import workloads
+
+    page_order = list(workloads.load().pages)
+    out = root / "report"
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "figures").mkdir(parents=True)
+    report = Report(out=out, rows=rows)
+    for (scenario, mode, kind), grp in sorted(_heat_groups(rows).items()):
+        adj = adjust([r["p_used"] for r in grp], correction)
+        for r, p in zip(grp, adj, strict=True):
+            r["p_adjusted"] = p
+            r["significant"] = None if p is None else p < alpha
+        rates = sorted({r["rate_mbit"] for r in grp}, key=lambda v: (v is None, v or 0))
+        pages = [p for p in page_order if any(r["page"] == p for r in grp)]
+        cells = {}
+        for r in grp:
+            if r["status"] == "failed":
+                state = "fail"
+            elif r["pct_diff"] is None:
+                state = "n/a"
+            else:
+                state = "ok"
+            cells[(_label_rate(r["rate_mbit"]), r["page"])] = HeatCell(
+                pct=r["pct_diff"], significant=r["significant"], state=state
+            )
+        cond = grp[0]
+        title = (f"{scenario}: {cond['rtt_ms']:g} ms, loss {cond['loss_pct']:g} %"
+                 + (f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}"
+                    if cond["jitter_ms"] else "")
+                 + f"\nh2 (TCP) vs h3 (QUIC), {mode}, {kind}; white: p >= {alpha:g}")  # fmt: skip
+        base = out / "figures" / f"heatmap-{scenario}-{mode}-{kind}"
+        paths = draw_heatmap([_label_rate(v) for v in rates], pages, cells, title, base)
+        report.figures.append({
+            "title": title, "png": paths[0].name, "svg": paths[1].name,
+            "data": base64.b64encode(paths[0].read_bytes()).decode(),
+        })  # fmt: skip
+    with open(out / "table.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    _write_html(report, sweep, root, alpha, correction)
+    return report
+
+
+def _fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _write_html(
+    report: Report, sweep: dict[str, Any] | None, root: Path, alpha: float, correction: str
+) -> None:
+    env = Environment(
+        loader=PackageLoader("quicbed", "templates"), autoescape=select_autoescape(["html"])
+    )
+    env.filters["f"] = _fmt
+    env.filters["p"] = lambda v: "-" if v is None else f"{v:.3g}"
+    store = Store(root)
+    try:
+        prov = None
+        for r in report.rows:
+            att = store.attempt(r["cell_id"], r["attempt"])
+            prov = prov or att["provenance"]
+            r["_invalid_reasons"] = sorted({x["reason"] for x in r["_runs"]
+                                            if not x["valid"] and not x["warmup"]})  # fmt: skip
+            r["_rerun"] = f"quicbed cell --from {root} --cell {r['cell_id']}"
+    finally:
+        store.close()
+    html = env.get_template("report.html.j2").render(
+        rows=report.rows, figures=report.figures, sweep=sweep, alpha=alpha,
+        correction=correction, provenance=json.dumps(prov, indent=1, sort_keys=True),
+        version=__version__, created=datetime.now(UTC).isoformat(timespec="seconds"),
+        root=str(root),
+    )  # fmt: skip
+    (report.out / "index.html").write_text(html)
