@@ -254,8 +254,17 @@ def main() -> None:
 # --- cell -----------------------------------------------------------------------------
 @app.command("cell")
 def cell_cmd(
-    page: Annotated[str, typer.Option(help="Page name from workloads/pages.yaml.")],
-    out_dir: Annotated[str, typer.Option("--out", help="Results folder (created or added to).")],
+    page: Annotated[str | None, typer.Option(help="Page name from workloads/pages.yaml.")] = None,
+    out_dir: Annotated[
+        str | None, typer.Option("--out", help="Results folder (created or added to).")
+    ] = None,
+    from_dir: Annotated[
+        str | None, typer.Option("--from", help="Rerun a stored cell of this results folder.")
+    ] = None,
+    cell_id: Annotated[str | None, typer.Option("--cell", help="With --from: cell ID.")] = None,
+    where: Annotated[
+        str | None, typer.Option(help="With --from: e.g. rate=50,rtt=36,page=10kbx100.")
+    ] = None,
     rate: Annotated[
         str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")
     ] = "unlimited",
@@ -276,15 +285,35 @@ def cell_cmd(
     receipt_tcp_seconds: Annotated[float, typer.Option(help="Receipt iperf3 seconds.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Measure one cell: the page over h2 and h3 under one condition, verified and stored."""
-    from quicbed.cell import run_cell, validate
-    from quicbed.cellconfig import make_cell
+    """Measure one cell: the page over h2 and h3 under one condition, verified and stored.
 
-    cond = _link_options(rate, rtt, None, None, loss, None, None, jitter, jitter_kind, queue,
-                         "ethernet", seed)  # fmt: skip
-    cfg = make_cell(condition=cond, page=page, runs=runs, warmup=warmup, mode=mode,
-                    arms=tuple(a.strip() for a in arms.split(",") if a.strip()), order=order,
-                    cc=cc, shaper=shaper)  # fmt: skip
+    With --from DIR and --cell/--where: rerun a stored cell with its exact stored
+    configuration, as a new attempt beside the old ones (reports use the latest).
+    """
+    from pathlib import Path
+
+    from quicbed.cell import run_cell, validate
+    from quicbed.cellconfig import CellConfig, make_cell
+
+    if from_dir:
+        from quicbed.select import find_cell
+        from quicbed.store import Store
+
+        store = Store(Path(from_dir))
+        cid = find_cell(store, cell_id=cell_id, where=where)
+        cfg = CellConfig(**store.cell_config(cid))
+        store.close()
+        out_dir = out_dir or from_dir
+    else:
+        if cell_id or where:
+            raise QuicbedError("--cell and --where need --from DIR")
+        if not page or not out_dir:
+            raise QuicbedError("give --page and --out (or --from DIR --cell ID to rerun a cell)")
+        cond = _link_options(rate, rtt, None, None, loss, None, None, jitter, jitter_kind, queue,
+                             "ethernet", seed)  # fmt: skip
+        cfg = make_cell(condition=cond, page=page, runs=runs, warmup=warmup, mode=mode,
+                        arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
+                        order=order, cc=cc, shaper=shaper)  # fmt: skip
     validate(cfg)
     if receipt_tcp_seconds <= 0:
         raise QuicbedError(f"receipt-tcp-seconds must be > 0 (got {receipt_tcp_seconds:g})")
@@ -294,8 +323,6 @@ def cell_cmd(
 
         def step(arm: str, done: int, total: int) -> None:
             bar.update(task, completed=done, description=f"cell {cfg.cell_id()}: {arm}")
-
-        from pathlib import Path
 
         result = run_cell(cfg, Path(out_dir), prefix=prefix,
                           receipt_tcp_seconds=receipt_tcp_seconds, progress=step)  # fmt: skip
@@ -400,3 +427,21 @@ def report_cmd(
 
     r = build(Path(results))
     out.print(f"{len(r.rows)} cells, {len(r.figures)} heatmaps; report: {r.out / 'index.html'}")
+
+
+@app.command("export")
+def export_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder.")],
+    fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
+    dest: Annotated[
+        str | None, typer.Option("-o", help="Output file (default DIR/runs.FMT).")
+    ] = None,
+    replace: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+) -> None:
+    """One tidy row per load (every parameter, PLT, validity, timings)."""
+    from pathlib import Path
+
+    from quicbed.export import export
+
+    path = export(Path(results), fmt, Path(dest) if dest else None, replace)
+    out.print(f"wrote {path}")
