@@ -28,6 +28,17 @@ class HeatCell:
     state: str = "-"  # ok | n/a | fail | -
 
 
+def cell_look(cell: HeatCell, norm: TwoSlopeNorm, cmap: object) -> tuple[object, str, str]:
+    """(fill colour, text, text colour) of one heatmap cell: the masking rules in one place."""
+    if cell.state == "ok" and cell.pct is not None:
+        clipped = max(-100.0, min(100.0, cell.pct))
+        if not cell.significant:
+            return "white", f"{cell.pct:+.0f}", "black"
+        ink = "white" if abs(clipped) > 60 else "black"
+        return cmap(norm(clipped)), f"{cell.pct:+.0f}", ink  # type: ignore[operator]
+    return "#d9d9d9", cell.state if cell.state != "ok" else "n/a", "black"
+
+
 def draw_heatmap(
     rows: list[str], cols: list[str], cells: dict[tuple[str, str], HeatCell], title: str,
     path_base: Path,
@@ -40,16 +51,7 @@ def draw_heatmap(
     cmap = plt.get_cmap(CMAP)
     for i, r in enumerate(rows):
         for j, c in enumerate(cols):
-            cell = cells.get((r, c), HeatCell())
-            ink = "black"
-            if cell.state == "ok" and cell.pct is not None:
-                clipped = max(-100.0, min(100.0, cell.pct))
-                colour = cmap(norm(clipped)) if cell.significant else "white"
-                text = f"{cell.pct:+.0f}"
-                if cell.significant and abs(clipped) > 60:
-                    ink = "white"
-            else:
-                colour, text = "#d9d9d9", cell.state if cell.state != "ok" else "n/a"
+            colour, text, ink = cell_look(cells.get((r, c), HeatCell()), norm, cmap)
             ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor=colour, edgecolor="#888888"))
             ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=9, color=ink)
     ax.set_xlim(0, len(cols))

@@ -1,0 +1,100 @@
+"""Sweep specs: every validation path, the expansion, and the folder rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quicbed.errors import QuicbedError
+from quicbed.spec import load_spec, plan
+from quicbed.sweep import check_budget, prepare_folder
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = """
+format: 1
+name: t
+scenarios:
+  base:
+    rate: [10, 50]
+    rtt: [36]
+    pages: [5kb, 1mb]
+"""
+
+
+def _spec(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_presets_load_and_expand() -> None:
+    demo = load_spec(ROOT / "sweeps" / "demo.yaml")
+    assert len(plan(demo)) == 6
+    ll = plan(load_spec(ROOT / "sweeps" / "long-look.yaml"))
+    assert len(ll) == 4 * 3 * 13
+    loss = [pc for pc in ll if pc.scenario == "loss"]
+    assert all(pc.config.condition.loss_down() == pytest.approx(0.005) for pc in loss)
+    reo = [pc for pc in ll if pc.scenario == "reordering"]
+    assert {pc.config.condition.jitter_kind.value for pc in reo} == {"reorder"}
+
+
+def test_expansion_is_stable(tmp_path: Path) -> None:
+    a = [pc.config.cell_id() for pc in plan(load_spec(_spec(tmp_path, GOOD)))]
+    b = [pc.config.cell_id() for pc in plan(load_spec(_spec(tmp_path, GOOD)))]
+    assert a == b and len(set(a)) == 4
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (("    pages: [5kb, 1mb]", "    pages: [5kb, 1mb]\n    colour: red"), "colour"),
+        (("rate: [10, 50]", "rate: []"), "scenarios.base.rate: is empty"),
+        (("pages: [5kb, 1mb]", "pages: [5kb, 7kb]"), "unknown page '7kb'"),
+        (("name: t", "name: t\ndefaults: {runs: 1}"), "runs must be >= 2 for a variance (got 1)"),
+        (("rate: [10, 50]", "rate: [10, -5]"), "rate must be > 0 Mbit/s (got -5)"),
+        (("name: t", "name: t\nstatistics: {alpha: 2}"), "statistics.alpha"),
+        (("name: t", "name: t\nstatistics: {correction: bonferroni}"), "'bonferroni'"),
+        (("format: 1", "format: 9"), "format 9 is not supported"),
+        (("name: t", "name: t\ntestbed: emulab"), "'emulab'"),
+    ],
+)
+def test_bad_specs_name_key_and_value(tmp_path: Path, edit: tuple[str, str], needle: str) -> None:
+    text = GOOD.replace(*edit)
+    assert text != GOOD
+    with pytest.raises(QuicbedError) as exc:
+        load_spec(_spec(tmp_path, text))
+    assert needle in str(exc.value), str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(QuicbedError, match="not YAML"):
+        load_spec(_spec(tmp_path, "a: [1,"))
+    with pytest.raises(QuicbedError, match="No such file"):
+        load_spec(tmp_path / "none.yaml")
+
+
+def test_folder_rules(tmp_path: Path) -> None:
+    spec = load_spec(_spec(tmp_path, GOOD))
+    out = tmp_path / "res"
+    prepare_folder(out, spec, resume=False, force=False)
+    with pytest.raises(QuicbedError, match="holds sweep 't' already; use --resume"):
+        prepare_folder(out, spec, resume=False, force=False)
+    prepare_folder(out, spec, resume=True, force=False)
+    other = load_spec(_spec(tmp_path, GOOD.replace("[10, 50]", "[10]")))
+    with pytest.raises(QuicbedError, match="holds another spec"):
+        prepare_folder(out, other, resume=True, force=False)
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "notes.txt").write_text("x")
+    with pytest.raises(QuicbedError, match="not empty and holds no quicbed sweep"):
+        prepare_folder(junk, spec, resume=False, force=False)
+
+
+def test_time_budget_needs_yes() -> None:
+    spec = load_spec(ROOT / "sweeps" / "long-look.yaml")
+    cells = plan(spec)
+    with pytest.raises(QuicbedError, match=r"about \d+\.\d h \(156 cells\).*--yes"):
+        check_budget(cells, spec, 3600, yes=False)
+    assert check_budget(cells, spec, 3600, yes=True) > 3600
