@@ -36,10 +36,12 @@ test: setup lint
 	cd go && $(GO) test ./...
 	$(VENV)/bin/pytest -q
 
-# The main job (until sweeps land): one verified h2-vs-h3 cell on the local testbed.
+# The main job: the demo sweep on the local testbed, then its report.
+# (--resume: a second `make demo` continues or reuses results/demo.)
 demo: setup
-	$(VENV)/bin/quicbed cell --rate 10 --rtt 36 --page 5kb --runs 20 --out results/demo
-	@echo "results: results/demo (store.sqlite, hars/, logs/)"
+	$(VENV)/bin/quicbed run sweeps/demo.yaml --out results/demo --resume
+	$(VENV)/bin/quicbed report results/demo
+	@echo "report: $(CURDIR)/results/demo/report/index.html"
 
 bench: setup
 	$(PY) benchmarks/link_fidelity.py
