@@ -157,10 +157,8 @@ def build(root: Path) -> Report:
                  + f"\nh2 (TCP) vs h3 (QUIC), {mode}, {kind}; white: p >= {alpha:g}")  # fmt: skip
         base = out / "figures" / f"heatmap-{scenario}-{mode}-{kind}"
         paths = draw_heatmap([_label_rate(v) for v in rates], pages, cells, title, base)
-        report.figures.append({
-            "title": title, "png": paths[0].name, "svg": paths[1].name,
-            "data": base64.b64encode(paths[0].read_bytes()).decode(),
-        })  # fmt: skip
+        report.figures.append(_figure(title, paths))
+    report.figures += _mode_heatmaps(root, rows, page_order, alpha, out)
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
@@ -168,6 +166,61 @@ def build(root: Path) -> Report:
             w.writerow(r)
     _write_html(report, sweep, root, alpha, correction)
     return report
+
+
+def _figure(title: str, paths: list[Path]) -> dict[str, Any]:
+    """A figure of the HTML report: the PNG inlined (works offline, in a package)."""
+    data = base64.b64encode(paths[0].read_bytes()).decode()
+    return {"title": title, "png": paths[0].name, "svg": paths[1].name, "data": data}
+
+
+def _mode_heatmaps(
+    root: Path, rows: list[dict[str, Any]], page_order: list[str], alpha: float, out: Path
+) -> list[dict[str, Any]]:
+    """QUIC 0-RTT against QUIC 1-RTT where a scenario ran both modes.
+
+    Colour = (mean 1-RTT - mean 0-RTT) / mean 0-RTT x 100 (red: 0-RTT faster), Welch's
+    test on the two h3 samples; same masking as the protocol heatmaps.
+    """
+    from scipy import stats as sps
+
+    by_key: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        key = (r["scenario"], r["rate_mbit"], r["rtt_ms"], r["loss_pct"], r["jitter_ms"], r["page"])
+        by_key.setdefault(key, {})[r["mode"]] = r
+    pairs = {k: v for k, v in by_key.items() if {"0rtt", "1rtt"} <= set(v)}
+    if not pairs:
+        return []
+    store = Store(root)
+    figures = []
+    try:
+        for scenario in sorted({k[0] for k in pairs}):
+            for kind in ("single-object", "multi-object"):
+                keys = [k for k in pairs if k[0] == scenario
+                        and (k[5] in SINGLE_PAGES) == (kind == "single-object")]  # fmt: skip
+                if not keys:
+                    continue
+                cells = {}
+                for k in keys:
+                    zero, one = pairs[k]["0rtt"], pairs[k]["1rtt"]
+                    a = store.plts(zero["cell_id"], zero["attempt"], "h3")
+                    b = store.plts(one["cell_id"], one["attempt"], "h3")
+                    if len(a) < 2 or len(b) < 2:
+                        cells[(_label_rate(k[1]), k[5])] = HeatCell(state="n/a")
+                        continue
+                    pct = (sum(b) / len(b) - sum(a) / len(a)) / (sum(a) / len(a)) * 100
+                    p = float(sps.ttest_ind(b, a, equal_var=False).pvalue)
+                    cells[(_label_rate(k[1]), k[5])] = HeatCell(pct, p < alpha, "ok")
+                rates = sorted({k[1] for k in keys}, key=lambda v: (v is None, v or 0))
+                pages = [p for p in page_order if any(k[5] == p for k in keys)]
+                title = (f"{scenario}: QUIC 1-RTT vs 0-RTT, {kind}\n(1-RTT - 0-RTT) / 0-RTT; "
+                         f"red: 0-RTT faster; white: p >= {alpha:g}")  # fmt: skip
+                base = out / "figures" / f"heatmap-{scenario}-h3-0rtt-vs-1rtt-{kind}"
+                paths = draw_heatmap([_label_rate(v) for v in rates], pages, cells, title, base)
+                figures.append(_figure(title, paths))
+    finally:
+        store.close()
+    return figures
 
 
 def _fmt(v: Any, digits: int = 1) -> str:

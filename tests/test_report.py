@@ -1,0 +1,55 @@
+"""The report from a store with known runs: numbers, heatmaps, CSV, HTML."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from quicbed.cellconfig import make_cell
+from quicbed.link.model import make_condition
+from quicbed.report import build
+from quicbed.store import Store
+
+
+def _fill(root: Path, mode: str, h2: list[float], h3: list[float]) -> str:
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="5kb",
+                    runs=len(h3), warmup=0, mode=mode)  # fmt: skip
+    store = Store(root, create=True)
+    cid = cfg.cell_id()
+    store.add_cell(cid, cfg.model_dump(mode="json"))
+    att = store.new_attempt(cid, {"git": {"sha": "x"}})
+    store.set_receipt(cid, att, {"passed": True, "checks": []})
+    seq = 0
+    for arm, values in (("h2", h2), ("h3", h3)):
+        for rep, v in enumerate(values):
+            store.add_run({"cell_id": cid, "attempt": att, "arm": arm, "rep": rep, "seq": seq,
+                           "warmup": 0, "valid": 1, "reason": "", "plt_ms": v}, None)  # fmt: skip
+            seq += 1
+    store.add_run({"cell_id": cid, "attempt": att, "arm": "h3", "rep": 99, "seq": seq,
+                   "warmup": 0, "valid": 0, "reason": "protocol h2 on the h3 arm",
+                   "plt_ms": 1.0}, None)  # fmt: skip
+    store.finish_attempt(cid, att, "done")
+    store.close()
+    return cid
+
+
+def test_report_numbers_figures_and_html(tmp_path: Path) -> None:
+    _fill(tmp_path, "0rtt", [200.0, 210, 220, 230], [100.0, 101, 102, 103])
+    _fill(tmp_path, "1rtt", [200.0, 210, 220, 230], [150.0, 151, 152, 153])
+    rep = build(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "report" / "table.csv").read_text().splitlines()))
+    assert len(rows) == 2
+    r0 = next(r for r in rows if r["mode"] == "0rtt")
+    assert float(r0["pct_diff"]) == pytest.approx((215 - 101.5) / 101.5 * 100)
+    assert r0["n_h3"] == "4" and r0["invalid_h3"] == "1"  # the invalid run is counted, not used
+    assert r0["significant"] == "True"
+    titles = [f["title"] for f in rep.figures]
+    assert len(titles) == 3 and any("1-RTT vs 0-RTT" in t for t in titles)
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert html.count('<figure class="heatmap">') == 3
+    assert "protocol h2 on the h3 arm" in html and "quicbed cell --from" in html
+    assert "http://" not in html and "https://" not in html  # self-contained, no CDN
+    assert (tmp_path / "report" / "figures" /
+            "heatmap-cells-h3-0rtt-vs-1rtt-single-object.svg").exists()  # fmt: skip
