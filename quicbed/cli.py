@@ -126,20 +126,18 @@ def _condition(**kw: Any) -> LinkCondition:
 
 
 def _link_options(
-    rate: Annotated[
-        str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")
-    ] = "unlimited",
-    rtt: RttOpt = None,
-    delay_down: DelayDownOpt = None,
-    delay_up: DelayUpOpt = None,
-    loss: LossOpt = 0.0,
-    loss_down: LossDownOpt = None,
-    loss_up: LossUpOpt = None,
-    jitter: JitterOpt = 0.0,
-    jitter_kind: JitterKindOpt = "none",
-    queue: QueueOpt = "2bdp",
-    count: CountOpt = "ethernet",
-    seed: SeedOpt = 1,
+    rate: str,
+    rtt: float | None,
+    delay_down: float | None,
+    delay_up: float | None,
+    loss: float,
+    loss_down: float | None,
+    loss_up: float | None,
+    jitter: float,
+    jitter_kind: str,
+    queue: str,
+    count: str,
+    seed: int,
 ) -> LinkCondition:
     if count not in ("ethernet", "ip"):
         raise QuicbedError(f"count: unknown {count!r} (ethernet or ip)")
@@ -155,9 +153,7 @@ ShaperOpt = Annotated[str, typer.Option("--shaper", help="auto, userspace, netem
 
 @link_app.command("check", context_settings={"ignore_unknown_options": False})
 def link_check(
-    rate: Annotated[
-        str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")
-    ] = "unlimited",
+    rate: RateOpt = "unlimited",
     rtt: RttOpt = None,
     delay_down: DelayDownOpt = None,
     delay_up: DelayUpOpt = None,
@@ -265,9 +261,7 @@ def cell_cmd(
     where: Annotated[
         str | None, typer.Option(help="With --from: e.g. rate=50,rtt=36,page=10kbx100.")
     ] = None,
-    rate: Annotated[
-        str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")
-    ] = "unlimited",
+    rate: RateOpt = "unlimited",
     rtt: RttOpt = None,
     loss: LossOpt = 0.0,
     jitter: JitterOpt = 0.0,
