@@ -89,7 +89,7 @@ def main() -> int:
     if a.md:
         stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         lines = [f"Measured {stamp} on {platform.node()}, {os.cpu_count()} cores, kernel "
-                 f"{platform.release()}; results kept in {out}.", "",
+                 f"{platform.release()}.", "",
                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines += ["", "Target: " + ("met" if not missed else "missed: " + "; ".join(missed))]

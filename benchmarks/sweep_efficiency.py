@@ -80,10 +80,10 @@ def main() -> int:
         "",
         f"Target: overhead per load <= {TARGET_MS:.0f} ms median: "
         + ("met" if med <= TARGET_MS else "MISSED"),
-        f"Report: {report.out / 'index.html'}",
     ]
     text = "\n".join(lines)
     print(text)
+    print(f"Report: {report.out / 'index.html'}")
     if a.md:
         a.md.write_text(text + "\n")
     return 0 if med <= TARGET_MS and not outcome.failed else 1
