@@ -165,8 +165,13 @@ def run_cell(
                 browsers[arm] = Browser(bspec, tb.argv("client", []), log_dir)
                 browsers[arm].start()
             url = f"https://{cfg.host}/{cfg.page}/"
-            schedule = cfg.schedule()
-            for seq, (arm, rep) in enumerate(schedule):
+            schedule = list(enumerate(cfg.schedule()))
+            if done and cfg.warmup:
+                # A resumed attempt has fresh browsers: warm them up again (stored as
+                # warm-ups with negative reps) so 0-RTT state exists before measuring.
+                low = min(r for _, r in done)
+                schedule = [(-1, (arm, low - 1)) for arm in cfg.arms] + schedule
+            for seq, (arm, rep) in schedule:
                 if (arm, rep) in done:
                     continue
                 if fault:

@@ -34,7 +34,9 @@ def _runs(out: Path) -> list[tuple]:
         return []
     try:
         with sqlite3.connect(db, timeout=5) as con:
-            return con.execute("SELECT run_id, cell_id, attempt, arm, rep FROM runs").fetchall()
+            return con.execute(
+                "SELECT run_id, cell_id, attempt, arm, rep, warmup, valid FROM runs"
+            ).fetchall()
     except sqlite3.OperationalError:
         return []
 
@@ -64,12 +66,17 @@ def test_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
                              prefix], capture_output=True, text=True, timeout=600)  # fmt: skip
         assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
         after = _runs(out)
-        assert before <= set(after), "a completed run was lost"
-        assert len(after) == len(set(after)) == 20  # 2 cells x 2 arms x (4 + 1): none twice
+        assert {r[0] for r in before} <= {r[0] for r in after}, "a completed run was lost"
+        planned = [r for r in after if r[4] >= 0]
+        assert len(planned) == len({r[0] for r in planned}) == 20  # 2 x 2 x (4 + 1), none twice
         per_cell: dict[str, set] = {}
-        for _, cell, _, arm, rep in after:
+        for _, cell, _, arm, rep, _, _ in planned:
             per_cell.setdefault(cell, set()).add((arm, rep))
         assert all(len(v) == 10 for v in per_cell.values()) and len(per_cell) == 2
+        # the resumed browsers were warmed up again (negative reps), so every measured
+        # load after the resume still used 0-RTT / TLS resumption and counts
+        assert all(r[5] == 1 for r in after if r[4] < 0)
+        assert all(r[6] == 1 for r in after if r[5] == 0), [r for r in after if not r[6]]
 
         rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True,
                              timeout=120)  # fmt: skip
