@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ class CellResult:
     comparison: Comparison | None
     invalid: dict[str, list[str]]
     out: Path
+    verified: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +54,7 @@ class CellResult:
             "receipt_passed": None if self.receipt is None else self.receipt.passed,
             "comparison": None if self.comparison is None else self.comparison.model_dump(),
             "invalid": self.invalid,
+            "verified": self.verified,
         }
 
 
@@ -127,6 +129,7 @@ def run_cell(
     from quicbed.client.chromium import Browser, BrowserSpec
 
     pageset = validate(cfg)
+    out = out.resolve()  # servers get paths from it and run with other working dirs
     tb = LocalTestbed(prefix)
     store = Store(out, create=True)
     cell_id = cfg.cell_id()
@@ -222,8 +225,29 @@ def run_cell(
         comparison = compare(store.plts(cell_id, attempt, "h2"), store.plts(cell_id, attempt, "h3"),
                              planned=cfg.runs)  # fmt: skip
     invalid: dict[str, list[str]] = {}
-    for r in store.runs(cell_id, attempt):
+    runs = store.runs(cell_id, attempt)
+    for r in runs:
         if not r["valid"]:
             invalid.setdefault(r["arm"], []).append(f"#{r['rep']}: {r['reason']}")
     store.close()
-    return CellResult(cell_id, attempt, status, problem, receipt, comparison, invalid, out)
+    return CellResult(cell_id, attempt, status, problem, receipt, comparison, invalid, out,
+                      verify_summary(runs))  # fmt: skip
+
+
+def verify_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per arm, what the checks of each measured load found, so the claim "h3 with
+    0-RTT, h2 with TLS resumption" is read off the stored evidence, not the config."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        if r["warmup"]:
+            continue
+        a = out.setdefault(r["arm"], {"measured": 0, "valid": 0, "protocols": [],
+                                      "used_0rtt": 0, "tls_resumed": 0})  # fmt: skip
+        a["measured"] += 1
+        a["valid"] += int(bool(r["valid"]))
+        a["used_0rtt"] += int(r["used_0rtt"] == 1)
+        a["tls_resumed"] += int(r["tls_resumed"] == 1)
+        for p in r["protocols"] or []:
+            if p not in a["protocols"]:
+                a["protocols"].append(p)
+    return out

@@ -356,6 +356,10 @@ def print_cell(result: Any, cfg: Any) -> None:
                       f"Welch p = {c.welch_p:.3g}, {sig} at {c.alpha:g}")  # fmt: skip
         for w in c.warnings:
             out.print(f"[yellow]warning:[/] {w}")
+    for arm, v in result.verified.items():
+        out.print(f"{arm}: {v['valid']}/{v['measured']} loads verified, protocols "
+                  f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
+                  f"TLS resumed {v['tls_resumed']}")  # fmt: skip
     for arm, reasons in result.invalid.items():
         out.print(f"[yellow]{len(reasons)} invalid {arm} load(s):[/] {reasons[0]}")
 

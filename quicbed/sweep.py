@@ -139,6 +139,7 @@ def run_sweep(
     on_cell: Callable[[int, int, PlannedCell, str], None] | None = None,
     on_load: Callable[[str, int, int], None] | None = None,
 ) -> SweepOutcome:
+    out = out.resolve()
     cells = plan(spec)
     outcome = SweepOutcome(out=out, planned=len(cells))
     with folder_lock(out):

@@ -33,10 +33,13 @@ def clean(prefix: str):
     assert not left, f"left running: {left}"
 
 
-def test_cell_at_112ms_h3_0rtt_beats_h2(prefix: str, tmp_path: Path, clean: None) -> None:
+def test_cell_at_112ms_h3_0rtt_beats_h2(
+    prefix: str, tmp_path: Path, clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=112), page="5kb", runs=3,
                     warmup=1)  # fmt: skip
-    r = run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=2)
+    monkeypatch.chdir(tmp_path)  # a relative results folder, as users type it
+    r = run_cell(cfg, Path("res"), prefix=prefix, receipt_tcp_seconds=2)
     assert r.status == "done", r.problem
     assert r.receipt is not None and r.receipt.passed
     assert r.invalid == {}, r.invalid
@@ -51,6 +54,9 @@ def test_cell_at_112ms_h3_0rtt_beats_h2(prefix: str, tmp_path: Path, clean: None
         if x["arm"] == "h2" and not x["warmup"]:
             assert x["tls_resumed"] == 1
         assert (tmp_path / "res" / x["har_path"]).exists()
+    assert r.verified["h3"] == {"measured": 3, "valid": 3, "protocols": ["h3"], "used_0rtt": 3,
+                                "tls_resumed": 3}  # fmt: skip
+    assert r.verified["h2"]["tls_resumed"] == 3 and r.verified["h2"]["protocols"] == ["h2"]
     c = r.comparison
     assert c is not None and c.enough
     assert c.quic.mean * 1.3 < c.tcp.mean, (c.quic.mean, c.tcp.mean)  # 0-RTT saves RTTs
