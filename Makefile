@@ -18,6 +18,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(BOOTPY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements.txt -e .
+	$(PY) -m quicbed.genilib_compat
 	touch $@
 
 # Apt packages, host tuning, Apache, Chromium and our Go binaries, via the roles.
