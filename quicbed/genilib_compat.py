@@ -181,6 +181,9 @@ def apply_fixes(root: Path, fixes: tuple[Fix, ...] = FIXES) -> dict[str, str]:
             tmp = target.with_name(target.name + ".quicbed-tmp")
             tmp.write_bytes(new_text.encode("utf-8"))
             os.replace(tmp, target)
+            # A bytecode cache of the release must never be taken for the fixed source.
+            for pyc in target.parent.glob(f"__pycache__/{target.stem}.*.pyc"):
+                pyc.unlink()
             states[path] = "patched"
             continue
         try:
@@ -235,15 +238,18 @@ pc.printRequestRSpec()
 """
 
 
-def verify(python: str = sys.executable, root: Path | None = None) -> None:
-    """Render a small request with ``python``; CompatError with its stderr if that fails."""
+def verify(root: Path | None = None) -> None:
+    """Render a small request in a fresh interpreter; CompatError with its stderr if not.
+
+    ``root`` puts another copy of geni-lib first on the path (tests use a copy).
+    """
     env = dict(os.environ)
     env.pop("GENILIB_PORTAL_MODE", None)
     if root is not None:
         env["PYTHONPATH"] = str(root)
     with tempfile.TemporaryDirectory(prefix="genilib-verify-") as cwd:
         proc = subprocess.run(
-            [python, "-c", _VERIFY],
+            [sys.executable, "-c", _VERIFY],
             capture_output=True,
             text=True,
             timeout=60,

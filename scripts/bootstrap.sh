@@ -147,8 +147,11 @@ main() {
     role=$1
     quic_version=$2
     ref=${3:-}
-    case "$role" in server | client | bridge) ;; *) fail 64 "unknown role '$role'" ;; esac
     case "$quic_version" in RFCv1 | Q037) ;; *) fail 64 "unknown QUIC version '$quic_version'" ;; esac
+    case "$role" in server | client | bridge) ;; *) fail 64 "unknown role '$role'" ;; esac
+    case "$ref" in
+    -* | *..* | *[!A-Za-z0-9._/-]*) fail 64 "git ref '$ref' is not a branch, tag or commit name" ;;
+    esac
 
     detect_os
     install_ansible
