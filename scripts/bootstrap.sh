@@ -21,8 +21,8 @@
 #   Ubuntu 18.04   /usr/bin/python3 (3.6)       4.10.0   2.11.12       pip 21.3.1, setuptools
 #                                                                      59.6.0, wheel 0.37.1
 #                                                                      (last for 3.6)
-#   FreeBSD 13     /usr/local/bin/python3.11    12.3.0   2.19.14       cryptography, PyYAML,
-#                  (pkg python311)                                     Jinja2 from pkg (no
+#   FreeBSD 13     /usr/local/bin/python3       12.3.0   2.19.14       cryptography, PyYAML,
+#                  (pkg's default, >= 3.11)                            Jinja2 from pkg (no
 #                                                                      FreeBSD wheels on PyPI)
 
 # QUICBED_LOCAL only exists so that tests can run the argument checks elsewhere.
@@ -65,13 +65,18 @@ detect_os() {
         *) fail 69 "unsupported FreeBSD $(freebsd-version -u) (the pins table knows 13)" ;;
         esac
         PKG=pkg
-        PY=/usr/local/bin/python3.11
+        PY=/usr/local/bin/python3
         TARGET_PY=$PY
         PINS="ansible==12.3.0 ansible-core==2.19.14"
         VENV_OPTS=--system-site-packages
+        # pkg builds py-* packages only for the ports' default Python: follow it.
+        [ -x "$PY" ] || pkg install -y python3 || fail 71 "pkg install python3"
+        "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+            fail 69 "pkg's default $("$PY" -V 2>&1) is older than ansible-core 2.19's 3.11"
+        flavor=$("$PY" -c 'import sys; print("py%d%d" % sys.version_info[:2])')
         if ! "$PY" -c 'import cryptography, yaml, jinja2' 2>/dev/null; then
-            pkg install -y python311 py311-cryptography py311-pyyaml py311-Jinja2 ||
-                fail 71 "pkg install python311 py311-cryptography py311-pyyaml py311-Jinja2"
+            pkg install -y "$flavor-cryptography" "$flavor-pyyaml" "$flavor-Jinja2" ||
+                fail 71 "pkg install $flavor-cryptography $flavor-pyyaml $flavor-Jinja2"
         fi
         return
     fi
@@ -92,7 +97,7 @@ detect_os() {
 }
 
 install_ansible() {
-    stamp="$PY $VENV_OPTS | $BOOT_PINS | $PINS"
+    stamp="$PY $("$PY" -V 2>&1) $VENV_OPTS | $BOOT_PINS | $PINS"
     if [ "$(cat "$VENV/.quicbed-pins" 2>/dev/null)" = "$stamp" ] &&
         "$VENV/bin/ansible-playbook" --version >/dev/null 2>&1; then
         echo "bootstrap: Ansible venv up to date ($PINS)"
