@@ -87,11 +87,11 @@ SHAPING_DEFAULTS = {"bandwidth_mbit": 100.0, "rtt_ms": 36.0, "loss": 0.0}
 # A git ref that is safe on a command line and plausible for git (branch, tag, sha).
 _GIT_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 
-tourDescription = """
+tourDescription = f"""
 **quicbed**: QUIC vs TCP page-load experiments, as code.
 
-Three nodes on one layer-2 segment: `server` (Apache HTTP/2 and a QUIC server, the
-same files) and `client` (headless Chromium, probes), joined by a transparent
+Three nodes on one layer-2 segment: `{SERVER}` (Apache HTTP/2 and a QUIC server, the
+same files) and `{CLIENT}` (headless Chromium, probes), joined by a transparent
 **FreeBSD bridge** node that shapes the link with Dummynet (Emulab's bridged link).
 Every node runs `scripts/bootstrap.sh` at boot, which installs a pinned Ansible and
 applies `playbooks/site.yml` for its role. Choose the QUIC version (IETF QUIC v1 on
