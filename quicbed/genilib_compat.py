@@ -159,11 +159,14 @@ def _pristine(text: str, fixes: list[Fix], where: str) -> str:
     return text
 
 
-def apply_fixes(root: Path, fixes: tuple[Fix, ...] = FIXES) -> dict[str, str]:
+def apply_fixes(
+    root: Path, fixes: tuple[Fix, ...] = FIXES, *, write: bool = True
+) -> dict[str, str]:
     """Patch the release under ``root``; returns path -> "patched" | "already patched".
 
     Idempotent. Refuses (CompatError) any file that is neither the recorded
-    release nor exactly the release plus these fixes.
+    release nor exactly the release plus these fixes. ``write=False`` only looks:
+    a file still to patch is reported "unpatched".
     """
     hashes = recorded_hashes(root)
     states: dict[str, str] = {}
@@ -175,6 +178,9 @@ def apply_fixes(root: Path, fixes: tuple[Fix, ...] = FIXES) -> dict[str, str]:
         if recorded is None:
             raise CompatError(f"{path} is not in geni-lib {GENILIB_VERSION}'s RECORD")
         if _sha256_b64(data) == recorded:
+            if not write:
+                states[path] = "unpatched"
+                continue
             new_text = text
             for fix in file_fixes:
                 new_text = _replace_once(new_text, fix.old, fix.new, path)

@@ -417,8 +417,8 @@ def _tree_hash(root: Path) -> str:
 
 
 def test_installed_geni_lib_is_the_patched_release() -> None:
-    states = gc.apply_fixes(gc.site_root())
-    assert set(states.values()) == {"already patched"}
+    states = gc.apply_fixes(gc.site_root(), write=False)
+    assert states == {"geni/portal.py": "already patched", "geni/rspec/pg.py": "already patched"}
     req = (ROOT / "requirements.txt").read_text().splitlines()
     assert f"geni-lib=={gc.GENILIB_VERSION}" in req
     assert any(line.startswith("six==") for line in req)
@@ -427,6 +427,8 @@ def test_installed_geni_lib_is_the_patched_release() -> None:
 def test_compat_is_idempotent(tmp_path: Path) -> None:
     root = _copy_release(tmp_path)
     pristine = _tree_hash(root)
+    assert set(gc.apply_fixes(root, write=False).values()) == {"unpatched"}
+    assert _tree_hash(root) == pristine
     assert gc.main(["--root", str(root)]) == 0
     once = _tree_hash(root)
     assert once != pristine
