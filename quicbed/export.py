@@ -57,7 +57,11 @@ def rows(root: Path) -> list[dict[str, Any]]:
         store.close()
 
 
-def export(root: Path, fmt: str, dest: Path | None = None, replace: bool = False) -> Path:
+def export(
+    root: Path, fmt: str, dest: Path | None = None, replace: bool = False, source: str | None = None
+) -> Path:
+    """Write the tidy table; ``source`` names the results in the Parquet metadata
+    (default: the folder's path; a replication package names itself instead)."""
     if fmt not in ("csv", "parquet"):
         raise QuicbedError(f"--format: unknown {fmt!r} (csv or parquet)")
     dest = dest or Path(root) / f"runs.{fmt}"
@@ -75,7 +79,8 @@ def export(root: Path, fmt: str, dest: Path | None = None, replace: bool = False
         import pyarrow.parquet as pq
 
         table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in data])
-        table = table.replace_schema_metadata({"quicbed": json.dumps({"source": str(root)})})
+        meta = {"quicbed": json.dumps({"source": source or str(root)})}
+        table = table.replace_schema_metadata(meta)
         pq.write_table(table, tmp)
     tmp.replace(dest)
     return dest

@@ -5,6 +5,11 @@ Rows are rates, columns are pages; the colour is the percentage difference
 +100 % (red, QUIC faster); every cell carries its value; a cell that is not
 significant at alpha is white. Cells without a number say why: ``n/a`` (too few
 valid runs), ``fail`` (the link receipt failed), ``-`` (not measured).
+
+Output is deterministic (fixed SVG id salt, no date in the SVG, a fixed PNG
+software tag), so that a replication package can prove by bytes that a figure is
+what this code draws from the packaged numbers; :func:`figure_data` gives those
+numbers (what each cell shows) for comparison across matplotlib versions.
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.colors import TwoSlopeNorm
+from matplotlib.colors import TwoSlopeNorm, to_hex
 
 CMAP = "RdBu_r"  # low = blue (TCP faster), high = red (QUIC faster)
+#: rc settings that make the saved files byte-reproducible for one matplotlib version
+DETERMINISTIC = {"svg.hashsalt": "quicbed"}
 
 
 @dataclass
@@ -37,6 +44,24 @@ def cell_look(cell: HeatCell, norm: TwoSlopeNorm, cmap: object) -> tuple[object,
         ink = "white" if abs(clipped) > 60 else "black"
         return cmap(norm(clipped)), f"{cell.pct:+.0f}", ink  # type: ignore[operator]
     return "#d9d9d9", cell.state if cell.state != "ok" else "n/a", "black"
+
+
+def figure_data(
+    rows: list[str], cols: list[str], cells: dict[tuple[str, str], HeatCell], title: str
+) -> dict[str, object]:
+    """What the heatmap shows, cell by cell (text, fill colour, state, number): the
+    numbers behind the figure, comparable without comparing images."""
+    norm = TwoSlopeNorm(vmin=-100, vcenter=0, vmax=100)
+    cmap = plt.get_cmap(CMAP)
+    out = []
+    for r in rows:
+        for c in cols:
+            cell = cells.get((r, c), HeatCell())
+            colour, text, _ = cell_look(cell, norm, cmap)
+            out.append({"row": r, "col": c, "state": cell.state, "pct": cell.pct,
+                        "significant": cell.significant, "text": text,
+                        "fill": to_hex(colour)})  # type: ignore[arg-type]  # fmt: skip
+    return {"title": title, "rows": rows, "cols": cols, "cells": out}
 
 
 def draw_heatmap(
@@ -67,7 +92,8 @@ def draw_heatmap(
     fig.tight_layout()
     paths = [path_base.with_suffix(".png"), path_base.with_suffix(".svg")]
     path_base.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(paths[0], dpi=130)
-    fig.savefig(paths[1])
+    with plt.rc_context(DETERMINISTIC):
+        fig.savefig(paths[0], dpi=130, metadata={"Software": "quicbed"})
+        fig.savefig(paths[1], metadata={"Date": None, "Creator": "quicbed"})
     plt.close(fig)
     return paths

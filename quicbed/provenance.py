@@ -1,11 +1,13 @@
 """Provenance: what software and machine produced a result, stored with every attempt.
 
 Collected from the programs themselves (``--version`` and build info), never typed
-in: a replication package must say what really ran.
+in: a replication package must say what really ran. Everything here is cheap (one
+``--version`` per program, files under /proc): it runs once per attempt.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 import re
 import subprocess
@@ -73,6 +75,43 @@ def software() -> dict[str, Any]:
     }
 
 
+#: host sysctls (root network namespace) that shape TCP and UDP behaviour; the values
+#: set per testbed namespace are read back into each fidelity receipt (``tuning``)
+SYSCTLS = (
+    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
+    "net.core.default_qdisc", "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_available_congestion_control", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_sack", "net.ipv4.tcp_ecn", "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_fastopen", "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_mtu_probing", "net.ipv4.udp_rmem_min",
+    "net.ipv4.udp_wmem_min",
+)  # fmt: skip
+
+
+def sysctls() -> dict[str, str | None]:
+    """The host's values of :data:`SYSCTLS`, read from /proc/sys (no subprocess)."""
+    out: dict[str, str | None] = {}
+    for key in SYSCTLS:
+        try:
+            text = (Path("/proc/sys") / key.replace(".", "/")).read_text()
+            out[key] = " ".join(text.split())
+        except OSError:
+            out[key] = None
+    return out
+
+
+def python_packages() -> dict[str, str]:
+    """Every installed Python distribution and its version (what ``pip freeze`` says),
+    read from package metadata: a replication needs the versions that really ran,
+    which may differ from requirements.txt."""
+    out = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            out[name] = dist.version
+    return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
+
+
 def machine() -> dict[str, Any]:
     cpu = None
     try:
@@ -107,5 +146,7 @@ def collect() -> dict[str, Any]:
         "git": git_state(),
         "software": software(),
         "machine": machine(),
+        "sysctls": sysctls(),
+        "python_packages": python_packages(),
         "argv": sys.argv,
     }

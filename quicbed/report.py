@@ -1,8 +1,10 @@
 """The report: statistics, tables, heatmaps and an HTML page, from the store only.
 
 A pure function of the results folder: it never reads the memory of a run, so a
-replication package can regenerate it. ``DIR/report/`` is rebuilt from scratch.
-Per cell the latest attempt is used (the report says so and counts attempts).
+replication package can regenerate it. ``DIR/report/`` (or another folder) is
+rebuilt from scratch. Per cell the latest attempt is used (the report says so and
+counts attempts). ``figures.json`` holds what each heatmap shows, cell by cell, so
+regenerated figures can be compared by their numbers as well as by their bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from quicbed import __version__
 from quicbed.errors import QuicbedError
-from quicbed.plots import HeatCell, draw_heatmap
+from quicbed.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.stats import adjust, bootstrap_diff_ci, compare, mann_whitney_p
 from quicbed.store import Store
 from quicbed.sweep import SWEEP_FILE
@@ -116,7 +118,10 @@ def _label_rate(v: float | None) -> str:
     return "unlimited" if v is None else f"{v:g} Mbit/s"
 
 
-def build(root: Path) -> Report:
+def build(root: Path, out: Path | None = None, source: str | None = None) -> Report:
+    """Rebuild the report of the results folder ``root`` into ``out`` (default
+    ``root/report``). ``source`` is how the report names the results in its text and
+    its rerun commands (default: the folder's path; a package names its archive)."""
     root = Path(root)
     rows, sweep = cell_rows(root)
     if not rows:
@@ -127,7 +132,7 @@ def build(root: Path) -> Report:
     from quicbed import workloads
 
     page_order = list(workloads.load().pages)
-    out = root / "report"
+    out = Path(out) if out else root / "report"
     if out.exists():
         shutil.rmtree(out)
     (out / "figures").mkdir(parents=True)
@@ -156,22 +161,26 @@ def build(root: Path) -> Report:
                     if cond["jitter_ms"] else "")
                  + f"\nh2 (TCP) vs h3 (QUIC), {mode}, {kind}; white: p >= {alpha:g}")  # fmt: skip
         base = out / "figures" / f"heatmap-{scenario}-{mode}-{kind}"
-        paths = draw_heatmap([_label_rate(v) for v in rates], pages, cells, title, base)
-        report.figures.append(_figure(title, paths))
+        labels = [_label_rate(v) for v in rates]
+        paths = draw_heatmap(labels, pages, cells, title, base)
+        report.figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
     report.figures += _mode_heatmaps(root, rows, page_order, alpha, out)
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow(r)
-    _write_html(report, sweep, root, alpha, correction)
+    shown = [{k: f[k] for k in ("png", "svg", "shows")} for f in report.figures]
+    (out / "figures.json").write_text(json.dumps(shown, indent=1) + "\n")
+    _write_html(report, sweep, root, alpha, correction, source or str(root))
     return report
 
 
-def _figure(title: str, paths: list[Path]) -> dict[str, Any]:
+def _figure(title: str, paths: list[Path], shows: dict[str, Any]) -> dict[str, Any]:
     """A figure of the HTML report: the PNG inlined (works offline, in a package)."""
     data = base64.b64encode(paths[0].read_bytes()).decode()
-    return {"title": title, "png": paths[0].name, "svg": paths[1].name, "data": data}
+    return {"title": title, "png": paths[0].name, "svg": paths[1].name, "data": data,
+            "shows": shows}  # fmt: skip
 
 
 def _mode_heatmaps(
@@ -216,8 +225,9 @@ def _mode_heatmaps(
                 title = (f"{scenario}: QUIC 1-RTT vs 0-RTT, {kind}\n(1-RTT - 0-RTT) / 0-RTT; "
                          f"red: 0-RTT faster; white: p >= {alpha:g}")  # fmt: skip
                 base = out / "figures" / f"heatmap-{scenario}-h3-0rtt-vs-1rtt-{kind}"
-                paths = draw_heatmap([_label_rate(v) for v in rates], pages, cells, title, base)
-                figures.append(_figure(title, paths))
+                labels = [_label_rate(v) for v in rates]
+                paths = draw_heatmap(labels, pages, cells, title, base)
+                figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
     finally:
         store.close()
     return figures
@@ -232,8 +242,9 @@ def _fmt(v: Any, digits: int = 1) -> str:
 
 
 def _write_html(
-    report: Report, sweep: dict[str, Any] | None, root: Path, alpha: float, correction: str
-) -> None:
+    report: Report, sweep: dict[str, Any] | None, root: Path, alpha: float, correction: str,
+    source: str,
+) -> None:  # fmt: skip
     env = Environment(
         loader=PackageLoader("quicbed", "templates"), autoescape=select_autoescape(["html"])
     )
@@ -247,13 +258,13 @@ def _write_html(
             prov = prov or att["provenance"]
             r["_invalid_reasons"] = sorted({x["reason"] for x in r["_runs"]
                                             if not x["valid"] and not x["warmup"]})  # fmt: skip
-            r["_rerun"] = f"quicbed cell --from {root} --cell {r['cell_id']}"
+            r["_rerun"] = f"quicbed cell --from {source} --cell {r['cell_id']}"
     finally:
         store.close()
     html = env.get_template("report.html.j2").render(
         rows=report.rows, figures=report.figures, sweep=sweep, alpha=alpha,
         correction=correction, provenance=json.dumps(prov, indent=1, sort_keys=True),
         version=__version__, created=datetime.now(UTC).isoformat(timespec="seconds"),
-        root=str(root),
+        root=source,
     )  # fmt: skip
     (report.out / "index.html").write_text(html)

@@ -1,0 +1,612 @@
+"""Replication packages: one archive with which a reviewer verifies, regenerates, reruns.
+
+Layout (format 1), under one top folder named after the archive::
+
+    MANIFEST.json   format, created, quicbed version and git state, counts, what was
+                    left out and why, notes, and size + SHA-256 of every other file
+    SHA256SUMS      the same checksums for ``sha256sum -c`` (no quicbed needed)
+    README.md       generated: contents, how to verify, regenerate each figure, rerun
+                    each cell
+    results/        a quicbed results folder: sweep.json, store.sqlite (a consistent
+                    snapshot), hars/ (gzipped, unless --no-har), logs/ (server
+                    connection logs, browser logs)
+    report/         the report rebuilt from results/: index.html, table.csv,
+                    figures.json, figures/*.png and *.svg
+    data/           runs.csv, runs.parquet (one row per load), receipts.json (every
+                    fidelity receipt), cells.json (cell configurations, attempts)
+    provenance/     runs.json (software, machine, sysctls, offloads, testbed, as
+                    recorded with the runs), package.json (what built the package)
+    repo/           profile.py, playbooks/, roles/, workloads/, sweeps/ and the pin
+                    files (requirements.txt, go.mod/go.sum, the driver's lock file),
+                    as committed at the git SHA the runs recorded
+
+Everything derived (report/, data/) is rebuilt at package time from the snapshot in
+results/, so the package is consistent even if DIR/report is stale, and ``quicbed
+verify`` can rebuild it again and compare. Nothing leaves the machine before a
+secret scan (``quicbed.secretscan``) has passed; an existing archive is never
+overwritten unless asked.
+
+Format history (``MANIFEST.json`` ``format``; a newer one is refused by name):
+  1 (quicbed 0.1.0): first version.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import tarfile
+import tempfile
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from quicbed import __version__, provenance
+from quicbed.errors import QuicbedError
+from quicbed.paths import REPO_ROOT
+from quicbed.secretscan import Finding, scan_tree, user_needles
+from quicbed.store import DB_NAME, Store
+from quicbed.sweep import SWEEP_FILE, is_running
+
+PACKAGE_FORMAT = 1
+KIND = "quicbed replication package"
+MANIFEST = "MANIFEST.json"
+SUMS = "SHA256SUMS"
+SUFFIX = ".tar.gz"
+#: the parts of the repository that say how the testbed was built and what was swept
+REPO_PATHS = (
+    "profile.py", "playbooks", "roles", "workloads", "sweeps", "scripts", "requirements.txt",
+    "pyproject.toml", "go/go.mod", "go/go.sum", "client/package.json",
+    "client/package-lock.json",
+)  # fmt: skip
+#: Python packages whose versions decide the bytes of regenerated figures and numbers
+DRAWN_WITH = ("matplotlib", "numpy", "scipy", "pyarrow")
+
+
+@dataclass
+class PackageResult:
+    path: Path
+    size: int
+    sha256: str
+    files: int
+    counts: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _stem(dest: Path) -> str:
+    return dest.name[: -len(SUFFIX)]
+
+
+def default_output(src: Path) -> Path:
+    return src.resolve().with_name(src.resolve().name + SUFFIX)
+
+
+def check_source(src: Path) -> None:
+    """A finished quicbed results folder, or an error naming what is wrong with it."""
+    if not src.exists():
+        raise QuicbedError(f"{src}: no such folder")
+    if not src.is_dir():
+        raise QuicbedError(f"{src} is not a folder (give the results folder of a sweep)")
+    if not (src / DB_NAME).exists():
+        raise QuicbedError(f"{src} is not a quicbed results folder ({DB_NAME} missing)")
+    if is_running(src):
+        raise QuicbedError(
+            f"{src}: a sweep is still running into it (its sweep.lock is held); package it "
+            "when the sweep has finished"
+        )
+
+
+def drawn_with() -> dict[str, str | None]:
+    pkgs = provenance.python_packages()
+    lower = {k.lower(): v for k, v in pkgs.items()}
+    return {name: lower.get(name) for name in DRAWN_WITH}
+
+
+# --- building ---------------------------------------------------------------------------
+def build_package(
+    src: Path,
+    dest: Path | None = None,
+    *,
+    no_har: bool = False,
+    replace: bool = False,
+    home: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> PackageResult:
+    """Package the results folder ``src`` into ``dest`` (default ``src.tar.gz``).
+
+    ``home`` and ``environ`` are where the secret scan looks for the user's own keys
+    and tokens (default: the real ones).
+    """
+    src = Path(src)
+    check_source(src)
+    src = src.resolve()
+    dest = Path(dest).resolve() if dest else default_output(src)
+    if not dest.name.endswith(SUFFIX) or dest.name == SUFFIX:
+        raise QuicbedError(f"-o: {dest.name!r} must be a file name ending in {SUFFIX}")
+    if not dest.parent.is_dir():
+        raise QuicbedError(f"-o: folder {dest.parent} does not exist")
+    if dest.exists() and not replace:
+        raise QuicbedError(f"{dest} exists; pass --replace to overwrite it")
+    created = datetime.now(UTC).replace(microsecond=0)
+    needles = user_needles(home, environ)
+    with tempfile.TemporaryDirectory(prefix="quicbed-package-") as tmp:
+        top = Path(tmp) / _stem(dest)
+        results = top / "results"
+        counts, notes, left_out = snapshot_results(src, results, no_har=no_har)
+        notes += copy_repo(top / "repo", recorded_shas(results))
+        _refuse_secrets(top, src, needles, ["results", "repo"])
+        notes += build_derived(top, dest.name, src)
+        write_provenance(top / "provenance", results, created)
+        write_readme(top, dest.name, counts, no_har)
+        _refuse_secrets(top, src, needles, ["report", "data", "provenance", "README.md"])
+        manifest = write_manifest(top, dest.name, src.name, created, counts, left_out, notes)
+        write_archive(top, dest, int(created.timestamp()))
+    return PackageResult(dest, dest.stat().st_size, sha256_file(dest),
+                         len(manifest["files"]) + 1, counts, notes)  # fmt: skip
+
+
+def snapshot_results(
+    src: Path, dst: Path, *, no_har: bool
+) -> tuple[dict[str, int], list[str], list[dict[str, Any]]]:
+    """Copy the runs: a consistent SQLite snapshot, then exactly the HARs and logs of
+    the attempts in it (a sweep or cell writing meanwhile cannot make them disagree)."""
+    dst.mkdir(parents=True)
+    store = Store(src)  # refuses another schema version
+    try:
+        snap = sqlite3.connect(dst / DB_NAME)
+        store.db.backup(snap)
+        snap.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+        snap.close()
+    finally:
+        store.close()
+    if (src / SWEEP_FILE).exists():
+        shutil.copyfile(src / SWEEP_FILE, dst / SWEEP_FILE)
+    con = sqlite3.connect(dst / DB_NAME)
+    try:
+        attempts = con.execute(
+            "SELECT cell_id, attempt, status FROM attempts ORDER BY cell_id, attempt"
+        ).fetchall()
+        hars = [r[0] for r in con.execute("SELECT har_path FROM runs WHERE har_path IS NOT NULL")]
+        n_runs = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        n_cells = con.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
+    finally:
+        con.close()
+    notes: list[str] = []
+    left_out: list[dict[str, Any]] = []
+    unfinished = [f"{c}:{a}" for c, a, s in attempts if s == "running"]
+    if unfinished:
+        notes.append(f"attempts interrupted before they finished (their stored loads are "
+                     f"included): {', '.join(unfinished)}")  # fmt: skip
+    copied = missing = 0
+    if no_har:
+        left_out.append({"path": "results/hars", "why": "--no-har", "count": len(hars)})
+    else:
+        for rel in hars:
+            parts = Path(rel).parts
+            if parts[:1] != ("hars",) or ".." in parts:
+                raise QuicbedError(f"{src / DB_NAME}: a run points at {rel!r}, outside hars/")
+            if _copy_regular(src / rel, dst / rel):
+                copied += 1
+            else:
+                missing += 1
+        if missing:
+            notes.append(f"{missing} runs point at a HAR that is not in {src.name}/hars")
+    n_logs = skipped = 0
+    for cid, att, _ in attempts:
+        logdir = src / "logs" / cid / str(att)
+        for p in sorted(logdir.rglob("*")) if logdir.is_dir() else []:
+            if p.is_dir():
+                continue
+            if _copy_regular(p, dst / p.relative_to(src)):
+                n_logs += 1
+            else:
+                skipped += 1
+    if skipped:
+        notes.append(f"{skipped} entries of logs/ that are not regular files were left out")
+    known = {DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", SWEEP_FILE, "hars", "logs"}
+    others = sorted(p.name + ("/" if p.is_dir() else "") for p in src.iterdir()
+                    if p.name not in known)  # fmt: skip
+    if others:
+        left_out.append({"path": ", ".join(others), "why": "not part of the runs: the report "
+                         "and exports are rebuilt, the lock is transient"})  # fmt: skip
+    counts = {"cells": n_cells, "attempts": len(attempts), "runs": n_runs, "hars": copied,
+              "logs": n_logs}  # fmt: skip
+    return counts, notes, left_out
+
+
+def _copy_regular(src: Path, dst: Path) -> bool:
+    """Copy a regular file (never through a symlink: it could point anywhere)."""
+    if src.is_symlink() or not src.is_file():
+        return False
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    return True
+
+
+def _refuse_secrets(top: Path, src: Path, needles: list[Any], parts: list[str]) -> None:
+    """Stop before anything is written if any file of ``parts`` breaks a secret rule;
+    the error names the file where the user can remove it."""
+    findings = scan_tree(top, needles, parts)
+    if not findings:
+        return
+
+    def where(f: Finding) -> tuple[int, str]:
+        head, _, rest = f.path.partition("/")
+        if head == "results":
+            return 0, str(src / rest)
+        if head == "repo":
+            return 1, f"{REPO_ROOT / rest} (the repository copy)"
+        return 2, f"{f.path} (derived from the results)"
+
+    ranked = sorted(findings, key=lambda f: where(f)[0])
+    first = ranked[0]
+    more = f" (and {len(ranked) - 1} more)" if len(ranked) > 1 else ""
+    raise QuicbedError(
+        f"refusing to package: {where(first)[1]}: {first.rule}{more}; remove it and package "
+        "again (nothing was written)"
+    )
+
+
+def recorded_shas(results: Path) -> list[tuple[str | None, bool]]:
+    """(git SHA, dirty) of every attempt, oldest first, as recorded with the runs."""
+    con = sqlite3.connect(results / DB_NAME)
+    try:
+        rows = con.execute("SELECT provenance FROM attempts ORDER BY started").fetchall()
+    finally:
+        con.close()
+    out = []
+    for (prov,) in rows:
+        git = (json.loads(prov) if prov else {}).get("git") or {}
+        out.append((git.get("sha"), bool(git.get("dirty"))))
+    return out
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True,
+                              timeout=60, check=False)  # fmt: skip
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return subprocess.CompletedProcess(args, 1, b"", b"")
+
+
+def copy_repo(dest: Path, recorded: list[tuple[str | None, bool]]) -> list[str]:
+    """The profile, roles, workloads and sweeps as they were used: from git at the SHA
+    the runs recorded (whatever the checkout holds now), else as they are, with a note."""
+    dest.mkdir(parents=True)
+    shas = list(dict.fromkeys(s for s, _ in recorded if s))
+    notes = []
+    if len(shas) > 1:
+        notes.append(f"the runs recorded {len(shas)} git SHAs ({', '.join(s[:12] for s in shas)})"
+                     f"; repo/ is as of the latest, {shas[-1][:12]}")  # fmt: skip
+    sha = shas[-1] if shas else None
+    if sha and _git("cat-file", "-e", f"{sha}^{{commit}}").returncode == 0:
+        present = _git("ls-tree", "--name-only", sha, "--", *REPO_PATHS).stdout.decode().split()
+        tar = _git("archive", "--format=tar", sha, "--", *present)
+        if tar.returncode == 0:
+            with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
+                safe_extract(t, dest, what=f"git archive {sha[:12]}")
+            if any(dirty for _, dirty in recorded):
+                notes.append("some runs were made from a checkout with uncommitted changes; "
+                             f"repo/ holds what was committed at {sha[:12]}")  # fmt: skip
+            return notes
+    why = f"git SHA {sha[:12]} is not in this checkout" if sha else "the runs recorded no git SHA"
+    for rel in REPO_PATHS:
+        p = REPO_ROOT / rel
+        if p.is_dir():
+            junk = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+            shutil.copytree(p, dest / rel, symlinks=False, ignore=junk)
+        elif p.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, dest / rel)
+    notes.append(f"{why}: repo/ is a copy of the working tree at package time and may differ "
+                 "from what the runs used")  # fmt: skip
+    return notes
+
+
+def derived_data(results: Path) -> dict[str, Any]:
+    """data/receipts.json and data/cells.json: the store's receipts and cells as JSON,
+    for readers without SQLite. A pure function of the store (verify rebuilds them)."""
+    con = sqlite3.connect(f"file:{results / DB_NAME}?mode=ro", uri=True)
+    con.row_factory = sqlite3.Row
+    try:
+        receipts = [{**dict(r), "receipt": json.loads(r["receipt"])} for r in con.execute(
+            "SELECT cell_id, attempt, created, passed, receipt FROM receipts "
+            "ORDER BY cell_id, attempt, created")]  # fmt: skip
+        cells: dict[str, Any] = {}
+        for r in con.execute("SELECT cell_id, config FROM cells ORDER BY cell_id"):
+            cells[r["cell_id"]] = {"config": json.loads(r["config"]), "attempts": []}
+        for r in con.execute(
+            "SELECT cell_id, attempt, started, finished, status, problem FROM attempts "
+            "ORDER BY cell_id, attempt"
+        ):
+            cells[r["cell_id"]]["attempts"].append(
+                {k: v for k, v in dict(r).items() if k != "cell_id"}
+            )
+    finally:
+        con.close()
+    return {"receipts.json": receipts, "cells.json": cells}
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True) + "\n"
+
+
+def build_derived(top: Path, archive_name: str, src: Path) -> list[str]:
+    """report/ and data/, from results/ only."""
+    from quicbed.export import export
+    from quicbed.report import build
+
+    results = top / "results"
+    build(results, out=top / "report", source=archive_name)
+    data = top / "data"
+    data.mkdir()
+    for fmt in ("csv", "parquet"):
+        export(results, fmt, data / f"runs.{fmt}", source=archive_name)
+    for name, obj in derived_data(results).items():
+        (data / name).write_text(dump_json(obj))
+    old = src / "report" / "table.csv"
+    if old.exists() and old.read_bytes() != (top / "report" / "table.csv").read_bytes():
+        return [f"{src.name}/report was older than the runs; report/ here is rebuilt from them"]
+    return []
+
+
+# --- provenance -----------------------------------------------------------------------
+#: keys that differ between attempts without saying anything about the software
+_PER_START = ("pid", "ts")
+
+
+def _stable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k not in _PER_START}
+    return value
+
+
+def _distinct(items: list[tuple[str, Any]], total: int) -> list[dict[str, Any]] | None:
+    """Group equal values: [{value, attempts}], attempts "all" when every one agrees
+    (process IDs and start times of servers are left out: they always differ)."""
+    groups: dict[str, dict[str, Any]] = {}
+    for who, raw in items:
+        if raw is None:
+            continue
+        value = _stable(raw)
+        key = json.dumps(value, sort_keys=True)
+        groups.setdefault(key, {"value": value, "attempts": []})["attempts"].append(who)
+    if not groups:
+        return None
+    out = list(groups.values())
+    for g in out:
+        if len(g["attempts"]) == total:
+            g["attempts"] = "all"
+    return out
+
+
+def write_provenance(dest: Path, results: Path, created: datetime) -> None:
+    """provenance/runs.json: what ran, grouped from every attempt's record and receipt;
+    gaps (things older runs did not record) are named, not guessed."""
+    dest.mkdir(parents=True)
+    con = sqlite3.connect(results / DB_NAME)
+    try:
+        rows = con.execute(
+            "SELECT cell_id, attempt, provenance, receipt FROM attempts ORDER BY cell_id, attempt"
+        ).fetchall()
+    finally:
+        con.close()
+    total = len(rows)
+    fields: dict[str, list[tuple[str, Any]]] = {}
+    for cid, att, prov, receipt in rows:
+        who = f"{cid}:{att}"
+        p = json.loads(prov) if prov else {}
+        r = json.loads(receipt) if receipt else {}
+        tuning = dict(r.get("tuning") or {})
+        shaper = r.get("shaper") or {}
+        for key, value in (
+            ("quicbed", (p.get("software") or {}).get("quicbed")), ("git", p.get("git")),
+            ("software", p.get("software")), ("components", p.get("components")),
+            ("machine", p.get("machine")), ("host_sysctls", p.get("sysctls")),
+            ("python_packages", p.get("python_packages")),
+            ("testbed", r.get("testbed")), ("nic_offloads", tuning.pop("offloads", None)),
+            ("testbed_sysctls", tuning or None),
+            ("shaper", {k: shaper[k] for k in ("shaper", "emulator") if k in shaper} or None),
+        ):  # fmt: skip
+            fields.setdefault(key, []).append((who, value))
+    recorded = {k: _distinct(v, total) for k, v in fields.items()}
+    gaps = {
+        "python_packages": "not recorded with these runs; package.json lists the packages of "
+        "the machine that built this package, and repo/requirements.txt the pins",
+        "host_sysctls": "not recorded with these runs; testbed_sysctls (from the receipts) "
+        "has the buffers and congestion control set in the testbed",
+        "nic_offloads": "not recorded with these runs; the local testbed refuses to run unless "
+        "TSO, GSO and GRO are off on every veth end (LocalTestbed.check_offloads)",
+        "testbed": "no receipt recorded the testbed",
+    }
+    body = {
+        "attempts": total,
+        "recorded": {k: v for k, v in recorded.items() if v is not None},
+        "gaps": {k: gaps.get(k, "not recorded with these runs")
+                 for k, v in recorded.items() if v is None},
+        "note": "values as recorded with each attempt ('all': every attempt agrees); "
+        "'testbed_sysctls' and 'nic_offloads' come from the fidelity receipts",
+    }  # fmt: skip
+    (dest / "runs.json").write_text(dump_json(body))
+    machine = provenance.machine()
+    package = {
+        "created": created.isoformat(), "quicbed": __version__, "git": provenance.git_state(),
+        "python_packages": provenance.python_packages(),
+        "machine": {k: machine[k] for k in ("kernel", "os", "cpu", "cores")},
+    }  # fmt: skip
+    (dest / "package.json").write_text(dump_json(package))
+
+
+# --- README, manifest, archive ----------------------------------------------------------
+def write_readme(top: Path, archive: str, counts: dict[str, int], no_har: bool) -> None:
+    from quicbed.pkgreadme import readme
+
+    (top / "README.md").write_text(readme(top, archive, counts, no_har))
+
+
+def _walk(top: Path) -> list[str]:
+    return sorted(p.relative_to(top).as_posix() for p in top.rglob("*") if p.is_file())
+
+
+def write_manifest(
+    top: Path, archive: str, source: str, created: datetime, counts: dict[str, int],
+    left_out: list[dict[str, Any]], notes: list[str],
+) -> dict[str, Any]:  # fmt: skip
+    """SHA256SUMS first (it lists every other file), then MANIFEST.json (lists it too)."""
+    files = {rel: {"size": (top / rel).stat().st_size, "sha256": sha256_file(top / rel)}
+             for rel in _walk(top)}  # fmt: skip
+    (top / SUMS).write_text("".join(f"{v['sha256']}  {k}\n" for k, v in files.items()))
+    files[SUMS] = {"size": (top / SUMS).stat().st_size, "sha256": sha256_file(top / SUMS)}
+    sweep = None
+    if (top / "results" / SWEEP_FILE).exists():
+        held = json.loads((top / "results" / SWEEP_FILE).read_text())
+        sweep = {"name": held["spec"]["name"], "digest": held["digest"]}
+    manifest = {
+        "format": PACKAGE_FORMAT, "kind": KIND, "created": created.isoformat(),
+        "quicbed": {"version": __version__, "git": provenance.git_state()},
+        "archive": archive, "source": source, "sweep": sweep, "counts": counts,
+        "left_out": left_out, "notes": notes, "drawn_with": drawn_with(),
+        "files": dict(sorted(files.items())),
+    }  # fmt: skip
+    (top / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def write_archive(top: Path, dest: Path, mtime: int) -> None:
+    """A normalised tar.gz (sorted, owner root, fixed modes and times), written beside
+    ``dest`` and renamed into place: a crash never leaves half an archive under its name."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        paths = [top, *sorted(top.rglob("*"), key=lambda p: p.relative_to(top).as_posix())]
+        with (
+            open(tmp, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=mtime, compresslevel=9) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for p in paths:
+                info = tar.gettarinfo(p, arcname=p.relative_to(top.parent).as_posix())
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.mtime = mtime
+                info.mode = 0o755 if p.is_dir() else 0o644
+                if p.is_dir():
+                    tar.addfile(info)
+                else:
+                    with open(p, "rb") as f:
+                        tar.addfile(info, f)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# --- reading --------------------------------------------------------------------------
+def safe_extract(tar: tarfile.TarFile, dest: Path, *, what: str) -> None:
+    """Extract regular files and folders only, each strictly below ``dest``.
+
+    Written out by hand rather than with ``extractall(filter="data")``: that filter
+    came with Python 3.11.4, and a verifier may well have Debian 12's 3.11.2.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    for m in tar.getmembers():
+        parts = Path(m.name).parts
+        if not parts or m.name.startswith("/") or ".." in parts:
+            raise QuicbedError(f"{what}: member {m.name!r} points outside the archive")
+        if not (m.isfile() or m.isdir()):
+            raise QuicbedError(f"{what}: {m.name} is not a regular file or folder")
+        target = dest.joinpath(*parts)
+        if m.isdir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        src = tar.extractfile(m)
+        assert src is not None  # a regular file always has data
+        with src, open(target, "wb") as f:
+            shutil.copyfileobj(src, f)
+
+
+def check_manifest(manifest: Any, archive: Path) -> dict[str, Any]:
+    """The manifest's format is one this quicbed reads, and its file list is well formed."""
+    if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
+        raise QuicbedError(f"{archive}: {MANIFEST} is not the manifest of a quicbed package")
+    fmt = manifest.get("format")
+    if not isinstance(fmt, int) or fmt < 1:
+        raise QuicbedError(f"{archive}: {MANIFEST} has no valid format (got {fmt!r})")
+    if fmt > PACKAGE_FORMAT:
+        made = (manifest.get("quicbed") or {}).get("version", "a newer version")
+        raise QuicbedError(
+            f"{archive} is package format {fmt}, newer than this quicbed reads "
+            f"({PACKAGE_FORMAT}); update quicbed (the package was made by quicbed {made})"
+        )
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("size"), int) and isinstance(v.get("sha256"), str)
+        for v in files.values()
+    ):
+        raise QuicbedError(f"{archive}: {MANIFEST} has no valid file list")
+    return manifest
+
+
+def open_package(archive: Path, work: Path) -> tuple[Path, dict[str, Any]]:
+    """Read the manifest first (a newer format is refused before anything else), then
+    extract the package safely (regular files and folders only) below ``work``."""
+    archive = Path(archive)
+    if not archive.is_file():
+        raise QuicbedError(f"{archive}: no such file")
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = tar.getmembers()
+            tops = {m.name.split("/", 1)[0] for m in members}
+            if len(tops) != 1:
+                raise QuicbedError(f"{archive} is not a quicbed package (one top folder expected)")
+            top = tops.pop()
+            try:
+                raw = tar.extractfile(f"{top}/{MANIFEST}")
+            except KeyError:
+                raise QuicbedError(f"{archive} is not a quicbed package (no {MANIFEST})") from None
+            try:
+                manifest = json.loads(raw.read() if raw else b"")
+            except ValueError:
+                raise QuicbedError(f"{archive}: {MANIFEST} is not JSON") from None
+            check_manifest(manifest, archive)
+            safe_extract(tar, Path(work), what=str(archive))
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise QuicbedError(f"{archive} is not a readable {SUFFIX} (damaged? {exc})") from None
+    return Path(work) / top, manifest
+
+
+def check_files(top: Path, manifest: dict[str, Any]) -> tuple[int, list[str]]:
+    """(files that match, one line per file that is missing, changed or not listed)."""
+    listed: dict[str, dict[str, Any]] = manifest["files"]
+    present = set(_walk(top)) - {MANIFEST}
+    problems, ok = [], 0
+    for rel, want in listed.items():
+        if rel not in present:
+            problems.append(f"{rel}: missing (listed in {MANIFEST})")
+            continue
+        size, digest = (top / rel).stat().st_size, sha256_file(top / rel)
+        if size != want["size"] or digest != want["sha256"]:
+            problems.append(
+                f"{rel}: changed (SHA-256 {digest[:16]}..., size {size}; "
+                f"{MANIFEST} says {want['sha256'][:16]}..., size {want['size']})"
+            )
+        else:
+            ok += 1
+    for rel in sorted(present - set(listed)):
+        problems.append(f"{rel}: not listed in {MANIFEST} (added after packaging)")
+    return ok, problems

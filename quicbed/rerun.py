@@ -1,0 +1,116 @@
+"""Rerun a cell of a replication package: the package's runs, plus a new attempt beside them.
+
+The package itself is never changed. Its ``results/`` are extracted (after its
+checksums pass) into a rerun folder, by default ``NAME-rerun/`` beside the
+archive; ``quicbed cell`` then measures the cell with its exact stored
+configuration as a new attempt there, and :func:`beside` prints the new result next
+to the packaged one. Rerunning more cells of the same package reuses the folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from quicbed.errors import QuicbedError
+from quicbed.package import SUFFIX, check_files, open_package, sha256_file
+from quicbed.stats import compare, summarize
+from quicbed.store import Store
+from quicbed.sweep import CHECKED_SOFTWARE
+
+MARK = "rerun-of.json"
+
+
+def is_package(path: str) -> bool:
+    return path.endswith(SUFFIX) and Path(path).is_file()
+
+
+def rerun_folder(archive: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """(results folder to rerun in, what it was extracted from and the packaged attempts)."""
+    archive = Path(archive).resolve()
+    out = Path(out).resolve() if out else archive.with_name(archive.name[: -len(SUFFIX)] + "-rerun")
+    digest = sha256_file(archive)
+    mark = out / MARK
+    if mark.exists():
+        held = json.loads(mark.read_text())
+        if held.get("archive_sha256") != digest:
+            raise QuicbedError(f"{out} holds reruns of another package ({held.get('archive')}); "
+                               "choose another --out")  # fmt: skip
+        return out, held
+    if out.exists() and any(out.iterdir()):
+        raise QuicbedError(f"{out} exists and is not a rerun folder of {archive.name}; "
+                           "choose another --out")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="quicbed-rerun-") as tmp:
+        top, _ = open_package(archive, Path(tmp))
+        _, problems = check_files(top, json.loads((top / "MANIFEST.json").read_text()))
+        if problems:
+            raise QuicbedError(f"{archive.name} fails its checksums ({problems[0]}); see "
+                               f"quicbed verify {archive}")  # fmt: skip
+        out.mkdir(parents=True, exist_ok=True)
+        for item in sorted((top / "results").iterdir()):
+            shutil.move(item, out / item.name)
+    store = Store(out)
+    try:
+        latest = {cid: a["attempt"] for cid, a in store.latest_attempts().items()}
+    finally:
+        store.close()
+    held = {"archive": archive.name, "archive_sha256": digest, "packaged_attempts": latest}
+    mark.write_text(json.dumps(held, indent=1) + "\n")
+    return out, held
+
+
+def _checked(prov: dict[str, Any] | None) -> dict[str, Any]:
+    sw = (prov or {}).get("software") or {}
+    return {k: (v.get("deps") if isinstance(v, dict) else v)
+            for k in CHECKED_SOFTWARE for v in [sw.get(k)]}  # fmt: skip
+
+
+def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> list[str]:
+    """The packaged attempt of ``cell_id`` and the new ``attempt``, side by side."""
+    old_att = held["packaged_attempts"].get(cell_id)
+    if old_att is None:
+        return [f"cell {cell_id} has no packaged attempt to compare with"]
+    store = Store(folder)
+    try:
+        cfg = store.cell_config(cell_id)
+        old, new = store.attempt(cell_id, old_att), store.attempt(cell_id, attempt)
+        plts = {(a, arm): store.plts(cell_id, a, arm) for a in (old_att, attempt)
+                for arm in cfg["arms"]}  # fmt: skip
+    finally:
+        store.close()
+
+    def f(v: float | None, fmt: str = ".1f") -> str:
+        return "-" if v is None else format(v, fmt)
+
+    out = [f"cell {cell_id}: packaged attempt {old_att} ({held['archive']}) beside this "
+           f"rerun, attempt {attempt}",
+           f"{'arm':5}{'packaged n':>12}{'mean ms':>10}{'sd ms':>8}{'rerun n':>10}"
+           f"{'mean ms':>10}{'sd ms':>8}{'mean change':>13}"]  # fmt: skip
+    for arm in cfg["arms"]:
+        a, b = summarize(arm, plts[(old_att, arm)]), summarize(arm, plts[(attempt, arm)])
+        change = (b.mean - a.mean) / a.mean * 100 if a.mean and b.mean is not None else None
+        out.append(f"{arm:5}{a.n:>12}{f(a.mean):>10}{f(a.sd):>8}{b.n:>10}{f(b.mean):>10}"
+                   f"{f(b.sd):>8}{f(change, '+.1f') + ' %':>13}")  # fmt: skip
+    if set(cfg["arms"]) == {"h2", "h3"}:
+        parts = []
+        for label, a in (("packaged", old_att), ("rerun", attempt)):
+            c = compare(plts[(a, "h2")], plts[(a, "h3")], planned=cfg["runs"])
+            parts.append(f"{label} {f(c.pct_diff, '+.1f')} % (Welch p {f(c.welch_p, '.3g')})"
+                         if c.enough else f"{label}: {c.problem}")  # fmt: skip
+        out.append("(TCP - QUIC) / QUIC: " + "; ".join(parts))
+    sw_old, sw_new = _checked(old["provenance"]), _checked(new["provenance"])
+    changed = [k for k in CHECKED_SOFTWARE if sw_old.get(k) != sw_new.get(k)]
+    out.append("software: " + ("the same " + ", ".join(CHECKED_SOFTWARE) if not changed else
+               "differs from the packaged runs in " + ", ".join(
+                   f"{k} ({sw_old.get(k)} -> {sw_new.get(k)})" for k in changed)))  # fmt: skip
+    mach_old, mach_new = ((x["provenance"] or {}).get("machine") or {} for x in (old, new))
+    keys = ("kernel", "os", "cpu", "cores")
+    if any(mach_old.get(k) != mach_new.get(k) for k in keys):
+        out.append("machine: packaged on " + ", ".join(str(mach_old.get(k)) for k in keys)
+                   + "; rerun on " + ", ".join(str(mach_new.get(k)) for k in keys))  # fmt: skip
+    if new["status"] != "done":
+        out.append(f"the rerun failed: {new['problem']}")
+    return out
