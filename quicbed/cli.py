@@ -289,10 +289,15 @@ def cell_cmd(
     from quicbed.cell import run_cell, validate
     from quicbed.cellconfig import CellConfig, make_cell
 
+    packaged = None
     if from_dir:
+        from quicbed.rerun import is_package, rerun_folder
         from quicbed.select import find_cell
         from quicbed.store import Store
 
+        if is_package(from_dir):  # a replication package: rerun beside its runs
+            folder, packaged = rerun_folder(Path(from_dir), Path(out_dir) if out_dir else None)
+            from_dir = out_dir = str(folder)
         store = Store(Path(from_dir))
         cid = find_cell(store, cell_id=cell_id, where=where)
         cfg = CellConfig(**store.cell_config(cid))
@@ -324,6 +329,10 @@ def cell_cmd(
         print(json.dumps(result.as_dict(), indent=2))
     else:
         print_cell(result, cfg)
+    if packaged is not None and not as_json:
+        from quicbed.rerun import beside
+
+        print("\n".join(beside(Path(out_dir), packaged, result.cell_id, result.attempt)))
     if result.status != "done":
         raise typer.Exit(1)
 
@@ -443,3 +452,49 @@ def export_cmd(
 
     path = export(Path(results), fmt, Path(dest) if dest else None, replace)
     out.print(f"wrote {path}")
+
+
+# --- replication packages -------------------------------------------------------------
+@app.command("package")
+def package_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder of a finished sweep.")],
+    dest: Annotated[
+        str | None, typer.Option("-o", "--output", help="Archive (default DIR.tar.gz).")
+    ] = None,
+    no_har: Annotated[
+        bool, typer.Option("--no-har", help="Leave out the HARs (statistics still verify).")
+    ] = False,
+    replace: Annotated[bool, typer.Option(help="Overwrite an existing archive.")] = False,
+) -> None:
+    """A replication package: runs, raw data, provenance, figures, report, README."""
+    from pathlib import Path
+
+    from quicbed.package import build_package
+
+    r = build_package(Path(results), Path(dest) if dest else None, no_har=no_har,
+                      replace=replace)  # fmt: skip
+    c = r.counts
+    print(f"wrote {r.path}: {r.size / 1024:.0f} KiB, {r.files} files ({c['cells']} cells, "
+          f"{c['runs']} loads, {c['hars']} HARs, {c['logs']} logs)")  # fmt: skip
+    print(f"SHA-256 {r.sha256} (publish it with the paper)")
+    for n in r.notes:
+        print(f"note: {n}")
+    print(f"next: quicbed verify {r.path}")
+
+
+@app.command("verify")
+def verify_cmd(
+    archive: Annotated[str, typer.Argument(help="A replication package (.tar.gz).")],
+) -> None:
+    """Check a package's files, recompute its statistics and figures from its runs alone.
+
+    Exit 0 if everything matches, 1 listing what differs. Needs no root, no browser.
+    """
+    from pathlib import Path
+
+    from quicbed.verify import lines, verify
+
+    res = verify(Path(archive))
+    print("\n".join(lines(res)))
+    if not res.ok:
+        raise typer.Exit(1)
