@@ -46,8 +46,11 @@ def tune_hosts(tb: LocalTestbed, cond: LinkCondition, cc: str = "cubic") -> dict
 
 
 def read_tuning(tb: LocalTestbed) -> dict[str, object]:
-    """The sysctls that matter, as the kernel reports them now (for receipts and provenance)."""
+    """The sysctls that matter, as the kernel reports them now (for receipts and provenance),
+    and the NIC offloads of every veth end (``ethtool -k``, all off or this raises): the
+    offloads decide whether the link sees real packets, so a package must show them."""
     out: dict[str, object] = {k: _read_global(k) for k in GLOBAL_RECORDED}
     for role in ("server", "client"):
         out[role] = {k: tb.read_sysctl(role, k) for k in HOST_KEYS}
+    out["offloads"] = tb.check_offloads()
     return out
