@@ -566,6 +566,8 @@ def open_package(archive: Path, work: Path) -> tuple[Path, dict[str, Any]]:
     """Read the manifest first (a newer format is refused before anything else), then
     extract the package safely (regular files and folders only) below ``work``."""
     archive = Path(archive)
+    if archive.is_dir():
+        raise QuicbedError(f"{archive} is a folder; give the package file ({SUFFIX})")
     if not archive.is_file():
         raise QuicbedError(f"{archive}: no such file")
     try:

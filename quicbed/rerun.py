@@ -25,12 +25,15 @@ MARK = "rerun-of.json"
 
 
 def is_package(path: str) -> bool:
-    return path.endswith(SUFFIX) and Path(path).is_file()
+    """``--from`` names a package (by its name or because it is a file), not a folder."""
+    return path.endswith(SUFFIX) or Path(path).is_file()
 
 
 def rerun_folder(archive: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """(results folder to rerun in, what it was extracted from and the packaged attempts)."""
     archive = Path(archive).resolve()
+    if not archive.is_file():
+        raise QuicbedError(f"--from: {archive}: no such file")
     out = Path(out).resolve() if out else archive.with_name(archive.name[: -len(SUFFIX)] + "-rerun")
     digest = sha256_file(archive)
     mark = out / MARK

@@ -245,6 +245,8 @@ def test_bad_packages_are_clear_errors(pkg: Path, base: Path, home: Path) -> Non
     assert cp.returncode == 2 and "not a quicbed package (no MANIFEST.json)" in cp.stderr
     cp = qb("verify", work / "absent.tar.gz", home=home)
     assert cp.returncode == 2 and "no such file" in cp.stderr
+    cp = qb("verify", work, home=home)
+    assert cp.returncode == 2 and "is a folder; give the package file" in cp.stderr
 
 
 def test_refuses_running_sweep_and_non_results(
@@ -346,8 +348,9 @@ def test_verify_without_root_or_browser(pkg: Path) -> None:
         shutil.copyfile(pkg, d / pkg.name)
         os.chmod(d / pkg.name, 0o644)
         env = {"HOME": str(d), "MPLCONFIGDIR": str(d / "mpl"), "TMPDIR": str(d), "PATH": ""}
-        drop = [shutil.which("setpriv") or "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
-                "--clear-groups", sys.executable]  # fmt: skip
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv (util-linux) is needed to drop root"
+        drop = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
         who = subprocess.run([*drop, "-c", "import os; print(os.geteuid(), os.getegid())"],
                              capture_output=True, text=True, timeout=30, env=env)  # fmt: skip
         assert who.stdout.split() == ["65534", "65534"], who.stderr
@@ -379,3 +382,5 @@ def test_rerun_a_cell_from_the_package(
     assert cp.returncode == 2 and "no cell matches 'ffffff'" in cp.stderr
     cp = qb("cell", "--from", pkg, "--cell", cid, "--out", sweep[0], home=home)
     assert cp.returncode == 2 and "is not a rerun folder of one.tar.gz" in cp.stderr
+    cp = qb("cell", "--from", base / "absent.tar.gz", "--cell", cid, home=home)
+    assert cp.returncode == 2 and "absent.tar.gz: no such file" in cp.stderr
