@@ -27,6 +27,7 @@ from quicbed.link.session import shaped_link
 from quicbed.servers.base import ServeSpec, WebServer
 from quicbed.stats import Comparison, compare
 from quicbed.store import Store
+from quicbed.testbed.base import Testbed
 from quicbed.testbed.local import LocalTestbed
 
 Progress = Callable[[str, int, int], None]
@@ -58,7 +59,7 @@ class CellResult:
         }
 
 
-def servers_for(cfg: CellConfig, tb: LocalTestbed, spec: ServeSpec) -> dict[str, WebServer]:
+def servers_for(cfg: CellConfig, tb: Testbed, spec: ServeSpec) -> dict[str, WebServer]:
     """One server per arm; unsupported knobs fail here, before anything starts."""
     from quicbed.servers.apache import ApacheServer
     from quicbed.servers.quic_go import QuicGoServer
@@ -114,6 +115,7 @@ def run_cell(
     out: Path,
     *,
     prefix: str = "qb",
+    testbed: Testbed | None = None,
     receipt_tcp_seconds: float = 10,
     progress: Progress | None = None,
     fault: Callable[[str, int, dict[str, WebServer]], None] | None = None,
@@ -121,21 +123,21 @@ def run_cell(
 ) -> CellResult:
     """Measure one cell into the results folder ``out`` as a new attempt.
 
-    ``resume_attempt`` continues an interrupted attempt instead: the loads already
-    stored are kept and skipped, the link gets a fresh receipt. ``fault`` is called
-    before each load (arm, rep, servers): tests use it to stop a server on purpose.
+    On ``testbed`` (default: the local testbed ``prefix``). ``resume_attempt``
+    continues an interrupted attempt instead: the loads already stored are kept and
+    skipped, the link gets a fresh receipt. ``fault`` is called before each load
+    (arm, rep, servers): tests use it to stop a server on purpose.
     """
-    from quicbed import certs, workloads
     from quicbed.client.chromium import Browser, BrowserSpec
 
     pageset = validate(cfg)
     out = out.resolve()  # servers get paths from it and run with other working dirs
-    tb = LocalTestbed(prefix)
+    tb = testbed or LocalTestbed(prefix)
     store = Store(out, create=True)
     cell_id = cfg.cell_id()
     store.add_cell(cell_id, cfg.model_dump(mode="json"))
     if resume_attempt is None:
-        attempt = store.new_attempt(cell_id, provenance.collect())
+        attempt = store.new_attempt(cell_id, provenance.collect(tb))
     else:
         attempt = resume_attempt
         store.reopen_attempt(cell_id, attempt)
@@ -153,19 +155,15 @@ def run_cell(
             if not receipt.passed:
                 names = ", ".join(c.name for c in receipt.failed_checks())
                 raise QuicbedError(f"the link is out of tolerance ({names}); nothing measured")
-            www = tb.state_dir / "www"
-            manifest = workloads.generate(www, [cfg.page], pageset)
-            page = manifest["pages"][cfg.page]
-            pki = certs.ensure(tb.state_dir / "tls", [cfg.host], [tb.server_ip])
-            spec = ServeSpec(docroot=www, cert=pki.cert, key=pki.key, logdir=log_dir, cc=cfg.cc)
+            spec, page, spki_pin = _serve(tb, cfg, pageset, log_dir)
             servers = servers_for(cfg, tb, spec)
             for s in servers.values():
                 s.start()
             for arm in cfg.arms:
+                profile = tb.workdir("client") / f"profile-{arm}"
                 bspec = BrowserSpec(arm=arm, host=cfg.host, server_ip=tb.server_ip,
-                                    spki_pin=pki.spki_pin,
-                                    user_data_dir=tb.state_dir / f"profile-{arm}")  # fmt: skip
-                browsers[arm] = Browser(bspec, tb.argv("client", []), log_dir)
+                                    spki_pin=spki_pin, user_data_dir=profile)  # fmt: skip
+                browsers[arm] = Browser(bspec, tb, log_dir)
                 browsers[arm].start()
             url = f"https://{cfg.host}/{cfg.page}/"
             schedule = list(enumerate(cfg.schedule()))
@@ -219,6 +217,8 @@ def run_cell(
             b.stop()
         for s in servers.values():
             s.stop()
+        for role in ("server", "client"):
+            tb.collect(role, log_dir)  # remote logs come home beside the runs
         store.finish_attempt(cell_id, attempt, status, problem)
     comparison = None
     if status == "done" and set(cfg.arms) == {"h2", "h3"}:
@@ -232,6 +232,29 @@ def run_cell(
     store.close()
     return CellResult(cell_id, attempt, status, problem, receipt, comparison, invalid, out,
                       verify_summary(runs))  # fmt: skip
+
+
+def _serve(
+    tb: Testbed, cfg: CellConfig, pageset: Any, log_dir: Path
+) -> tuple[ServeSpec, dict[str, Any], str]:
+    """Put the page tree and the certificate on the server; what both servers serve.
+
+    Both are made on the controller (one CA per testbed, kept there) and pushed to
+    the server role; the servers' logs go to the role's outbox for ``log_dir``.
+    """
+    from quicbed import certs, workloads
+
+    www = tb.local_stage("server", "www")
+    manifest = workloads.generate(www, [cfg.page], pageset)
+    pki = certs.ensure(tb.local_stage("server", "tls"), [cfg.host], [tb.server_ip])
+    work = tb.workdir("server")
+    tb.push("server", www / cfg.page, work / "www" / cfg.page)  # only this cell's page
+    tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
+    tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
+    spec = ServeSpec(docroot=work / "www", cert=work / "tls" / pki.cert.name,
+                     key=work / "tls" / pki.key.name, logdir=tb.outbox("server", log_dir),
+                     cc=cfg.cc)  # fmt: skip
+    return spec, manifest["pages"][cfg.page], pki.spki_pin
 
 
 def verify_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -20,6 +20,7 @@ from rich.table import Table
 from quicbed.errors import QuicbedError
 from quicbed.link.model import JitterKind, LinkCondition, make_condition
 from quicbed.progress import progress_bar
+from quicbed.testbed.base import Testbed
 from quicbed.testbed.local import LocalTestbed
 
 app = typer.Typer(
@@ -37,6 +38,15 @@ out = Console()
 PrefixOpt = Annotated[
     str, typer.Option("--prefix", help="Name prefix of the testbed's namespaces.")
 ]
+TestbedOpt = Annotated[
+    str, typer.Option("--testbed", help="local (namespaces here) or ssh (three hosts).")
+]
+HostsOpt = Annotated[
+    str | None,
+    typer.Option("--hosts", help="ssh testbed: an Ansible inventory or the portal's manifest."),
+]
+SshUserOpt = Annotated[str | None, typer.Option("--ssh-user", help="ssh testbed: login name.")]
+SshKeyOpt = Annotated[str | None, typer.Option("--ssh-key", help="ssh testbed: private key.")]
 
 
 RateOpt = Annotated[str, typer.Option(help="Rate in Mbit/s each way, or 'unlimited'.")]
@@ -58,41 +68,116 @@ def _need_root(what: str) -> None:
         raise QuicbedError(f"{what} needs root (network namespaces); run it with sudo")
 
 
+def open_testbed(
+    kind: str,
+    prefix: str,
+    hosts: str | None,
+    ssh_user: str | None = None,
+    ssh_key: str | None = None,
+    *,
+    what: str,
+) -> Testbed:
+    """The testbed the options name; every inconsistency is an error naming the option."""
+    from pathlib import Path
+
+    if kind == "local":
+        if hosts or ssh_user or ssh_key:
+            raise QuicbedError("--hosts, --ssh-user and --ssh-key go with --testbed ssh")
+        _need_root(what)
+        return LocalTestbed(prefix)
+    if kind == "ssh":
+        from quicbed.testbed.hosts import load
+
+        if not hosts:
+            raise QuicbedError("--testbed ssh needs --hosts (an inventory or a manifest)")
+        return load(Path(hosts), user=ssh_user, key=Path(ssh_key).expanduser() if ssh_key
+                    else None)  # fmt: skip
+    raise QuicbedError(f"testbed: unknown {kind!r} (local or ssh)")
+
+
 # --- testbed --------------------------------------------------------------------------
 @testbed_app.command("up")
-def testbed_up(prefix: PrefixOpt = "qb") -> None:
-    """Create the server, bridge and client namespaces (idempotent)."""
-    _need_root("quicbed testbed up")
-    tb = LocalTestbed(prefix)
-    made = tb.up()
-    out.print(f"testbed {prefix}: {'created' if made else 'already up'}")
+def testbed_up(
+    prefix: PrefixOpt = "qb",
+    sshd: Annotated[
+        bool, typer.Option("--sshd", help="Also sshd in each namespace (an ssh lab).")
+    ] = False,
+    kind: TestbedOpt = "local",
+    hosts: HostsOpt = None,
+    ssh_user: SshUserOpt = None,
+    ssh_key: SshKeyOpt = None,
+) -> None:
+    """Create the server, bridge and client namespaces (idempotent), or reach the ssh hosts.
+
+    With --sshd the namespaces become three ssh hosts with a control network and
+    an inventory file, to run the ssh testbed on this machine.
+    """
+    if sshd:
+        if kind != "local":
+            raise QuicbedError("--sshd makes a local ssh lab; it goes with --testbed local")
+        from quicbed.testbed.sshlab import SshLab
+
+        _need_root("quicbed testbed up --sshd")
+        inv = SshLab(prefix).up()
+        out.print(f"testbed {prefix}: up with sshd; hosts: {inv}")
+        out.print(f"next: quicbed link check --testbed ssh --hosts {inv} --rate 10 --rtt 36")
+        return
+    tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed testbed up")
+    try:
+        made = tb.up()
+    finally:
+        tb.close()
+    name = prefix if kind == "local" else str(hosts)
+    state = "created" if made else "already up" if kind == "local" else "reachable"
+    out.print(f"testbed {name}: {state}")
 
 
 @testbed_app.command("down")
-def testbed_down(prefix: PrefixOpt = "qb") -> None:
+def testbed_down(
+    prefix: PrefixOpt = "qb",
+    kind: TestbedOpt = "local",
+    hosts: HostsOpt = None,
+    ssh_user: SshUserOpt = None,
+    ssh_key: SshKeyOpt = None,
+) -> None:
     """Remove everything of the testbed, also after a crash (idempotent)."""
-    _need_root("quicbed testbed down")
-    from quicbed.link.shapers import UserspaceShaper
+    from quicbed.link.shapers import clear_all
 
-    tb = LocalTestbed(prefix)
-    UserspaceShaper().clear(tb)
-    removed = tb.down()
-    out.print(
-        f"testbed {prefix}: "
-        + (f"removed {', '.join(removed)}" if removed else "nothing to remove")
-    )
+    tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed testbed down")
+    try:
+        clear_all(tb)
+        removed = tb.down()
+    finally:
+        tb.close()
+    name = prefix if kind == "local" else str(hosts)
+    out.print(f"testbed {name}: "
+              + (f"removed {', '.join(removed)}" if removed else "nothing to remove"))  # fmt: skip
 
 
 @testbed_app.command("status")
 def testbed_status(
     prefix: PrefixOpt = "qb",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    kind: TestbedOpt = "local",
+    hosts: HostsOpt = None,
+    ssh_user: SshUserOpt = None,
+    ssh_key: SshKeyOpt = None,
 ) -> None:
-    """What exists now, read from the kernel."""
-    _need_root("quicbed testbed status")
-    info = LocalTestbed(prefix).status()
+    """What exists now, read from the kernel (or from the ssh hosts)."""
+    tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed testbed status")
+    try:
+        info = tb.status()
+    finally:
+        tb.close()
     if as_json:
         print(json.dumps(info, indent=2))
+        return
+    if kind == "ssh":
+        out.print(f"ssh testbed {hosts}: {'reachable' if info['complete'] else 'NOT reachable'}")
+        for role, r in info["roles"].items():
+            state = (f"{r['system']}; pids {r['pids'] or '-'}" if r["reachable"]
+                     else f"[red]{r['error']}[/]")  # fmt: skip
+            out.print(f"  {role:7} {r['address']}: {state}")
         return
     state = "up" if info["complete"] else ("partial" if any(info["roles"].values()) else "down")
     out.print(f"testbed {prefix}: {state}")
@@ -167,6 +252,10 @@ def link_check(
     seed: SeedOpt = 1,
     shaper: ShaperOpt = "auto",
     prefix: PrefixOpt = "qb",
+    kind: TestbedOpt = "local",
+    hosts: HostsOpt = None,
+    ssh_user: SshUserOpt = None,
+    ssh_key: SshKeyOpt = None,
     tcp_seconds: Annotated[float, typer.Option(help="iperf3 TCP seconds per direction.")] = 10,
     cc: Annotated[str, typer.Option(help="TCP congestion control.")] = "cubic",
     as_json: Annotated[bool, typer.Option("--json", help="Print the receipt as JSON.")] = False,
@@ -182,10 +271,12 @@ def link_check(
                          jitter_kind, queue, count, seed)  # fmt: skip
     if tcp_seconds <= 0:
         raise QuicbedError(f"tcp-seconds must be > 0 (got {tcp_seconds:g})")
-    _need_root("quicbed link check")
-    tb = LocalTestbed(prefix)
-    with shaped_link(tb, cond, shaper, cc=cc) as link:
-        receipt = measure(tb, cond, link.shaper, link.tuning, tcp_seconds=tcp_seconds, cc=cc)
+    tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed link check")
+    try:
+        with shaped_link(tb, cond, shaper, cc=cc) as link:
+            receipt = measure(tb, cond, link.shaper, link.tuning, tcp_seconds=tcp_seconds, cc=cc)
+    finally:
+        tb.close()
     data = receipt.model_dump(mode="json")
     if out_file:
         with open(out_file, "x") as f:
@@ -276,6 +367,10 @@ def cell_cmd(
     cc: Annotated[str, typer.Option(help="Congestion control of both arms.")] = "cubic",
     shaper: ShaperOpt = "auto",
     prefix: PrefixOpt = "qb",
+    kind: TestbedOpt = "local",
+    hosts: HostsOpt = None,
+    ssh_user: SshUserOpt = None,
+    ssh_key: SshKeyOpt = None,
     receipt_tcp_seconds: Annotated[float, typer.Option(help="Receipt iperf3 seconds.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -316,15 +411,18 @@ def cell_cmd(
     validate(cfg)
     if receipt_tcp_seconds <= 0:
         raise QuicbedError(f"receipt-tcp-seconds must be > 0 (got {receipt_tcp_seconds:g})")
-    _need_root("quicbed cell")
+    tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed cell")
     with progress_bar(Console(stderr=True), transient=True) as bar:
         task = bar.add_task(f"cell {cfg.cell_id()}: receipt, then loads", total=len(cfg.schedule()))
 
         def step(arm: str, done: int, total: int) -> None:
             bar.update(task, completed=done, description=f"cell {cfg.cell_id()}: {arm}")
 
-        result = run_cell(cfg, Path(out_dir), prefix=prefix,
-                          receipt_tcp_seconds=receipt_tcp_seconds, progress=step)  # fmt: skip
+        try:
+            result = run_cell(cfg, Path(out_dir), testbed=tb,
+                              receipt_tcp_seconds=receipt_tcp_seconds, progress=step)  # fmt: skip
+        finally:
+            tb.close()
     if as_json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
@@ -385,8 +483,15 @@ def run_cmd(
     ] = False,
     max_hours: Annotated[float, typer.Option(help="Ask for --yes above this estimate.")] = 1.0,
     prefix: PrefixOpt = "qb",
+    hosts: HostsOpt = None,
+    ssh_user: SshUserOpt = None,
+    ssh_key: SshKeyOpt = None,
 ) -> None:
-    """Run every cell of a sweep spec into one results folder; resumable after any stop."""
+    """Run every cell of a sweep spec into one results folder; resumable after any stop.
+
+    The spec's ``testbed`` says where: local (namespaces here, as root) or ssh (the
+    hosts that --hosts names: an inventory, or the portal's manifest).
+    """
     from pathlib import Path
 
     from quicbed.spec import load_spec, plan
@@ -395,7 +500,11 @@ def run_cmd(
     spec = load_spec(Path(spec_file))
     cells = plan(spec)
     est = check_budget(cells, spec, max_hours * 3600, yes)
-    _need_root("quicbed run")
+    if spec.testbed == "local" and hosts:
+        raise QuicbedError(
+            f"{spec_file}: testbed is local; --hosts is for a spec with testbed: ssh"
+        )
+    tb = open_testbed(spec.testbed, prefix, hosts, ssh_user, ssh_key, what="quicbed run")
     out.print(f"sweep {spec.name!r}: {len(cells)} cells, about {est / 60:.0f} min; "
               f"results in {out_dir}")  # fmt: skip
     with progress_bar(Console(stderr=True)) as bar:
@@ -410,8 +519,11 @@ def run_cmd(
         def on_load(arm: str, done: int, total: int) -> None:
             bar.update(loads_task, completed=done, total=total, description=f"loads ({arm})")
 
-        result = run_sweep(spec, Path(out_dir), prefix=prefix, resume=resume, force=force,
-                           on_cell=on_cell, on_load=on_load)  # fmt: skip
+        try:
+            result = run_sweep(spec, Path(out_dir), testbed=tb, resume=resume, force=force,
+                               on_cell=on_cell, on_load=on_load)  # fmt: skip
+        finally:
+            tb.close()
         bar.update(cells_task, completed=len(cells))
     out.print(f"sweep {spec.name!r}: {result.done} cells measured, {result.skipped} kept from "
               f"before, {result.failed} failed; results in {out_dir}")  # fmt: skip

@@ -55,6 +55,7 @@ from quicbed.paths import REPO_ROOT
 from quicbed.secretscan import Finding, scan_tree, user_needles
 from quicbed.store import DB_NAME, Store
 from quicbed.sweep import SWEEP_FILE, is_running
+from quicbed.tarsafe import safe_extract
 
 PACKAGE_FORMAT = 1
 KIND = "quicbed replication package"
@@ -516,30 +517,6 @@ def write_archive(top: Path, dest: Path, mtime: int) -> None:
 
 
 # --- reading --------------------------------------------------------------------------
-def safe_extract(tar: tarfile.TarFile, dest: Path, *, what: str) -> None:
-    """Extract regular files and folders only, each strictly below ``dest``.
-
-    Written out by hand rather than with ``extractall(filter="data")``: that filter
-    came with Python 3.11.4, and a verifier may well have Debian 12's 3.11.2.
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    for m in tar.getmembers():
-        parts = Path(m.name).parts
-        if not parts or m.name.startswith("/") or ".." in parts:
-            raise QuicbedError(f"{what}: member {m.name!r} points outside the archive")
-        if not (m.isfile() or m.isdir()):
-            raise QuicbedError(f"{what}: {m.name} is not a regular file or folder")
-        target = dest.joinpath(*parts)
-        if m.isdir():
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        src = tar.extractfile(m)
-        assert src is not None  # a regular file always has data
-        with src, open(target, "wb") as f:
-            shutil.copyfileobj(src, f)
-
-
 def check_manifest(manifest: Any, archive: Path) -> dict[str, Any]:
     """The manifest's format is one this quicbed reads, and its file list is well formed."""
     if not isinstance(manifest, dict) or manifest.get("kind") != KIND:

@@ -59,6 +59,19 @@ def run(
     return cp
 
 
+def run_bytes(
+    argv: Sequence[str], *, timeout: float = 60.0, input: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``run`` for binary data (file contents over ssh): unchecked, the caller judges."""
+    try:
+        return subprocess.run(list(argv), capture_output=True, timeout=timeout, input=input,
+                              check=False)  # fmt: skip
+    except FileNotFoundError as exc:
+        raise QuicbedError(f"program not found: {argv[0]} (run `make setup`)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise QuicbedError(f"timed out after {timeout:g} s: {' '.join(argv)}") from exc
+
+
 def spawn(
     argv: Sequence[str],
     *,

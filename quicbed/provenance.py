@@ -2,7 +2,9 @@
 
 Collected from the programs themselves (``--version`` and build info), never typed
 in: a replication package must say what really ran. Everything here is cheap (one
-``--version`` per program, files under /proc): it runs once per attempt.
+``--version`` per program, files under /proc): it runs once per attempt. On the ssh
+testbed each component is asked on the host it runs on (Chromium on the client,
+Apache on the server), and every host's kernel, OS, CPU and sysctls are recorded.
 """
 
 from __future__ import annotations
@@ -12,12 +14,20 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 
 from quicbed import __version__
+from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from quicbed.testbed.base import Testbed
+
+#: runs a command where a component lives; its output, or None if it failed
+Run = Callable[[list[str]], str | None]
 
 
 def _out(argv: list[str], timeout: float = 20) -> str | None:
@@ -35,11 +45,27 @@ def git_state() -> dict[str, Any]:
     return {"sha": sha, "dirty": bool(dirty)}
 
 
-def _go_binary(path: Path) -> dict[str, Any] | None:
+def _on(tb: Testbed | None, role: str) -> Run:
+    """How to ask ``role``'s machine: this one for the local testbed, else over the testbed."""
+    if tb is None or tb.kind == "local":
+        return _out
+
+    def run(argv: list[str]) -> str | None:
+        try:
+            cp = tb.exec(role, argv, check=False, timeout=30)
+        except QuicbedError:
+            return None
+        text = (cp.stdout or cp.stderr).strip()
+        return text if cp.returncode == 0 and text else None
+
+    return run
+
+
+def _go_binary(path: PurePosixPath, run: Run = _out) -> dict[str, Any] | None:
     """Go version and module versions compiled into one of our binaries."""
-    if not path.exists():
+    if run(["ls", str(path)]) is None:
         return None
-    text = _out(["go", "version", "-m", str(path)]) or _out(
+    text = run(["go", "version", "-m", str(path)]) or run(
         ["/usr/local/go/bin/go", "version", "-m", str(path)]
     )
     if not text:
@@ -56,13 +82,18 @@ def _go_binary(path: Path) -> dict[str, Any] | None:
     return info
 
 
-def software() -> dict[str, Any]:
-    """Versions of every component that touches a measurement."""
-    bindir = REPO_ROOT / "build" / "bin"
-    chromium = _out(["chromium", "--version"])
-    apache = _out(["apache2", "-v"])
-    iperf = _out(["iperf3", "--version"])
-    node = _out(["node", "--version"])
+def software(tb: Testbed | None = None) -> dict[str, Any]:
+    """Versions of every component that touches a measurement, asked where it runs."""
+    server, client, bridge = _on(tb, "server"), _on(tb, "client"), _on(tb, "bridge")
+
+    def bindir(role: str) -> PurePosixPath:
+        repo = PurePosixPath(REPO_ROOT) if tb is None else tb.repo_dir(role)
+        return repo / "build" / "bin"
+
+    chromium = client(["chromium", "--version"])
+    apache = server(["apache2", "-v"])
+    iperf = client(["iperf3", "--version"])
+    node = client(["node", "--version"])
     return {
         "quicbed": __version__,
         "python": sys.version.split()[0],
@@ -70,8 +101,8 @@ def software() -> dict[str, Any]:
         "apache": re.search(r"Apache/[\d.]+", apache).group(0) if apache else None,
         "iperf3": iperf.splitlines()[0] if iperf else None,
         "node": node,
-        "quicbed-h3server": _go_binary(bindir / "quicbed-h3server"),
-        "quicbed-linkem": _go_binary(bindir / "quicbed-linkem"),
+        "quicbed-h3server": _go_binary(bindir("server") / "quicbed-h3server", server),
+        "quicbed-linkem": _go_binary(bindir("bridge") / "quicbed-linkem", bridge),
     }
 
 
@@ -112,41 +143,71 @@ def python_packages() -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
 
 
-def machine() -> dict[str, Any]:
-    cpu = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def machine(run: Run | None = None) -> dict[str, Any]:
+    """This machine (or, with ``run``, the machine ``run`` asks: a testbed host)."""
+    if run is None:
+        return {"hostname": platform.node(), "kernel": platform.release(),
+                "os": _os_release(_read("/etc/os-release")),
+                "cpu": _cpu(_read("/proc/cpuinfo")), "cores": _out(["nproc"])}  # fmt: skip
     return {
-        "hostname": platform.node(),
-        "kernel": platform.release(),
-        "os": _os_release(),
-        "cpu": cpu,
-        "cores": _out(["nproc"]),
+        "hostname": run(["uname", "-n"]),
+        "kernel": run(["uname", "-r"]),
+        "os": _os_release(run(["cat", "/etc/os-release"])) or run(["uname", "-sr"]),
+        "cpu": _cpu(run(["cat", "/proc/cpuinfo"])) or run(["sysctl", "-n", "hw.model"]),
+        "cores": run(["nproc"]) or run(["sysctl", "-n", "hw.ncpu"]),
+        # Emulab writes the node's hardware type here (d430, d710, ...)
+        "node_type": run(["cat", "/var/emulab/boot/nodetype"]),
     }
 
 
-def _os_release() -> str | None:
+def _read(path: str) -> str | None:
     try:
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                return line.split("=", 1)[1].strip('"')
+        return Path(path).read_text()
     except OSError:
-        pass
+        return None
+
+
+def _cpu(cpuinfo: str | None) -> str | None:
+    for line in (cpuinfo or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return None
 
 
-def collect() -> dict[str, Any]:
-    return {
+def _os_release(text: str | None) -> str | None:
+    for line in (text or "").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip('"')
+    return None
+
+
+def node_sysctls(run: Run) -> dict[str, str | None]:
+    """:data:`SYSCTLS` on a testbed host, in one call (``-e``: unknown keys are skipped)."""
+    text = run(["sysctl", "-e", *SYSCTLS]) or ""
+    found = {}
+    for line in text.splitlines():
+        key, sep, val = line.partition(" = ")
+        if sep:
+            found[key.strip()] = " ".join(val.split())
+    return {k: found.get(k) for k in SYSCTLS}
+
+
+def collect(tb: Testbed | None = None) -> dict[str, Any]:
+    """Everything about what produced an attempt; ``tb`` adds the testbed and its hosts."""
+    out: dict[str, Any] = {
         "collected": datetime.now(UTC).isoformat(),
         "git": git_state(),
-        "software": software(),
+        "software": software(tb),
         "machine": machine(),
         "sysctls": sysctls(),
         "python_packages": python_packages(),
         "argv": sys.argv,
     }
+    if tb is not None:
+        out["testbed"] = tb.describe()
+        if tb.kind != "local":  # the controller is not where the measurement ran
+            out["nodes"] = {}
+            for role in ("server", "client", "bridge"):
+                run = _on(tb, role)
+                out["nodes"][role] = {"machine": machine(run), "sysctls": node_sysctls(run)}
+    return out

@@ -74,7 +74,7 @@ class SweepSpec(BaseModel):
     format: int = SPEC_FORMAT
     name: str
     description: str = ""
-    testbed: Literal["local"] = "local"
+    testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
     shaper: Literal["auto", "userspace", "netem", "dummynet"] = "auto"
     receipt_tcp_seconds: float = Field(default=10, gt=0)
     defaults: Defaults = Defaults()

@@ -26,6 +26,8 @@ from quicbed.cell import CellResult, run_cell
 from quicbed.errors import QuicbedError
 from quicbed.spec import PlannedCell, SweepSpec, estimate_seconds, plan
 from quicbed.store import Store, now
+from quicbed.testbed.base import Testbed
+from quicbed.testbed.local import LocalTestbed
 
 SWEEP_FILE = "sweep.json"
 LOCK_FILE = "sweep.lock"
@@ -44,8 +46,8 @@ class SweepOutcome:
     results: list[CellResult] = field(default_factory=list)
 
 
-def _software() -> dict[str, Any]:
-    sw = provenance.software()
+def _software(tb: Testbed | None) -> dict[str, Any]:
+    sw = provenance.software(tb)
     out: dict[str, Any] = {}
     for k in CHECKED_SOFTWARE:
         v = sw.get(k)
@@ -86,10 +88,16 @@ def is_running(out: Path) -> bool:
     return False
 
 
-def prepare_folder(out: Path, spec: SweepSpec, *, resume: bool, force: bool) -> None:
-    """Claim ``out`` for ``spec`` or check that it already belongs to it."""
+def prepare_folder(
+    out: Path, spec: SweepSpec, *, resume: bool, force: bool, testbed: Testbed | None = None
+) -> None:
+    """Claim ``out`` for ``spec`` or check that it already belongs to it.
+
+    The software is read where it runs (the testbed's hosts); the testbed itself is
+    recorded, and a resume on other hosts is allowed as long as the software matches.
+    """
     meta = out / SWEEP_FILE
-    software = _software()
+    software = _software(testbed)
     if meta.exists():
         held = json.loads(meta.read_text())
         if not resume:
@@ -113,7 +121,8 @@ def prepare_folder(out: Path, spec: SweepSpec, *, resume: bool, force: bool) -> 
         raise QuicbedError(f"{out} is not empty and holds no quicbed sweep; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     body = {"format": 1, "created": now(), "digest": spec.digest(),
-            "spec": spec.model_dump(mode="json"), "software": software}  # fmt: skip
+            "spec": spec.model_dump(mode="json"), "software": software,
+            "testbed": testbed.describe() if testbed else None}  # fmt: skip
     tmp = meta.with_suffix(".tmp")
     tmp.write_text(json.dumps(body, indent=2))
     tmp.replace(meta)
@@ -134,16 +143,21 @@ def run_sweep(
     out: Path,
     *,
     prefix: str = "qb",
+    testbed: Testbed | None = None,
     resume: bool = False,
     force: bool = False,
     on_cell: Callable[[int, int, PlannedCell, str], None] | None = None,
     on_load: Callable[[str, int, int], None] | None = None,
 ) -> SweepOutcome:
+    """Every cell of ``spec`` on ``testbed`` (default: the local testbed ``prefix``)."""
     out = out.resolve()
+    tb = testbed or LocalTestbed(prefix)
+    if tb.kind != spec.testbed:
+        raise QuicbedError(f"the spec's testbed is {spec.testbed}, this one is {tb.kind}")
     cells = plan(spec)
     outcome = SweepOutcome(out=out, planned=len(cells))
     with folder_lock(out):
-        prepare_folder(out, spec, resume=resume, force=force)
+        prepare_folder(out, spec, resume=resume, force=force, testbed=tb)
         store = Store(out, create=True)
         latest = store.latest_attempts()
         store.close()
@@ -159,11 +173,11 @@ def run_sweep(
                 on_cell(i, len(cells), pc, "running")
             resume_attempt = prev["attempt"] if prev else None
             tcp_s = spec.receipt_tcp_seconds
-            r = run_cell(pc.config, out, prefix=prefix, receipt_tcp_seconds=tcp_s,
+            r = run_cell(pc.config, out, testbed=tb, receipt_tcp_seconds=tcp_s,
                          progress=on_load, resume_attempt=resume_attempt)  # fmt: skip
             if r.status == "failed" and "out of tolerance" in r.problem:
                 # one retry on a freshly applied link, as a new attempt
-                r = run_cell(pc.config, out, prefix=prefix, receipt_tcp_seconds=tcp_s,
+                r = run_cell(pc.config, out, testbed=tb, receipt_tcp_seconds=tcp_s,
                              progress=on_load)  # fmt: skip
             outcome.results.append(r)
             if r.status == "done":

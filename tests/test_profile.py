@@ -28,6 +28,7 @@ from lxml import etree
 
 from quicbed import genilib_compat as gc
 from quicbed.testbed import local
+from quicbed.testbed.hosts import MANIFEST_NODES
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profile.py"
@@ -191,6 +192,9 @@ def test_fixed_addresses_equal_the_local_testbed(tmp_path: Path) -> None:
     assert not n[BRIDGE_NODE].findall("r:interface/r:ip", NS)
     # and the roles the nodes bootstrap are exactly the local testbed's roles
     assert {execute_argv(node)[3] for node in n.values()} == set(local.ROLES)
+    # the ssh testbed finds these nodes in the portal's manifest by the same names
+    for node, role in NODE_ROLE.items():
+        assert node in MANIFEST_NODES[role], (node, role)
 
 
 def test_names_and_addresses_are_defined_once_in_the_profile() -> None:

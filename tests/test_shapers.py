@@ -29,11 +29,32 @@ def test_dummynet_packet_queue_and_unlimited_rate() -> None:
     )
 
 
+def test_dummynet_jitter_is_split_between_bridge_and_endpoint_netem() -> None:
+    """D +/- J: Dummynet delays D - J, netem on the sender J +/- J (the study's way)."""
+    c = make_condition(rate_mbit=50, rtt_ms=112, jitter_ms=50, jitter_kind="reorder")
+    lines = DummynetShaper.commands(c, {"down": 1, "up": 2})
+    assert [x.split(" delay ")[1].split()[0] for x in lines] == ["6", "6"]
+    tc = DummynetShaper.jitter_commands(c, {"server": "eno2", "client": "eno3"})
+    assert tc["server"] == ["tc", "qdisc", "replace", "dev", "eno2", "root", "netem", "limit",
+                            "100000", "delay", "50000us", "50000us"]  # fmt: skip
+    assert tc["client"][4] == "eno3"
+    # a jitter larger than the delay: nothing left for Dummynet, netem clamps at zero
+    small = make_condition(rtt_ms=36, jitter_ms=25, jitter_kind="reorder")
+    assert " delay 0" in DummynetShaper.commands(small, {"down": 1, "up": 2})[0]
+    assert DummynetShaper.jitter_commands(small, {"server": "a", "client": "b"})["server"][-2:] == [
+        "18000us", "25000us"]  # fmt: skip
+    assert DummynetShaper.jitter_commands(make_condition(rtt_ms=36), {"server": "a"}) == {}
+
+
 @pytest.mark.parametrize(
     ("cond", "needle"),
     [
-        (make_condition(rtt_ms=112, jitter_ms=50, jitter_kind="reorder"), "dummynet has no jitter"),
+        (
+            make_condition(rtt_ms=112, jitter_ms=50, jitter_kind="smooth"),
+            "cannot keep packet order",
+        ),
         (make_condition(rtt_ms=3), "1 ms granularity"),
+        (make_condition(rtt_ms=112, jitter_ms=0.5, jitter_kind="reorder"), "1 ms granularity"),
     ],
 )
 def test_dummynet_refuses_what_it_cannot_do(cond, needle: str) -> None:

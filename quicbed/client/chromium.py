@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import select
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -22,9 +21,8 @@ from typing import Any
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
-from quicbed.paths import REPO_ROOT
+from quicbed.testbed.base import Process, RPath, Testbed
 
-CLIENT_DIR = REPO_ROOT / "client"
 CHROMIUM = "chromium"
 
 #: switches that keep Chromium from calling home on a closed network
@@ -56,9 +54,9 @@ class BrowserSpec:
     host: str
     server_ip: str
     spki_pin: str
-    user_data_dir: Path
+    user_data_dir: RPath  # on the client's machine
     port: int = 443
-    net_log: Path | None = None
+    net_log: RPath | None = None
 
 
 def command_line(spec: BrowserSpec) -> list[str]:
@@ -81,52 +79,47 @@ def command_line(spec: BrowserSpec) -> list[str]:
     return argv
 
 
-def seed_profile(user_data_dir: Path) -> None:
+def seed_profile(tb: Testbed, user_data_dir: RPath) -> None:
     """A fresh profile with network prediction off (``net.network_prediction_options: 2``)."""
-    if user_data_dir.exists():
-        shutil.rmtree(user_data_dir)
-    (user_data_dir / "Default").mkdir(parents=True)
+    tb.remove("client", user_data_dir)
     prefs = {"net": {"network_prediction_options": 2}}
-    (user_data_dir / "Default" / "Preferences").write_text(json.dumps(prefs))
+    tb.write_text("client", user_data_dir / "Default" / "Preferences", json.dumps(prefs))
 
 
 class Browser:
-    """One Chromium and one driver process for one arm of one cell.
+    """One Chromium and one driver process for one arm of one cell, on the client role.
 
-    ``run_prefix`` runs both inside a namespace (``ip netns exec NS``): the
-    DevTools port is on that namespace's loopback.
+    The driver talks to Chromium's DevTools port on the client's own loopback and
+    to us over its stdin/stdout, which the testbed carries (``ip netns exec`` or ssh).
     """
 
-    def __init__(self, spec: BrowserSpec, run_prefix: list[str], log_dir: Path) -> None:
+    def __init__(self, spec: BrowserSpec, tb: Testbed, log_dir: Path) -> None:
         self.spec = spec
-        self.prefix = run_prefix
+        self.tb = tb
         self.log_dir = log_dir
-        self.chrome: subprocess.Popen[bytes] | None = None
+        self.chrome: Process | None = None
         self.driver: subprocess.Popen[str] | None = None
         self.version = ""
 
     def start(self, timeout: float = 30) -> None:
-        seed_profile(self.spec.user_data_dir)
+        tb = self.tb
+        seed_profile(tb, self.spec.user_data_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = command_line(self.spec)
         (self.log_dir / f"chromium-{self.spec.arm}.argv.json").write_text(json.dumps(argv))
-        self.chrome = proc.spawn(
-            [*self.prefix, *argv], stdout=self.log_dir / f"chromium-{self.spec.arm}.log",
-            stderr=self.log_dir / f"chromium-{self.spec.arm}.log",
-        )  # fmt: skip
+        log = tb.outbox("client", self.log_dir) / f"chromium-{self.spec.arm}.log"
+        self.chrome = tb.spawn("client", argv, log=log)
         port_file = self.spec.user_data_dir / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
-        while not port_file.exists() or not port_file.read_text().strip():
+        while not (text := tb.read_text("client", port_file).strip()):
             if self.chrome.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise QuicbedError(
-                    f"Chromium did not start (see {self.log_dir}/chromium-{self.spec.arm}.log)"
-                )
+                raise QuicbedError(f"Chromium did not start on {tb.name('client')} (see {log})")
             time.sleep(0.05)
-        port = int(port_file.read_text().split()[0])
-        node = shutil.which("node") or "node"
+        port = int(text.split()[0])
+        load_js = tb.repo_dir("client") / "client" / "load.js"
         self.driver = subprocess.Popen(
-            [*self.prefix, node, str(CLIENT_DIR / "load.js"), str(port)],
+            tb.argv("client", ["node", str(load_js), str(port)]),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=open(self.log_dir / f"driver-{self.spec.arm}.log", "ab"),  # noqa: SIM115
             text=True, bufsize=1, preexec_fn=proc._die_with_parent,
@@ -173,5 +166,5 @@ class Browser:
             proc.stop_pid(self.driver.pid)
             self.driver = None
         if self.chrome is not None:
-            proc.stop_pid(self.chrome.pid, timeout=10)
+            self.chrome.stop(timeout=10)
             self.chrome = None

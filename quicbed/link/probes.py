@@ -9,21 +9,18 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from quicbed import proc
 from quicbed.errors import QuicbedError
-from quicbed.testbed.local import LocalTestbed
+from quicbed.testbed.base import Testbed
 
 IPERF_PORT = 5201
 _PING_RE = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")
 
 
-def ping(tb: LocalTestbed, *, count: int = 200, interval: float = 0.01) -> dict[str, Any]:
+def ping(tb: Testbed, *, count: int = 200, interval: float = 0.01) -> dict[str, Any]:
     """RTT samples from client to server (ICMP echo, 56-byte payload, 98-byte frames).
 
     One unmeasured probe first: until ARP has resolved, probes wait in the neighbour
@@ -51,7 +48,7 @@ def ping(tb: LocalTestbed, *, count: int = 200, interval: float = 0.01) -> dict[
 
 
 def udp_probe(
-    tb: LocalTestbed, direction: str, *, count: int, pps: float, idle: float = 2.0
+    tb: Testbed, direction: str, *, count: int, pps: float, idle: float = 2.0
 ) -> dict[str, Any]:
     """One paced stream of ``count`` 64-byte datagrams: one-way delay, loss, reordering.
 
@@ -61,62 +58,49 @@ def udp_probe(
     sender, receiver = ("server", "client") if direction == "down" else ("client", "server")
     dst = tb.client_ip if direction == "down" else tb.server_ip
     port = 5301
-    out = tb.state_dir / f"udpprobe-{direction}.json"
-    out.unlink(missing_ok=True)
-    py = sys.executable
+    out = tb.workdir(receiver) / f"udpprobe-{direction}.json"
+    tb.remove(receiver, out)
     rx = tb.spawn(
         receiver,
-        [py, "-m", "quicbed.link.udpprobe", "recv", "--bind", f"{dst}:{port}", "--count",
-         str(count), "--out", str(out), "--idle", str(idle)],
+        [*tb.python(receiver), "-m", "quicbed.link.udpprobe", "recv", "--bind", f"{dst}:{port}",
+         "--count", str(count), "--out", str(out), "--idle", str(idle)],
     )  # fmt: skip
     seconds = count / pps
     try:
-        _wait_bound(tb, receiver, "udp", port)
+        tb.wait_listening(receiver, "udp", port)
         tb.exec(
             sender,
-            [py, "-m", "quicbed.link.udpprobe", "send", "--to", f"{dst}:{port}", "--count",
-             str(count), "--pps", f"{pps:g}"],
+            [*tb.python(sender), "-m", "quicbed.link.udpprobe", "send", "--to", f"{dst}:{port}",
+             "--count", str(count), "--pps", f"{pps:g}"],
             timeout=seconds + 30,
         )  # fmt: skip
         rx.wait(timeout=seconds + idle + 60)
     finally:
-        if rx.poll() is None:
-            proc.stop_pid(rx.pid)
-    if not out.exists():
+        rx.stop()
+    text = tb.read_text(receiver, out)
+    if not text:
         raise QuicbedError(f"the UDP probe ({direction}) wrote no result")
-    data = json.loads(out.read_text())
-    out.unlink()
+    data = json.loads(text)
+    tb.remove(receiver, out)
     data.update(direction=direction, pps=pps)
     return data
 
 
-def _wait_bound(tb: LocalTestbed, role: str, proto: str, port: int, timeout: float = 10) -> None:
-    """Wait until something listens on ``port`` in ``role``'s namespace (ss, not sleep)."""
-    flag = "-lnu" if proto == "udp" else "-lnt"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = tb.exec(role, ["ss", "-H", flag, f"sport = :{port}"], check=False).stdout
-        if out.strip():
-            return
-        time.sleep(0.02)
-    raise QuicbedError(f"nothing listened on {proto}/{port} in {tb.ns(role)} after {timeout:g} s")
-
-
 @contextmanager
-def iperf3_server(tb: LocalTestbed) -> Iterator[None]:
+def iperf3_server(tb: Testbed) -> Iterator[None]:
     """An iperf3 server in the server namespace for the duration of a receipt."""
-    log = tb.state_dir / "iperf3-server.log"
+    log = tb.workdir("server") / "iperf3-server.log"
     p = tb.spawn(
         "server", ["iperf3", "-s", "-J", "-B", tb.server_ip, "-p", str(IPERF_PORT)], log=log
     )
     try:
-        _wait_bound(tb, "server", "tcp", IPERF_PORT)
+        tb.wait_listening("server", "tcp", IPERF_PORT)
         yield
     finally:
-        proc.stop_pid(p.pid)
+        p.stop()
 
 
-def _iperf3(tb: LocalTestbed, args: list[str], seconds: float, tries: int = 3) -> dict[str, Any]:
+def _iperf3(tb: Testbed, args: list[str], seconds: float, tries: int = 3) -> dict[str, Any]:
     """Run an iperf3 client; retry when its set-up exchange is lost on a lossy link.
 
     iperf3 3.12 does not retransmit the datagram that opens a UDP test, so with
@@ -141,7 +125,7 @@ def _iperf3(tb: LocalTestbed, args: list[str], seconds: float, tries: int = 3) -
 
 
 def tcp_goodput(
-    tb: LocalTestbed, direction: str, *, seconds: float = 10, omit: float = 2, cc: str = "cubic"
+    tb: Testbed, direction: str, *, seconds: float = 10, omit: float = 2, cc: str = "cubic"
 ) -> dict[str, Any]:
     """TCP goodput in steady state: iperf3 omits the first ``omit`` s (slow start)."""
     args = ["-t", f"{seconds:g}", "-O", f"{omit:g}", "-C", cc]
@@ -161,7 +145,7 @@ def tcp_goodput(
 
 
 def udp(
-    tb: LocalTestbed, direction: str, *, bitrate_bps: float, seconds: float, length: int
+    tb: Testbed, direction: str, *, bitrate_bps: float, seconds: float, length: int
 ) -> dict[str, Any]:
     """A UDP stream at ``bitrate_bps`` (payload): delivery rate, loss and reordering.
 

@@ -15,12 +15,12 @@ from typing import Any
 from quicbed.link.model import LinkCondition
 from quicbed.link.shapers import Shaper, get_shaper
 from quicbed.link.tuning import tune_hosts
-from quicbed.testbed.local import LocalTestbed
+from quicbed.testbed.base import Testbed
 
 
 @dataclass
 class ShapedLink:
-    testbed: LocalTestbed
+    testbed: Testbed
     condition: LinkCondition
     shaper: Shaper
     tuning: dict[str, Any]
@@ -28,7 +28,7 @@ class ShapedLink:
 
 @contextmanager
 def shaped_link(
-    tb: LocalTestbed, cond: LinkCondition, shaper_name: str = "auto", cc: str = "cubic"
+    tb: Testbed, cond: LinkCondition, shaper_name: str = "auto", cc: str = "cubic"
 ) -> Iterator[ShapedLink]:
     """Everything is validated before anything is touched; everything made is undone."""
     shaper = get_shaper(shaper_name, tb)

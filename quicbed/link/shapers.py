@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import time
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import Any
 
-from quicbed import proc
 from quicbed.errors import QuicbedError
 from quicbed.link.model import ETH_HEADER, MAX_FRAME, JitterKind, LinkCondition, Pipe
-from quicbed.paths import bin_path
-from quicbed.testbed.local import LocalTestbed
+from quicbed.testbed.base import RPath, Testbed
 
 SHAPERS = ("auto", "userspace", "netem", "dummynet")
 #: egress port in the bridge namespace for each direction
@@ -40,19 +35,23 @@ class Shaper(ABC):
     name: str
 
     @abstractmethod
-    def unavailable(self, tb: LocalTestbed) -> str | None:
+    def unavailable(self, tb: Testbed) -> str | None:
         """Why this shaper cannot run here, or None if it can."""
 
     @abstractmethod
-    def apply(self, tb: LocalTestbed, cond: LinkCondition, *, persistent: bool = False) -> None:
+    def apply(self, tb: Testbed, cond: LinkCondition, *, persistent: bool = False) -> None:
         """Shape the link; replaces whatever condition was in force."""
 
     @abstractmethod
-    def clear(self, tb: LocalTestbed) -> dict[str, Any] | None:
+    def clear(self, tb: Testbed) -> dict[str, Any] | None:
         """Remove the shaping (the link stops forwarding); returns final counters if any."""
 
-    def counters(self, tb: LocalTestbed) -> dict[str, Any] | None:
+    def counters(self, tb: Testbed) -> dict[str, Any] | None:
         """The emulator's own per-direction counters, if it has any."""
+        return None
+
+    def cpu_seconds(self, tb: Testbed) -> float | None:
+        """CPU time the emulator has used so far, if it is a process of ours."""
         return None
 
     def describe(self, cond: LinkCondition) -> dict[str, Any]:
@@ -67,15 +66,15 @@ class UserspaceShaper(Shaper):
     name = "userspace"
     binary = "quicbed-linkem"
 
-    def unavailable(self, tb: LocalTestbed) -> str | None:
+    def unavailable(self, tb: Testbed) -> str | None:
         try:
-            bin_path(self.binary)
+            tb.bin_path("bridge", self.binary)
         except QuicbedError as exc:
             return str(exc)
         return None
 
-    def _files(self, tb: LocalTestbed) -> dict[str, Path]:
-        d = tb.state_dir / "linkem"
+    def _files(self, tb: Testbed) -> dict[str, RPath]:
+        d = tb.workdir("bridge") / "linkem"
         return {
             "dir": d,
             "config": d / "config.json",
@@ -109,14 +108,14 @@ class UserspaceShaper(Shaper):
             "directions": dirs,
         }
 
-    def apply(self, tb: LocalTestbed, cond: LinkCondition, *, persistent: bool = False) -> None:
-        exe = bin_path(self.binary)
+    def apply(self, tb: Testbed, cond: LinkCondition, *, persistent: bool = False) -> None:
+        exe = tb.bin_path("bridge", self.binary)
         self.clear(tb)
         f = self._files(tb)
-        f["dir"].mkdir(parents=True, exist_ok=True)
+        tb.mkdir("bridge", f["dir"])
         for k in ("stats", "ready"):
-            f[k].unlink(missing_ok=True)
-        f["config"].write_text(json.dumps(self.config(cond), indent=2))
+            tb.remove("bridge", f[k])
+        tb.write_text("bridge", f["config"], json.dumps(self.config(cond), indent=2))
         p = tb.spawn(
             "bridge",
             [str(exe), "--config", str(f["config"]), "--stats", str(f["stats"]),
@@ -124,52 +123,55 @@ class UserspaceShaper(Shaper):
             log=f["log"],
             die_with_parent=not persistent,
         )  # fmt: skip
-        f["pid"].write_text(str(p.pid))
+        tb.write_text("bridge", f["pid"], str(p.pid))
         deadline = time.monotonic() + 10
-        while not f["ready"].exists():
+        while not tb.has_file("bridge", f["ready"]):
             if p.poll() is not None or time.monotonic() > deadline:
-                tail = f["log"].read_text(errors="replace").strip().splitlines()[-3:]
-                proc.stop_pid(p.pid)
-                f["pid"].unlink(missing_ok=True)
+                tail = tb.read_text("bridge", f["log"]).strip().splitlines()[-3:]
+                p.stop()
+                tb.remove("bridge", f["pid"])
                 raise QuicbedError(
                     f"{self.binary} did not start (exit {p.poll()}): {' | '.join(tail)}"
                 )
             time.sleep(0.02)
 
-    def pid(self, tb: LocalTestbed) -> int | None:
-        f = self._files(tb)["pid"]
+    def pid(self, tb: Testbed) -> int | None:
         try:
-            pid = int(f.read_text())
-        except (FileNotFoundError, ValueError):
+            pid = int(tb.read_text("bridge", self._files(tb)["pid"]))
+        except ValueError:
             return None
-        return pid if proc.pid_alive(pid) else None
+        return pid if tb.alive("bridge", pid) else None
 
-    def counters(self, tb: LocalTestbed) -> dict[str, Any] | None:
+    def cpu_seconds(self, tb: Testbed) -> float | None:
+        pid = self.pid(tb)
+        return None if pid is None else tb.cpu_seconds("bridge", pid)
+
+    def counters(self, tb: Testbed) -> dict[str, Any] | None:
         pid = self.pid(tb)
         if pid is None:
             return None
         f = self._files(tb)["stats"]
-        before = f.stat().st_mtime_ns if f.exists() else 0
-        os.kill(pid, signal.SIGUSR1)
+        before = tb.read_text("bridge", f)  # carries the uptime: every write differs
+        tb.kill("bridge", pid, "USR1")
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            if f.exists() and f.stat().st_mtime_ns != before:
-                return json.loads(f.read_text())
+            text = tb.read_text("bridge", f)
+            if text and text != before:
+                return json.loads(text)
             time.sleep(0.01)
         raise QuicbedError(f"{self.binary} (pid {pid}) did not write its counters")
 
-    def clear(self, tb: LocalTestbed) -> dict[str, Any] | None:
+    def clear(self, tb: Testbed) -> dict[str, Any] | None:
         f = self._files(tb)
         pid = self.pid(tb)
         if pid is None:
-            f["pid"].unlink(missing_ok=True)
+            tb.remove("bridge", f["pid"])
             return None
-        before = f["stats"].stat().st_mtime_ns if f["stats"].exists() else 0
-        proc.stop_pid(pid, timeout=5)
-        f["pid"].unlink(missing_ok=True)
-        if f["stats"].exists() and f["stats"].stat().st_mtime_ns != before:
-            return json.loads(f["stats"].read_text())
-        return None
+        before = tb.read_text("bridge", f["stats"])
+        tb.stop_pid("bridge", pid, timeout=5)
+        tb.remove("bridge", f["pid"])
+        after = tb.read_text("bridge", f["stats"])
+        return json.loads(after) if after and after != before else None
 
     def describe(self, cond: LinkCondition) -> dict[str, Any]:
         return {"shaper": self.name, "emulator": self.binary, "config": self.config(cond)}
@@ -187,22 +189,8 @@ class NetemShaper(Shaper):
 
     name = "netem"
 
-    def unavailable(self, tb: LocalTestbed) -> str | None:
-        ns = f"{tb.prefix}-probe"
-        proc.run(["ip", "netns", "del", ns], check=False)
-        try:
-            proc.run(["ip", "netns", "add", ns])
-            cp = proc.run(
-                ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root",
-                 "netem", "delay", "1ms"],
-                check=False,
-            )  # fmt: skip
-        finally:
-            proc.run(["ip", "netns", "del", ns], check=False)
-        if cp.returncode != 0:
-            why = (cp.stderr.strip().splitlines() or ["tc failed"])[0]
-            return f"this kernel cannot run netem ({why}); use --shaper userspace"
-        return None
+    def unavailable(self, tb: Testbed) -> str | None:
+        return tb.netem_unavailable()
 
     @staticmethod
     def commands(cond: LinkCondition) -> list[list[str]]:
@@ -244,7 +232,7 @@ class NetemShaper(Shaper):
             ["tc", "qdisc", "replace", "dev", dev, "parent", "1:1", "handle", "10:", *netem],
         ]
 
-    def apply(self, tb: LocalTestbed, cond: LinkCondition, *, persistent: bool = False) -> None:
+    def apply(self, tb: Testbed, cond: LinkCondition, *, persistent: bool = False) -> None:
         reason = self.unavailable(tb)
         if reason:
             raise QuicbedError(f"shaper netem: {reason}")
@@ -261,7 +249,7 @@ class NetemShaper(Shaper):
             self.clear(tb)
             raise
 
-    def clear(self, tb: LocalTestbed) -> dict[str, Any] | None:
+    def clear(self, tb: Testbed) -> dict[str, Any] | None:
         for dev in ("srv", "cli"):
             tb.exec("bridge", ["tc", "qdisc", "del", "dev", dev, "root"], check=False)
         tb.exec("bridge", ["ip", "link", "del", "br0"], check=False)
@@ -276,21 +264,57 @@ class NetemShaper(Shaper):
 
 
 # --- dummynet -------------------------------------------------------------------------
-class DummynetShaper(Shaper):
-    """FreeBSD ``ipfw pipe`` lines for the Emulab bridge node (applied by the ssh testbed).
+#: written on the bridge by the bridge_dummynet role: which Emulab pipe shapes which way
+PIPES_FILE = RPath("/var/db/quicbed/pipes.json")
+#: the endpoint whose egress carries each direction's jitter (netem, as the study did)
+JITTER_ROLE = {"down": "server", "up": "client"}
 
-    Dummynet has no jitter and no seed; its delay has 1 ms granularity (kern.hz=1000)
-    and its queue is given in slots or KBytes. Jitter on the testbed is applied with
-    netem on the client, as the reference study did.
+
+class DummynetShaper(Shaper):
+    """``ipfw pipe`` on the FreeBSD bridge node of an Emulab/CloudLab experiment.
+
+    The pipes are Emulab's own (found at provisioning, ``PIPES_FILE``); quicbed only
+    reconfigures them. Dummynet has no jitter and no seed, and its delay is set in
+    whole milliseconds; its queue is given in slots or KBytes. Jitter is applied with
+    netem on the sending endpoint's experiment interface (server for the down
+    direction, client for up), as the reference study did on its client: Dummynet
+    delays by D - J and netem by J +/- J, so the sum is D +/- J, and packets overtake
+    (jitter kind ``reorder``; ``smooth`` cannot be done this way).
     """
 
     name = "dummynet"
 
-    def unavailable(self, tb: LocalTestbed) -> str | None:
-        return (
-            "shaper dummynet runs on a FreeBSD bridge node of an Emulab/CloudLab "
-            "experiment (ssh testbed), not on the local testbed; use --shaper userspace"
-        )
+    def unavailable(self, tb: Testbed) -> str | None:
+        if tb.kind == "local":
+            return ("shaper dummynet runs on a FreeBSD bridge node of an Emulab/CloudLab "
+                    "experiment (ssh testbed), not on the local testbed; use --shaper "
+                    "userspace")  # fmt: skip
+        if tb.exec("bridge", ["sh", "-c", "command -v ipfw"], check=False).returncode != 0:
+            return f"the bridge {tb.name('bridge')} has no ipfw (it is not a Dummynet bridge)"
+        if not tb.has_file("bridge", PIPES_FILE):
+            return (f"the bridge {tb.name('bridge')} has no {PIPES_FILE}: provision it with "
+                    "playbooks/site.yml (role bridge_dummynet finds Emulab's pipes)")  # fmt: skip
+        return None
+
+    @staticmethod
+    def pipe_numbers(tb: Testbed) -> dict[str, int]:
+        text = tb.read_text("bridge", PIPES_FILE)
+        try:
+            data = json.loads(text)
+            if data.get("format") != 1:
+                raise ValueError(f"format {data.get('format')!r}, this quicbed reads 1")
+            pipes = {d: int(data["pipes"][d]) for d in ("down", "up")}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise QuicbedError(
+                f"{PIPES_FILE} on {tb.name('bridge')} is not usable: {exc}"
+            ) from None
+        return pipes
+
+    @staticmethod
+    def split_jitter(p: Pipe) -> tuple[int, int]:
+        """(Dummynet delay, netem delay) in microseconds for a pipe with jitter."""
+        bridge = max(0, p.delay_us - p.jitter_us)
+        return bridge, p.delay_us - bridge
 
     @staticmethod
     def commands(cond: LinkCondition, pipe_numbers: dict[str, int]) -> list[str]:
@@ -300,19 +324,20 @@ class DummynetShaper(Shaper):
             raise QuicbedError(f"dummynet: no pipe number for direction(s) {sorted(missing)}")
         lines = []
         for direction, p in cond.pipes().items():
-            if p.jitter_us:
+            if p.jitter_us and p.jitter_kind == JitterKind.smooth:
                 raise QuicbedError(
-                    f"dummynet has no jitter (asked {p.jitter_us / 1000:g} ms); the ssh testbed "
-                    "applies jitter with netem on the client"
+                    "shaper dummynet cannot keep packet order under jitter (jitter kind "
+                    "'smooth'): its jitter is netem's on the endpoints; use 'reorder'"
                 )
-            if p.delay_us % 1000:
+            delay_us = DummynetShaper.split_jitter(p)[0] if p.jitter_us else p.delay_us
+            if delay_us % 1000 or p.jitter_us % 1000:
                 raise QuicbedError(
                     f"dummynet delay has 1 ms granularity ({direction} delay "
-                    f"{p.delay_us / 1000:g} ms)"
+                    f"{p.delay_us / 1000:g} ms, jitter {p.jitter_us / 1000:g} ms)"
                 )
             bw = "0" if not p.rate_bps else _ipfw_bw(p.rate_bps)
             parts = [f"ipfw pipe {pipe_numbers[direction]} config bw {bw}",
-                     f"delay {p.delay_us // 1000}"]  # fmt: skip
+                     f"delay {delay_us // 1000}"]  # fmt: skip
             if p.loss:
                 parts.append(f"plr {p.loss:.6g}")
             if p.queue_packets:
@@ -322,11 +347,57 @@ class DummynetShaper(Shaper):
             lines.append(" ".join(parts))
         return lines
 
-    def apply(self, tb: LocalTestbed, cond: LinkCondition, *, persistent: bool = False) -> None:
-        raise QuicbedError(str(self.unavailable(tb)))
+    @staticmethod
+    def jitter_commands(cond: LinkCondition, devices: dict[str, str]) -> dict[str, list[str]]:
+        """``tc`` netem per endpoint role (its experiment interface ``devices[role]``)."""
+        out = {}
+        for direction, p in cond.pipes().items():
+            if not p.jitter_us:
+                continue
+            role = JITTER_ROLE[direction]
+            netem_us = DummynetShaper.split_jitter(p)[1]
+            out[role] = ["tc", "qdisc", "replace", "dev", devices[role], "root", "netem", "limit",
+                         "100000", "delay", f"{netem_us}us", f"{p.jitter_us}us"]  # fmt: skip
+        return out
 
-    def clear(self, tb: LocalTestbed) -> dict[str, Any] | None:
+    def _devices(self, tb: Testbed) -> dict[str, str]:
+        find = getattr(tb, "experiment_interface", None)
+        if find is None:
+            raise QuicbedError(f"shaper dummynet needs an ssh testbed (this one is {tb.kind})")
+        return {"server": find("server", tb.server_ip), "client": find("client", tb.client_ip)}
+
+    def apply(self, tb: Testbed, cond: LinkCondition, *, persistent: bool = False) -> None:
+        reason = self.unavailable(tb)
+        if reason:
+            raise QuicbedError(f"shaper dummynet: {reason}")
+        lines = self.commands(cond, self.pipe_numbers(tb))
+        jitter = self.jitter_commands(cond, self._devices(tb)) if cond.jitter_ms else {}
+        self.clear(tb)
+        try:  # all or nothing: a failure leaves the pipes as clear() made them
+            for line in lines:
+                tb.exec("bridge", line.split())
+            for role, argv in jitter.items():
+                tb.exec(role, argv)
+        except BaseException:
+            self.clear(tb)
+            raise
+
+    def clear(self, tb: Testbed) -> dict[str, Any] | None:
+        """Pipes back to no shaping (Emulab's own values are not restored), no netem."""
+        if self.unavailable(tb) is not None:
+            return None
+        for n in self.pipe_numbers(tb).values():
+            tb.exec("bridge", ["ipfw", "pipe", str(n), "config", "bw", "0", "delay", "0"],
+                    check=False)  # fmt: skip
+        for role, dev in self._devices(tb).items():
+            qd = tb.exec(role, ["tc", "qdisc", "show", "dev", dev], check=False).stdout
+            if " netem " in f" {qd} ":
+                tb.exec(role, ["tc", "qdisc", "del", "dev", dev, "root"], check=False)
         return None
+
+    def describe(self, cond: LinkCondition) -> dict[str, Any]:
+        self.commands(cond, {"down": 0, "up": 0})  # refuses what it cannot do, early
+        return {"shaper": self.name, "seeded": False, "pipes_file": str(PIPES_FILE)}
 
 
 def _ipfw_bw(bps: int) -> str:
@@ -336,8 +407,9 @@ def _ipfw_bw(bps: int) -> str:
     return f"{bps}bit/s"
 
 
-def get_shaper(name: str, tb: LocalTestbed) -> Shaper:
-    """Resolve ``--shaper``: ``auto`` takes netem where the kernel has it, else userspace.
+def get_shaper(name: str, tb: Testbed) -> Shaper:
+    """Resolve ``--shaper``: ``auto`` takes Dummynet where the bridge has it (Emulab),
+    else netem where the bridge's kernel has it, else our userspace emulator.
 
     An explicit shaper that cannot run here is an error naming it and why.
     """
@@ -347,9 +419,9 @@ def get_shaper(name: str, tb: LocalTestbed) -> Shaper:
         "dummynet": DummynetShaper,
     }
     if name == "auto":
-        netem = NetemShaper()
-        if netem.unavailable(tb) is None:
-            return netem
+        for cls in (DummynetShaper, NetemShaper):
+            if cls().unavailable(tb) is None:
+                return cls()
         name = "userspace"
     if name not in shapers:
         raise QuicbedError(f"unknown shaper {name!r} (one of {', '.join(SHAPERS)})")
@@ -358,3 +430,12 @@ def get_shaper(name: str, tb: LocalTestbed) -> Shaper:
     if reason:
         raise QuicbedError(f"shaper {name!r} cannot run here: {reason}")
     return shaper
+
+
+def clear_all(tb: Testbed) -> None:
+    """Remove whatever shaping a crashed run may have left (``quicbed testbed down``)."""
+    UserspaceShaper().clear(tb)
+    if tb.kind != "local":  # locally the namespaces go, and their qdiscs with them
+        for cls in (DummynetShaper, NetemShaper):
+            if cls().unavailable(tb) is None:
+                cls().clear(tb)

@@ -6,10 +6,8 @@ condition by quicbed.link.tuning and recorded): it has no per-socket setting.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from quicbed.proc import run
 from quicbed.servers.base import WebServer
 
 CONF = "/etc/quicbed/apache/httpd.conf"
@@ -19,6 +17,7 @@ APACHE = "/usr/sbin/apache2"
 class ApacheServer(WebServer):
     name = "apache"
     arm = "h2"
+    transport = "tcp"
     log_name = "access.log"
 
     def argv(self) -> list[str]:
@@ -27,18 +26,12 @@ class ApacheServer(WebServer):
     def env(self) -> dict[str, str]:
         s = self.spec
         return {
-            **os.environ,
             "QUICBED_LISTEN": f"{self.tb.server_ip}:{s.port}",
             "QUICBED_DOCROOT": str(s.docroot),
             "QUICBED_CERT": str(s.cert),
             "QUICBED_KEY": str(s.key),
             "QUICBED_RUNDIR": str(s.logdir),
         }
-
-    def ready(self) -> bool:
-        out = self.tb.exec("server", ["ss", "-H", "-lnt", f"sport = :{self.spec.port}"],
-                           check=False).stdout  # fmt: skip
-        return bool(out.strip())
 
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
         reqs = []
@@ -59,5 +52,5 @@ class ApacheServer(WebServer):
         }
 
     def version(self) -> dict[str, Any]:
-        out = run([APACHE, "-v"], check=False).stdout.strip().splitlines()
+        out = self.tb.exec("server", [APACHE, "-v"], check=False).stdout.strip().splitlines()
         return {"server": self.name, "version": out[0] if out else None, "config": CONF}

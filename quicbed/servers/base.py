@@ -8,26 +8,23 @@ errors that name the server, never silently ignored.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from quicbed import proc
 from quicbed.errors import QuicbedError
-from quicbed.testbed.local import LocalTestbed
+from quicbed.testbed.base import Process, RPath, Testbed
 
 
 @dataclass
 class ServeSpec:
-    """What every server of a cell serves, identically."""
+    """What every server of a cell serves, identically (paths on the server's machine)."""
 
-    docroot: Path
-    cert: Path
-    key: Path
-    logdir: Path
+    docroot: RPath
+    cert: RPath
+    key: RPath
+    logdir: RPath
     port: int = 443
     cc: str = "cubic"
 
@@ -35,37 +32,38 @@ class ServeSpec:
 class WebServer(ABC):
     name: str
     arm: str  # the protocol a browser must see: h2 or h3
+    transport: str  # tcp or udp: what "accepts connections" means
     log_name: str
 
-    def __init__(self, tb: LocalTestbed, spec: ServeSpec) -> None:
+    def __init__(self, tb: Testbed, spec: ServeSpec) -> None:
         self.tb = tb
         self.spec = spec
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Process | None = None
         self._offset = 0
 
     @property
-    def log(self) -> Path:
+    def log(self) -> RPath:
         return self.spec.logdir / self.log_name
 
     @abstractmethod
     def argv(self) -> list[str]: ...
 
     def env(self) -> dict[str, str] | None:
+        """Variables to add to the server's environment."""
         return None
 
-    @abstractmethod
     def ready(self) -> bool:
         """True once the server accepts connections."""
+        return self.tb.listening("server", self.transport, self.spec.port)
 
     def start(self, timeout: float = 20) -> None:
-        self.spec.logdir.mkdir(parents=True, exist_ok=True)
-        self.process = self.tb.spawn(
-            "server", self.argv(), log=self.spec.logdir / f"{self.name}.stderr", env=self.env()
-        )
+        stderr = self.spec.logdir / f"{self.name}.stderr"
+        self.tb.mkdir("server", self.spec.logdir)
+        self.process = self.tb.spawn("server", self.argv(), log=stderr, env=self.env())
         deadline = time.monotonic() + timeout
         while not self.ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
-                err = (self.spec.logdir / f"{self.name}.stderr").read_text(errors="replace")
+                err = self.tb.read_text("server", stderr)
                 self.stop()
                 tail = " | ".join(err.strip().splitlines()[-3:])
                 raise QuicbedError(f"{self.name} did not start: {tail or 'no output'}")
@@ -76,19 +74,15 @@ class WebServer(ABC):
 
     def stop(self) -> None:
         if self.process is not None:
-            proc.stop_pid(self.process.pid, timeout=10)
+            self.process.stop(timeout=10)
             self.process = None
 
     def mark(self) -> None:
         """Remember where the log ends, so the next ``since_mark`` sees one load's lines."""
-        self._offset = self.log.stat().st_size if self.log.exists() else 0
+        self._offset = self.tb.size("server", self.log)
 
     def since_mark(self) -> list[str]:
-        if not self.log.exists():
-            return []
-        with open(self.log, "rb") as f:
-            f.seek(self._offset)
-            data = f.read()
+        data = self.tb.read_bytes("server", self.log, self._offset)
         return data.decode(errors="replace").splitlines()
 
     @abstractmethod

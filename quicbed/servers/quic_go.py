@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.paths import bin_path
 from quicbed.servers.base import WebServer
 
 SUPPORTED_CC = ("cubic",)
@@ -20,6 +19,7 @@ SUPPORTED_CC = ("cubic",)
 class QuicGoServer(WebServer):
     name = "quic-go"
     arm = "h3"
+    transport = "udp"
     log_name = "h3server.jsonl"
     binary = "quicbed-h3server"
 
@@ -35,7 +35,7 @@ class QuicGoServer(WebServer):
         self.check_cc(self.spec.cc)
         s = self.spec
         return [
-            str(bin_path(self.binary)),
+            str(self.tb.bin_path("server", self.binary)),
             "-addr", f"{self.tb.server_ip}:{s.port}",
             "-docroot", str(s.docroot),
             "-cert", str(s.cert),
@@ -43,11 +43,6 @@ class QuicGoServer(WebServer):
             "-log", str(self.log),
             "-cc", s.cc,
         ]  # fmt: skip
-
-    def ready(self) -> bool:
-        out = self.tb.exec("server", ["ss", "-H", "-lnu", f"sport = :{self.spec.port}"],
-                           check=False).stdout  # fmt: skip
-        return bool(out.strip())
 
     def events(self, lines: list[str]) -> list[dict[str, Any]]:
         out = []
@@ -72,6 +67,6 @@ class QuicGoServer(WebServer):
         }
 
     def version(self) -> dict[str, Any]:
-        start = [e for e in self.events(self.log.read_text().splitlines()) if
-                 e.get("event") == "start"] if self.log.exists() else []  # fmt: skip
+        lines = self.tb.read_text("server", self.log).splitlines()
+        start = [e for e in self.events(lines) if e.get("event") == "start"]
         return {"server": self.name, "start": start[-1] if start else None}

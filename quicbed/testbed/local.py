@@ -13,22 +13,34 @@ even after ``kill -9`` of the process that made it.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
+from quicbed.paths import REPO_ROOT, bin_path
+from quicbed.testbed.base import (
+    CLIENT_IP,
+    PREFIX_LEN,
+    ROLES,
+    SERVER_IP,
+    Process,
+    RPath,
+    Testbed,
+    check_role,
+)
 
-ROLES = ("server", "bridge", "client")
-SERVER_IP = "10.10.1.1"
-CLIENT_IP = "10.10.1.2"
-PREFIX_LEN = 24
 #: interface of each role's veth end(s), inside its namespace
 IFACES = {"server": ("eth0",), "bridge": ("srv", "cli"), "client": ("eth0",)}
 #: offload features that must be off on every veth end (ethtool -k names)
@@ -55,25 +67,48 @@ def _netns_list() -> list[str]:
     return [e["name"] for e in json.loads(out)] if out else []
 
 
+class LocalProcess(Process):
+    """A daemon in one of our namespaces: our own child, so its exit code is known."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.popen.poll() is None:  # once reaped, the PID may already be another's
+            proc.stop_pid(self.pid, timeout=timeout)
+
+
 @dataclass
-class LocalTestbed:
-    """Three namespaces and two veth pairs; runs commands and daemons inside them."""
+class LocalTestbed(Testbed):
+    """Three namespaces and two veth pairs; runs commands and daemons inside them.
+
+    All roles share this machine's file system, so files are read and written in
+    place and ``push``/``pull`` copy only where the two paths differ.
+    """
 
     prefix: str = "qb"
     server_ip: str = SERVER_IP
     client_ip: str = CLIENT_IP
     _created: bool = field(default=False, repr=False)
 
-    kind = "local"
+    kind: ClassVar[str] = "local"
 
     def __post_init__(self) -> None:
         check_prefix(self.prefix)
 
     # --- names ------------------------------------------------------------------------
     def ns(self, role: str) -> str:
-        if role not in ROLES:
-            raise QuicbedError(f"unknown testbed role {role!r} (one of {', '.join(ROLES)})")
-        return f"{self.prefix}-{role}"
+        return f"{self.prefix}-{check_role(role)}"
+
+    def name(self, role: str) -> str:
+        return self.ns(role)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "prefix": self.prefix}
 
     @property
     def state_dir(self) -> Path:
@@ -175,6 +210,11 @@ class LocalTestbed:
                 removed.append(f"pid {pid} in {ns}")
             proc.run(["ip", "netns", "del", ns], check=False)
             removed.append(ns)
+        # the ssh lab's control bridge (quicbed.testbed.sshlab) lives in the root namespace
+        ctl = f"{self.prefix}ctl"
+        if proc.run(["ip", "link", "show", ctl], check=False).returncode == 0:
+            proc.run(["ip", "link", "del", ctl], check=False)
+            removed.append(ctl)
         # netns deletion is asynchronous for the veths; wait until the kernel agrees.
         deadline = time.monotonic() + 5
         while self.leftovers() and time.monotonic() < deadline:
@@ -190,9 +230,9 @@ class LocalTestbed:
         cp = proc.run(["ip", "netns", "pids", ns], check=False, timeout=10)
         return [int(x) for x in cp.stdout.split()]
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> dict[str, Any]:
         """What exists now, from the kernel: namespaces, links, addresses, processes, qdiscs."""
-        info: dict[str, object] = {"prefix": self.prefix, "kind": self.kind}
+        info: dict[str, Any] = {"prefix": self.prefix, "kind": self.kind}
         present = self.leftovers()
         info["complete"] = len(present) == len(ROLES)
         roles: dict[str, object] = {}
@@ -225,28 +265,119 @@ class LocalTestbed:
         """The command line that runs ``argv`` on ``role``."""
         return ["ip", "netns", "exec", self.ns(role), *argv]
 
-    def exec(
-        self, role: str, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        return proc.run(self.argv(role, argv), timeout=timeout, check=check)
-
     def spawn(
         self,
         role: str,
         argv: Sequence[str],
         *,
-        log: Path | None = None,
-        die_with_parent: bool = True,
+        log: RPath | None = None,
         env: dict[str, str] | None = None,
-    ) -> subprocess.Popen[bytes]:
+        die_with_parent: bool = True,
+    ) -> LocalProcess:
         """Start a daemon on ``role``; ``ip netns exec`` execs, so the PID is the daemon's."""
-        return proc.spawn(
-            self.argv(role, argv), stdout=log, stderr=log, die_with_parent=die_with_parent,
-            env=env,
-        )  # fmt: skip
+        path = Path(log) if log else None
+        full_env = {**os.environ, **env} if env else None
+        return LocalProcess(proc.spawn(
+            self.argv(role, argv), stdout=path, stderr=path, die_with_parent=die_with_parent,
+            env=full_env,
+        ))  # fmt: skip
 
-    def sysctl(self, role: str, key: str, value: str) -> None:
-        self.exec(role, ["sysctl", "-q", "-w", f"{key}={value}"])
+    def alive(self, role: str, pid: int) -> bool:
+        return proc.pid_alive(pid)
 
-    def read_sysctl(self, role: str, key: str) -> str:
-        return self.exec(role, ["sysctl", "-n", key]).stdout.strip()
+    def kill(self, role: str, pid: int, signal_name: str = "TERM") -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.Signals[f"SIG{signal_name}"])
+
+    def stop_pid(self, role: str, pid: int, timeout: float = 5.0) -> None:
+        proc.stop_pid(pid, timeout=timeout)  # also reaps it if it is our child
+
+    def cpu_seconds(self, role: str, pid: int) -> float:
+        return proc.cpu_seconds(pid)
+
+    def workdir(self, role: str) -> RPath:
+        """One folder for all roles (one file system): the testbed's state directory."""
+        check_role(role)
+        return RPath(self.state_dir)
+
+    def repo_dir(self, role: str) -> RPath:
+        return RPath(REPO_ROOT)
+
+    def bin_path(self, role: str, name: str) -> RPath:
+        return RPath(bin_path(name))
+
+    def python(self, role: str) -> list[str]:
+        return [sys.executable]
+
+    # --- files (one file system) ------------------------------------------------------
+    def local_stage(self, role: str, name: str) -> Path:
+        """The role's own folder: made in place, nothing to copy."""
+        d = Path(self.workdir(role)) / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def push(self, role: str, local: Path, remote: RPath, *, mode: int | None = None) -> None:
+        dst = Path(remote)
+        if dst.resolve() == local.resolve():
+            return
+        if local.is_dir():
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(local, dst)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(local, dst)
+            if mode is not None:
+                dst.chmod(mode)
+
+    def pull(self, role: str, remote: RPath, local: Path) -> None:
+        src = Path(remote)
+        if src.resolve() != local.resolve() and src.exists():
+            shutil.copytree(src, local, dirs_exist_ok=True)
+
+    def read_bytes(self, role: str, path: RPath, offset: int = 0) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except FileNotFoundError:
+            return b""
+
+    def size(self, role: str, path: RPath) -> int:
+        try:
+            return Path(path).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def write_text(self, role: str, path: RPath, text: str) -> None:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(p)
+
+    def has_file(self, role: str, path: RPath) -> bool:
+        return Path(path).exists()
+
+    def remove(self, role: str, path: RPath) -> None:
+        p = Path(path)
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+    def mkdir(self, role: str, path: RPath) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+
+    # --- kernel settings --------------------------------------------------------------
+    def host_sysctl(self, role: str, key: str, value: str | None = None) -> str:
+        """Global keys live in the root namespace, shared by all three roles."""
+        if value is not None:
+            proc.run(["sysctl", "-q", "-w", f"{key}={value}"])
+        return proc.run(["sysctl", "-n", key]).stdout.strip()
+
+    def shares_clock(self) -> bool:
+        return True  # one kernel
+
+    def on_bridge_host(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """The root namespace: the bridge namespace may not exist yet."""
+        return proc.run(argv, check=False)

@@ -1,0 +1,146 @@
+"""The local testbed with sshd in each namespace: three "hosts" for the ssh backend.
+
+This is how the Emulab path is exercised on one machine: the three namespaces of
+the local testbed (experiment link and all) get a control network, like an Emulab
+node's, and an sshd each; an inventory file names them as the ssh testbed's hosts.
+Every role gets a work folder of its own, so a file the runner forgot to send to a
+role is missing there, as it would be on a real host.
+
+Control network: a bridge ``<prefix>ctl`` in the root namespace, 10.10.0.254/24,
+and a veth ``ctl0`` into each namespace (server .1, client .2, bridge .3). The
+throwaway client key and host key live in the testbed's state folder and go with
+``quicbed testbed down``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+
+from quicbed import proc
+from quicbed.errors import QuicbedError
+from quicbed.paths import REPO_ROOT
+from quicbed.testbed.local import LocalTestbed
+
+CONTROL_NET = ipaddress.ip_network("10.10.0.0/24")
+CONTROL_GW = "10.10.0.254"
+CONTROL_IPS = {"server": "10.10.0.1", "client": "10.10.0.2", "bridge": "10.10.0.3"}
+SSHD = "/usr/sbin/sshd"
+INVENTORY = "inventory.ini"
+
+
+def control_bridge(prefix: str) -> str:
+    """The root-namespace bridge's name (LocalTestbed.down removes it too)."""
+    return f"{prefix}ctl"
+
+
+class SshLab:
+    """sshd in the namespaces of one local testbed, and the inventory that names them."""
+
+    def __init__(self, prefix: str = "qb") -> None:
+        self.tb = LocalTestbed(prefix)
+        self.dir = self.tb.state_dir / "sshlab"
+
+    @property
+    def inventory(self) -> Path:
+        return self.dir / INVENTORY
+
+    def up(self) -> Path:
+        """Make (or keep) the lab; returns the inventory's path. Idempotent."""
+        if not Path(SSHD).exists():
+            raise QuicbedError(f"{SSHD} is missing (openssh-server; run `make setup`)")
+        self.tb.up()
+        if self._running():
+            return self.inventory
+        try:
+            self._control_network()
+            self._keys()
+            for role, ip in CONTROL_IPS.items():
+                self._sshd(role, ip)
+            for role in CONTROL_IPS:
+                self.tb.wait_listening(role, "tcp", 22)
+            self._write_inventory()
+        except BaseException:
+            self.tb.down()
+            raise
+        return self.inventory
+
+    def down(self) -> list[str]:
+        return self.tb.down()
+
+    def _running(self) -> bool:
+        return self.inventory.exists() and all(
+            self.tb.listening(role, "tcp", 22) for role in CONTROL_IPS
+        )
+
+    def _control_network(self) -> None:
+        br = control_bridge(self.tb.prefix)
+        routes = json.loads(proc.run(["ip", "-json", "route", "show"]).stdout or "[]")
+        for r in routes:
+            dst = r.get("dst", "")
+            if dst in ("default", "") or r.get("dev") == br:
+                continue
+            net = ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False)
+            if net.version == 4 and net.overlaps(CONTROL_NET):
+                raise QuicbedError(
+                    f"the ssh lab's control network {CONTROL_NET} overlaps the route {dst} "
+                    f"(dev {r.get('dev')}): another lab is up, or this machine uses it"
+                )
+        proc.run(["ip", "link", "del", br], check=False)
+        proc.run(["ip", "link", "add", br, "type", "bridge"])
+        proc.run(["ip", "addr", "add", f"{CONTROL_GW}/{CONTROL_NET.prefixlen}", "dev", br])
+        proc.run(["ip", "link", "set", br, "up"])
+        for i, (role, ip) in enumerate(CONTROL_IPS.items()):
+            root_end = f"{self.tb.prefix}c{i}"
+            proc.run(["ip", "link", "add", root_end, "type", "veth", "peer", "name", "ctl0",
+                      "netns", self.tb.ns(role)])  # fmt: skip
+            proc.run(["ip", "link", "set", root_end, "master", br, "up"])
+            self.tb.exec(role, ["ip", "addr", "add", f"{ip}/{CONTROL_NET.prefixlen}", "dev",
+                                "ctl0"])  # fmt: skip
+            self.tb.exec(role, ["ip", "link", "set", "ctl0", "up"])
+
+    def _keys(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.chmod(0o700)
+        for name in ("id_ed25519", "ssh_host_ed25519_key"):
+            if not (self.dir / name).exists():
+                proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "quicbed-lab",
+                          "-f", str(self.dir / name)])  # fmt: skip
+        (self.dir / "authorized_keys").write_text((self.dir / "id_ed25519.pub").read_text())
+
+    def _sshd(self, role: str, ip: str) -> None:
+        conf = self.dir / f"sshd-{role}.conf"
+        conf.write_text(
+            f"ListenAddress {ip}\n"
+            f"HostKey {self.dir / 'ssh_host_ed25519_key'}\n"
+            f"AuthorizedKeysFile {self.dir / 'authorized_keys'}\n"
+            f"PidFile {self.dir / f'sshd-{role}.pid'}\n"
+            "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+            "MaxSessions 50\nMaxStartups 50:30:100\n"
+        )
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
+        self.tb.spawn(role, [SSHD, "-D", "-e", "-f", str(conf)], log=self.dir / f"sshd-{role}.log",
+                      die_with_parent=False)  # fmt: skip
+
+    def _write_inventory(self) -> None:
+        lines = [f"# quicbed ssh lab {self.tb.prefix}: the local testbed's namespaces as three "
+                 "hosts (made by `quicbed testbed up --sshd`)"]  # fmt: skip
+        for role, ip in CONTROL_IPS.items():
+            work = self.tb.state_dir / "sshlab-work" / role
+            exp = {"server": self.tb.server_ip, "client": self.tb.client_ip}.get(role)
+            lines += [f"[{role}]", f"{role} ansible_host={ip} quicbed_workdir={work}"
+                      + (f" quicbed_exp_ip={exp}" if exp else "")]  # fmt: skip
+        lines += [
+            "[all:vars]",
+            "ansible_user=root",
+            f"ansible_ssh_private_key_file={self.dir / 'id_ed25519'}",
+            f"ansible_ssh_common_args='-o UserKnownHostsFile={self.dir / 'known_hosts'} "
+            "-o StrictHostKeyChecking=no'",
+            f"quicbed_repo_dir={REPO_ROOT}",
+            "ansible_python_interpreter=/usr/bin/python3",
+        ]
+        tmp = self.inventory.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.replace(self.inventory)

@@ -1,0 +1,245 @@
+"""The ssh testbed, for real: the local namespaces with sshd, driven over SSH.
+
+What runs on Emulab nodes is run here against three sshd "hosts" (an ssh lab): the
+same commands, file transfers, daemons, receipt and cell. What cannot run here
+(FreeBSD's ipfw, Emulab's manifest from a live experiment) is checked as far as it
+goes: the Dummynet shaper refuses a bridge without Dummynet, a manifest is parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from quicbed.cell import run_cell
+from quicbed.cellconfig import make_cell
+from quicbed.errors import QuicbedError
+from quicbed.link.model import make_condition
+from quicbed.link.shapers import get_shaper
+from quicbed.store import Store
+from quicbed.testbed import hosts
+from quicbed.testbed.base import RPath
+from quicbed.testbed.local import LocalTestbed
+from quicbed.testbed.ssh import SshTestbed
+from quicbed.testbed.sshlab import SshLab, control_bridge
+
+
+def _quicbed(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "quicbed", *args], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+def _link_exists(name: str) -> bool:
+    return subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[tuple[str, Path]]:
+    """An ssh lab made and removed by the CLI, proven gone afterwards."""
+    import secrets
+
+    prefix = "s" + secrets.token_hex(3)
+    up = _quicbed("testbed", "up", "--sshd", "--prefix", prefix)
+    assert up.returncode == 0, up.stderr
+    inventory = SshLab(prefix).inventory
+    assert inventory.exists()
+    try:
+        yield prefix, inventory
+    finally:
+        down = _quicbed("testbed", "down", "--prefix", prefix)
+        assert down.returncode == 0, down.stderr
+        assert LocalTestbed(prefix).leftovers() == []
+        assert not _link_exists(control_bridge(prefix))
+
+
+@pytest.fixture
+def tb(lab: tuple[str, Path]) -> Iterator[SshTestbed]:
+    t = hosts.load(lab[1])
+    yield t
+    t.close()
+
+
+def test_the_lab_is_three_reachable_hosts(lab: tuple[str, Path], tb: SshTestbed) -> None:
+    status = tb.status()
+    assert status["complete"], status
+    assert tb.describe()["nodes"]["server"]["exp_ip"] == "10.10.1.1"
+    assert tb.server_ip == "10.10.1.1" and tb.client_ip == "10.10.1.2"
+    assert tb.experiment_interface("client", tb.client_ip) == "eth0"
+    assert tb.shares_clock()  # one kernel: one-way delays are judged
+    # each role has its own work folder: a file not sent to a role is not there
+    assert len({tb.workdir(r) for r in ("server", "client", "bridge")}) == 3
+    cli = _quicbed("testbed", "status", "--testbed", "ssh", "--hosts", str(lab[1]), "--json")
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["complete"] is True
+
+
+def test_files_and_daemons(tb: SshTestbed, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "a").mkdir(parents=True)
+    (tree / "a" / "x.bin").write_bytes(bytes(range(256)) * 100)
+    dst = tb.workdir("server") / "t" / "tree"
+    tb.push("server", tree, dst)
+    assert tb.read_bytes("server", dst / "a" / "x.bin") == bytes(range(256)) * 100
+    assert tb.read_bytes("server", dst / "a" / "x.bin", 25600 - 3) == bytes([253, 254, 255])
+    assert not tb.has_file("client", tb.workdir("client") / "t" / "tree")  # sent to one host
+    key = tmp_path / "k"
+    key.write_text("secret")
+    tb.push("server", key, tb.workdir("server") / "t" / "k", mode=0o600)
+    mode = tb.exec("server", ["stat", "-c", "%a", str(tb.workdir("server") / "t" / "k")]).stdout
+    assert mode.strip() == "600"
+    tb.write_text("client", tb.workdir("client") / "t" / "f.txt", "one\ntwo\n")
+    assert tb.size("client", tb.workdir("client") / "t" / "f.txt") == 8
+    assert tb.read_bytes("client", RPath("/nonexistent/file")) == b""
+    # the outbox comes home into the local folder and is emptied there
+    box = tb.outbox("client", tmp_path / "home")
+    tb.write_text("client", box / "log.txt", "hello")
+    tb.collect("client", tmp_path / "home")
+    assert (tmp_path / "home" / "log.txt").read_text() == "hello"
+    assert not tb.has_file("client", box)
+    # a daemon: runs, logs, stops by PID
+    log = tb.workdir("bridge") / "t" / "sleep.log"
+    p = tb.spawn("bridge", ["sh", "-c", "echo started $QB_X; exec sleep 300"], log=log,
+                 env={"QB_X": "42"})  # fmt: skip
+    assert p.poll() is None
+    assert tb.read_text("bridge", log).startswith("started 42")
+    p.stop()
+    assert p.poll() is not None and not tb.alive("bridge", p.pid)
+    for role in ("server", "client", "bridge"):
+        tb.remove(role, tb.workdir(role) / "t")
+
+
+def test_a_crashed_run_leaves_nothing_running_after_up(lab: tuple[str, Path]) -> None:
+    """A daemon whose controller died (no stop) is stopped by the next ``up``."""
+    first = hosts.load(lab[1])
+    p = first.spawn("server", ["sleep", "300"])
+    first.close()  # the controller "dies": nobody stops p
+    second = hosts.load(lab[1])
+    try:
+        assert second.alive("server", p.pid)
+        second.up()
+        assert not second.alive("server", p.pid)
+    finally:
+        second.close()
+
+
+def test_a_cell_over_ssh_stores_what_a_local_cell_stores(
+    lab: tuple[str, Path], tb: SshTestbed, tmp_path: Path
+) -> None:
+    cfg = make_cell(condition=make_condition(rate_mbit=20, rtt_ms=36), page="10kb", runs=2,
+                    warmup=1)  # fmt: skip
+    remote = run_cell(cfg, tmp_path / "ssh", testbed=tb, receipt_tcp_seconds=1)
+    local = run_cell(cfg, tmp_path / "local", testbed=LocalTestbed(lab[0]), receipt_tcp_seconds=1)
+    for r in (remote, local):
+        assert r.status == "done", r.problem
+        assert r.invalid == {}, r.invalid
+        assert r.verified["h3"]["protocols"] == ["h3"] and r.verified["h3"]["used_0rtt"] == 2
+        assert r.verified["h2"]["protocols"] == ["h2"] and r.verified["h2"]["tls_resumed"] == 2
+    assert remote.cell_id == local.cell_id  # the same cell, measured on two testbeds
+
+    def stored(root: Path) -> tuple[set[str], set[str], set[str], list[str], dict]:
+        store = Store(root)
+        att = store.attempt(remote.cell_id)
+        runs = store.runs(remote.cell_id)
+        store.close()
+        filled = {k for r in runs for k, v in r.items() if v is not None}
+        files = {p.name for p in (root / "logs").rglob("*") if p.is_file()}
+        hars = {p.name for p in (root / "hars").rglob("*.har.gz")}
+        checks = [c["name"] for c in att["receipt"]["checks"] if c["passed"] is not None]
+        return filled, files, hars, checks, att["provenance"]
+
+    r_filled, r_files, r_hars, r_checks, r_prov = stored(tmp_path / "ssh")
+    l_filled, l_files, l_hars, l_checks, l_prov = stored(tmp_path / "local")
+    assert r_filled == l_filled
+    assert r_files == l_files, r_files ^ l_files  # server and browser logs came home
+    assert {"access.log", "h3server.jsonl", "chromium-h3.log"} <= r_files
+    assert r_hars == l_hars and len(r_hars) == 6
+    assert r_checks == l_checks
+    assert r_prov["testbed"]["kind"] == "ssh" and l_prov["testbed"]["kind"] == "local"
+    assert set(r_prov["nodes"]) == {"server", "client", "bridge"}
+    assert r_prov["software"]["chromium"] == l_prov["software"]["chromium"]
+    # the servers served from the server host's own folder, the browser ran in the client's
+    assert tb.has_file("server", tb.workdir("server") / "www" / "10kb" / "index.html")
+    assert tb.has_file("client", tb.workdir("client") / "profile-h3")
+    assert not tb.has_file("client", tb.workdir("client") / "www")
+    assert tb._recorded("server") == [] and tb._recorded("client") == []  # all stopped
+
+
+def test_dummynet_refuses_a_bridge_without_it(tb: SshTestbed) -> None:
+    with pytest.raises(QuicbedError, match="has no ipfw"):
+        get_shaper("dummynet", tb)
+    assert get_shaper("auto", tb).name in ("netem", "userspace")  # a Linux bridge
+
+
+def test_bad_hosts_files_name_the_problem(lab: tuple[str, Path], tmp_path: Path) -> None:
+    inv = lab[1].read_text()
+    no_bridge = tmp_path / "no-bridge.ini"
+    no_bridge.write_text(inv.replace("[bridge]\n", "[other]\n"))
+    with pytest.raises(QuicbedError, match="group 'bridge' must hold exactly one host"):
+        hosts.load(no_bridge)
+    missing_key = tmp_path / "missing-key.ini"
+    missing_key.write_text(inv.replace("sshlab/id_ed25519", "sshlab/nope"))
+    with pytest.raises(QuicbedError, match=r"SSH key .*nope does not exist"):
+        hosts.load(missing_key)
+    refused = tmp_path / "refused.ini"
+    refused.write_text(inv.replace("ansible_host=10.10.0.1", "ansible_host=10.10.0.1 "
+                                   "ansible_port=2222"))  # fmt: skip
+    t = hosts.load(refused)
+    with pytest.raises(QuicbedError, match=r"cannot reach server \(root@10.10.0.1:2222\)"):
+        t.up()
+    t.close()
+    with pytest.raises(QuicbedError, match="does not exist"):
+        hosts.load(tmp_path / "absent.ini")
+    # a second lab would share the control network: refused, and nothing of it is left
+    second = _quicbed("testbed", "up", "--sshd", "--prefix", lab[0][:-1] + "z")
+    assert second.returncode == 2 and "overlaps the route 10.10.0.0/24" in second.stderr
+    assert LocalTestbed(lab[0][:-1] + "z").leftovers() == []
+    cli = _quicbed("cell", "--testbed", "ssh", "--page", "5kb", "--out", str(tmp_path / "o"))
+    assert cli.returncode == 2 and "--testbed ssh needs --hosts" in cli.stderr
+    cli = _quicbed("link", "check", "--hosts", str(lab[1]))
+    assert cli.returncode == 2 and "go with --testbed ssh" in cli.stderr
+
+
+MANIFEST = """<?xml version="1.0" encoding="UTF-8"?>
+<rspec xmlns="http://www.geni.net/resources/rspec/3" type="manifest">
+  <node client_id="server" component_id="urn:publicid:IDN+emulab.net+node+pc601">
+    <hardware_type name="d430"/>
+    <interface client_id="server:if0"><ip address="10.10.1.1" type="ipv4"/></interface>
+    <services>
+      <login authentication="ssh-keys" hostname="pc601.emulab.net" port="22" username="alice"/>
+      <login authentication="ssh-keys" hostname="pc601.emulab.net" port="22" username="bob"/>
+    </services>
+    <host name="server.exp.proj.emulab.net" ipv4="155.98.36.1"/>
+  </node>
+  <node client_id="client">
+    <interface client_id="client:if0"><ip address="10.10.1.2" type="ipv4"/></interface>
+    <services><login hostname="pc702.emulab.net" port="22" username="alice"/></services>
+  </node>
+  <node client_id="link_bridge">
+    <services><login hostname="pc703.emulab.net" port="2200" username="alice"/></services>
+  </node>
+</rspec>
+"""
+
+
+def test_a_portal_manifest_names_the_hosts(tmp_path: Path) -> None:
+    m = tmp_path / "manifest.xml"
+    m.write_text(MANIFEST)
+    t = hosts.load(m, user="bob")
+    assert t.nodes["server"].host == "pc601.emulab.net" and t.nodes["server"].user == "bob"
+    assert t.nodes["bridge"].port == 2200 and t.nodes["bridge"].exp_ip is None
+    assert t.server_ip == "10.10.1.1" and t.client_ip == "10.10.1.2"
+    assert all(n.sudo for n in t.nodes.values())  # Emulab users are not root
+    assert t.argv("server", ["sysctl", "-n", "x"])[-1] == "sudo -n sysctl -n x"
+    request = tmp_path / "request.xml"
+    request.write_text(MANIFEST.replace('type="manifest"', 'type="request"'))
+    with pytest.raises(QuicbedError, match="give the experiment's manifest"):
+        hosts.load(request)
+    no_bridge = tmp_path / "nobridge.xml"
+    no_bridge.write_text(MANIFEST.replace("link_bridge", "other"))
+    with pytest.raises(QuicbedError, match="no node 'link_bridge or bridge'"):
+        hosts.load(no_bridge)
