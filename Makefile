@@ -29,8 +29,8 @@ build:
 	cd go && $(GO) build -o ../build/bin/ ./cmd/...
 
 lint: venv
-	$(VENV)/bin/ruff check quicbed tests benchmarks
-	$(VENV)/bin/ruff format --check quicbed tests benchmarks
+	$(VENV)/bin/ruff check quicbed tests benchmarks profile.py
+	$(VENV)/bin/ruff format --check quicbed tests benchmarks profile.py
 	cd go && test -z "$$(gofmt -l .)" && $(GO) vet ./...
 
 test: setup lint

@@ -489,8 +489,9 @@ def run_cmd(
 ) -> None:
     """Run every cell of a sweep spec into one results folder; resumable after any stop.
 
-    The spec's ``testbed`` says where: local (namespaces here, as root) or ssh (the
-    hosts that --hosts names: an inventory, or the portal's manifest).
+    Where: the local testbed (namespaces here, as root), or with --hosts the ssh
+    testbed of those hosts (an inventory, or the portal's manifest); the stored spec
+    says which (a spec with ``testbed: ssh`` needs --hosts).
     """
     from pathlib import Path
 
@@ -498,12 +499,10 @@ def run_cmd(
     from quicbed.sweep import check_budget, run_sweep
 
     spec = load_spec(Path(spec_file))
+    if hosts:
+        spec = spec.model_copy(update={"testbed": "ssh"})
     cells = plan(spec)
     est = check_budget(cells, spec, max_hours * 3600, yes)
-    if spec.testbed == "local" and hosts:
-        raise QuicbedError(
-            f"{spec_file}: testbed is local; --hosts is for a spec with testbed: ssh"
-        )
     tb = open_testbed(spec.testbed, prefix, hosts, ssh_user, ssh_key, what="quicbed run")
     out.print(f"sweep {spec.name!r}: {len(cells)} cells, about {est / 60:.0f} min; "
               f"results in {out_dir}")  # fmt: skip

@@ -163,8 +163,13 @@ def readme(top: Path, archive: str, counts: dict[str, int], no_har: bool) -> str
         out += [
             "Instantiate `repo/profile.py` (a geni-lib, repository-based profile) on the "
             "portal; it provisions server, bridge and client with the Ansible roles in "
-            "`repo/roles/`. Then run the same `quicbed cell --from ... --cell ID` command "
-            "with the SSH testbed options of your quicbed version (`quicbed cell --help`).",
+            "`repo/roles/`. Save the experiment's manifest (the portal's Manifest tab) as "
+            "`manifest.xml`, then, from a quicbed checkout on your laptop or on the client "
+            "node (no root needed there):",
+            "",
+            f"    quicbed cell --from {archive} --cell ID --testbed ssh --hosts manifest.xml",
+            "",
+            "`docs/testbed.md` in the repository walks through it.",
         ]
     else:
         out += [

@@ -259,6 +259,9 @@ def _write_html(
             r["_invalid_reasons"] = sorted({x["reason"] for x in r["_runs"]
                                             if not x["valid"] and not x["warmup"]})  # fmt: skip
             r["_rerun"] = f"quicbed cell --from {source} --cell {r['cell_id']}"
+            tb = (att["provenance"] or {}).get("testbed") or {}
+            if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind
+                r["_rerun"] += f" --testbed ssh --hosts {tb.get('source') or 'HOSTS'}"
     finally:
         store.close()
     html = env.get_template("report.html.j2").render(

@@ -18,6 +18,8 @@ def safe_extract(tar: tarfile.TarFile, dest: Path, *, what: str) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for m in tar.getmembers():
         parts = Path(m.name).parts
+        if not parts and m.isdir():
+            continue  # the archive's own root, "." as `tar -C dir -cf - .` writes it
         if not parts or m.name.startswith("/") or ".." in parts:
             raise QuicbedError(f"{what}: member {m.name!r} points outside the archive")
         if not (m.isfile() or m.isdir()):

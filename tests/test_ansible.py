@@ -147,6 +147,40 @@ def test_site_linux_roles_are_idempotent(root: None, tmp_path: Path) -> None:
     assert (ROOT / "client" / "node_modules" / "chrome-har-capturer").is_dir()
 
 
+# --- ssh_lab: sshd for the ssh lab, never a system sshd -------------------------
+
+
+def test_ssh_lab_marks_a_new_sshd_not_to_be_run(root: None, tmp_path: Path) -> None:
+    """Where there was no sshd before, Debian's "do not run" marker is written first;
+    where there was one, the machine is left as it was. Twice: the second run changes
+    nothing. (The "no sshd before" case is made by pointing the role's probe at a path
+    that does not exist, with the marker in a scratch folder.)"""
+    marker = tmp_path / "sshd_not_to_be_run"
+    fresh = _local_play(
+        tmp_path,
+        f"""
+        - name: The role as on a machine without sshd
+          ansible.builtin.include_role:
+            name: ssh_lab
+          vars:
+            ssh_lab_sshd: {tmp_path / "no-sshd"}
+            ssh_lab_not_to_be_run: {marker}
+    """,
+    )
+    first = _playbook("-i", "localhost,", str(fresh))
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert "ssh_lab_not_to_be_run" not in marker.read_text() and "ssh_lab" in marker.read_text()
+    assert Path("/usr/sbin/sshd").exists()
+    existing = tmp_path / "existing.yml"
+    existing.write_text(fresh.read_text().replace(str(tmp_path / "no-sshd"), "/usr/sbin/sshd")
+                        .replace(str(marker), str(tmp_path / "untouched")))  # fmt: skip
+    for _ in range(2):
+        again = _playbook("-i", "localhost,", str(existing))
+        assert again.returncode == 0, again.stdout[-3000:]
+        assert _changed(again) == 0, _changed_lines(again)
+    assert not (tmp_path / "untouched").exists()
+
+
 # --- quicbed_binaries: the Go release a fresh node gets --------------------------
 
 
@@ -386,7 +420,9 @@ def test_bridge_pipes_tasks_write_the_contract(tmp_path: Path) -> None:
     argv = ["-i", "localhost,", str(play), "-e", json.dumps(ev)]
     first = _playbook(*argv)
     assert first.returncode == 0, first.stdout[-3000:]
-    assert json.loads((tmp_path / "db" / "pipes.json").read_text()) == {
+    text = (tmp_path / "db" / "pipes.json").read_text()
+    assert text.startswith('{\n  "format": 1,\n  "link": "link",'), text  # the finder's own text
+    assert json.loads(text) == {
         "format": 1, "link": "link", "pipes": {"down": 60110, "up": 60120},
         "interfaces": {"down": "mce1", "up": "mce0"}, "source": str(mapping),
     }  # fmt: skip
