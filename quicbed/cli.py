@@ -483,15 +483,19 @@ def run_cmd(
     ] = False,
     max_hours: Annotated[float, typer.Option(help="Ask for --yes above this estimate.")] = 1.0,
     prefix: PrefixOpt = "qb",
+    kind: Annotated[
+        str | None,
+        typer.Option("--testbed", help="local or ssh; default: the spec's (ssh with --hosts)."),
+    ] = None,
     hosts: HostsOpt = None,
     ssh_user: SshUserOpt = None,
     ssh_key: SshKeyOpt = None,
 ) -> None:
     """Run every cell of a sweep spec into one results folder; resumable after any stop.
 
-    Where: the local testbed (namespaces here, as root), or with --hosts the ssh
-    testbed of those hosts (an inventory, or the portal's manifest); the stored spec
-    says which (a spec with ``testbed: ssh`` needs --hosts).
+    Where: the local testbed (namespaces here, as root), or the ssh testbed of the
+    hosts --hosts names (an inventory, or the portal's manifest). --testbed overrides
+    the spec's ``testbed``; --hosts alone means ssh. The stored spec says which ran.
     """
     from pathlib import Path
 
@@ -499,8 +503,11 @@ def run_cmd(
     from quicbed.sweep import check_budget, run_sweep
 
     spec = load_spec(Path(spec_file))
-    if hosts:
-        spec = spec.model_copy(update={"testbed": "ssh"})
+    kind = kind or ("ssh" if hosts else None)
+    if kind is not None and kind != spec.testbed:
+        if kind not in ("local", "ssh"):
+            raise QuicbedError(f"--testbed: unknown {kind!r} (local or ssh)")
+        spec = spec.model_copy(update={"testbed": kind})
     cells = plan(spec)
     est = check_budget(cells, spec, max_hours * 3600, yes)
     tb = open_testbed(spec.testbed, prefix, hosts, ssh_user, ssh_key, what="quicbed run")

@@ -3,7 +3,8 @@
 What runs on Emulab nodes is run here against three sshd "hosts" (an ssh lab): the
 same commands, file transfers, daemons, receipt and cell. What cannot run here
 (FreeBSD's ipfw, Emulab's manifest from a live experiment) is checked as far as it
-goes: the Dummynet shaper refuses a bridge without Dummynet, a manifest is parsed.
+goes: the Dummynet shaper refuses a bridge without Dummynet and drives a stand-in
+ipfw over SSH all or nothing; a saved manifest is parsed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from quicbed.cell import run_cell
 from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
-from quicbed.link.shapers import get_shaper
+from quicbed.link.shapers import PIPES_FILE, DummynetShaper, get_shaper
 from quicbed.store import Store
 from quicbed.testbed import hosts
 from quicbed.testbed.base import RPath
@@ -175,6 +176,48 @@ def test_dummynet_refuses_a_bridge_without_it(tb: SshTestbed) -> None:
     assert get_shaper("auto", tb).name in ("netem", "userspace")  # a Linux bridge
 
 
+def test_dummynet_over_ssh_is_all_or_nothing(tb: SshTestbed, tmp_path: Path) -> None:
+    """The Dummynet path over SSH with a stand-in for FreeBSD's ``ipfw`` (Linux has none):
+    auto picks Dummynet where the bridge has ipfw and pipes.json, the pipe lines arrive
+    as generated, and a pipe that refuses its configuration leaves both pipes reset,
+    never one shaped and one not. (The stand-in is on this machine's PATH for the test
+    only; the lab's hosts share this machine's files.)"""
+    ipfw, pipes = Path("/usr/local/sbin/ipfw"), Path(str(PIPES_FILE))
+    if ipfw.exists() or pipes.exists():
+        pytest.skip(f"this machine has its own {ipfw if ipfw.exists() else pipes}")
+    log = tmp_path / "ipfw.log"
+    ipfw.write_text(
+        f'#!/bin/sh\necho "$*" >> {log}\n'
+        'case "$*" in "pipe 60120 config bw 13Mbit/s"*) '
+        'echo "ipfw: pipe 60120 refused" >&2; exit 71;; esac\n'
+    )
+    ipfw.chmod(0o755)
+    made = not pipes.parent.exists()
+    pipes.parent.mkdir(parents=True, exist_ok=True)
+    pipes.write_text(json.dumps({"format": 1, "pipes": {"down": 60110, "up": 60120}}))
+    try:
+        shaper = get_shaper("auto", tb)
+        assert shaper.name == "dummynet"
+        good = make_condition(rate_mbit=20, rtt_ms=36, loss_pct=1)
+        shaper.apply(tb, good)
+        reset = ["pipe 60110 config bw 0 delay 0", "pipe 60120 config bw 0 delay 0"]
+        assert log.read_text().splitlines() == reset + [
+            x.removeprefix("ipfw ")
+            for x in DummynetShaper.commands(good, {"down": 60110, "up": 60120})
+        ]
+        log.unlink()
+        with pytest.raises(QuicbedError, match="pipe 60120 refused"):
+            shaper.apply(tb, make_condition(rate_mbit=13, rtt_ms=36))
+        sent = log.read_text().splitlines()
+        assert sent[0:2] == reset and sent[2].startswith("pipe 60110 config bw 13Mbit/s")
+        assert sent[-2:] == reset, "a refused pipe must leave both pipes reset"
+    finally:
+        ipfw.unlink()
+        pipes.unlink()
+        if made:
+            pipes.parent.rmdir()
+
+
 def test_bad_hosts_files_name_the_problem(lab: tuple[str, Path], tmp_path: Path) -> None:
     inv = lab[1].read_text()
     no_bridge = tmp_path / "no-bridge.ini"
@@ -268,4 +311,6 @@ def test_a_sweep_runs_on_the_hosts_and_reports(lab: tuple[str, Path], tmp_path: 
     ssh_spec.write_text("testbed: ssh\n" + spec.read_text())
     bad = _quicbed("run", str(ssh_spec), "--out", str(tmp_path / "again"))
     assert bad.returncode == 2 and "--testbed ssh needs --hosts" in bad.stderr
+    odd = _quicbed("run", str(spec), "--testbed", "emulab", "--out", str(tmp_path / "again"))
+    assert odd.returncode == 2 and "--testbed: unknown 'emulab'" in odd.stderr
     assert not (tmp_path / "again").exists()
