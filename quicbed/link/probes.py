@@ -20,13 +20,19 @@ IPERF_PORT = 5201
 _PING_RE = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")
 
 
-def ping(tb: Testbed, *, count: int = 200, interval: float = 0.01) -> dict[str, Any]:
-    """RTT samples from client to server (ICMP echo, 56-byte payload, 98-byte frames).
+def resolve_neighbours(tb: Testbed, role: str, ip: str) -> None:
+    """One unmeasured ping from ``role`` to ``ip`` before a measurement.
 
-    One unmeasured probe first: until ARP has resolved, probes wait in the neighbour
-    queue and would each count up to one extra RTT.
+    Until ARP has resolved (one RTT of the emulated link), packets wait in the
+    neighbour queue: each would count up to one extra RTT, and the queue's flush races
+    the packets sent after it, which the receiver sees as reordering.
     """
-    tb.exec("client", ["ping", "-n", "-c", "1", "-W", "5", tb.server_ip], timeout=15, check=False)
+    tb.exec(role, ["ping", "-n", "-c", "1", "-W", "5", ip], timeout=15, check=False)
+
+
+def ping(tb: Testbed, *, count: int = 200, interval: float = 0.01) -> dict[str, Any]:
+    """RTT samples from client to server (ICMP echo, 56-byte payload, 98-byte frames)."""
+    resolve_neighbours(tb, "client", tb.server_ip)
     wait = max(2.0, count * interval + 5)
     cp = tb.exec(
         "client",
@@ -68,6 +74,7 @@ def udp_probe(
     seconds = count / pps
     try:
         tb.wait_listening(receiver, "udp", port)
+        resolve_neighbours(tb, sender, dst)
         tb.exec(
             sender,
             [*tb.python(sender), "-m", "quicbed.link.udpprobe", "send", "--to", f"{dst}:{port}",
