@@ -98,15 +98,23 @@ def _judge(
     return reasons
 
 
-def validate(cfg: CellConfig) -> Any:
-    """Everything that can be checked before touching the machine; returns the page set."""
+def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
+    """Everything that can be checked before touching the machine; returns the page set.
+
+    With ``testbed``, also whether the cell's shaper can run there (as ``link check``
+    asks before it shapes): a shaper that cannot is refused before a store or an
+    attempt exists, instead of becoming a failed attempt.
+    """
     from quicbed import workloads
+    from quicbed.link.shapers import get_shaper
     from quicbed.servers.quic_go import QuicGoServer
 
     pageset = workloads.load()
     workloads.check_page(cfg.page, pageset)
     if "h3" in cfg.arms:
         QuicGoServer.check_cc(cfg.cc)
+    if testbed is not None:
+        get_shaper(cfg.shaper, testbed).describe(cfg.condition)
     return pageset
 
 
@@ -130,9 +138,9 @@ def run_cell(
     """
     from quicbed.client.chromium import Browser, BrowserSpec
 
-    pageset = validate(cfg)
     out = out.resolve()  # servers get paths from it and run with other working dirs
     tb = testbed or LocalTestbed(prefix)
+    pageset = validate(cfg, tb)
     store = Store(out, create=True)
     cell_id = cfg.cell_id()
     store.add_cell(cell_id, cfg.model_dump(mode="json"))

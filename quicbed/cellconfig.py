@@ -20,10 +20,15 @@ from quicbed.link.model import LinkCondition
 
 ARMS = ("h2", "h3")
 TEST_HOST = "quicbed.test"
+#: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
+#: is days of measurement; more warm-ups than that are never needed).
+MAX_RUNS = 10_000
+MAX_WARMUP = 100
+MAX_LOAD_TIMEOUT_S = 600.0
 
 
 class CellConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     condition: LinkCondition
     page: str
@@ -36,20 +41,32 @@ class CellConfig(BaseModel):
     cc: Literal["cubic", "bbr"] = "cubic"
     shaper: str = "auto"
     host: str = TEST_HOST
-    load_timeout_s: float = 60.0
+    load_timeout_s: float = Field(default=60.0, gt=0, le=MAX_LOAD_TIMEOUT_S)
 
     @field_validator("runs")
     @classmethod
     def _runs(cls, v: int) -> int:
         if v < 2:
             raise ValueError(f"runs must be >= 2 for a variance (got {v})")
+        if v > MAX_RUNS:
+            raise ValueError(f"runs must be at most {MAX_RUNS} (got {v})")
         return v
 
     @field_validator("warmup")
     @classmethod
     def _warmup(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError(f"warmup must be >= 0 (got {v})")
+        if not 0 <= v <= MAX_WARMUP:
+            raise ValueError(f"warmup must be in [0, {MAX_WARMUP}] (got {v})")
+        return v
+
+    @field_validator("shaper")
+    @classmethod
+    def _shaper(cls, v: str) -> str:
+        """Known by name here; whether it can run on a testbed is cell.validate's question."""
+        from quicbed.link.shapers import SHAPERS
+
+        if v not in SHAPERS:
+            raise ValueError(f"unknown shaper {v!r} (one of {', '.join(SHAPERS)})")
         return v
 
     @field_validator("arms")

@@ -11,7 +11,8 @@ import json
 import os
 import signal
 import sys
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -61,6 +62,8 @@ JitterKindOpt = Annotated[str, typer.Option(help="reorder or smooth.")]
 QueueOpt = Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")]
 CountOpt = Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")]
 SeedOpt = Annotated[int, typer.Option(help="RNG seed of loss and jitter.")]
+YesOpt = Annotated[bool, typer.Option("--yes", help="Run even if longer than --max-hours.")]
+MaxHoursOpt = Annotated[float, typer.Option(help="Ask for --yes above this estimate.")]
 
 
 def _need_root(what: str) -> None:
@@ -190,6 +193,17 @@ def testbed_status(
 
 
 # --- link -----------------------------------------------------------------------------
+def _refuse_early(tb: Testbed, check: Callable[[], object]) -> None:
+    """Run ``check`` against the opened testbed before the command claims it (as
+    ``link check`` asks its shaper before shaping); ``tb`` is closed if it refuses,
+    so a refusal makes, claims and tears down nothing."""
+    try:
+        check()
+    except BaseException:
+        tb.close()
+        raise
+
+
 def _parse_rate(rate: str) -> float | None:
     if rate.strip().lower() in ("unlimited", "none", "inf"):
         return None
@@ -264,13 +278,20 @@ def link_check(
     ] = None,
 ) -> None:
     """Apply a condition, measure what the link delivers, judge it (exit 1 if out of tolerance)."""
+    from pathlib import Path
+
+    from quicbed.link.model import check_tcp_seconds
     from quicbed.link.receipt import measure
     from quicbed.link.session import shaped_link
 
     cond = _link_options(rate, rtt, delay_down, delay_up, loss, loss_down, loss_up, jitter,
                          jitter_kind, queue, count, seed)  # fmt: skip
-    if tcp_seconds <= 0:
-        raise QuicbedError(f"tcp-seconds must be > 0 (got {tcp_seconds:g})")
+    check_tcp_seconds(tcp_seconds, "--tcp-seconds")
+    if out_file:  # refused now, not after the measurement
+        if Path(out_file).exists() or Path(out_file).is_symlink():
+            raise QuicbedError(f"--out: {out_file} exists; the receipt is never written over")
+        if not Path(out_file).parent.is_dir():
+            raise QuicbedError(f"--out: folder {Path(out_file).parent} does not exist")
     tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed link check")
     try:
         with shaped_link(tb, cond, shaper, cc=cc) as link:
@@ -316,25 +337,48 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _error(text: str) -> NoReturn:
+    """The one way a user's error ends: one line on stderr, exit status 2."""
+    print(f"quicbed: error: {' '.join(text.split())}", file=sys.stderr)
+    sys.exit(2)
+
+
+def usage_error_line(exc: Any) -> str:
+    """A click/typer usage error as one line naming the option and the value given.
+
+    typer (0.2x) raises its own vendored copy of click's exceptions, so ``click``'s
+    classes do not catch them. Their message names the option ("Invalid value for
+    '--rtt': ..."); typer's pydantic coercion keeps the rejected value in the cause.
+    No "Usage:" block: the line says where to look instead.
+    """
+    msg = exc.format_message().rstrip(".")
+    errors = getattr(exc.__cause__, "errors", None)
+    if callable(errors) and errors():
+        msg = f"{msg} (got {errors()[0].get('input')!r})"
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        msg = f"{msg}; see '{ctx.command_path} --help'"
+    return msg
+
+
 def main() -> None:
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        rc = app(standalone_mode=False)
+        rc = app(prog_name="quicbed", standalone_mode=False)
     except QuicbedError as exc:
-        print(f"quicbed: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _error(str(exc))
     except KeyboardInterrupt:
         print("quicbed: interrupted; what this command set up was removed", file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click usage errors etc.
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        raise
+    except NoArgsIsHelpError as exc:  # `quicbed` alone: the help, not an error line
+        exc.show()
+        sys.exit(2)
+    except ClickException as exc:  # usage errors: unknown option or command, bad value
+        _error(usage_error_line(exc))
+    except typer.Abort:
+        sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 
@@ -373,45 +417,66 @@ def cell_cmd(
     ssh_key: SshKeyOpt = None,
     receipt_tcp_seconds: Annotated[float, typer.Option(help="Receipt iperf3 seconds.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    yes: YesOpt = False,
+    max_hours: MaxHoursOpt = 1.0,
 ) -> None:
     """Measure one cell: the page over h2 and h3 under one condition, verified and stored.
 
     With --from DIR and --cell/--where: rerun a stored cell with its exact stored
     configuration, as a new attempt beside the old ones (reports use the latest).
     """
+    from contextlib import ExitStack
     from pathlib import Path
 
     from quicbed.cell import run_cell, validate
-    from quicbed.cellconfig import CellConfig, make_cell
+    from quicbed.cellconfig import make_cell
+    from quicbed.link.model import check_tcp_seconds
+    from quicbed.paths import check_folder_target
+    from quicbed.spec import PlannedCell
+    from quicbed.store import DB_NAME, Store
+    from quicbed.sweep import check_budget
 
+    check_tcp_seconds(receipt_tcp_seconds, "--receipt-tcp-seconds")
     packaged = None
-    if from_dir:
-        from quicbed.rerun import is_package, rerun_folder
-        from quicbed.select import find_cell
-        from quicbed.store import Store
+    with ExitStack() as refused:  # a rerun refused here leaves no extracted package
+        if from_dir:
+            from quicbed.rerun import is_package, rerun_workspace
+            from quicbed.select import find_cell
 
-        if is_package(from_dir):  # a replication package: rerun beside its runs
-            folder, packaged = rerun_folder(Path(from_dir), Path(out_dir) if out_dir else None)
-            from_dir = out_dir = str(folder)
-        store = Store(Path(from_dir))
-        cid = find_cell(store, cell_id=cell_id, where=where)
-        cfg = CellConfig(**store.cell_config(cid))
-        store.close()
-        out_dir = out_dir or from_dir
-    else:
-        if cell_id or where:
-            raise QuicbedError("--cell and --where need --from DIR")
-        if not page or not out_dir:
-            raise QuicbedError("give --page and --out (or --from DIR --cell ID to rerun a cell)")
-        cond = _link_options(rate, rtt, None, None, loss, None, None, jitter, jitter_kind, queue,
-                             "ethernet", seed)  # fmt: skip
-        cfg = make_cell(condition=cond, page=page, runs=runs, warmup=warmup, mode=mode,
-                        arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
-                        order=order, cc=cc, shaper=shaper)  # fmt: skip
-    validate(cfg)
-    if receipt_tcp_seconds <= 0:
-        raise QuicbedError(f"receipt-tcp-seconds must be > 0 (got {receipt_tcp_seconds:g})")
+            if is_package(from_dir):  # a replication package: rerun beside its runs
+                folder, packaged = refused.enter_context(
+                    rerun_workspace(Path(from_dir), Path(out_dir) if out_dir else None)
+                )
+                from_dir = out_dir = str(folder)
+            store = Store(Path(from_dir))
+            try:
+                cid = find_cell(store, cell_id=cell_id, where=where)
+                cfg = make_cell(**store.cell_config(cid))
+            finally:
+                store.close()
+            if cell_id and cid != cell_id:
+                print(f"quicbed: --cell {cell_id} matched cell {cid}", file=sys.stderr)
+            out_dir = out_dir or from_dir
+        else:
+            if cell_id or where:
+                raise QuicbedError("--cell and --where need --from DIR")
+            if not page or not out_dir:
+                raise QuicbedError(
+                    "give --page and --out (or --from DIR --cell ID to rerun a cell)"
+                )
+            cond = _link_options(rate, rtt, None, None, loss, None, None, jitter, jitter_kind,
+                                 queue, "ethernet", seed)  # fmt: skip
+            cfg = make_cell(condition=cond, page=page, runs=runs, warmup=warmup, mode=mode,
+                            arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
+                            order=order, cc=cc, shaper=shaper)  # fmt: skip
+        check_folder_target(Path(out_dir), "--out")
+        if (Path(out_dir) / DB_NAME).exists():  # a damaged store: refused before the testbed
+            Store(Path(out_dir)).close()
+        validate(cfg)
+        check_budget([PlannedCell(scenario="cell", config=cfg)], receipt_tcp_seconds,
+                     max_hours, yes)  # fmt: skip
     tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed cell")
+    _refuse_early(tb, lambda: validate(cfg, tb))  # e.g. its shaper cannot run on tb
     with progress_bar(Console(stderr=True), transient=True) as bar:
         task = bar.add_task(f"cell {cfg.cell_id()}: receipt, then loads", total=len(cfg.schedule()))
 
@@ -478,10 +543,8 @@ def run_cmd(
     out_dir: Annotated[str, typer.Option("--out", help="Results folder of this sweep.")],
     resume: Annotated[bool, typer.Option(help="Continue an interrupted sweep in --out.")] = False,
     force: Annotated[bool, typer.Option(help="Resume despite a changed spec or software.")] = False,
-    yes: Annotated[
-        bool, typer.Option("--yes", help="Run even if longer than --max-hours.")
-    ] = False,
-    max_hours: Annotated[float, typer.Option(help="Ask for --yes above this estimate.")] = 1.0,
+    yes: YesOpt = False,
+    max_hours: MaxHoursOpt = 1.0,
     prefix: PrefixOpt = "qb",
     kind: Annotated[
         str | None,
@@ -499,8 +562,9 @@ def run_cmd(
     """
     from pathlib import Path
 
+    from quicbed.link.shapers import get_shaper
     from quicbed.spec import load_spec, plan
-    from quicbed.sweep import check_budget, run_sweep
+    from quicbed.sweep import check_budget, check_folder, run_sweep
 
     spec = load_spec(Path(spec_file))
     kind = kind or ("ssh" if hosts else None)
@@ -509,8 +573,10 @@ def run_cmd(
             raise QuicbedError(f"--testbed: unknown {kind!r} (local or ssh)")
         spec = spec.model_copy(update={"testbed": kind})
     cells = plan(spec)
-    est = check_budget(cells, spec, max_hours * 3600, yes)
+    est = check_budget(cells, spec.receipt_tcp_seconds, max_hours, yes)
+    check_folder(Path(out_dir), spec, resume=resume, force=force)
     tb = open_testbed(spec.testbed, prefix, hosts, ssh_user, ssh_key, what="quicbed run")
+    _refuse_early(tb, lambda: get_shaper(spec.shaper, tb))
     out.print(f"sweep {spec.name!r}: {len(cells)} cells, about {est / 60:.0f} min; "
               f"results in {out_dir}")  # fmt: skip
     with progress_bar(Console(stderr=True)) as bar:

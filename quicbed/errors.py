@@ -17,6 +17,9 @@ def from_validation(exc: Exception, what: str) -> QuicbedError:
     e = errors()[0]
     loc = ".".join(str(x) for x in e["loc"])
     msg = str(e["msg"]).removeprefix("Value error, ")
-    if e["type"] in ("literal_error", "enum"):
-        msg = f"{msg} (got {e['input']!r})"
+    # pydantic's own messages ("Input should be a finite number") do not say what was
+    # given; ours (value_error) already do. A whole mapping is no use on one line.
+    if e["type"] != "value_error" and isinstance(e.get("input"), (str, int, float)):
+        got = repr(e["input"])
+        msg = f"{msg} (got {got if len(got) <= 80 else got[:77] + '...'})"
     return QuicbedError(f"{what}: {loc + ': ' if loc else ''}{msg}")

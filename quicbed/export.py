@@ -64,7 +64,12 @@ def export(
     (default: the folder's path; a replication package names itself instead)."""
     if fmt not in ("csv", "parquet"):
         raise QuicbedError(f"--format: unknown {fmt!r} (csv or parquet)")
-    dest = dest or Path(root) / f"runs.{fmt}"
+    if dest is None:
+        dest = Path(root) / f"runs.{fmt}"
+    elif dest.is_dir():
+        raise QuicbedError(f"-o: {dest} is a folder; give the file to write")
+    elif not dest.parent.is_dir():
+        raise QuicbedError(f"-o: folder {dest.parent} does not exist")
     if dest.exists() and not replace:
         raise QuicbedError(f"{dest} exists; pass --replace to overwrite it")
     data = rows(Path(root))

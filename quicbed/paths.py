@@ -20,3 +20,14 @@ def bin_path(name: str) -> Path:
     if not os.access(path, os.X_OK):
         raise QuicbedError(f"{name} is not built at {path} (run `make setup`)")
     return path
+
+
+def check_folder_target(path: Path, option: str) -> None:
+    """``path`` is a folder, or could be made one: an error naming ``option`` if a file
+    stands at it or at one of its parents (``--out results.csv``, ``--out file/sub``)."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise QuicbedError(f"{option}: {p} is a file, not a folder")
+            return

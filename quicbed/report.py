@@ -133,6 +133,8 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
 
     page_order = list(workloads.load().pages)
     out = Path(out) if out else root / "report"
+    if out.exists() and not out.is_dir():
+        raise QuicbedError(f"{out} is a file; the report is a folder (move the file away)")
     if out.exists():
         shutil.rmtree(out)
     (out / "figures").mkdir(parents=True)

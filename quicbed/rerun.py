@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.package import SUFFIX, check_files, open_package, sha256_file
+from quicbed.paths import check_folder_target
 from quicbed.stats import compare, summarize
 from quicbed.store import Store
 from quicbed.sweep import CHECKED_SOFTWARE
@@ -29,16 +32,59 @@ def is_package(path: str) -> bool:
     return path.endswith(SUFFIX) or Path(path).is_file()
 
 
+def rerun_target(archive: Path, out: Path | None = None) -> Path:
+    """The folder reruns of ``archive`` go to: ``out``, or ``NAME-rerun`` beside it."""
+    archive = Path(archive).resolve()
+    if out:
+        return Path(out).resolve()
+    return archive.with_name(archive.name[: -len(SUFFIX)] + "-rerun")
+
+
+@contextmanager
+def rerun_workspace(
+    archive: Path, out: Path | None = None
+) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """:func:`rerun_folder` for the length of a block that may still refuse the rerun
+    (an unknown ``--cell``, a time over ``--max-hours``): if the block raises, what
+    this call extracted is removed again, so a refused rerun leaves nothing behind."""
+    target = rerun_target(archive, out)
+    existed, claimed = target.is_dir(), (target / MARK).exists()
+    folder, held = rerun_folder(archive, out)
+    try:
+        yield folder, held
+    except BaseException:
+        if not claimed:
+            _remove_extracted(folder, keep_folder=existed)
+        raise
+
+
+def _remove_extracted(folder: Path, *, keep_folder: bool) -> None:
+    if not keep_folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for item in folder.iterdir():  # it was empty before: everything in it is ours
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
+
+
 def rerun_folder(archive: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """(results folder to rerun in, what it was extracted from and the packaged attempts)."""
     archive = Path(archive).resolve()
     if not archive.is_file():
         raise QuicbedError(f"--from: {archive}: no such file")
-    out = Path(out).resolve() if out else archive.with_name(archive.name[: -len(SUFFIX)] + "-rerun")
+    out = rerun_target(archive, out)
+    check_folder_target(out, "--out")
     digest = sha256_file(archive)
     mark = out / MARK
     if mark.exists():
-        held = json.loads(mark.read_text())
+        try:
+            held = json.loads(mark.read_text())
+            if not isinstance(held["packaged_attempts"], dict):  # what beside() reads
+                raise TypeError
+        except (OSError, ValueError, TypeError, KeyError):
+            raise QuicbedError(f"{mark} is not a quicbed rerun mark (damaged?)") from None
         if held.get("archive_sha256") != digest:
             raise QuicbedError(f"{out} holds reruns of another package ({held.get('archive')}); "
                                "choose another --out")  # fmt: skip
@@ -47,19 +93,19 @@ def rerun_folder(archive: Path, out: Path | None = None) -> tuple[Path, dict[str
         raise QuicbedError(f"{out} exists and is not a rerun folder of {archive.name}; "
                            "choose another --out")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="quicbed-rerun-") as tmp:
-        top, _ = open_package(archive, Path(tmp))
-        _, problems = check_files(top, json.loads((top / "MANIFEST.json").read_text()))
+        top, manifest = open_package(archive, Path(tmp))
+        _, problems = check_files(top, manifest)
         if problems:
             raise QuicbedError(f"{archive.name} fails its checksums ({problems[0]}); see "
                                f"quicbed verify {archive}")  # fmt: skip
+        store = Store(top / "results")  # a damaged store is refused before anything moves
+        try:
+            latest = {cid: a["attempt"] for cid, a in store.latest_attempts().items()}
+        finally:
+            store.close()
         out.mkdir(parents=True, exist_ok=True)
         for item in sorted((top / "results").iterdir()):
             shutil.move(item, out / item.name)
-    store = Store(out)
-    try:
-        latest = {cid: a["attempt"] for cid, a in store.latest_attempts().items()}
-    finally:
-        store.close()
     held = {"archive": archive.name, "archive_sha256": digest, "packaged_attempts": latest}
     mark.write_text(json.dumps(held, indent=1) + "\n")
     return out, held

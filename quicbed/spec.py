@@ -14,12 +14,12 @@ import json
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quicbed.cellconfig import CellConfig, make_cell
 from quicbed.errors import QuicbedError, from_validation
-from quicbed.link.model import make_condition
+from quicbed.link.model import MAX_TCP_SECONDS, make_condition
+from quicbed.yamlfile import read_yaml
 
 SPEC_FORMAT = 1
 
@@ -27,7 +27,7 @@ SPEC_FORMAT = 1
 class Defaults(BaseModel):
     """Cell settings shared by every scenario unless a scenario overrides them."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     runs: int = 20
     warmup: int = 1
     arms: list[str] = ["h2", "h3"]
@@ -40,7 +40,7 @@ class Defaults(BaseModel):
 
 
 class Statistics(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     test: Literal["welch", "mannwhitney"] = "welch"
     alpha: float = Field(default=0.01, gt=0, lt=1)
     correction: Literal["none", "holm", "bh"] = "none"
@@ -49,7 +49,7 @@ class Statistics(BaseModel):
 class Scenario(BaseModel):
     """One partial grid: the product of its lists."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     rate: list[float | None]
     rtt: list[float]
     loss: list[float] = [0.0]
@@ -70,13 +70,13 @@ class Scenario(BaseModel):
 
 
 class SweepSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     format: int = SPEC_FORMAT
     name: str
     description: str = ""
     testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
     shaper: Literal["auto", "userspace", "netem", "dummynet"] = "auto"
-    receipt_tcp_seconds: float = Field(default=10, gt=0)
+    receipt_tcp_seconds: float = Field(default=10, gt=0, le=MAX_TCP_SECONDS)
     defaults: Defaults = Defaults()
     statistics: Statistics = Statistics()
     scenarios: dict[str, Scenario]
@@ -101,12 +101,7 @@ class PlannedCell(BaseModel):
 
 
 def load_spec(path: Path) -> SweepSpec:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise QuicbedError(f"{path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise QuicbedError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise QuicbedError(f"{path}: a sweep spec is a mapping (name, scenarios, ...)")
     try:

@@ -83,29 +83,77 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def open_db(db: Path, *, create: bool) -> sqlite3.Connection:
+    """Connect to a store's SQLite file, refusing any file that is not a sound quicbed store.
+
+    SQLite happily treats a missing or 0-byte file as a new, empty database, so a
+    reader (report, export, package, ``cell --from``) would turn a damaged results
+    folder into a fresh one and report "no cells". Here only ``create`` may make a
+    database, and only where no file exists; any existing file must be a regular
+    file with SQLite's header that passes ``PRAGMA quick_check`` and has quicbed's
+    meta table of this schema version. Every refusal is one line naming the file.
+    """
+    if not (db.exists() or db.is_symlink()):
+        if not create:
+            raise QuicbedError(f"no quicbed results in {db.parent} ({DB_NAME} missing)")
+        db.parent.mkdir(parents=True, exist_ok=True)
+        return sqlite3.connect(db, isolation_level=None, timeout=30)
+    bad = f"{db} is not a quicbed results store"
+    try:
+        if not db.is_file():
+            raise QuicbedError(f"{bad} (not a regular file)")
+        size = db.stat().st_size
+        with open(db, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise QuicbedError(f"{db}: {exc.strerror}") from None
+    if size == 0:
+        raise QuicbedError(f"{bad} (it is empty: 0 bytes)")
+    if head != _SQLITE_MAGIC:
+        raise QuicbedError(f"{bad} (not an SQLite database)")
+    con = sqlite3.connect(db, isolation_level=None, timeout=30)
+    try:
+        check = con.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise QuicbedError(f"{db} is damaged (SQLite: {check})")
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        row = None
+        if "meta" in tables:
+            row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            raise QuicbedError(f"{bad} (an SQLite database without quicbed's schema_version)")
+        if str(row[0]) != str(SCHEMA_VERSION):
+            raise QuicbedError(
+                f"{db} has schema version {row[0]}; this quicbed reads version {SCHEMA_VERSION}"
+            )
+    except sqlite3.DatabaseError as exc:
+        con.close()
+        raise QuicbedError(f"{db} is damaged (SQLite: {exc})") from None
+    except QuicbedError:
+        con.close()
+        raise
+    return con
+
+
 class Store:
     """A results folder. Opening a folder of another schema version is refused."""
 
     def __init__(self, root: Path, *, create: bool = False) -> None:
         self.root = Path(root)
         db = self.root / DB_NAME
-        if not db.exists() and not create:
-            raise QuicbedError(f"no quicbed results in {self.root} ({DB_NAME} missing)")
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(db, isolation_level=None, timeout=30)
+        self.db = open_db(db, create=create)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(_SCHEMA)
         row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
+        if row is None:  # a new store: open_db has checked any existing one
             self.db.execute(
                 "INSERT INTO meta VALUES ('schema_version', ?), ('created', ?)",
                 (str(SCHEMA_VERSION), now()),
-            )
-        elif int(row[0]) != SCHEMA_VERSION:
-            raise QuicbedError(
-                f"{db} has schema version {row[0]}; this quicbed reads version {SCHEMA_VERSION}"
             )
 
     def close(self) -> None:

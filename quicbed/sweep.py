@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from typing import Any
 from quicbed import provenance
 from quicbed.cell import CellResult, run_cell
 from quicbed.errors import QuicbedError
+from quicbed.paths import check_folder_target
 from quicbed.spec import PlannedCell, SweepSpec, estimate_seconds, plan
 from quicbed.store import Store, now
 from quicbed.testbed.base import Testbed
@@ -57,8 +59,15 @@ def _software(tb: Testbed | None) -> dict[str, Any]:
 
 @contextmanager
 def folder_lock(out: Path) -> Iterator[None]:
+    """Hold ``out``'s lock for the block. A folder the block never claimed (no
+    ``sweep.json`` when it ends, e.g. refused by ``prepare_folder``) is left as it
+    was: the lock file and the folder are removed again if this call made them."""
+    check_folder_target(out, "--out")
+    made_dir = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = out / LOCK_FILE
+    made_lock = not lock.exists()
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -69,6 +78,11 @@ def folder_lock(out: Path) -> Iterator[None]:
         os.write(fd, f"{os.getpid()}\n".encode())
         yield
     finally:
+        if not (out / SWEEP_FILE).exists():
+            if made_lock:
+                lock.unlink(missing_ok=True)
+            if made_dir and not any(out.iterdir()):
+                out.rmdir()
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
@@ -97,19 +111,13 @@ def prepare_folder(
     recorded, and a resume on other hosts is allowed as long as the software matches.
     """
     meta = out / SWEEP_FILE
+    held = check_folder(out, spec, resume=resume, force=force)
+    if testbed is not None:  # a spec whose shaper cannot run here never claims a folder
+        from quicbed.link.shapers import get_shaper
+
+        get_shaper(spec.shaper, testbed)
     software = _software(testbed)
-    if meta.exists():
-        held = json.loads(meta.read_text())
-        if not resume:
-            raise QuicbedError(
-                f"{out} holds sweep {held['spec']['name']!r} already; use --resume to continue "
-                "it or choose another --out"
-            )
-        if held["digest"] != spec.digest() and not force:
-            raise QuicbedError(
-                f"{out} holds another spec (digest {held['digest']}, this one {spec.digest()}); "
-                "use --force to add to it anyway"
-            )
+    if held is not None:
         changed = [k for k in CHECKED_SOFTWARE if held["software"].get(k) != software.get(k)]
         if changed and not force:
             raise QuicbedError(
@@ -117,8 +125,6 @@ def prepare_folder(
                 "would not be comparable; use --force to continue anyway"
             )
         return
-    if out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
-        raise QuicbedError(f"{out} is not empty and holds no quicbed sweep; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     body = {"format": 1, "created": now(), "digest": spec.digest(),
             "spec": spec.model_dump(mode="json"), "software": software,
@@ -128,12 +134,52 @@ def prepare_folder(
     tmp.replace(meta)
 
 
-def check_budget(cells: list[PlannedCell], spec: SweepSpec, max_s: float, yes: bool) -> float:
-    est = estimate_seconds(cells, RECEIPT_SECONDS + 2 * (spec.receipt_tcp_seconds + 2))
-    if est > max_s and not yes:
+def check_folder(out: Path, spec: SweepSpec, *, resume: bool, force: bool) -> dict[str, Any] | None:
+    """Whether ``out`` may take ``spec``, read without touching anything (``run`` asks
+    before it opens a testbed; ``prepare_folder`` again under the lock). Returns the
+    folder's ``sweep.json`` when resuming, None for a new or empty folder."""
+    check_folder_target(out, "--out")
+    meta = out / SWEEP_FILE
+    if not meta.exists():
+        if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
+            raise QuicbedError(
+                f"{out} is not empty and holds no quicbed sweep; choose another --out"
+            )
+        return None
+    try:
+        held = json.loads(meta.read_text())
+        name, digest, _ = held["spec"]["name"], held["digest"], held["software"]
+    except (OSError, ValueError, TypeError, KeyError):
+        raise QuicbedError(f"{meta} is not a quicbed sweep file (damaged?)") from None
+    if not resume:
         raise QuicbedError(
-            f"this sweep would take about {est / 3600:.1f} h ({len(cells)} cells), more than "
-            f"{max_s / 3600:.1f} h; pass --yes to run it"
+            f"{out} holds sweep {name!r} already; use --resume to continue it or choose "
+            "another --out"
+        )
+    if digest != spec.digest() and not force:
+        raise QuicbedError(
+            f"{out} holds another spec (digest {digest}, this one {spec.digest()}); "
+            "use --force to add to it anyway"
+        )
+    return held
+
+
+def check_budget(
+    cells: list[PlannedCell], receipt_tcp_seconds: float, max_hours: float, yes: bool
+) -> float:
+    """The estimated seconds of ``cells``, refused above ``max_hours`` unless ``yes``.
+
+    The one rule for sweeps and single cells alike, so a typo such as ``--runs
+    100000`` is caught before the testbed is touched, as a too-large sweep is.
+    """
+    if not (0 < max_hours < math.inf):
+        raise QuicbedError(f"--max-hours must be a number of hours > 0 (got {max_hours:g})")
+    est = estimate_seconds(cells, RECEIPT_SECONDS + 2 * (receipt_tcp_seconds + 2))
+    if est > max_hours * 3600 and not yes:
+        what = "cell" if len(cells) == 1 else "cells"
+        raise QuicbedError(
+            f"this would take about {est / 3600:.1f} h ({len(cells)} {what}), more than "
+            f"--max-hours {max_hours:g}; pass --yes to run it"
         )
     return est
 

@@ -13,11 +13,11 @@ import json
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.paths import REPO_ROOT
+from quicbed.yamlfile import read_yaml
 
 PAGES_FILE = REPO_ROOT / "workloads" / "pages.yaml"
 MANIFEST = "manifest.json"
@@ -59,13 +59,13 @@ class PageSet(BaseModel):
 
 
 def load(path: Path = PAGES_FILE) -> PageSet:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise QuicbedError(f"{path}: a page set is a mapping (kb, pages)")
     try:
-        data = yaml.safe_load(path.read_text())
         return PageSet(**data)
     except ValidationError as exc:
         raise from_validation(exc, str(path)) from None
-    except (OSError, yaml.YAMLError, TypeError) as exc:
-        raise QuicbedError(f"{path}: {exc}") from None
 
 
 def check_page(name: str, pageset: PageSet | None = None) -> str:

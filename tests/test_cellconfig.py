@@ -41,7 +41,7 @@ def test_blocked_and_random_schedules_cover_every_load_once() -> None:
     ("kwargs", "needle"),
     [
         ({"runs": 1}, "runs must be >= 2 for a variance (got 1)"),
-        ({"warmup": -1}, "warmup must be >= 0 (got -1)"),
+        ({"warmup": -1}, "warmup must be in [0, 100] (got -1)"),
         ({"mode": "2rtt"}, "'2rtt'"),
         ({"arms": ("h2", "quic")}, "unknown arm 'quic'"),
         ({"arms": ("h3", "h3")}, "arm listed twice"),

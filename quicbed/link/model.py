@@ -29,6 +29,16 @@ from quicbed.errors import QuicbedError, from_validation
 MAX_FRAME = 1514
 ETH_HEADER = 14
 MIN_QUEUE_FRAMES = 10
+#: Physical ranges a condition must lie in (docs/link.md). Beyond them no shaper here
+#: is faithful (10 Gbit/s is past what the emulator forwards on veths; a rate under
+#: 10 kbit/s rounds towards a pipe with no rate) and no page load would finish in a
+#: sensible time, so such a value is a typo, not an experiment.
+MIN_RATE_MBIT = 0.01
+MAX_RATE_MBIT = 10_000.0
+MAX_DELAY_MS = 10_000.0
+MAX_SEED = 2**63 - 1  # the emulator's seed is an int64
+#: iperf3 TCP seconds per direction of a fidelity receipt: a bound on a typo, not a rule
+MAX_TCP_SECONDS = 300.0
 
 
 class JitterKind(StrEnum):
@@ -60,6 +70,8 @@ _QUEUE_RE = re.compile(
     re.IGNORECASE,
 )
 _QUEUE_BYTES = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2}
+#: upper bounds of a queue limit, per kind (a typo guard, far above real buffers)
+_QUEUE_MAX = {"bdp": 1000.0, "packets": 1e7, "bytes": 1e11}
 
 
 def parse_queue(spec: str) -> tuple[str, float]:
@@ -74,12 +86,17 @@ def parse_queue(spec: str) -> tuple[str, float]:
     if num <= 0:
         raise QuicbedError(f"queue: must be > 0 (got {spec!r})")
     if unit == "bdp":
-        return "bdp", num
-    if unit in ("p", "pkts", "packets"):
+        kind, value = "bdp", num
+    elif unit in ("p", "pkts", "packets"):
         if num != int(num):
             raise QuicbedError(f"queue: a packet count must be whole (got {spec!r})")
-        return "packets", num
-    return "bytes", num * _QUEUE_BYTES[unit]
+        kind, value = "packets", num
+    else:
+        kind, value = "bytes", num * _QUEUE_BYTES[unit]
+    if value > _QUEUE_MAX[kind]:
+        raise QuicbedError(f"queue: {spec!r} is more than any real buffer holds "
+                           f"(at most {_QUEUE_MAX[kind]:g} {kind})")  # fmt: skip
+    return kind, value
 
 
 class LinkCondition(BaseModel):
@@ -107,10 +124,14 @@ class LinkCondition(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> LinkCondition:
+        # Every comparison below is written so that NaN fails it: NaN compares false.
         if self.rate_mbit is not None and not (
             self.rate_mbit > 0 and math.isfinite(self.rate_mbit)
         ):
             raise ValueError(f"rate must be > 0 Mbit/s (got {self.rate_mbit:g})")
+        if self.rate_mbit is not None and not (MIN_RATE_MBIT <= self.rate_mbit <= MAX_RATE_MBIT):
+            raise ValueError(f"rate must be in [{MIN_RATE_MBIT:g}, {MAX_RATE_MBIT:g}] Mbit/s "
+                             f"or unlimited (got {self.rate_mbit:g})")  # fmt: skip
         if self.rtt_ms is not None and (
             self.delay_down_ms is not None or self.delay_up_ms is not None
         ):
@@ -119,16 +140,22 @@ class LinkCondition(BaseModel):
             v = getattr(self, name)
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name.removesuffix('_ms')} must be >= 0 ms (got {v:g})")
+            if v is not None and v > MAX_DELAY_MS:
+                raise ValueError(f"{name.removesuffix('_ms')} must be at most "
+                                 f"{MAX_DELAY_MS:g} ms (got {v:g})")  # fmt: skip
         for name in ("loss_pct", "loss_down_pct", "loss_up_pct"):
             v = getattr(self, name)
             if v is not None and not (0 <= v < 100):
                 raise ValueError(f"{name.removesuffix('_pct')} must be in [0, 100) % (got {v:g})")
-        if self.jitter_ms < 0:
-            raise ValueError(f"jitter must be >= 0 ms (got {self.jitter_ms:g})")
+        if not (0 <= self.jitter_ms <= MAX_DELAY_MS):
+            raise ValueError(f"jitter must be in [0, {MAX_DELAY_MS:g}] ms (got {self.jitter_ms:g})")
         if self.jitter_ms > 0 and self.jitter_kind == JitterKind.none:
             raise ValueError(f"jitter {self.jitter_ms:g} ms needs a jitter kind: reorder or smooth")
-        if self.jitter_interval_ms <= 0:
-            raise ValueError(f"jitter interval must be > 0 ms (got {self.jitter_interval_ms:g})")
+        if not (0 < self.jitter_interval_ms <= MAX_DELAY_MS):
+            raise ValueError(f"jitter interval must be in (0, {MAX_DELAY_MS:g}] ms "
+                             f"(got {self.jitter_interval_ms:g})")  # fmt: skip
+        if not (0 <= self.seed <= MAX_SEED):
+            raise ValueError(f"seed must be in [0, {MAX_SEED}] (got {self.seed})")
         for direction, d in (("down", self.delay_down()), ("up", self.delay_up())):
             if self.jitter_kind == JitterKind.smooth and self.jitter_ms > d:
                 raise ValueError(
@@ -236,3 +263,13 @@ def make_condition(**kwargs: object) -> LinkCondition:
         return LinkCondition(**kwargs)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise from_validation(exc, "link condition") from None
+
+
+def check_tcp_seconds(seconds: float, option: str) -> float:
+    """``seconds`` of iperf3 TCP per direction, or an error naming ``option``.
+
+    NaN would reach subprocess timeouts (and crash there), 1e12 would hang a receipt.
+    """
+    if not (0 < seconds <= MAX_TCP_SECONDS):
+        raise QuicbedError(f"{option} must be in (0, {MAX_TCP_SECONDS:g}] s (got {seconds:g})")
+    return seconds
