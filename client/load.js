@@ -128,6 +128,9 @@ async function main() {
     }
     if (kept) await closeTab(kept);
     await browser.close();
+    // An open CDP socket would keep the event loop alive: quit means exit now
+    // (it cost 5 s per browser, the stop timeout, at the end of every cell).
+    process.exit(0);
 }
 
 main().catch((e) => {

@@ -22,13 +22,15 @@ from quicbed import provenance
 from quicbed.cellconfig import CellConfig
 from quicbed.client import har
 from quicbed.errors import QuicbedError
-from quicbed.link.receipt import Receipt, measure
+from quicbed.link.proof import LinkFailure, ProvenLink, prove, spot_check
+from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
 from quicbed.servers.base import ServeSpec, WebServer
 from quicbed.stats import Comparison, compare
-from quicbed.store import Store
+from quicbed.store import Store, now
 from quicbed.testbed.base import Testbed
 from quicbed.testbed.local import LocalTestbed
+from quicbed.testbed.owner import shielded
 
 Progress = Callable[[str, int, int], None]
 
@@ -44,6 +46,8 @@ class CellResult:
     invalid: dict[str, list[str]]
     out: Path
     verified: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the failure was the link's (out of tolerance, or changed): worth one retry
+    link_failed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +60,7 @@ class CellResult:
             "comparison": None if self.comparison is None else self.comparison.model_dump(),
             "invalid": self.invalid,
             "verified": self.verified,
+            "link_failed": self.link_failed,
         }
 
 
@@ -128,42 +133,121 @@ def run_cell(
     progress: Progress | None = None,
     fault: Callable[[str, int, dict[str, WebServer]], None] | None = None,
     resume_attempt: int | None = None,
+    link: ProvenLink | None = None,
 ) -> CellResult:
     """Measure one cell into the results folder ``out`` as a new attempt.
 
-    On ``testbed`` (default: the local testbed ``prefix``). ``resume_attempt``
-    continues an interrupted attempt instead: the loads already stored are kept and
-    skipped, the link gets a fresh receipt. ``fault`` is called before each load
-    (arm, rep, servers): tests use it to stop a server on purpose.
+    On ``testbed`` (default: the local testbed ``prefix``), which this process owns
+    for the duration. ``link``: a link already shaped for this cell's condition with
+    its receipt, shared with earlier cells (a sweep); the cell then opens with a spot
+    check instead of a full receipt. Without it the cell shapes and measures its own.
+    ``resume_attempt`` continues an interrupted attempt instead: the loads already
+    stored are kept and skipped. ``fault`` is called before each load (arm, rep,
+    servers): tests use it to break something on purpose.
     """
-    from quicbed.client.chromium import Browser, BrowserSpec
-
     out = out.resolve()  # servers get paths from it and run with other working dirs
     tb = testbed or LocalTestbed(prefix)
     pageset = validate(cfg, tb)
-    store = Store(out, create=True)
-    cell_id = cfg.cell_id()
-    store.add_cell(cell_id, cfg.model_dump(mode="json"))
-    if resume_attempt is None:
-        attempt = store.new_attempt(cell_id, provenance.collect(tb))
-    else:
-        attempt = resume_attempt
-        store.reopen_attempt(cell_id, attempt)
-    done = {(r["arm"], r["rep"]) for r in store.runs(cell_id, attempt)}
-    _, log_dir = store.paths(cell_id, attempt)
+    with tb.claim("quicbed cell"):
+        store = Store(out, create=True)
+        cell_id = cfg.cell_id()
+        store.add_cell(cell_id, cfg.model_dump(mode="json"))
+        if resume_attempt is None:
+            attempt = store.new_attempt(cell_id, provenance.collect(tb))
+        else:
+            attempt = resume_attempt
+            store.reopen_attempt(cell_id, attempt)
+        job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault)
+        status, problem, link_failed = "failed", "", False
+        try:
+            if link is None:
+                with shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.cc) as shaped:
+                    job.measure_on(prove(shaped, receipt_tcp_seconds, cfg.cc), shared=False)
+            else:
+                job.measure_on(link, shared=link.uses > 0)
+            status = "done"
+        except LinkFailure as exc:
+            problem, link_failed = str(exc), True
+        except QuicbedError as exc:
+            problem = str(exc)
+        finally:
+            with shielded():
+                store.finish_attempt(cell_id, attempt, status, problem)
+        comparison = None
+        if status == "done" and set(cfg.arms) == {"h2", "h3"}:
+            comparison = compare(store.plts(cell_id, attempt, "h2"),
+                                 store.plts(cell_id, attempt, "h3"), planned=cfg.runs)  # fmt: skip
+        invalid: dict[str, list[str]] = {}
+        runs = store.runs(cell_id, attempt)
+        for r in runs:
+            if not r["valid"]:
+                invalid.setdefault(r["arm"], []).append(f"#{r['rep']}: {r['reason']}")
+        store.close()
+    return CellResult(cell_id, attempt, status, problem, job.receipt, comparison, invalid, out,
+                      verify_summary(runs), link_failed)  # fmt: skip
+
+
+@dataclass
+class _Job:
+    """One attempt's work on a proven link: servers, browsers, loads, the closing check."""
+
+    cfg: CellConfig
+    tb: Testbed
+    store: Store
+    cell_id: str
+    attempt: int
+    pageset: Any
+    progress: Progress | None
+    fault: Callable[[str, int, dict[str, WebServer]], None] | None
     receipt: Receipt | None = None
-    servers: dict[str, WebServer] = {}
-    browsers: dict[str, Browser] = {}
-    status, problem = "failed", ""
-    try:
-        with shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.cc) as link:
-            receipt = measure(tb, cfg.condition, link.shaper, link.tuning,
-                              tcp_seconds=receipt_tcp_seconds, cc=cfg.cc)  # fmt: skip
-            store.set_receipt(cell_id, attempt, receipt.model_dump(mode="json"))
-            if not receipt.passed:
-                names = ", ".join(c.name for c in receipt.failed_checks())
-                raise QuicbedError(f"the link is out of tolerance ({names}); nothing measured")
-            spec, page, spki_pin = _serve(tb, cfg, pageset, log_dir)
+
+    def measure_on(self, proven: ProvenLink, *, shared: bool) -> None:
+        """Loads under ``proven``'s receipt, and the record of which loads it covers."""
+        self.receipt = proven.receipt
+        self.store.set_receipt(self.cell_id, self.attempt,
+                               proven.receipt.model_dump(mode="json"))  # fmt: skip
+        if not proven.receipt.passed:
+            names = ", ".join(c.name for c in proven.receipt.failed_checks())
+            raise LinkFailure(f"the link is out of tolerance ({names}); nothing measured")
+        span: dict[str, Any] = {
+            "cell_id": self.cell_id, "attempt": self.attempt,
+            "receipt_created": proven.receipt.created, "generation": proven.generation,
+            "shared": int(shared), "first_seq": None, "last_seq": None, "started": now(),
+            "opening": None, "closing": None, "passed": 0,
+        }  # fmt: skip
+        opening = None
+        if shared:
+            opening = spot_check(proven, "opening")
+            span["opening"] = opening.model_dump(mode="json")
+            if not opening.passed:
+                span["finished"] = now()
+                self.store.add_link_span(span)
+                raise LinkFailure(f"opening check: {'; '.join(opening.problems)}; nothing measured")
+        proven.uses += 1
+        try:
+            self._loads(proven, span)
+        except BaseException:
+            span["finished"] = now()
+            with shielded():
+                self.store.add_link_span(span)
+            raise
+        closing = spot_check(proven, "closing", since=opening.counters if opening else None)
+        span.update(finished=now(), closing=closing.model_dump(mode="json"),
+                    passed=int(closing.passed))  # fmt: skip
+        self.store.add_link_span(span)
+        if not closing.passed:
+            raise LinkFailure(f"closing check after the last load: {'; '.join(closing.problems)}")
+
+    def _loads(self, proven: ProvenLink, span: dict[str, Any]) -> None:
+        from quicbed.client.chromium import Browser, BrowserSpec
+
+        cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
+        done = {(r["arm"], r["rep"]) for r in store.runs(cell_id, attempt)}
+        _, log_dir = store.paths(cell_id, attempt)
+        servers: dict[str, WebServer] = {}
+        browsers: dict[str, Browser] = {}
+        try:
+            spec, page, spki_pin = _serve(tb, cfg, self.pageset, log_dir)
             servers = servers_for(cfg, tb, spec)
             for s in servers.values():
                 s.start()
@@ -183,8 +267,8 @@ def run_cell(
             for seq, (arm, rep) in schedule:
                 if (arm, rep) in done:
                     continue
-                if fault:
-                    fault(arm, rep, servers)
+                if self.fault:
+                    self.fault(arm, rep, servers)
                 warm = rep < cfg.warmup
                 srv = servers[arm]
                 srv.mark()
@@ -194,6 +278,10 @@ def run_cell(
                 facts = srv.load_facts(srv.since_mark())
                 m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
                 reasons = _judge(cfg, arm, warm, result, m, facts, page, srv.running())
+                gen = proven.current_generation()
+                if gen != proven.generation:
+                    reasons.append(f"the link changed under this load (generation "
+                                   f"{proven.generation} -> {gen})")  # fmt: skip
                 store.add_run(
                     {
                         "cell_id": cell_id, "attempt": attempt, "arm": arm, "rep": rep,
@@ -208,38 +296,35 @@ def run_cell(
                         "detail": {"entries": m.get("entries"), "server": facts,
                                    "error": result.get("error"), "context": result.get("context"),
                                    "main_connect_ms": m.get("main_connect_ms"),
-                                   "main_ssl_ms": m.get("main_ssl_ms")},
+                                   "main_ssl_ms": m.get("main_ssl_ms"),
+                                   "link": {"generation": gen,
+                                            "receipt": proven.receipt.created}},
                     },
                     result.get("har"),
                 )  # fmt: skip
-                if progress:
-                    progress(arm, seq + 1, len(schedule))
+                if span["first_seq"] is None:
+                    span["first_seq"] = seq
+                span["last_seq"] = seq
+                if gen != proven.generation:
+                    raise LinkFailure(
+                        f"the link changed during the cell ({arm} #{rep}: generation "
+                        f"{proven.generation} -> {gen}); the loads after it were not measured"
+                    )
+                if self.progress:
+                    self.progress(arm, seq + 1, len(schedule))
             versions = {a: s.version() for a, s in servers.items()}
             versions["browser"] = next(iter(browsers.values())).version if browsers else None
             store.set_versions(cell_id, attempt, versions)
-        status = "done"
-    except QuicbedError as exc:
-        problem = str(exc)
-    finally:
-        for b in browsers.values():
-            b.stop()
-        for s in servers.values():
-            s.stop()
-        for role in ("server", "client"):
-            tb.collect(role, log_dir)  # remote logs come home beside the runs
-        store.finish_attempt(cell_id, attempt, status, problem)
-    comparison = None
-    if status == "done" and set(cfg.arms) == {"h2", "h3"}:
-        comparison = compare(store.plts(cell_id, attempt, "h2"), store.plts(cell_id, attempt, "h3"),
-                             planned=cfg.runs)  # fmt: skip
-    invalid: dict[str, list[str]] = {}
-    runs = store.runs(cell_id, attempt)
-    for r in runs:
-        if not r["valid"]:
-            invalid.setdefault(r["arm"], []).append(f"#{r['rep']}: {r['reason']}")
-    store.close()
-    return CellResult(cell_id, attempt, status, problem, receipt, comparison, invalid, out,
-                      verify_summary(runs))  # fmt: skip
+        finally:
+            # before the link goes: a testbed torn down under running daemons would
+            # have to kill them one PID at a time
+            with shielded():
+                for b in browsers.values():
+                    b.stop()
+                for s in servers.values():
+                    s.stop()
+                for role in ("server", "client"):
+                    tb.collect(role, log_dir)  # remote logs come home beside the runs
 
 
 def _serve(

@@ -84,6 +84,12 @@ class CellConfig(BaseModel):
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
+    def link_key(self) -> str:
+        """What the link and the hosts' tuning depend on: cells with equal keys can share
+        one shaped link and its receipt (quicbed.link.proof)."""
+        return json.dumps([self.condition.model_dump(mode="json"), self.shaper, self.cc],
+                          sort_keys=True)  # fmt: skip
+
     def schedule(self) -> list[tuple[str, int]]:
         """(arm, rep) in execution order; reps 0..warmup-1 are warm-ups.
 

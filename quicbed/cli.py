@@ -11,7 +11,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -64,6 +65,32 @@ CountOpt = Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")
 SeedOpt = Annotated[int, typer.Option(help="RNG seed of loss and jitter.")]
 YesOpt = Annotated[bool, typer.Option("--yes", help="Run even if longer than --max-hours.")]
 MaxHoursOpt = Annotated[float, typer.Option(help="Ask for --yes above this estimate.")]
+
+
+KeepOpt = Annotated[
+    bool,
+    typer.Option("--keep-testbed", help="Leave the testbed up at the end (default: tear down)."),
+]
+
+
+@contextmanager
+def owned(tb: Testbed, what: str, keep: bool) -> Iterator[None]:
+    """``what`` owns ``tb`` throughout; at the end, also after an error or Ctrl-C, the
+    testbed is torn down (unless ``keep``) and the user is told what was removed."""
+    try:
+        with tb.claim(what):
+            if keep:
+                tb.up()  # so the runner does not remove what it finds made
+            try:
+                yield
+            finally:
+                if not keep:
+                    removed = tb.teardown()
+                    print(f"quicbed: testbed {tb.describe_short()} torn down"
+                          + (f" (removed {len(removed)}: {', '.join(removed)})" if removed
+                             else ""), file=sys.stderr)  # fmt: skip
+    finally:
+        tb.close()
 
 
 def _need_root(what: str) -> None:
@@ -127,7 +154,8 @@ def testbed_up(
         return
     tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed testbed up")
     try:
-        made = tb.up()
+        with tb.claim("quicbed testbed up"):
+            made = tb.up()
     finally:
         tb.close()
     name = prefix if kind == "local" else str(hosts)
@@ -144,12 +172,10 @@ def testbed_down(
     ssh_key: SshKeyOpt = None,
 ) -> None:
     """Remove everything of the testbed, also after a crash (idempotent)."""
-    from quicbed.link.shapers import clear_all
-
     tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed testbed down")
     try:
-        clear_all(tb)
-        removed = tb.down()
+        with tb.claim("quicbed testbed down"):
+            removed = tb.teardown()
     finally:
         tb.close()
     name = prefix if kind == "local" else str(hosts)
@@ -170,11 +196,16 @@ def testbed_status(
     tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed testbed status")
     try:
         info = tb.status()
+        info["owner"] = tb.holder()
     finally:
         tb.close()
     if as_json:
         print(json.dumps(info, indent=2))
         return
+    if info["owner"]:
+        from quicbed.testbed.owner import describe
+
+        out.print(f"in use by {describe(info['owner'])}")
     if kind == "ssh":
         out.print(f"ssh testbed {hosts}: {'reachable' if info['complete'] else 'NOT reachable'}")
         for role, r in info["roles"].items():
@@ -417,6 +448,7 @@ def cell_cmd(
     ssh_key: SshKeyOpt = None,
     receipt_tcp_seconds: Annotated[float, typer.Option(help="Receipt iperf3 seconds.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    keep_testbed: KeepOpt = False,
     yes: YesOpt = False,
     max_hours: MaxHoursOpt = 1.0,
 ) -> None:
@@ -477,17 +509,17 @@ def cell_cmd(
                      max_hours, yes)  # fmt: skip
     tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed cell")
     _refuse_early(tb, lambda: validate(cfg, tb))  # e.g. its shaper cannot run on tb
-    with progress_bar(Console(stderr=True), transient=True) as bar:
+    with (
+        owned(tb, "quicbed cell", keep_testbed),
+        progress_bar(Console(stderr=True), transient=True) as bar,
+    ):
         task = bar.add_task(f"cell {cfg.cell_id()}: receipt, then loads", total=len(cfg.schedule()))
 
         def step(arm: str, done: int, total: int) -> None:
             bar.update(task, completed=done, description=f"cell {cfg.cell_id()}: {arm}")
 
-        try:
-            result = run_cell(cfg, Path(out_dir), testbed=tb,
-                              receipt_tcp_seconds=receipt_tcp_seconds, progress=step)  # fmt: skip
-        finally:
-            tb.close()
+        result = run_cell(cfg, Path(out_dir), testbed=tb,
+                          receipt_tcp_seconds=receipt_tcp_seconds, progress=step)  # fmt: skip
     if as_json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
@@ -553,6 +585,7 @@ def run_cmd(
     hosts: HostsOpt = None,
     ssh_user: SshUserOpt = None,
     ssh_key: SshKeyOpt = None,
+    keep_testbed: KeepOpt = False,
 ) -> None:
     """Run every cell of a sweep spec into one results folder; resumable after any stop.
 
@@ -579,7 +612,7 @@ def run_cmd(
     _refuse_early(tb, lambda: get_shaper(spec.shaper, tb))
     out.print(f"sweep {spec.name!r}: {len(cells)} cells, about {est / 60:.0f} min; "
               f"results in {out_dir}")  # fmt: skip
-    with progress_bar(Console(stderr=True)) as bar:
+    with owned(tb, "quicbed run", keep_testbed), progress_bar(Console(stderr=True)) as bar:
         cells_task = bar.add_task("cells", total=len(cells))
         loads_task = bar.add_task("loads", total=1)
 
@@ -591,11 +624,8 @@ def run_cmd(
         def on_load(arm: str, done: int, total: int) -> None:
             bar.update(loads_task, completed=done, total=total, description=f"loads ({arm})")
 
-        try:
-            result = run_sweep(spec, Path(out_dir), testbed=tb, resume=resume, force=force,
-                               on_cell=on_cell, on_load=on_load)  # fmt: skip
-        finally:
-            tb.close()
+        result = run_sweep(spec, Path(out_dir), testbed=tb, resume=resume, force=force,
+                           on_cell=on_cell, on_load=on_load)  # fmt: skip
         bar.update(cells_task, completed=len(cells))
     out.print(f"sweep {spec.name!r}: {result.done} cells measured, {result.skipped} kept from "
               f"before, {result.failed} failed; results in {out_dir}")  # fmt: skip

@@ -150,17 +150,23 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
     return cells
 
 
+#: an opening or closing spot check of the link (quicbed.link.proof), with margin
+SPOT_CHECK_S = 3.0
+
+
 def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
-    """A deliberately pessimistic wall-time estimate: receipt + loads at ~3x their bound."""
+    """A deliberately pessimistic wall-time estimate: a receipt per link condition (cells
+    of one condition share it), a spot and a closing check per cell, loads at ~3x
+    their bound."""
     from quicbed import workloads
 
     pageset = workloads.load()
-    total = 0.0
+    total = receipt_s * len({pc.config.link_key() for pc in cells})
     for pc in cells:
         c = pc.config
         rate = c.condition.rate_mbit or 1000.0
         page = pageset.pages[c.page]
         nbytes = page.image_bytes(pageset.kb) * page.count
         load = 4 * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
-        total += receipt_s + len(c.arms) * (c.runs + c.warmup) * (3 * load + 0.5)
+        total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * (3 * load + 0.5)
     return total

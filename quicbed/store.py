@@ -75,6 +75,20 @@ CREATE TABLE IF NOT EXISTS receipts (     -- every receipt, also of resumed atte
     passed INTEGER NOT NULL,
     receipt TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS link_spans (  -- which receipt proves which loads of an attempt
+    cell_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    receipt_created TEXT,          -- the receipt (in receipts) these loads ran under
+    generation TEXT,               -- the link's generation that receipt measured
+    shared INTEGER NOT NULL,       -- 1: the receipt was taken for an earlier cell
+    first_seq INTEGER,             -- the loads covered (runs.seq), NULL if none ran
+    last_seq INTEGER,
+    started TEXT NOT NULL,
+    finished TEXT NOT NULL,
+    opening TEXT,                  -- spot check before the loads (JSON; NULL: fresh receipt)
+    closing TEXT,                  -- check after the last load (JSON)
+    passed INTEGER NOT NULL
+);
 CREATE INDEX IF NOT EXISTS runs_cell ON runs(cell_id, attempt, arm);
 """
 
@@ -292,3 +306,27 @@ class Store:
             (cell_id, attempt, arm),
         )
         return [float(r[0]) for r in rows]
+
+    # --- link proof -------------------------------------------------------------------
+    def add_link_span(self, span: dict[str, Any]) -> None:
+        """One receipt's share of an attempt: the loads it covers and the checks around them."""
+        row = dict(span)
+        for k in ("opening", "closing"):
+            if row.get(k) is not None and not isinstance(row[k], str):
+                row[k] = json.dumps(row[k])
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self.db.execute(f"INSERT INTO link_spans ({cols}) VALUES ({marks})", tuple(row.values()))
+
+    def link_spans(self, cell_id: str, attempt: int) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT * FROM link_spans WHERE cell_id=? AND attempt=? ORDER BY started",
+            (cell_id, attempt),
+        )
+        out = []
+        for r in rows:
+            d = dict(r)
+            for k in ("opening", "closing"):
+                d[k] = json.loads(d[k]) if d[k] else None
+            out.append(d)
+        return out

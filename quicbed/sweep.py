@@ -25,6 +25,8 @@ from typing import Any
 from quicbed import provenance
 from quicbed.cell import CellResult, run_cell
 from quicbed.errors import QuicbedError
+from quicbed.link.proof import MAX_RECEIPT_AGE_S, ProvenLink, prove
+from quicbed.link.session import shaped_link
 from quicbed.paths import check_folder_target
 from quicbed.spec import PlannedCell, SweepSpec, estimate_seconds, plan
 from quicbed.store import Store, now
@@ -36,6 +38,7 @@ LOCK_FILE = "sweep.lock"
 #: software whose version change makes old and new runs not comparable
 CHECKED_SOFTWARE = ("chromium", "apache", "quicbed-h3server", "quicbed-linkem", "quicbed")
 RECEIPT_SECONDS = 8 + 2 * 2 + 2 * 5  # ping, UDP rate and probes, beside 2 x TCP
+# (one receipt per link condition: cells of one condition share it)
 
 
 @dataclass
@@ -184,6 +187,15 @@ def check_budget(
     return est
 
 
+def by_link(cells: list[PlannedCell]) -> list[list[PlannedCell]]:
+    """Cells grouped by link condition (first appearance first, plan order within), so
+    one shaped link and its receipt serve a whole group."""
+    groups: dict[str, list[PlannedCell]] = {}
+    for pc in cells:
+        groups.setdefault(pc.config.link_key(), []).append(pc)
+    return list(groups.values())
+
+
 def run_sweep(
     spec: SweepSpec,
     out: Path,
@@ -195,39 +207,63 @@ def run_sweep(
     on_cell: Callable[[int, int, PlannedCell, str], None] | None = None,
     on_load: Callable[[str, int, int], None] | None = None,
 ) -> SweepOutcome:
-    """Every cell of ``spec`` on ``testbed`` (default: the local testbed ``prefix``)."""
+    """Every cell of ``spec`` on ``testbed`` (default: the local testbed ``prefix``).
+
+    The cells of one link condition run back to back on one shaped link: one full
+    receipt serves them while the link stays the one it measured (each cell opens
+    with a spot check and closes with a check; a receipt older than
+    MAX_RECEIPT_AGE_S is taken anew). A cell whose link failed is retried once on a
+    freshly applied link, as a new attempt.
+    """
     out = out.resolve()
     tb = testbed or LocalTestbed(prefix)
     if tb.kind != spec.testbed:
         raise QuicbedError(f"the spec's testbed is {spec.testbed}, this one is {tb.kind}")
     cells = plan(spec)
     outcome = SweepOutcome(out=out, planned=len(cells))
-    with folder_lock(out):
+    tcp_s = spec.receipt_tcp_seconds
+    with tb.claim("quicbed run"), folder_lock(out):
         prepare_folder(out, spec, resume=resume, force=force, testbed=tb)
+        tb.up()  # once for the sweep; the caller tears it down (quicbed run: by default)
         store = Store(out, create=True)
         latest = store.latest_attempts()
         store.close()
-        for i, pc in enumerate(cells):
-            cid = pc.config.cell_id()
-            prev = latest.get(cid)
-            if prev and prev["status"] in ("done", "failed"):
-                outcome.skipped += 1
-                if on_cell:
-                    on_cell(i, len(cells), pc, f"kept ({prev['status']})")
+        i = 0
+        for group in by_link(cells):
+            todo: list[tuple[int, PlannedCell]] = []
+            for pc in group:
+                prev = latest.get(pc.config.cell_id())
+                if prev and prev["status"] in ("done", "failed"):
+                    outcome.skipped += 1
+                    if on_cell:
+                        on_cell(i, len(cells), pc, f"kept ({prev['status']})")
+                else:
+                    todo.append((i, pc))
+                i += 1
+            if not todo:
                 continue
-            if on_cell:
-                on_cell(i, len(cells), pc, "running")
-            resume_attempt = prev["attempt"] if prev else None
-            tcp_s = spec.receipt_tcp_seconds
-            r = run_cell(pc.config, out, testbed=tb, receipt_tcp_seconds=tcp_s,
-                         progress=on_load, resume_attempt=resume_attempt)  # fmt: skip
-            if r.status == "failed" and "out of tolerance" in r.problem:
-                # one retry on a freshly applied link, as a new attempt
-                r = run_cell(pc.config, out, testbed=tb, receipt_tcp_seconds=tcp_s,
-                             progress=on_load)  # fmt: skip
-            outcome.results.append(r)
-            if r.status == "done":
-                outcome.done += 1
-            else:
-                outcome.failed += 1
+            c0 = todo[0][1].config
+            with shaped_link(tb, c0.condition, c0.shaper, cc=c0.cc) as shaped:
+                proven: ProvenLink | None = None
+                for n, pc in todo:
+                    if on_cell:
+                        on_cell(n, len(cells), pc, "running")
+                    prev = latest.get(pc.config.cell_id())
+                    resume_attempt = prev["attempt"] if prev else None
+                    if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
+                        proven = prove(shaped, tcp_s, c0.cc)
+                    r = run_cell(pc.config, out, testbed=tb, link=proven, progress=on_load,
+                                 resume_attempt=resume_attempt)  # fmt: skip
+                    if r.status == "failed" and r.link_failed:
+                        # one retry on a freshly applied link, as a new attempt
+                        shaped.reapply()
+                        proven = prove(shaped, tcp_s, c0.cc)
+                        r = run_cell(pc.config, out, testbed=tb, link=proven, progress=on_load)
+                        if r.link_failed:
+                            proven = None  # the next cell starts from a fresh receipt
+                    outcome.results.append(r)
+                    if r.status == "done":
+                        outcome.done += 1
+                    else:
+                        outcome.failed += 1
     return outcome

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -41,30 +43,53 @@ def _runs(out: Path) -> list[tuple]:
         return []
 
 
+def _netns() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+#: kill -9 points (stored loads of 20), drawn once from a fixed seed so a failure
+#: reproduces; QUICBED_KILL_SEED draws others
+KILL_SEED = int(os.environ.get("QUICBED_KILL_SEED", "12"))
+KILLS = sorted(random.Random(KILL_SEED).sample(range(2, 19), 2))
+
+
+def _run_until(argv: list[str], out: Path, stored: int) -> subprocess.Popen[bytes]:
+    """Start ``quicbed run`` and kill -9 it once ``stored`` loads are in the store."""
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 240
+    while len(_runs(out)) < stored:
+        assert p.poll() is None, p.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, f"not {stored} runs stored in time"
+        time.sleep(0.1)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    return p
+
+
 def test_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
     spec = tmp_path / "tiny.yaml"
     spec.write_text(SPEC)
     out = tmp_path / "res"
-    p = subprocess.Popen([*QB, "run", str(spec), "--out", str(out), "--prefix", prefix],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         start_new_session=True)  # fmt: skip
+    run = [*QB, "run", str(spec), "--out", str(out), "--prefix", prefix]
+    p = None
     try:
-        deadline = time.monotonic() + 240
-        while len(_runs(out)) < 4:
-            assert p.poll() is None, p.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "no runs stored in time"
-            time.sleep(0.2)
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=10)
+        p = _run_until(run, out, KILLS[0])
         before = set(_runs(out))
-        assert 4 <= len(before) < 20
+        assert KILLS[0] <= len(before) < 20, f"seed {KILL_SEED}"
         # resuming a folder that holds a sweep needs --resume
-        again = subprocess.run([*QB, "run", str(spec), "--out", str(out), "--prefix", prefix],
-                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        again = subprocess.run(run, capture_output=True, text=True, timeout=60)
         assert again.returncode == 2 and "use --resume" in again.stderr
-        cp = subprocess.run([*QB, "run", str(spec), "--out", str(out), "--resume", "--prefix",
-                             prefix], capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert "previous owner" not in again.stderr  # refused before touching the testbed
+        # a second kill -9, of the resumed run, at another point
+        p = _run_until([*run, "--resume"], out, max(KILLS[1], len(before) + 1))
+        assert {r[0] for r in before} <= {r[0] for r in _runs(out)}, f"seed {KILL_SEED}"
+        cp = subprocess.run([*run, "--resume"], capture_output=True, text=True, timeout=600)
         assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+        # the killed run's owner record was stale: its namespaces and emulator were removed
+        assert f"the previous owner 'quicbed run' (PID {p.pid}" in cp.stderr, cp.stderr
+        p = None
         after = _runs(out)
         assert {r[0] for r in before} <= {r[0] for r in after}, "a completed run was lost"
         planned = [r for r in after if r[4] >= 0]
@@ -77,6 +102,35 @@ def test_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
         # load after the resume still used 0-RTT / TLS resumption and counts
         assert all(r[5] == 1 for r in after if r[4] < 0)
         assert all(r[6] == 1 for r in after if r[5] == 0), [r for r in after if not r[6]]
+        # the run tore its testbed down at the end (no --keep-testbed)
+        assert not [n for n in _netns() if n.startswith(prefix + "-")]
+        # one receipt per link condition: after the resume both cells ran under one, the
+        # second opening with a spot check; every load ran under its span's generation
+        with sqlite3.connect(out / DB_NAME) as con:
+            con.row_factory = sqlite3.Row
+            spans = [dict(r) for r in con.execute("SELECT * FROM link_spans ORDER BY started")]
+            details = {r[0]: json.loads(r[1]) for r in con.execute("SELECT seq || ':' || "
+                       "cell_id || ':' || attempt, detail FROM runs")}  # fmt: skip
+            receipts = {
+                (r[0], r[1], r[2])
+                for r in con.execute(
+                    "SELECT cell_id, attempt, json_extract(receipt, '$.created') FROM receipts"
+                )
+            }
+            link = {(r[0], r[1], *json.loads(r[2])["link"].values()) for r in con.execute(
+                "SELECT cell_id, attempt, detail FROM runs")}  # fmt: skip
+        assert spans and all(sp["passed"] == 1 for sp in spans), spans
+        # every load names the receipt it ran under, and that receipt is stored for its attempt
+        assert {(c, a, rc) for c, a, _, rc in link} <= receipts, f"seed {KILL_SEED}"
+        last = spans[-1]  # the final run measured the last cell under a shared or fresh receipt
+        if last["shared"]:
+            assert json.loads(last["opening"])["passed"]
+            assert any(sp["receipt_created"] == last["receipt_created"] for sp in spans[:-1])
+        for sp in spans:
+            for seq in range(sp["first_seq"], sp["last_seq"] + 1):
+                d = details.get(f"{seq}:{sp['cell_id']}:{sp['attempt']}")
+                if d is not None and d["link"]["receipt"] == sp["receipt_created"]:
+                    assert d["link"]["generation"] == sp["generation"]
 
         rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True,
                              timeout=120)  # fmt: skip
@@ -102,7 +156,7 @@ def test_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
         assert '<table id="cells">' in dom and dom.count("<tr class=") >= 2
         assert "data:image/png;base64," in dom and "Provenance" in dom
     finally:
-        if p.poll() is None:
+        if p is not None and p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
         subprocess.run([*QB, "testbed", "down", "--prefix", prefix], capture_output=True,
                        timeout=60)  # fmt: skip

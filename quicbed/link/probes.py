@@ -46,6 +46,7 @@ def ping(tb: Testbed, *, count: int = 200, interval: float = 0.01) -> dict[str, 
     if samples:
         out.update(
             mean_ms=statistics.fmean(samples),
+            median_ms=statistics.median(samples),
             sd_ms=statistics.stdev(samples) if len(samples) > 1 else 0.0,
             min_ms=min(samples),
             max_ms=max(samples),

@@ -13,6 +13,7 @@ Python objects, so ``quicbed link clear`` in one process undoes ``apply`` in ano
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -57,6 +58,18 @@ class Shaper(ABC):
     def describe(self, cond: LinkCondition) -> dict[str, Any]:
         """What was applied, as data for the receipt and provenance."""
         return {"shaper": self.name}
+
+    @abstractmethod
+    def state(self, tb: Testbed) -> str:
+        """The shaping in force now, as read back from the bridge (not from memory).
+
+        Its digest is the link's *generation*: a receipt records it, every load is
+        checked against it, so a link replaced or reconfigured behind a running cell
+        (by another process, a crash and restart, anything) is caught.
+        """
+
+    def generation(self, tb: Testbed) -> str:
+        return hashlib.sha256(self.state(tb).encode()).hexdigest()[:16]
 
 
 # --- userspace ------------------------------------------------------------------------
@@ -161,6 +174,17 @@ class UserspaceShaper(Shaper):
             time.sleep(0.01)
         raise QuicbedError(f"{self.binary} (pid {pid}) did not write its counters")
 
+    def state(self, tb: Testbed) -> str:
+        """The emulator process (PID and start time: a restart is a new link) and the
+        config file it was started with."""
+        pid = self.pid(tb)
+        if pid is None:
+            return "no emulator running"
+        stat = tb.read_text("bridge", RPath(f"/proc/{pid}/stat")).rpartition(")")[2].split()
+        started = stat[19] if len(stat) > 19 else "?"  # field 22: starttime in ticks
+        config = tb.read_text("bridge", self._files(tb)["config"])
+        return f"{self.binary} pid {pid} started {started}\n{config}"
+
     def clear(self, tb: Testbed) -> dict[str, Any] | None:
         f = self._files(tb)
         pid = self.pid(tb)
@@ -248,6 +272,15 @@ class NetemShaper(Shaper):
         except BaseException:
             self.clear(tb)
             raise
+
+    def state(self, tb: Testbed) -> str:
+        """The qdiscs as tc reports them (without counters) and the bridge's ifindex."""
+        parts = [tb.exec("bridge", ["ip", "-o", "link", "show", "br0"], check=False).stdout
+                 .partition(":")[0]]  # fmt: skip
+        for dev in ("srv", "cli"):
+            parts.append(tb.exec("bridge", ["tc", "qdisc", "show", "dev", dev],
+                                 check=False).stdout.strip())  # fmt: skip
+        return "\n".join(parts)
 
     def clear(self, tb: Testbed) -> dict[str, Any] | None:
         for dev in ("srv", "cli"):
@@ -381,6 +414,20 @@ class DummynetShaper(Shaper):
         except BaseException:
             self.clear(tb)
             raise
+
+    def state(self, tb: Testbed) -> str:
+        """Each pipe's configuration line (``NNNNN: bw delay ...``; ipfw prints counters
+        on the lines below it) and the endpoints' netem qdiscs."""
+        if self.unavailable(tb) is not None:
+            return "no dummynet"
+        parts = []
+        for d, n in sorted(self.pipe_numbers(tb).items()):
+            shown = tb.exec("bridge", ["ipfw", "pipe", str(n), "show"], check=False).stdout
+            parts.append(f"{d}: {(shown.strip().splitlines() or [''])[0]}")
+        for role, dev in sorted(self._devices(tb).items()):
+            qd = tb.exec(role, ["tc", "qdisc", "show", "dev", dev], check=False).stdout.strip()
+            parts.append(f"{role}: {qd}")
+        return "\n".join(parts)
 
     def clear(self, tb: Testbed) -> dict[str, Any] | None:
         """Pipes back to no shaping (Emulab's own values are not restored), no netem."""

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
+from quicbed.testbed import owner
 
 ROLES = ("server", "bridge", "client")
 #: the experiment network's fixed addresses (also in profile.py, which cannot import us)
@@ -95,6 +98,51 @@ class Testbed(ABC):
     def close(self) -> None:
         """Release what talking to the testbed holds (connections); the testbed stays."""
         return None
+
+    @abstractmethod
+    def lock_path(self) -> Path:
+        """The controller's file whose lock says who owns this testbed (quicbed.testbed.owner)."""
+
+    @contextmanager
+    def claim(self, what: str) -> Iterator[owner.Claim]:
+        """Own this testbed for ``what`` (re-entrant); refused while another command does.
+
+        A previous owner that was killed left its record: its leftovers (processes,
+        shaping, namespaces) are removed before the new owner starts, so no command
+        ever measures on what a dead one set up.
+        """
+        c = owner.acquire(self.lock_path(), self.describe_short(), what)
+        try:
+            if c.stale is not None:
+                self.clean_leftovers(c.stale)
+            yield c
+        finally:
+            owner.release(self.lock_path())
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who owns this testbed now (PID, command, since), or None."""
+        return owner.holder(self.lock_path())
+
+    def describe_short(self) -> str:
+        """The testbed's name in one word, for messages."""
+        return self.prefix
+
+    def teardown(self) -> list[str]:
+        """Shaping, daemons and (locally) namespaces gone, uninterruptibly; what was removed."""
+        from quicbed.link.shapers import clear_all
+
+        with owner.shielded():
+            clear_all(self)
+            return self.down()
+
+    def clean_leftovers(self, stale: dict[str, Any]) -> list[str]:
+        """Remove what a killed owner left before a new owner starts."""
+        removed = self.teardown()
+        if removed:
+            print(f"quicbed: testbed {self.describe_short()}: the previous owner "
+                  f"{owner.describe(stale)} is gone; removed what it left: "
+                  f"{', '.join(removed)}", file=sys.stderr)  # fmt: skip
+        return removed
 
     @abstractmethod
     def check_offloads(self) -> dict[str, dict[str, str]]:

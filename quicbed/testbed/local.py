@@ -110,6 +110,10 @@ class LocalTestbed(Testbed):
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "prefix": self.prefix}
 
+    def lock_path(self) -> Path:
+        """Beside the state folders (a file name with a dot: never a prefix's folder)."""
+        return STATE_ROOT / f"{self.prefix}.lock"
+
     @property
     def state_dir(self) -> Path:
         """Per-testbed runtime state (config files, pid files); gone with a reboot, like netns."""

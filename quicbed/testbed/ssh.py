@@ -113,7 +113,23 @@ class SshTestbed(Testbed):
         key = hashlib.sha256(repr(sorted((r, n.address) for r, n in self.nodes.items())).encode())
         # ControlPath must fit a unix socket name (108 bytes): short and per user
         self._control = Path(tempfile.gettempdir()) / f"qbssh-{os.getuid()}-{key.hexdigest()[:8]}"
+        self._lock = (
+            Path(tempfile.gettempdir()) / "quicbed-locks" / f"ssh-{key.hexdigest()[:16]}.lock"
+        )
         self._bins: dict[tuple[str, str], RPath] = {}
+
+    def lock_path(self) -> Path:
+        """On the controller, per set of hosts, in a folder every user may lock in (like
+        /tmp itself): two users' commands on the same hosts must see each other."""
+        d = self._lock.parent
+        if not d.exists():
+            d.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                d.chmod(0o1777)
+        return self._lock
+
+    def describe_short(self) -> str:
+        return self.source or ",".join(n.address for n in self.nodes.values())
 
     # --- names ------------------------------------------------------------------------
     def name(self, role: str) -> str:

@@ -1,0 +1,127 @@
+"""The link proven for the loads that ran on it, not only at the moment of its receipt.
+
+A full receipt (quicbed.link.receipt) takes about half a minute; a sweep of many
+cells over few link conditions would spend most of its time on them. So a receipt is
+shared by the cells of one condition while the link stays exactly as it was
+measured, and each use of it is proven cheaply:
+
+- the link's *generation* (a digest of the shaping read back from the bridge: the
+  emulator's PID, start time and config; the qdiscs; the Dummynet pipes) is in the
+  receipt; every load records the generation it ran under, and a load under another
+  generation fails its attempt;
+- an *opening* spot check before a cell that reuses a receipt, and a *closing* check
+  after every cell's last load: the generation, an RTT sample judged with the
+  receipt's own tolerance, and the emulator's counters (they only grow while the
+  emulator that was measured still runs);
+- a receipt is reused for at most :data:`MAX_RECEIPT_AGE_S`; then a new one is taken.
+
+Each attempt stores, per receipt it used, the span of loads it covers and both
+checks (``Store.add_link_span``), so a reader can tell which receipt proves which load.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from quicbed.errors import QuicbedError
+from quicbed.link.receipt import Check, Receipt, measure, rtt_check
+from quicbed.link.session import ShapedLink
+
+#: the longest a receipt proves a link for (drift of the host, other load on it)
+MAX_RECEIPT_AGE_S = 30 * 60
+#: pings of a spot check: 50 at 10 ms (the receipt's spacing), 0.5 s plus one RTT
+SPOT_PINGS = 50
+
+
+class LinkFailure(QuicbedError):
+    """The link is not the one measured: out of tolerance, or changed since its receipt.
+
+    A sweep retries such a cell once on a freshly applied link; any other failure is
+    the cell's own.
+    """
+
+
+class SpotCheck(BaseModel):
+    """A short check that the link is still the one its receipt measured."""
+
+    kind: str  # opening | closing
+    created: str
+    generation: str
+    expected_generation: str | None
+    rtt: Check
+    counters: dict[str, Any] | None
+    problems: list[str]
+    passed: bool
+
+
+@dataclass
+class ProvenLink:
+    """A shaped link and the receipt that proves it, shared by the cells of one condition."""
+
+    link: ShapedLink
+    receipt: Receipt
+    measured_at: float  # time.monotonic() when the receipt was taken
+    uses: int = 0
+
+    @property
+    def generation(self) -> str:
+        return self.receipt.generation or ""
+
+    def age_s(self) -> float:
+        return time.monotonic() - self.measured_at
+
+    def current_generation(self) -> str:
+        return self.link.shaper.generation(self.link.testbed)
+
+
+#: the emulator's counters that only ever grow (its percentiles and maxima need not)
+MONOTONIC = ("rx_packets", "rx_bytes", "loss_drops", "queue_drops", "tx_packets", "tx_bytes",
+             "send_errors", "socket_drops", "reordered")  # fmt: skip
+
+
+def _grew(now: dict[str, Any] | None, then: dict[str, Any] | None) -> list[str]:
+    """Counters that went down since ``then``: the emulator was restarted or replaced."""
+    if not now or not then:
+        return []
+    bad = []
+    for d, c in (then.get("directions") or {}).items():
+        for k in MONOTONIC:
+            v, cur = c.get(k), (now.get("directions") or {}).get(d, {}).get(k)
+            if isinstance(v, int | float) and isinstance(cur, int | float) and cur < v:
+                bad.append(f"{d}.{k} {v} -> {cur}")
+    return bad
+
+
+def spot_check(proven: ProvenLink, kind: str, since: dict[str, Any] | None = None) -> SpotCheck:
+    """Generation, RTT and counters now, against the receipt (about 1 s)."""
+    tb, cond, shaper = proven.link.testbed, proven.link.condition, proven.link.shaper
+    problems = []
+    gen = shaper.generation(tb)
+    if gen != proven.generation:
+        problems.append(f"the link changed since its receipt (generation {proven.generation} "
+                        f"-> {gen})")  # fmt: skip
+    rtt = rtt_check(tb, cond, SPOT_PINGS, spot=True)
+    if rtt.passed is False:
+        got = "nothing" if rtt.measured is None else f"{rtt.measured:.2f} ms"
+        problems.append(f"RTT {got}, expected {rtt.expected:.2f} ms +/- "
+                        f"{(rtt.high or 0) - (rtt.expected or 0):.2f}")  # fmt: skip
+    counters = shaper.counters(tb)
+    floor = since or (proven.receipt.emulator or {}).get("counters_after")
+    went_down = _grew(counters, floor)
+    if went_down:
+        problems.append(f"the emulator's counters went down ({', '.join(went_down[:3])})")
+    return SpotCheck(kind=kind, created=datetime.now(UTC).isoformat(), generation=gen,
+                     expected_generation=proven.generation, rtt=rtt, counters=counters,
+                     problems=problems, passed=not problems)  # fmt: skip
+
+
+def prove(shaped: ShapedLink, tcp_seconds: float, cc: str) -> ProvenLink:
+    """A full receipt of ``shaped`` as it is now."""
+    receipt = measure(shaped.testbed, shaped.condition, shaped.shaper, shaped.tuning,
+                      tcp_seconds=tcp_seconds, cc=cc)  # fmt: skip
+    return ProvenLink(shaped, receipt, time.monotonic())

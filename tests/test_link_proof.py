@@ -1,0 +1,79 @@
+"""The link proven for the loads that ran on it: a link changed behind a running cell (as
+another process would change it) is caught, and the attempt fails with the reason."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from quicbed.cell import run_cell
+from quicbed.cellconfig import make_cell
+from quicbed.link.model import make_condition
+from quicbed.link.proof import _grew, prove, spot_check
+from quicbed.link.session import shaped_link
+from quicbed.link.shapers import UserspaceShaper
+from quicbed.servers.base import WebServer
+from quicbed.store import Store
+from quicbed.testbed.local import LocalTestbed
+
+pytestmark = pytest.mark.root
+
+COND = make_condition(rate_mbit=50, rtt_ms=20)
+OTHER = make_condition(rate_mbit=10, rtt_ms=60)
+
+
+def test_counters_that_go_down_mean_another_emulator() -> None:
+    then = {"directions": {"down": {"rx_packets": 10, "loss_drops": 0}}}
+    assert _grew({"directions": {"down": {"rx_packets": 12, "loss_drops": 0}}}, then) == []
+    assert _grew({"directions": {"down": {"rx_packets": 3, "loss_drops": 0}}}, then) == [
+        "down.rx_packets 10 -> 3"
+    ]
+
+
+def test_spot_check_passes_on_the_measured_link_and_names_a_change(testbed: LocalTestbed) -> None:
+    with shaped_link(testbed, COND, "userspace") as link:
+        proven = prove(link, tcp_seconds=1, cc="cubic")
+        assert proven.receipt.passed and proven.generation
+        same = spot_check(proven, "closing")
+        assert same.passed, same.problems
+        assert same.generation == proven.generation
+        # another process replaces the emulator with its own condition
+        UserspaceShaper().apply(testbed, OTHER)
+        changed = spot_check(proven, "closing")
+        assert not changed.passed
+        assert any("the link changed since its receipt" in p for p in changed.problems)
+        assert any(p.startswith("RTT ") for p in changed.problems), changed.problems
+        link.reapply()  # the sweep's retry: a fresh link is a new generation
+        assert link.shaper.generation(testbed) not in (proven.generation, changed.generation)
+
+
+def test_a_link_changed_mid_cell_fails_the_attempt(prefix: str, tmp_path: Path) -> None:
+    cfg = make_cell(condition=COND, page="5kb", runs=4, warmup=1, shaper="userspace")
+    tb = LocalTestbed(prefix)
+
+    def change_link(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
+        if arm == "h3" and rep == 3:
+            UserspaceShaper().apply(tb, OTHER)  # as `quicbed link check` did in issue 12
+
+    r = run_cell(cfg, tmp_path / "res", testbed=tb, receipt_tcp_seconds=1, fault=change_link)
+    assert r.status == "failed" and r.link_failed, r.problem
+    assert "the link changed during the cell (h3 #3" in r.problem
+    store = Store(tmp_path / "res")
+    runs = store.runs(r.cell_id, r.attempt)
+    last = runs[-1]
+    assert (last["arm"], last["rep"], last["valid"]) == ("h3", 3, 0)
+    assert "the link changed under this load" in last["reason"]
+    assert all(x["valid"] for x in runs[:-1]), [x["reason"] for x in runs if not x["valid"]]
+    assert len(runs) < len(cfg.schedule())  # nothing measured after the change
+    gens = {x["detail"]["link"]["generation"] for x in runs}
+    assert len(gens) == 2
+    (span,) = store.link_spans(r.cell_id, r.attempt)
+    assert span["passed"] == 0 and span["closing"] is None
+    assert (span["first_seq"], span["last_seq"]) == (runs[0]["seq"], last["seq"])
+    assert span["generation"] == r.receipt.generation == runs[0]["detail"]["link"]["generation"]
+    attempt = store.attempt(r.cell_id, r.attempt)
+    assert attempt["status"] == "failed"
+    store.close()
+    assert not os.path.exists(f"/run/quicbed/{prefix}")  # the cell's testbed is gone
