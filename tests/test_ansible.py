@@ -1,10 +1,11 @@
 """The project's Ansible: syntax, lint, and the roles applied to this machine for real.
 
-site.yml's server and client plays run here twice (this machine plays both); the
-second run must change nothing. The parts that need a testbed's downloads or FreeBSD
-are tested with local fixtures: the archive installs of chromium_client, the Go
-install of quicbed_binaries (with the real pinned release from the Go module proxy),
-and bridge_dummynet's pipe discovery (a fake ipfw and Emulab delay_mapping files).
+local.yml (site.yml's server and client plays, this machine playing both, and the ssh
+lab) runs here twice, as `make setup` does; the second run must change nothing. The
+parts that need a testbed's downloads or FreeBSD are tested with local fixtures: the
+archive installs of chromium_client, the Go install of quicbed_binaries (with the real
+pinned release from the Go module proxy), and bridge_dummynet's pipe discovery (a fake
+ipfw and Emulab delay_mapping files).
 """
 
 from __future__ import annotations
@@ -125,24 +126,29 @@ def test_site_q037_stops_at_once_naming_what_is_missing(root: None, tmp_path: Pa
     assert _changed(cp) == 0
 
 
-def test_site_linux_roles_are_idempotent(root: None, tmp_path: Path) -> None:
-    """site.yml's server and client plays on this machine, twice; the second changes nothing.
+def test_local_playbook_is_idempotent(root: None) -> None:
+    """The whole local playbook as `make setup` runs it, twice; the second changes nothing.
 
-    quic_server_google is skipped (quic_server_google_enabled=false): its build fetches
-    quiche from GitHub and Bazel from Bazel's release site, which this machine cannot
-    reach, and takes an hour. local.yml runs the same plays the same way (make setup).
+    local.yml is site.yml's server and client plays (quic_server_google skipped: its
+    build fetches quiche from GitHub and Bazel from Bazel's release site, which this
+    machine cannot reach, and takes an hour) plus the ssh lab's sshd. The Go binaries
+    are rebuilt on every run; they are reproducible, so the rebuild installs nothing.
+    The same two runs on a fresh Debian root: tests/test_fresh_machine.py.
     """
-    inv = _inventory(tmp_path, LOCAL_INVENTORY)
-    argv = ["-i", str(inv), "playbooks/site.yml", "-e", "quicbed_quic_version=RFCv1",
-            "-e", "quic_server_google_enabled=false"]  # fmt: skip
+    argv = ["-i", "localhost,", "playbooks/local.yml"]  # exactly the Makefile's
+    assert f"$(ANSIBLE) {' '.join(argv)}" in (ROOT / "Makefile").read_text()
     first = _playbook(*argv)
     assert first.returncode == 0, first.stdout[-3000:]
     assert "quic_server_google_enabled is false" in first.stdout
+    sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in (ROOT / "build" / "bin").glob("quicbed-*")}  # fmt: skip
+    assert set(sums) == {"quicbed-linkem", "quicbed-h3server"}
     second = _playbook(*argv)
     assert second.returncode == 0, second.stdout[-3000:]
     assert _changed(second) == 0, "second run changed something:\n" + _changed_lines(second)
-    for binary in ("quicbed-linkem", "quicbed-h3server"):
-        assert (ROOT / "build" / "bin" / binary).exists()
+    assert "Build the binaries into the scratch directory" in second.stdout  # really rebuilt
+    assert sums == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                    for p in (ROOT / "build" / "bin").glob("quicbed-*")}  # fmt: skip
     assert shutil.which("chromium") and shutil.which("iperf3") and shutil.which("node")
     assert (ROOT / "client" / "node_modules" / "chrome-har-capturer").is_dir()
 
