@@ -486,3 +486,52 @@ def test_readme_path_on_a_fresh_debian(machine: FreshMachine) -> None:
     for arm in ("h2", "h3"):
         v = result["verified"][arm]
         assert v["measured"] == 3 and v["valid"] >= 2, (arm, v, result.get("invalid"))
+
+
+@pytest.mark.root
+def test_teardown_after_a_failure_leaves_nothing(root: None) -> None:
+    """A step that fails with a process still running in the chroot and a network
+    namespace of the testbed's prefix still mounted: the teardown kills the process,
+    unmounts everything (the namespace's bind mount too), ends the holder, says what it
+    had to force, and nothing of it is left."""
+    why = _kernel_cannot()
+    if why:
+        pytest.skip(why)
+    m = FreshMachine(base_tarball(debian_mirror()), "f" + secrets.token_hex(3))
+    stray = None
+    try:
+        m.configure()
+        m.enter()
+        with pytest.raises(AssertionError, match="a step failed"):
+            netns = f"{m.root}/run/netns/{m.prefix}-client"
+            cp = m.nsenter(["sh", "-c", f"touch {netns} && unshare --net={netns} true"], 30)
+            assert cp.returncode == 0, cp.stdout
+            stray = subprocess.Popen(
+                ["nsenter", f"--target={m.holder.pid}", "--mount", "--", "nsenter",  # type: ignore[union-attr]
+                 f"--net={netns}", "chroot", str(m.root), "/bin/sleep", "600"],
+                start_new_session=True, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            deadline = time.monotonic() + 10
+            while not _pids_rooted_in(m.root):
+                assert time.monotonic() < deadline, "the stray process did not start"
+                time.sleep(0.05)
+            net = os.readlink(f"/proc/{_pids_rooted_in(m.root)[0]}/ns/net")
+            assert net != os.readlink("/proc/self/ns/net")
+            assert netns in _mounts_under(m.root, f"/proc/{m.holder.pid}/mountinfo")  # type: ignore[union-attr]
+            raise AssertionError("a step failed")
+    finally:
+        forced = m.teardown()
+        if stray is not None:
+            stray.wait(timeout=30)
+        ended = m.holder is not None and m.holder.poll() is not None
+        left = (_mounts_under(m.dir), _pids_rooted_in(m.root), ended)
+        m.remove()
+    assert any("SIGTERM" in f and "/bin/sleep 600" in f for f in forced), forced
+    assert left == ([], [], True), left
+    in_net = []
+    for d in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if os.readlink(d / "ns" / "net") == net:
+                in_net.append(d.name)
+    assert not in_net, f"processes still in the testbed's network namespace: {in_net}"
+    assert not m.dir.exists() and not Path(f"{m.dir}.lock").exists()
