@@ -364,8 +364,21 @@ def print_receipt(receipt: Any) -> None:
     out.print("[green]within tolerance[/]" if receipt.passed else "[red]OUT OF TOLERANCE[/]")
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
+def _on_signal(signum: int, frame: object) -> None:
+    """The first Ctrl-C or SIGTERM unwinds the command through its clean-ups; any later
+    one only says so, so it cannot cut a clean-up short between its shielded steps."""
+    global _interrupted
+    _interrupted = True
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _while_cleaning)
     raise KeyboardInterrupt
+
+
+_interrupted = False
+
+
+def _while_cleaning(signum: int, frame: object) -> None:
+    print("quicbed: cleaning up what this command set up; please wait", file=sys.stderr)
 
 
 def _error(text: str) -> NoReturn:
@@ -395,12 +408,13 @@ def usage_error_line(exc: Any) -> str:
 def main() -> None:
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_signal)
     try:
         rc = app(prog_name="quicbed", standalone_mode=False)
     except QuicbedError as exc:
         _error(str(exc))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):  # click turns Ctrl-C into Abort
         print("quicbed: interrupted; what this command set up was removed", file=sys.stderr)
         sys.exit(130)
     except NoArgsIsHelpError as exc:  # `quicbed` alone: the help, not an error line
@@ -408,7 +422,8 @@ def main() -> None:
         sys.exit(2)
     except ClickException as exc:  # usage errors: unknown option or command, bad value
         _error(usage_error_line(exc))
-    except typer.Abort:
+    if _interrupted:  # typer turns the KeyboardInterrupt into a return code of 130
+        print("quicbed: interrupted; what this command set up was removed", file=sys.stderr)
         sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)
 

@@ -164,3 +164,31 @@ def _state(tb: LocalTestbed) -> dict[str, object]:
         out[role] = r and {"ifs": {k: v["addresses"] for k, v in r["interfaces"].items()},
                            "qdiscs": r["qdiscs"], "pids": r["pids"]}  # fmt: skip
     return out
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("gap", [0.05, 0.15, 0.3])
+def test_a_second_ctrl_c_cannot_leave_the_testbed_behind(
+    prefix: str, tmp_path: Path, gap: float
+) -> None:
+    """Ctrl-C during the receipt, and again ``gap`` s later: the command still removes
+    everything, says so, and exits 130."""
+    p = subprocess.Popen([*QB, "cell", "--prefix", prefix, "--rate", "10", "--rtt", "36",
+                          "--page", "5kb", "--runs", "3", "--out", str(tmp_path / "r")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    tb = LocalTestbed(prefix)
+    deadline = time.monotonic() + 60
+    while not (tb.exists() and _emulator_pid(tb)):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the receipt
+    p.send_signal(signal.SIGINT)
+    time.sleep(gap)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "interrupted; what this command set up was removed" in err
+    assert f"testbed {prefix} torn down" in err
+    assert "Traceback" not in err
+    assert not tb.leftovers() and not os.path.exists(f"/run/quicbed/{prefix}")
+    assert owner.holder(tb.lock_path()) is None
