@@ -665,6 +665,32 @@ def report_cmd(
     out.print(f"{len(r.rows)} cells, {len(r.figures)} heatmaps; report: {r.out / 'index.html'}")
 
 
+@app.command("explain")
+def explain_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder.")],
+    cell: Annotated[str | None, typer.Option("--cell", help="Cell ID (or a prefix).")] = None,
+    where: Annotated[
+        str | None, typer.Option("--where", help="Or a filter: rate=10,rtt=36,page=1mb.")
+    ] = None,
+    rep: Annotated[
+        int | None, typer.Option("--rep", help="Explain load N of each arm (default: median).")
+    ] = None,
+    dest: Annotated[
+        str | None, typer.Option("--out", help="Folder (default DIR/report/explain/CELL).")
+    ] = None,
+) -> None:
+    """Why a load took its time: one load per arm on one time axis (PNG, SVG), where the
+    PLT difference comes from (summary.txt, explain.json), the loads' samples as CSV."""
+    from pathlib import Path
+
+    from quicbed.explain import explain
+
+    r = explain(Path(results), cell, where, rep, Path(dest) if dest else None)
+    out.print(r.summary, highlight=False, markup=False)
+    for f in r.files:
+        out.print(f"wrote {f}", highlight=False, markup=False)
+
+
 @app.command("export")
 def export_cmd(
     results: Annotated[str, typer.Argument(help="Results folder.")],

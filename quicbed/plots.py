@@ -22,8 +22,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.colors import TwoSlopeNorm, to_hex
+from matplotlib.figure import Figure
 
 CMAP = "RdBu_r"  # low = blue (TCP faster), high = red (QUIC faster)
+#: the arms in every figure as in the heatmaps: TCP (h2) at the blue end, QUIC (h3) red
+ARM_COLOURS = {"h2": to_hex(plt.get_cmap(CMAP)(0.1)), "h3": to_hex(plt.get_cmap(CMAP)(0.9))}
 #: rc settings that make the saved files byte-reproducible for one matplotlib version
 DETERMINISTIC = {"svg.hashsalt": "quicbed"}
 
@@ -90,6 +93,12 @@ def draw_heatmap(
     cb = fig.colorbar(sm, ax=ax, fraction=0.05, pad=0.03)
     cb.set_label("(TCP - QUIC) / QUIC [%]", fontsize=8)
     fig.tight_layout()
+    return save_figure(fig, path_base)
+
+
+def save_figure(fig: Figure, path_base: Path) -> list[Path]:
+    """Write ``path_base``.png and .svg deterministically (same numbers, same bytes
+    for one matplotlib), close the figure; returns the two paths."""
     paths = [path_base.with_suffix(".png"), path_base.with_suffix(".svg")]
     path_base.parent.mkdir(parents=True, exist_ok=True)
     with plt.rc_context(DETERMINISTIC):

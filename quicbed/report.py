@@ -167,6 +167,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         paths = draw_heatmap(labels, pages, cells, title, base)
         report.figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
     report.figures += _mode_heatmaps(root, rows, page_order, alpha, out)
+    _explain_pages(root, rows, out)
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
@@ -233,6 +234,29 @@ def _mode_heatmaps(
     finally:
         store.close()
     return figures
+
+
+def _explain_pages(root: Path, rows: list[dict[str, Any]], out: Path) -> None:
+    """``out/explain/<cell>/``: the explain page (quicbed.explain, default loads) of
+    every finished cell whose loads were traced, so the report's links always resolve
+    and need nothing but the results folder. Drawn deterministically; verify does not
+    compare them (they are not heatmaps, and traces may be left out of a package)."""
+    from quicbed.explain import choose, traced, write
+
+    store = Store(root)
+    try:
+        for r in rows:
+            if r["status"] != "done" or not traced(r["_runs"]):
+                continue
+            try:
+                loads, attempt, cfg = choose(store, r["cell_id"], None)
+            except QuicbedError as exc:  # e.g. an arm without a valid load
+                r["_explain_problem"] = str(exc)
+                continue
+            write(out / "explain" / r["cell_id"], r["cell_id"], attempt, cfg, loads)
+            r["_explain"] = f"explain/{r['cell_id']}/index.html"
+    finally:
+        store.close()
 
 
 def _fmt(v: Any, digits: int = 1) -> str:

@@ -1,0 +1,212 @@
+"""``quicbed explain``: one load per arm on one time axis, where the difference comes
+from, and the report's link to it.
+
+Two folders: a synthetic one in the documented trace shape (pure Python, fast: the
+numbers are known, so the components can be checked exactly) and a real 1 MB cell
+at 10 Mbit/s and 36 ms measured once for the module with ``--traces light``."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quicbed.cellconfig import make_cell
+from quicbed.errors import QuicbedError
+from quicbed.explain import COMPONENTS, explain
+from quicbed.link.model import make_condition
+from quicbed.store import Store
+from quicbed.traces.base import SAMPLE_COLUMNS, write_samples
+
+QB = [sys.executable, "-m", "quicbed"]
+T0 = 1_790_000_000.0  # the trace's began_wall of every synthetic load
+
+
+def _iso(wall: float) -> str:
+    return (
+        datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+def _har(page_wall: float, connect: float, wait: float, receive: float) -> dict[str, Any]:
+    timings = {"blocked": 1.0, "dns": -1, "connect": connect, "ssl": connect / 2,
+               "send": 0.1, "wait": wait, "receive": receive}  # fmt: skip
+    entry = {"startedDateTime": _iso(page_wall), "time": sum(max(0, v) for v in timings.values()),
+             "timings": timings, "request": {"url": "https://quicbed.test/1mb/"},
+             "response": {"status": 200, "httpVersion": "h2"}}  # fmt: skip
+    return {"log": {"pages": [{"startedDateTime": _iso(page_wall),
+                               "pageTimings": {"onLoad": 1000.0}}],
+                    "entries": [entry]}}  # fmt: skip
+
+
+def _samples(arm: str, start: float, rate: float, total: float, loss_at: float | None) -> list:
+    """A sender that delivers at ``rate`` bytes/ms from ``start`` after a 4-step ramp."""
+    rows: list[dict[str, Any]] = []
+    conn = "c1" if arm == "h2" else "odcid"
+    src = "tcp_probe" if arm == "h2" else "qlog"
+    rows.append({"t_ms": start - 36, "event": "handshake_done", "conn": conn, "source": src})
+    t, d, cwnd = start, 0.0, 14_600.0
+    while d < total:
+        step = min(rate * 2, cwnd / 36 * 2)  # bytes per 2 ms
+        d = min(total, d + step)
+        t += 2
+        cwnd = min(cwnd * 1.06, rate * 36 * 1.5)
+        rows.append({"t_ms": t, "event": "sample", "conn": conn, "cwnd_bytes": round(cwnd),
+                     "in_flight_bytes": round(cwnd * 0.8), "delivered_bytes": round(d),
+                     "srtt_ms": 37.0, "rtt_sample_ms": 36.5, "source": src})  # fmt: skip
+        if loss_at is not None and abs(t - loss_at) < 1:
+            ev = "retransmit" if arm == "h2" else "lost"
+            rows.append({"t_ms": t, "event": ev, "conn": conn, "bytes": 1448, "source": src})
+    return rows
+
+
+def synthetic(root: Path, *, traces: bool = True, h3_missing: bool = False) -> str:
+    """A results folder with one done cell: three measured loads per arm, each with a
+    HAR, trace.json and transport.csv.gz in the documented shape."""
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3,
+                    warmup=1)  # fmt: skip
+    cid = cfg.cell_id()
+    store = Store(root, create=True)
+    store.add_cell(cid, cfg.model_dump(mode="json"))
+    att = store.new_attempt(cid, {"testbed": {"kind": "local"}})
+    seq = 0
+    for rep in range(4):
+        for arm in ("h2", "h3"):
+            plt = {"h2": 1000.0, "h3": 900.0}[arm] + (rep - 2) * 10
+            lag = 3.0  # the HAR starts 3 ms after the trace
+            page_wall = T0 + 100 * seq + lag / 1000
+            connect = 72.0 if arm == "h2" else 0.0
+            har = _har(page_wall, connect, 37.0, plt - connect - 60)
+            key = f"traces/{cid}/{att}/{arm}-{rep:03d}"
+            detail: dict[str, Any] = {}
+            if traces:
+                folder = root / key
+                folder.mkdir(parents=True)
+                (folder / "trace.json").write_text(json.dumps({"began_wall": T0 + 100 * seq}))
+                files, missing = {}, {}
+                if arm == "h3" and h3_missing:
+                    missing = {"qlog": "the QUIC server wrote no qlog"}
+                else:
+                    start = lag + 1 + connect + 0.1 + 18  # request reaches the server
+                    rows = _samples(arm, start, 1200.0, 1_000_000, 400.0 if arm == "h2" else None)
+                    write_samples(folder / "transport.csv.gz", rows)
+                    files["transport"] = f"{key}/transport.csv.gz"
+                detail = {"traces": {"level": "light", "dir": key, "files": files,
+                                     "missing": missing, "notes": []},
+                          "transport": {"example_fact": 1}}  # fmt: skip
+            store.add_run({"cell_id": cid, "attempt": att, "arm": arm, "rep": rep, "seq": seq,
+                           "warmup": int(rep == 0), "valid": int(rep != 3 or arm != "h2"),
+                           "reason": "" if rep != 3 or arm != "h2" else "made invalid",
+                           "plt_ms": plt, "ttfb_ms": connect + 40, "protocols": [arm],
+                           "detail": detail}, har)  # fmt: skip
+            seq += 1
+    store.finish_attempt(cid, att, "done")
+    store.close()
+    return cid
+
+
+def test_synthetic_components_and_files(tmp_path: Path) -> None:
+    cid = synthetic(tmp_path / "r")
+    res = explain(tmp_path / "r", cid[:6], None, None, None)
+    out = tmp_path / "r" / "report" / "explain" / cid
+    assert res.out == out
+    for name in ("timeline.png", "timeline.svg", "summary.txt", "explain.json", "index.html",
+                 "transport.csv"):  # fmt: skip
+        assert (out / name).stat().st_size > 500, name
+    data = json.loads((out / "explain.json").read_text())
+    h2, h3 = data["arms"]["h2"], data["arms"]["h3"]
+    # median of valid measured h2 (rep 3 invalid): reps 1, 2 -> 990, 1000 -> median 995:
+    # ties go to the lower rep; h3 reps 1..3 -> median 900 -> rep 2
+    assert (h2["rep"], h3["rep"]) == (1, 2)
+    assert h2["trace_offset_ms"] == pytest.approx(3.0, abs=1.0)
+    assert h2["handshake"] == pytest.approx(1 + 72 + 0.1, abs=0.01)
+    assert h3["handshake"] == pytest.approx(1.1, abs=0.01)
+    assert h2["losses"] == 1 and h3["losses"] == 0 and h3["loss_recovery"] == 0
+    assert h2["loss_recovery"] == pytest.approx(37.0)
+    assert 9.0 < h2["peak_rate_mbit"] < 10.0
+    for c in COMPONENTS:
+        assert isinstance(h2[c], float) and isinstance(h3[c], float), c
+    diff = data["difference_h2_minus_h3"]
+    assert diff["plt_ms"] == pytest.approx(h2["plt_ms"] - h3["plt_ms"])
+    assert diff["handshake"] == pytest.approx(72.0, abs=0.01)
+    assert h2["facts"] == {"example_fact": 1}
+    text = (out / "summary.txt").read_text()
+    assert "h2 (TCP+TLS)" in text and "h3 (QUIC)" in text and "aligned within 1 ms" in text
+    for label in ("handshake", "ramp-up", "loss recovery", "transfer at full rate"):
+        assert label in text
+    with open(out / "transport.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["arm", "rep", "t_page_ms", *SAMPLE_COLUMNS]
+    assert {r["arm"] for r in rows} == {"h2", "h3"}
+    # the same inputs draw the same bytes (the report rebuilds these pages)
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    explain(tmp_path / "r", cid, None, None, None)
+    assert first == {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def test_synthetic_missing_samples_said_plainly(tmp_path: Path) -> None:
+    cid = synthetic(tmp_path / "r", h3_missing=True)
+    res = explain(tmp_path / "r", cid, None, 2, tmp_path / "x")
+    assert res.out == tmp_path / "x" and (tmp_path / "x" / "timeline.png").exists()
+    assert "the QUIC server wrote no qlog" in res.summary
+    assert "cannot tell ramp-up" in res.summary
+    assert res.data["arms"]["h3"]["ramp_up"] is None
+    assert res.data["difference_h2_minus_h3"]["handshake"] is not None
+    assert res.data["difference_h2_minus_h3"]["ramp_up"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cell", "zzzz"], "no cell matches 'zzzz'"),
+        (["--rep", "0"], "--rep 0: cell"),  # a warm-up is not a measured load
+        (["--rep", "9"], "no measured h2 load 9"),
+        (["--rep", "3"], "the h2 load 3 of cell"),  # invalid
+        (["--where", "rate=50"], "no cell matches 'rate=50'"),
+    ],
+)
+def test_bad_inputs_one_line_nothing_written(tmp_path: Path, args: list[str], message: str) -> None:
+    cid = synthetic(tmp_path / "r")
+    if "--cell" not in args and "--where" not in args:
+        args = ["--cell", cid, *args]
+    p = subprocess.run([*QB, "explain", str(tmp_path / "r"), *args], capture_output=True,
+                       text=True)  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("quicbed: error: ") and message in lines[0]
+    assert not (tmp_path / "r" / "report").exists()
+
+
+def test_cell_without_traces_refused(tmp_path: Path) -> None:
+    cid = synthetic(tmp_path / "r", traces=False)
+    with pytest.raises(QuicbedError, match="without traces"):
+        explain(tmp_path / "r", cid, None, None, None)
+    assert not (tmp_path / "r" / "report").exists()
+
+
+def test_report_links_explain_pages(tmp_path: Path) -> None:
+    from quicbed.report import build
+
+    cid = synthetic(tmp_path / "r")
+    plain = synthetic(tmp_path / "p", traces=False)
+    rep = build(tmp_path / "r")
+    html = (rep.out / "index.html").read_text()
+    assert f'href="explain/{cid}/index.html"' in html
+    page = rep.out / "explain" / cid / "index.html"
+    assert page.exists() and "timeline.svg" in page.read_text()
+    assert (rep.out / "explain" / cid / "timeline.png").stat().st_size > 10_000
+    rep2 = build(tmp_path / "p")
+    assert "explain/" not in (rep2.out / "index.html").read_text()
+    assert not (rep2.out / "explain").exists() and plain
+
+
+def _gz_rows(path: Path) -> int:
+    with gzip.open(path, "rt") as f:
+        return sum(1 for _ in f) - 1
