@@ -344,7 +344,8 @@ def arm_numbers(load: ArmLoad, base_rtt_ms: float) -> dict[str, Any]:
             unknown.append("delivered bytes (no sample carries them)")
         lossy = [s for s in samples if s.get("event") in LOSS_EVENTS]
         n["losses"] = len(lossy)
-        n["lost_bytes"] = sum(s.get("bytes") or 0 for s in lossy)
+        sizes = [s["bytes"] for s in lossy if s.get("bytes") is not None]
+        n["lost_bytes"] = sum(sizes) if sizes else None  # TCP's tracepoint has no length
         if lossy:
             n["first_loss_ms"] = lossy[0]["t_page_ms"]
             eps = loss_episodes(samples, base_rtt_ms)
@@ -436,7 +437,8 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
             lines.append(f"  peak delivery rate {n['peak_rate_mbit']:.1f} Mbit/s, "
                          f"{n['delivered_bytes']:.0f} bytes delivered")  # fmt: skip
         if n["losses"]:
-            lines.append(f"  {n['losses']} losses/retransmits ({n['lost_bytes']:.0f} bytes), "
+            size = "size unknown" if n["lost_bytes"] is None else f"{n['lost_bytes']:.0f} bytes"
+            lines.append(f"  {n['losses']} losses/retransmits ({size}), "
                          f"first at {n['first_loss_ms']:.0f} ms")  # fmt: skip
         elif n["losses"] == 0:
             lines.append("  no loss or retransmission seen")
@@ -445,6 +447,9 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
             lines.append(f"  cannot tell ramp-up, loss recovery or the full-rate transfer: "
                          f"no transport samples ({why}); handshake and first byte are "
                          "from the HAR")  # fmt: skip
+        facts = _facts_line(ld.facts)
+        if facts:
+            lines.append(f"  transport facts: {facts}")
         for u in n["unknown"]:
             lines.append(f"  cannot tell: {u}")
         lines.append(f"  alignment: {ld.align_note}")
@@ -463,6 +468,22 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
     lines += ["", "Components are indicative: loss recovery may overlap the ramp-up; "
               "the rest holds the browser's own work. Definitions: docs/explain.md."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _facts_line(f: dict[str, Any]) -> str:
+    """The derived facts (quicbed.traces.facts) a reader of the summary asks first."""
+    if f.get("status") != "ok":
+        return ""
+    bits = []
+    if f.get("handshake_rtts") is not None:
+        bits.append(f"server's handshake done after {f['handshake_rtts']:g} min RTTs")
+    if f.get("window_limit"):
+        bits.append(f"limited by {f['window_limit']}")
+    if f.get("max_cwnd_bytes") is not None:
+        bits.append(f"max cwnd {f['max_cwnd_bytes'] / 1000:.0f} kB")
+    if f.get("srtt_min_ms") is not None and f.get("srtt_max_ms") is not None:
+        bits.append(f"srtt {f['srtt_min_ms']:.0f}..{f['srtt_max_ms']:.0f} ms")
+    return ", ".join(bits)
 
 
 def _write_csv(path: Path, loads: dict[str, ArmLoad]) -> None:

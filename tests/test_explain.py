@@ -10,14 +10,18 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
+import secrets
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from quicbed.cell import run_cell
 from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
 from quicbed.explain import COMPONENTS, explain
@@ -207,6 +211,102 @@ def test_report_links_explain_pages(tmp_path: Path) -> None:
     assert not (rep2.out / "explain").exists() and plain
 
 
+# --- a real cell --------------------------------------------------------------------
+def _netns(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [ln.split()[0] for ln in out.splitlines() if ln.startswith(prefix + "-")]
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """One real 1 MB cell at 10 Mbit/s, 36 ms, traces light, measured once for the module
+    (a receipt spoiled by RTT jitter on a busy machine is retried once)."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (network namespaces); CI runs as root")
+    prefix = "t" + secrets.token_hex(3)
+    out = tmp_path_factory.mktemp("explain") / "res"
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3,
+                    warmup=1)  # fmt: skip
+    try:
+        r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=1, traces="light")
+        if r.status != "done" and r.receipt is not None and not r.receipt.passed:
+            r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=1, traces="light")
+        assert r.status == "done", r.problem
+        store = Store(out)
+        try:
+            runs = [x for x in store.runs(r.cell_id) if not x["warmup"]]
+        finally:
+            store.close()
+        for arm in ("h2", "h3"):
+            valid = [x for x in runs if x["arm"] == arm and x["valid"]]
+            assert len(valid) >= 2, [x["reason"] for x in runs if x["arm"] == arm]
+        yield out, r.cell_id
+    finally:
+        left = _netns(prefix)
+        assert not left, f"namespaces left behind: {left}"
+
+
 def _gz_rows(path: Path) -> int:
     with gzip.open(path, "rt") as f:
         return sum(1 for _ in f) - 1
+
+
+def test_real_explain(real: tuple[Path, str]) -> None:
+    root, cid = real
+    p = subprocess.run([*QB, "explain", str(root), "--where", "rate=10,rtt=36,page=1mb"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = root / "report" / "explain" / cid
+    print(p.stdout)  # the summary, for the record (pytest -s)
+    for name, least in (("timeline.png", 40_000), ("timeline.svg", 40_000)):
+        assert (out / name).stat().st_size > least, name
+    assert "h2 (TCP+TLS)" in p.stdout and "h3 (QUIC)" in p.stdout
+    for label in ("handshake", "ramp-up", "loss recovery", "transfer at full rate",
+                  "PLT difference h2 - h3"):  # fmt: skip
+        assert label in p.stdout, label
+    assert str(out / "timeline.svg") in p.stdout
+    data = json.loads((out / "explain.json").read_text())
+    store = Store(root)
+    try:
+        runs = {(r["arm"], r["rep"]): r for r in store.runs(cid)}
+    finally:
+        store.close()
+    rows = 0
+    for arm in ("h2", "h3"):
+        a = data["arms"][arm]
+        assert a["samples"] > 10, (arm, a["missing"])  # both instruments ran here
+        assert a["trace_offset_ms"] is not None and 0 <= a["trace_offset_ms"] < 2000
+        for c in (*COMPONENTS, "plt_ms", "peak_rate_mbit", "delivered_bytes"):
+            assert isinstance(a[c], (int, float)), (arm, c, a[c])
+        # 1 MB at 10 Mbit/s: the peak delivery rate is near the link's rate, not above it
+        assert 5 < a["peak_rate_mbit"] < 11, a["peak_rate_mbit"]
+        assert a["delivered_bytes"] > 1_000_000
+        assert a["plt_ms"] == runs[(arm, a["rep"])]["plt_ms"]
+        rows += _gz_rows(root / runs[(arm, a["rep"])]["detail"]["traces"]["files"]["transport"])
+    assert isinstance(data["difference_h2_minus_h3"]["handshake"], (int, float))
+    with open(out / "transport.csv") as f:
+        assert sum(1 for _ in f) - 1 == rows
+
+
+def test_real_bad_inputs(real: tuple[Path, str], tmp_path: Path) -> None:
+    root, cid = real
+    for args, message in ((["--rep", "99"], "no measured h2 load 99"),
+                          (["--rep", "0"], "no measured h2 load 0")):  # fmt: skip
+        cmd = [*QB, "explain", str(root), "--cell", cid, *args, "--out", str(tmp_path / "x")]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        assert p.returncode == 2 and message in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "x").exists()
+
+
+def test_real_rep_and_report_link(real: tuple[Path, str], tmp_path: Path) -> None:
+    from quicbed.report import build
+
+    root, cid = real
+    res = explain(root, cid, None, 2, tmp_path / "rep2")
+    assert res.data["arms"]["h2"]["rep"] == 2 and res.data["arms"]["h3"]["rep"] == 2
+    rep = build(root, out=tmp_path / "report")
+    html = (rep.out / "index.html").read_text()
+    assert f'href="explain/{cid}/index.html"' in html
+    page = (rep.out / "explain" / cid / "index.html").read_text()
+    assert "data:image/png;base64," in page and 'href="timeline.svg"' in page
