@@ -719,6 +719,22 @@ def package_cmd(
     no_har: Annotated[
         bool, typer.Option("--no-har", help="Leave out the HARs (statistics still verify).")
     ] = False,
+    traces: Annotated[
+        bool,
+        typer.Option(
+            "--traces",
+            help="Include DIR/traces (captures, qlog, NetLogs), never the TLS key logs "
+            "unless --keys.",
+        ),
+    ] = False,
+    keys: Annotated[
+        bool,
+        typer.Option(
+            "--keys",
+            help="With --traces: include the TLS key logs too (secrets: they decrypt the "
+            "captures).",
+        ),
+    ] = False,
     replace: Annotated[bool, typer.Option(help="Overwrite an existing archive.")] = False,
 ) -> None:
     """A replication package: runs, raw data, provenance, figures, report, README."""
@@ -727,10 +743,12 @@ def package_cmd(
     from quicbed.package import build_package
 
     r = build_package(Path(results), Path(dest) if dest else None, no_har=no_har,
-                      replace=replace)  # fmt: skip
+                      traces=traces, keys=keys, replace=replace)  # fmt: skip
     c = r.counts
+    more = (f", {c['traces']} trace files ({c['keys']} TLS key logs)"
+            if "traces" in c else "")  # fmt: skip
     print(f"wrote {r.path}: {r.size / 1024:.0f} KiB, {r.files} files ({c['cells']} cells, "
-          f"{c['runs']} loads, {c['hars']} HARs, {c['logs']} logs)")  # fmt: skip
+          f"{c['runs']} loads, {c['hars']} HARs, {c['logs']} logs{more})")  # fmt: skip
     print(f"SHA-256 {r.sha256} (publish it with the paper)")
     for n in r.notes:
         print(f"note: {n}")

@@ -9,7 +9,9 @@ Layout (format 1), under one top folder named after the archive::
                     each cell
     results/        a quicbed results folder: sweep.json, store.sqlite (a consistent
                     snapshot), hars/ (gzipped, unless --no-har), logs/ (server
-                    connection logs, browser logs)
+                    connection logs, browser logs), traces/ (only with --traces:
+                    per-load captures, qlog, TCP samples, NetLogs; TLS key logs
+                    only with --keys as well)
     report/         the report rebuilt from results/: index.html, table.csv,
                     figures.json, figures/*.png and *.svg
     data/           runs.csv, runs.parquet (one row per load), receipts.json (every
@@ -52,7 +54,7 @@ from typing import Any
 from quicbed import __version__, provenance
 from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT
-from quicbed.secretscan import Finding, scan_tree, user_needles
+from quicbed.secretscan import KEYLOG_RULES, Finding, scan_tree, user_needles
 from quicbed.store import DB_NAME, Store
 from quicbed.sweep import SWEEP_FILE, is_running
 from quicbed.tarsafe import safe_extract
@@ -70,6 +72,8 @@ REPO_PATHS = (
 )  # fmt: skip
 #: Python packages whose versions decide the bytes of regenerated figures and numbers
 DRAWN_WITH = ("matplotlib", "numpy", "scipy", "pyarrow")
+#: where level ``full`` puts an arm's TLS key log, relative to the attempt's traces folder
+KEYLOG_SUFFIX = "-keys.log"
 
 
 @dataclass
@@ -125,15 +129,22 @@ def build_package(
     dest: Path | None = None,
     *,
     no_har: bool = False,
+    traces: bool = False,
+    keys: bool = False,
     replace: bool = False,
     home: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> PackageResult:
     """Package the results folder ``src`` into ``dest`` (default ``src.tar.gz``).
 
+    ``traces`` includes ``DIR/traces`` (per-load transport traces) but never a TLS
+    key log; ``keys`` (only with ``traces``) includes the arms' key logs too: they
+    decrypt every captured connection, so publishing them must be asked for by name.
     ``home`` and ``environ`` are where the secret scan looks for the user's own keys
     and tokens (default: the real ones).
     """
+    if keys and not traces:
+        raise QuicbedError("--keys includes the TLS key logs of the traces: give --traces too")
     src = Path(src)
     check_source(src)
     src = src.resolve()
@@ -150,8 +161,13 @@ def build_package(
         top = Path(tmp) / _stem(dest)
         results = top / "results"
         counts, notes, left_out = snapshot_results(src, results, no_har=no_har)
+        asked: dict[str, frozenset[str]] = {}
+        if traces:
+            asked = copy_traces(src, results, keys=keys, counts=counts, left_out=left_out)
+        elif (src / "traces").is_dir():
+            left_out.append({"path": "results/traces", "why": "not asked for (--traces)"})
         notes += copy_repo(top / "repo", recorded_shas(results))
-        _refuse_secrets(top, src, needles, ["results", "repo"])
+        _refuse_secrets(top, src, needles, ["results", "repo"], allow=asked)
         notes += build_derived(top, dest.name, src)
         write_provenance(top / "provenance", results, created)
         write_readme(top, dest.name, counts, no_har)
@@ -220,7 +236,7 @@ def snapshot_results(
                 skipped += 1
     if skipped:
         notes.append(f"{skipped} entries of logs/ that are not regular files were left out")
-    known = {DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", SWEEP_FILE, "hars", "logs"}
+    known = {DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", SWEEP_FILE, "hars", "logs", "traces"}
     others = sorted(p.name + ("/" if p.is_dir() else "") for p in src.iterdir()
                     if p.name not in known)  # fmt: skip
     if others:
@@ -229,6 +245,46 @@ def snapshot_results(
     counts = {"cells": n_cells, "attempts": len(attempts), "runs": n_runs, "hars": copied,
               "logs": n_logs}  # fmt: skip
     return counts, notes, left_out
+
+
+def copy_traces(
+    src: Path, dst: Path, *, keys: bool, counts: dict[str, int], left_out: list[dict[str, Any]]
+) -> dict[str, frozenset[str]]:
+    """Copy ``traces/`` of the attempts in the snapshot; key logs only with ``keys``.
+
+    Returns the secret scan's excuses: exactly the key logs copied on request (at
+    ``traces/<cell>/<attempt>/<arm>-keys.log``), which may break the key-log rules;
+    anything else that looks like a key log still stops the package.
+    """
+    con = sqlite3.connect(dst / DB_NAME)
+    try:
+        attempts = con.execute("SELECT cell_id, attempt FROM attempts").fetchall()
+    finally:
+        con.close()
+    n_files = n_keys = n_left = 0
+    allow: dict[str, frozenset[str]] = {}
+    for cid, att in sorted(attempts):
+        base = src / "traces" / cid / str(att)
+        for p in sorted(base.rglob("*")) if base.is_dir() else []:
+            if p.is_dir():
+                continue
+            rel = p.relative_to(src)
+            is_keylog = p.parent == base and p.name.endswith(KEYLOG_SUFFIX)
+            if is_keylog and not keys:
+                n_left += 1
+                continue
+            if _copy_regular(p, dst / rel):
+                n_files += 1
+                if is_keylog:
+                    n_keys += 1
+                    allow[f"results/{rel.as_posix()}"] = KEYLOG_RULES
+    counts["traces"] = n_files
+    counts["keys"] = n_keys
+    if n_left:
+        left_out.append({"path": f"results/traces/*/*/*{KEYLOG_SUFFIX}", "count": n_left,
+                         "why": "TLS key logs are secrets (they decrypt the captures); "
+                         "--keys includes them"})  # fmt: skip
+    return allow
 
 
 def _copy_regular(src: Path, dst: Path) -> bool:
@@ -240,10 +296,14 @@ def _copy_regular(src: Path, dst: Path) -> bool:
     return True
 
 
-def _refuse_secrets(top: Path, src: Path, needles: list[Any], parts: list[str]) -> None:
-    """Stop before anything is written if any file of ``parts`` breaks a secret rule;
-    the error names the file where the user can remove it."""
-    findings = scan_tree(top, needles, parts)
+def _refuse_secrets(
+    top: Path, src: Path, needles: list[Any], parts: list[str],
+    allow: Mapping[str, frozenset[str]] | None = None,
+) -> None:  # fmt: skip
+    """Stop before anything is written if any file of ``parts`` breaks a secret rule
+    (``allow``: the rules excused per file); the error names the file where the user
+    can remove it."""
+    findings = scan_tree(top, needles, parts, allow)
     if not findings:
         return
 

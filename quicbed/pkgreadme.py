@@ -21,7 +21,9 @@ CONTENTS = [
     ("results/", "the runs as a quicbed results folder: `sweep.json` (the resolved sweep "
      "spec), `store.sqlite` (cells, attempts with provenance and receipts, one row per "
      "load), `hars/` (every load's HAR, gzipped), `logs/` (server connection logs: "
-     "Apache `access.log`/`error.log`, the QUIC server's `h3server.jsonl`; browser logs)"),
+     "Apache `access.log`/`error.log`, the QUIC server's `h3server.jsonl`; browser logs), "
+     "`traces/` if packaged with `--traces` (per load: `trace.json`, qlog, TCP samples, "
+     "packet captures; per arm: Chromium's NetLog, and its TLS key log only with `--keys`)"),
     ("report/", "the report rebuilt from `results/`: `index.html` (self-contained), "
      "`table.csv` (statistics per cell), `figures.json` (what each heatmap cell shows), "
      "`figures/*.svg|png`"),
@@ -106,7 +108,14 @@ def readme(top: Path, archive: str, counts: dict[str, int], no_har: bool) -> str
         "",
         (f"{desc} " if desc else "")
         + f"{counts['cells']} cells, {counts['attempts']} attempts, {counts['runs']} page "
-        f"loads ({hars}), {counts['logs']} log files. Packaged by quicbed {__version__}"
+        f"loads ({hars}), {counts['logs']} log files"
+        + (
+            f", {counts['traces']} trace files ({counts.get('keys', 0)} of them TLS key logs, "
+            "secrets that decrypt the captures)"
+            if "traces" in counts
+            else ""
+        )
+        + f". Packaged by quicbed {__version__}"
         + (f"; spec digest `{sweep['digest']}`." if sweep else "."),
         "",
         f"Publish the SHA-256 of `{archive}` (`sha256sum {archive}`) with your paper, so "

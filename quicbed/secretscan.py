@@ -8,6 +8,10 @@ scan refuses rather than warns, and it looks three ways:
 - **shapes**: content that looks like a private key block (PEM, OpenSSH, PGP,
   PuTTY) or a well-known token format (GitHub, GitLab, AWS, Slack, Google, PyPI,
   npm);
+- **TLS key logs** (NSS key log format: ``CLIENT_RANDOM``, ``*_TRAFFIC_SECRET_*``
+  lines), which decrypt every captured connection they name: level ``full`` writes
+  them (``DIR/traces/.../<arm>-keys.log``); a package includes them only when asked
+  (``quicbed package --traces --keys``), and then only those files (``allow``);
 - **the user's own secrets**: fragments of the private keys in ``~/.ssh`` and the
   values of environment variables whose names say they hold a secret (``*TOKEN*``,
   ``*SECRET*``, ``*PASSWORD*``, ``*API_KEY*``, ...), wherever they appear.
@@ -28,12 +32,18 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+#: the rules a TLS key log breaks (by name, by content): ``allow`` may excuse only these
+KEYLOG_NAME_RULE = "TLS key log file name"
+KEYLOG_RULE = "TLS key log (session secrets)"
+KEYLOG_RULES = frozenset({KEYLOG_NAME_RULE, KEYLOG_RULE})
+
 #: file names that hold private keys or credentials whatever their content
 _NAME_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("SSH private key file name", re.compile(r"^id_(rsa|dsa|ecdsa|ed25519)(_sk)?$|^identity$")),
     ("private key file name", re.compile(r"\.(key|p12|pfx|jks|keystore|ppk)$", re.I)),
     ("credentials file name",
      re.compile(r"^(\.netrc|_netrc|\.pgpass|\.git-credentials|\.pypirc)$")),
+    (KEYLOG_NAME_RULE, re.compile(r"(^|[-_.])keys?\.log(\.gz)?$|sslkeylog", re.I)),
 ]  # fmt: skip
 
 #: content shapes of private keys and tokens (bytes, so binary files can be scanned)
@@ -47,6 +57,9 @@ _CONTENT_RULES: list[tuple[str, re.Pattern[bytes]]] = [
     ("Google API key", re.compile(rb"\bAIza[0-9A-Za-z_-]{35}")),
     ("PyPI token", re.compile(rb"\bpypi-AgE[A-Za-z0-9_-]{50,}")),
     ("npm token", re.compile(rb"\bnpm_[A-Za-z0-9]{36}\b")),
+    (KEYLOG_RULE, re.compile(
+        rb"(?m)^(?:CLIENT_RANDOM|(?:CLIENT|SERVER)_(?:HANDSHAKE_|EARLY_)?TRAFFIC_SECRET(?:_\d+)?"
+        rb"|(?:EARLY_)?EXPORTER_SECRET) [0-9A-Fa-f]{64} [0-9A-Fa-f]{32,}")),
 ]  # fmt: skip
 
 #: environment variable names that announce a secret value
@@ -146,10 +159,19 @@ def scan_file(path: Path, rel: str, needles: Iterable[Needle] = ()) -> list[Find
 
 
 def scan_tree(
-    root: Path, needles: Iterable[Needle] = (), parts: Iterable[str] | None = None
+    root: Path,
+    needles: Iterable[Needle] = (),
+    parts: Iterable[str] | None = None,
+    allow: Mapping[str, frozenset[str]] | None = None,
 ) -> list[Finding]:
     """Scan every file below ``root`` (or below its ``parts``, files or folders);
-    paths in findings are relative to ``root``."""
+    paths in findings are relative to ``root``.
+
+    ``allow`` excuses, per file (relative path), only the named rules: the key logs a
+    user asked to publish break the key-log rules and nothing else may; the same
+    bytes anywhere else are still refused.
+    """
+    allow = allow or {}
     root = Path(root)
     needles = list(needles)
     files: list[Path] = []
@@ -160,5 +182,7 @@ def scan_tree(
             files += sorted(p for p in base.rglob("*") if p.is_file())
     out: list[Finding] = []
     for path in files:
-        out += scan_file(path, path.relative_to(root).as_posix(), needles)
+        rel = path.relative_to(root).as_posix()
+        excused = allow.get(rel, frozenset())
+        out += [f for f in scan_file(path, rel, needles) if f.rule not in excused]
     return out
