@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +22,17 @@ from quicbed import provenance
 from quicbed.cellconfig import CellConfig
 from quicbed.client import har
 from quicbed.errors import QuicbedError
-from quicbed.link.proof import LinkFailure, ProvenLink, prove, spot_check
+from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
 from quicbed.servers.base import ServeSpec, WebServer
 from quicbed.stats import Comparison, compare
 from quicbed.store import Store, now
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.base import RPath, Testbed
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.owner import shielded
+from quicbed.traces import TraceContext, TraceSet, check_level, instruments
+from quicbed.traces.base import LoadTrace
 
 Progress = Callable[[str, int, int], None]
 
@@ -134,6 +136,7 @@ def run_cell(
     fault: Callable[[str, int, dict[str, WebServer]], None] | None = None,
     resume_attempt: int | None = None,
     link: ProvenLink | None = None,
+    traces: str = "light",
 ) -> CellResult:
     """Measure one cell into the results folder ``out`` as a new attempt.
 
@@ -143,8 +146,10 @@ def run_cell(
     check instead of a full receipt. Without it the cell shapes and measures its own.
     ``resume_attempt`` continues an interrupted attempt instead: the loads already
     stored are kept and skipped. ``fault`` is called before each load (arm, rep,
-    servers): tests use it to break something on purpose.
+    servers): tests use it to break something on purpose. ``traces``: the capture
+    level (none, light, full; quicbed.traces), recorded in the attempt's provenance.
     """
+    check_level(traces)
     out = out.resolve()  # servers get paths from it and run with other working dirs
     tb = testbed or LocalTestbed(prefix)
     pageset = validate(cfg, tb)
@@ -157,7 +162,7 @@ def run_cell(
         else:
             attempt = resume_attempt
             store.reopen_attempt(cell_id, attempt)
-        job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault)
+        job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault, traces)
         status, problem, link_failed = "failed", "", False
         try:
             if link is None:
@@ -199,6 +204,7 @@ class _Job:
     pageset: Any
     progress: Progress | None
     fault: Callable[[str, int, dict[str, WebServer]], None] | None
+    traces: str = "light"
     receipt: Receipt | None = None
 
     def measure_on(self, proven: ProvenLink, *, shared: bool) -> None:
@@ -217,7 +223,7 @@ class _Job:
         }  # fmt: skip
         opening = None
         if shared:
-            opening = spot_check(proven, "opening")
+            opening = opening_check(proven)
             span["opening"] = opening.model_dump(mode="json")
             if not opening.passed:
                 span["finished"] = now()
@@ -246,17 +252,30 @@ class _Job:
         _, log_dir = store.paths(cell_id, attempt)
         servers: dict[str, WebServer] = {}
         browsers: dict[str, Browser] = {}
+        tracing = self._traceset()
+        loads: list[tuple[str, LoadTrace]] = []  # (run_id, its trace)
         try:
             spec, page, spki_pin = _serve(tb, cfg, self.pageset, log_dir)
+            if tracing:
+                tracing.start()
+                spec = replace(spec, qlog_dir=tracing.ctx.qlog_dirs.get("h3"))
             servers = servers_for(cfg, tb, spec)
             for s in servers.values():
                 s.start()
             for arm in cfg.arms:
                 profile = tb.workdir("client") / f"profile-{arm}"
                 bspec = BrowserSpec(arm=arm, host=cfg.host, server_ip=tb.server_ip,
-                                    spki_pin=spki_pin, user_data_dir=profile)  # fmt: skip
+                                    spki_pin=spki_pin, user_data_dir=profile,
+                                    **self._browser_traces(arm))  # fmt: skip
                 browsers[arm] = Browser(bspec, tb, log_dir)
-                browsers[arm].start()
+            # the arms' browsers start side by side, all from this thread (a child's
+            # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)
+            for b in browsers.values():
+                b.launch()
+            for b in browsers.values():
+                b.connect()
+            for b in browsers.values():
+                b.ready()
             url = f"https://{cfg.host}/{cfg.page}/"
             schedule = list(enumerate(cfg.schedule()))
             if done and cfg.warmup:
@@ -272,10 +291,14 @@ class _Job:
                 warm = rep < cfg.warmup
                 srv = servers[arm]
                 srv.mark()
+                lt = tracing.begin(arm, rep) if tracing else None
                 result = browsers[arm].load(url, fresh_context=cfg.mode == "1rtt",
                                             timeout_s=cfg.load_timeout_s)  # fmt: skip
-                time.sleep(0.05)  # let the server's log line about this load land
-                facts = srv.load_facts(srv.since_mark())
+                facts = _server_facts(srv, page["objects"])
+                if tracing and lt:
+                    lt.page_started(result.get("har"))
+                    tracing.end(lt)
+                    loads.append((f"{cell_id}:{attempt}:{arm}:{rep}", lt))
                 m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
                 reasons = _judge(cfg, arm, warm, result, m, facts, page, srv.running())
                 gen = proven.current_generation()
@@ -298,7 +321,9 @@ class _Job:
                                    "main_connect_ms": m.get("main_connect_ms"),
                                    "main_ssl_ms": m.get("main_ssl_ms"),
                                    "link": {"generation": gen,
-                                            "receipt": proven.receipt.created}},
+                                            "receipt": proven.receipt.created},
+                                   **({"traces": tracing.detail(lt)} if tracing and lt
+                                      else {})},
                     },
                     result.get("har"),
                 )  # fmt: skip
@@ -325,6 +350,87 @@ class _Job:
                     s.stop()
                 for role in ("server", "client"):
                     tb.collect(role, log_dir)  # remote logs come home beside the runs
+                if tracing:
+                    self._seal_traces(tracing, loads)
+
+    def _traceset(self) -> TraceSet | None:
+        if self.traces == "none":
+            return None
+        ctx = TraceContext(level=self.traces, testbed=self.tb, results=self.store.root,
+                           cell_id=self.cell_id, attempt=self.attempt,
+                           arms=self.cfg.arms)  # fmt: skip
+        if "h3" in self.cfg.arms:
+            qdir = self.tb.workdir("server") / "qlog" / f"{self.cell_id}-{self.attempt}"
+            ctx.qlog_dirs["h3"] = qdir
+        tracing = TraceSet(ctx, instruments())
+        self.store.add_provenance(self.cell_id, self.attempt, "traces",
+                                  {"level": self.traces,
+                                   "instruments": [t.name for t in tracing.tracers],
+                                   "unavailable": tracing.unavailable})  # fmt: skip
+        return tracing
+
+    def _arm_dir(self) -> Path:
+        return self.store.root / "traces" / self.cell_id / str(self.attempt)
+
+    def _browser_traces(self, arm: str) -> dict[str, RPath]:
+        """Chromium's TLS key log and NetLog of an arm, at level full."""
+        if self.traces != "full":
+            return {}
+        out = self.tb.outbox("client", self._arm_dir())
+        return {"ssl_key_log": out / f"{arm}-keys.log", "net_log": out / f"{arm}-netlog.json"}
+
+    def _seal_traces(self, tracing: TraceSet, loads: list[tuple[str, LoadTrace]]) -> None:
+        """Once browsers and servers are gone: complete every load's traces (qlog files
+        close with their connections), derive its facts, and record both with the run."""
+        from quicbed.traces.base import write_gz
+        from quicbed.traces.capture import complete_netlog
+        from quicbed.traces.facts import derive
+
+        try:
+            if self.traces == "full":
+                self.tb.collect("client", self._arm_dir())
+                for arm in self.cfg.arms:
+                    netlog = self._arm_dir() / f"{arm}-netlog.json"
+                    if netlog.exists():
+                        data, closed = complete_netlog(netlog.read_bytes())
+                        write_gz(netlog.with_suffix(".json.gz"), data)
+                        netlog.unlink()
+                        for _, lt in loads if closed else []:
+                            if lt.key.arm == arm:
+                                lt.notes.append(
+                                    "NetLog left unfinished by Chromium; its "
+                                    "event list was closed after the last event"
+                                )
+                for _, lt in loads:
+                    for name, f in (("keys", "keys.log"), ("netlog", "netlog.json.gz")):
+                        rel = lt.key.arm_rel(f)
+                        if (self.store.root / rel).exists():
+                            lt.files[name] = str(rel)
+                        else:
+                            lt.missing[name] = "Chromium wrote no file"
+            tracing.finish()
+            runs = {f"{r['cell_id']}:{r['attempt']}:{r['arm']}:{r['rep']}": r
+                    for r in self.store.runs(self.cell_id, self.attempt)}  # fmt: skip
+            for run_id, lt in loads:
+                r = runs.get(run_id, {})
+                facts = derive(lt.samples, arm=lt.key.arm, ttfb_ms=r.get("ttfb_ms"),
+                               plt_ms=r.get("plt_ms"), page_start_ms=lt.page_start_ms)  # fmt: skip
+                self.store.update_run_detail(run_id, {"traces": tracing.detail(lt),
+                                                      "transport": facts})  # fmt: skip
+        finally:
+            tracing.stop()
+
+
+def _server_facts(srv: WebServer, objects: int, wait_s: float = 0.05) -> dict[str, Any]:
+    """What the server logged about the load just done: as soon as it logged a request
+    for every object of the page, else after ``wait_s`` (a log line may land a moment
+    after the browser's onLoad; a failed load may never log them all)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        facts = srv.load_facts(srv.since_mark())
+        if facts.get("requests", 0) >= objects or time.monotonic() >= deadline:
+            return facts
+        time.sleep(0.005)
 
 
 def _serve(

@@ -67,6 +67,10 @@ YesOpt = Annotated[bool, typer.Option("--yes", help="Run even if longer than --m
 MaxHoursOpt = Annotated[float, typer.Option(help="Ask for --yes above this estimate.")]
 
 
+TracesOpt = Annotated[
+    str | None,
+    typer.Option("--traces", help="Transport traces per load: none, light (default) or full."),
+]
 KeepOpt = Annotated[
     bool,
     typer.Option("--keep-testbed", help="Leave the testbed up at the end (default: tear down)."),
@@ -464,6 +468,7 @@ def cell_cmd(
     receipt_tcp_seconds: Annotated[float, typer.Option(help="Receipt iperf3 seconds.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     keep_testbed: KeepOpt = False,
+    traces: TracesOpt = None,
     yes: YesOpt = False,
     max_hours: MaxHoursOpt = 1.0,
 ) -> None:
@@ -522,6 +527,10 @@ def cell_cmd(
         validate(cfg)
         check_budget([PlannedCell(scenario="cell", config=cfg)], receipt_tcp_seconds,
                      max_hours, yes)  # fmt: skip
+    if traces is not None:
+        from quicbed.traces import check_level
+
+        check_level(traces)
     tb = open_testbed(kind, prefix, hosts, ssh_user, ssh_key, what="quicbed cell")
     _refuse_early(tb, lambda: validate(cfg, tb))  # e.g. its shaper cannot run on tb
     with (
@@ -533,7 +542,7 @@ def cell_cmd(
         def step(arm: str, done: int, total: int) -> None:
             bar.update(task, completed=done, description=f"cell {cfg.cell_id()}: {arm}")
 
-        result = run_cell(cfg, Path(out_dir), testbed=tb,
+        result = run_cell(cfg, Path(out_dir), testbed=tb, traces=traces or "light",
                           receipt_tcp_seconds=receipt_tcp_seconds, progress=step)  # fmt: skip
     if as_json:
         print(json.dumps(result.as_dict(), indent=2))
@@ -601,6 +610,7 @@ def run_cmd(
     ssh_user: SshUserOpt = None,
     ssh_key: SshKeyOpt = None,
     keep_testbed: KeepOpt = False,
+    traces: TracesOpt = None,
 ) -> None:
     """Run every cell of a sweep spec into one results folder; resumable after any stop.
 
@@ -620,6 +630,10 @@ def run_cmd(
         if kind not in ("local", "ssh"):
             raise QuicbedError(f"--testbed: unknown {kind!r} (local or ssh)")
         spec = spec.model_copy(update={"testbed": kind})
+    if traces is not None:  # overrides the spec's level (not part of its digest)
+        from quicbed.traces import check_level
+
+        spec = spec.model_copy(update={"traces": check_level(traces)})
     cells = plan(spec)
     est = check_budget(cells, spec.receipt_tcp_seconds, max_hours, yes)
     check_folder(Path(out_dir), spec, resume=resume, force=force)
@@ -686,9 +700,9 @@ def explain_cmd(
     from quicbed.explain import explain
 
     r = explain(Path(results), cell, where, rep, Path(dest) if dest else None)
-    out.print(r.summary, highlight=False, markup=False)
+    print(r.summary)  # plain: paths and tables must not be wrapped at the terminal width
     for f in r.files:
-        out.print(f"wrote {f}", highlight=False, markup=False)
+        print(f"wrote {f}")
 
 
 @app.command("export")

@@ -28,7 +28,8 @@ work sits in the remainder, and loss recovery may overlap the ramp-up):
 - ``first_byte``: first request sent to its first response byte (a round trip plus
   the server);
 - ``ramp_up``: first response byte to the first moment the delivery rate, over a
-  window of one base RTT, reaches 90 % of its peak;
+  window of two base RTTs (ACKs arrive in bursts: over one RTT a rate reads high),
+  reaches 90 % of its peak;
 - ``loss_recovery``: the time with losses being repaired: losses closer than one
   smoothed RTT form one episode, lasting from its first loss to one RTT after its last;
 - ``full_rate``: the load's delivered bytes at the peak delivery rate;
@@ -327,11 +328,17 @@ def arm_numbers(load: ArmLoad, base_rtt_ms: float) -> dict[str, Any]:
     if samples:
         hs = [s["t_page_ms"] for s in samples if s.get("event") == "handshake_done"]
         n["handshake_done_ms"] = hs[0] if hs else None
-        window = max(base_rtt_ms, 10.0)
+        window = max(2 * base_rtt_ms, 20.0)  # ACKs come in bursts: one RTT reads high
         series = [p for p in delivered_series(samples) if p[0] <= load.plt_ms]
         if series and series[-1][1] > 0:
             rates = rate_series(series, window)
-            peak = max(r for _, r in rates)
+            # a cumulative ACK that repairs a loss acknowledges at once what arrived over
+            # the recovery: windows touching an episode (to one RTT after it) would read
+            # rates above the link's; the peak comes from the others where there are any
+            eps = loss_episodes(samples, base_rtt_ms)
+            clean = [(t, r) for t, r in rates if not any(
+                t >= a and t - window <= b + base_rtt_ms for a, b in eps)]  # fmt: skip
+            peak = max(r for _, r in (clean or rates))
             n["peak_rate_mbit"] = peak * 8 / 1000
             n["delivered_bytes"] = series[-1][1]
             n["full_rate"] = series[-1][1] / peak if peak > 0 else None

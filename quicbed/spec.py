@@ -77,6 +77,9 @@ class SweepSpec(BaseModel):
     testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
     shaper: Literal["auto", "userspace", "netem", "dummynet"] = "auto"
     receipt_tcp_seconds: float = Field(default=10, gt=0, le=MAX_TCP_SECONDS)
+    #: transport traces per load (quicbed.traces): observe the loads, not a condition of
+    #: them, so not in the digest: a folder may be resumed at another level
+    traces: Literal["none", "light", "full"] = "light"
     defaults: Defaults = Defaults()
     statistics: Statistics = Statistics()
     scenarios: dict[str, Scenario]
@@ -91,7 +94,8 @@ class SweepSpec(BaseModel):
 
     def digest(self) -> str:
         """Hash of the resolved spec: a results folder belongs to exactly one."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        body = self.model_dump(mode="json", exclude={"traces"})
+        blob = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

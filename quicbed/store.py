@@ -214,8 +214,12 @@ class Store:
 
     def set_versions(self, cell_id: str, attempt: int, versions: dict[str, Any]) -> None:
         """Add what the servers and the browser reported about themselves to provenance."""
+        self.add_provenance(cell_id, attempt, "components", versions)
+
+    def add_provenance(self, cell_id: str, attempt: int, key: str, value: Any) -> None:
+        """Set one key of an attempt's provenance (versions, the trace level, ...)."""
         prov = self.attempt(cell_id, attempt)["provenance"] or {}
-        prov["components"] = versions
+        prov[key] = value
         self.db.execute(
             "UPDATE attempts SET provenance=? WHERE cell_id=? AND attempt=?",
             (json.dumps(prov, sort_keys=True), cell_id, attempt),
@@ -297,6 +301,18 @@ class Store:
                 d[k] = json.loads(d[k]) if d[k] else None
             out.append(d)
         return out
+
+    def update_run_detail(self, run_id: str, patch: dict[str, Any]) -> None:
+        """Merge keys into a stored run's ``detail`` (its traces, once they are complete).
+
+        Only ``detail`` ever changes after a run is stored: its measured values never do.
+        """
+        row = self.db.execute("SELECT detail FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            raise QuicbedError(f"no run {run_id!r} in {self.root}")
+        detail = json.loads(row[0]) if row[0] else {}
+        detail.update(patch)
+        self.db.execute("UPDATE runs SET detail=? WHERE run_id=?", (json.dumps(detail), run_id))
 
     def plts(self, cell_id: str, attempt: int, arm: str) -> list[float]:
         """PLTs of the valid, non-warm-up runs of one arm: the only input to statistics."""

@@ -253,12 +253,13 @@ def run_sweep(
                     if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
                         proven = prove(shaped, tcp_s, c0.cc)
                     r = run_cell(pc.config, out, testbed=tb, link=proven, progress=on_load,
-                                 resume_attempt=resume_attempt)  # fmt: skip
+                                 resume_attempt=resume_attempt, traces=spec.traces)  # fmt: skip
                     if r.status == "failed" and r.link_failed:
                         # one retry on a freshly applied link, as a new attempt
                         shaped.reapply()
                         proven = prove(shaped, tcp_s, c0.cc)
-                        r = run_cell(pc.config, out, testbed=tb, link=proven, progress=on_load)
+                        r = run_cell(pc.config, out, testbed=tb, link=proven, progress=on_load,
+                                     traces=spec.traces)  # fmt: skip
                         if r.link_failed:
                             proven = None  # the next cell starts from a fresh receipt
                     outcome.results.append(r)

@@ -20,15 +20,20 @@ import io
 import json
 import os
 import random
+import selectors
+import signal
 import subprocess
 import sys
 import tarfile
+import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from quicbed import cli
 from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
 from quicbed.package import KIND, MANIFEST, PACKAGE_FORMAT
@@ -494,10 +499,65 @@ def _make(case: Case, folder: Path) -> None:
             path.write_bytes(content)
 
 
-def _run(argv: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "quicbed", *argv], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+def _run(argv: list[str], folder: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``quicbed ARGV`` in ``folder``: the real ``main()`` in a real child process.
+
+    The child is forked from this test process, which has imported quicbed once, rather
+    than started afresh (287 interpreter starts and imports were most of this file's
+    minutes); it is still a separate process with its own exit status, stdout and
+    stderr, and an uncaught exception prints its traceback there as it would in a shell.
+    """
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 70
+        try:
+            os.chdir(folder)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the child's own stdout
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            os.environ.update(COLUMNS="200", NO_COLOR="1")
+            sys.argv = ["quicbed", *argv]
+            try:
+                cli.main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        for fd in chunks:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map() and time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=1):
+                data = os.read(key.fd, 65536)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+        working = bool(sel.get_map())  # not refused: still running at the deadline
+    if working:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    for fd in chunks:
+        os.close(fd)
+    out, err = (b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))
+    return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out, err)
 
 
 def test_the_table_is_big_and_distinct() -> None:

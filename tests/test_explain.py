@@ -278,10 +278,12 @@ def test_real_explain(real: tuple[Path, str]) -> None:
         assert a["trace_offset_ms"] is not None and 0 <= a["trace_offset_ms"] < 2000
         for c in (*COMPONENTS, "plt_ms", "peak_rate_mbit", "delivered_bytes"):
             assert isinstance(a[c], (int, float)), (arm, c, a[c])
-        # 1 MB at 10 Mbit/s: the peak delivery rate is near the link's rate, not above it
-        assert 5 < a["peak_rate_mbit"] < 11, a["peak_rate_mbit"]
+        # 1 MB at 10 Mbit/s: the peak delivery rate is near the link's rate; it is read
+        # from ACKs at the sender, which come in batches (QUIC's ack delay is up to 25 ms),
+        # so a window can read up to about a quarter above the rate, not more
+        assert 5 < a["peak_rate_mbit"] < 12.5, a["peak_rate_mbit"]
         assert a["delivered_bytes"] > 1_000_000
-        assert a["plt_ms"] == runs[(arm, a["rep"])]["plt_ms"]
+        assert a["plt_ms"] == pytest.approx(runs[(arm, a["rep"])]["plt_ms"], abs=1e-3)
         rows += _gz_rows(root / runs[(arm, a["rep"])]["detail"]["traces"]["files"]["transport"])
     assert isinstance(data["difference_h2_minus_h3"]["handshake"], (int, float))
     with open(out / "transport.csv") as f:

@@ -57,6 +57,8 @@ class BrowserSpec:
     user_data_dir: RPath  # on the client's machine
     port: int = 443
     net_log: RPath | None = None
+    #: TLS key log (NSS key log format; Chromium writes QUIC's secrets there too)
+    ssl_key_log: RPath | None = None
 
 
 def command_line(spec: BrowserSpec) -> list[str]:
@@ -75,6 +77,8 @@ def command_line(spec: BrowserSpec) -> list[str]:
         argv += ["--disable-quic"]
     if spec.net_log:
         argv += [f"--log-net-log={spec.net_log}", "--net-log-capture-mode=Default"]
+    if spec.ssl_key_log:
+        argv += [f"--ssl-key-log-file={spec.ssl_key_log}"]
     argv.append("about:blank")
     return argv
 
@@ -100,22 +104,38 @@ class Browser:
         self.chrome: Process | None = None
         self.driver: subprocess.Popen[str] | None = None
         self.version = ""
+        self._log: RPath | None = None
 
     def start(self, timeout: float = 30) -> None:
+        """Launch, connect and wait for the driver's hello (one browser on its own)."""
+        self.launch()
+        self.connect(timeout)
+        self.ready(timeout)
+
+    def launch(self) -> None:
+        """Start Chromium (returns at once; ``connect`` waits for it). Several browsers
+        launched before any is connected start side by side."""
         tb = self.tb
         seed_profile(tb, self.spec.user_data_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = command_line(self.spec)
         (self.log_dir / f"chromium-{self.spec.arm}.argv.json").write_text(json.dumps(argv))
-        log = tb.outbox("client", self.log_dir) / f"chromium-{self.spec.arm}.log"
-        self.chrome = tb.spawn("client", argv, log=log)
+        self._log = tb.outbox("client", self.log_dir) / f"chromium-{self.spec.arm}.log"
+        self.chrome = tb.spawn("client", argv, log=self._log)
+
+    def connect(self, timeout: float = 30) -> None:
+        """Wait for Chromium's DevTools port, then start the page-load driver on it."""
+        tb = self.tb
+        assert self.chrome is not None, "launch() first"
         port_file = self.spec.user_data_dir / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while not (text := tb.read_text("client", port_file).strip()):
             if self.chrome.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise QuicbedError(f"Chromium did not start on {tb.name('client')} (see {log})")
-            time.sleep(0.05)
+                raise QuicbedError(
+                    f"Chromium did not start on {tb.name('client')} (see {self._log})"
+                )
+            time.sleep(0.02)
         port = int(text.split()[0])
         load_js = tb.repo_dir("client") / "client" / "load.js"
         self.driver = subprocess.Popen(
@@ -124,6 +144,9 @@ class Browser:
             stderr=open(self.log_dir / f"driver-{self.spec.arm}.log", "ab"),  # noqa: SIM115
             text=True, bufsize=1, preexec_fn=proc._die_with_parent,
         )  # fmt: skip
+
+    def ready(self, timeout: float = 30) -> None:
+        """The driver's hello: it reached Chromium and is ready for loads."""
         hello = self._read(timeout)
         if not hello.get("ready"):
             self.stop()

@@ -36,6 +36,9 @@ from quicbed.link.session import ShapedLink
 MAX_RECEIPT_AGE_S = 30 * 60
 #: pings of a spot check: 50 at 10 ms (the receipt's spacing), 0.5 s plus one RTT
 SPOT_PINGS = 50
+#: a passed closing check this recent serves as the next cell's opening check (with the
+#: generation read again): nothing ran on the link in between but quicbed's own set-up
+REUSE_CLOSING_S = 60.0
 
 
 class LinkFailure(QuicbedError):
@@ -57,6 +60,8 @@ class SpotCheck(BaseModel):
     counters: dict[str, Any] | None
     problems: list[str]
     passed: bool
+    #: set when this is an earlier check reused: which one, and how long ago (s)
+    reused: dict[str, Any] | None = None
 
 
 @dataclass
@@ -67,6 +72,8 @@ class ProvenLink:
     receipt: Receipt
     measured_at: float  # time.monotonic() when the receipt was taken
     uses: int = 0
+    #: the last passed closing check on this link, and when (time.monotonic())
+    last_closing: tuple[float, SpotCheck] | None = None
 
     @property
     def generation(self) -> str:
@@ -97,6 +104,22 @@ def _grew(now: dict[str, Any] | None, then: dict[str, Any] | None) -> list[str]:
     return bad
 
 
+def opening_check(proven: ProvenLink) -> SpotCheck:
+    """Before a cell that reuses a receipt: the previous cell's closing check if it passed
+    less than REUSE_CLOSING_S ago and the generation is still the receipt's; else a new
+    spot check."""
+    if proven.last_closing is not None:
+        at, closing = proven.last_closing
+        age = time.monotonic() - at
+        gen = proven.current_generation()
+        if age <= REUSE_CLOSING_S and gen == proven.generation:
+            return closing.model_copy(update={
+                "kind": "opening", "generation": gen,
+                "reused": {"check": "closing", "created": closing.created, "age_s": age},
+            })  # fmt: skip
+    return spot_check(proven, "opening")
+
+
 def spot_check(proven: ProvenLink, kind: str, since: dict[str, Any] | None = None) -> SpotCheck:
     """Generation, RTT and counters now, against the receipt (about 1 s)."""
     tb, cond, shaper = proven.link.testbed, proven.link.condition, proven.link.shaper
@@ -115,9 +138,12 @@ def spot_check(proven: ProvenLink, kind: str, since: dict[str, Any] | None = Non
     went_down = _grew(counters, floor)
     if went_down:
         problems.append(f"the emulator's counters went down ({', '.join(went_down[:3])})")
-    return SpotCheck(kind=kind, created=datetime.now(UTC).isoformat(), generation=gen,
-                     expected_generation=proven.generation, rtt=rtt, counters=counters,
-                     problems=problems, passed=not problems)  # fmt: skip
+    check = SpotCheck(kind=kind, created=datetime.now(UTC).isoformat(), generation=gen,
+                      expected_generation=proven.generation, rtt=rtt, counters=counters,
+                      problems=problems, passed=not problems)  # fmt: skip
+    if kind == "closing" and check.passed:
+        proven.last_closing = (time.monotonic(), check)
+    return check
 
 
 def prove(shaped: ShapedLink, tcp_seconds: float, cc: str) -> ProvenLink:

@@ -27,6 +27,8 @@ class ServeSpec:
     logdir: RPath
     port: int = 443
     cc: str = "cubic"
+    #: where a QUIC server writes one qlog file per connection (None: no qlog)
+    qlog_dir: RPath | None = None
 
 
 class WebServer(ABC):

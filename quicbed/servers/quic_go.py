@@ -42,6 +42,7 @@ class QuicGoServer(WebServer):
             "-key", str(s.key),
             "-log", str(self.log),
             "-cc", s.cc,
+            *(["-qlog-dir", str(s.qlog_dir)] if s.qlog_dir else []),
         ]  # fmt: skip
 
     def events(self, lines: list[str]) -> list[dict[str, Any]]:

@@ -10,11 +10,14 @@ the two passed in. Keys:
   of event ``sample``), ``connections``;
 - ``ttfb_ms``, ``plt_ms``: as measured by the browser (passed in), and ``ttfb_rtts``:
   ttfb / ``srtt_min_ms``;
+- ``page_start_ms``: when the browser started the page, ms after the trace began (the
+  driver first blanks the tab and clears caches and connections);
 - ``handshake_done_ms``: when the server's handshake was done, ms after the load began
   (QUIC: qlog's ``handshake_complete``; TCP: the client's first data after the server's
   handshake flight, i.e. its TLS Finished, see quicbed.traces.tcp), and
-  ``handshake_rtts``: that time / ``srtt_min_ms``, one decimal. It counts round trips
-  from the load's start as the server saw them, so it includes the half round trip of
+  ``handshake_rtts``: the time from the page's start to then / ``srtt_min_ms``, one
+  decimal (from the load's start where the page's start is unknown). It counts round
+  trips as the server saw them, so it includes the half round trip of
   the client's first packet and the browser's own start-up: TCP + TLS 1.3 shows about
   2.5, QUIC about 1.5 (0-RTT saves the client's wait, not the server's handshake);
 - ``losses``: loss signals. QUIC: packets qlog declared lost; TCP: retransmitted
@@ -26,8 +29,11 @@ the two passed in. Keys:
   the first loss signal and the last sample of that connection at or before it;
 - ``delivered_bytes``: acknowledged over all connections; ``delivery_rate_mean_mbit``:
   that over the span from the first sample to the last increase of ``delivered_bytes``;
-  ``delivery_rate_peak_mbit``: the largest rate over any window of at least one
-  ``srtt_min_ms`` (and 5 ms) between two samples of one connection;
+  ``delivery_rate_peak_mbit``: the largest rate over any window of at least two
+  ``srtt_min_ms`` (and 20 ms: ACKs arrive in bursts, over one RTT a rate reads high)
+  between two samples of one connection, leaving out windows
+  from a loss signal to two RTTs after it (a cumulative ACK that repairs a loss covers
+  the whole recovery at once) where other windows exist;
 - ``window_limit``: ``cwnd``, ``rwnd`` or ``app`` (see :data:`SLACK_BYTES` and
   :data:`LIMITED_SHARE`), with ``cwnd_limited_share`` and ``rwnd_limited_share``: the
   shares of the transfer's samples (those with bytes in flight, up to the connection's
@@ -48,11 +54,12 @@ SLACK_BYTES = 2 * 1500
 #: a window is "the limit" when in_flight is at it for at least this share of samples
 LIMITED_SHARE = 0.5
 #: the shortest window for the peak delivery rate
-MIN_RATE_WINDOW_MS = 5.0
+MIN_RATE_WINDOW_MS = 20.0
 
 KEYS = (
     "status", "source", "samples", "connections", "ttfb_ms", "plt_ms", "ttfb_rtts",
-    "handshake_done_ms", "handshake_rtts", "losses", "lost_bytes", "retransmissions",
+    "handshake_done_ms", "page_start_ms", "handshake_rtts", "losses", "lost_bytes",
+    "retransmissions",
     "first_loss_ms", "cwnd_at_first_loss_bytes", "in_flight_at_first_loss_bytes",
     "delivered_bytes", "delivery_rate_mean_mbit", "delivery_rate_peak_mbit",
     "window_limit", "cwnd_limited_share", "rwnd_limited_share", "max_cwnd_bytes",
@@ -69,9 +76,20 @@ def _mbit(nbytes: float, ms: float) -> float:
 
 
 def derive(
-    samples: list[dict[str, Any]], *, arm: str, ttfb_ms: float | None, plt_ms: float | None
+    samples: list[dict[str, Any]],
+    *,
+    arm: str,
+    ttfb_ms: float | None,
+    plt_ms: float | None,
+    page_start_ms: float | None = None,
 ) -> dict[str, Any]:
-    """The facts of one load (module docstring); ``arm`` names it in the notes."""
+    """The facts of one load (module docstring); ``arm`` names it in the notes.
+
+    ``page_start_ms``: when the browser started the page (the HAR page's start) on the
+    samples' clock. The trace begins when the load command is sent, before the driver
+    blanks the tab and clears caches and connections (~90 ms here); handshake round
+    trips count from the page's start when it is known.
+    """
     out: dict[str, Any] = dict.fromkeys(KEYS)
     out.update(ttfb_ms=ttfb_ms, plt_ms=plt_ms, notes=[])
     rows = sorted(samples, key=lambda r: _num(r.get("t_ms")) or 0.0)
@@ -97,8 +115,10 @@ def derive(
     if hs:
         t = _num(hs[0]["t_ms"])
         out["handshake_done_ms"] = t
-        if srtt_min and t is not None:
-            out["handshake_rtts"] = round(t / srtt_min, 1)
+        since = t - page_start_ms if t is not None and page_start_ms is not None else t
+        out["page_start_ms"] = page_start_ms
+        if srtt_min and since is not None:
+            out["handshake_rtts"] = round(since / srtt_min, 1)
     else:
         out["notes"].append("no handshake in this load's samples (a reused connection?)")
 
@@ -124,7 +144,8 @@ def derive(
             out["cwnd_at_first_loss_bytes"] = _int(before[-1].get("cwnd_bytes"))
             out["in_flight_at_first_loss_bytes"] = _int(before[-1].get("in_flight_bytes"))
 
-    _delivery(pts, srtt_min, out)
+    loss_times = [t for r in signals if (t := _num(r.get("t_ms"))) is not None]
+    _delivery(pts, srtt_min, out, loss_times)
     _limits(pts, out)
     return out
 
@@ -134,7 +155,15 @@ def _int(v: Any) -> int | None:
     return None if n is None else int(n)
 
 
-def _delivery(pts: list[dict[str, Any]], srtt_min: float | None, out: dict[str, Any]) -> None:
+def _delivery(
+    pts: list[dict[str, Any]],
+    srtt_min: float | None,
+    out: dict[str, Any],
+    losses: list[float] | None = None,
+) -> None:
+    """Delivered bytes, mean and peak rate. A cumulative ACK that repairs a loss
+    acknowledges at once what arrived during the recovery, so windows from a loss
+    signal to two RTTs after it are left out of the peak (where others exist)."""
     by_conn: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in pts:
         d, t = _num(r.get("delivered_bytes")), _num(r.get("t_ms"))
@@ -145,8 +174,8 @@ def _delivery(pts: list[dict[str, Any]], srtt_min: float | None, out: dict[str, 
         return
     total = 0.0
     start, stop = float("inf"), float("-inf")
-    peak = None
-    window = max(srtt_min or 0.0, MIN_RATE_WINDOW_MS)
+    peak = recovery_peak = None
+    window = max(2 * (srtt_min or 0.0), MIN_RATE_WINDOW_MS)  # ACKs come in bursts
     for seq in by_conn.values():
         first_t, base = seq[0]
         total += seq[-1][1] - base
@@ -162,11 +191,14 @@ def _delivery(pts: list[dict[str, Any]], srtt_min: float | None, out: dict[str, 
             tj, dj = seq[j]
             if t - tj >= window:
                 rate = _mbit(d - dj, t - tj)
+                if any(t >= lt and tj <= lt + 2 * (srtt_min or 0.0) for lt in losses or ()):
+                    recovery_peak = rate if recovery_peak is None else max(recovery_peak, rate)
+                    continue
                 peak = rate if peak is None else max(peak, rate)
     out["delivered_bytes"] = int(total)
     if stop > start and total > 0:
         out["delivery_rate_mean_mbit"] = _mbit(total, stop - start)
-    out["delivery_rate_peak_mbit"] = peak
+    out["delivery_rate_peak_mbit"] = peak if peak is not None else recovery_peak
 
 
 def _limits(pts: list[dict[str, Any]], out: dict[str, Any]) -> None:

@@ -160,6 +160,8 @@ def qlog_samples(
     top: dict[str, int] = {"initial": -1, "handshake": -1, "app": -1}
     delivered = 0
     srtt: float | None = None
+    cwnd: int | None = None
+    in_flight: int | None = None
     hs = False
     rows: list[dict[str, Any]] = []
     cut = bad = 0
@@ -194,13 +196,20 @@ def qlog_samples(
                 while floor[sp] <= top[sp] and floor[sp] not in sent[sp]:
                     floor[sp] += 1
         elif name == "recovery:metrics_updated":
+            # quic-go logs only the metrics that changed: the row carries the sender's
+            # whole state, the last known value of each (srtt unknown before an RTT sample)
             if "smoothed_rtt" in d:
                 srtt = float(d["smoothed_rtt"])
-            if "congestion_window" not in d:
-                continue  # pto_count only
+            if "congestion_window" in d:
+                cwnd = d["congestion_window"]
+            if "bytes_in_flight" in d:
+                in_flight = d["bytes_in_flight"]
+            if cwnd is None or not ({"congestion_window", "bytes_in_flight", "smoothed_rtt",
+                                     "latest_rtt"} & d.keys()):  # fmt: skip
+                continue  # pto_count only, or nothing known yet
             rows.append({
                 "t_ms": t_ms, "event": "sample", "conn": conn,
-                "cwnd_bytes": d["congestion_window"], "in_flight_bytes": d.get("bytes_in_flight"),
+                "cwnd_bytes": cwnd, "in_flight_bytes": in_flight,
                 "delivered_bytes": delivered, "srtt_ms": srtt,
                 "rtt_sample_ms": d.get("latest_rtt"), "source": "qlog",
             })  # fmt: skip
