@@ -427,6 +427,10 @@ def main() -> None:
     except ClickException as exc:  # usage errors: unknown option or command, bad value
         _error(usage_error_line(exc))
     if _interrupted:  # typer turns the KeyboardInterrupt into a return code of 130
+        # cleaned up: a late Ctrl-C must not kill the exit itself (CPython restores the
+        # default SIGINT action while it shuts down, unless the signal is ignored)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         print("quicbed: interrupted; what this command set up was removed", file=sys.stderr)
         sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)
