@@ -62,7 +62,7 @@ def figures(root: Path) -> dict[str, float | list[float]]:
                     receipts_s += rec["duration_s"]
                 for span in store.link_spans(cid, n):
                     for check in (span["opening"], span["closing"]):
-                        if check:
+                        if check and not check.get("reused"):  # a reused check pinged once
                             spots_s += check["rtt"]["detail"].get("sent", 0) * 0.01
     finally:
         store.close()
