@@ -25,8 +25,9 @@ from quicbed.errors import QuicbedError
 from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
+from quicbed.results import compare_cell
 from quicbed.servers.base import ServeSpec, WebServer
-from quicbed.stats import Comparison, compare
+from quicbed.stats import Comparison
 from quicbed.store import Store, now
 from quicbed.testbed.base import RPath, Testbed
 from quicbed.testbed.local import LocalTestbed
@@ -44,7 +45,8 @@ class CellResult:
     status: str  # done | failed
     problem: str
     receipt: Receipt | None
-    comparison: Comparison | None
+    #: by pair ``reference/candidate`` (compare_cell); empty unless the cell is done
+    comparisons: dict[str, Comparison]
     invalid: dict[str, list[str]]
     out: Path
     verified: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -59,7 +61,7 @@ class CellResult:
             "problem": self.problem,
             "out": str(self.out),
             "receipt_passed": None if self.receipt is None else self.receipt.passed,
-            "comparison": None if self.comparison is None else self.comparison.model_dump(),
+            "comparisons": {k: c.model_dump() for k, c in self.comparisons.items()},
             "invalid": self.invalid,
             "verified": self.verified,
             "link_failed": self.link_failed,
@@ -67,42 +69,36 @@ class CellResult:
 
 
 def servers_for(cfg: CellConfig, tb: Testbed, spec: ServeSpec) -> dict[str, WebServer]:
-    """One server per arm; unsupported knobs fail here, before anything starts."""
-    from quicbed.servers.apache import ApacheServer
-    from quicbed.servers.quic_go import QuicGoServer
+    """One server per arm, of the arm's stack (quicbed.servers)."""
+    from quicbed.servers import get_stack
 
-    out: dict[str, WebServer] = {}
-    for arm in cfg.arms:
-        if arm == "h3":
-            QuicGoServer.check_cc(cfg.cc)
-            out[arm] = QuicGoServer(tb, spec)
-        else:
-            out[arm] = ApacheServer(tb, spec)
-    return out
+    return {a.name: get_stack(a.stack)(tb, spec, a) for a in cfg.resolved_arms()}
 
 
 def _judge(
-    cfg: CellConfig, arm: str, warmup: bool, result: dict[str, Any], m: dict[str, Any],
-    facts: dict[str, Any], page: dict[str, Any], server_up: bool,
+    cfg: CellConfig, srv: WebServer, warmup: bool, result: dict[str, Any], m: dict[str, Any],
+    facts: dict[str, Any], page: dict[str, Any],
 ) -> list[str]:  # fmt: skip
     """Every reason this load must not enter the statistics."""
+    arm = srv.arm
     if not result.get("ok"):
         reasons = [f"load failed: {result.get('error')}"]
     else:
-        reasons = har.verify(m, arm=arm, host=cfg.host, expected_objects=page["objects"],
+        reasons = har.verify(m, arm=arm.protocol, host=cfg.host, expected_objects=page["objects"],
                              expected_bytes=page["bytes"])  # fmt: skip
-    if not server_up:
-        reasons.append(f"the {arm} server was not running")
+    if not srv.running():
+        reasons.append(f"the {arm.name} server ({srv.name}) was not running")
     if facts.get("connections", 0) == 0:
         reasons.append("the server logged no connection for this load")
-    elif cfg.mode == "0rtt" and not warmup:
-        if arm == "h3" and not facts.get("used_0rtt"):
+        return reasons
+    if cfg.mode == "0rtt" and not warmup:
+        if arm.protocol == "h3" and not facts.get("used_0rtt"):
             reasons.append("the QUIC server's log shows no 0-RTT on this load")
-        if arm == "h2" and not facts.get("tls_resumed"):
-            reasons.append("Apache's log shows no TLS resumption on this load")
-    elif cfg.mode == "1rtt" and arm == "h3" and facts.get("used_0rtt"):
+        if arm.protocol == "h2" and not facts.get("tls_resumed"):
+            reasons.append(f"the {srv.name} log shows no TLS resumption on this load")
+    elif cfg.mode == "1rtt" and arm.protocol == "h3" and facts.get("used_0rtt"):
         reasons.append("0-RTT was used in 1-RTT mode (state leaked between contexts)")
-    return reasons
+    return reasons + srv.evidence(facts)
 
 
 def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
@@ -114,14 +110,15 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     """
     from quicbed import workloads
     from quicbed.link.shapers import get_shaper
-    from quicbed.servers.quic_go import QuicGoServer
+    from quicbed.servers import get_stack
 
     pageset = workloads.load()
     workloads.check_page(cfg.page, pageset)
-    if "h3" in cfg.arms:
-        QuicGoServer.check_cc(cfg.cc)
+    arms = cfg.resolved_arms()  # each arm's stack, CC and parameters
     if testbed is not None:
         get_shaper(cfg.shaper, testbed).describe(cfg.condition)
+        for a in arms:
+            get_stack(a.stack).check_testbed(a.name, testbed)
     return pageset
 
 
@@ -166,8 +163,9 @@ def run_cell(
         status, problem, link_failed = "failed", "", False
         try:
             if link is None:
-                with shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.cc) as shaped:
-                    job.measure_on(prove(shaped, receipt_tcp_seconds, cfg.cc), shared=False)
+                with shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc()) as shaped:
+                    job.measure_on(prove(shaped, receipt_tcp_seconds, cfg.tcp_cc()),
+                                   shared=False)  # fmt: skip
             else:
                 job.measure_on(link, shared=link.uses > 0)
             status = "done"
@@ -178,17 +176,14 @@ def run_cell(
         finally:
             with shielded():
                 store.finish_attempt(cell_id, attempt, status, problem)
-        comparison = None
-        if status == "done" and set(cfg.arms) == {"h2", "h3"}:
-            comparison = compare(store.plts(cell_id, attempt, "h2"),
-                                 store.plts(cell_id, attempt, "h3"), planned=cfg.runs)  # fmt: skip
+        comparisons = compare_cell(store, cell_id, attempt, cfg) if status == "done" else {}
         invalid: dict[str, list[str]] = {}
         runs = store.runs(cell_id, attempt)
         for r in runs:
             if not r["valid"]:
                 invalid.setdefault(r["arm"], []).append(f"#{r['rep']}: {r['reason']}")
         store.close()
-    return CellResult(cell_id, attempt, status, problem, job.receipt, comparison, invalid, out,
+    return CellResult(cell_id, attempt, status, problem, job.receipt, comparisons, invalid, out,
                       verify_summary(runs), link_failed)  # fmt: skip
 
 
@@ -258,16 +253,17 @@ class _Job:
             spec, page, spki_pin = _serve(tb, cfg, self.pageset, log_dir)
             if tracing:
                 tracing.start()
-                spec = replace(spec, qlog_dir=tracing.ctx.qlog_dirs.get("h3"))
+                spec = replace(spec, qlog_dirs=tracing.ctx.qlog_dirs)
             servers = servers_for(cfg, tb, spec)
             for s in servers.values():
                 s.start()
-            for arm in cfg.arms:
-                profile = tb.workdir("client") / f"profile-{arm}"
-                bspec = BrowserSpec(arm=arm, host=cfg.host, server_ip=tb.server_ip,
-                                    spki_pin=spki_pin, user_data_dir=profile,
-                                    **self._browser_traces(arm))  # fmt: skip
-                browsers[arm] = Browser(bspec, tb, log_dir)
+            for a in cfg.resolved_arms():
+                profile = tb.workdir("client") / f"profile-{a.name}"
+                bspec = BrowserSpec(arm=a.name, protocol=a.protocol, host=cfg.host,
+                                    server_ip=tb.server_ip, port=a.port, spki_pin=spki_pin,
+                                    user_data_dir=profile,
+                                    **self._browser_traces(a.name))  # fmt: skip
+                browsers[a.name] = Browser(bspec, tb, log_dir)
             # the arms' browsers start side by side, all from this thread (a child's
             # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)
             for b in browsers.values():
@@ -276,7 +272,7 @@ class _Job:
                 b.connect()
             for b in browsers.values():
                 b.ready()
-            url = f"https://{cfg.host}/{cfg.page}/"
+            urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
             schedule = list(enumerate(cfg.schedule()))
             if done and cfg.warmup:
                 # A resumed attempt has fresh browsers: warm them up again (stored as
@@ -292,15 +288,16 @@ class _Job:
                 srv = servers[arm]
                 srv.mark()
                 lt = tracing.begin(arm, rep) if tracing else None
-                result = browsers[arm].load(url, fresh_context=cfg.mode == "1rtt",
+                result = browsers[arm].load(urls[arm], fresh_context=cfg.mode == "1rtt",
                                             timeout_s=cfg.load_timeout_s)  # fmt: skip
                 facts = _server_facts(srv, page["objects"])
+                facts.update(srv.observe())
                 if tracing and lt:
                     lt.page_started(result.get("har"))
                     tracing.end(lt)
                     loads.append((f"{cell_id}:{attempt}:{arm}:{rep}", lt))
                 m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
-                reasons = _judge(cfg, arm, warm, result, m, facts, page, srv.running())
+                reasons = _judge(cfg, srv, warm, result, m, facts, page)
                 gen = proven.current_generation()
                 if gen != proven.generation:
                     reasons.append(f"the link changed under this load (generation "
@@ -356,12 +353,14 @@ class _Job:
     def _traceset(self) -> TraceSet | None:
         if self.traces == "none":
             return None
+        arms = self.cfg.resolved_arms()
         ctx = TraceContext(level=self.traces, testbed=self.tb, results=self.store.root,
-                           cell_id=self.cell_id, attempt=self.attempt,
-                           arms=self.cfg.arms)  # fmt: skip
-        if "h3" in self.cfg.arms:
-            qdir = self.tb.workdir("server") / "qlog" / f"{self.cell_id}-{self.attempt}"
-            ctx.qlog_dirs["h3"] = qdir
+                           cell_id=self.cell_id, attempt=self.attempt, arms=self.cfg.arms,
+                           transports={a.name: a.transport for a in arms})  # fmt: skip
+        for a in arms:
+            if a.transport == "udp":
+                qdir = self.tb.workdir("server") / "qlog" / f"{self.cell_id}-{self.attempt}"
+                ctx.qlog_dirs[a.name] = qdir / a.name
         tracing = TraceSet(ctx, instruments())
         self.store.add_provenance(self.cell_id, self.attempt, "traces",
                                   {"level": self.traces,
@@ -451,8 +450,8 @@ def _serve(
     tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
     tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
     spec = ServeSpec(docroot=work / "www", cert=work / "tls" / pki.cert.name,
-                     key=work / "tls" / pki.key.name, logdir=tb.outbox("server", log_dir),
-                     cc=cfg.cc)  # fmt: skip
+                     key=work / "tls" / pki.key.name,
+                     logdir=tb.outbox("server", log_dir))  # fmt: skip
     return spec, manifest["pages"][cfg.page], pki.spki_pin
 
 
@@ -464,7 +463,7 @@ def verify_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if r["warmup"]:
             continue
         a = out.setdefault(r["arm"], {"measured": 0, "valid": 0, "protocols": [],
-                                      "used_0rtt": 0, "tls_resumed": 0})  # fmt: skip
+                                      "used_0rtt": 0, "tls_resumed": 0, "cc": []})  # fmt: skip
         a["measured"] += 1
         a["valid"] += int(bool(r["valid"]))
         a["used_0rtt"] += int(r["used_0rtt"] == 1)
@@ -472,4 +471,7 @@ def verify_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for p in r["protocols"] or []:
             if p not in a["protocols"]:
                 a["protocols"].append(p)
+        for cc in ((r.get("detail") or {}).get("server") or {}).get("cc") or []:
+            if cc not in a["cc"]:
+                a["cc"].append(cc)
     return out

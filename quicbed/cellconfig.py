@@ -13,12 +13,16 @@ import json
 import random
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from quicbed.errors import from_validation
+from quicbed.arms import Arm, ArmSettings, resolve
+from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.model import LinkCondition
 
 ARMS = ("h2", "h3")
+#: fields added after stores existed: left out of the cell ID while at their default,
+#: so every cell measured before keeps its ID
+_NEW_FIELDS = {"arm_settings": {}}
 TEST_HOST = "quicbed.test"
 #: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
 #: is days of measurement; more warm-ups than that are never needed).
@@ -38,7 +42,11 @@ class CellConfig(BaseModel):
     arms: tuple[str, ...] = ARMS
     order: Literal["alternate", "random", "blocked"] = "alternate"
     order_seed: int = 1
-    cc: Literal["cubic", "bbr"] = "cubic"
+    #: every arm's congestion control unless the arm names its own (arm_settings);
+    #: a stack names its CCs exactly (quicbed.servers), TCP's are the kernel's
+    cc: str = "cubic"
+    #: per-arm stack, CC and parameters (quicbed.arms.ArmSettings), by arm name
+    arm_settings: dict[str, ArmSettings] = {}
     shaper: str = "auto"
     host: str = TEST_HOST
     load_timeout_s: float = Field(default=60.0, gt=0, le=MAX_LOAD_TIMEOUT_S)
@@ -72,22 +80,50 @@ class CellConfig(BaseModel):
     @field_validator("arms")
     @classmethod
     def _arms(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [a for a in v if a not in ARMS]
-        if bad or not v:
-            raise ValueError(f"unknown arm {bad[0] if bad else '(none)'!r} (arms are h2, h3)")
+        if not v:
+            raise ValueError("no arms (give at least one, e.g. h2,h3)")
         if len(set(v)) != len(v):
             raise ValueError(f"arm listed twice in {','.join(v)}")
         return v
 
+    @model_validator(mode="after")
+    def _resolve(self) -> CellConfig:
+        """Every arm's stack, CC and parameters checked now: nothing starts otherwise."""
+        try:
+            self.resolved_arms()
+        except QuicbedError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def resolved_arms(self) -> list[Arm]:
+        return resolve(self.arms, self.arm_settings, self.cc)
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.resolved_arms() if a.name == name)
+
+    def tcp_cc(self) -> str:
+        """The hosts' TCP congestion control: the TCP arm's, else the cell's CC where the
+        kernel has it by that name, else cubic (a QUIC-only cell's iperf3 receipt)."""
+        from quicbed.servers.apache import TCP_CCS
+
+        tcp = [a for a in self.resolved_arms() if a.transport == "tcp"]
+        if tcp:
+            return tcp[0].cc
+        return self.cc if self.cc in TCP_CCS else "cubic"
+
     def cell_id(self) -> str:
         """12 hex digits of SHA-256 over the canonical JSON of the resolved configuration."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        dump = self.model_dump(mode="json")
+        for key, default in _NEW_FIELDS.items():
+            if dump.get(key) == default:
+                dump.pop(key)
+        blob = json.dumps(dump, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def link_key(self) -> str:
         """What the link and the hosts' tuning depend on: cells with equal keys can share
         one shaped link and its receipt (quicbed.link.proof)."""
-        return json.dumps([self.condition.model_dump(mode="json"), self.shaper, self.cc],
+        return json.dumps([self.condition.model_dump(mode="json"), self.shaper, self.tcp_cc()],
                           sort_keys=True)  # fmt: skip
 
     def schedule(self) -> list[tuple[str, int]]:

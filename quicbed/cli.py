@@ -460,9 +460,26 @@ def cell_cmd(
     runs: Annotated[int, typer.Option(help="Measured loads per arm.")] = 20,
     warmup: Annotated[int, typer.Option(help="Warm-up loads per arm (not in the stats).")] = 1,
     mode: Annotated[str, typer.Option(help="0rtt (one context) or 1rtt (fresh each).")] = "0rtt",
-    arms: Annotated[str, typer.Option(help="Comma-separated arms: h2,h3.")] = "h2,h3",
+    arms: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "Comma-separated arms: h2 (Apache), h3 (quic-go), h3-quiche (quiche), each with "
+                "optional :KEY=VALUE settings (stack, cc, cubic_n, cubic_beta), e.g. "
+                "h2,h3:cubic_n=2,h3-quiche:cc=bbr2, or a new arm h3-n2:stack=quic-go:cubic_n=2."
+            )
+        ),
+    ] = "h2,h3",
     order: Annotated[str, typer.Option(help="alternate (ABBA), random or blocked.")] = "alternate",
-    cc: Annotated[str, typer.Option(help="Congestion control of both arms.")] = "cubic",
+    cc: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "Congestion control of every arm that names none (TCP: the kernel's cubic, bbr, "
+                "reno; each QUIC stack its own names)."
+            )
+        ),
+    ] = "cubic",
     shaper: ShaperOpt = "auto",
     prefix: PrefixOpt = "qb",
     kind: TestbedOpt = "local",
@@ -522,9 +539,12 @@ def cell_cmd(
                 )
             cond = _link_options(rate, rtt, None, None, loss, None, None, jitter, jitter_kind,
                                  queue, "ethernet", seed)  # fmt: skip
+            from quicbed.arms import parse_cli
+
+            names, settings = parse_cli(arms)
             cfg = make_cell(condition=cond, page=page, runs=runs, warmup=warmup, mode=mode,
-                            arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
-                            order=order, cc=cc, shaper=shaper)  # fmt: skip
+                            arms=names, arm_settings=settings, order=order, cc=cc,
+                            shaper=shaper)  # fmt: skip
         check_folder_target(Path(out_dir), "--out")
         if (Path(out_dir) / DB_NAME).exists():  # a damaged store: refused before the testbed
             Store(Path(out_dir)).close()
@@ -563,35 +583,41 @@ def cell_cmd(
 def print_cell(result: Any, cfg: Any) -> None:
     out.print(f"cell {result.cell_id} attempt {result.attempt}: {cfg.page}, "
               f"{cfg.condition.label()}, {cfg.mode}, results in {result.out}")  # fmt: skip
+    out.print("arms: " + "; ".join(a.describe() for a in cfg.resolved_arms()))
     if result.status != "done":
         out.print(f"[red]failed:[/] {result.problem}")
         return
-    c = result.comparison
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
     t = Table()
     for col in ("arm", "valid n", "mean ms", "sd ms", "median ms", "95 % CI"):
         t.add_column(col)
-    if c is not None:
+    shown: set[str] = set()
+    for c in result.comparisons.values():
         for s in (c.tcp, c.quic):
-
-            def f(v: float | None) -> str:
-                return "-" if v is None else f"{v:.1f}"
-
-            t.add_row(s.arm, str(s.n), f(s.mean), f(s.sd), f(s.median),
-                      f"{f(s.ci95_low)}..{f(s.ci95_high)}")  # fmt: skip
+            if s.arm not in shown:
+                shown.add(s.arm)
+                t.add_row(s.arm, str(s.n), f(s.mean), f(s.sd), f(s.median),
+                          f"{f(s.ci95_low)}..{f(s.ci95_high)}")  # fmt: skip
+    if shown:
         out.print(t)
+    for name, c in result.comparisons.items():
+        ref, cand = name.split("/")
         if not c.enough:
-            out.print(f"[yellow]no comparison:[/] {c.problem}")
+            out.print(f"[yellow]{name}: no comparison:[/] {c.problem}")
         else:
             sig = "significant" if c.significant else "not significant"
-            faster = "QUIC faster" if (c.pct_diff or 0) > 0 else "TCP faster"
-            out.print(f"difference (TCP - QUIC) / QUIC = {c.pct_diff:+.1f} % ({faster}); "
-                      f"Welch p = {c.welch_p:.3g}, {sig} at {c.alpha:g}")  # fmt: skip
+            faster = f"{cand} faster" if (c.pct_diff or 0) > 0 else f"{ref} faster"
+            out.print(f"{name}: difference ({ref} - {cand}) / {cand} = {c.pct_diff:+.1f} % "
+                      f"({faster}); Welch p = {c.welch_p:.3g}, {sig} at {c.alpha:g}")  # fmt: skip
         for w in c.warnings:
             out.print(f"[yellow]warning:[/] {w}")
     for arm, v in result.verified.items():
         out.print(f"{arm}: {v['valid']}/{v['measured']} loads verified, protocols "
                   f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
-                  f"TLS resumed {v['tls_resumed']}")  # fmt: skip
+                  f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}")  # fmt: skip
     for arm, reasons in result.invalid.items():
         out.print(f"[yellow]{len(reasons)} invalid {arm} load(s):[/] {reasons[0]}")
 

@@ -92,6 +92,7 @@ class ArmLoad:
     align_note: str
     samples: list[dict[str, Any]] | None  # with t_page_ms added; None: none stored
     numbers: dict[str, Any] = field(default_factory=dict)
+    quic: bool = False  # the load's entries went over HTTP/3
 
 
 @dataclass
@@ -148,7 +149,7 @@ def choose(
                            "--traces light")  # fmt: skip
     kind = ((att["provenance"] or {}).get("testbed") or {}).get("kind", "local")
     loads = {}
-    for arm in [a for a in ARMS if a in cfg.get("arms", ARMS)]:
+    for arm in cfg.get("arms", ARMS):
         measured = [r for r in runs if r["arm"] == arm and not r["warmup"]]
         valid = [r for r in measured if r["valid"] and r["plt_ms"] is not None]
         if rep is not None:
@@ -201,7 +202,8 @@ def _read_load(root: Path, run: dict[str, Any], why: str, testbed_kind: str) -> 
     return ArmLoad(arm=run["arm"], rep=run["rep"], plt_ms=float(run["plt_ms"]),
                    ttfb_ms=run["ttfb_ms"], why_chosen=why, level=tr.get("level", "none"),
                    missing=missing, facts=detail.get("transport") or {}, entries=entries,
-                   offset_ms=offset, align_note=note, samples=samples)  # fmt: skip
+                   offset_ms=offset, align_note=note, samples=samples,
+                   quic="h3" in (run.get("protocols") or []))  # fmt: skip
 
 
 def _wall(iso: str) -> float:
@@ -418,13 +420,17 @@ def _data(cell_id: str, attempt: int, title: str, loads: dict[str, ArmLoad]) -> 
                      "missing": ld.missing, "alignment": ld.align_note,
                      "trace_offset_ms": ld.offset_ms, "samples": len(ld.samples or []),
                      "facts": ld.facts, **ld.numbers}  # fmt: skip
-    diff: dict[str, Any] = {}
-    if {"h2", "h3"} <= set(loads):
-        a, b = loads["h2"].numbers, loads["h3"].numbers
-        for c in ("plt_ms", *COMPONENTS, "rest"):
-            diff[c] = None if a[c] is None or b[c] is None else a[c] - b[c]
+    names = list(loads)
+    diffs: dict[str, dict[str, Any]] = {}
+    for other in names[1:]:  # the first arm is the reference (quicbed.arms.pairs)
+        a, b = loads[names[0]].numbers, loads[other].numbers
+        diffs[f"{names[0]}/{other}"] = {
+            c: None if a[c] is None or b[c] is None else a[c] - b[c]
+            for c in ("plt_ms", *COMPONENTS, "rest")
+        }
     return _r({"format": 1, "cell_id": cell_id, "attempt": attempt, "title": title,
-               "arms": arms, "difference_h2_minus_h3": diff,
+               "arms": arms, "difference_h2_minus_h3": diffs.get("h2/h3", {}),
+               "differences": diffs,
                "definitions": {c: LABELS[c] for c in (*COMPONENTS, "rest")}})  # fmt: skip
 
 
@@ -436,7 +442,7 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
     lines = [title, ""]
     for arm, ld in loads.items():
         n = ld.numbers
-        lines.append(f"{arm} ({'TCP+TLS' if arm == 'h2' else 'QUIC'}) load {ld.rep}: "
+        lines.append(f"{arm} ({'QUIC' if ld.quic else 'TCP+TLS'}) load {ld.rep}: "
                      f"PLT {ld.plt_ms:.0f} ms; {ld.why_chosen}")  # fmt: skip
         for c in (*COMPONENTS, "rest"):
             lines.append(f"  {LABELS[c]:<40} {_ms(n[c])}")
@@ -460,12 +466,14 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
         for u in n["unknown"]:
             lines.append(f"  cannot tell: {u}")
         lines.append(f"  alignment: {ld.align_note}")
-    diff = data["difference_h2_minus_h3"]
-    if diff and diff.get("plt_ms") is not None:
+    for pair, diff in data["differences"].items():
+        if diff.get("plt_ms") is None:
+            continue
+        ref, cand = pair.split("/")
         total = diff["plt_ms"]
-        faster = "h3 (QUIC)" if total > 0 else "h2 (TCP)"
-        lines += ["", f"PLT difference h2 - h3: {total:+.0f} ms ({faster} faster). "
-                  "Where it comes from (h2 - h3, largest first):"]  # fmt: skip
+        faster = cand if total > 0 else ref
+        lines += ["", f"PLT difference {ref} - {cand}: {total:+.0f} ms ({faster} faster). "
+                  f"Where it comes from ({ref} - {cand}, largest first):"]  # fmt: skip
         known = [(c, v) for c, v in diff.items() if c != "plt_ms" and v is not None]
         for c, v in sorted(known, key=lambda kv: -abs(kv[1])):
             share = f" ({v / total * 100:+.0f} % of the difference)" if abs(total) > 1e-9 else ""

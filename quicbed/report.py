@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import itertools
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -23,18 +24,21 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from quicbed import __version__
 from quicbed.errors import QuicbedError
 from quicbed.plots import HeatCell, draw_heatmap, figure_data
-from quicbed.stats import adjust, bootstrap_diff_ci, compare, mann_whitney_p
+from quicbed.stats import adjust, bootstrap_diff_ci, mann_whitney_p
 from quicbed.store import Store
 from quicbed.sweep import SWEEP_FILE
 
 SINGLE_PAGES = ("5kb", "10kb", "100kb", "200kb", "500kb", "1mb", "10mb")
 COLUMNS = [
     "scenario", "cell_id", "attempt", "attempts", "status", "page", "rate_mbit", "rtt_ms",
-    "loss_pct", "jitter_ms", "jitter_kind", "queue", "mode", "runs",
-    "n_h2", "mean_h2", "sd_h2", "median_h2", "n_h3", "mean_h3", "sd_h3", "median_h3",
+    "loss_pct", "jitter_ms", "jitter_kind", "queue", "mode", "runs", "cc",
+    "pair", "ref", "cand", "ref_stack", "cand_stack", "ref_cc", "cand_cc",
+    "n_ref", "mean_ref", "sd_ref", "median_ref", "n_cand", "mean_cand", "sd_cand", "median_cand",
     "pct_diff", "welch_p", "mannwhitney_p", "p_used", "p_adjusted", "significant",
-    "boot_diff_low", "boot_diff_high", "receipt_passed", "invalid_h2", "invalid_h3", "problem",
+    "boot_diff_low", "boot_diff_high", "receipt_passed", "invalid_ref", "invalid_cand", "problem",
 ]  # fmt: skip
+#: the pair of the reference study: its heatmaps keep the names they always had
+CLASSIC_PAIR = "h2/h3"
 
 
 @dataclass
@@ -45,11 +49,17 @@ class Report:
 
 
 def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """One row per cell (latest attempt) with every statistic; corrections not yet applied."""
+    """One row per cell (latest attempt) and pair of arms compared in it (a cell of one
+    arm: one row without a pair), with every statistic; corrections not yet applied."""
+    from quicbed.arms import parse_pairs
+    from quicbed.cellconfig import make_cell
+    from quicbed.results import compare_cell
+
     sweep = json.loads((root / SWEEP_FILE).read_text()) if (root / SWEEP_FILE).exists() else None
     stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
     alpha = stats_cfg.get("alpha", 0.01)
     test = stats_cfg.get("test", "welch")
+    extra = parse_pairs(stats_cfg.get("pairs"))
     store = Store(root)
     rows = []
     scenario_of = {}
@@ -78,40 +88,64 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
             receipt = json.loads(att["receipt"]) if att["receipt"] else None
             row["receipt_passed"] = None if receipt is None else receipt["passed"]
             runs = store.runs(cid, att["attempt"])
-            for arm in ("h2", "h3"):
-                row[f"invalid_{arm}"] = sum(
-                    1 for r in runs if r["arm"] == arm and not r["valid"] and not r["warmup"]
-                )
-            h2 = store.plts(cid, att["attempt"], "h2")
-            h3 = store.plts(cid, att["attempt"], "h3")
-            c = compare(h2, h3, planned=cfg["runs"], alpha=alpha)
-            for arm, s in (("h2", c.tcp), ("h3", c.quic)):
-                row.update({f"n_{arm}": s.n, f"mean_{arm}": s.mean, f"sd_{arm}": s.sd,
-                            f"median_{arm}": s.median})  # fmt: skip
-            row["pct_diff"] = c.pct_diff
-            row["welch_p"] = c.welch_p
-            row["mannwhitney_p"] = mann_whitney_p(h2, h3) if c.enough else None
-            row["p_used"] = row["welch_p"] if test == "welch" else row["mannwhitney_p"]
-            ci = bootstrap_diff_ci(h2, h3) if c.enough else None
-            row["boot_diff_low"], row["boot_diff_high"] = ci if ci else (None, None)
-            if att["status"] == "done" and not c.enough:
-                row["problem"] = c.problem
-            row["_runs"] = runs
-            row["_receipt"] = receipt
-            row["_warnings"] = c.warnings
-            rows.append(row)
+            cell = make_cell(**cfg)
+            arms = {a.name: a for a in cell.resolved_arms()}
+            row["cc"] = cell.tcp_cc()
+            invalid = {a: sum(1 for r in runs if r["arm"] == a and not r["valid"]
+                              and not r["warmup"]) for a in arms}  # fmt: skip
+            row.update(_runs=runs, _receipt=receipt, _invalid=invalid, _warnings=[], _arms=arms,
+                       _first=True, pair="")  # fmt: skip
+            comps = compare_cell(store, cid, att["attempt"], cell,
+                                 [p for p in extra if set(p) <= set(arms)], alpha)  # fmt: skip
+            if not comps:
+                rows.append(row)
+            for i, (pair, c) in enumerate(comps.items()):
+                ref, cand = pair.split("/")
+                a, b = store.plts(cid, att["attempt"], ref), store.plts(cid, att["attempt"], cand)
+                prow = dict(row, _first=i == 0, pair=pair, ref=ref, cand=cand,
+                            ref_stack=arms[ref].stack, cand_stack=arms[cand].stack,
+                            ref_cc=arms[ref].cc, cand_cc=arms[cand].cc,
+                            invalid_ref=invalid[ref], invalid_cand=invalid[cand],
+                            _warnings=c.warnings)  # fmt: skip
+                for key, s in (("ref", c.tcp), ("cand", c.quic)):
+                    prow.update({f"n_{key}": s.n, f"mean_{key}": s.mean, f"sd_{key}": s.sd,
+                                 f"median_{key}": s.median})  # fmt: skip
+                prow["pct_diff"] = c.pct_diff
+                prow["welch_p"] = c.welch_p
+                prow["mannwhitney_p"] = mann_whitney_p(a, b) if c.enough else None
+                prow["p_used"] = prow["welch_p"] if test == "welch" else prow["mannwhitney_p"]
+                ci = bootstrap_diff_ci(a, b) if c.enough else None
+                prow["boot_diff_low"], prow["boot_diff_high"] = ci if ci else (None, None)
+                if att["status"] == "done" and not c.enough:
+                    prow["problem"] = c.problem
+                rows.append(prow)
     finally:
         store.close()
     return rows, sweep
 
 
-def _heat_groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
-    """(scenario, mode, single|multi) -> its rows: one heatmap each."""
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+def _heat_groups(
+    rows: list[dict[str, Any]],
+) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+    """(scenario, pair, mode, single|multi) -> its rows: one heatmap each."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
+        if not r["pair"]:
+            continue
         kind = "single-object" if r["page"] in SINGLE_PAGES else "multi-object"
-        groups.setdefault((r["scenario"], r["mode"], kind), []).append(r)
+        groups.setdefault((r["scenario"], r["pair"], r["mode"], kind), []).append(r)
     return groups
+
+
+def _arm_label(row: dict[str, Any], key: str) -> str:
+    """``h2 (TCP)``, ``h3 (QUIC)`` as the reference study wrote them; other arms by stack
+    and CC, so a figure says what it compares."""
+    arm, stack = row[key], row[f"{key}_stack"]
+    if arm == "h2" and stack == "apache":
+        return "h2 (TCP)"
+    if arm == "h3" and stack == "quic-go":
+        return "h3 (QUIC)"
+    return f"{arm} ({stack}, {row[f'{key}_cc']})"
 
 
 def _label_rate(v: float | None) -> str:
@@ -139,7 +173,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         shutil.rmtree(out)
     (out / "figures").mkdir(parents=True)
     report = Report(out=out, rows=rows)
-    for (scenario, mode, kind), grp in sorted(_heat_groups(rows).items()):
+    for (scenario, pair, mode, kind), grp in sorted(_heat_groups(rows).items()):
         adj = adjust([r["p_used"] for r in grp], correction)
         for r, p in zip(grp, adj, strict=True):
             r["p_adjusted"] = p
@@ -161,8 +195,10 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         title = (f"{scenario}: {cond['rtt_ms']:g} ms, loss {cond['loss_pct']:g} %"
                  + (f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}"
                     if cond["jitter_ms"] else "")
-                 + f"\nh2 (TCP) vs h3 (QUIC), {mode}, {kind}; white: p >= {alpha:g}")  # fmt: skip
-        base = out / "figures" / f"heatmap-{scenario}-{mode}-{kind}"
+                 + f"\n{_arm_label(cond, 'ref')} vs {_arm_label(cond, 'cand')}, {mode}, "
+                 f"{kind}; white: p >= {alpha:g}")  # fmt: skip
+        tag = "" if pair == CLASSIC_PAIR else f"{pair.replace('/', '-vs-')}-"
+        base = out / "figures" / f"heatmap-{scenario}-{tag}{mode}-{kind}"
         labels = [_label_rate(v) for v in rates]
         paths = draw_heatmap(labels, pages, cells, title, base)
         report.figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
@@ -198,6 +234,8 @@ def _mode_heatmaps(
 
     by_key: dict[tuple, dict[str, dict[str, Any]]] = {}
     for r in rows:
+        if not r["_first"]:
+            continue
         key = (r["scenario"], r["rate_mbit"], r["rtt_ms"], r["loss_pct"], r["jitter_ms"], r["page"])
         by_key.setdefault(key, {})[r["mode"]] = r
     pairs = {k: v for k, v in by_key.items() if {"0rtt", "1rtt"} <= set(v)}
@@ -206,31 +244,36 @@ def _mode_heatmaps(
     store = Store(root)
     figures = []
     try:
-        for scenario in sorted({k[0] for k in pairs}):
-            for kind in ("single-object", "multi-object"):
-                keys = [k for k in pairs if k[0] == scenario
-                        and (k[5] in SINGLE_PAGES) == (kind == "single-object")]  # fmt: skip
-                if not keys:
+        quic = sorted({a.name for v in pairs.values() for r in v.values()
+                       for a in r["_arms"].values() if a.protocol == "h3"})  # fmt: skip
+        for scenario, arm, kind in itertools.product(
+            sorted({k[0] for k in pairs}), quic, ("single-object", "multi-object")
+        ):
+            keys = [k for k in pairs if k[0] == scenario
+                    and (k[5] in SINGLE_PAGES) == (kind == "single-object")
+                    and all(arm in pairs[k][m]["_arms"] for m in ("0rtt", "1rtt"))]  # fmt: skip
+            if not keys:
+                continue
+            cells = {}
+            for k in keys:
+                zero, one = pairs[k]["0rtt"], pairs[k]["1rtt"]
+                a = store.plts(zero["cell_id"], zero["attempt"], arm)
+                b = store.plts(one["cell_id"], one["attempt"], arm)
+                if len(a) < 2 or len(b) < 2:
+                    cells[(_label_rate(k[1]), k[5])] = HeatCell(state="n/a")
                     continue
-                cells = {}
-                for k in keys:
-                    zero, one = pairs[k]["0rtt"], pairs[k]["1rtt"]
-                    a = store.plts(zero["cell_id"], zero["attempt"], "h3")
-                    b = store.plts(one["cell_id"], one["attempt"], "h3")
-                    if len(a) < 2 or len(b) < 2:
-                        cells[(_label_rate(k[1]), k[5])] = HeatCell(state="n/a")
-                        continue
-                    pct = (sum(b) / len(b) - sum(a) / len(a)) / (sum(a) / len(a)) * 100
-                    p = float(sps.ttest_ind(b, a, equal_var=False).pvalue)
-                    cells[(_label_rate(k[1]), k[5])] = HeatCell(pct, p < alpha, "ok")
-                rates = sorted({k[1] for k in keys}, key=lambda v: (v is None, v or 0))
-                pages = [p for p in page_order if any(k[5] == p for k in keys)]
-                title = (f"{scenario}: QUIC 1-RTT vs 0-RTT, {kind}\n(1-RTT - 0-RTT) / 0-RTT; "
-                         f"red: 0-RTT faster; white: p >= {alpha:g}")  # fmt: skip
-                base = out / "figures" / f"heatmap-{scenario}-h3-0rtt-vs-1rtt-{kind}"
-                labels = [_label_rate(v) for v in rates]
-                paths = draw_heatmap(labels, pages, cells, title, base)
-                figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
+                pct = (sum(b) / len(b) - sum(a) / len(a)) / (sum(a) / len(a)) * 100
+                p = float(sps.ttest_ind(b, a, equal_var=False).pvalue)
+                cells[(_label_rate(k[1]), k[5])] = HeatCell(pct, p < alpha, "ok")
+            rates = sorted({k[1] for k in keys}, key=lambda v: (v is None, v or 0))
+            pages = [p for p in page_order if any(k[5] == p for k in keys)]
+            who = "QUIC" if arm == "h3" else arm
+            title = (f"{scenario}: {who} 1-RTT vs 0-RTT, {kind}\n(1-RTT - 0-RTT) / 0-RTT; "
+                     f"red: 0-RTT faster; white: p >= {alpha:g}")  # fmt: skip
+            base = out / "figures" / f"heatmap-{scenario}-{arm}-0rtt-vs-1rtt-{kind}"
+            labels = [_label_rate(v) for v in rates]
+            paths = draw_heatmap(labels, pages, cells, title, base)
+            figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
     finally:
         store.close()
     return figures
@@ -246,7 +289,7 @@ def _explain_pages(root: Path, rows: list[dict[str, Any]], out: Path) -> None:
     store = Store(root)
     try:
         for r in rows:
-            if r["status"] != "done" or not traced(r["_runs"]):
+            if not r["_first"] or r["status"] != "done" or not traced(r["_runs"]):
                 continue
             try:
                 loads, attempt, cfg = choose(store, r["cell_id"], None)
@@ -254,7 +297,9 @@ def _explain_pages(root: Path, rows: list[dict[str, Any]], out: Path) -> None:
                 r["_explain_problem"] = str(exc)
                 continue
             write(out / "explain" / r["cell_id"], r["cell_id"], attempt, cfg, loads)
-            r["_explain"] = f"explain/{r['cell_id']}/index.html"
+            for other in rows:
+                if other["cell_id"] == r["cell_id"]:
+                    other["_explain"] = f"explain/{r['cell_id']}/index.html"
     finally:
         store.close()
 

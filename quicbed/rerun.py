@@ -20,7 +20,7 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.package import SUFFIX, check_files, open_package, sha256_file
 from quicbed.paths import check_folder_target
-from quicbed.stats import compare, summarize
+from quicbed.stats import summarize
 from quicbed.store import Store
 from quicbed.sweep import CHECKED_SOFTWARE
 
@@ -143,13 +143,23 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
         change = (b.mean - a.mean) / a.mean * 100 if a.mean and b.mean is not None else None
         out.append(f"{arm:5}{a.n:>12}{f(a.mean):>10}{f(a.sd):>8}{b.n:>10}{f(b.mean):>10}"
                    f"{f(b.sd):>8}{f(change, '+.1f') + ' %':>13}")  # fmt: skip
-    if set(cfg["arms"]) == {"h2", "h3"}:
+    from quicbed.cellconfig import make_cell
+    from quicbed.results import compare_cell
+
+    store = Store(folder)
+    try:
+        by_attempt = {label: compare_cell(store, cell_id, a, make_cell(**cfg))
+                      for label, a in (("packaged", old_att), ("rerun", attempt))}  # fmt: skip
+    finally:
+        store.close()
+    for pair in by_attempt["rerun"]:
         parts = []
-        for label, a in (("packaged", old_att), ("rerun", attempt)):
-            c = compare(plts[(a, "h2")], plts[(a, "h3")], planned=cfg["runs"])
+        for label, comps in by_attempt.items():
+            c = comps[pair]
             parts.append(f"{label} {f(c.pct_diff, '+.1f')} % (Welch p {f(c.welch_p, '.3g')})"
                          if c.enough else f"{label}: {c.problem}")  # fmt: skip
-        out.append("(TCP - QUIC) / QUIC: " + "; ".join(parts))
+        ref, cand = pair.split("/")
+        out.append(f"({ref} - {cand}) / {cand}: " + "; ".join(parts))
     sw_old, sw_new = _checked(old["provenance"]), _checked(new["provenance"])
     changed = [k for k in CHECKED_SOFTWARE if sw_old.get(k) != sw_new.get(k)]
     out.append("software: " + ("the same " + ", ".join(CHECKED_SOFTWARE) if not changed else

@@ -16,12 +16,41 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from quicbed.arms import ArmSettings, pairs, parse_pairs
 from quicbed.cellconfig import CellConfig, make_cell
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.model import MAX_TCP_SECONDS, make_condition
 from quicbed.yamlfile import read_yaml
 
 SPEC_FORMAT = 1
+
+#: arms as a list of names, or a mapping name -> settings (stack, cc, cubic_n, ...)
+ArmsField = list[str] | dict[str, ArmSettings | None]
+
+
+def _arms_field(v: object) -> object:
+    """A list of names, or a mapping name -> settings; a bad setting named on one line
+    (pydantic's union would blame the list branch)."""
+    if isinstance(v, dict):
+        out = {}
+        for name, settings in v.items():
+            if settings is not None and not isinstance(settings, dict):
+                raise ValueError(f"arm {name}: settings are a mapping (stack, cc, cubic_n, "
+                                 f"cubic_beta), got {settings!r}")  # fmt: skip
+            try:
+                out[str(name)] = ArmSettings(**(settings or {}))
+            except ValidationError as exc:
+                raise ValueError(str(from_validation(exc, f"arm {name}"))) from None
+        return out
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return v
+    raise ValueError(f"arms are a list of names or a mapping name -> settings, got {v!r}")
+
+
+def split_arms(arms: ArmsField) -> tuple[tuple[str, ...], dict[str, ArmSettings]]:
+    if isinstance(arms, list):
+        return tuple(arms), {}
+    return tuple(arms), {k: v for k, v in arms.items() if v is not None and v != ArmSettings()}
 
 
 class Defaults(BaseModel):
@@ -30,13 +59,15 @@ class Defaults(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     runs: int = 20
     warmup: int = 1
-    arms: list[str] = ["h2", "h3"]
+    arms: ArmsField = ["h2", "h3"]
     order: Literal["alternate", "random", "blocked"] = "alternate"
     order_seed: int = 1
-    cc: Literal["cubic", "bbr"] = "cubic"
+    cc: str = "cubic"
     seed: int = 1
     count: Literal["ethernet", "ip"] = "ethernet"
     load_timeout_s: float = 60.0
+
+    _arms = field_validator("arms", mode="before")(_arms_field)
 
 
 class Statistics(BaseModel):
@@ -44,6 +75,8 @@ class Statistics(BaseModel):
     test: Literal["welch", "mannwhitney"] = "welch"
     alpha: float = Field(default=0.01, gt=0, lt=1)
     correction: Literal["none", "holm", "bh"] = "none"
+    #: comparisons besides every arm against the reference, e.g. ["h3/h3-quiche"]
+    pairs: list[str] = []
 
 
 class Scenario(BaseModel):
@@ -60,6 +93,11 @@ class Scenario(BaseModel):
     modes: list[Literal["0rtt", "1rtt"]] = ["0rtt"]
     runs: int | None = None
     warmup: int | None = None
+    #: this scenario's arms and congestion control instead of the defaults'
+    arms: ArmsField | None = None
+    cc: str | None = None
+
+    _arms = field_validator("arms", mode="before")(_arms_field)
 
     @field_validator("rate", "rtt", "loss", "jitter", "queue", "pages", "modes")
     @classmethod
@@ -93,8 +131,15 @@ class SweepSpec(BaseModel):
         return self
 
     def digest(self) -> str:
-        """Hash of the resolved spec: a results folder belongs to exactly one."""
+        """Hash of the resolved spec: a results folder belongs to exactly one. Keys added
+        since format 1 are left out while unset, so older folders keep their digest."""
         body = self.model_dump(mode="json", exclude={"traces"})
+        if not body["statistics"]["pairs"]:
+            body["statistics"].pop("pairs")
+        for sc in body["scenarios"].values():
+            for key in ("arms", "cc"):
+                if sc[key] is None:
+                    sc.pop(key)
         blob = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -139,12 +184,14 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     jitter_kind=sc.jitter_kind if jitter else "none", queue=queue,
                     seed=d.seed, count=d.count,
                 )  # fmt: skip
+                names, settings = split_arms(d.arms if sc.arms is None else sc.arms)
                 cfg = make_cell(
                     condition=cond, page=page, runs=sc.runs or d.runs,
                     warmup=d.warmup if sc.warmup is None else sc.warmup, mode=mode,
-                    arms=tuple(d.arms), order=d.order, order_seed=d.order_seed, cc=d.cc,
-                    shaper=spec.shaper, load_timeout_s=d.load_timeout_s,
+                    arms=names, arm_settings=settings, order=d.order, order_seed=d.order_seed,
+                    cc=sc.cc or d.cc, shaper=spec.shaper, load_timeout_s=d.load_timeout_s,
                 )  # fmt: skip
+                pairs(cfg.resolved_arms(), parse_pairs(spec.statistics.pairs))
             except QuicbedError as exc:
                 raise QuicbedError(f"{where}: {exc}") from None
             if cfg.cell_id() in seen:

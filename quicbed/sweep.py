@@ -243,7 +243,7 @@ def run_sweep(
             if not todo:
                 continue
             c0 = todo[0][1].config
-            with shaped_link(tb, c0.condition, c0.shaper, cc=c0.cc) as shaped:
+            with shaped_link(tb, c0.condition, c0.shaper, cc=c0.tcp_cc()) as shaped:
                 proven: ProvenLink | None = None
                 for n, pc in todo:
                     if on_cell:
@@ -251,13 +251,13 @@ def run_sweep(
                     prev = latest.get(pc.config.cell_id())
                     resume_attempt = prev["attempt"] if prev else None
                     if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
-                        proven = prove(shaped, tcp_s, c0.cc)
+                        proven = prove(shaped, tcp_s, c0.tcp_cc())
                     r = run_cell(pc.config, out, testbed=tb, link=proven, progress=on_load,
                                  resume_attempt=resume_attempt, traces=spec.traces)  # fmt: skip
                     if r.status == "failed" and r.link_failed:
                         # one retry on a freshly applied link, as a new attempt
                         shaped.reapply()
-                        proven = prove(shaped, tcp_s, c0.cc)
+                        proven = prove(shaped, tcp_s, c0.tcp_cc())
                         r = run_cell(pc.config, out, testbed=tb, link=proven, progress=on_load,
                                      traces=spec.traces)  # fmt: skip
                         if r.link_failed:

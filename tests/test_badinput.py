@@ -279,9 +279,30 @@ def cases() -> list[Case]:
     add("cell-mode", [*CELL, "--mode", "2rtt"], "mode", "'2rtt'")
     add("cell-arms-unknown", [*CELL, "--arms", "h2,quic"], "arm", "'quic'")
     add("cell-arms-twice", [*CELL, "--arms", "h3,h3"], "arm listed twice")
-    add("cell-arms-empty", [*CELL, "--arms", ","], "arm", "(none)")
+    add("cell-arms-empty", [*CELL, "--arms", ","], "no arms")
     add("cell-order", [*CELL, "--order", "sideways"], "order", "'sideways'")
-    add("cell-cc", [*CELL, "--cc", "reno"], "cc", "'reno'")
+    add("cell-cc", [*CELL, "--cc", "bbr3"], "congestion control 'bbr3'", "apache")
+    # arms as stacks (issue 11): every knob refused by name before anything starts
+    add("cell-arm-stack-unknown", [*CELL, "--arms", "h2,x:stack=msquic"], "unknown stack 'msquic'")
+    add("cell-arm-without-stack", [*CELL, "--arms", "h2,h3-n2"], "unknown arm 'h3-n2'",
+        "stack=")  # fmt: skip
+    add("cell-arm-cc-lacking", [*CELL, "--arms", "h2,h3", "--cc", "bbr"],
+        "arm h3", "'bbr'", "quic-go", "h3:cc=cubic")  # fmt: skip
+    add("cell-arm-own-cc-lacking", [*CELL, "--arms", "h2,h3:cc=bbr"], "arm h3", "'bbr'")
+    add("cell-arm-param-lacking", [*CELL, "--arms", "h2:cubic_n=2,h3"], "apache",
+        "no parameter cubic_n")  # fmt: skip
+    for v in ("0", "-1"):
+        add(f"cell-arm-cubic-n={v}", [*CELL, "--arms", f"h2,h3:cubic_n={v}"], "cubic_n",
+            f"got {v}")  # fmt: skip
+    add("cell-arm-cubic-n-word", [*CELL, "--arms", "h2,h3:cubic_n=two"], "cubic_n", "'two'")
+    for v in ("0", "1", "1.5", "-0.2", "nan"):
+        add(f"cell-arm-cubic-beta={v}", [*CELL, "--arms", f"h2,h3:cubic_beta={v}"],
+            "cubic_beta", v if v != "nan" else "nan")  # fmt: skip
+    add("cell-arm-key", [*CELL, "--arms", "h2,h3:window=9"], "'window=9'", "KEY=VALUE")
+    add("cell-arm-no-value", [*CELL, "--arms", "h2,h3:cc"], "'cc'", "KEY=VALUE")
+    add("cell-two-tcp-arms", [*CELL, "--arms", "h2,h2b:stack=apache"], "one TCP arm")
+    add("cell-gquiche-local", [*CELL, "--arms", "h2,h3-gquiche"], "h3-gquiche",
+        "only on testbed nodes")  # fmt: skip
     add("cell-jitter-kind", [*CELL, "--jitter-kind", "wobble"], "jitter kind", "'wobble'")
     add("cell-jitter-without-kind", [*CELL, "--jitter", "5"], "jitter 5 ms needs a jitter kind")
     add("cell-smooth-jitter-over-delay", [*CELL, "--jitter", "30", "--jitter-kind", "smooth"],
@@ -366,6 +387,25 @@ def cases() -> list[Case]:
         "no-scenarios": (b"format: 1\nname: t\nscenarios: {}\n", ("scenarios is empty",)),
         "no-name": (spec(SPEC.replace("name: t\n", "")), ("name", "Field required")),
         "empty-grid": (spec(SPEC.replace("rtt: [36]", "rtt: []")), ("rtt", "is empty")),
+        "arm-stack": (
+            spec(SPEC + "defaults: {arms: {h2: {}, q: {stack: lsquic}}}\n"),
+            ("scenarios.base", "unknown stack 'lsquic'"),
+        ),
+        "arm-cc": (spec(SPEC + "    cc: bbr\n"), ("scenarios.base", "arm h3", "'bbr'")),
+        "arm-beta": (
+            spec(SPEC + "defaults: {arms: {h2: {}, h3: {cubic_beta: 1.2}}}\n"),
+            ("cubic_beta", "1.2"),
+        ),
+        "arm-key": (spec(SPEC + "defaults: {arms: {h2: {}, h3: {beta: 0.5}}}\n"), ("beta",)),
+        "pair-unknown": (
+            spec(SPEC + "statistics: {pairs: [h3/h3-quiche]}\n"),
+            ("pair h3/h3-quiche", "'h3-quiche' is not an arm"),
+        ),
+        "pair-self": (
+            spec(SPEC + "statistics: {pairs: [h3/h3]}\n"),
+            ("compares an arm with itself",),
+        ),
+        "pair-form": (spec(SPEC + "statistics: {pairs: [h3-h2]}\n"), ("pair 'h3-h2'", "ARM/ARM")),
     }
     for name, (body, needles) in specs.items():
         add(f"spec-{name}", run, *needles, s__yaml=body)

@@ -43,7 +43,8 @@ def test_report_numbers_figures_and_html(tmp_path: Path) -> None:
     assert len(rows) == 2
     r0 = next(r for r in rows if r["mode"] == "0rtt")
     assert float(r0["pct_diff"]) == pytest.approx((215 - 101.5) / 101.5 * 100)
-    assert r0["n_h3"] == "4" and r0["invalid_h3"] == "1"  # the invalid run is counted, not used
+    # the invalid run is counted, not used
+    assert r0["n_cand"] == "4" and r0["invalid_cand"] == "1" and r0["pair"] == "h2/h3"
     assert r0["significant"] == "True"
     titles = [f["title"] for f in rep.figures]
     assert len(titles) == 3 and any("1-RTT vs 0-RTT" in t for t in titles)
@@ -53,3 +54,52 @@ def test_report_numbers_figures_and_html(tmp_path: Path) -> None:
     assert "http://" not in html and "https://" not in html  # self-contained, no CDN
     assert (tmp_path / "report" / "figures" /
             "heatmap-cells-h3-0rtt-vs-1rtt-single-object.svg").exists()  # fmt: skip
+
+
+def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:
+    """Three arms: each QUIC arm against the TCP reference, plus a pair asked for by name;
+    one table row and one heatmap per pair, each saying which stacks it compares."""
+    import json
+
+    from quicbed.arms import ArmSettings
+    from quicbed.sweep import SWEEP_FILE
+
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="5kb", runs=4,
+                    warmup=0, arms=("h2", "h3", "h3-n2"),
+                    arm_settings={"h3-n2": ArmSettings(stack="quic-go", cubic_n=2)})  # fmt: skip
+    store = Store(tmp_path, create=True)
+    cid = cfg.cell_id()
+    store.add_cell(cid, cfg.model_dump(mode="json"))
+    att = store.new_attempt(cid, {"git": {"sha": "x"}})
+    store.set_receipt(cid, att, {"passed": True, "checks": []})
+    plts = {"h2": [200.0, 210, 220, 230], "h3": [100.0, 101, 102, 103],
+            "h3-n2": [90.0, 91, 92, 93]}  # fmt: skip
+    seq = 0
+    for arm, values in plts.items():
+        for rep, v in enumerate(values):
+            store.add_run({"cell_id": cid, "attempt": att, "arm": arm, "rep": rep, "seq": seq,
+                           "warmup": 0, "valid": 1, "reason": "", "plt_ms": v}, None)  # fmt: skip
+            seq += 1
+    store.finish_attempt(cid, att, "done")
+    store.close()
+    spec = {"format": 1, "name": "p", "statistics": {"pairs": ["h3/h3-n2"]},
+            "defaults": {"runs": 4, "warmup": 0,
+                         "arms": {"h2": None, "h3": None, "h3-n2": {"stack": "quic-go",
+                                                                     "cubic_n": 2}}},
+            "scenarios": {"cells": {"rate": [10], "rtt": [36], "pages": ["5kb"]}}}  # fmt: skip
+    (tmp_path / SWEEP_FILE).write_text(json.dumps({"spec": spec}))
+    rep = build(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "report" / "table.csv").read_text().splitlines()))
+    assert [r["pair"] for r in rows] == ["h2/h3", "h2/h3-n2", "h3/h3-n2"]
+    third = rows[2]
+    assert (third["ref_stack"], third["cand_stack"]) == ("quic-go", "quic-go")
+    assert float(third["pct_diff"]) == pytest.approx((101.5 - 91.5) / 91.5 * 100)
+    titles = [f["title"] for f in rep.figures]
+    assert len(titles) == 3
+    assert any("h2 (TCP) vs h3 (QUIC)" in t for t in titles)
+    assert any("h3 (QUIC) vs h3-n2 (quic-go, cubic)" in t for t in titles)
+    figs = sorted(p.name for p in (tmp_path / "report" / "figures").glob("*.svg"))
+    assert "heatmap-cells-h3-vs-h3-n2-0rtt-single-object.svg" in figs
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert html.count("<h3>cells / 5kb") == 1  # the cell's receipt once, not per pair
+    assert "h3-n2 0" in html  # invalid loads named per arm

@@ -50,12 +50,13 @@ QUIET = [
 
 @dataclass
 class BrowserSpec:
-    arm: str  # h2 | h3
+    arm: str  # the arm's name: its profile and logs are named after it
     host: str
     server_ip: str
     spki_pin: str
     user_data_dir: RPath  # on the client's machine
     port: int = 443
+    protocol: str = "h2"  # h2 | h3: what the browser is made to speak
     net_log: RPath | None = None
     #: TLS key log (NSS key log format; Chromium writes QUIC's secrets there too)
     ssl_key_log: RPath | None = None
@@ -63,15 +64,15 @@ class BrowserSpec:
 
 def command_line(spec: BrowserSpec) -> list[str]:
     """The full Chromium argv for one arm (stored with the results)."""
-    if spec.arm not in ("h2", "h3"):
-        raise QuicbedError(f"unknown arm {spec.arm!r} (h2 or h3)")
+    if spec.protocol not in ("h2", "h3"):
+        raise QuicbedError(f"arm {spec.arm}: unknown protocol {spec.protocol!r} (h2 or h3)")
     argv = [CHROMIUM, *QUIET,
             f"--user-data-dir={spec.user_data_dir}",
             "--remote-debugging-port=0",
             f"--host-resolver-rules=MAP {spec.host} {spec.server_ip}, MAP * ~NOTFOUND",
             f"--ignore-certificate-errors-spki-list={spec.spki_pin}",
             "--enable-net-benchmarking"]  # fmt: skip
-    if spec.arm == "h3":
+    if spec.protocol == "h3":
         argv += ["--enable-quic", f"--origin-to-force-quic-on={spec.host}:{spec.port}"]
     else:
         argv += ["--disable-quic"]

@@ -1,1 +1,44 @@
-"""Web servers under test, behind one small adapter each (Apache h2, quic-go h3)."""
+"""Server stacks under test, one module each, found by name.
+
+A stack is a :class:`~quicbed.servers.base.WebServer` subclass in a module of this
+package: how to start its server, which congestion controls and parameters it
+takes, how to read a load's facts from its log and what a valid load must show.
+Adding a stack is adding one module; nothing else names stacks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import cache
+from typing import TYPE_CHECKING
+
+from quicbed.errors import QuicbedError
+
+if TYPE_CHECKING:
+    from quicbed.servers.base import WebServer
+
+
+@cache
+def stacks() -> dict[str, type[WebServer]]:
+    """Every stack of this package by its registry name."""
+    from quicbed.servers.base import WebServer
+
+    for mod in pkgutil.iter_modules(__path__):
+        if mod.name != "base":
+            importlib.import_module(f"{__name__}.{mod.name}")
+    out: dict[str, type[WebServer]] = {}
+    todo = list(WebServer.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if "name" in cls.__dict__:
+            out[cls.name] = cls
+    return dict(sorted(out.items()))
+
+
+def get_stack(name: str) -> type[WebServer]:
+    try:
+        return stacks()[name]
+    except KeyError:
+        raise QuicbedError(f"unknown stack {name!r} (one of {', '.join(stacks())})") from None

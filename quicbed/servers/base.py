@@ -1,9 +1,11 @@
-"""The adapter every server under test implements.
+"""The one interface every server stack implements; a stack is one module of this package.
 
 A server runs on the testbed's ``server`` role, serves one document tree with one
 certificate, and keeps a log from which quicbed reads what happened per load (TLS
-resumption for Apache, 0-RTT for QUIC). Knobs a server does not support are
-errors that name the server, never silently ignored.
+resumption for Apache, 0-RTT for QUIC, the congestion control in effect). The class
+also says what an arm of its stack may ask for (``ccs``, ``params``) and what a
+valid load must show (``evidence``): cell.py knows no stack by name. Knobs a stack
+does not support are errors that name the stack, never silently ignored.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from quicbed.arms import Arm
 from quicbed.errors import QuicbedError
 from quicbed.testbed.base import Process, RPath, Testbed
 
@@ -25,27 +28,65 @@ class ServeSpec:
     cert: RPath
     key: RPath
     logdir: RPath
-    port: int = 443
-    cc: str = "cubic"
-    #: where a QUIC server writes one qlog file per connection (None: no qlog)
-    qlog_dir: RPath | None = None
+    #: where QUIC servers write one qlog file per connection, per arm (none: no qlog)
+    qlog_dirs: dict[str, RPath] | None = None
 
 
 class WebServer(ABC):
+    #: the stack's registry name (quicbed.servers.get_stack), e.g. "quic-go"
     name: str
-    arm: str  # the protocol a browser must see: h2 or h3
+    protocol: str  # what a browser must see: h2 or h3
     transport: str  # tcp or udp: what "accepts connections" means
     log_name: str
+    #: congestion controls an arm of this stack may name, exactly as the stack names them
+    ccs: tuple[str, ...] = ()
+    #: per-arm parameters (quicbed.arms.PARAMS) the stack can apply
+    params: tuple[str, ...] = ()
+    #: False: the stack only runs on testbed nodes (its server is not built locally)
+    local: bool = True
 
-    def __init__(self, tb: Testbed, spec: ServeSpec) -> None:
+    def __init__(self, tb: Testbed, spec: ServeSpec, arm: Arm) -> None:
         self.tb = tb
         self.spec = spec
+        self.arm = arm
         self.process: Process | None = None
         self._offset = 0
 
+    @classmethod
+    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:
+        """Refuse, naming the value, what this stack cannot do for arm ``arm``."""
+        if cc not in cls.ccs:
+            raise QuicbedError(
+                f"arm {arm}: congestion control {cc!r} is not offered by {cls.name} "
+                f"(it has {', '.join(cls.ccs)}; give the arm its own, e.g. {arm}:cc={cls.ccs[0]})"
+            )
+        for key in params:
+            if key not in cls.params:
+                has = f"it takes {', '.join(cls.params)}" if cls.params else "it takes none"
+                raise QuicbedError(f"arm {arm}: {cls.name} has no parameter {key} ({has})")
+
+    @classmethod
+    def check_testbed(cls, arm: str, tb: Testbed) -> None:
+        """Refuse a stack whose server this testbed cannot run."""
+        if not cls.local and tb.kind == "local":
+            raise QuicbedError(
+                f"arm {arm}: {cls.name} runs only on testbed nodes (--testbed ssh), "
+                "not on the local testbed"
+            )
+
+    def _own(self, file: str) -> RPath:
+        """A file of this arm in the log folder: the built-in arms (h2, h3) keep the
+        names they always had; other arms' files start with the arm's name."""
+        builtin = self.arm.name == self.arm.protocol
+        return self.spec.logdir / (file if builtin else f"{self.arm.name}.{file}")
+
     @property
     def log(self) -> RPath:
-        return self.spec.logdir / self.log_name
+        return self._own(self.log_name)
+
+    @property
+    def qlog_dir(self) -> RPath | None:
+        return (self.spec.qlog_dirs or {}).get(self.arm.name)
 
     @abstractmethod
     def argv(self) -> list[str]: ...
@@ -54,12 +95,17 @@ class WebServer(ABC):
         """Variables to add to the server's environment."""
         return None
 
+    def url(self, host: str, page: str) -> str:
+        """Where the browser loads ``page`` from this arm's server."""
+        port = "" if self.arm.port == 443 else f":{self.arm.port}"
+        return f"https://{host}{port}/{page}/"
+
     def ready(self) -> bool:
         """True once the server accepts connections."""
-        return self.tb.listening("server", self.transport, self.spec.port)
+        return self.tb.listening("server", self.transport, self.arm.port)
 
     def start(self, timeout: float = 20) -> None:
-        stderr = self.spec.logdir / f"{self.name}.stderr"
+        stderr = self._own(f"{self.name}.stderr")
         self.tb.mkdir("server", self.spec.logdir)
         self.process = self.tb.spawn("server", self.argv(), log=stderr, env=self.env())
         deadline = time.monotonic() + timeout
@@ -68,7 +114,8 @@ class WebServer(ABC):
                 err = self.tb.read_text("server", stderr)
                 self.stop()
                 tail = " | ".join(err.strip().splitlines()[-3:])
-                raise QuicbedError(f"{self.name} did not start: {tail or 'no output'}")
+                raise QuicbedError(f"{self.name} ({self.arm.name}) did not start: "
+                                   f"{tail or 'no output'}")  # fmt: skip
             time.sleep(0.05)
 
     def running(self) -> bool:
@@ -89,7 +136,27 @@ class WebServer(ABC):
 
     @abstractmethod
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
-        """What the server's own log says about one load (connections, resumption, 0-RTT)."""
+        """What the server's own log says about one load (connections, resumption, 0-RTT,
+        ``cc``: the sorted congestion controls its connections ran)."""
+
+    def observe(self) -> dict[str, Any]:
+        """Facts about the load just done from outside the server's log (the kernel)."""
+        return {}
+
+    def evidence(self, facts: dict[str, Any]) -> list[str]:
+        """Why a load's server-side facts do not show this arm's transport settings."""
+        reasons = []
+        seen = facts.get("cc")
+        if seen is None:
+            reasons.append(f"{self.name} reported no congestion control for this load")
+        elif seen != [self.arm.cc]:
+            reasons.append(f"the server's connections ran {','.join(seen) or 'nothing'}, "
+                           f"not {self.arm.cc}")  # fmt: skip
+        for key, want in self.arm.params.items():
+            got = facts.get(key)
+            if got is None or any(abs(float(v) - float(want)) > 1e-6 for v in got):
+                reasons.append(f"the server's log shows {key} {got}, not {want:g}")
+        return reasons
 
     @abstractmethod
     def version(self) -> dict[str, Any]: ...

@@ -1,8 +1,10 @@
-"""Our HTTP/3 server (go/cmd/quicbed-h3server, quic-go) as a server under test.
+"""Our HTTP/3 server (go/cmd/quicbed-h3server, quic-go) as a server stack.
 
-Its own log says, per connection, whether 0-RTT was used and whether the TLS
-session resumed: that, not the browser, is the evidence a 0-RTT cell rests on.
-quic-go implements CUBIC (and NewReno) only, so ``--cc bbr`` is refused by name.
+Its own log says, per connection, whether 0-RTT was used, whether the TLS session
+resumed, and which congestion control with which CUBIC parameters (N emulated
+connections, backoff beta) ran: read back from quic-go's patched congestion package
+(go/patches), not echoed from the flags. That, not the browser, is the evidence a
+load rests on. quic-go implements CUBIC and NewReno only: BBR is refused by name.
 """
 
 from __future__ import annotations
@@ -10,64 +12,75 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from quicbed.errors import QuicbedError
 from quicbed.servers.base import WebServer
 
-SUPPORTED_CC = ("cubic",)
+
+def json_events(lines: list[str]) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines log; a line cut by a concurrent write is skipped."""
+    out = []
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(ev, dict):
+            out.append(ev)
+    return out
+
+
+def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What a quicbed HTTP/3 server's log (one schema for every stack we build) says of
+    one load: its connections, requests, 0-RTT, resumption, CC and ``params``."""
+    ev = json_events(lines)
+    conns = [e for e in ev if e.get("event") == "conn"]
+    reqs = [e for e in ev if e.get("event") == "request"]
+    facts: dict[str, Any] = {
+        "connections": len(conns),
+        "requests": len(reqs),
+        "used_0rtt": bool(conns) and all(c.get("used_0rtt") for c in conns),
+        "tls_resumed": bool(conns) and all(c.get("did_resume") for c in conns),
+        "handshake_ms": [c.get("handshake_ms") for c in conns],
+        "quic_versions": sorted({str(c.get("quic_version")) for c in conns}),
+    }
+    if conns:
+        facts["cc"] = sorted({str(c.get("cc")) for c in conns if c.get("cc")})
+        for key in params:
+            facts[key] = sorted({c[key] for c in conns if c.get(key) is not None})
+    closes = [e for e in ev if e.get("event") == "conn_close" and e.get("stats")]
+    if closes:
+        facts["stats"] = [e["stats"] for e in closes]
+    return facts
 
 
 class QuicGoServer(WebServer):
     name = "quic-go"
-    arm = "h3"
+    protocol = "h3"
     transport = "udp"
     log_name = "h3server.jsonl"
     binary = "quicbed-h3server"
-
-    @staticmethod
-    def check_cc(cc: str) -> None:
-        if cc not in SUPPORTED_CC:
-            raise QuicbedError(
-                f"congestion control {cc!r} is not supported by the QUIC server quic-go "
-                f"(quicbed-h3server implements only {', '.join(SUPPORTED_CC)})"
-            )
+    ccs = ("cubic",)
+    params = ("cubic_n", "cubic_beta")
 
     def argv(self) -> list[str]:
-        self.check_cc(self.spec.cc)
-        s = self.spec
+        s, a = self.spec, self.arm
         return [
             str(self.tb.bin_path("server", self.binary)),
-            "-addr", f"{self.tb.server_ip}:{s.port}",
+            "-addr", f"{self.tb.server_ip}:{a.port}",
             "-docroot", str(s.docroot),
             "-cert", str(s.cert),
             "-key", str(s.key),
             "-log", str(self.log),
-            "-cc", s.cc,
-            *(["-qlog-dir", str(s.qlog_dir)] if s.qlog_dir else []),
+            "-cc", a.cc,
+            *(["-cubic-n", str(a.params["cubic_n"])] if "cubic_n" in a.params else []),
+            *(["-cubic-beta", f"{a.params['cubic_beta']:g}"] if "cubic_beta" in a.params
+              else []),
+            *(["-qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
         ]  # fmt: skip
 
-    def events(self, lines: list[str]) -> list[dict[str, Any]]:
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return out
-
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
-        ev = self.events(lines)
-        conns = [e for e in ev if e.get("event") == "conn"]
-        reqs = [e for e in ev if e.get("event") == "request"]
-        return {
-            "connections": len(conns),
-            "requests": len(reqs),
-            "used_0rtt": bool(conns) and all(c.get("used_0rtt") for c in conns),
-            "tls_resumed": bool(conns) and all(c.get("did_resume") for c in conns),
-            "handshake_ms": [c.get("handshake_ms") for c in conns],
-            "quic_versions": sorted({str(c.get("quic_version")) for c in conns}),
-        }
+        return quic_load_facts(lines, self.params)
 
     def version(self) -> dict[str, Any]:
         lines = self.tb.read_text("server", self.log).splitlines()
-        start = [e for e in self.events(lines) if e.get("event") == "start"]
+        start = [e for e in json_events(lines) if e.get("event") == "start"]
         return {"server": self.name, "start": start[-1] if start else None}

@@ -129,6 +129,22 @@ class TraceContext:
     server_port: int = 443
     #: per arm, a folder on the server role where the QUIC server writes its qlog files
     qlog_dirs: dict[str, RPath] = field(default_factory=dict)
+    #: per arm, its transport (tcp or udp); an arm not named: its built-in stack's
+    transports: dict[str, str] = field(default_factory=dict)
+
+    def transport(self, arm: str) -> str:
+        if arm in self.transports:
+            return self.transports[arm]
+        from quicbed.arms import BUILTIN_ARMS
+        from quicbed.servers import get_stack
+
+        return get_stack(BUILTIN_ARMS[arm]).transport
+
+    def quic_arms(self) -> list[str]:
+        return [a for a in self.arms if self.transport(a) == "udp"]
+
+    def tcp_arms(self) -> list[str]:
+        return [a for a in self.arms if self.transport(a) == "tcp"]
 
 
 class Tracer(ABC):

@@ -29,7 +29,6 @@ from quicbed.testbed.base import RPath
 from quicbed.traces.base import LoadTrace, TraceContext, Tracer, write_gz
 
 RS = b"\x1e"
-QUIC_ARMS = ("h3",)
 #: packet types -> packet number space (0-RTT and 1-RTT share the application space)
 SPACE = {"initial": "initial", "handshake": "handshake", "0RTT": "app", "1RTT": "app"}
 _HS_DONE = ("handshake_complete", "handshake_confirmed")
@@ -238,81 +237,82 @@ class QlogTracer(Tracer):
 
     def __init__(self) -> None:
         self.ctx: TraceContext | None = None
-        self.dir: RPath | None = None
-        self._seen: set[str] = set()
+        self.dirs: dict[str, RPath] = {}  # arm -> its server's qlog folder
+        self._seen: dict[str, set[str]] = {}
         self._owned: dict[int, list[str]] = {}  # id(LoadTrace) -> its files
 
     def unavailable(self, ctx: TraceContext) -> str | None:
-        if not any(a in QUIC_ARMS for a in ctx.arms):
-            return None
-        if "h3" not in ctx.qlog_dirs:
-            return "the QUIC server was given no qlog folder"
+        missing = [a for a in ctx.quic_arms() if a not in ctx.qlog_dirs]
+        if missing:
+            return f"the QUIC server of {', '.join(missing)} was given no qlog folder"
         return None
 
     def start(self, ctx: TraceContext) -> None:
         self.ctx = ctx
-        self.dir = ctx.qlog_dirs.get("h3")
-        if self.dir is None:
-            return
+        self.dirs = {a: d for a, d in ctx.qlog_dirs.items() if a in ctx.quic_arms()}
         tb = ctx.testbed
-        tb.remove("server", self.dir)  # a rerun's attempt starts empty
-        tb.mkdir("server", self.dir)
+        for d in self.dirs.values():
+            tb.remove("server", d)  # a rerun's attempt starts empty
+            tb.mkdir("server", d)
 
-    def _list(self) -> set[str]:
-        assert self.ctx is not None and self.dir is not None
+    def _list(self, arm: str) -> set[str]:
+        assert self.ctx is not None
+        d = self.dirs[arm]
         tb = self.ctx.testbed
         if tb.kind == "local":
             try:
-                names = os.listdir(self.dir)
+                names = os.listdir(d)
             except FileNotFoundError:
                 names = []
             except OSError as exc:
-                raise QuicbedError(f"cannot list the qlog folder {self.dir}: {exc}") from exc
+                raise QuicbedError(f"cannot list the qlog folder {d}: {exc}") from exc
         else:
-            cp = tb.exec("server", ["ls", "-1", "--", str(self.dir)], check=False)
+            cp = tb.exec("server", ["ls", "-1", "--", str(d)], check=False)
             names = cp.stdout.split() if cp.returncode == 0 else []
-        return {n for n in names if n.endswith(".sqlog")}
+        return {n for n in names if n.endswith((".sqlog", ".qlog"))}
 
     def begin(self, trace: LoadTrace) -> None:
-        if self.dir is None or trace.key.arm not in QUIC_ARMS:
+        arm = trace.key.arm
+        if arm not in self.dirs:
             return
-        self._seen |= self._list()  # a file made between loads belongs to no load
+        self._seen.setdefault(arm, set()).update(self._list(arm))  # between loads: no load's
 
     def end(self, trace: LoadTrace) -> None:
-        if self.dir is None or trace.key.arm not in QUIC_ARMS:
+        arm = trace.key.arm
+        if arm not in self.dirs:
             return
-        now = self._list()
-        new = sorted(now - self._seen)
-        self._seen |= now
+        now = self._list(arm)
+        seen = self._seen.setdefault(arm, set())
+        new = sorted(now - seen)
+        seen |= now
         self._owned[id(trace)] = new
         if not new:
             trace.missing["qlog"] = ("no new QUIC connection during this load (the server "
                                      "wrote no qlog file)")  # fmt: skip
 
     def finish(self, traces: list[LoadTrace]) -> None:
-        if self.dir is None or self.ctx is None:
+        if not self.dirs or self.ctx is None:
             return
         tb, root = self.ctx.testbed, self.ctx.results
-        h3 = [t for t in traces if t.key.arm in QUIC_ARMS]
         try:
-            for i, trace in enumerate(h3):
-                until = h3[i + 1].began_wall if i + 1 < len(h3) else None
-                for fname in self._owned.get(id(trace), []):
-                    self._collect(tb, root, trace, fname, until)
-            orphans = sorted((self._list() if self.dir else set()) - self._seen)
-            if orphans and h3:
-                h3[-1].notes.append(f"qlog: {len(orphans)} file(s) made outside any load, "
-                                    f"not kept")  # fmt: skip
+            for arm in self.dirs:
+                mine = [t for t in traces if t.key.arm == arm]
+                for i, trace in enumerate(mine):
+                    until = mine[i + 1].began_wall if i + 1 < len(mine) else None
+                    for fname in self._owned.get(id(trace), []):
+                        self._collect(tb, arm, root, trace, fname, until)
+                orphans = sorted(self._list(arm) - self._seen.get(arm, set()))
+                if orphans and mine:
+                    mine[-1].notes.append(f"qlog: {len(orphans)} file(s) made outside any "
+                                          f"load, not kept")  # fmt: skip
         finally:
-            tb.remove("server", self.dir)
-            self.dir = None
+            self.stop()
 
     def _collect(
-        self, tb: Any, root: Path, trace: LoadTrace, fname: str, until: float | None
+        self, tb: Any, arm: str, root: Path, trace: LoadTrace, fname: str, until: float | None
     ) -> None:
-        assert self.dir is not None
-        odcid = fname.split("_", 1)[0]
-        data = tb.read_bytes("server", self.dir / fname)
+        odcid = fname.split("_", 1)[0].split(".", 1)[0]
+        data = tb.read_bytes("server", self.dirs[arm] / fname)
         rel = trace.key.rel() / "qlog" / f"{fname}.gz"
         write_gz(root / rel, data)
         trace.files[f"qlog:{odcid}"] = str(rel)
@@ -325,6 +325,7 @@ class QlogTracer(Tracer):
         trace.notes.extend(f"qlog {odcid}: {n}" for n in notes)
 
     def stop(self) -> None:
-        if self.dir is not None and self.ctx is not None:
-            self.ctx.testbed.remove("server", self.dir)
-            self.dir = None
+        if self.ctx is not None:
+            for d in self.dirs.values():
+                self.ctx.testbed.remove("server", d)
+        self.dirs = {}

@@ -55,7 +55,6 @@ INFINITE_SSTHRESH = 0x7FFFFFFF
 #: per CPU; a 10 MB page is ~3,500 ACK events of ~150 bytes: ample, and overruns are noted
 BUFFER_KB = 4096
 #: arms whose loads run over TCP
-TCP_ARMS = ("h2",)
 EVENTS = ("tcp_probe", "tcp_retransmit_skb")
 
 _LINE = re.compile(r"\s(\d+\.\d+): (tcp_probe|tcp_retransmit_skb): (.*)$")
@@ -174,7 +173,7 @@ class TcpTracer(Tracer):
 
     # --- set-up -----------------------------------------------------------------------
     def unavailable(self, ctx: TraceContext) -> str | None:
-        if not any(a in TCP_ARMS for a in ctx.arms):
+        if not ctx.tcp_arms():
             return None  # nothing to observe; start does nothing
         if ctx.testbed.kind != "local":
             return "not on the ssh testbed yet (tcp_probe runs in the server's kernel)"
@@ -189,7 +188,7 @@ class TcpTracer(Tracer):
 
     def start(self, ctx: TraceContext) -> None:
         self.ctx = ctx
-        if not any(a in TCP_ARMS for a in ctx.arms):
+        if not ctx.tcp_arms():
             return
         d = TRACEFS / "instances" / f"quicbed-{ctx.testbed.prefix}"
         try:
@@ -228,7 +227,7 @@ class TcpTracer(Tracer):
 
     # --- per load ---------------------------------------------------------------------
     def begin(self, trace: LoadTrace) -> None:
-        if self.dir is None or trace.key.arm not in TCP_ARMS:
+        if self.dir is None or self.ctx is None or trace.key.arm not in self.ctx.tcp_arms():
             return  # an h3 load: nothing to do
         self._before[id(trace)] = self._client_ports()
         try:
@@ -238,7 +237,7 @@ class TcpTracer(Tracer):
             raise QuicbedError(f"cannot clear {self.dir}/trace: {exc}") from exc
 
     def end(self, trace: LoadTrace) -> None:
-        if self.dir is None or self.ctx is None or trace.key.arm not in TCP_ARMS:
+        if self.dir is None or self.ctx is None or trace.key.arm not in self.ctx.tcp_arms():
             return
         t0 = time.monotonic()
         try:

@@ -1,0 +1,174 @@
+"""Arms: a named (protocol, server stack, congestion control, its parameters).
+
+A cell compares arms. ``h2`` (Apache over TCP+TLS), ``h3`` (quic-go), ``h3-quiche``
+(Cloudflare quiche) and ``h3-gquiche`` (Google QUICHE's quic_server, on the testbed)
+are built in; a spec or the CLI may define more, e.g. ``h3-n2`` = quic-go with CUBIC
+emulating two connections. What an arm may ask for is its stack's to say
+(quicbed.servers: one module per stack), so a CC or a parameter a stack lacks is
+refused by name before anything starts, never silently ignored.
+
+The TCP arms' congestion control is the server and client namespaces' sysctl, one
+per host: a cell's TCP arms must agree on it (``CellConfig.tcp_cc``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from quicbed.errors import QuicbedError, from_validation
+
+#: the built-in arms and their stacks (quicbed.servers registry names)
+BUILTIN_ARMS = {"h2": "apache", "h3": "quic-go", "h3-quiche": "quiche", "h3-gquiche": "gquiche"}
+#: parameters an arm may set besides its stack and CC; a stack lists which it takes
+PARAMS = ("cubic_n", "cubic_beta")
+#: QUIC arms of one cell listen on these UDP ports, in arm order (one socket per port)
+QUIC_PORTS = (443, 4433, 4434, 4435, 4436, 4437)
+TCP_PORT = 443
+
+
+class ArmSettings(BaseModel):
+    """What a spec or the CLI may set for one arm (unset: the stack's own default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    stack: str | None = None
+    cc: str | None = None
+    cubic_n: int | None = Field(default=None, description="CUBIC's emulated connections N")
+    cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
+
+    def params(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in PARAMS if getattr(self, k) is not None}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of one cell, resolved: every knob named, where it listens."""
+
+    name: str
+    stack: str
+    protocol: str  # what the browser must see: h2 or h3
+    transport: str  # tcp or udp
+    cc: str
+    params: dict[str, Any] = field(default_factory=dict)
+    port: int = 443
+
+    def describe(self) -> str:
+        extra = "".join(f", {k} {v:g}" for k, v in self.params.items())
+        return f"{self.name} ({self.stack}, {self.cc}{extra})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "stack": self.stack, "protocol": self.protocol,
+                "transport": self.transport, "cc": self.cc, "params": self.params,
+                "port": self.port}  # fmt: skip
+
+
+def check_settings(name: str, s: ArmSettings) -> None:
+    """Bounds that hold for every stack (a stack's own limits are its check's)."""
+    if s.cubic_n is not None and s.cubic_n < 1:
+        raise QuicbedError(f"arm {name}: cubic_n must be >= 1 (got {s.cubic_n})")
+    if s.cubic_beta is not None and not 0 < s.cubic_beta < 1:
+        raise QuicbedError(f"arm {name}: cubic_beta must be in (0, 1) (got {s.cubic_beta:g})")
+
+
+def resolve(names: tuple[str, ...], settings: dict[str, ArmSettings], default_cc: str) -> list[Arm]:
+    """The arms of a cell in order, each checked against its stack; errors name the value."""
+    from quicbed.servers import get_stack
+
+    for extra in sorted(set(settings) - set(names)):
+        raise QuicbedError(f"settings for arm {extra!r}, which is not one of the cell's arms "
+                           f"({', '.join(names)})")  # fmt: skip
+    out: list[Arm] = []
+    quic_ports = iter(QUIC_PORTS)
+    for name in names:
+        s = settings.get(name, ArmSettings())
+        check_settings(name, s)
+        stack_name = s.stack or BUILTIN_ARMS.get(name)
+        if stack_name is None:
+            raise QuicbedError(
+                f"unknown arm {name!r} (built in: {', '.join(BUILTIN_ARMS)}; a new arm "
+                f"names its stack, e.g. {name}:stack=quic-go)"
+            )
+        stack = get_stack(stack_name)
+        cc = s.cc or default_cc
+        stack.check_arm(name, cc, s.params())
+        if stack.transport == "udp":
+            port = next(quic_ports, None)
+            if port is None:
+                raise QuicbedError(f"at most {len(QUIC_PORTS)} QUIC arms per cell")
+        else:
+            port = TCP_PORT
+        out.append(Arm(name, stack.name, stack.protocol, stack.transport, cc, s.params(), port))
+    tcp = [a for a in out if a.transport == "tcp"]
+    if len(tcp) > 1:
+        raise QuicbedError(
+            f"arms {', '.join(a.name for a in tcp)} all need TCP port 443 on the server; "
+            "a cell has one TCP arm"
+        )
+    return out
+
+
+def parse_cli(text: str) -> tuple[tuple[str, ...], dict[str, ArmSettings]]:
+    """``h2,h3:cc=cubic,h3-n2:stack=quic-go:cubic_n=2`` -> names and settings."""
+    names: list[str] = []
+    settings: dict[str, ArmSettings] = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        name, *pairs = item.split(":")
+        name = name.strip()
+        if not name:
+            raise QuicbedError(f"--arms: an arm without a name in {item!r}")
+        kv: dict[str, Any] = {}
+        for p in pairs:
+            key, eq, value = p.partition("=")
+            key = key.strip()
+            if not eq or key not in ("stack", "cc", *PARAMS):
+                raise QuicbedError(f"--arms: {item!r}: {p!r} is not KEY=VALUE with KEY one of "
+                                   f"stack, cc, {', '.join(PARAMS)}")  # fmt: skip
+            kv[key] = value.strip()
+        if kv:
+            try:
+                settings[name] = ArmSettings(**kv)
+            except ValidationError as exc:
+                raise from_validation(exc, f"--arms {name}") from None
+        names.append(name)
+    return tuple(names), settings
+
+
+def pairs(arms: list[Arm], extra: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """Which arms are compared: every arm against the reference (the TCP arm, else the
+    first arm), then the named pairs. A pair is (reference, candidate); the difference
+    (mean reference - mean candidate) / mean candidate is positive when the candidate
+    is faster."""
+    names = [a.name for a in arms]
+    if len(names) < 2:
+        return []
+    ref = next((a.name for a in arms if a.transport == "tcp"), names[0])
+    out = [(ref, n) for n in names if n != ref]
+    for a, b in extra or []:
+        for n in (a, b):
+            if n not in names:
+                raise QuicbedError(f"pair {a}/{b}: {n!r} is not an arm of the cell "
+                                   f"({', '.join(names)})")  # fmt: skip
+        if a == b:
+            raise QuicbedError(f"pair {a}/{b} compares an arm with itself")
+        if (a, b) not in out and (b, a) not in out:
+            out.append((a, b))
+    return out
+
+
+def parse_pairs(text: str | list[str] | None) -> list[tuple[str, str]]:
+    """``h3/h3-quiche,h3/h3-n2`` (or a list of such) -> pairs."""
+    items = text.split(",") if isinstance(text, str) else list(text or [])
+    out = []
+    for item in (x.strip() for x in items):
+        if not item:
+            continue
+        a, slash, b = item.partition("/")
+        if not slash or not a.strip() or not b.strip():
+            raise QuicbedError(f"pair {item!r} is not ARM/ARM (e.g. h3/h3-quiche)")
+        out.append((a.strip(), b.strip()))
+    return out
