@@ -118,7 +118,7 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     if testbed is not None:
         get_shaper(cfg.shaper, testbed).describe(cfg.condition)
         for a in arms:
-            get_stack(a.stack).check_testbed(a.name, testbed)
+            get_stack(a.stack).check_testbed(a, testbed)
     return pageset
 
 

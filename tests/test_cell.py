@@ -20,8 +20,9 @@ QB = [sys.executable, "-m", "quicbed"]
 
 def _ours_running() -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    keys = ("quicbed-h3server", "quicbed-linkem", "/etc/quicbed/apache", "client/load.js",
-            "--enable-net-benchmarking")  # fmt: skip
+    # binaries by their installed path: a `go build ./cmd/quicbed-h3server` is not ours
+    keys = ("/bin/quicbed-h3server", "/bin/quicbed-quiche-server", "/bin/quicbed-linkem",
+            "/etc/quicbed/apache", "client/load.js", "--enable-net-benchmarking")  # fmt: skip
     return [line for line in out.splitlines() if any(k in line for k in keys)]
 
 

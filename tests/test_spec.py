@@ -98,3 +98,31 @@ def test_time_budget_needs_yes() -> None:
     with pytest.raises(QuicbedError, match=r"about \d+\.\d h \(156 cells\).*--yes"):
         check_budget(cells, spec.receipt_tcp_seconds, 1, yes=False)
     assert check_budget(cells, spec.receipt_tcp_seconds, 1, yes=True) > 3600
+
+
+def test_stack_presets_plan_with_their_arms() -> None:
+    """sweeps/cc.yaml and quic-stacks.yaml: the arms, CCs and pairs they promise."""
+    cc = plan(load_spec(ROOT / "sweeps" / "cc.yaml"))
+    bbr = [pc.config for pc in cc if pc.scenario.endswith("-bbr")]
+    assert bbr and all(c.tcp_cc() == "bbr" for c in bbr)
+    assert all([a.cc for a in c.resolved_arms()] == ["bbr", "bbr"] for c in bbr)
+    cubic = [pc.config for pc in cc if pc.scenario.endswith("-cubic")]
+    assert all([a.stack for a in c.resolved_arms()] == ["apache", "quic-go", "quiche"]
+               for c in cubic)  # fmt: skip
+    stacks = plan(load_spec(ROOT / "sweeps" / "quic-stacks.yaml"))
+    arms = stacks[0].config.resolved_arms()
+    assert [(a.name, a.stack, a.params) for a in arms] == [
+        ("h2", "apache", {}), ("h3", "quic-go", {}), ("h3-n2", "quic-go", {"cubic_n": 2}),
+        ("h3-quiche", "quiche", {}),
+    ]  # fmt: skip
+    assert len({a.port for a in arms if a.transport == "udp"}) == 3  # one socket each
+
+
+def test_old_specs_keep_their_digest() -> None:
+    """Keys added with arms as stacks are left out of the digest while unset: a results
+    folder made before them still belongs to its spec (--resume works), and every cell
+    keeps its ID (values computed by quicbed at 531f610, before arms were stacks)."""
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml")
+    assert spec.digest() == "435400e99837d472"  # as computed by quicbed 531f610
+    cells = plan(load_spec(ROOT / "sweeps" / "long-look.yaml"))
+    assert sorted(pc.config.cell_id() for pc in cells)[:2] == ["0285b598d5a2", "037199705192"]

@@ -10,10 +10,14 @@ holds open): that is the evidence a load's CC is checked against.
 from __future__ import annotations
 
 import re
+from contextlib import ExitStack
 from typing import Any
 
+from quicbed import hostparam
+from quicbed.arms import Arm
+from quicbed.errors import QuicbedError
 from quicbed.servers.base import WebServer
-from quicbed.testbed.base import RPath
+from quicbed.testbed.base import RPath, Testbed
 
 CONF = "/etc/quicbed/apache/httpd.conf"
 APACHE = "/usr/sbin/apache2"
@@ -48,10 +52,46 @@ class ApacheServer(WebServer):
     transport = "tcp"
     log_name = "access.log"
     ccs = TCP_CCS
+    #: Linux CUBIC's beta: host-wide (quicbed.hostparam), set while the server runs
+    params = ("cubic_beta",)
+
+    @classmethod
+    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:
+        super().check_arm(arm, cc, params)
+        if "cubic_beta" in params and cc != "cubic":
+            raise QuicbedError(f"arm {arm}: cubic_beta is CUBIC's; this arm runs {cc}")
+
+    @classmethod
+    def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
+        super().check_testbed(arm, tb)
+        if "cubic_beta" in arm.params:
+            hostparam.call(tb, "check", hostparam.TCP_CUBIC_BETA, "", hostparam.holder_of(tb))
 
     @property
     def log(self) -> RPath:
         return self.spec.logdir / self.log_name  # fixed by the role's httpd.conf
+
+    def start(self, timeout: float = 20) -> None:
+        self._held = ExitStack()
+        if "cubic_beta" in self.arm.params:
+            self._held.enter_context(
+                hostparam.tcp_cubic_beta(
+                    self.tb, self.arm.params["cubic_beta"], hostparam.holder_of(self.tb)
+                )
+            )
+        try:
+            super().start(timeout)
+        except BaseException:
+            self._held.close()
+            raise
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            held = getattr(self, "_held", None)
+            if held is not None:
+                held.close()
 
     def argv(self) -> list[str]:
         return [APACHE, "-f", CONF, "-D", "FOREGROUND"]
@@ -94,7 +134,24 @@ class ApacheServer(WebServer):
         if cp.returncode != 0:
             return {"cc_problem": f"ss failed: {cp.stderr.strip()[:200]}"}
         seen = ss_congestion(cp.stdout)
-        return {"cc": sorted(set(seen)), "tcp_connections_open": len(seen)}
+        facts: dict[str, Any] = {"cc": sorted(set(seen)), "tcp_connections_open": len(seen)}
+        if "cubic_beta" in self.arm.params:  # the host's value right after the load
+            got = hostparam.call(self.tb, "read", hostparam.TCP_CUBIC_BETA, "", "")
+            facts["cubic_beta_kernel"] = int(got["current"])
+        return facts
+
+    def evidence(self, facts: dict[str, Any]) -> list[str]:
+        """The CC as the base checks it; CUBIC's beta in the kernel's own 1/1024 units."""
+        reasons = super().evidence({k: v for k, v in facts.items() if k != "cubic_beta"}
+                                   | {"cubic_beta": None})  # fmt: skip
+        reasons = [r for r in reasons if "cubic_beta" not in r]
+        if "cubic_beta" in self.arm.params:
+            want = int(hostparam.beta_to_kernel(self.arm.params["cubic_beta"]))
+            got = facts.get("cubic_beta_kernel")
+            if got != want:
+                reasons.append(f"the server host's TCP CUBIC beta was {got}/1024 after this "
+                               f"load, not {want}/1024")  # fmt: skip
+        return reasons
 
     def version(self) -> dict[str, Any]:
         out = self.tb.exec("server", [APACHE, "-v"], check=False).stdout.strip().splitlines()

@@ -66,11 +66,11 @@ class WebServer(ABC):
                 raise QuicbedError(f"arm {arm}: {cls.name} has no parameter {key} ({has})")
 
     @classmethod
-    def check_testbed(cls, arm: str, tb: Testbed) -> None:
-        """Refuse a stack whose server this testbed cannot run."""
+    def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
+        """Refuse, before anything starts, an arm this testbed cannot run."""
         if not cls.local and tb.kind == "local":
             raise QuicbedError(
-                f"arm {arm}: {cls.name} runs only on testbed nodes (--testbed ssh), "
+                f"arm {arm.name}: {cls.name} runs only on testbed nodes (--testbed ssh), "
                 "not on the local testbed"
             )
 

@@ -129,9 +129,11 @@ class Testbed(ABC):
 
     def teardown(self) -> list[str]:
         """Shaping, daemons and (locally) namespaces gone, uninterruptibly; what was removed."""
+        from quicbed import hostparam
         from quicbed.link.shapers import clear_all
 
         with owner.shielded():
+            hostparam.release_all(self)  # a host-wide setting it held (TCP CUBIC's beta)
             clear_all(self)
             return self.down()
 

@@ -1,0 +1,111 @@
+"""Arms as stacks with real components: per-arm CC applied and verified from the server
+side (TCP from the server's kernel, QUIC from the server's log), host-wide TCP CUBIC
+beta taken, checked and restored, and a CC changed behind a cell caught per load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quicbed import hostparam
+from quicbed.arms import ArmSettings, parse_cli, resolve
+from quicbed.cell import run_cell
+from quicbed.cellconfig import make_cell
+from quicbed.errors import QuicbedError
+from quicbed.link.model import make_condition
+from quicbed.servers.apache import ss_congestion
+from quicbed.servers.base import WebServer
+from quicbed.store import Store
+from quicbed.testbed.local import LocalTestbed
+
+COND = make_condition(rate_mbit=50, rtt_ms=20)
+
+
+def test_ss_detail_lines_name_each_connection_cc() -> None:
+    text = ("0 0 10.10.1.1:443 10.10.2.2:50000\n"
+            "\t ts sack cubic wscale:7,7 rto:204 rtt:20.3/10 mss:1448\n"
+            "0 0 10.10.1.1:443 10.10.2.2:50002\n"
+            "\t bbr wscale:10,10 rto:201 bbr:(bw:1Mbps,mrtt:20)\n"
+            "0 0 10.10.1.1:443 10.10.2.2:50004\n"
+            "\t ecn reno wscale:7,7 rto:204\n")  # fmt: skip
+    assert ss_congestion(text) == ["cubic", "bbr", "reno"]
+    assert ss_congestion("") == []
+
+
+def test_arms_resolve_ports_ccs_and_pairs() -> None:
+    names, settings = parse_cli("h2:cc=bbr,h3:cc=cubic,h3-n2:stack=quic-go:cubic_n=2:cc=cubic")
+    arms = resolve(names, settings, "bbr")
+    assert [(a.name, a.stack, a.cc, a.port) for a in arms] == [
+        ("h2", "apache", "bbr", 443), ("h3", "quic-go", "cubic", 443),
+        ("h3-n2", "quic-go", "cubic", 4433),
+    ]  # fmt: skip
+    cfg = make_cell(condition=COND, page="5kb", arms=names, arm_settings=settings, cc="bbr")
+    assert (
+        cfg.tcp_cc() == "bbr" and cfg.cell_id() != make_cell(condition=COND, page="5kb").cell_id()
+    )
+    from quicbed.arms import pairs
+
+    assert pairs(arms, [("h3", "h3-n2")]) == [("h2", "h3"), ("h2", "h3-n2"), ("h3", "h3-n2")]
+    with pytest.raises(QuicbedError, match="cubic_beta is CUBIC's; this arm runs bbr"):
+        resolve(("h2",), {"h2": ArmSettings(cc="bbr", cubic_beta=0.5)}, "cubic")
+
+
+def test_host_wide_beta_is_shared_refused_and_restored() -> None:
+    tb = LocalTestbed("tbeta")
+    path = hostparam.TCP_CUBIC_BETA
+    before = Path(path).read_text().strip()
+    with hostparam.tcp_cubic_beta(tb, 0.5, "local:a"):
+        assert Path(path).read_text().strip() == "512"
+        with hostparam.tcp_cubic_beta(tb, 0.5, "local:b"):  # same value: shared
+            pass
+        assert Path(path).read_text().strip() == "512"  # a still holds it
+        with (
+            pytest.raises(QuicbedError, match=r"local:a on this host run with 512/1024"),
+            hostparam.tcp_cubic_beta(tb, 0.8, "local:b"),
+        ):
+            pass
+    assert Path(path).read_text().strip() == before
+    # a holder killed while holding it: its testbed's tear-down lets go
+    hostparam.call(tb, "acquire", path, "600", hostparam.holder_of(tb))
+    assert Path(path).read_text().strip() == "600"
+    tb.teardown()
+    assert Path(path).read_text().strip() == before
+
+
+def _switch_tcp_cc(tb: LocalTestbed, cc: str) -> None:
+    for role in ("server", "client"):
+        tb.exec(role, ["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={cc}"])
+
+
+def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(prefix: str, tmp_path: Path) -> None:
+    """h2 with CUBIC beta 0.5: every load shows cubic (ss -tin) and beta 512/1024 on the
+    host, restored afterwards; then a cell whose TCP CC is switched to reno behind it
+    from load 3 on: those loads are invalid, naming both CCs."""
+    before = Path(hostparam.TCP_CUBIC_BETA).read_text().strip()
+    names, settings = parse_cli("h2:cubic_beta=0.5,h3")
+    cfg = make_cell(condition=COND, page="5kb", runs=2, warmup=1, arms=names,
+                    arm_settings=settings)  # fmt: skip
+    r = run_cell(cfg, tmp_path / "a", prefix=prefix, receipt_tcp_seconds=1, traces="none")
+    assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
+    assert r.verified["h2"]["cc"] == ["cubic"] and r.verified["h3"]["cc"] == ["cubic"]
+    store = Store(tmp_path / "a")
+    runs = [x for x in store.runs(r.cell_id, r.attempt) if x["arm"] == "h2"]
+    store.close()
+    assert [x["detail"]["server"]["cubic_beta_kernel"] for x in runs] == [512, 512, 512]
+    assert Path(hostparam.TCP_CUBIC_BETA).read_text().strip() == before
+
+    cfg = make_cell(condition=COND, page="5kb", runs=4, warmup=1)
+    tb = LocalTestbed(prefix)
+
+    def fault(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
+        if arm == "h2" and rep == 3:
+            _switch_tcp_cc(tb, "reno")
+
+    r = run_cell(cfg, tmp_path / "b", testbed=tb, receipt_tcp_seconds=1, traces="none",
+                 fault=fault)  # fmt: skip
+    assert r.status == "done", r.problem
+    bad = r.invalid.get("h2", [])
+    assert [b.split(":")[0] for b in bad] == ["#3", "#4"], bad
+    assert all("the server's connections ran reno, not cubic" in b for b in bad), bad
+    assert "h3" not in r.invalid
