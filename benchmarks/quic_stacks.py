@@ -82,7 +82,7 @@ def main() -> int:
     record = []
     for rate, page, r in rows:
         means, diffs = {}, {}
-        for pair, c in r.comparisons.items():
+        for c in r.comparisons.values():
             means[c.tcp.arm], means[c.quic.arm] = c.tcp.mean, c.quic.mean
             sig = "" if c.significant else " n.s."
             diffs[c.quic.arm] = (f"{c.pct_diff:+.1f} % (p {c.welch_p:.2g}{sig})" if c.enough
