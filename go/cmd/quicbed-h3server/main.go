@@ -4,12 +4,16 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"quicbed/internal/h3server"
 )
@@ -29,8 +33,34 @@ func main() {
 	flag.Int64Var(&cfg.MaxIncomingStreams, "max-incoming-streams", 0, "concurrent bidirectional streams a client may open (0 = quic-go default 100)")
 	flag.Int64Var(&cfg.MaxIncomingUniStreams, "max-incoming-uni-streams", 0, "concurrent unidirectional streams (0 = quic-go default 100)")
 	flag.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "idle timeout (0 = quic-go default 30s)")
-	flag.StringVar(&cfg.CC, "cc", h3server.CongestionControl, "congestion control; only cubic exists in quic-go")
-	flag.Parse()
+	flag.StringVar(&cfg.CC, "cc", h3server.DefaultCC, "congestion control: reno (quic-go's own) or cubic (quic-go's CUBIC, switched on by quicbed's patch)")
+	cubicN := flag.Int("cubic-n", h3server.DefaultCubicN, "CUBIC's emulated connections N, >= 1 (Chromium: 2); only with -cc cubic")
+	cubicBeta := flag.Float64("cubic-beta", h3server.DefaultCubicBeta, "CUBIC's backoff of one connection, 0 < beta < 1; a loss cuts the window to (N-1+beta)/N; only with -cc cubic")
+	// A bad flag is one line on stderr and exit 2; -help prints the flags.
+	flag.CommandLine.Init(os.Args[0], flag.ContinueOnError)
+	flag.CommandLine.SetOutput(io.Discard)
+	if err := flag.CommandLine.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			flag.CommandLine.SetOutput(os.Stderr)
+			flag.PrintDefaults()
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "quicbed-h3server: %v\n", err)
+		os.Exit(2)
+	}
+	// The CUBIC settings go into the configuration with -cc cubic, or when given
+	// explicitly (then Validate refuses them with -cc reno).
+	flag.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "cubic-n":
+			cfg.CubicN = *cubicN
+		case "cubic-beta":
+			cfg.CubicBeta = *cubicBeta
+		}
+	})
+	if cfg.CC == quic.CongestionControlCubic {
+		cfg.CubicN, cfg.CubicBeta = *cubicN, *cubicBeta
+	}
 
 	out := os.Stderr
 	if *logPath != "" {

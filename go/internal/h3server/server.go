@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,12 +22,19 @@ import (
 	"github.com/quic-go/quic-go/qlog"
 )
 
-// CongestionControl is what quic-go implements: CUBIC with one emulated
-// connection (internal/congestion/cubic.go: defaultNumConnections = 1, beta 0.7),
-// where Chromium's quiche emulates N = 2 connections (a milder cut on loss and
-// faster window growth). The reference study found N = 2 takes about 3/4 of a
-// link shared with one TCP flow; quic-go behaves like N = 1.
-const CongestionControl = "cubic"
+// Congestion control. quic-go v0.65.0 runs NewReno and nothing else; quicbed
+// builds it with a patch (go/patches) that can switch its dormant CUBIC (a
+// port of Chromium's) back on, with the number of emulated connections N and
+// the backoff beta as run-time settings. A loss cuts CUBIC's window to
+// (N-1+beta)/N of itself: 0.7 with quic-go's N = 1, 0.85 with Chromium's
+// N = 2. See README.md, "CUBIC is not Chromium's CUBIC".
+const (
+	// DefaultCC is quic-go's own choice, NewReno.
+	DefaultCC = quic.CongestionControlReno
+	// DefaultCubicN and DefaultCubicBeta are quic-go's CUBIC constants.
+	DefaultCubicN    = 1
+	DefaultCubicBeta = 0.7
+)
 
 // Config is everything the server is started with; it is logged at start.
 type Config struct {
@@ -50,8 +58,15 @@ type Config struct {
 	MaxIncomingUniStreams int64 `json:"max_incoming_uni_streams"`
 	// IdleTimeout closes idle connections; 0 = quic-go's default (30 s).
 	IdleTimeout time.Duration `json:"idle_timeout"`
-	// CC must be "cubic": quic-go has no other congestion control to offer.
+	// CC is the congestion control: "reno" (quic-go's own, NewReno) or "cubic"
+	// (quic-go's CUBIC, switched on by quicbed's patch). Required.
 	CC string `json:"cc"`
+	// CubicN is CUBIC's number of emulated connections (>= 1; quic-go's 1,
+	// Chromium's 2) and CubicBeta one connection's backoff (0 < beta < 1,
+	// quic-go's and Chromium's 0.7). Required with CC "cubic", and must be 0
+	// with "reno", which has neither (its backoff is 0.7).
+	CubicN    int     `json:"cubic_n"`
+	CubicBeta float64 `json:"cubic_beta"`
 }
 
 // Validate names the first bad setting the way the command line spells it.
@@ -61,8 +76,16 @@ func (c Config) Validate() error {
 		return errors.New("-docroot is required")
 	case c.Cert == "" || c.Key == "":
 		return errors.New("-cert and -key are required (there is no fallback certificate)")
-	case c.CC != CongestionControl:
-		return fmt.Errorf("congestion control %q is not supported by quic-go (it implements only CUBIC/NewReno); use -cc cubic", c.CC)
+	case c.CC != quic.CongestionControlReno && c.CC != quic.CongestionControlCubic:
+		return fmt.Errorf("congestion control %q is not supported by quic-go (it has reno, its default, and cubic)", c.CC)
+	case c.CC == quic.CongestionControlReno && c.CubicN != 0:
+		return fmt.Errorf("-cubic-n %d: applies only to -cc cubic", c.CubicN)
+	case c.CC == quic.CongestionControlReno && c.CubicBeta != 0:
+		return fmt.Errorf("-cubic-beta %v: applies only to -cc cubic", c.CubicBeta)
+	case c.CC == quic.CongestionControlCubic && c.CubicN < 1:
+		return fmt.Errorf("-cubic-n must be >= 1 (got %d)", c.CubicN)
+	case c.CC == quic.CongestionControlCubic && !(float32(c.CubicBeta) > 0 && float32(c.CubicBeta) < 1):
+		return fmt.Errorf("-cubic-beta must be > 0 and < 1 (got %v)", c.CubicBeta)
 	case c.MaxIncomingStreams < 0:
 		return fmt.Errorf("-max-incoming-streams must be >= 0 (got %d)", c.MaxIncomingStreams)
 	case c.MaxIncomingUniStreams < 0:
@@ -140,9 +163,40 @@ func (c Config) quicConfig() *quic.Config {
 	return q
 }
 
+// setCC sets the congestion control in quic-go. The setting is process-wide
+// (quic-go's package state) and applies to connections accepted afterwards.
+func (c Config) setCC() error {
+	if err := quic.SetCongestionControl(c.CC); err != nil {
+		return err
+	}
+	n, beta := DefaultCubicN, float32(DefaultCubicBeta)
+	if c.CC == quic.CongestionControlCubic {
+		n, beta = c.CubicN, float32(c.CubicBeta)
+	}
+	return quic.SetCubicParams(n, beta)
+}
+
+// ccFields are the congestion control settings in effect, read back from
+// quic-go: cc, and cubic_n and cubic_beta (null unless cc is cubic).
+func ccFields() map[string]any {
+	cc := quic.CongestionControl()
+	f := map[string]any{"cc": cc, "cubic_n": nil, "cubic_beta": nil}
+	if cc == quic.CongestionControlCubic {
+		n, beta := quic.CubicParams()
+		// beta is a float32: 0.7, not 0.699999988079071.
+		f["cubic_n"], f["cubic_beta"] = n, json.Number(strconv.FormatFloat(float64(beta), 'g', -1, 32))
+	}
+	return f
+}
+
 // Start listens and serves in the background; the start record is logged first.
+// The congestion control settings are process-wide: a second Start in the same
+// process changes them for the first server's later connections too.
 func Start(cfg Config, log *Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.setCC(); err != nil {
 		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
@@ -172,11 +226,15 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 		s.udp.Close()
 		return nil, err
 	}
-	log.Log("start", map[string]any{
+	start := map[string]any{
 		"addr": s.udp.LocalAddr().String(), "docroot": cfg.Docroot, "config": cfg,
-		"quic_go_version": QuicGoVersion(), "go_version": runtime.Version(), "cc": CongestionControl,
+		"quic_go_version": QuicGoVersion(), "quic_go_patch": quic.QuicbedPatch, "go_version": runtime.Version(),
 		"pid": os.Getpid(),
-	})
+	}
+	for k, v := range ccFields() {
+		start[k] = v
+	}
+	log.Log("start", start)
 	go func() { s.serving <- s.h3.ServeListener(s.ln) }()
 	return s, nil
 }
@@ -196,13 +254,17 @@ func (s *Server) connContext(ctx context.Context, c *quic.Conn) context.Context 
 			return
 		}
 		st := c.ConnectionState()
-		s.log.Log("conn", map[string]any{
+		rec := map[string]any{
 			"conn_id": id, "remote": c.RemoteAddr().String(),
 			"handshake_ms": float64(time.Since(accepted).Microseconds()) / 1000,
 			"used_0rtt":    st.Used0RTT, "did_resume": st.TLS.DidResume,
 			"quic_version": st.Version.String(), "alpn": st.TLS.NegotiatedProtocol,
-			"tls_version": tls.VersionName(st.TLS.Version), "cc": CongestionControl,
-		})
+			"tls_version": tls.VersionName(st.TLS.Version),
+		}
+		for k, v := range ccFields() {
+			rec[k] = v
+		}
+		s.log.Log("conn", rec)
 		<-c.Context().Done()
 		s.log.Log("conn_close", map[string]any{"conn_id": id,
 			"duration_ms": float64(time.Since(accepted).Microseconds()) / 1000})
