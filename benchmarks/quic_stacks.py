@@ -8,7 +8,8 @@ The reference study has QUIC faster than TCP for 10 MB at 50 and 100 Mbit/s, 36 
 (+7.5 % and +11.7 %, significant); quicbed with quic-go (CUBIC, N = 1) had it 3-4 %
 slower. Google's QUIC, which the study ran, emulates N = 2 connections. This
 measures, per rate and page (1 MB, 10 MB), one cell with the arms h2 (Apache, TCP
-CUBIC), h3 (quic-go, N = 1), h3-n2 (quic-go, N = 2) and h3-quiche (quiche, CUBIC),
+CUBIC), h3-reno (quic-go as released: NewReno, what quicbed's h3 ran before the
+patch), h3 (quic-go CUBIC, N = 1), h3-n2 (N = 2) and h3-quiche (quiche, CUBIC),
 interleaved (ABBA) on one shaped link per rate, every load verified (protocol,
 0-RTT, CC and N from the server side), and prints the mean PLT per arm and each
 QUIC arm's difference against h2 with Welch's p. No threshold: the table is the
@@ -34,8 +35,9 @@ from quicbed.link.proof import prove
 from quicbed.link.session import shaped_link
 from quicbed.testbed.local import LocalTestbed
 
-ARMS = ("h2", "h3", "h3-n2", "h3-quiche")
-SETTINGS = {"h3-n2": ArmSettings(stack="quic-go", cubic_n=2)}
+ARMS = ("h2", "h3-reno", "h3", "h3-n2", "h3-quiche")
+SETTINGS = {"h3-reno": ArmSettings(stack="quic-go", cc="reno"),
+            "h3-n2": ArmSettings(stack="quic-go", cubic_n=2)}  # fmt: skip
 #: the reference study's (TCP - QUIC) / QUIC for these cells, % (methodology.md)
 REFERENCE = {(50.0, "10mb"): "+7.5 (sig.)", (100.0, "10mb"): "+11.7 (sig.)"}
 
@@ -75,9 +77,10 @@ def main() -> int:
         "",
         "Difference = (mean h2 - mean arm) / mean arm: positive when the QUIC arm is faster.",
         "",
-        "| rate | page | h2 ms | h3 (N=1) ms | h3-n2 (N=2) ms | h3-quiche ms "
-        "| h3 vs h2 | h3-n2 vs h2 | h3-quiche vs h2 | reference QUIC vs TCP | valid loads |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| rate | page | h2 ms | h3-reno ms | h3 (N=1) ms | h3-n2 (N=2) ms | h3-quiche ms "
+        "| h3-reno vs h2 | h3 vs h2 | h3-n2 vs h2 | h3-quiche vs h2 | reference QUIC vs TCP "
+        "| valid loads |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     record = []
     for rate, page, r in rows:
@@ -89,7 +92,8 @@ def main() -> int:
                                  else c.problem)  # fmt: skip
         valid = ", ".join(f"{k} {v['valid']}/{v['measured']}" for k, v in r.verified.items())
         cells = " | ".join(f"{means.get(arm) or float('nan'):.0f}" for arm in ARMS)
-        lines.append(f"| {rate:g} Mbit/s | {page} | {cells} | {diffs.get('h3')} "
+        lines.append(f"| {rate:g} Mbit/s | {page} | {cells} | {diffs.get('h3-reno')} "
+                     f"| {diffs.get('h3')} "
                      f"| {diffs.get('h3-n2')} | {diffs.get('h3-quiche')} "
                      f"| {REFERENCE.get((rate, page), '-')} | {valid} |")  # fmt: skip
         record.append({"rate_mbit": rate, "page": page, "means_ms": means, "diffs": diffs,

@@ -72,10 +72,16 @@ def _go_binary(path: PurePosixPath, run: Run = _out) -> dict[str, Any] | None:
         return {"path": str(path)}
     first, *rest = text.splitlines()
     info: dict[str, Any] = {"path": str(path), "go": first.rsplit(":", 1)[-1].strip(), "deps": {}}
+    last = None
     for line in rest:
         parts = line.split()
         if len(parts) >= 3 and parts[0] == "dep":
             info["deps"][parts[1]] = parts[2]
+            last = parts[1]
+        elif len(parts) >= 2 and parts[0] == "=>" and last:
+            # a replaced module (quic-go with go/patches): the patched copy is another
+            # program than the release, so attempts built from each never pool
+            info["deps"][last] += f" => {PurePosixPath(parts[1]).name}"
         elif len(parts) >= 2 and parts[0] == "build" and parts[1].startswith("vcs."):
             key, _, val = parts[1].partition("=")
             info[key.replace(".", "_")] = val

@@ -109,3 +109,32 @@ def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(prefix: str, tmp_path
     assert [b.split(":")[0] for b in bad] == ["#3", "#4"], bad
     assert all("the server's connections ran reno, not cubic" in b for b in bad), bad
     assert "h3" not in r.invalid
+
+
+def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> None:
+    """Three quic-go arms side by side on their own ports: NewReno, CUBIC N = 1 and CUBIC
+    N = 2 with beta 0.5; each load's CC and parameters as the server read them back from
+    its patched congestion package."""
+    names, settings = parse_cli(
+        "h2,h3:cc=reno,h3-cubic:stack=quic-go,h3-n2:stack=quic-go:cubic_n=2:cubic_beta=0.5"
+    )
+    cfg = make_cell(condition=COND, page="5kb", runs=2, warmup=1, arms=names,
+                    arm_settings=settings)  # fmt: skip
+    r = run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1, traces="light")
+    assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
+    assert {a: v["cc"] for a, v in r.verified.items()} == {
+        "h2": ["cubic"],
+        "h3": ["reno"],
+        "h3-cubic": ["cubic"],
+        "h3-n2": ["cubic"],
+    }
+    assert set(r.comparisons) == {"h2/h3", "h2/h3-cubic", "h2/h3-n2"}
+    store = Store(tmp_path / "r")
+    facts = {x["arm"]: x["detail"]["server"] for x in store.runs(r.cell_id, r.attempt)}
+    traced = [x for x in store.runs(r.cell_id, r.attempt) if x["arm"] == "h3-n2"]
+    store.close()
+    assert facts["h3-cubic"]["cubic_n"] == [1] and facts["h3-cubic"]["cubic_beta"] == [0.7]
+    assert facts["h3-n2"]["cubic_n"] == [2] and facts["h3-n2"]["cubic_beta"] == [0.5]
+    # each QUIC arm's qlog went to its own folder and came home with its loads
+    assert all(any(k.startswith("qlog:") for k in x["detail"]["traces"]["files"])
+               for x in traced if not x["warmup"])  # fmt: skip

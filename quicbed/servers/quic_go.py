@@ -4,7 +4,13 @@ Its own log says, per connection, whether 0-RTT was used, whether the TLS sessio
 resumed, and which congestion control with which CUBIC parameters (N emulated
 connections, backoff beta) ran: read back from quic-go's patched congestion package
 (go/patches), not echoed from the flags. That, not the browser, is the evidence a
-load rests on. quic-go implements CUBIC and NewReno only: BBR is refused by name.
+load rests on. quic-go implements NewReno and CUBIC only: BBR is refused by name.
+
+quic-go v0.65.0 as released runs **NewReno**, whatever it is asked (its CUBIC code is
+dormant: the ack handler passes "use Reno"); quicbed's patch makes the choice real
+(``-cc reno|cubic``). Results measured before the patch (no ``quic_go_patch`` in the
+server's start record; quic-go's dependency without "=> quic-go-v0.65.0" in the
+provenance) ran NewReno although their cells say cubic: see docs/stacks.md.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from quicbed.errors import QuicbedError
 from quicbed.servers.base import WebServer
 
 
@@ -58,8 +65,14 @@ class QuicGoServer(WebServer):
     transport = "udp"
     log_name = "h3server.jsonl"
     binary = "quicbed-h3server"
-    ccs = ("cubic",)
+    ccs = ("cubic", "reno")
     params = ("cubic_n", "cubic_beta")
+
+    @classmethod
+    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:
+        super().check_arm(arm, cc, params)
+        if params and cc != "cubic":
+            raise QuicbedError(f"arm {arm}: {', '.join(params)} are CUBIC's; this arm runs {cc}")
 
     def argv(self) -> list[str]:
         s, a = self.spec, self.arm
