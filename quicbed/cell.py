@@ -255,14 +255,19 @@ class _Job:
                 tracing.start()
                 spec = replace(spec, qlog_dirs=tracing.ctx.qlog_dirs)
             servers = servers_for(cfg, tb, spec)
+            extra = {a: self._browser_traces(a) for a in cfg.arms}
+            for a, srv in servers.items():
+                if getattr(srv, "wants_client_netlog", False):
+                    # a stack whose evidence is the browser's NetLog (quicbed.servers.gquiche)
+                    extra[a].setdefault("net_log", tb.workdir("client") / f"netlog-{a}.json")
+                    srv.client_netlog = extra[a]["net_log"]  # type: ignore[attr-defined]
             for s in servers.values():
                 s.start()
             for a in cfg.resolved_arms():
                 profile = tb.workdir("client") / f"profile-{a.name}"
                 bspec = BrowserSpec(arm=a.name, protocol=a.protocol, host=cfg.host,
                                     server_ip=tb.server_ip, port=a.port, spki_pin=spki_pin,
-                                    user_data_dir=profile,
-                                    **self._browser_traces(a.name))  # fmt: skip
+                                    user_data_dir=profile, **extra[a.name])  # fmt: skip
                 browsers[a.name] = Browser(bspec, tb, log_dir)
             # the arms' browsers start side by side, all from this thread (a child's
             # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)

@@ -67,8 +67,9 @@ SUFFIX = ".tar.gz"
 #: the parts of the repository that say how the testbed was built and what was swept
 REPO_PATHS = (
     "profile.py", "playbooks", "roles", "workloads", "sweeps", "scripts", "requirements.txt",
-    "pyproject.toml", "go/go.mod", "go/go.sum", "client/package.json",
-    "client/package-lock.json",
+    "pyproject.toml", "go/go.mod", "go/go.sum", "go/patches", "client/package.json",
+    "client/package-lock.json", "rust/quicbed-quiche-server/Cargo.toml",
+    "rust/quicbed-quiche-server/Cargo.lock",
 )  # fmt: skip
 #: Python packages whose versions decide the bytes of regenerated figures and numbers
 DRAWN_WITH = ("matplotlib", "numpy", "scipy", "pyarrow")
