@@ -1,0 +1,62 @@
+"""Our HTTP/3 server on Cloudflare quiche (rust/quicbed-quiche-server) as a server stack.
+
+The sibling of quic_go.QuicGoServer: the same document tree, the same response
+headers, and a log with the same events and field names, read by the same parser
+(quic_go.quic_load_facts). Its ``conn`` line's ``used_0rtt`` is BoringSSL's own
+verdict (``SSL_get_early_data_reason`` is ``ssl_early_data_accepted``), the server's
+word as for quic-go; ``conn_close`` carries quiche's counters under ``stats``.
+
+Unlike quic-go it offers several congestion controls, named exactly as quiche 0.30.0's
+``CongestionControlAlgorithm::from_str`` spells them; ``bbr``, ``bbr2`` and
+``bbr2_gcongestion`` are one algorithm, quiche's BBRv2 (not the kernel's BBRv1 that
+the TCP arm gets under the name ``bbr``). The log's ``cc`` is the name the server
+was started with; quiche has no getter for a connection's algorithm, but the server
+checks what it has (``gcongestion_enabled``, true exactly for BBRv2) and logs
+``inconsistent`` instead if that disagrees, so such a load is invalid. No parameters:
+quiche's CUBIC has no N.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quicbed.servers.base import WebServer
+from quicbed.servers.quic_go import json_events, quic_load_facts
+
+#: quiche 0.30.0's names (src/recovery/mod.rs), default first; the binary refuses any
+#: other with exit status 2, naming it
+SUPPORTED_CC = ("cubic", "reno", "bbr", "bbr2", "bbr2_gcongestion")
+
+
+class QuicheServer(WebServer):
+    name = "quiche"
+    protocol = "h3"
+    transport = "udp"
+    log_name = "quiche-server.jsonl"
+    binary = "quicbed-quiche-server"
+    ccs = SUPPORTED_CC
+    params = ()
+
+    def argv(self) -> list[str]:
+        s, a = self.spec, self.arm
+        return [
+            str(self.tb.bin_path("server", self.binary)),
+            "--addr", f"{self.tb.server_ip}:{a.port}",
+            "--docroot", str(s.docroot),
+            "--cert", str(s.cert),
+            "--key", str(s.key),
+            "--log", str(self.log),
+            "--cc", a.cc,
+            *(["--qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
+        ]  # fmt: skip
+
+    def load_facts(self, lines: list[str]) -> dict[str, Any]:
+        """QuicGoServer's keys; ``cc`` from the ``conn`` lines, ``stats`` (quiche's
+        counters) from ``conn_close`` lines, which a connection the browser keeps open
+        writes only when it closes (at the latest when the server stops)."""
+        return quic_load_facts(lines, self.params)
+
+    def version(self) -> dict[str, Any]:
+        lines = self.tb.read_text("server", self.log).splitlines()
+        start = [e for e in json_events(lines) if e.get("event") == "start"]
+        return {"server": self.name, "start": start[-1] if start else None}
