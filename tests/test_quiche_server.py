@@ -372,8 +372,8 @@ def test_stack_class_drives_the_binary(binary: Path, docroot: Path, pki: certs.T
     argv[argv.index("--addr") + 1] = "127.0.0.1:0"
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     srv = Server(proc, Path(stack.log), 0)
-    srv.port = int(srv.wait_for("start")[0]["addr"].rsplit(":", 1)[1])
     try:
+        srv.port = int(srv.wait_for("start")[0]["addr"].rsplit(":", 1)[1])
         session = Session()
         fetch(srv.port, pki, [("GET", "/5kb/")], session)
         srv.wait_for("conn_close")
