@@ -132,8 +132,8 @@ def test_local_playbook_is_idempotent(root: None) -> None:
     local.yml is site.yml's server and client plays (quic_server_google skipped: its
     build fetches quiche from GitHub and Bazel from Bazel's release site, which this
     machine cannot reach, and takes an hour) plus the ssh lab's sshd. The Go binaries
-    are rebuilt on every run; they are reproducible, so the rebuild installs nothing.
-    The same two runs on a fresh Debian root: tests/test_fresh_machine.py.
+    are rebuilt on every run; they are reproducible, so the rebuild installs nothing; the
+    quiche server's cargo build is cached and reports nothing new. The same two runs on a fresh Debian root: tests/test_fresh_machine.py.
     """
     argv = ["-i", "localhost,", "playbooks/local.yml"]  # exactly the Makefile's
     assert f"$(ANSIBLE) {' '.join(argv)}" in (ROOT / "Makefile").read_text()
@@ -142,7 +142,7 @@ def test_local_playbook_is_idempotent(root: None) -> None:
     assert "quic_server_google_enabled is false" in first.stdout
     sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in (ROOT / "build" / "bin").glob("quicbed-*")}  # fmt: skip
-    assert set(sums) == {"quicbed-linkem", "quicbed-h3server"}
+    assert set(sums) == {"quicbed-linkem", "quicbed-h3server", "quicbed-quiche-server"}
     second = _playbook(*argv)
     assert second.returncode == 0, second.stdout[-3000:]
     assert _changed(second) == 0, "second run changed something:\n" + _changed_lines(second)

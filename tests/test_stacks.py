@@ -138,3 +138,26 @@ def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> Non
     # each QUIC arm's qlog went to its own folder and came home with its loads
     assert all(any(k.startswith("qlog:") for k in x["detail"]["traces"]["files"])
                for x in traced if not x["warmup"])  # fmt: skip
+
+
+def test_quiche_arm_with_bbr_verified_and_traced(prefix: str, tmp_path: Path) -> None:
+    """The issue's cell in small: h2, h3 and h3-quiche under --cc bbr (quic-go keeps
+    CUBIC: it has no BBR); every load verified (protocol, 0-RTT, CC from the server
+    side), quiche's qlog (the newer "quic:" event names) read into transport samples."""
+    names, settings = parse_cli("h2,h3:cc=cubic,h3-quiche")
+    cfg = make_cell(condition=COND, page="100kb", runs=2, warmup=1, arms=names,
+                    arm_settings=settings, cc="bbr")  # fmt: skip
+    r = run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1, traces="light")
+    assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
+    assert {a: (v["cc"], v["protocols"], v["used_0rtt"]) for a, v in r.verified.items()} == {
+        "h2": (["bbr"], ["h2"], 0), "h3": (["cubic"], ["h3"], 2),
+        "h3-quiche": (["bbr"], ["h3"], 2)}  # fmt: skip
+    assert r.verified["h2"]["tls_resumed"] == 2
+    assert set(r.comparisons) == {"h2/h3", "h2/h3-quiche"}
+    store = Store(tmp_path / "r")
+    runs = [x for x in store.runs(r.cell_id, r.attempt) if x["arm"] == "h3-quiche"]
+    store.close()
+    for x in runs:
+        if not x["warmup"]:
+            assert x["detail"]["transport"]["status"] == "ok", x["detail"]["transport"]
+            assert x["detail"]["server"]["stats"], x["detail"]["server"]

@@ -32,6 +32,12 @@ RS = b"\x1e"
 #: packet types -> packet number space (0-RTT and 1-RTT share the application space)
 SPACE = {"initial": "initial", "handshake": "handshake", "0RTT": "app", "1RTT": "app"}
 _HS_DONE = ("handshake_complete", "handshake_confirmed")
+#: the qlog QUIC event schema's newer names (quiche writes draft 12's "quic:" events) for
+#: the ones quic-go writes; the data fields read here are the same in both
+ALIASES = {"quic:packet_sent": "transport:packet_sent",
+           "quic:packet_received": "transport:packet_received",
+           "quic:recovery_metrics_updated": "recovery:metrics_updated",
+           "quic:packet_lost": "recovery:packet_lost"}  # fmt: skip
 _FRACTION = re.compile(r"^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 
 
@@ -167,7 +173,7 @@ def qlog_samples(
     for r in recs[1:]:
         try:
             e = json.loads(r)
-            name, d = e["name"], e["data"]
+            name, d = ALIASES.get(e["name"], e["name"]), e["data"]
             t_ms = round(float(e["time"]) + offset_ms, 3)
         except (ValueError, KeyError, TypeError):
             bad += 1
