@@ -614,7 +614,7 @@ def print_cell(result: Any, cfg: Any) -> None:
                       f"({faster}); Welch p = {c.welch_p:.3g}, {sig} at {c.alpha:g}")  # fmt: skip
         for w in c.warnings:
             out.print(f"[yellow]warning:[/] {w}")
-    for arm, v in result.verified.items():
+    for arm, v in sorted(result.verified.items(), key=lambda kv: list(cfg.arms).index(kv[0])):
         out.print(f"{arm}: {v['valid']}/{v['measured']} loads verified, protocols "
                   f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
                   f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}")  # fmt: skip
