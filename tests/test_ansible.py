@@ -133,7 +133,8 @@ def test_local_playbook_is_idempotent(root: None) -> None:
     build fetches quiche from GitHub and Bazel from Bazel's release site, which this
     machine cannot reach, and takes an hour) plus the ssh lab's sshd. The Go binaries
     are rebuilt on every run; they are reproducible, so the rebuild installs nothing; the
-    quiche server's cargo build is cached and reports nothing new. The same two runs on a fresh Debian root: tests/test_fresh_machine.py.
+    quiche server's cargo build is cached and reports nothing new. The same two runs on
+    a fresh Debian root: tests/test_fresh_machine.py.
     """
     argv = ["-i", "localhost,", "playbooks/local.yml"]  # exactly the Makefile's
     assert f"$(ANSIBLE) {' '.join(argv)}" in (ROOT / "Makefile").read_text()
