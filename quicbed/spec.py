@@ -31,6 +31,8 @@ ArmsField = list[str] | dict[str, ArmSettings | None]
 def _arms_field(v: object) -> object:
     """A list of names, or a mapping name -> settings; a bad setting named on one line
     (pydantic's union would blame the list branch)."""
+    if v is None:  # a scenario without its own arms (as a stored spec writes it)
+        return v
     if isinstance(v, dict):
         out = {}
         for name, settings in v.items():
@@ -169,6 +171,11 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
     cells: list[PlannedCell] = []
     seen: set[str] = set()
     d = spec.defaults
+    try:
+        extra = parse_pairs(spec.statistics.pairs)
+    except QuicbedError as exc:
+        raise QuicbedError(f"{source}: statistics.pairs: {exc}") from None
+    used: set[tuple[str, str]] = set()
     for name, sc in spec.scenarios.items():
         where = f"{source}: scenarios.{name}"
         for page in sc.pages:
@@ -191,13 +198,19 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     arms=names, arm_settings=settings, order=d.order, order_seed=d.order_seed,
                     cc=sc.cc or d.cc, shaper=spec.shaper, load_timeout_s=d.load_timeout_s,
                 )  # fmt: skip
-                pairs(cfg.resolved_arms(), parse_pairs(spec.statistics.pairs))
+                arms = set(cfg.arms)
+                pairs(cfg.resolved_arms(), [p for p in extra if set(p) <= arms])
+                used.update(p for p in extra if set(p) <= arms)
             except QuicbedError as exc:
                 raise QuicbedError(f"{where}: {exc}") from None
             if cfg.cell_id() in seen:
                 continue  # scenarios may overlap; a cell is measured once
             seen.add(cfg.cell_id())
             cells.append(PlannedCell(scenario=name, config=cfg))
+    for a, b in extra:
+        if (a, b) not in used:  # a pair is compared in the cells that have both arms
+            raise QuicbedError(f"{source}: statistics.pairs: pair {a}/{b}: no cell has both "
+                               f"arms (each pair is compared where a cell has both)")  # fmt: skip
     return cells
 
 

@@ -399,7 +399,7 @@ def cases() -> list[Case]:
         "arm-key": (spec(SPEC + "defaults: {arms: {h2: {}, h3: {beta: 0.5}}}\n"), ("beta",)),
         "pair-unknown": (
             spec(SPEC + "statistics: {pairs: [h3/h3-quiche]}\n"),
-            ("pair h3/h3-quiche", "'h3-quiche' is not an arm"),
+            ("pair h3/h3-quiche", "no cell has both arms"),
         ),
         "pair-self": (
             spec(SPEC + "statistics: {pairs: [h3/h3]}\n"),
