@@ -280,8 +280,10 @@ def test_real_explain(real: tuple[Path, str]) -> None:
             assert isinstance(a[c], (int, float)), (arm, c, a[c])
         # 1 MB at 10 Mbit/s: the peak delivery rate is near the link's rate; it is read
         # from ACKs at the sender, which come in batches (QUIC's ack delay is up to 25 ms),
-        # so a window can read up to about a quarter above the rate, not more
-        assert 5 < a["peak_rate_mbit"] < 12.5, a["peak_rate_mbit"]
+        # so a window can read above the rate: up to 27 % seen since quic-go runs real
+        # CUBIC (go/patches). The bound catches unit and clock errors (x8, x1000), not
+        # the estimator's precision
+        assert 5 < a["peak_rate_mbit"] < 14, a["peak_rate_mbit"]
         assert a["delivered_bytes"] > 1_000_000
         assert a["plt_ms"] == pytest.approx(runs[(arm, a["rep"])]["plt_ms"], abs=1e-3)
         rows += _gz_rows(root / runs[(arm, a["rep"])]["detail"]["traces"]["files"]["transport"])

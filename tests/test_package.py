@@ -377,7 +377,7 @@ def test_rerun_a_cell_from_the_package(
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     assert f"cell {cid}: packaged attempt 1 (one.tar.gz) beside this rerun, attempt 2" in cp.stdout
     # (the stdout in full: it names every invalid load and why)
-    assert "(TCP - QUIC) / QUIC: packaged" in cp.stdout and "; rerun " in cp.stdout, cp.stdout
+    assert "(h2 - h3) / h3: packaged" in cp.stdout and "; rerun " in cp.stdout, cp.stdout
     with closing(sqlite3.connect(rerun / DB_NAME)) as con:
         att = con.execute("SELECT attempt, status FROM attempts WHERE cell_id=?", (cid,)).fetchall()
     assert sorted(att) == [(1, "done"), (2, "done")]
