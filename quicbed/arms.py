@@ -77,9 +77,10 @@ def resolve(names: tuple[str, ...], settings: dict[str, ArmSettings], default_cc
     """The arms of a cell in order, each checked against its stack; errors name the value."""
     from quicbed.servers import get_stack
 
-    for extra in sorted(set(settings) - set(names)):
-        raise QuicbedError(f"settings for arm {extra!r}, which is not one of the cell's arms "
-                           f"({', '.join(names)})")  # fmt: skip
+    extra = sorted(set(settings) - set(names))
+    if extra:
+        raise QuicbedError(f"settings for arm {extra[0]!r}, which is not one of the cell's "
+                           f"arms ({', '.join(names)})")  # fmt: skip
     out: list[Arm] = []
     quic_ports = iter(QUIC_PORTS)
     for name in names:

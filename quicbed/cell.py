@@ -257,10 +257,9 @@ class _Job:
             servers = servers_for(cfg, tb, spec)
             extra = {a: self._browser_traces(a) for a in cfg.arms}
             for a, srv in servers.items():
-                if getattr(srv, "wants_client_netlog", False):
-                    # a stack whose evidence is the browser's NetLog (quicbed.servers.gquiche)
+                if srv.wants_client_netlog:
                     extra[a].setdefault("net_log", tb.workdir("client") / f"netlog-{a}.json")
-                    srv.client_netlog = extra[a]["net_log"]  # type: ignore[attr-defined]
+                    srv.client_netlog = extra[a]["net_log"]
             for s in servers.values():
                 s.start()
             for a in cfg.resolved_arms():

@@ -98,9 +98,6 @@ class CellConfig(BaseModel):
     def resolved_arms(self) -> list[Arm]:
         return resolve(self.arms, self.arm_settings, self.cc)
 
-    def arm(self, name: str) -> Arm:
-        return next(a for a in self.resolved_arms() if a.name == name)
-
     def tcp_cc(self) -> str:
         """The hosts' TCP congestion control: the TCP arm's, else the cell's CC where the
         kernel has it by that name, else cubic (a QUIC-only cell's iperf3 receipt)."""

@@ -35,7 +35,6 @@ Format history (``MANIFEST.json`` ``format``; a newer one is refused by name):
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -53,7 +52,7 @@ from typing import Any
 
 from quicbed import __version__, provenance
 from quicbed.errors import QuicbedError
-from quicbed.paths import REPO_ROOT
+from quicbed.paths import REPO_ROOT, sha256_file
 from quicbed.secretscan import KEYLOG_RULES, Finding, scan_tree, user_needles
 from quicbed.store import DB_NAME, Store
 from quicbed.sweep import SWEEP_FILE, is_running
@@ -85,14 +84,6 @@ class PackageResult:
     files: int
     counts: dict[str, int]
     notes: list[str] = field(default_factory=list)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _stem(dest: Path) -> str:

@@ -1,7 +1,8 @@
-"""Where quicbed finds its own built programs and data."""
+"""Where quicbed finds its own built programs and data, and what a file's bytes hash to."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -31,3 +32,12 @@ def check_folder_target(path: Path, option: str) -> None:
             if not p.is_dir():
                 raise QuicbedError(f"{option}: {p} is a file, not a folder")
             return
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB chunks (packages, traces, archives)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

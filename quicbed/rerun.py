@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.package import SUFFIX, check_files, open_package, sha256_file
-from quicbed.paths import check_folder_target
+from quicbed.package import SUFFIX, check_files, open_package
+from quicbed.paths import check_folder_target, sha256_file
 from quicbed.stats import summarize
 from quicbed.store import Store
 from quicbed.sweep import CHECKED_SOFTWARE

@@ -17,11 +17,12 @@ import pytest
 from quicbed.cell import run_cell
 from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
+from quicbed.paths import sha256_file
 from quicbed.store import Store
 from quicbed.testbed.base import ROLES
 from quicbed.testbed.ssh import Node, SshTestbed
 from quicbed.traces import tcp
-from quicbed.traces.base import TraceContext, read_samples, sha256
+from quicbed.traces.base import TraceContext, read_samples
 from quicbed.traces.facts import KEYS, derive
 from quicbed.traces.qlog import qlog_samples, validate_qlog, wall_clock_s
 from quicbed.traces.tcp import TcpTracer, client_ports_in, parse_probe_lines, tracefs_problem
@@ -288,7 +289,7 @@ def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
             p = out / rel
             assert p.exists(), rel
             assert manifest["files"][name] == {"path": rel, "bytes": p.stat().st_size,
-                                               "sha256": sha256(p)}  # fmt: skip
+                                               "sha256": sha256_file(p)}  # fmt: skip
         samples = read_samples(out / tr["files"]["transport"])
         pts = [s for s in samples if s["event"] == "sample"]
         assert set(facts) == set(KEYS) and facts["status"] == "ok", facts

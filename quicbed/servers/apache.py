@@ -140,11 +140,9 @@ class ApacheServer(WebServer):
             facts["cubic_beta_kernel"] = int(got["current"])
         return facts
 
-    def evidence(self, facts: dict[str, Any]) -> list[str]:
-        """The CC as the base checks it; CUBIC's beta in the kernel's own 1/1024 units."""
-        reasons = super().evidence({k: v for k, v in facts.items() if k != "cubic_beta"}
-                                   | {"cubic_beta": None})  # fmt: skip
-        reasons = [r for r in reasons if "cubic_beta" not in r]
+    def param_evidence(self, facts: dict[str, Any]) -> list[str]:
+        """CUBIC's beta in the kernel's own 1/1024 units, as read from the host."""
+        reasons = []
         if "cubic_beta" in self.arm.params:
             want = int(hostparam.beta_to_kernel(self.arm.params["cubic_beta"]))
             got = facts.get("cubic_beta_kernel")

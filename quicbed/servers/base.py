@@ -44,11 +44,16 @@ class WebServer(ABC):
     params: tuple[str, ...] = ()
     #: False: the stack only runs on testbed nodes (its server is not built locally)
     local: bool = True
+    #: True: the load's evidence is the arm's browser NetLog (quicbed.servers.gquiche):
+    #: the runner gives the browser one and sets ``client_netlog`` before ``start``
+    wants_client_netlog: bool = False
 
     def __init__(self, tb: Testbed, spec: ServeSpec, arm: Arm) -> None:
         self.tb = tb
         self.spec = spec
         self.arm = arm
+        #: the arm's Chromium NetLog on the client, where ``wants_client_netlog``
+        self.client_netlog: RPath | None = None
         self.process: Process | None = None
         self._offset = 0
 
@@ -152,6 +157,11 @@ class WebServer(ABC):
         elif seen != [self.arm.cc]:
             reasons.append(f"the server's connections ran {','.join(seen) or 'nothing'}, "
                            f"not {self.arm.cc}")  # fmt: skip
+        return reasons + self.param_evidence(facts)
+
+    def param_evidence(self, facts: dict[str, Any]) -> list[str]:
+        """The arm's parameters (cubic_n, ...) against the values the log read back."""
+        reasons = []
         for key, want in self.arm.params.items():
             got = facts.get(key)
             if got is None or any(abs(float(v) - float(want)) > 1e-6 for v in got):

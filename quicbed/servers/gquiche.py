@@ -350,8 +350,6 @@ class GoogleQuicheServer(WebServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: the arm's Chromium NetLog on the client (set by the runner before start)
-        self.client_netlog: RPath | None = None
         self._netlog_offset = 0
         self._constants_line: str | None = None
         self._codes: list[int] = []

@@ -59,7 +59,20 @@ def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str,
     return facts
 
 
-class QuicGoServer(WebServer):
+class OwnH3Server(WebServer):
+    """A quicbed HTTP/3 server (quic-go's here, quiche's in rust/): one log schema, so one
+    reading of a load's facts and of the start record."""
+
+    def load_facts(self, lines: list[str]) -> dict[str, Any]:
+        return quic_load_facts(lines, self.params)
+
+    def version(self) -> dict[str, Any]:
+        lines = self.tb.read_text("server", self.log).splitlines()
+        start = [e for e in json_events(lines) if e.get("event") == "start"]
+        return {"server": self.name, "start": start[-1] if start else None}
+
+
+class QuicGoServer(OwnH3Server):
     name = "quic-go"
     protocol = "h3"
     transport = "udp"
@@ -89,11 +102,3 @@ class QuicGoServer(WebServer):
               else []),
             *(["-qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
         ]  # fmt: skip
-
-    def load_facts(self, lines: list[str]) -> dict[str, Any]:
-        return quic_load_facts(lines, self.params)
-
-    def version(self) -> dict[str, Any]:
-        lines = self.tb.read_text("server", self.log).splitlines()
-        start = [e for e in json_events(lines) if e.get("event") == "start"]
-        return {"server": self.name, "start": start[-1] if start else None}

@@ -18,17 +18,14 @@ quiche's CUBIC has no N.
 
 from __future__ import annotations
 
-from typing import Any
-
-from quicbed.servers.base import WebServer
-from quicbed.servers.quic_go import json_events, quic_load_facts
+from quicbed.servers.quic_go import OwnH3Server
 
 #: quiche 0.30.0's names (src/recovery/mod.rs), default first; the binary refuses any
 #: other with exit status 2, naming it
 SUPPORTED_CC = ("cubic", "reno", "bbr", "bbr2", "bbr2_gcongestion")
 
 
-class QuicheServer(WebServer):
+class QuicheServer(OwnH3Server):
     name = "quiche"
     protocol = "h3"
     transport = "udp"
@@ -49,14 +46,3 @@ class QuicheServer(WebServer):
             "--cc", a.cc,
             *(["--qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
         ]  # fmt: skip
-
-    def load_facts(self, lines: list[str]) -> dict[str, Any]:
-        """QuicGoServer's keys; ``cc`` from the ``conn`` lines, ``stats`` (quiche's
-        counters) from ``conn_close`` lines, which a connection the browser keeps open
-        writes only when it closes (at the latest when the server stops)."""
-        return quic_load_facts(lines, self.params)
-
-    def version(self) -> dict[str, Any]:
-        lines = self.tb.read_text("server", self.log).splitlines()
-        start = [e for e in json_events(lines) if e.get("event") == "start"]
-        return {"server": self.name, "start": start[-1] if start else None}

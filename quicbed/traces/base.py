@@ -46,7 +46,6 @@ missing; ``detail["transport"]`` holds the derived facts (quicbed.traces.facts).
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
@@ -55,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.errors import QuicbedError
+from quicbed.paths import sha256_file
 from quicbed.testbed.base import RPath, Testbed
 
 LEVELS = ("none", "light", "full")
@@ -219,14 +219,6 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class TraceSet:
     """The tracers of one level over one cell; what the cell runner talks to."""
 
@@ -305,7 +297,7 @@ class TraceSet:
             if p.exists():
                 size = p.stat().st_size
                 total += size
-                manifest[name] = {"path": rel, "bytes": size, "sha256": sha256(p)}
+                manifest[name] = {"path": rel, "bytes": size, "sha256": sha256_file(p)}
         if total > MAX_LOAD_BYTES:
             trace.notes.append(f"trace files of this load total {total} bytes, over the cap "
                                f"of {MAX_LOAD_BYTES}")  # fmt: skip
