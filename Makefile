@@ -16,6 +16,10 @@ ANSIBLE   := $(VENV)/bin/ansible-playbook
 QUICGO    := build/quic-go-patched
 GOMODFILE := -modfile=$(CURDIR)/$(QUICGO)/quicbed.mod
 QUICGO_TESTED := github.com/quic-go/quic-go/internal/congestion github.com/quic-go/quic-go/internal/ackhandler
+# The gQUIC server is a Go module of its own (go/gquic/README.md: quic-go v0.10.2
+# keeps its own dependencies); it takes no patch and no -modfile. go/'s gofmt -l .
+# covers its files too.
+GQUIC     := go/gquic
 
 .PHONY: setup venv provision quic-go build test lint unit demo bench clean
 
@@ -39,14 +43,17 @@ quic-go:
 
 build: quic-go
 	cd go && $(GO) build $(GOMODFILE) -o ../build/bin/ ./cmd/...
+	cd $(GQUIC) && $(GO) build -o $(CURDIR)/build/bin/ ./cmd/...
 
 lint: venv quic-go
 	$(VENV)/bin/ruff check quicbed tests benchmarks profile.py
 	$(VENV)/bin/ruff format --check quicbed tests benchmarks profile.py
 	cd go && test -z "$$(gofmt -l .)" && $(GO) vet $(GOMODFILE) ./... github.com/quic-go/quic-go $(QUICGO_TESTED)
+	cd $(GQUIC) && $(GO) vet ./...
 
 test: setup lint
 	cd go && $(GO) test $(GOMODFILE) ./... $(QUICGO_TESTED)
+	cd $(GQUIC) && $(GO) test ./...
 	$(VENV)/bin/pytest -q
 
 # The main job: the demo sweep on the local testbed, then its report.
