@@ -3,7 +3,10 @@
 // on request, one JSON command per stdin line, one JSON result per stdout line:
 //
 //   {"cmd": "load", "url": "https://quicbed.test/5kb/", "fresh_context": false, "timeout_ms": 60000}
-//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "context": "...", "started_at": ms}
+//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "context": "...", "started_at": ms,
+//       "clearing": {"cache": "chrome.benchmarking.clearCache", ...}}
+//
+//   node load.js PORT [--fallbacks]
 //
 // fresh_context=false (0-RTT mode): every load runs in ONE tab of one browser
 // context, kept for the whole arm, so Chromium keeps the server's session ticket
@@ -11,26 +14,188 @@
 // cleared and all connections closed (chrome.benchmarking, --enable-net-benchmarking).
 // fresh_context=true (1-RTT mode): a new browser context per load, disposed after.
 // The HAR is built from the CDP events with chrome-har-capturer's fromLog.
+//
+// "clearing" says, per step, what cleared it before the load: the chrome.benchmarking
+// function, a fallback (below), or null with the reason in "clearing_skipped".
+// Without --fallbacks (the current Chromium) every chrome.benchmarking step is
+// required: a missing one fails the load, as it always did. With --fallbacks
+// (Chromium 72's headless shell, quicbed's gQUIC client, which has no chrome.* at
+// all: chrome.benchmarking is Chrome's, not the headless shell's):
+//   cache        Network.clearBrowserCache (CDP; it runs on every load anyway)
+//   host_cache   skipped: no way to reach it; the test host is mapped to an IP
+//                literal by --host-resolver-rules, which never goes through it
+//   predictor    skipped: the headless shell has no predictor (Chrome's
+//                chrome/browser/net is not in it), so there is nothing to clear
+//   connections  the browser's own sockets (its process tree's, non-loopback) are
+//                destroyed by the kernel (ss -K, CONFIG_INET_DIAG_DESTROY): an abort,
+//                not the graceful close closeConnections does; the TLS session
+//                cache and QUIC server configs stay, as with closeConnections. If no
+//                socket can be destroyed the load fails naming why (a load on a
+//                reused connection must never look like a measured one).
 
 const readline = require('readline');
+const fs = require('fs');
+const {execFileSync} = require('child_process');
 const CDP = require('chrome-remote-interface');
 const CHC = require('chrome-har-capturer');
 
 const port = parseInt(process.argv[2], 10);
+const FALLBACKS = process.argv.slice(3).includes('--fallbacks');
 // after onLoad and every request's loadingFinished: a margin for the last CDP events
 // (it was 100 ms; 20 ms left every HAR complete, and it runs after every load)
 const SETTLE_MS = 20;
+// how long Chromium gets to drop the destroyed sockets (it closes them on the error)
+const DROP_WAIT_MS = 1000;
 
+// clearing steps, in the order they run: [step, chrome.benchmarking function]
+const STEPS = [['cache', 'clearCache'], ['host_cache', 'clearHostResolverCache'],
+    ['predictor', 'clearPredictorCache'], ['connections', 'closeConnections']];
+
+// runs every chrome.benchmarking function there is (awaited: a synchronous one
+// returns undefined, which await takes as well) and says which ran
 const CLEAR = `(async () => {
-  const b = chrome.benchmarking;
-  await b.clearCache();
-  await b.clearHostResolverCache();
-  await b.clearPredictorCache();
-  await b.closeConnections();
-  return true;
+  const b = (typeof chrome === 'object' && chrome && chrome.benchmarking) || {};
+  const ran = [];
+  for (const fn of ${JSON.stringify(STEPS.map((s) => s[1]))}) {
+    if (typeof b[fn] === 'function') { await b[fn](); ran.push(fn); }
+  }
+  return ran;
 })()`;
 
+const SKIPPED = {
+    host_cache: 'no chrome.benchmarking in this browser; the test host is mapped to an IP literal ' +
+        '(--host-resolver-rules), which is resolved without the host cache',
+    predictor: 'no chrome.benchmarking in this browser; its headless shell has no predictor',
+};
+
 const NAV = `JSON.stringify(performance.getEntriesByType('navigation')[0] || null)`;
+
+// --- closing the browser's connections from outside (the fallback) --------------------
+function sh(argv) {
+    return execFileSync(argv[0], argv.slice(1), {encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe']});
+}
+
+let browserPids = null;  // the browser's process tree, found once
+
+function findBrowserPids() {
+    // the process listening on the DevTools port is the browser; its tree holds the
+    // network stack (in-process or a network service child)
+    const out = sh(['ss', '-Hltnp', `sport = :${port}`]);
+    const m = out.match(/pid=(\d+)/);
+    if (!m) throw new Error(`no process listens on the DevTools port ${port} (ss -ltnp)`);
+    const root = parseInt(m[1], 10);
+    const children = new Map();
+    for (const d of fs.readdirSync('/proc')) {
+        if (!/^\d+$/.test(d)) continue;
+        let stat;
+        try { stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8'); } catch (e) { continue; }
+        const ppid = parseInt(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1], 10);
+        if (!children.has(ppid)) children.set(ppid, []);
+        children.get(ppid).push(parseInt(d, 10));
+    }
+    const pids = new Set([root]);
+    const todo = [root];
+    while (todo.length) for (const c of children.get(todo.pop()) || []) { if (!pids.has(c)) { pids.add(c); todo.push(c); } }
+    return pids;
+}
+
+function splitHostPort(s) {
+    const i = s.lastIndexOf(':');
+    return [s.slice(0, i).replace(/^\[|\]$/g, ''), s.slice(i + 1)];
+}
+
+function loopbackOrUnset(addr) {
+    return addr === '*' || addr.startsWith('127.') || addr === '::1' || addr === '0.0.0.0' || addr === '::' ||
+        addr.startsWith('::ffff:127.');
+}
+
+// the browser tree's connected TCP and UDP sockets to anything but loopback
+function browserSockets() {
+    // refresh the tree each time: a network service or renderer may have started since
+    browserPids = findBrowserPids();
+    const out = sh(['ss', '-Htunape']);
+    const socks = [];
+    for (const line of out.split('\n')) {
+        const f = line.trim().split(/\s+/);
+        if (f.length < 6 || f[1] === 'LISTEN' || f[1] === 'UNCONN') continue;
+        const pids = [...line.matchAll(/pid=(\d+)/g)].map((x) => parseInt(x[1], 10));
+        if (!pids.some((p) => browserPids.has(p))) continue;
+        const [laddr, lport] = splitHostPort(f[4]);
+        const [paddr, pport] = splitHostPort(f[5]);
+        if (loopbackOrUnset(paddr) || pport === '*') continue;
+        const ino = (line.match(/ino:(\d+)/) || [])[1];
+        socks.push({proto: f[0], state: f[1], local: `${laddr}:${lport}`, peer: `${paddr}:${pport}`,
+            lport, pport, ino, pids: pids.filter((p) => browserPids.has(p))});
+    }
+    return socks;
+}
+
+function heldInodes(pids) {
+    const held = new Set();
+    for (const pid of pids) {
+        let fds = [];
+        try { fds = fs.readdirSync(`/proc/${pid}/fd`); } catch (e) { continue; }
+        for (const fd of fds) {
+            try {
+                const m = fs.readlinkSync(`/proc/${pid}/fd/${fd}`).match(/^socket:\[(\d+)\]$/);
+                if (m) held.add(m[1]);
+            } catch (e) { /* closed meanwhile */ }
+        }
+    }
+    return held;
+}
+
+async function destroyConnections() {
+    const socks = browserSockets();
+    for (const s of socks) {
+        const flag = s.proto === 'udp' ? '-u' : '-t';
+        sh(['ss', '-HK', flag, 'state', 'all', `( sport = :${s.lport} and dport = :${s.pport} )`]);
+    }
+    const left = browserSockets().filter((s) => socks.some((k) => k.ino === s.ino));
+    if (left.length) {
+        throw new Error(`could not close the browser's connections before the load: ss -K left ` +
+            `${left.map((s) => `${s.proto} ${s.local} -> ${s.peer}`).join(', ')} (kernel without ` +
+            'CONFIG_INET_DIAG_DESTROY?)');
+    }
+    // wait until Chromium has seen the errors and dropped the sockets, so the load
+    // does not find a dead connection in its pool
+    const until = Date.now() + DROP_WAIT_MS;
+    const pids = [...browserPids];
+    const inos = new Set(socks.map((s) => s.ino));
+    let held = [...heldInodes(pids)].filter((i) => inos.has(i));
+    while (held.length && Date.now() < until) {
+        await new Promise((r) => setTimeout(r, 5));
+        held = [...heldInodes(pids)].filter((i) => inos.has(i));
+    }
+    return {destroyed: socks.map((s) => `${s.proto} ${s.local} -> ${s.peer}`), still_held: held.length};
+}
+
+async function clearBeforeLoad(client) {
+    const cleared = await client.Runtime.evaluate({expression: CLEAR, awaitPromise: true, returnByValue: true});
+    if (cleared.exceptionDetails) throw new Error(`clearing failed: ${cleared.exceptionDetails.text}`);
+    const ran = cleared.result.value || [];
+    const clearing = {};
+    const skipped = {};
+    let closed = null;
+    for (const [step, fn] of STEPS) {
+        if (ran.includes(fn)) {
+            clearing[step] = `chrome.benchmarking.${fn}`;
+            continue;
+        }
+        if (!FALLBACKS) throw new Error(`chrome.benchmarking.${fn} unavailable (--enable-net-benchmarking?)`);
+        if (step === 'cache') {
+            clearing[step] = 'Network.clearBrowserCache';
+        } else if (step === 'connections') {
+            closed = await destroyConnections();
+            clearing[step] = 'ss -K (the browser\'s sockets destroyed by the kernel)';
+        } else {
+            clearing[step] = null;
+            skipped[step] = SKIPPED[step];
+        }
+    }
+    await client.Network.clearBrowserCache();
+    return {clearing, skipped, closed};
+}
 
 let browser;      // browser-level CDP client
 let kept = null;  // {client, targetId, contextId} of the 0-RTT tab
@@ -60,6 +225,14 @@ function withTimeout(promise, ms, what) {
     return Promise.race([promise, t]).finally(() => clearTimeout(timer));
 }
 
+// the clearing record of a load; the fallback's details only when it ran
+function report(cleared) {
+    const out = {clearing: cleared.clearing};
+    if (Object.keys(cleared.skipped).length) out.clearing_skipped = cleared.skipped;
+    if (cleared.closed) out.connections_destroyed = cleared.closed;
+    return out;
+}
+
 async function load(cmd) {
     const started_at = Date.now();
     let tab;
@@ -79,12 +252,11 @@ async function load(cmd) {
         if (method === 'Network.loadingFinished' || method === 'Network.loadingFailed') pending.delete(params.requestId);
     };
     const off = [];
+    let cleared = {clearing: null, skipped: {}, closed: null};
     try {
         // a clean slate: no cached body, no resolver entry, no idle connection
         await client.Page.navigate({url: 'about:blank'});
-        const cleared = await client.Runtime.evaluate({expression: CLEAR, awaitPromise: true, returnByValue: true});
-        if (cleared.exceptionDetails) throw new Error('chrome.benchmarking unavailable (--enable-net-benchmarking?)');
-        await client.Network.clearBrowserCache();
+        cleared = await clearBeforeLoad(client);
         for (const m of ['Network.requestWillBeSent', 'Network.requestWillBeSentExtraInfo', 'Network.responseReceived',
             'Network.responseReceivedExtraInfo', 'Network.dataReceived', 'Network.loadingFinished',
             'Network.loadingFailed', 'Page.domContentEventFired', 'Page.loadEventFired']) {
@@ -100,12 +272,12 @@ async function load(cmd) {
         const navTiming = await client.Runtime.evaluate({expression: NAV, returnByValue: true});
         const har = await CHC.fromLog(cmd.url, events);
         return {ok: true, error: null, har, nav: JSON.parse(navTiming.result.value || 'null'),
-            context: tab.contextId || 'default', target: tab.targetId, started_at};
+            context: tab.contextId || 'default', target: tab.targetId, started_at, ...report(cleared)};
     } catch (e) {
         let har = null;
         try { har = await CHC.fromLog(cmd.url, events); } catch (e2) { /* incomplete log */ }
         return {ok: false, error: String(e.message || e), har, nav: null,
-            context: tab.contextId || 'default', target: tab.targetId, started_at};
+            context: tab.contextId || 'default', target: tab.targetId, started_at, ...report(cleared)};
     } finally {
         for (const o of off) { if (typeof o === 'function') o(); }
         if (cmd.fresh_context) await closeTab(tab);

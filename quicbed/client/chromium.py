@@ -7,6 +7,19 @@ The command line is the reference study's, with what it missed:
   switches, so Chromium contacts nothing but the test server;
 - QUIC forced for the test origin on the h3 arm, QUIC off on the h2 arm;
 - the leaf certificate trusted by SPKI pin, nothing else relaxed.
+
+Two clients (``BrowserSpec.client``):
+
+- ``chromium``: the current Chromium (Debian's, or Chrome for Testing), h2 and h3;
+- ``chromium72``: the headless shell of Chromium 72.0.3617.0, quicbed's gQUIC client
+  (roles/chromium_client_gquic): h2 and gQUIC Q039/Q043/Q044, no IETF QUIC. It has
+  no ``chrome.*`` (so no chrome.benchmarking: the driver runs with ``--fallbacks``
+  and reports which clearing steps ran), writes no NetLog, reads no Preferences
+  (it has no predictor to turn off), and ignores the SPKI pin for QUIC: the test CA
+  goes into its own NSS database, under a throwaway HOME inside the arm's profile
+  (Chromium on Linux reads ``$HOME/.pki/nssdb``), which ``stop`` removes with the
+  profile. It has unpatched vulnerabilities: it only ever loads quicbed's own test
+  pages (everything else resolves to NOTFOUND).
 """
 
 from __future__ import annotations
@@ -24,6 +37,15 @@ from quicbed.errors import QuicbedError
 from quicbed.testbed.base import Process, RPath, Testbed
 
 CHROMIUM = "chromium"
+#: Chromium 72's headless shell as roles/chromium_client_gquic links it on PATH
+CHROMIUM72 = "chromium72"
+#: what the driver's hello must name for ``chromium72`` (the role's pinned build)
+CHROMIUM72_BUILD = "HeadlessChrome/72.0.3617.0"
+CLIENTS = ("chromium", "chromium72")
+#: gQUIC versions Chromium 72 offers that quicbed's gQUIC arm may ask for
+GQUIC_VERSIONS = ("Q039", "Q043", "Q044")
+#: the certificate nickname of the test CA in a chromium72 browser's NSS database
+CA_NICKNAME = "quicbed test CA"
 
 #: switches that keep Chromium from calling home on a closed network
 QUIET = [
@@ -48,6 +70,12 @@ QUIET = [
 ]
 
 
+#: Chromium 72 has no ``--headless=new`` (that mode came with 109): its headless
+#: shell is the old headless; the other switches are the same (those it does not
+#: know it ignores, none breaks it)
+QUIET72 = ["--headless", *QUIET[1:]]
+
+
 @dataclass
 class BrowserSpec:
     arm: str  # the arm's name: its profile and logs are named after it
@@ -56,17 +84,69 @@ class BrowserSpec:
     spki_pin: str
     user_data_dir: RPath  # on the client's machine
     port: int = 443
-    protocol: str = "h2"  # h2 | h3: what the browser is made to speak
+    #: h2 | h3 | gquic: what the browser is made to speak (gquic: chromium72 only)
+    protocol: str = "h2"
     net_log: RPath | None = None
     #: TLS key log (NSS key log format; Chromium writes QUIC's secrets there too)
     ssl_key_log: RPath | None = None
+    #: chromium (the current Chromium) | chromium72 (the gQUIC client)
+    client: str = "chromium"
+    #: gquic only: Q039, Q043 or Q044 (forced with --quic-version=QUIC_VERSION_39 etc.)
+    quic_version: str | None = None
+    #: the test CA on the client's machine; chromium72 needs it (imported into its
+    #: own NSS database); the current Chromium trusts the leaf by SPKI pin instead
+    ca_cert: RPath | None = None
+
+    @property
+    def home(self) -> RPath:
+        """chromium72's throwaway HOME, inside the profile (holds ``.pki/nssdb``)."""
+        return self.user_data_dir / "home"
+
+    @property
+    def nss_db(self) -> RPath:
+        return self.home / ".pki" / "nssdb"
+
+
+def check_spec(spec: BrowserSpec) -> None:
+    """Refuse a client/protocol/version combination the browser cannot honour,
+    naming the value, before anything starts."""
+    a = spec.arm
+    if spec.client not in CLIENTS:
+        raise QuicbedError(f"arm {a}: unknown client {spec.client!r} (chromium or chromium72)")
+    if spec.protocol not in ("h2", "h3", "gquic"):
+        raise QuicbedError(f"arm {a}: unknown protocol {spec.protocol!r} (h2, h3 or gquic)")
+    if spec.client == "chromium72" and spec.protocol == "h3":
+        raise QuicbedError(f"arm {a}: protocol 'h3' with client 'chromium72': Chromium 72 has "
+                           f"no IETF QUIC v1 (it speaks gQUIC: protocol gquic)")  # fmt: skip
+    if spec.client == "chromium" and spec.protocol == "gquic":
+        raise QuicbedError(f"arm {a}: protocol 'gquic' with client 'chromium': the current "
+                           f"Chromium has no gQUIC (use client chromium72)")  # fmt: skip
+    if spec.protocol == "gquic":
+        if spec.quic_version is None:
+            raise QuicbedError(f"arm {a}: protocol 'gquic' needs a quic_version "
+                               f"({', '.join(GQUIC_VERSIONS)})")  # fmt: skip
+        if spec.quic_version not in GQUIC_VERSIONS:
+            raise QuicbedError(f"arm {a}: unknown quic_version {spec.quic_version!r} "
+                               f"(Chromium 72's gQUIC: {', '.join(GQUIC_VERSIONS)})")  # fmt: skip
+    elif spec.quic_version is not None:
+        raise QuicbedError(f"arm {a}: quic_version {spec.quic_version!r} is for protocol "
+                           f"gquic, not {spec.protocol!r}")  # fmt: skip
+    if spec.client == "chromium72":
+        if spec.ca_cert is None:
+            raise QuicbedError(f"arm {a}: client 'chromium72' needs ca_cert (it trusts the test "
+                               f"CA from its own NSS database; it ignores the SPKI pin for "
+                               f"QUIC)")  # fmt: skip
+        if spec.net_log is not None:
+            raise QuicbedError(f"arm {a}: net_log {str(spec.net_log)!r} with client "
+                               f"'chromium72': Chromium 72's headless shell writes no "
+                               f"NetLog")  # fmt: skip
 
 
 def command_line(spec: BrowserSpec) -> list[str]:
     """The full Chromium argv for one arm (stored with the results)."""
-    if spec.protocol not in ("h2", "h3"):
-        raise QuicbedError(f"arm {spec.arm}: unknown protocol {spec.protocol!r} (h2 or h3)")
-    argv = [CHROMIUM, *QUIET,
+    check_spec(spec)
+    old = spec.client == "chromium72"
+    argv = [CHROMIUM72 if old else CHROMIUM, *(QUIET72 if old else QUIET),
             f"--user-data-dir={spec.user_data_dir}",
             "--remote-debugging-port=0",
             f"--host-resolver-rules=MAP {spec.host} {spec.server_ip}, MAP * ~NOTFOUND",
@@ -74,6 +154,10 @@ def command_line(spec: BrowserSpec) -> list[str]:
             "--enable-net-benchmarking"]  # fmt: skip
     if spec.protocol == "h3":
         argv += ["--enable-quic", f"--origin-to-force-quic-on={spec.host}:{spec.port}"]
+    elif spec.protocol == "gquic":
+        assert spec.quic_version is not None  # check_spec
+        argv += ["--enable-quic", f"--origin-to-force-quic-on={spec.host}:{spec.port}",
+                 f"--quic-version=QUIC_VERSION_{spec.quic_version[1:]}"]  # fmt: skip
     else:
         argv += ["--disable-quic"]
     if spec.net_log:
@@ -89,6 +173,24 @@ def seed_profile(tb: Testbed, user_data_dir: RPath) -> None:
     tb.remove("client", user_data_dir)
     prefs = {"net": {"network_prediction_options": 2}}
     tb.write_text("client", user_data_dir / "Default" / "Preferences", json.dumps(prefs))
+
+
+def seed_nss_db(tb: Testbed, spec: BrowserSpec) -> None:
+    """chromium72's own NSS database (``spec.nss_db``, under its throwaway HOME) with
+    the test CA trusted for TLS servers, and nothing else. Call after ``seed_profile``
+    (which empties the profile the HOME lives in)."""
+    assert spec.ca_cert is not None  # check_spec
+    db = f"sql:{spec.nss_db}"
+    tb.mkdir("client", spec.nss_db)
+    for argv in (["certutil", "-N", "-d", db, "--empty-password"],
+                 ["certutil", "-A", "-d", db, "-n", CA_NICKNAME, "-t", "C,,",
+                  "-i", str(spec.ca_cert)]):  # fmt: skip
+        cp = tb.exec("client", argv, check=False)
+        if cp.returncode != 0:
+            why = (cp.stderr or cp.stdout).strip()[:300]
+            raise QuicbedError(f"arm {spec.arm}: {' '.join(argv[:2])} failed on "
+                               f"{tb.name('client')}: {why} (is libnss3-tools installed? "
+                               f"roles/chromium_client_gquic)")  # fmt: skip
 
 
 class Browser:
@@ -117,12 +219,16 @@ class Browser:
         """Start Chromium (returns at once; ``connect`` waits for it). Several browsers
         launched before any is connected start side by side."""
         tb = self.tb
+        argv = command_line(self.spec)  # refuses a bad spec before anything is made
         seed_profile(tb, self.spec.user_data_dir)
+        env = None
+        if self.spec.client == "chromium72":
+            seed_nss_db(tb, self.spec)
+            env = {"HOME": str(self.spec.home)}
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        argv = command_line(self.spec)
         (self.log_dir / f"chromium-{self.spec.arm}.argv.json").write_text(json.dumps(argv))
         self._log = tb.outbox("client", self.log_dir) / f"chromium-{self.spec.arm}.log"
-        self.chrome = tb.spawn("client", argv, log=self._log)
+        self.chrome = tb.spawn("client", argv, log=self._log, env=env)
 
     def connect(self, timeout: float = 30) -> None:
         """Wait for Chromium's DevTools port, then start the page-load driver on it."""
@@ -139,8 +245,10 @@ class Browser:
             time.sleep(0.02)
         port = int(text.split()[0])
         load_js = tb.repo_dir("client") / "client" / "load.js"
+        # chromium72 has no chrome.benchmarking: the driver falls back and says so per load
+        fallbacks = ["--fallbacks"] if self.spec.client == "chromium72" else []
         self.driver = subprocess.Popen(
-            tb.argv("client", ["node", str(load_js), str(port)]),
+            tb.argv("client", ["node", str(load_js), str(port), *fallbacks]),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=open(self.log_dir / f"driver-{self.spec.arm}.log", "ab"),  # noqa: SIM115
             text=True, bufsize=1, preexec_fn=proc._die_with_parent,
@@ -153,6 +261,11 @@ class Browser:
             self.stop()
             raise QuicbedError(f"page-load driver failed: {hello.get('error')}")
         self.version = hello.get("browser", "")
+        if self.spec.client == "chromium72" and self.version != CHROMIUM72_BUILD:
+            self.stop()
+            raise QuicbedError(f"arm {self.spec.arm}: {CHROMIUM72} on {self.tb.name('client')} "
+                               f"is {self.version!r}, not {CHROMIUM72_BUILD} "
+                               f"(roles/chromium_client_gquic)")  # fmt: skip
 
     def _read(self, timeout: float) -> dict[str, Any]:
         assert self.driver and self.driver.stdout
@@ -192,3 +305,6 @@ class Browser:
         if self.chrome is not None:
             self.chrome.stop(timeout=10)
             self.chrome = None
+            if self.spec.client == "chromium72":
+                # the old browser's profile, HOME and NSS database go with it
+                self.tb.remove("client", self.spec.user_data_dir)
