@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -636,25 +636,48 @@ def run_cmd(
         str | None,
         typer.Option("--testbed", help="local or ssh; default: the spec's (ssh with --hosts)."),
     ] = None,
-    hosts: HostsOpt = None,
+    hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--hosts",
+            help="ssh testbed: an inventory or the portal's manifest; "
+            "give it once per testbed to spread the sweep over several.",
+        ),
+    ] = None,
     ssh_user: SshUserOpt = None,
     ssh_key: SshKeyOpt = None,
     keep_testbed: KeepOpt = False,
     traces: TracesOpt = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            help="Run only shard i of K (i/K), e.g. 1/2; merge the "
+            "shards' folders with `quicbed merge`.",
+        ),
+    ] = None,
 ) -> None:
     """Run every cell of a sweep spec into one results folder; resumable after any stop.
 
     Where: the local testbed (namespaces here, as root), or the ssh testbed of the
     hosts --hosts names (an inventory, or the portal's manifest). --testbed overrides
     the spec's ``testbed``; --hosts alone means ssh. The stored spec says which ran.
+    Several --hosts: the cells are spread over those testbeds, one cell at a time on
+    each; a testbed that fails is taken out and its cells go to the others.
+    --shard i/K: only the i-th of K parts of the plan (the same split on any machine).
     """
     from pathlib import Path
 
     from quicbed.link.shapers import get_shaper
+    from quicbed.shard import parse_shard, select
     from quicbed.spec import load_spec, plan
     from quicbed.sweep import check_budget, check_folder, run_sweep
 
+    part = parse_shard(shard) if shard is not None else None
     spec = load_spec(Path(spec_file))
+    hosts = hosts or []
+    if len(set(hosts)) < len(hosts):
+        raise QuicbedError(f"--hosts: a testbed is named twice ({', '.join(hosts)})")
     kind = kind or ("ssh" if hosts else None)
     if kind is not None and kind != spec.testbed:
         if kind not in ("local", "ssh"):
@@ -665,28 +688,50 @@ def run_cmd(
 
         spec = spec.model_copy(update={"traces": check_level(traces)})
     cells = plan(spec)
+    if part is not None:
+        cells = select(cells, part)
     est = check_budget(cells, spec.receipt_tcp_seconds, max_hours, yes)
-    check_folder(Path(out_dir), spec, resume=resume, force=force)
-    tb = open_testbed(spec.testbed, prefix, hosts, ssh_user, ssh_key, what="quicbed run")
-    _refuse_early(tb, lambda: get_shaper(spec.shaper, tb))
-    out.print(f"sweep {spec.name!r}: {len(cells)} cells, about {est / 60:.0f} min; "
-              f"results in {out_dir}")  # fmt: skip
-    with owned(tb, "quicbed run", keep_testbed), progress_bar(Console(stderr=True)) as bar:
+    check_folder(Path(out_dir), spec, resume=resume, force=force, shard=part)
+    tbs: list[Testbed] = []
+    try:  # every testbed opened and able to shape, or none kept open
+        for h in hosts or [None]:
+            tbs.append(open_testbed(spec.testbed, prefix, h, ssh_user, ssh_key,
+                                    what="quicbed run"))  # fmt: skip
+            get_shaper(spec.shaper, tbs[-1])
+    except BaseException:
+        for tb in tbs:
+            tb.close()
+        raise
+    where = f" on {len(tbs)} testbeds" if len(tbs) > 1 else ""
+    what = f"shard {part} of sweep" if part else "sweep"
+    out.print(f"{what} {spec.name!r}: {len(cells)} cells, about {est / 60 / len(tbs):.0f} min"
+              f"{where}; results in {out_dir}")  # fmt: skip
+    with ExitStack() as owning, progress_bar(Console(stderr=True)) as bar:
+        for tb in tbs:
+            owning.enter_context(owned(tb, "quicbed run", keep_testbed))
         cells_task = bar.add_task("cells", total=len(cells))
         loads_task = bar.add_task("loads", total=1)
 
+        seen: set[str] = set()
+
         def on_cell(i: int, n: int, pc: Any, what: str) -> None:
             c = pc.config
-            bar.update(cells_task, completed=i, description=f"{pc.scenario}: {c.page}, "
+            seen.add(c.cell_id())  # several testbeds: cells start out of plan order
+            done = i if len(tbs) == 1 else max(0, len(seen) - len(tbs))
+            bar.update(cells_task, completed=done, description=f"{pc.scenario}: {c.page}, "
                        f"{c.condition.label()} ({what})")  # fmt: skip
 
         def on_load(arm: str, done: int, total: int) -> None:
             bar.update(loads_task, completed=done, total=total, description=f"loads ({arm})")
 
-        result = run_sweep(spec, Path(out_dir), testbed=tb, resume=resume, force=force,
-                           on_cell=on_cell, on_load=on_load)  # fmt: skip
+        def on_lost(tb: Testbed, why: str) -> None:
+            out.print(f"[red]testbed {tb.describe_short()} taken out of the sweep:[/] {why}")
+
+        result = run_sweep(spec, Path(out_dir), testbeds=tbs, resume=resume, force=force,
+                           shard=part, on_cell=on_cell, on_load=on_load,
+                           on_lost=on_lost)  # fmt: skip
         bar.update(cells_task, completed=len(cells))
-    out.print(f"sweep {spec.name!r}: {result.done} cells measured, {result.skipped} kept from "
+    out.print(f"{what} {spec.name!r}: {result.done} cells measured, {result.skipped} kept from "
               f"before, {result.failed} failed; results in {out_dir}")  # fmt: skip
     for r in result.results:
         if r.status != "done":
@@ -694,6 +739,28 @@ def run_cmd(
     out.print(f"next: quicbed report {out_dir}")
     if result.failed:
         raise typer.Exit(1)
+
+
+@app.command("merge")
+def merge_cmd(
+    folders: Annotated[list[str], typer.Argument(help="Results folders of one sweep's shards.")],
+    out_dir: Annotated[str, typer.Option("--out", help="The merged folder (new).")],
+    force: Annotated[
+        bool, typer.Option(help="Merge other specs, software or cells measured twice anyway.")
+    ] = False,
+) -> None:
+    """Merge the results folders of one sweep (its --shard parts, or runs on several
+    machines) into one folder that reports, packages and verifies as a single sweep."""
+    from pathlib import Path
+
+    from quicbed.merge import merge
+
+    result = merge([Path(f) for f in folders], Path(out_dir), force=force)
+    for w in result.warnings:
+        out.print(f"[yellow]warning:[/] {w}")
+    out.print(f"merged {len(folders)} folders: {result.cells} cells, {result.attempts} "
+              f"attempts in {out_dir}")  # fmt: skip
+    out.print(f"next: quicbed report {out_dir}")
 
 
 @app.command("report")

@@ -46,6 +46,44 @@ class Report:
     out: Path
     rows: list[dict[str, Any]]
     figures: list[dict[str, Any]] = field(default_factory=list)
+    #: the testbeds that measured the reported attempts, and what to beware of
+    testbeds: list[dict[str, Any]] = field(default_factory=list)
+    testbed_warnings: list[str] = field(default_factory=list)
+
+
+def testbeds(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The testbeds behind the reported attempts (each with a colour and its cells), and
+    a warning for every link condition measured on more than one hardware type: its
+    cells differ by machine as well as by arm, page or setting."""
+    cells = [r for r in rows if r["_first"]]
+    found: dict[str, dict[str, Any]] = {}
+    for r in cells:
+        t = r["_testbed"]
+        entry = found.setdefault(t["id"], dict(t, cells=0))
+        entry["cells"] += 1
+    for i, t in enumerate(found.values()):
+        t["colour"] = TESTBED_COLOURS[i % len(TESTBED_COLOURS)]
+    for r in rows:
+        r["_testbed_colour"] = found[r["_testbed"]["id"]]["colour"]
+    by_cond: dict[str, dict[str, list[str]]] = {}
+    for r in cells:
+        by_cond.setdefault(r["_condition"], {}).setdefault(r["_testbed"]["hardware"], []).append(
+            r["cell_id"]
+        )
+    warnings = []
+    for cond, hw in by_cond.items():
+        if len(hw) > 1:
+            c = json.loads(cond)
+            what = (f"{_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']} ms, loss {c['loss_pct']} %"
+                    f", jitter {c['jitter_ms']} ms, queue {c['queue']}")  # fmt: skip
+            on = "; ".join(f"{h}: {len(ids)} cell(s)" for h, ids in hw.items())
+            warnings.append(f"the condition {what} was measured on different hardware ({on}): "
+                            "compare its cells with care")  # fmt: skip
+    return list(found.values()), warnings
+
+
+#: one background per testbed in the report's cell table (light, readable under text)
+TESTBED_COLOURS = ("#e8f0fe", "#fce8e6", "#e6f4ea", "#fef7e0", "#f3e8fd", "#e4f7fb")
 
 
 def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -53,7 +91,7 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     arm: one row without a pair), with every statistic; corrections not yet applied."""
     from quicbed.arms import parse_pairs
     from quicbed.cellconfig import make_cell
-    from quicbed.results import compare_cell
+    from quicbed.results import compare_cell, measured_on
 
     sweep = json.loads((root / SWEEP_FILE).read_text()) if (root / SWEEP_FILE).exists() else None
     stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
@@ -85,7 +123,7 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                 "jitter_kind": cond["jitter_kind"], "queue": cond["queue"], "mode": cfg["mode"],
                 "runs": cfg["runs"], "problem": att["problem"] or "",
             }  # fmt: skip
-            receipt = json.loads(att["receipt"]) if att["receipt"] else None
+            receipt = att["receipt"]
             row["receipt_passed"] = None if receipt is None else receipt["passed"]
             runs = store.runs(cid, att["attempt"])
             cell = make_cell(**cfg)
@@ -94,7 +132,8 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
             invalid = {a: sum(1 for r in runs if r["arm"] == a and not r["valid"]
                               and not r["warmup"]) for a in arms}  # fmt: skip
             row.update(_runs=runs, _receipt=receipt, _invalid=invalid, _warnings=[], _arms=arms,
-                       _first=True, pair="")  # fmt: skip
+                       _first=True, pair="", _testbed=measured_on(att["provenance"]),
+                       _condition=json.dumps(cond, sort_keys=True))  # fmt: skip
             comps = compare_cell(store, cid, att["attempt"], cell,
                                  [p for p in extra if set(p) <= set(arms)], alpha)  # fmt: skip
             if not comps:
@@ -209,6 +248,15 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         w.writeheader()
         for r in rows:
             w.writerow(r)
+    report.testbeds, report.testbed_warnings = testbeds(rows)
+    with open(out / "testbeds.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["cell_id", "attempt", "testbed", "hardware", "kernel", "image"])
+        for r in rows:
+            if r["_first"]:
+                t = r["_testbed"]
+                w.writerow([r["cell_id"], r["attempt"], t["label"], t["hardware"], t["kernel"],
+                            t["image"]])  # fmt: skip
     shown = [{k: f[k] for k in ("png", "svg", "shows")} for f in report.figures]
     (out / "figures.json").write_text(json.dumps(shown, indent=1) + "\n")
     _write_html(report, sweep, root, alpha, correction, source or str(root))
@@ -338,6 +386,7 @@ def _write_html(
     html = env.get_template("report.html.j2").render(
         rows=report.rows, figures=report.figures, sweep=sweep, alpha=alpha,
         correction=correction, provenance=json.dumps(prov, indent=1, sort_keys=True),
+        testbeds=report.testbeds, testbed_warnings=report.testbed_warnings,
         version=__version__, created=datetime.now(UTC).isoformat(timespec="seconds"),
         root=source,
     )  # fmt: skip

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,6 +94,10 @@ CREATE INDEX IF NOT EXISTS runs_cell ON runs(cell_id, attempt, arm);
 """
 
 
+#: folders with one sub-folder per cell and attempt (``<dir>/<cell>/<attempt>/``)
+ATTEMPT_DIRS = ("hars", "logs", "traces")
+
+
 def now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -150,6 +155,13 @@ def open_db(db: Path, *, create: bool) -> sqlite3.Connection:
         con.close()
         raise
     return con
+
+
+def _attempt_row(row: sqlite3.Row) -> dict[str, Any]:
+    d = dict(row)
+    for k in ("receipt", "provenance"):
+        d[k] = json.loads(d[k]) if d[k] else None
+    return d
 
 
 class Store:
@@ -232,12 +244,20 @@ class Store:
         )
 
     def latest_attempts(self) -> dict[str, dict[str, Any]]:
-        """cell_id -> its latest attempt row (status tells done/failed/running)."""
+        """cell_id -> its latest attempt row (status tells done/failed/running), decoded
+        as ``attempt()`` returns it."""
         rows = self.db.execute(
             "SELECT a.* FROM attempts a JOIN (SELECT cell_id, MAX(attempt) m FROM attempts "
             "GROUP BY cell_id) l ON a.cell_id=l.cell_id AND a.attempt=l.m"
         )
-        return {r["cell_id"]: dict(r) for r in rows}
+        return {r["cell_id"]: _attempt_row(r) for r in rows}
+
+    def attempts(self, cell_id: str) -> list[dict[str, Any]]:
+        """Every attempt of a cell, first first."""
+        rows = self.db.execute(
+            "SELECT * FROM attempts WHERE cell_id=? ORDER BY attempt", (cell_id,)
+        )
+        return [_attempt_row(r) for r in rows]
 
     def finish_attempt(self, cell_id: str, attempt: int, status: str, problem: str = "") -> None:
         self.db.execute(
@@ -254,10 +274,51 @@ class Store:
         row = self.db.execute(q, args).fetchone()
         if row is None:
             raise QuicbedError(f"no attempt {attempt or 'at all'} of cell {cell_id!r}")
-        d = dict(row)
-        for k in ("receipt", "provenance"):
-            d[k] = json.loads(d[k]) if d[k] else None
-        return d
+        return _attempt_row(row)
+
+    def import_attempt(self, src: Store, cell_id: str, attempt: int, as_attempt: int) -> None:
+        """Copy one attempt of ``src`` (its cell, rows, receipts, link spans and files)
+        into this store as attempt ``as_attempt`` (``quicbed merge``). Paths inside the
+        rows that name the attempt's folders follow the new number. One transaction:
+        a merge that stops leaves no half attempt behind."""
+        self.add_cell(cell_id, src.cell_config(cell_id))
+        if self.db.execute("SELECT 1 FROM attempts WHERE cell_id=? AND attempt=?",
+                           (cell_id, as_attempt)).fetchone():  # fmt: skip
+            raise QuicbedError(f"{self.root}: cell {cell_id} already has attempt {as_attempt}")
+        old = [f"{d}/{cell_id}/{attempt}/" for d in ATTEMPT_DIRS]
+        new = [f"{d}/{cell_id}/{as_attempt}/" for d in ATTEMPT_DIRS]
+
+        def moved(text: str | None) -> str | None:
+            if text is None or as_attempt == attempt:
+                return text
+            for a, b in zip(old, new, strict=True):
+                text = text.replace(a, b)
+            return text
+
+        for d in ATTEMPT_DIRS:
+            here = src.root / d / cell_id / str(attempt)
+            if here.is_dir():
+                shutil.copytree(here, self.root / d / cell_id / str(as_attempt),
+                                dirs_exist_ok=True)  # fmt: skip
+        q = src.db.execute
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for table in ("attempts", "receipts", "link_spans", "runs"):
+                for r in q(f"SELECT * FROM {table} WHERE cell_id=? AND attempt=?",
+                           (cell_id, attempt)):  # fmt: skip
+                    row = dict(r)
+                    row["attempt"] = as_attempt
+                    if table == "runs":
+                        row["run_id"] = f"{cell_id}:{as_attempt}:{row['arm']}:{row['rep']}"
+                        row["har_path"] = moved(row["har_path"])
+                        row["detail"] = moved(row["detail"])
+                    cols, marks = ", ".join(row), ", ".join("?" for _ in row)
+                    self.db.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})",
+                                    tuple(row.values()))  # fmt: skip
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
 
     # --- runs -------------------------------------------------------------------------
     def paths(self, cell_id: str, attempt: int) -> tuple[Path, Path]:

@@ -237,10 +237,17 @@ def test_bad_hosts_files_name_the_problem(lab: tuple[str, Path], tmp_path: Path)
     t.close()
     with pytest.raises(QuicbedError, match="does not exist"):
         hosts.load(tmp_path / "absent.ini")
-    # a second lab would share the control network: refused, and nothing of it is left
-    second = _quicbed("testbed", "up", "--sshd", "--prefix", lab[0][:-1] + "z")
-    assert second.returncode == 2 and "overlaps the route 10.10.0.0/24" in second.stderr
-    assert LocalTestbed(lab[0][:-1] + "z").leftovers() == []
+    # a second lab takes the next free control network (several testbeds, one sweep)
+    other = lab[0][:-1] + "z"
+    try:
+        second = _quicbed("testbed", "up", "--sshd", "--prefix", other)
+        assert second.returncode == 0, second.stderr
+        t2 = hosts.load(SshLab(other).inventory)
+        assert t2.nodes["server"].host == "10.11.0.1" and t2.status()["complete"]
+        t2.close()
+    finally:
+        assert _quicbed("testbed", "down", "--prefix", other).returncode == 0
+    assert LocalTestbed(other).leftovers() == [] and not _link_exists(control_bridge(other))
     cli = _quicbed("cell", "--testbed", "ssh", "--page", "5kb", "--out", str(tmp_path / "o"))
     assert cli.returncode == 2 and "--testbed ssh needs --hosts" in cli.stderr
     cli = _quicbed("link", "check", "--hosts", str(lab[1]))
@@ -274,6 +281,8 @@ def test_a_portal_manifest_names_the_hosts(tmp_path: Path) -> None:
     m.write_text(MANIFEST)
     t = hosts.load(m, user="bob")
     assert t.nodes["server"].host == "pc601.emulab.net" and t.nodes["server"].user == "bob"
+    assert t.nodes["server"].hardware_type == "d430" and t.nodes["client"].hardware_type is None
+    assert t.describe()["nodes"]["server"]["hardware_type"] == "d430"
     assert t.nodes["bridge"].port == 2200 and t.nodes["bridge"].exp_ip is None
     assert t.server_ip == "10.10.1.1" and t.client_ip == "10.10.1.2"
     assert all(n.sudo for n in t.nodes.values())  # Emulab users are not root

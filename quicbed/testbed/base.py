@@ -66,6 +66,19 @@ class Process(ABC):
         """SIGTERM, wait, then SIGKILL; a no-op once it has exited."""
 
 
+def testbed_id(desc: dict[str, Any] | None) -> str:
+    """Which testbed a description (``Testbed.describe()``, as stored in an attempt's
+    provenance) names, in one line: the local testbed by its prefix, an ssh testbed by
+    its hosts. An interrupted attempt is continued only on the testbed it started on."""
+    if not desc:
+        return "unknown"
+    if desc.get("kind") == "local":
+        return f"local {desc.get('prefix')}"
+    nodes = desc.get("nodes") or {}
+    hosts = ",".join(f"{r}={n.get('host')}:{n.get('port')}" for r, n in sorted(nodes.items()))
+    return f"{desc.get('kind')} {hosts}"
+
+
 class Testbed(ABC):
     """Three roles, and the few operations the runner needs on them."""
 
@@ -126,6 +139,10 @@ class Testbed(ABC):
     def describe_short(self) -> str:
         """The testbed's name in one word, for messages."""
         return self.prefix
+
+    def identity(self) -> str:
+        """This testbed as ``testbed_id`` names it."""
+        return testbed_id(self.describe())
 
     def teardown(self) -> list[str]:
         """Shaping, daemons and (locally) namespaces gone, uninterruptibly; what was removed."""

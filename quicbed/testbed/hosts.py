@@ -106,6 +106,8 @@ def _node(
             sudo=become,
             ssh_args=args,
             python=str(opt("quicbed_python") or "python3"),
+            hardware_type=opt("quicbed_hardware_type"),
+            image=opt("quicbed_image"),
         )
     except QuicbedError as exc:
         raise QuicbedError(f"{where}: {exc}") from None
@@ -137,6 +139,10 @@ def from_manifest(text: str, where: str, *, user: str | None, key: Path | None) 
         login = logins[0]
         ips = [e.get("address") for e in el.iter() if _local(e.tag) == "ip" and e.get("address")]
         exp_ip = next((a for a in ips if a and a.startswith("10.")), None)
+        hw = next((e.get("name") for e in el.iter() if _local(e.tag) == "hardware_type"), None)
+        hw = hw or next((e.get("hardware_type") for e in el.iter()
+                         if _local(e.tag) == "vnode" and e.get("hardware_type")), None)  # fmt: skip
+        image = next((e.get("name") for e in el.iter() if _local(e.tag) == "disk_image"), None)
         try:
             nodes[role] = Node(
                 role=role,
@@ -146,6 +152,8 @@ def from_manifest(text: str, where: str, *, user: str | None, key: Path | None) 
                 key=key,
                 exp_ip=exp_ip if role != "bridge" else None,
                 sudo=True,
+                hardware_type=hw,
+                image=image,
             )
         except QuicbedError as exc:
             raise QuicbedError(f"{where}: {exc}") from None

@@ -53,6 +53,10 @@ class Node:
     sudo: bool = False  # Emulab users log in as themselves and have password-less sudo
     ssh_args: tuple[str, ...] = ()
     python: str = "python3"
+    #: what the portal says the node is (Emulab's hardware type, e.g. d430; its disk
+    #: image): recorded with every attempt, so a sweep over several testbeds can tell
+    hardware_type: str | None = None
+    image: str | None = None
 
     def __post_init__(self) -> None:
         check_role(self.role)
@@ -142,7 +146,8 @@ class SshTestbed(Testbed):
             "source": self.source,
             "nodes": {
                 r: {"host": n.host, "port": n.port, "user": n.user, "exp_ip": n.exp_ip,
-                    "repo_dir": str(n.repo_dir), "workdir": str(n.workdir), "sudo": n.sudo}
+                    "repo_dir": str(n.repo_dir), "workdir": str(n.workdir), "sudo": n.sudo,
+                    "hardware_type": n.hardware_type, "image": n.image}
                 for r, n in self.nodes.items()
             },
         }  # fmt: skip

@@ -7,7 +7,9 @@ Every role gets a work folder of its own, so a file the runner forgot to send to
 role is missing there, as it would be on a real host.
 
 Control network: a bridge ``<prefix>ctl`` in the root namespace, 10.10.0.254/24,
-and a veth ``ctl0`` into each namespace (server .1, client .2, bridge .3). The
+and a veth ``ctl0`` into each namespace (server .1, client .2, bridge .3). Several
+labs may be up at once (a sweep over several testbeds is tested on two): a lab takes
+the first of 10.10.0.0/24, 10.11.0.0/24, ... that no route of this machine uses. The
 throwaway client key and host key live in the testbed's state folder and go with
 ``quicbed testbed down``.
 """
@@ -23,9 +25,10 @@ from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT
 from quicbed.testbed.local import LocalTestbed
 
-CONTROL_NET = ipaddress.ip_network("10.10.0.0/24")
-CONTROL_GW = "10.10.0.254"
-CONTROL_IPS = {"server": "10.10.0.1", "client": "10.10.0.2", "bridge": "10.10.0.3"}
+#: the control networks a lab may take, in order (never the experiment's 10.10.1.0/24)
+CONTROL_NETS = [ipaddress.ip_network(f"10.{n}.0.0/24") for n in range(10, 20)]
+#: host numbers of the roles on a control network (the root namespace's bridge: .254)
+CONTROL_HOSTS = {"server": 1, "client": 2, "bridge": 3}
 SSHD = "/usr/sbin/sshd"
 INVENTORY = "inventory.ini"
 
@@ -54,13 +57,13 @@ class SshLab:
         if self._running():
             return self.inventory
         try:
-            self._control_network()
+            ips = self._control_network()
             self._keys()
-            for role, ip in CONTROL_IPS.items():
+            for role, ip in ips.items():
                 self._sshd(role, ip)
-            for role in CONTROL_IPS:
+            for role in ips:
                 self.tb.wait_listening(role, "tcp", 22)
-            self._write_inventory()
+            self._write_inventory(ips)
         except BaseException:
             self.tb.down()
             raise
@@ -71,34 +74,44 @@ class SshLab:
 
     def _running(self) -> bool:
         return self.inventory.exists() and all(
-            self.tb.listening(role, "tcp", 22) for role in CONTROL_IPS
+            self.tb.listening(role, "tcp", 22) for role in CONTROL_HOSTS
         )
 
-    def _control_network(self) -> None:
+    def _control_network(self) -> dict[str, str]:
+        """Make the lab's control network on a free range; the roles' addresses on it."""
         br = control_bridge(self.tb.prefix)
         routes = json.loads(proc.run(["ip", "-json", "route", "show"]).stdout or "[]")
+        used = []
         for r in routes:
             dst = r.get("dst", "")
             if dst in ("default", "") or r.get("dev") == br:
                 continue
             net = ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False)
-            if net.version == 4 and net.overlaps(CONTROL_NET):
-                raise QuicbedError(
-                    f"the ssh lab's control network {CONTROL_NET} overlaps the route {dst} "
-                    f"(dev {r.get('dev')}): another lab is up, or this machine uses it"
-                )
+            if net.version == 4:
+                used.append((net, f"{dst} (dev {r.get('dev')})"))
+        free = [n for n in CONTROL_NETS if not any(n.overlaps(u) for u, _ in used)]
+        if not free:
+            taken = "; ".join(w for n, w in used if any(n.overlaps(c) for c in CONTROL_NETS))
+            raise QuicbedError(
+                f"no free control network for the ssh lab: {CONTROL_NETS[0]} to "
+                f"{CONTROL_NETS[-1]} all overlap routes of this machine ({taken}); take "
+                "other labs down (quicbed testbed down --prefix ...)"
+            )
+        net = free[0]
+        ips = {role: str(net[h]) for role, h in CONTROL_HOSTS.items()}
         proc.run(["ip", "link", "del", br], check=False)
         proc.run(["ip", "link", "add", br, "type", "bridge"])
-        proc.run(["ip", "addr", "add", f"{CONTROL_GW}/{CONTROL_NET.prefixlen}", "dev", br])
+        proc.run(["ip", "addr", "add", f"{net[254]}/{net.prefixlen}", "dev", br])
         proc.run(["ip", "link", "set", br, "up"])
-        for i, (role, ip) in enumerate(CONTROL_IPS.items()):
+        for i, (role, ip) in enumerate(ips.items()):
             root_end = f"{self.tb.prefix}c{i}"
             proc.run(["ip", "link", "add", root_end, "type", "veth", "peer", "name", "ctl0",
                       "netns", self.tb.ns(role)])  # fmt: skip
             proc.run(["ip", "link", "set", root_end, "master", br, "up"])
-            self.tb.exec(role, ["ip", "addr", "add", f"{ip}/{CONTROL_NET.prefixlen}", "dev",
+            self.tb.exec(role, ["ip", "addr", "add", f"{ip}/{net.prefixlen}", "dev",
                                 "ctl0"])  # fmt: skip
             self.tb.exec(role, ["ip", "link", "set", "ctl0", "up"])
+        return ips
 
     def _keys(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -124,10 +137,10 @@ class SshLab:
         self.tb.spawn(role, [SSHD, "-D", "-e", "-f", str(conf)], log=self.dir / f"sshd-{role}.log",
                       die_with_parent=False)  # fmt: skip
 
-    def _write_inventory(self) -> None:
+    def _write_inventory(self, ips: dict[str, str]) -> None:
         lines = [f"# quicbed ssh lab {self.tb.prefix}: the local testbed's namespaces as three "
                  "hosts (made by `quicbed testbed up --sshd`)"]  # fmt: skip
-        for role, ip in CONTROL_IPS.items():
+        for role, ip in ips.items():
             work = self.tb.state_dir / "sshlab-work" / role
             exp = {"server": self.tb.server_ip, "client": self.tb.client_ip}.get(role)
             lines += [f"[{role}]", f"{role} ansible_host={ip} quicbed_workdir={work}"

@@ -1,0 +1,200 @@
+"""Shards and merge: a spec run in K parts and merged is the spec run once.
+
+The split is checked on the real presets (pure); the round trip runs real cells on
+the local testbed: the whole spec into one folder, shards 1/2 and 2/2 into two more,
+merged; the merged folder has the same cells and the same stored run identities as
+the single run, the statistics of the shards unchanged, and it reports, packages and
+verifies. Every refusal (other spec, cell measured twice, non-empty --out) is tried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from quicbed.cellconfig import make_cell
+from quicbed.errors import QuicbedError
+from quicbed.results import compare_cell
+from quicbed.shard import Shard, assign, parse_shard, select
+from quicbed.spec import load_spec, plan
+from quicbed.store import DB_NAME, Store
+from quicbed.testbed.local import LocalTestbed
+
+REPO = Path(__file__).resolve().parents[1]
+QB = [sys.executable, "-m", "quicbed"]
+SPEC = """
+format: 1
+name: halves
+receipt_tcp_seconds: 1
+defaults: {runs: 2, warmup: 1}
+scenarios:
+  base:
+    rate: [null]
+    rtt: [10, 20]
+    pages: [5kb]
+"""
+
+
+def qb(*args: object, home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(home)}
+    return subprocess.run([*QB, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", ["long-look.yaml", "demo.yaml", "quic-stacks.yaml"])
+def test_shards_cover_the_plan_once_and_keep_conditions_together(preset: str) -> None:
+    cells = plan(load_spec(REPO / "sweeps" / preset))
+    ids = [pc.config.cell_id() for pc in cells]
+    conditions = {pc.config.link_key() for pc in cells}
+    for k in (1, 2, 3, 5):
+        parts = assign(cells, k)
+        got = [pc.config.cell_id() for part in parts for pc in part]
+        assert sorted(got) == sorted(ids) and len(got) == len(set(got))
+        assert parts == assign(cells, k)  # deterministic
+        for part in parts:  # plan order within a shard
+            pos = [ids.index(pc.config.cell_id()) for pc in part]
+            assert pos == sorted(pos)
+        if len(conditions) >= k:  # one receipt per condition: never split
+            owner = {}
+            for i, part in enumerate(parts):
+                for pc in part:
+                    assert owner.setdefault(pc.config.link_key(), i) == i
+            assert all(parts), f"an idle shard of {k}"
+        assert select(cells, Shard(k, k)) == parts[-1]
+    # fewer conditions than shards: a condition is cut rather than a shard left idle
+    one = [pc for pc in cells if pc.config.link_key() == cells[0].config.link_key()]
+    if len(one) >= 3:
+        assert all(assign(one, 3))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("3/2", "i must be 1..K"), ("0/2", "i must be 1..K"), ("1", "is not i/K"),
+     ("a/b", "is not i/K"), ("1/0", "i must be 1..K")],
+)  # fmt: skip
+def test_bad_shards_are_named(text: str, why: str) -> None:
+    with pytest.raises(QuicbedError, match=why) as e:
+        parse_shard(text)
+    assert repr(text) in str(e.value)
+
+
+def _run_ids(root: Path) -> set[str]:
+    with closing(sqlite3.connect(root / DB_NAME)) as con:
+        return {r[0] for r in con.execute("SELECT run_id FROM runs")}
+
+
+def _stats(root: Path) -> dict[str, dict[str, tuple]]:
+    store = Store(root)
+    try:
+        out = {}
+        for cid, att in store.latest_attempts().items():
+            cfg = make_cell(**store.cell_config(cid))
+            out[cid] = {p: (c.tcp.n, c.tcp.mean, c.quic.n, c.quic.mean, c.pct_diff, c.welch_p)
+                        for p, c in compare_cell(store, cid, att["attempt"], cfg).items()}  # fmt: skip
+        return out
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """(work folder, home): the whole spec and its two shards, measured."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (network namespaces); CI runs as root")
+    base = tmp_path_factory.mktemp("shards")
+    (base / "home").mkdir()
+    (base / "halves.yaml").write_text(SPEC)
+    prefix = "m" + secrets.token_hex(3)
+    try:
+        for out, shard in (("whole", None), ("s1", "1/2"), ("s2", "2/2")):
+            extra = ["--shard", shard] if shard else []
+            cp = qb("run", base / "halves.yaml", "--out", base / out, "--prefix", prefix, *extra,
+                    home=base / "home")  # fmt: skip
+            assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+            if shard:
+                assert f"shard {shard} of sweep 'halves': 1 cells" in cp.stdout
+        yield base, base / "home"
+    finally:
+        left = LocalTestbed(prefix).leftovers()
+        LocalTestbed(prefix).down()
+        assert not left, f"namespaces left behind: {left}"
+
+
+def test_shards_merge_into_the_sweep_run_once(folders: tuple[Path, Path]) -> None:
+    base, home = folders
+    whole, s1, s2 = base / "whole", base / "s1", base / "s2"
+    assert json.loads((s1 / "sweep.json").read_text())["shard"] == "1/2"
+    assert _run_ids(s1).isdisjoint(_run_ids(s2))
+    cp = qb("merge", s1, s2, "--out", base / "merged", home=home)
+    assert cp.returncode == 0, cp.stderr
+    assert "merged 2 folders: 2 cells, 2 attempts" in cp.stdout
+    merged = base / "merged"
+    assert _run_ids(merged) == _run_ids(whole)  # the same cells, runs and identities
+    assert _stats(merged) == {**_stats(s1), **_stats(s2)}  # numbers came through unchanged
+    held = json.loads((merged / "sweep.json").read_text())
+    assert held["digest"] == json.loads((whole / "sweep.json").read_text())["digest"]
+    assert [p["shard"] for p in held["merged_from"]] == ["1/2", "2/2"] and "shard" not in held
+    for cid in _stats(merged):  # every attempt's files came along
+        assert len(list((merged / "hars" / cid / "1").glob("*.har.gz"))) == 6
+    rep = qb("report", merged, home=home)
+    assert rep.returncode == 0, rep.stderr
+    assert (merged / "report" / "testbeds.csv").read_text().count("\n") == 3
+    pkg = qb("package", merged, "-o", base / "merged.tar.gz", home=home)
+    assert pkg.returncode == 0, pkg.stderr
+    ver = qb("verify", base / "merged.tar.gz", home=home)
+    assert ver.returncode == 0, ver.stdout + ver.stderr
+    # the merged folder is a sweep of the spec: resuming it has nothing left to do
+    again = qb("run", base / "halves.yaml", "--out", merged, "--resume", "--prefix", "mx",
+               home=home)  # fmt: skip
+    assert again.returncode == 0 and "0 cells measured, 2 kept" in again.stdout, again.stderr
+
+
+def test_merge_refuses_what_is_not_one_sweep(folders: tuple[Path, Path]) -> None:
+    base, home = folders
+    whole, s1, s2 = base / "whole", base / "s1", base / "s2"
+    cp = qb("merge", whole, s1, "--out", base / "twice", home=home)
+    assert cp.returncode == 2 and "measured in more than one folder" in cp.stderr
+    assert not (base / "twice").exists()
+    forced = qb("merge", whole, s1, "--out", base / "twice", "--force", home=home)
+    assert forced.returncode == 0, forced.stderr
+    assert "every attempt kept, the latest reported" in " ".join(forced.stdout.split())
+    store = Store(base / "twice")
+    try:
+        cid = next(iter(_stats(s1)))
+        atts = store.attempts(cid)
+        assert [a["attempt"] for a in atts] == [1, 2]  # renumbered by start time
+        assert atts[0]["started"] < atts[1]["started"]
+        rows = store.runs(cid, 2)
+        assert all(r["run_id"].startswith(f"{cid}:2:") for r in rows)
+        assert all((base / "twice" / r["har_path"]).is_file() for r in rows if r["har_path"])
+    finally:
+        store.close()
+    cp = qb("merge", s1, s2, "--out", base / "twice", home=home)
+    assert cp.returncode == 2 and "is not empty" in cp.stderr
+    cp = qb("merge", s1, s1, "--out", base / "x", home=home)
+    assert cp.returncode == 2 and "folder given twice" in cp.stderr
+    cp = qb("merge", s1, base / "home", "--out", base / "x", home=home)
+    assert cp.returncode == 2 and "is not a sweep's results folder" in cp.stderr
+    other = json.loads((s2 / "sweep.json").read_text())
+    (base / "other").mkdir()
+    other["digest"] = "0" * 16
+    (base / "other" / "sweep.json").write_text(json.dumps(other))
+    cp = qb("merge", s1, base / "other", "--out", base / "x", home=home)
+    assert cp.returncode == 2 and "holds another spec" in cp.stderr
+    assert not (base / "x").exists()
+    # a shard folder resumes only as that shard
+    cp = qb("run", base / "halves.yaml", "--out", s1, "--resume", "--shard", "2/2", home=home)
+    assert cp.returncode == 2 and "holds shard 1/2, not shard 2/2" in cp.stderr
+    cp = qb("run", base / "halves.yaml", "--out", s1, "--shard", "1/3", home=home)
+    assert cp.returncode == 2, cp.stderr
+    cp = qb("run", base / "halves.yaml", "--out", base / "y", "--shard", "4/3", home=home)
+    assert cp.returncode == 2 and "--shard: '4/3'" in cp.stderr
