@@ -21,13 +21,19 @@
 // required: a missing one fails the load, as it always did. With --fallbacks
 // (Chromium 72's headless shell, quicbed's gQUIC client, which has no chrome.* at
 // all: chrome.benchmarking is Chrome's, not the headless shell's):
-//   cache        Network.clearBrowserCache (CDP; it runs on every load anyway)
+//   cache        not cleared but bypassed: every tab has Network.setCacheDisabled, so
+//                no request is answered from the HTTP cache (quicbed's servers also
+//                send no-store). Network.clearBrowserCache is NOT run: in Chromium 72
+//                it also drops the cached gQUIC server configs and source-address
+//                tokens, so no gQUIC connection after it could be 0-RTT (seen here:
+//                with it every connection took two REJs, without it the next was 0-RTT)
 //   host_cache   skipped: no way to reach it; the test host is mapped to an IP
 //                literal by --host-resolver-rules, which never goes through it
 //   predictor    skipped: the headless shell has no predictor (Chrome's
 //                chrome/browser/net is not in it), so there is nothing to clear
 //   connections  the browser's own sockets (its process tree's, non-loopback) are
-//                destroyed by the kernel (ss -K, CONFIG_INET_DIAG_DESTROY): an abort,
+//                destroyed by the kernel (ss -K; CONFIG_INET_DIAG_DESTROY, and for UDP
+//                CONFIG_INET_UDP_DIAG), then awaited until Chromium dropped them: an abort,
 //                not the graceful close closeConnections does; the TLS session
 //                cache and QUIC server configs stay, as with closeConnections. If no
 //                socket can be destroyed the load fails naming why (a load on a
@@ -147,15 +153,20 @@ function heldInodes(pids) {
 
 async function destroyConnections() {
     const socks = browserSockets();
+    const errors = [];
     for (const s of socks) {
         const flag = s.proto === 'udp' ? '-u' : '-t';
-        sh(['ss', '-HK', flag, 'state', 'all', `( sport = :${s.lport} and dport = :${s.pport} )`]);
+        try {
+            sh(['ss', '-HK', flag, 'state', 'all', `( sport = :${s.lport} and dport = :${s.pport} )`]);
+        } catch (e) {
+            errors.push(String(e.stderr || e.message).trim().split('\n')[0]);
+        }
     }
     const left = browserSockets().filter((s) => socks.some((k) => k.ino === s.ino));
     if (left.length) {
         throw new Error(`could not close the browser's connections before the load: ss -K left ` +
             `${left.map((s) => `${s.proto} ${s.local} -> ${s.peer}`).join(', ')} (kernel without ` +
-            'CONFIG_INET_DIAG_DESTROY?)');
+            `CONFIG_INET_DIAG_DESTROY or CONFIG_INET_UDP_DIAG?${errors.length ? ` ss: ${errors[0]}` : ''})`);
     }
     // wait until Chromium has seen the errors and dropped the sockets, so the load
     // does not find a dead connection in its pool
@@ -184,7 +195,9 @@ async function clearBeforeLoad(client) {
         }
         if (!FALLBACKS) throw new Error(`chrome.benchmarking.${fn} unavailable (--enable-net-benchmarking?)`);
         if (step === 'cache') {
-            clearing[step] = 'Network.clearBrowserCache';
+            clearing[step] = 'Network.setCacheDisabled (bypassed, not cleared)';
+            skipped[step] = 'Network.clearBrowserCache not run: in Chromium 72 it also drops the ' +
+                'cached gQUIC server configs, so no later gQUIC connection could be 0-RTT';
         } else if (step === 'connections') {
             closed = await destroyConnections();
             clearing[step] = 'ss -K (the browser\'s sockets destroyed by the kernel)';
@@ -193,7 +206,7 @@ async function clearBeforeLoad(client) {
             skipped[step] = SKIPPED[step];
         }
     }
-    await client.Network.clearBrowserCache();
+    if (!FALLBACKS) await client.Network.clearBrowserCache();
     return {clearing, skipped, closed};
 }
 

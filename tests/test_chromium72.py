@@ -4,8 +4,8 @@ testbed's namespaces through the page-load driver, whose clearing record says wh
 steps ran (Chromium 72's headless shell has no chrome.benchmarking).
 
 Needs roles/chromium_client_gquic applied (``chromium72`` on PATH, certutil), as
-``make setup`` does. The gQUIC load needs ``build/bin/quicbed-gquic-server`` (quic-go
-v0.10.2, another part of the project); until it is built that test is skipped, saying so.
+``make setup`` does. The gQUIC loads need ``build/bin/quicbed-gquic-server`` (quic-go
+v0.10.2, ``make build``); without it they are skipped, saying so.
 """
 
 from __future__ import annotations
@@ -178,6 +178,13 @@ def _browser(s: Served, **kw: Any) -> Browser:
     return Browser(spec, s.tb, s.logs)
 
 
+#: what every chromium72 load reports about the clearing before it
+CLEARING_72 = {"cache": "Network.setCacheDisabled (bypassed, not cleared)", "host_cache": None,
+               "predictor": None,
+               "connections": "ss -K (the browser's sockets destroyed by the kernel)"}  # fmt: skip
+SKIPPED_72 = ("cache", "host_cache", "predictor")
+
+
 def _check_har(r: dict[str, Any], protocol: str) -> None:
     assert r["ok"], r["error"]
     entries = r["har"]["log"]["entries"]
@@ -212,10 +219,7 @@ def test_h2_loads_from_apache_with_its_own_nss_db(served: Served) -> None:
     for r in (first, second, fresh):
         _check_har(r, "h2")
         # which clearing steps ran, and how, is in every load's result
-        assert r["clearing"] == {
-            "cache": "Network.clearBrowserCache", "host_cache": None, "predictor": None,
-            "connections": "ss -K (the browser's sockets destroyed by the kernel)"}  # fmt: skip
-        assert set(r["clearing_skipped"]) == {"host_cache", "predictor"}
+        assert r["clearing"] == CLEARING_72 and set(r["clearing_skipped"]) == set(SKIPPED_72)
     # the kept tab's connection was closed before the second load (a new TCP and TLS
     # handshake, the session resumed); the fresh context had no connection to close
     closed = second["connections_destroyed"]
@@ -227,9 +231,11 @@ def test_h2_loads_from_apache_with_its_own_nss_db(served: Served) -> None:
         main = r["har"]["log"]["entries"][0]["timings"]
         assert main["connect"] > 0 and main["ssl"] > 0, main
     assert second["context"] == first["context"] == "default" != fresh["context"]
-    resumed = [ln.split()[8] for ln in (served.logs / "access.log").read_text().splitlines()
-               if "/index.html" in ln]  # fmt: skip
-    assert resumed == ["Initial", "Resumed", "Initial"]
+    lines = [ln.split() for ln in (served.logs / "access.log").read_text().splitlines()]
+    # every object of every load from the server (the bypassed cache answered none)
+    assert [f[4] for f in lines] == [f"/{PAGE}/index.html", f"/{PAGE}/img-000.jpg"] * 3
+    assert [f[8] for f in lines if f[4].endswith("index.html")] == [
+        "Initial", "Resumed", "Initial"]  # fmt: skip
     # the profile, its HOME and the NSS database went with the browser
     assert not Path(b.spec.user_data_dir).exists()
 
@@ -295,22 +301,37 @@ def test_gquic_argv_takes_effect_on_the_wire(served: Served, version: str) -> No
 
 
 @pytest.mark.skipif(not GQUIC_SERVER.exists(),
-                    reason=f"{GQUIC_SERVER} is not built yet (quic-go v0.10.2, another part "
-                    "of the project)")  # fmt: skip
-def test_gquic_q039_load(served: Served) -> None:
+                    reason=f"{GQUIC_SERVER} is not built (make build)")  # fmt: skip
+@pytest.mark.parametrize("version", ["Q039", "Q043", "Q044"])
+def test_gquic_loads_0rtt_after_the_udp_socket_is_destroyed(served: Served, version: str) -> None:
+    """Real gQUIC loads from quicbed-gquic-server: the kept tab's second load finds its
+    QUIC connection destroyed (ss -K on a UDP socket) and opens a new one in 0-RTT (the
+    server sent no REJ: its own log); a fresh context has no cached server config."""
     tb = served.tb
-    log = served.logs / "gquic.log"
+    log = served.logs / "gquic.jsonl"
     argv = [str(GQUIC_SERVER), "-addr", f"{tb.server_ip}:443", "-docroot", str(served.www),
             "-cert", str(served.pki.cert), "-key", str(served.pki.key), "-log", str(log),
-            "-versions", "Q039"]  # fmt: skip
+            "-versions", version]  # fmt: skip
     srv = tb.spawn("server", argv, log=RPath(served.logs / "gquic.stderr"))
-    b = _browser(served, protocol="gquic", quic_version="Q039")
+    b = _browser(served, protocol="gquic", quic_version=version)
     try:
         tb.wait_listening("server", "udp", 443)
         b.start()
-        r = b.load(f"https://{HOST}/{PAGE}/", fresh_context=False, timeout_s=20)
+        loads = [b.load(f"https://{HOST}/{PAGE}/", fresh_context=fresh, timeout_s=20)
+                 for fresh in (False, False, True)]  # fmt: skip
     finally:
         b.stop()
         srv.stop()
-    assert r["ok"], r["error"]
-    assert r["nav"]["nextHopProtocol"] == "http/2+quic/39"
+    proto = f"http/2+quic/{int(version[1:])}"
+    for r in loads:
+        _check_har(r, proto)
+        assert r["clearing"] == CLEARING_72
+    closed = loads[1]["connections_destroyed"]
+    assert [c.split()[0] for c in closed["destroyed"]] == ["udp"], closed
+    assert closed["destroyed"][0].endswith(f"-> {tb.server_ip}:443") and closed["still_held"] == 0
+    events = [json.loads(ln) for ln in log.read_text().splitlines()]
+    conns = [e for e in events if e["event"] == "conn"]
+    assert [c["quic_version"] for c in conns] == [version] * 3
+    assert [c["used_0rtt"] for c in conns] == [False, True, False], conns
+    assert [e["path"] for e in events if e["event"] == "request"] == [
+        f"/{PAGE}/", f"/{PAGE}/img-000.jpg"] * 3  # fmt: skip
