@@ -29,6 +29,9 @@ type peer struct {
 	rejects atomic.Int64
 	// connID is the conn_id logged when its handshake completed, 0 before.
 	connID atomic.Int64
+	// shared: a second connection from this address completed its handshake while
+	// the first was open, so requests from it cannot be attributed.
+	shared atomic.Bool
 }
 
 func (p *peer) stats() map[string]any {

@@ -216,6 +216,9 @@ func (s *Server) accepted(sess quic.Session) {
 		// the socket saw cannot be told apart, so the handshake fields stay null
 		// (and this connection's requests are not told apart either).
 		rec["shared_address"] = p != nil
+		if p != nil {
+			p.shared.Store(true)
+		}
 		p = nil
 	}
 	for k, v := range ccFields() {
@@ -236,13 +239,14 @@ func (s *Server) accepted(sess quic.Session) {
 }
 
 // connOf is the conn_id of the connection a request came on (h2quic gives the
-// request its session's remote address), 0 if it cannot be told.
+// request its session's remote address), 0 if it cannot be told: no connection
+// from that address, or two.
 func (s *Server) connOf(r *http.Request) int64 {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return 0
 	}
-	if p := s.conn.lookup(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())); p != nil {
+	if p := s.conn.lookup(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())); p != nil && !p.shared.Load() {
 		return p.connID.Load()
 	}
 	return 0
