@@ -87,7 +87,8 @@ class BrowserSpec:
     #: h2 | h3 | gquic: what the browser is made to speak (gquic: chromium72 only)
     protocol: str = "h2"
     net_log: RPath | None = None
-    #: TLS key log (NSS key log format; Chromium writes QUIC's secrets there too)
+    #: TLS key log (NSS key log format; Chromium writes QUIC's secrets there too;
+    #: chromium72 writes TLS's only: gQUIC's own crypto is not in it)
     ssl_key_log: RPath | None = None
     #: chromium (the current Chromium) | chromium72 (the gQUIC client)
     client: str = "chromium"
