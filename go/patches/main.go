@@ -1,22 +1,34 @@
-// Command patches makes the quic-go that quicbed builds with: the pinned
-// release with quicbed's patch (quic-go-v0.65.0-cubic-params.patch and the
-// files in _quic-go-v0.65.0/), which makes CUBIC's emulated connections N and
-// backoff beta, and the choice between NewReno and CUBIC, run-time settings.
-// See ../cmd/quicbed-h3server/README.md.
+// Command patches makes the quic-go releases that quicbed builds with, each
+// with one of quicbed's patches (-patch NAME, one per Go module):
+//
+//   - quic-go-v0.65.0-cubic-params (the default), for the main module go/:
+//     quic-go-v0.65.0-cubic-params.patch and the files in _quic-go-v0.65.0/
+//     make CUBIC's emulated connections N and backoff beta, and the choice
+//     between NewReno and CUBIC, run-time settings
+//     (../cmd/quicbed-h3server/README.md);
+//   - quic-go-v0.10.2-keep-ciphertext, for the gQUIC server's module go/gquic:
+//     github.com/lucas-clemente/quic-go v0.10.2's server keeps a copy of a
+//     packet while it tries its keys, so that a request Chromium sends with
+//     its client hello is decrypted when it arrives (../gquic/README.md).
+//
+// Each is written into a directory of its own and built with -modfile:
 //
 //	cd go && go run ./patches -out ../build/quic-go-patched
 //	go build -modfile ../build/quic-go-patched/quicbed.mod ./cmd/...
+//	cd go && go run ./patches -patch quic-go-v0.10.2-keep-ciphertext -out ../build/quic-go-v0.10.2-patched
+//	cd go/gquic && go build -modfile ../../build/quic-go-v0.10.2-patched/quicbed.mod ./cmd/...
 //
 // It takes quic-go's module zip from the module cache (the go command
 // downloads it if needed), refuses any other version than the one the patch
-// is for, checks the zip against go.sum's hash (the check `go mod verify`
-// makes) and each file it patches against its pinned SHA-256, unpacks it
-// into -out, applies the patch exactly (no fuzz, no offsets), adds the files,
-// and writes quicbed.mod and quicbed.sum: go.mod and go.sum plus a replace
-// directive that points quic-go at the patched copy. go.mod and the module
-// cache are not changed. The output depends only on the patch and quic-go's
-// release, so builds with it stay reproducible as long as -out stays where
-// it is (the replace path is recorded in the binary, relative to go/).
+// is for, checks the zip against the module's go.sum hash (the check `go mod
+// verify` makes) and each file it patches against its pinned SHA-256, unpacks
+// it into -out, applies the patch exactly (no fuzz, no offsets), adds the
+// files, and writes quicbed.mod and quicbed.sum: the module's go.mod and
+// go.sum plus a replace directive that points quic-go at the patched copy.
+// go.mod and the module cache are not changed. The output depends only on the
+// patch and quic-go's release, so builds with it stay reproducible as long as
+// -out stays where it is (the replace path is recorded in the binary,
+// relative to the module's directory).
 //
 // Not `go build -overlay`: the go command refuses overlays of files in the
 // module cache ("Files beneath GOMODCACHE must not be replaced").
@@ -46,47 +58,98 @@ import (
 	"strings"
 )
 
-const (
-	modulePath    = "github.com/quic-go/quic-go"
-	moduleVersion = "v0.65.0"
-	patchName     = "quic-go-v0.65.0-cubic-params"
-	addedDir      = "_quic-go-v0.65.0"
-	// Under -out: the patched module and our module's alternative go.mod.
-	copyDir = "quic-go-v0.65.0"
-	modFile = "quicbed.mod"
-)
+// Under -out: the module's alternative go.mod (and .sum); the patched module
+// is in the patch set's copyDir.
+const modFile = "quicbed.mod"
 
-// pinned is the SHA-256 of every upstream file the patch changes, as quic-go
-// v0.65.0 ships it. A quic-go bump fails here, naming the file: redo the patch
-// for the new version and pin its files.
-var pinned = map[string]string{
-	"internal/ackhandler/sent_packet_handler.go": "62165c46021a1a4b3b8401aeb5382c1720165f5f71caa69b411dc12eae68baf7",
-	"internal/congestion/cubic.go":               "5f3c3d16c7758163f09e12ddf1da3703cabf8327effb2bd7dbf4384267a5eed1",
+// A patchSet is one of quicbed's patches of one quic-go release, for one of
+// quicbed's Go modules.
+type patchSet struct {
+	name          string // <name>.patch in this directory
+	module        string // the Go module it is for: its directory, relative to go/
+	modulePath    string // quic-go's module path
+	moduleVersion string // the release the patch is for
+	// pinned is the SHA-256 of every upstream file the patch changes, as the
+	// release ships it. A quic-go bump fails here, naming the file: redo the
+	// patch for the new version and pin its files.
+	pinned   map[string]string
+	addedDir string // files added to the module (embedded below)
+	copyDir  string // under -out: the patched module
 }
 
-//go:embed quic-go-v0.65.0-cubic-params.patch
-var patchText string
+// defaultSet is the patch that `go run ./patches -out DIR` applies.
+const defaultSet = "quic-go-v0.65.0-cubic-params"
 
-//go:embed all:_quic-go-v0.65.0
+var sets = []*patchSet{{
+	name:          defaultSet,
+	module:        ".",
+	modulePath:    "github.com/quic-go/quic-go",
+	moduleVersion: "v0.65.0",
+	pinned: map[string]string{
+		"internal/ackhandler/sent_packet_handler.go": "62165c46021a1a4b3b8401aeb5382c1720165f5f71caa69b411dc12eae68baf7",
+		"internal/congestion/cubic.go":               "5f3c3d16c7758163f09e12ddf1da3703cabf8327effb2bd7dbf4384267a5eed1",
+	},
+	addedDir: "_quic-go-v0.65.0",
+	copyDir:  "quic-go-v0.65.0",
+}, {
+	name:          "quic-go-v0.10.2-keep-ciphertext",
+	module:        "gquic",
+	modulePath:    "github.com/lucas-clemente/quic-go",
+	moduleVersion: "v0.10.2",
+	pinned: map[string]string{
+		"internal/handshake/crypto_setup_server.go": "5178ab8d726d4e4814208af7ea8e4ea56855046ee3364aef029e5e77f781e31b",
+	},
+	addedDir: "_quic-go-v0.10.2",
+	copyDir:  "quic-go-v0.10.2",
+}}
+
+//go:embed quic-go-v0.65.0-cubic-params.patch quic-go-v0.10.2-keep-ciphertext.patch
+var patches embed.FS
+
+//go:embed all:_quic-go-v0.65.0 all:_quic-go-v0.10.2
 var added embed.FS
+
+// set returns the patch set called name.
+func set(name string) (*patchSet, error) {
+	var names []string
+	for _, s := range sets {
+		if s.name == name {
+			return s, nil
+		}
+		names = append(names, s.name)
+	}
+	return nil, fmt.Errorf("-patch %q: not one of %s", name, strings.Join(names, ", "))
+}
+
+// text is the patch file.
+func (s *patchSet) text() (string, error) {
+	b, err := patches.ReadFile(s.name + ".patch")
+	return string(b), err
+}
 
 func main() {
 	out := flag.String("out", "", "directory to write the patched quic-go and "+modFile+" into (required)")
 	goCmd := flag.String("go", "go", "the go command (asked for go.mod and quic-go's module zip)")
+	name := flag.String("patch", defaultSet, "the patch to apply (it names the module it is for)")
 	flag.Parse()
 	if *out == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./patches -out DIR [-go GO]")
+		fmt.Fprintln(os.Stderr, "usage: go run ./patches -out DIR [-patch NAME] [-go GO]")
 		os.Exit(2)
 	}
-	err := run(*goCmd, *out)
+	s, err := set(*name)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "quic-go patch: %v\n", err)
+		os.Exit(2)
+	}
+	err = run(*goCmd, *out, s)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "quic-go patch: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(goCmd, out string) error {
-	b, err := goOutput(goCmd, "env", "GOMOD")
+func run(goCmd, out string, s *patchSet) error {
+	b, err := goOutput(goCmd, "", "env", "GOMOD")
 	if err != nil {
 		return err
 	}
@@ -94,33 +157,46 @@ func run(goCmd, out string) error {
 	if gomod == "" || gomod == os.DevNull {
 		return errors.New("run it inside quicbed's Go module (go/)")
 	}
-	b, err = goOutput(goCmd, "mod", "download", "-json", modulePath)
+	// The module the patch is for, and the go command's view of it.
+	modRoot := filepath.Join(filepath.Dir(gomod), filepath.FromSlash(s.module))
+	if s.module != "." {
+		b, err := goOutput(goCmd, modRoot, "env", "GOMOD")
+		if err != nil {
+			return err
+		}
+		if got := strings.TrimSpace(string(b)); got != filepath.Join(modRoot, "go.mod") {
+			return fmt.Errorf("the patch %s is for the module in %s, but the go command finds %q there", s.name, modRoot, got)
+		}
+	}
+	b, err = goOutput(goCmd, modRoot, "mod", "download", "-json", s.modulePath)
 	var m struct{ Version, Zip, Error string }
 	if jerr := json.Unmarshal(b, &m); jerr != nil && err == nil {
 		err = jerr
 	}
 	switch {
 	case m.Error != "":
-		return fmt.Errorf("go mod download %s: %s", modulePath, m.Error)
+		return fmt.Errorf("go mod download %s: %s", s.modulePath, m.Error)
 	case err != nil:
 		return err
-	case m.Version != moduleVersion:
+	case m.Version != s.moduleVersion:
 		return fmt.Errorf("go.mod requires %s %s, but the patch %s is for %s: redo it for the new version",
-			modulePath, m.Version, patchName, moduleVersion)
+			s.modulePath, m.Version, s.name, s.moduleVersion)
 	}
-	written, err := generate(filepath.Dir(gomod), m.Zip, out)
+	written, err := s.generate(modRoot, m.Zip, out)
 	if err == nil {
 		verb := "unchanged"
 		if written {
 			verb = "written"
 		}
-		fmt.Printf("quic-go %s with %s.patch: %s in %s\n", moduleVersion, patchName, verb, out)
+		fmt.Printf("quic-go %s with %s.patch: %s in %s\n", s.moduleVersion, s.name, verb, out)
 	}
 	return err
 }
 
-func goOutput(goCmd string, args ...string) ([]byte, error) {
+// goOutput runs the go command in dir ("": the current directory).
+func goOutput(goCmd, dir string, args ...string) ([]byte, error) {
 	cmd := exec.Command(goCmd, args...)
+	cmd.Dir = dir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()
@@ -133,7 +209,7 @@ func goOutput(goCmd string, args ...string) ([]byte, error) {
 // generate writes, under out, the patched copy of quic-go from zipPath and
 // the module in modRoot's go.mod and go.sum with quic-go replaced by it. It
 // writes nothing if out already holds exactly that, and says which.
-func generate(modRoot, zipPath, out string) (written bool, err error) {
+func (s *patchSet) generate(modRoot, zipPath, out string) (written bool, err error) {
 	out, err = filepath.Abs(out)
 	if err != nil {
 		return false, err
@@ -154,14 +230,14 @@ func generate(modRoot, zipPath, out string) (written bool, err error) {
 	if bytes.Contains(goMod, []byte("\nreplace")) {
 		return false, errors.New("go.mod has replace directives already; " + modFile + " would add one for quic-go")
 	}
-	files, err := readModuleZip(zipPath, goSum)
+	files, err := s.readModuleZip(zipPath, goSum)
 	if err != nil {
 		return false, err
 	}
-	if err := patch(files); err != nil {
+	if err := s.patch(files); err != nil {
 		return false, err
 	}
-	rel, err := filepath.Rel(modRoot, filepath.Join(out, copyDir))
+	rel, err := filepath.Rel(modRoot, filepath.Join(out, s.copyDir))
 	if err != nil {
 		return false, err
 	}
@@ -169,18 +245,22 @@ func generate(modRoot, zipPath, out string) (written bool, err error) {
 	if !strings.HasPrefix(rel, "../") {
 		rel = "./" + rel
 	}
+	flagText := "" // how the comment says it was made
+	if s.name != defaultSet {
+		flagText = " -patch " + s.name
+	}
 	want := map[string][]byte{ // by path under out
-		modFile: fmt.Appendf(nil, "%s\n// Added by go/patches (go run ./patches -out ...): quic-go with quicbed's patch.\nreplace %s %s => %s\n",
-			goMod, modulePath, moduleVersion, rel),
+		modFile: fmt.Appendf(nil, "%s\n// Added by go/patches (go run ./patches%s -out ...): quic-go with quicbed's patch.\nreplace %s %s => %s\n",
+			goMod, flagText, s.modulePath, s.moduleVersion, rel),
 		strings.TrimSuffix(modFile, ".mod") + ".sum": goSum,
 	}
 	for name, b := range files {
-		want[copyDir+"/"+name] = b
+		want[s.copyDir+"/"+name] = b
 	}
-	if sameFiles(out, want) {
+	if sameFiles(out, s.copyDir, want) {
 		return false, nil
 	}
-	if err := os.RemoveAll(filepath.Join(out, copyDir)); err != nil {
+	if err := os.RemoveAll(filepath.Join(out, s.copyDir)); err != nil {
 		return false, err
 	}
 	names := make([]string, 0, len(want))
@@ -201,8 +281,8 @@ func generate(modRoot, zipPath, out string) (written bool, err error) {
 }
 
 // sameFiles reports whether dir holds the files in want (by slash path under
-// dir) with that content, and no others in the patched module.
-func sameFiles(dir string, want map[string][]byte) bool {
+// dir) with that content, and no others in the patched module copyDir.
+func sameFiles(dir, copyDir string, want map[string][]byte) bool {
 	n := 0
 	for name, w := range want {
 		if !strings.HasPrefix(name, copyDir+"/") {
@@ -234,23 +314,23 @@ func sameFiles(dir string, want map[string][]byte) bool {
 // readModuleZip returns the files of quic-go's module zip by their path in
 // the module, after checking the zip against the h1: hash that goSum holds
 // for it (golang.org/x/mod/sumdb/dirhash.HashZip, as `go mod verify` checks).
-func readModuleZip(zipPath string, goSum []byte) (map[string][]byte, error) {
+func (s *patchSet) readModuleZip(zipPath string, goSum []byte) (map[string][]byte, error) {
 	var want string
 	sc := bufio.NewScanner(bytes.NewReader(goSum))
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == modulePath && f[1] == moduleVersion {
+		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == s.modulePath && f[1] == s.moduleVersion {
 			want = f[2]
 		}
 	}
 	if want == "" {
-		return nil, fmt.Errorf("go.sum has no hash for %s %s", modulePath, moduleVersion)
+		return nil, fmt.Errorf("go.sum has no hash for %s %s", s.modulePath, s.moduleVersion)
 	}
 	zr, err := zip.OpenReader(zipPath)
 	if err != nil {
 		return nil, err
 	}
 	defer zr.Close()
-	prefix := modulePath + "@" + moduleVersion + "/"
+	prefix := s.modulePath + "@" + s.moduleVersion + "/"
 	files := map[string][]byte{}
 	lines := map[string]string{} // by name in the zip
 	for _, f := range zr.File {
@@ -286,43 +366,48 @@ func readModuleZip(zipPath string, goSum []byte) (map[string][]byte, error) {
 }
 
 // patch applies the patch to files (the module by path), adds the files of
-// _quic-go-v0.65.0/ and quicbed_patch.go, which names the patch by digest.
-func patch(files map[string][]byte) error {
+// its addedDir and quicbed_patch.go, which names the patch by digest (in the
+// root package, quic in both releases).
+func (s *patchSet) patch(files map[string][]byte) error {
+	patchText, err := s.text()
+	if err != nil {
+		return err
+	}
 	diffs, err := parsePatch(patchText)
 	if err != nil {
-		return fmt.Errorf("%s.patch: %v", patchName, err)
+		return fmt.Errorf("%s.patch: %v", s.name, err)
 	}
-	if len(diffs) != len(pinned) {
-		return fmt.Errorf("%s.patch changes %d files, %d are pinned", patchName, len(diffs), len(pinned))
+	if len(diffs) != len(s.pinned) {
+		return fmt.Errorf("%s.patch changes %d files, %d are pinned", s.name, len(diffs), len(s.pinned))
 	}
 	for _, d := range diffs {
-		want, ok := pinned[d.path]
+		want, ok := s.pinned[d.path]
 		if !ok {
-			return fmt.Errorf("%s.patch changes %s, which has no pinned SHA-256", patchName, d.path)
+			return fmt.Errorf("%s.patch changes %s, which has no pinned SHA-256", s.name, d.path)
 		}
 		orig, ok := files[d.path]
 		if !ok {
-			return fmt.Errorf("quic-go %s has no %s", moduleVersion, d.path)
+			return fmt.Errorf("quic-go %s has no %s", s.moduleVersion, d.path)
 		}
 		if sum := sha256.Sum256(orig); hex.EncodeToString(sum[:]) != want {
 			return fmt.Errorf("quic-go %s %s: SHA-256 %x, the patch is for %s (quic-go bumped?)",
-				moduleVersion, d.path, sum, want)
+				s.moduleVersion, d.path, sum, want)
 		}
 		patched, err := d.apply(orig)
 		if err != nil {
-			return fmt.Errorf("%s.patch, %s: %v", patchName, d.path, err)
+			return fmt.Errorf("%s.patch, %s: %v", s.name, d.path, err)
 		}
 		files[d.path] = patched
 	}
 	digest := sha256.New()
-	fmt.Fprintf(digest, "%s.patch\x00%s\x00", patchName, patchText)
-	err = fs.WalkDir(added, addedDir, func(p string, e fs.DirEntry, err error) error {
+	fmt.Fprintf(digest, "%s.patch\x00%s\x00", s.name, patchText)
+	err = fs.WalkDir(added, s.addedDir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return err
 		}
-		name := strings.TrimPrefix(p, addedDir+"/")
+		name := strings.TrimPrefix(p, s.addedDir+"/")
 		if _, ok := files[name]; ok {
-			return fmt.Errorf("%s/%s would replace quic-go's own file", addedDir, name)
+			return fmt.Errorf("%s/%s would replace quic-go's own file", s.addedDir, name)
 		}
 		b, err := added.ReadFile(p)
 		if err != nil {
@@ -335,7 +420,7 @@ func patch(files map[string][]byte) error {
 	if err != nil {
 		return err
 	}
-	id := fmt.Sprintf("%s sha256:%x", patchName, digest.Sum(nil))
+	id := fmt.Sprintf("%s sha256:%x", s.name, digest.Sum(nil))
 	files["quicbed_patch.go"] = []byte("// Code generated by quicbed's go/patches; DO NOT EDIT.\n\npackage quic\n\n" +
 		"// QuicbedPatch names quicbed's build-time patch of quic-go and its digest.\n" +
 		"const QuicbedPatch = " + strconv.Quote(id) + "\n")
