@@ -17,9 +17,17 @@ QUICGO    := build/quic-go-patched
 GOMODFILE := -modfile=$(CURDIR)/$(QUICGO)/quicbed.mod
 QUICGO_TESTED := github.com/quic-go/quic-go/internal/congestion github.com/quic-go/quic-go/internal/ackhandler
 # The gQUIC server is a Go module of its own (go/gquic/README.md: quic-go v0.10.2
-# keeps its own dependencies); it takes no patch and no -modfile. go/'s gofmt -l .
-# covers its files too.
+# keeps its own dependencies), and its quic-go is patched the same way, by the same
+# program (-patch names the patch, go/gquic/README.md says why): its own patched copy
+# and alternative go.mod, which its build, vet and test take. They also cover the
+# patched package, upstream's tests included, and our test of the patch in quic-go's
+# root package (only it: the root package's own suite would take minutes). go/'s
+# gofmt -l . covers its files too.
 GQUIC     := go/gquic
+GQUIC_PATCH   := quic-go-v0.10.2-keep-ciphertext
+GQUIC_QUICGO  := build/quic-go-v0.10.2-patched
+GQUIC_MODFILE := -modfile=$(CURDIR)/$(GQUIC_QUICGO)/quicbed.mod
+GQUIC_QUICGO_TESTED := github.com/lucas-clemente/quic-go/internal/handshake
 
 .PHONY: setup venv provision quic-go build test lint unit demo bench clean
 
@@ -40,20 +48,22 @@ provision: venv
 
 quic-go:
 	cd go && $(GO) run ./patches -go $(GO) -out ../$(QUICGO)
+	cd go && $(GO) run ./patches -go $(GO) -patch $(GQUIC_PATCH) -out ../$(GQUIC_QUICGO)
 
 build: quic-go
 	cd go && $(GO) build $(GOMODFILE) -o ../build/bin/ ./cmd/...
-	cd $(GQUIC) && $(GO) build -o $(CURDIR)/build/bin/ ./cmd/...
+	cd $(GQUIC) && $(GO) build $(GQUIC_MODFILE) -o $(CURDIR)/build/bin/ ./cmd/...
 
 lint: venv quic-go
 	$(VENV)/bin/ruff check quicbed tests benchmarks profile.py
 	$(VENV)/bin/ruff format --check quicbed tests benchmarks profile.py
 	cd go && test -z "$$(gofmt -l .)" && $(GO) vet $(GOMODFILE) ./... github.com/quic-go/quic-go $(QUICGO_TESTED)
-	cd $(GQUIC) && $(GO) vet ./...
+	cd $(GQUIC) && $(GO) vet $(GQUIC_MODFILE) ./... github.com/lucas-clemente/quic-go $(GQUIC_QUICGO_TESTED)
 
 test: setup lint
 	cd go && $(GO) test $(GOMODFILE) ./... $(QUICGO_TESTED)
-	cd $(GQUIC) && $(GO) test ./...
+	cd $(GQUIC) && $(GO) test $(GQUIC_MODFILE) ./... $(GQUIC_QUICGO_TESTED)
+	cd $(GQUIC) && $(GO) test $(GQUIC_MODFILE) -run '^TestQuicbed' github.com/lucas-clemente/quic-go
 	$(VENV)/bin/pytest -q
 
 # The main job: the demo sweep on the local testbed, then its report.

@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,22 +27,26 @@ import (
 
 	quic "github.com/lucas-clemente/quic-go"
 	"github.com/lucas-clemente/quic-go/h2quic"
+
+	"quicbed/gquic/internal/quicgotest"
 )
 
-// bin is the command, built as the quicbed_binaries role builds it.
+// bin is the command, built as the quicbed_binaries role builds it: with the
+// patched quic-go this test was built with.
 var bin string
 
 func TestMain(m *testing.M) {
+	modFile, err := quicgotest.ModFile()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "the patched quic-go: %v\n", err)
+		os.Exit(1)
+	}
 	dir, err := os.MkdirTemp("", "quicbed-gquic-test")
 	if err != nil {
 		panic(err)
 	}
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	bin = filepath.Join(dir, "quicbed-gquic-server")
-	cmd := exec.Command(goCmd, "build", "-trimpath", "-o", bin, ".")
+	cmd := exec.Command(quicgotest.GoCmd(), "build", "-trimpath", "-modfile", modFile, "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
@@ -138,9 +141,15 @@ func TestCommand(t *testing.T) {
 		t.Fatalf("events: %v", evs)
 	}
 	start, conn, req := lines[1], lines[2], lines[3]
+	// The build information says quic-go was replaced by the patched copy, and
+	// the patch compiled in is the one this test was built with.
 	if start["quic_go_version"] != "v0.10.2" || start["quic_go_module"] != "github.com/lucas-clemente/quic-go" ||
-		start["quic_go_replace"] != nil || start["addr"] != "127.0.0.1:"+port {
+		start["quic_go_replace"] != "../../build/quic-go-v0.10.2-patched/quic-go-v0.10.2 (devel)" ||
+		start["quic_go_patch"] != quic.QuicbedPatch || start["addr"] != "127.0.0.1:"+port {
 		t.Errorf("start: %v", start)
+	}
+	if !strings.HasPrefix(quic.QuicbedPatch, "quic-go-v0.10.2-keep-ciphertext sha256:") {
+		t.Errorf("quic.QuicbedPatch %q", quic.QuicbedPatch)
 	}
 	if conn["quic_version"] != "Q044" || conn["used_0rtt"] != false || req["conn_id"] != conn["conn_id"] || req["path"] != "/" {
 		t.Errorf("conn %v, request %v", conn, req)

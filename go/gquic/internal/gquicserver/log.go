@@ -35,7 +35,10 @@ const QuicGoModule = "github.com/lucas-clemente/quic-go"
 
 // QuicGoVersion is the version of QuicGoModule compiled in, from the binary's
 // build information ("v0.10.2"), and its replacement if the build replaced it
-// ("" if not); "unknown" if the binary has no build information.
+// ("" if not; quicbed's builds replace it with the patched copy that
+// go/patches writes, a directory: "../../build/quic-go-v0.10.2-patched/quic-go-v0.10.2
+// (devel)", as `go version -m` prints it); "unknown" if the binary has no build
+// information (a test binary).
 func QuicGoVersion() (version, replace string) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {

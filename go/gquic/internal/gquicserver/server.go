@@ -145,6 +145,9 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 		"server": Name, "addr": udp.LocalAddr().String(), "docroot": cfg.Docroot, "config": cfg,
 		"versions": names, "quic_go_module": QuicGoModule, "quic_go_version": qv,
 		"go_version": runtime.Version(), "pid": os.Getpid(),
+		// quicbed's patch of quic-go (go/patches), its name and digest; a build
+		// without the patched copy does not compile.
+		"quic_go_patch": quic.QuicbedPatch,
 	}
 	if qr != "" {
 		start["quic_go_replace"] = qr

@@ -256,6 +256,7 @@ func TestServesEachVersion(t *testing.T) {
 	// quic_go_version is "unknown" here; the command's test checks "v0.10.2".)
 	st := events(t, f.log.String(), "start")
 	if len(st) != 1 || st[0]["quic_go_version"] != "unknown" || st[0]["quic_go_module"] != "github.com/lucas-clemente/quic-go" ||
+		!strings.HasPrefix(st[0]["quic_go_patch"].(string), "quic-go-v0.10.2-keep-ciphertext sha256:") ||
 		st[0]["server"] != "quicbed-gquic-server" || st[0]["cc"] != "cubic" ||
 		strings.Join(toStrings(st[0]["versions"]), ",") != "Q039,Q043,Q044" {
 		t.Errorf("start record: %v", st)

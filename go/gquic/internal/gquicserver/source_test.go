@@ -5,26 +5,28 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+
+	"quicbed/gquic/internal/quicgotest"
 )
 
-// quicGoDir is the quic-go module this package is built with, from the go command.
+// quicGoDir is the quic-go module this package is built with, from the go command:
+// the patched copy.
 func quicGoDir(t *testing.T) string {
 	t.Helper()
-	goCmd, err := exec.LookPath("go")
+	modFile, err := quicgotest.ModFile()
 	if err != nil {
-		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatal(err)
 	}
-	out, err := exec.Command(goCmd, "list", "-m", "-f", "{{.Version}} {{.Dir}}", QuicGoModule).Output()
+	out, err := exec.Command(quicgotest.GoCmd(), "list", "-modfile", modFile, "-m", "-f", "{{.Version}} {{.Dir}}", QuicGoModule).Output()
 	if err != nil {
 		t.Fatalf("go list -m %s: %v", QuicGoModule, err)
 	}
 	version, dir, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
-	if version != "v0.10.2" || dir == "" {
-		t.Fatalf("go list -m %s: %q", QuicGoModule, out)
+	if version != "v0.10.2" || filepath.Base(dir) != "quic-go-v0.10.2" {
+		t.Fatalf("go list -m %s: %q, want the patched copy of v0.10.2", QuicGoModule, out)
 	}
 	return dir
 }
