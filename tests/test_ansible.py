@@ -11,15 +11,19 @@ ipfw and Emulab delay_mapping files).
 from __future__ import annotations
 
 import hashlib
+import http.server
 import io
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
+import urllib.parse
 import zipfile
 from pathlib import Path
 
@@ -439,3 +443,354 @@ def test_bridge_pipes_tasks_write_the_contract(tmp_path: Path) -> None:
     third = _playbook(*argv)
     assert third.returncode != 0
     assert "Dummynet has no pipes" in third.stdout, third.stdout[-3000:]
+
+
+# --- the gQUIC arm on the testbed: Q037 (proto-quic, Chromium 60), Q046 (QUICHE) ----
+
+THREE_GROUPS = """
+    [server]
+    node-server ansible_host=192.0.2.1
+    [client]
+    node-client ansible_host=192.0.2.2
+    [bridge]
+    node-bridge ansible_host=192.0.2.3
+"""
+
+
+def test_site_q037_lists_the_gquic_build_and_the_chromium60_tasks(tmp_path: Path) -> None:
+    """site.yml for Q037 renders every task of the Q037 server and client (imported, so
+    --list-tasks shows them; chromium_client's Node, an include_role, is not listed), in
+    order: the platform checks first, the server's check
+    of Q037 after its build, and Chromium 60 before the Chromium 72 tasks."""
+    inv = _inventory(tmp_path, THREE_GROUPS)
+    cp = _playbook("-i", str(inv), "playbooks/site.yml", "-e", "quicbed_quic_version=Q037",
+                   "--list-tasks")  # fmt: skip
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    lines = [line.strip().split("\t")[0] for line in cp.stdout.splitlines()]
+    server = [x.split(" : ", 1)[1] for x in lines if x.startswith("quic_server_gquic : ")]
+    assert server[0] == "Refuse any platform but Ubuntu 18.04 on x86-64"
+    for name in ("Check out the pinned proto-quic commit (about 1 GB)",
+                 "Download the Debian jessie amd64 sysroot (chrome-linux-sysroot bucket)",
+                 "Build quic_server and quic_client (ninja; tens of minutes)",
+                 "Record what was built, from what, and how long it took",
+                 "Point the stable paths at this build", "Require the answer"):  # fmt: skip
+        assert name in server, name
+    assert server.index("Require the answer") > server.index("Point the stable paths at this build")
+    client = [x.split(" : ", 1)[1] for x in lines if x.startswith("chromium_client_gquic : ")]
+    assert client[0] == "Refuse any platform but Ubuntu 18.04 on x86-64 for the Q037 client"
+    first72 = client.index("Load the OS's package names (most specific vars file first)")
+    for name in ("Install the page-load driver's dependencies exactly as locked (as chromium_client does)",
+                 "Ask Launchpad for the published files and their SHA-256",
+                 "Download each .deb (checked by that SHA-256)",
+                 "Put it on PATH as chromium60 (on the Xvfb display unless DISPLAY is set)",
+                 "Refuse a browser with missing libraries", "Start it now and at boot",
+                 "Run Chromium 60 on the display for 10 s (it must still be running then)"):  # fmt: skip
+        assert client.index(name) < first72, name
+
+
+def test_quic_server_gquic_build_paths_and_gn_args_render(tmp_path: Path) -> None:
+    """The role's derived values for both toolchains: one install directory per
+    commit, toolchain and gn arguments; host adds its five arguments; the check asks
+    for version 37."""
+    roles = ROOT / "roles" / "quic_server_gquic"
+    play = tmp_path / "render.yml"
+    play.write_text(textwrap.dedent(f"""
+        - name: Render quic_server_gquic's values
+          hosts: localhost
+          gather_facts: false
+          vars_files: ["{roles}/defaults/main.yml", "{roles}/vars/main.yml"]
+          tasks:
+            - name: Show them
+              ansible.builtin.debug:
+                msg: "RENDER{{{{ {{'dir': __quic_server_gquic_install_dir,
+                  'args': __quic_server_gquic_args,
+                  'v': quic_server_gquic_version | regex_replace('^QUIC_VERSION_0*', '')}}
+                  | to_json }}}}"
+    """))  # fmt: skip
+    out = {}
+    for toolchain in ("bundled", "host"):
+        cp = _playbook("-i", "localhost,", "-c", "local", str(play),
+                       "-e", f"quic_server_gquic_toolchain={toolchain}")  # fmt: skip
+        assert cp.returncode == 0, cp.stdout[-2000:]
+        m = re.search(r'"msg": "RENDER(.*)"', cp.stdout)
+        assert m, cp.stdout[-2000:]
+        out[toolchain] = json.loads(m.group(1).encode().decode("unicode_escape"))
+    base = ["is_debug = false", "is_component_build = false", "symbol_level = 1"]
+    assert out["bundled"]["args"] == base
+    assert out["host"]["args"] == base + [
+        "use_sysroot = false", "linux_use_bundled_binutils = false", "use_gold = false",
+        "treat_warnings_as_errors = false", "fatal_linker_warnings = false"]  # fmt: skip
+    for toolchain, o in out.items():
+        assert re.fullmatch(rf"/opt/quicbed/proto-quic-9f1ab92724ce-{toolchain}-[0-9a-f]{{8}}",
+                            o["dir"]), o  # fmt: skip
+        assert o["v"] == "37"
+    assert out["bundled"]["dir"][-8:] != out["host"]["dir"][-8:]
+
+
+def _stub_quic_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """Stand-ins for proto-quic's quic_server (binds UDP on loopback, remembers its
+    cache directory) and quic_client (speaks only 37, prints what the real one prints
+    on success, with the cached file's body)."""
+    server, client = tmp_path / "quic_server", tmp_path / "quic_client"
+    server.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import socket, sys, time
+        args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", int(args["port"])))
+        open("{tmp_path}/cache_dir", "w").write(args["quic_response_cache_dir"])
+        time.sleep(60)
+    """))  # fmt: skip
+    client.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$*" in *--quic-version=37*) ;; *) echo "Failed to connect"; exit 1;; esac
+        d=$(cat {tmp_path}/cache_dir)
+        echo "Request succeeded (200)."
+        echo "body: $(tail -n 1 "$d/quicbed-check.test/index.html")"
+    """))  # fmt: skip
+    server.chmod(0o755)
+    client.chmod(0o755)
+    return server, client
+
+
+def test_quic_gquic_check_passes_only_when_the_version_is_answered(tmp_path: Path) -> None:
+    """roles/quic_server_gquic's provisioning check, against stand-ins: the answer over
+    37 passes; another version, a server that exits, a busy port fail, naming why; it
+    leaves nothing behind in /tmp."""
+    check = ROOT / "roles" / "quic_server_gquic" / "files" / "quic-gquic-check"
+    server, client = _stub_quic_pair(tmp_path)
+    before = set(Path("/tmp").glob("quic-gquic-check.*"))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        busy = s.getsockname()[1]
+        cases = [(server, "37", 0, "answered a request over gQUIC version 37"),
+                 (server, "36", 1, "quic_client --quic-version=36 failed"),
+                 (Path("/bin/false"), "37", 1, "quic_server exited at start")]  # fmt: skip
+        for srv, version, rc, why in cases:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as free:
+                free.bind(("127.0.0.1", 0))
+                port = free.getsockname()[1]
+            cp = subprocess.run([check, srv, client, version, str(port)], capture_output=True,
+                                text=True, timeout=60)  # fmt: skip
+            result = json.loads(cp.stdout.strip().splitlines()[-1])
+            assert (cp.returncode, result["ok"]) == (rc, rc == 0), cp.stdout + cp.stderr
+            assert why in result["why"], result
+        cp = subprocess.run([check, server, client, "37", str(busy)], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+        assert cp.returncode == 2 and f"UDP port {busy} is in use" in cp.stdout
+    assert set(Path("/tmp").glob("quic-gquic-check.*")) == before
+
+
+def test_q037_client_refuses_other_platforms_before_changing_anything(root: None,
+                                                                     tmp_path: Path) -> None:
+    """chromium_client_gquic with Q037 on this Debian machine: its first task stops,
+    naming the platform; nothing of Chromium 60 or 72 is touched."""
+    play = _local_play(tmp_path, """
+        - name: The client role as site.yml applies it for Q037
+          ansible.builtin.include_role:
+            name: chromium_client_gquic
+    """)  # fmt: skip
+    cp = _playbook("-i", "localhost,", str(play), "-e", "quicbed_quic_version=Q037")
+    assert cp.returncode != 0
+    assert "the Q037 client (Chromium 60.0.3112.113 under Xvfb) is not implemented for Debian" \
+        in cp.stdout, cp.stdout[-3000:]  # fmt: skip
+    assert _changed(cp) == 0
+
+
+def test_quic_server_google_refuses_an_unknown_quic_version(tmp_path: Path) -> None:
+    """A version name the pinned quiche has not (here gQUIC Q050) is refused by name
+    before anything is fetched, even with the build switched off."""
+    play = _local_play(tmp_path, """
+        - name: quic_server_google as the testbed applies it
+          ansible.builtin.include_role:
+            name: quic_server_google
+    """)  # fmt: skip
+    for enabled in ("true", "false"):
+        cp = _playbook("-i", "localhost,", str(play), "-e",
+                       json.dumps({"quic_server_google_quic_versions": ["RFCv1", "Q050"],
+                                   "quic_server_google_enabled": enabled == "true"}))  # fmt: skip
+        assert cp.returncode != 0
+        assert "the pinned quiche commit's quic_server serves RFCv2, RFCv1, draft29, Q046" \
+            in cp.stdout, cp.stdout[-3000:]  # fmt: skip
+        assert _changed(cp) == 0
+
+
+def test_site_renders_quic_server_google_with_q046(tmp_path: Path) -> None:
+    """RFCv1 with Q046 added to quiche's checked versions: the play parses and lists the
+    version check after the build."""
+    inv = _inventory(tmp_path, THREE_GROUPS)
+    ev = json.dumps({"quicbed_quic_version": "RFCv1",
+                     "quic_server_google_quic_versions": ["RFCv1", "Q046"]})  # fmt: skip
+    for mode in ("--syntax-check", "--list-tasks"):
+        cp = _playbook("-i", str(inv), "playbooks/site.yml", "-e", ev, mode)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "quic_server_google : Check the QUIC versions asked for" in cp.stdout
+
+
+# Chromium 60's .debs against a stand-in for Launchpad's API and archive on loopback.
+
+DEB_VERSION = "60.0.3112.113-0ubuntu0.16.04.1298"
+
+
+def _fake_deb(tmp_path: Path, name: str, files: dict[str, str]) -> Path:
+    root = tmp_path / "debroot" / name
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+        (root / rel).chmod(0o755)
+    (root / "DEBIAN").mkdir(parents=True, exist_ok=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: {DEB_VERSION}\nArchitecture: amd64\n"
+        "Maintainer: quicbed test <test@example.invalid>\nDescription: stand-in\n"
+    )  # fmt: skip
+    out = tmp_path / "debs" / f"{name}_{DEB_VERSION}_amd64.deb"
+    out.parent.mkdir(exist_ok=True)
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(out)], check=True,
+                   capture_output=True)  # fmt: skip
+    return out
+
+
+class _FakeLaunchpad:
+    """getPublishedBinaries and binaryFileUrls(include_meta) for the given files, the
+    files themselves under /files/, every request recorded; digests may be overridden
+    to publish a wrong one."""
+
+    def __init__(self, debs: dict[str, Path], published: dict[str, str] | None = None):
+        self.debs, self.requests = debs, []
+        self.published = published or {}
+        handler = self._handler()
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def _handler(self):
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):
+                fake.requests.append(self.path)
+                url = urllib.parse.urlsplit(self.path)
+                q = dict(urllib.parse.parse_qsl(url.query))
+                body: bytes | None = None
+                if url.path == "/devel/ubuntu/+archive/primary" and \
+                        q.get("ws.op") == "getPublishedBinaries":  # fmt: skip
+                    name = q.get("binary_name", "")
+                    ok = (q.get("exact_match") == "true" and q.get("version") == DEB_VERSION
+                          and q.get("distro_arch_series") == fake.base + "/devel/ubuntu/xenial/amd64"
+                          and name in fake.debs)  # fmt: skip
+                    link = f"{fake.base}/devel/ubuntu/+archive/primary/+binarypub/{name}"
+                    body = json.dumps({"entries": [{"self_link": link}] if ok else []}).encode()
+                elif url.path.startswith("/devel/ubuntu/+archive/primary/+binarypub/") and \
+                        q == {"ws.op": "binaryFileUrls", "include_meta": "true"}:  # fmt: skip
+                    name = url.path.rsplit("/", 1)[1]
+                    deb = fake.debs[name]
+                    digest = fake.published.get(name) or hashlib.sha256(deb.read_bytes()).hexdigest()
+                    body = json.dumps([{"url": f"{fake.base}/files/{deb.name}", "size": 1,
+                                        "sha1": "x", "sha256": digest}]).encode()  # fmt: skip
+                elif url.path.startswith("/files/"):
+                    for deb in fake.debs.values():
+                        if url.path == f"/files/{deb.name}":
+                            body = deb.read_bytes()
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _chromium60_debs_play(tmp_path: Path, lp: _FakeLaunchpad, pins: dict[str, str]) -> list[str]:
+    play = _local_play(tmp_path, """
+        - name: Chromium 60's packages as on the Q037 client
+          ansible.builtin.include_role:
+            name: chromium_client_gquic
+            tasks_from: chromium60_debs
+    """)  # fmt: skip
+    ev = {"chromium_client_gquic_q037_dir": str(tmp_path / "chromium-60"),
+          "chromium_client_gquic_download_dir": str(tmp_path / "cache"),
+          "chromium_client_gquic_q037_launchpad_api": lp.base + "/devel",
+          "chromium_client_gquic_q037_archive_url": lp.base + "/files",
+          "chromium_client_gquic_q037_debs": [{"name": n, "sha256": pins.get(n, "")}
+                                              for n in lp.debs]}  # fmt: skip
+    return ["-i", "localhost,", str(play), "-e", json.dumps(ev)]
+
+
+@pytest.fixture
+def chromium60_debs(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "chromium-codecs-ffmpeg-extra": _fake_deb(
+            tmp_path, "chromium-codecs-ffmpeg-extra",
+            {"usr/lib/chromium-browser/libffmpeg.so": "not a library\n"}),
+        "chromium-browser": _fake_deb(
+            tmp_path, "chromium-browser",
+            {"usr/lib/chromium-browser/chromium-browser": "#!/bin/sh\necho Chromium 60.0.3112.113\n"}),
+    }  # fmt: skip
+
+
+@pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="needs dpkg-deb")
+def test_chromium60_debs_unpack_with_launchpads_published_sha256(tmp_path: Path,
+                                                                 chromium60_debs) -> None:
+    """No pins: each .deb is checked against the SHA-256 Launchpad publishes for it and
+    unpacked; the record says so; a second run asks Launchpad nothing and changes
+    nothing; a pin that matches is accepted on a rerun, one that does not is refused."""
+    lp = _FakeLaunchpad(chromium60_debs)
+    try:
+        argv = _chromium60_debs_play(tmp_path, lp, {})
+        first = _playbook(*argv)
+        assert first.returncode == 0, first.stdout[-3000:]
+        root = tmp_path / "chromium-60"
+        assert (root / "usr/lib/chromium-browser/chromium-browser").read_text().startswith("#!")
+        assert (root / "usr/lib/chromium-browser/libffmpeg.so").exists()
+        record = json.loads((root / "quicbed-debs.json").read_text())
+        sums = {n: hashlib.sha256(p.read_bytes()).hexdigest() for n, p in chromium60_debs.items()}
+        assert {r["name"]: r["sha256"] for r in record} == sums
+        assert {r["digest_source"] for r in record} == {"published by Launchpad, not pinned"}
+        assert all(r["url"] == f"{lp.base}/files/{r['file']}" for r in record)
+        asked = len(lp.requests)
+        assert asked == 6  # two publications, two file lists, two files
+        second = _playbook(*argv)
+        assert second.returncode == 0 and _changed(second) == 0, _changed_lines(second)
+        assert len(lp.requests) == asked
+        pinned = _playbook(*_chromium60_debs_play(tmp_path, lp, sums))
+        assert pinned.returncode == 0 and _changed(pinned) == 0, pinned.stdout[-3000:]
+        wrong = _playbook(*_chromium60_debs_play(tmp_path, lp, {"chromium-browser": "0" * 64}))
+        assert wrong.returncode != 0
+        assert f"is not the pinned {'0' * 64}" in wrong.stdout, wrong.stdout[-3000:]
+    finally:
+        lp.close()
+
+
+@pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="needs dpkg-deb")
+def test_chromium60_debs_refuse_a_digest_that_disagrees(tmp_path: Path, chromium60_debs) -> None:
+    """A pin that differs from Launchpad's published digest is refused before any
+    download; a published digest the bytes do not match fails the download. Neither
+    unpacks anything or writes the record."""
+    lp = _FakeLaunchpad(chromium60_debs)
+    try:
+        cp = _playbook(*_chromium60_debs_play(tmp_path, lp, {"chromium-browser": "1" * 64}))
+        assert cp.returncode != 0
+        assert "expected" in cp.stdout and f"with the pinned {'1' * 64}" in cp.stdout, \
+            cp.stdout[-3000:]  # fmt: skip
+        assert not any("/files/" in r for r in lp.requests)
+    finally:
+        lp.close()
+    lp = _FakeLaunchpad(chromium60_debs, published={"chromium-browser": "2" * 64})
+    try:
+        cp = _playbook(*_chromium60_debs_play(tmp_path, lp, {}))
+        assert cp.returncode != 0
+        assert "checksum" in cp.stdout.lower(), cp.stdout[-3000:]
+    finally:
+        lp.close()
+    root = tmp_path / "chromium-60"
+    assert not (root / "quicbed-debs.json").exists()
+    assert not (root / "usr").exists()
