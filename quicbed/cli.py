@@ -89,10 +89,18 @@ def owned(tb: Testbed, what: str, keep: bool) -> Iterator[None]:
                 yield
             finally:
                 if not keep:
-                    removed = tb.teardown()
-                    print(f"quicbed: testbed {tb.describe_short()} torn down"
-                          + (f" (removed {len(removed)}: {', '.join(removed)})" if removed
-                             else ""), file=sys.stderr)  # fmt: skip
+                    try:
+                        removed = tb.teardown()
+                    except QuicbedError as exc:
+                        if tb.lost is None:
+                            raise
+                        print(f"quicbed: testbed {tb.describe_short()} (taken out: {tb.lost}) "
+                              f"could not be torn down: {exc}", file=sys.stderr)  # fmt: skip
+                        removed = None
+                    if removed is not None:
+                        print(f"quicbed: testbed {tb.describe_short()} torn down"
+                              + (f" (removed {len(removed)}: {', '.join(removed)})" if removed
+                                 else ""), file=sys.stderr)  # fmt: skip
     finally:
         tb.close()
 

@@ -75,6 +75,7 @@ def run_pool(
         except Exception as exc:  # any failure takes this testbed out
             reason = str(exc) or type(exc).__name__
             rest = [x for x in group if x not in done]
+            tb.lost = reason
             with lock:
                 if rest:
                     queue.appendleft(rest)

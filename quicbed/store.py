@@ -102,9 +102,6 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
 def open_db(db: Path, *, create: bool) -> sqlite3.Connection:
     """Connect to a store's SQLite file, refusing any file that is not a sound quicbed store.
 
@@ -121,21 +118,27 @@ def open_db(db: Path, *, create: bool) -> sqlite3.Connection:
         db.parent.mkdir(parents=True, exist_ok=True)
         return sqlite3.connect(db, isolation_level=None, timeout=30)
     bad = f"{db} is not a quicbed results store"
+    # The file is never opened here except by SQLite: closing any descriptor of a file
+    # drops every POSIX lock this process holds on it, so a header read of our own
+    # would silently unlock a live connection of another thread (a sweep over several
+    # testbeds runs cells side by side): another process could then take the WAL for
+    # abandoned, checkpoint and delete it under the writer, and a crash lose its loads.
     try:
         if not db.is_file():
             raise QuicbedError(f"{bad} (not a regular file)")
         size = db.stat().st_size
-        with open(db, "rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
     except OSError as exc:
         raise QuicbedError(f"{db}: {exc.strerror}") from None
     if size == 0:
         raise QuicbedError(f"{bad} (it is empty: 0 bytes)")
-    if head != _SQLITE_MAGIC:
-        raise QuicbedError(f"{bad} (not an SQLite database)")
     con = sqlite3.connect(db, isolation_level=None, timeout=30)
     try:
-        check = con.execute("PRAGMA quick_check").fetchone()[0]
+        try:
+            check = con.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                raise QuicbedError(f"{bad} (not an SQLite database)") from None
+            raise
         if check != "ok":
             raise QuicbedError(f"{db} is damaged (SQLite: {check})")
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}

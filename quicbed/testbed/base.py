@@ -86,6 +86,9 @@ class Testbed(ABC):
     prefix: str
     server_ip: str
     client_ip: str
+    #: why a sweep over several testbeds took this one out (quicbed.pool); its teardown
+    #: may then fail without failing the command
+    lost: str | None = None
 
     # --- lifecycle --------------------------------------------------------------------
     @abstractmethod

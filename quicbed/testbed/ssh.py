@@ -115,8 +115,16 @@ class SshTestbed(Testbed):
         self.server_ip = self.nodes["server"].exp_ip or SERVER_IP
         self.client_ip = self.nodes["client"].exp_ip or CLIENT_IP
         key = hashlib.sha256(repr(sorted((r, n.address) for r, n in self.nodes.items())).encode())
-        # ControlPath must fit a unix socket name (108 bytes): short and per user
-        self._control = Path(tempfile.gettempdir()) / f"qbssh-{os.getuid()}-{key.hexdigest()[:8]}"
+        # ControlPath must fit a unix socket name (108 bytes): short and per user. Per
+        # hosts file and key too: a master left by a killed run to hosts that are gone
+        # (a lab torn down, a node reimaged) would swallow a new testbed's sessions at
+        # the same addresses until its keep-alives give up
+        conn = hashlib.sha256(
+            repr(
+                (key.hexdigest(), self.source, sorted(str(n.key) for n in self.nodes.values()))
+            ).encode()
+        )
+        self._control = Path(tempfile.gettempdir()) / f"qbssh-{os.getuid()}-{conn.hexdigest()[:8]}"
         self._lock = (
             Path(tempfile.gettempdir()) / "quicbed-locks" / f"ssh-{key.hexdigest()[:16]}.lock"
         )
