@@ -98,8 +98,9 @@ def _stats(root: Path) -> dict[str, dict[str, tuple]]:
         out = {}
         for cid, att in store.latest_attempts().items():
             cfg = make_cell(**store.cell_config(cid))
+            comps = compare_cell(store, cid, att["attempt"], cfg)
             out[cid] = {p: (c.tcp.n, c.tcp.mean, c.quic.n, c.quic.mean, c.pct_diff, c.welch_p)
-                        for p, c in compare_cell(store, cid, att["attempt"], cfg).items()}  # fmt: skip
+                        for p, c in comps.items()}  # fmt: skip
         return out
     finally:
         store.close()

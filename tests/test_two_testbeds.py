@@ -2,10 +2,11 @@
 
 Two ssh labs (the local namespaces with sshd, each on its own control network) play
 two Emulab experiments. ``quicbed run --hosts A --hosts B`` spreads a small spec over
-both; once lab B has stored a load, B's sshd is killed (listeners and sessions), so
-B becomes unreachable mid-cell, as when its nodes or their control network die. B leaves the rotation with its reason and lab A measures the
-rest, B's interrupted cell included, as a new attempt: every cell ends done, each
-attempt says which testbed measured it, and the report lists both testbeds.
+both; once lab B has stored a load, B's sshd is killed (listeners and sessions), so B
+becomes unreachable mid-cell, as when its nodes or their control network die. B
+leaves the rotation with its reason and lab A measures the rest, B's interrupted
+cell included, as a new attempt: every cell ends done, each attempt says which
+testbed measured it, and the report lists the testbeds.
 """
 
 from __future__ import annotations
