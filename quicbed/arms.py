@@ -13,17 +13,21 @@ per host: a cell's TCP arms must agree on it (``CellConfig.tcp_cc``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 from quicbed.errors import QuicbedError, from_validation
 
 #: the built-in arms and their stacks (quicbed.servers registry names)
-BUILTIN_ARMS = {"h2": "apache", "h3": "quic-go", "h3-quiche": "quiche", "h3-gquiche": "gquiche"}
+BUILTIN_ARMS = {"h2": "apache", "h3": "quic-go", "h3-quiche": "quiche",
+                "h3-gquiche": "gquiche", "gquic": "gquic"}  # fmt: skip
 #: parameters an arm may set besides its stack and CC; a stack lists which it takes
-PARAMS = ("cubic_n", "cubic_beta")
+PARAMS = ("cubic_n", "cubic_beta", "quic_version", "tls")
+#: settings added after cells were first stored: left out of a dump while unset, so
+#: cells and specs that do not use them keep their IDs and digests
+_LATER = ("quic_version", "tls")
 #: QUIC arms of one cell listen on these UDP ports, in arm order (one socket per port)
 QUIC_PORTS = (443, 4433, 4434, 4435, 4436, 4437)
 TCP_PORT = 443
@@ -38,6 +42,16 @@ class ArmSettings(BaseModel):
     cc: str | None = None
     cubic_n: int | None = Field(default=None, description="CUBIC's emulated connections N")
     cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
+    quic_version: str | None = Field(default=None, description="gQUIC version, e.g. Q039")
+    tls: str | None = Field(default=None, description="TLS version of a TCP arm: 1.2 or 1.3")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        for key in _LATER:
+            if out.get(key) is None:
+                out.pop(key, None)
+        return out
 
     def params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in PARAMS if getattr(self, k) is not None}
@@ -56,7 +70,8 @@ class Arm:
     port: int = 443
 
     def describe(self) -> str:
-        extra = "".join(f", {k} {v:g}" for k, v in self.params.items())
+        extra = "".join(f", {k} {v:g}" if isinstance(v, float | int) else f", {k} {v}"
+                        for k, v in self.params.items())  # fmt: skip
         return f"{self.name} ({self.stack}, {self.cc}{extra})"
 
     def as_dict(self) -> dict[str, Any]:
@@ -102,6 +117,26 @@ def resolve(names: tuple[str, ...], settings: dict[str, ArmSettings], default_cc
         else:
             port = TCP_PORT
         out.append(Arm(name, stack.name, stack.protocol, stack.transport, cc, s.params(), port))
+    tcp = [a for a in out if a.transport == "tcp"]
+    stacks = {a.name: get_stack(a.stack) for a in out}
+    # one browser per cell: the one an arm's stack needs (TCP arms run in any)
+    need = sorted({s.client for s in stacks.values() if s.client != "chromium"})
+    if len(need) > 1:
+        raise QuicbedError(f"arms {', '.join(names)} need different browsers ({', '.join(need)}); "
+                           "one cell runs in one browser")  # fmt: skip
+    if need:
+        odd = [a.name for a in out if a.transport == "udp" and stacks[a.name].client != need[0]]
+        if odd:
+            raise QuicbedError(
+                f"arm(s) {', '.join(odd)} cannot run in {need[0]}, the browser of this cell's "
+                f"{', '.join(a.name for a in out if stacks[a.name].client == need[0])} arm: "
+                "compare them in cells of their own"
+            )
+    tls = next((s.tcp_tls for s in stacks.values() if s.tcp_tls), None)
+    if tls:
+        out = [replace(a, params={**a.params, "tls": a.params.get("tls", tls)})
+               if a.transport == "tcp" else a for a in out]  # fmt: skip
+        tcp = [a for a in out if a.transport == "tcp"]
     tcp = [a for a in out if a.transport == "tcp"]
     if len(tcp) > 1:
         raise QuicbedError(

@@ -84,7 +84,8 @@ def _judge(
     if not result.get("ok"):
         reasons = [f"load failed: {result.get('error')}"]
     else:
-        reasons = har.verify(m, arm=arm.protocol, host=cfg.host, expected_objects=page["objects"],
+        reasons = har.verify(m, arm=srv.page_protocol(), host=cfg.host,
+                             expected_objects=page["objects"],
                              expected_bytes=page["bytes"])  # fmt: skip
     if not srv.running():
         reasons.append(f"the {arm.name} server ({srv.name}) was not running")
@@ -92,11 +93,11 @@ def _judge(
         reasons.append("the server logged no connection for this load")
         return reasons
     if cfg.mode == "0rtt" and not warmup:
-        if arm.protocol == "h3" and not facts.get("used_0rtt"):
+        if arm.transport == "udp" and not facts.get("used_0rtt"):
             reasons.append("the QUIC server's log shows no 0-RTT on this load")
-        if arm.protocol == "h2" and not facts.get("tls_resumed"):
+        if arm.transport == "tcp" and not facts.get("tls_resumed"):
             reasons.append(f"the {srv.name} log shows no TLS resumption on this load")
-    elif cfg.mode == "1rtt" and arm.protocol == "h3" and facts.get("used_0rtt"):
+    elif cfg.mode == "1rtt" and arm.transport == "udp" and facts.get("used_0rtt"):
         reasons.append("0-RTT was used in 1-RTT mode (state leaked between contexts)")
     return reasons + srv.evidence(facts)
 
@@ -250,7 +251,7 @@ class _Job:
         tracing = self._traceset()
         loads: list[tuple[str, LoadTrace]] = []  # (run_id, its trace)
         try:
-            spec, page, spki_pin = _serve(tb, cfg, self.pageset, log_dir)
+            spec, page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
             if tracing:
                 tracing.start()
                 spec = replace(spec, qlog_dirs=tracing.ctx.qlog_dirs)
@@ -262,11 +263,17 @@ class _Job:
                     srv.client_netlog = extra[a]["net_log"]
             for s in servers.values():
                 s.start()
+            client = next(
+                (s.client for s in servers.values() if s.client != "chromium"), "chromium"
+            )  # one browser for every arm (arms.resolve checked)
             for a in cfg.resolved_arms():
                 profile = tb.workdir("client") / f"profile-{a.name}"
                 bspec = BrowserSpec(arm=a.name, protocol=a.protocol, host=cfg.host,
                                     server_ip=tb.server_ip, port=a.port, spki_pin=spki_pin,
-                                    user_data_dir=profile, **extra[a.name])  # fmt: skip
+                                    user_data_dir=profile, client=client,
+                                    quic_version=servers[a.name].quic_version,
+                                    ca_cert=ca_cert if client != "chromium" else None,
+                                    **extra[a.name])  # fmt: skip
                 browsers[a.name] = Browser(bspec, tb, log_dir)
             # the arms' browsers start side by side, all from this thread (a child's
             # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)
@@ -438,8 +445,9 @@ def _server_facts(srv: WebServer, objects: int, wait_s: float = 0.05) -> dict[st
 
 def _serve(
     tb: Testbed, cfg: CellConfig, pageset: Any, log_dir: Path
-) -> tuple[ServeSpec, dict[str, Any], str]:
-    """Put the page tree and the certificate on the server; what both servers serve.
+) -> tuple[ServeSpec, dict[str, Any], str, RPath]:
+    """Put the page tree and the certificate on the server; what both servers serve;
+    the SPKI pin of the leaf and where the test CA is on the client.
 
     Both are made on the controller (one CA per testbed, kept there) and pushed to
     the server role; the servers' logs go to the role's outbox for ``log_dir``.
@@ -456,7 +464,10 @@ def _serve(
     spec = ServeSpec(docroot=work / "www", cert=work / "tls" / pki.cert.name,
                      key=work / "tls" / pki.key.name,
                      logdir=tb.outbox("server", log_dir))  # fmt: skip
-    return spec, manifest["pages"][cfg.page], pki.spki_pin
+    # the CA for a browser that trusts by CA (chromium72), never its key
+    ca = tb.workdir("client") / "tls" / pki.ca_cert.name
+    tb.push("client", pki.ca_cert, ca, mode=0o644)
+    return spec, manifest["pages"][cfg.page], pki.spki_pin, ca
 
 
 def verify_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -66,8 +66,10 @@ SUFFIX = ".tar.gz"
 #: the parts of the repository that say how the testbed was built and what was swept
 REPO_PATHS = (
     "profile.py", "playbooks", "roles", "workloads", "sweeps", "scripts", "requirements.txt",
-    "pyproject.toml", "go/go.mod", "go/go.sum", "go/patches", "client/package.json",
-    "client/package-lock.json", "rust/quicbed-quiche-server/Cargo.toml",
+    "pyproject.toml", "go/go.mod", "go/go.sum", "go/patches", "go/gquic/go.mod",
+    "go/gquic/go.sum", "client/package.json", "client/package-lock.json",
+    "client/chromium72/package.json", "client/chromium72/package-lock.json",
+    "rust/quicbed-quiche-server/Cargo.toml",
     "rust/quicbed-quiche-server/Cargo.lock",
 )  # fmt: skip
 #: Python packages whose versions decide the bytes of regenerated figures and numbers

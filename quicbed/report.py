@@ -293,7 +293,7 @@ def _mode_heatmaps(
     figures = []
     try:
         quic = sorted({a.name for v in pairs.values() for r in v.values()
-                       for a in r["_arms"].values() if a.protocol == "h3"})  # fmt: skip
+                       for a in r["_arms"].values() if a.transport == "udp"})  # fmt: skip
         for scenario, arm, kind in itertools.product(
             sorted({k[0] for k in pairs}), quic, ("single-object", "multi-object")
         ):

@@ -147,7 +147,12 @@ def test_local_playbook_is_idempotent(root: None) -> None:
     assert "quic_server_google_enabled is false" in first.stdout
     sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in (ROOT / "build" / "bin").glob("quicbed-*")}  # fmt: skip
-    assert set(sums) == {"quicbed-linkem", "quicbed-h3server", "quicbed-quiche-server"}
+    assert set(sums) == {
+        "quicbed-linkem",
+        "quicbed-h3server",
+        "quicbed-quiche-server",
+        "quicbed-gquic-server",
+    }
     second = _playbook(*argv)
     assert second.returncode == 0, second.stdout[-3000:]
     assert _changed(second) == 0, "second run changed something:\n" + _changed_lines(second)
@@ -479,12 +484,14 @@ def test_site_q037_lists_the_gquic_build_and_the_chromium60_tasks(tmp_path: Path
     client = [x.split(" : ", 1)[1] for x in lines if x.startswith("chromium_client_gquic : ")]
     assert client[0] == "Refuse any platform but Ubuntu 18.04 on x86-64 for the Q037 client"
     first72 = client.index("Load the OS's package names (most specific vars file first)")
-    for name in ("Install the page-load driver's dependencies exactly as locked (as chromium_client does)",
-                 "Ask Launchpad for the published files and their SHA-256",
-                 "Download each .deb (checked by that SHA-256)",
-                 "Put it on PATH as chromium60 (on the Xvfb display unless DISPLAY is set)",
-                 "Refuse a browser with missing libraries", "Start it now and at boot",
-                 "Run Chromium 60 on the display for 10 s (it must still be running then)"):  # fmt: skip
+    for name in (
+        "Install the page-load driver's dependencies exactly as locked (as chromium_client does)",
+        "Ask Launchpad for the published files and their SHA-256",
+        "Download each .deb (checked by that SHA-256)",
+        "Put it on PATH as chromium60 (on the Xvfb display unless DISPLAY is set)",
+        "Refuse a browser with missing libraries", "Start it now and at boot",
+        "Run Chromium 60 on the display for 10 s (it must still be running then)",
+    ):  # fmt: skip
         assert client.index(name) < first72, name
 
 
@@ -517,8 +524,8 @@ def test_quic_server_gquic_build_paths_and_gn_args_render(tmp_path: Path) -> Non
         out[toolchain] = json.loads(m.group(1).encode().decode("unicode_escape"))
     base = ["is_debug = false", "is_component_build = false", "symbol_level = 1"]
     assert out["bundled"]["args"] == base
-    assert out["host"]["args"] == base + [
-        "use_sysroot = false", "linux_use_bundled_binutils = false", "use_gold = false",
+    assert out["host"]["args"] == [
+        *base, "use_sysroot = false", "linux_use_bundled_binutils = false", "use_gold = false",
         "treat_warnings_as_errors = false", "fatal_linker_warnings = false"]  # fmt: skip
     for toolchain, o in out.items():
         assert re.fullmatch(rf"/opt/quicbed/proto-quic-9f1ab92724ce-{toolchain}-[0-9a-f]{{8}}",
@@ -581,8 +588,9 @@ def test_quic_gquic_check_passes_only_when_the_version_is_answered(tmp_path: Pat
     assert set(Path("/tmp").glob("quic-gquic-check.*")) == before
 
 
-def test_q037_client_refuses_other_platforms_before_changing_anything(root: None,
-                                                                     tmp_path: Path) -> None:
+def test_q037_client_refuses_other_platforms_before_changing_anything(
+    root: None, tmp_path: Path
+) -> None:
     """chromium_client_gquic with Q037 on this Debian machine: its first task stops,
     naming the platform; nothing of Chromium 60 or 72 is touched."""
     play = _local_play(tmp_path, """
@@ -678,8 +686,9 @@ class _FakeLaunchpad:
                 if url.path == "/devel/ubuntu/+archive/primary" and \
                         q.get("ws.op") == "getPublishedBinaries":  # fmt: skip
                     name = q.get("binary_name", "")
+                    series = fake.base + "/devel/ubuntu/xenial/amd64"
                     ok = (q.get("exact_match") == "true" and q.get("version") == DEB_VERSION
-                          and q.get("distro_arch_series") == fake.base + "/devel/ubuntu/xenial/amd64"
+                          and q.get("distro_arch_series") == series
                           and name in fake.debs)  # fmt: skip
                     link = f"{fake.base}/devel/ubuntu/+archive/primary/+binarypub/{name}"
                     body = json.dumps({"entries": [{"self_link": link}] if ok else []}).encode()
@@ -687,7 +696,8 @@ class _FakeLaunchpad:
                         q == {"ws.op": "binaryFileUrls", "include_meta": "true"}:  # fmt: skip
                     name = url.path.rsplit("/", 1)[1]
                     deb = fake.debs[name]
-                    digest = fake.published.get(name) or hashlib.sha256(deb.read_bytes()).hexdigest()
+                    own = hashlib.sha256(deb.read_bytes()).hexdigest()
+                    digest = fake.published.get(name) or own
                     body = json.dumps([{"url": f"{fake.base}/files/{deb.name}", "size": 1,
                                         "sha1": "x", "sha256": digest}]).encode()  # fmt: skip
                 elif url.path.startswith("/files/"):
@@ -733,13 +743,15 @@ def chromium60_debs(tmp_path: Path) -> dict[str, Path]:
             {"usr/lib/chromium-browser/libffmpeg.so": "not a library\n"}),
         "chromium-browser": _fake_deb(
             tmp_path, "chromium-browser",
-            {"usr/lib/chromium-browser/chromium-browser": "#!/bin/sh\necho Chromium 60.0.3112.113\n"}),
+            {"usr/lib/chromium-browser/chromium-browser":
+             "#!/bin/sh\necho Chromium 60.0.3112.113\n"}),
     }  # fmt: skip
 
 
 @pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="needs dpkg-deb")
-def test_chromium60_debs_unpack_with_launchpads_published_sha256(tmp_path: Path,
-                                                                 chromium60_debs) -> None:
+def test_chromium60_debs_unpack_with_launchpads_published_sha256(
+    tmp_path: Path, chromium60_debs
+) -> None:
     """No pins: each .deb is checked against the SHA-256 Launchpad publishes for it and
     unpacked; the record says so; a second run asks Launchpad nothing and changes
     nothing; a pin that matches is accepted on a rerun, one that does not is refused."""

@@ -25,6 +25,8 @@ APACHE = "/usr/sbin/apache2"
 
 #: the kernel's TCP congestion controls an arm may name (Linux's own names)
 TCP_CCS = ("cubic", "bbr", "reno")
+#: TLS versions an arm may pin Apache to (``tls``), as mod_ssl's SSLProtocol names them
+TLS_VERSIONS = {"1.2": "TLSv1.2", "1.3": "TLSv1.3"}
 #: ss's flags before the CC name on a connection's detail line
 _SS_FLAGS = {"ts", "sack", "ecn", "ecnseen", "fastopen", "noqueue"}
 _WORD = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -52,14 +54,18 @@ class ApacheServer(WebServer):
     transport = "tcp"
     log_name = "access.log"
     ccs = TCP_CCS
-    #: Linux CUBIC's beta: host-wide (quicbed.hostparam), set while the server runs
-    params = ("cubic_beta",)
+    #: Linux CUBIC's beta: host-wide (quicbed.hostparam), set while the server runs;
+    #: tls: the one TLS version Apache offers (default: the apache_h2 role's, TLS 1.3)
+    params = ("cubic_beta", "tls")
 
     @classmethod
     def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:
         super().check_arm(arm, cc, params)
         if "cubic_beta" in params and cc != "cubic":
             raise QuicbedError(f"arm {arm}: cubic_beta is CUBIC's; this arm runs {cc}")
+        if "tls" in params and params["tls"] not in TLS_VERSIONS:
+            raise QuicbedError(f"arm {arm}: tls {params['tls']!r} is not one of "
+                               f"{', '.join(TLS_VERSIONS)}")  # fmt: skip
 
     @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
@@ -94,7 +100,9 @@ class ApacheServer(WebServer):
                 held.close()
 
     def argv(self) -> list[str]:
-        return [APACHE, "-f", CONF, "-D", "FOREGROUND"]
+        tls = self.arm.params.get("tls")
+        pin = ["-C", f'Define QUICBED_SSL_PROTOCOL "-all +{TLS_VERSIONS[tls]}"'] if tls else []
+        return [APACHE, *pin, "-f", CONF, "-D", "FOREGROUND"]
 
     def env(self) -> dict[str, str]:
         s = self.spec
@@ -141,8 +149,14 @@ class ApacheServer(WebServer):
         return facts
 
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
-        """CUBIC's beta in the kernel's own 1/1024 units, as read from the host."""
+        """CUBIC's beta in the kernel's own 1/1024 units, as read from the host; the TLS
+        version of every request, from Apache's own log."""
         reasons = []
+        if "tls" in self.arm.params:
+            want = TLS_VERSIONS[self.arm.params["tls"]]
+            if facts.get("tls_versions") != [want]:
+                got = ",".join(facts.get("tls_versions") or []) or "no TLS version"
+                reasons.append(f"Apache's log shows {got}, not {want}")
         if "cubic_beta" in self.arm.params:
             want = int(hostparam.beta_to_kernel(self.arm.params["cubic_beta"]))
             got = facts.get("cubic_beta_kernel")

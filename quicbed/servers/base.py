@@ -47,6 +47,14 @@ class WebServer(ABC):
     #: True: the load's evidence is the arm's browser NetLog (quicbed.servers.gquiche):
     #: the runner gives the browser one and sets ``client_netlog`` before ``start``
     wants_client_netlog: bool = False
+    #: the browser an arm of this stack needs (quicbed.client.chromium.BrowserSpec.client);
+    #: every arm of a cell then runs in it, so the browser is not a confound
+    client: str = "chromium"
+    #: the TLS version a cell's TCP arm speaks beside an arm of this stack, unless the
+    #: TCP arm sets ``tls`` itself (None: the TCP stack's own default)
+    tcp_tls: str | None = None
+    #: the QUIC version the browser must be forced to (gQUIC); None: the browser's own
+    quic_version: str | None = None
 
     def __init__(self, tb: Testbed, spec: ServeSpec, arm: Arm) -> None:
         self.tb = tb
@@ -99,6 +107,10 @@ class WebServer(ABC):
     def env(self) -> dict[str, str] | None:
         """Variables to add to the server's environment."""
         return None
+
+    def page_protocol(self) -> str:
+        """The protocol every response of a valid load has in the HAR (normalised)."""
+        return self.protocol
 
     def url(self, host: str, page: str) -> str:
         """Where the browser loads ``page`` from this arm's server."""
@@ -164,6 +176,10 @@ class WebServer(ABC):
         reasons = []
         for key, want in self.arm.params.items():
             got = facts.get(key)
+            if isinstance(want, str):
+                if got != [want]:
+                    reasons.append(f"the server's log shows {key} {got}, not {want}")
+                continue
             if got is None or any(abs(float(v) - float(want)) > 1e-6 for v in got):
                 reasons.append(f"the server's log shows {key} {got}, not {want:g}")
         return reasons

@@ -11,7 +11,7 @@ host and path the file name gives.
 
 So the tree quicbed generates (``<docroot>/<page>/index.html`` and its images) is
 copied once per host name the cell's certificate is valid for, each file with the
-headers quicbed's other servers send (go/internal/h3server/handler.go, the apache_h2
+headers quicbed's other servers send (go/internal/docroot/handler.go, the apache_h2
 role): ``cache-control: no-store, no-cache``, ``content-type`` by extension as
 Apache's defaults give it, ``content-length``. The differences that remain, said in
 docs/testbed.md: no ``date`` header (the backend adds none), and the page's
@@ -32,7 +32,7 @@ import shutil
 import sys
 from pathlib import Path
 
-#: = go/internal/h3server/handler.go contentTypes (Apache's defaults for these files)
+#: = go/internal/docroot/handler.go contentTypes (Apache's defaults for these files)
 CONTENT_TYPES = {
     ".html": "text/html",
     ".jpg": "image/jpeg",
