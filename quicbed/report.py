@@ -14,6 +14,7 @@ import csv
 import itertools
 import json
 import shutil
+import textwrap
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -131,6 +132,8 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
             row["cc"] = cell.tcp_cc()
             invalid = {a: sum(1 for r in runs if r["arm"] == a and not r["valid"]
                               and not r["warmup"]) for a in arms}  # fmt: skip
+            row["_software"] = software_label((att["provenance"] or {}).get("components"),
+                                              list(arms.values()))  # fmt: skip
             row.update(_runs=runs, _receipt=receipt, _invalid=invalid, _warnings=[], _arms=arms,
                        _first=True, pair="", _testbed=measured_on(att["provenance"]),
                        _condition=json.dumps(cond, sort_keys=True))  # fmt: skip
@@ -187,6 +190,35 @@ def _arm_label(row: dict[str, Any], key: str) -> str:
     return f"{arm} ({stack}, {row[f'{key}_cc']})"
 
 
+def software_label(components: dict[str, Any] | None, arms: list[Any]) -> str:
+    """The browser, each arm's server and its protocol version, as one caption line: a
+    heatmap says what software produced it (Chrome 72 with gQUIC Q039 is not Chromium
+    of today with QUIC v1)."""
+    comp = components or {}
+    parts = [str(comp.get("browser") or "browser ?").replace("HeadlessChrome/", "Chrome ")]
+    for a in arms:
+        c = comp.get(a.name) or {}
+        start = c.get("start") or {}
+        if c.get("version"):  # Apache: "Server version: Apache/2.4.71 (Debian)"
+            server = str(c["version"]).split(": ")[-1].split(" ")[0]
+        elif start.get("quic_go_version"):
+            server = f"quic-go {start['quic_go_version']}" + (
+                " patched" if start.get("quic_go_patch") else ""
+            )
+        else:
+            server = str(start.get("server") or c.get("server") or a.stack)
+        if a.transport == "tcp":
+            proto = f"TLS {a.params.get('tls', '1.3')}"
+        else:
+            proto = (
+                f"gQUIC {a.params.get('quic_version', 'Q039')}"
+                if a.protocol == "gquic"
+                else "QUIC v1"
+            )
+        parts.append(f"{a.name}: {server}, {proto}")
+    return "; ".join(parts)
+
+
 def _label_rate(v: float | None) -> str:
     return "unlimited" if v is None else f"{v:g} Mbit/s"
 
@@ -235,7 +267,9 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
                  + (f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}"
                     if cond["jitter_ms"] else "")
                  + f"\n{_arm_label(cond, 'ref')} vs {_arm_label(cond, 'cand')}, {mode}, "
-                 f"{kind}; white: p >= {alpha:g}")  # fmt: skip
+                 f"{kind}; white: p >= {alpha:g}"
+                 + "\n" + textwrap.fill(" | ".join(sorted({r["_software"] for r in grp})),
+                                         78))  # fmt: skip
         tag = "" if pair == CLASSIC_PAIR else f"{pair.replace('/', '-vs-')}-"
         base = out / "figures" / f"heatmap-{scenario}-{tag}{mode}-{kind}"
         labels = [_label_rate(v) for v in rates]
