@@ -199,3 +199,41 @@ def test_merge_refuses_what_is_not_one_sweep(folders: tuple[Path, Path]) -> None
     assert cp.returncode == 2, cp.stderr
     cp = qb("run", base / "halves.yaml", "--out", base / "y", "--shard", "4/3", home=home)
     assert cp.returncode == 2 and "--shard: '4/3'" in cp.stderr
+
+
+def _row(cid: str, testbed: dict, rtt: float = 36) -> dict:
+    cond = {"rate_mbit": 10, "rtt_ms": rtt, "loss_pct": 0, "jitter_ms": 0, "queue": "2bdp"}
+    return {"cell_id": cid, "_first": True, "_testbed": testbed,
+            "_condition": json.dumps(cond, sort_keys=True)}  # fmt: skip
+
+
+def test_each_attempt_names_its_testbed_and_the_report_warns_on_mixed_hardware() -> None:
+    from quicbed.report import testbeds
+    from quicbed.results import measured_on
+
+    def ssh(source: str, hw: str) -> dict:
+        roles = ("server", "client", "bridge")
+        nodes = {r: {"host": f"{r}.{source}", "port": 22, "hardware_type": hw,
+                     "image": "UBUNTU22-64-STD"} for r in roles}  # fmt: skip
+        machines = {r: {"machine": {"kernel": "5.15.0-91-generic", "cpu": "Xeon"}}
+                    for r in nodes}  # fmt: skip
+        return {"testbed": {"kind": "ssh", "source": source, "nodes": nodes}, "nodes": machines}
+
+    a, b, c = (measured_on(ssh(s, hw)) for s, hw in (("e1.xml", "d430"), ("e2.xml", "m510"),
+                                                       ("e3.xml", "d430")))  # fmt: skip
+    assert (a["label"], a["hardware"], a["kernel"], a["image"]) == (
+        "e1.xml",
+        "d430",
+        "5.15.0-91-generic",
+        "UBUNTU22-64-STD",
+    )
+    local = measured_on({"testbed": {"kind": "local", "prefix": "qb"},
+                         "machine": {"cpu": "EPYC", "kernel": "6.1.0"}})  # fmt: skip
+    assert local["label"] == "local qb" and local["hardware"] == "EPYC"
+    rows = [_row("x1", a), _row("x2", b), _row("x3", c, rtt=112), _row("x4", a, rtt=112)]
+    found, warnings = testbeds(rows)
+    assert [(t["label"], t["cells"]) for t in found] == [("e1.xml", 2), ("e2.xml", 1),
+                                                         ("e3.xml", 1)]  # fmt: skip
+    assert len({t["colour"] for t in found}) == 3
+    (w,) = warnings  # 36 ms ran on d430 and m510; 112 ms on two d430 testbeds: fine
+    assert "RTT 36 ms" in w and "d430: 1 cell(s); m510: 1 cell(s)" in w

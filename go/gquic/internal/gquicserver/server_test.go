@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -229,8 +230,15 @@ func TestServesEachVersion(t *testing.T) {
 			t.Errorf("conn record: %v", c)
 		}
 		all := waitFor(t, f.log, "request", (i+1)*len(reqs))
+		// A request's line is written when its handler returns, after the response
+		// has gone out: the client's next request may be logged first. Match by
+		// method and path within this connection's lines, not by position.
+		mine := map[string]map[string]any{}
+		for _, rec := range all[i*len(reqs) : (i+1)*len(reqs)] {
+			mine[fmt.Sprint(rec["method"], " ", rec["path"])] = rec
+		}
 		for j, r := range reqs {
-			got := all[i*len(reqs)+j]
+			got := mine[r.method+" "+r.path]
 			wantBytes, wantStatus := 0.0, 404.0
 			if st, err := os.Stat(filepath.Join(f.dir, r.path)); err == nil {
 				wantStatus = 200
