@@ -220,7 +220,9 @@ def _netns(prefix: str) -> list[str]:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     """One real 1 MB cell at 10 Mbit/s, 36 ms, traces light, measured once for the module
-    (a receipt spoiled by RTT jitter on a busy machine is retried once)."""
+    (a receipt spoiled on a busy machine is retried, up to three receipts: in full runs
+    the 1 s TCP goodput probe failed twice in a row here, never when run alone; 2 s of
+    TCP make the probe less sensitive to a slow start that a busy machine stretches)."""
     if os.geteuid() != 0:
         pytest.fail("this test needs root (network namespaces); CI runs as root")
     prefix = "t" + secrets.token_hex(3)
@@ -228,9 +230,11 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]
     cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3,
                     warmup=1)  # fmt: skip
     try:
-        r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=1, traces="light")
-        if r.status != "done" and r.receipt is not None and not r.receipt.passed:
-            r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=1, traces="light")
+        r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2, traces="light")
+        for _ in range(2):
+            if r.status == "done" or r.receipt is None or r.receipt.passed:
+                break
+            r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2, traces="light")
         assert r.status == "done", r.problem
         store = Store(out)
         try:
