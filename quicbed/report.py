@@ -194,6 +194,8 @@ def software_label(components: dict[str, Any] | None, arms: list[Any]) -> str:
     """The browser, each arm's server and its protocol version, as one caption line: a
     heatmap says what software produced it (Chrome 72 with gQUIC Q039 is not Chromium
     of today with QUIC v1)."""
+    from quicbed.servers.gquic import VERSIONS as GQUIC_VERSIONS
+
     comp = components or {}
     parts = [str(comp.get("browser") or "browser ?").replace("HeadlessChrome/", "Chrome ")]
     for a in arms:
@@ -211,7 +213,7 @@ def software_label(components: dict[str, Any] | None, arms: list[Any]) -> str:
             proto = f"TLS {a.params.get('tls', '1.3')}"
         else:
             proto = (
-                f"gQUIC {a.params.get('quic_version', 'Q039')}"
+                f"gQUIC {a.params.get('quic_version', GQUIC_VERSIONS[0])}"
                 if a.protocol == "gquic"
                 else "QUIC v1"
             )
