@@ -110,12 +110,20 @@ func NewDirection(name string, inFd, outFd int, pipe *linkmodel.Pipe) (*Directio
 	}
 	timer, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
 	if err != nil {
+		_ = unix.Close(wake)
 		return nil, err
 	}
 	d := &Direction{Name: name, in: inFd, out: outFd, pipe: pipe, wake: wake, timer: timer,
 		late: make([]uint64, lateBuckets)}
 	d.pool.New = func() any { b := make([]byte, 2048); return &b }
 	return d, nil
+}
+
+// close releases the Direction's own descriptors (not the sockets it reads and
+// writes) if it was never started.
+func (d *Direction) close() {
+	_ = unix.Close(d.wake)
+	_ = unix.Close(d.timer)
 }
 
 // Start runs the receive and send loops, each on its own locked OS thread.

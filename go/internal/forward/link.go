@@ -17,26 +17,33 @@ type Link struct {
 	dropsClient uint64
 }
 
-// Open binds both interfaces and builds one pipe per direction from cfg.
-func Open(cfg *linkmodel.Config) (*Link, error) {
+// Open binds both interfaces and builds one pipe per direction from cfg. On an
+// error it closes whatever it opened.
+func Open(cfg *linkmodel.Config) (l *Link, err error) {
 	fs, err := openPacketSocket(cfg.ServerIf)
 	if err != nil {
 		return nil, err
 	}
 	fc, err := openPacketSocket(cfg.ClientIf)
 	if err != nil {
-		unix.Close(fs)
+		_ = unix.Close(fs)
 		return nil, err
 	}
-	l := &Link{fdServer: fs, fdClient: fc}
+	l = &Link{fdServer: fs, fdClient: fc}
+	defer func() {
+		if err != nil {
+			l.close()
+			l = nil
+		}
+	}()
 	for _, name := range []string{"down", "up"} {
 		p, err := cfg.Directions[name].Params()
 		if err != nil {
-			return nil, fmt.Errorf("directions.%s.%v", name, err)
+			return l, fmt.Errorf("directions.%s.%v", name, err)
 		}
 		pipe, err := linkmodel.NewPipe(p, cfg.Seed, name)
 		if err != nil {
-			return nil, fmt.Errorf("directions.%s.%v", name, err)
+			return l, fmt.Errorf("directions.%s.%v", name, err)
 		}
 		in, out := fs, fc
 		if name == "up" {
@@ -44,7 +51,7 @@ func Open(cfg *linkmodel.Config) (*Link, error) {
 		}
 		d, err := NewDirection(name, in, out, pipe)
 		if err != nil {
-			return nil, err
+			return l, err
 		}
 		if name == "down" {
 			l.Down = d
@@ -53,6 +60,18 @@ func Open(cfg *linkmodel.Config) (*Link, error) {
 		}
 	}
 	return l, nil
+}
+
+// close releases the sockets and the directions' descriptors of a link that was
+// never started (a started one runs until the process exits).
+func (l *Link) close() {
+	for _, d := range []*Direction{l.Down, l.Up} {
+		if d != nil {
+			d.close()
+		}
+	}
+	_ = unix.Close(l.fdServer)
+	_ = unix.Close(l.fdClient)
 }
 
 // Start begins forwarding in both directions.

@@ -34,7 +34,7 @@ func openPacketSocket(ifname string) (int, error) {
 		return -1, fmt.Errorf("AF_PACKET socket: %v (needs CAP_NET_RAW)", err)
 	}
 	fail := func(what string, err error) (int, error) {
-		unix.Close(fd)
+		_ = unix.Close(fd)
 		return -1, fmt.Errorf("%s on %q: %v", what, ifname, err)
 	}
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: ifi.Index}); err != nil {
