@@ -11,9 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from quicbed.arms import Arm, ArmSettings, resolve
 from quicbed.errors import QuicbedError, from_validation
@@ -29,6 +37,38 @@ TEST_HOST = "quicbed.test"
 MAX_RUNS = 10_000
 MAX_WARMUP = 100
 MAX_LOAD_TIMEOUT_S = 600.0
+#: how a user writes "no rate limit" (a stored condition says ``rate_mbit: null``); the
+#: first is the spelling quicbed prints, the others are accepted as they always were
+UNLIMITED = ("unlimited", "none", "inf")
+
+
+def parse_rate(value: object) -> float | None:
+    """A rate in Mbit/s, or None for unlimited: the one reading of a rate that the CLI
+    options, sweep specs and ``--where rate=...`` share, so ``unlimited`` means the same
+    everywhere. Range checks stay with LinkCondition (its errors name the bound)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value.strip().lower() in UNLIMITED:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise QuicbedError(f"rate: not a number of Mbit/s or 'unlimited' (got {value!r})")
+
+
+def _rate_field(value: object) -> object:
+    try:
+        return parse_rate(value)
+    except QuicbedError as exc:
+        raise ValueError(str(exc).removeprefix("rate: ")) from None
+
+
+#: a rate field of a model (e.g. a sweep spec's ``rate`` list), read by parse_rate
+Rate = Annotated[float | None, BeforeValidator(_rate_field)]
 
 
 class CellConfig(BaseModel):
@@ -145,6 +185,13 @@ class CellConfig(BaseModel):
                 rng.shuffle(arms)
             out += [(a, r) for a in arms]
         return out
+
+
+def cell_default(name: str) -> Any:
+    """A CellConfig field's default: the one home of runs, warmup, cc, order, ... that
+    the CLI's options and a sweep spec's ``defaults`` take theirs from."""
+    field = CellConfig.model_fields[name]
+    return field.get_default(call_default_factory=True)
 
 
 def make_cell(**kwargs: object) -> CellConfig:

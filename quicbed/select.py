@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from quicbed.cellconfig import parse_rate
 from quicbed.errors import QuicbedError
 from quicbed.store import Store
 
@@ -29,6 +30,11 @@ def parse_where(where: str) -> dict[str, str]:
             raise QuicbedError(f"--where: {part.strip()!r} is not key=value (e.g. rate=50,rtt=36)")
         if key not in KEYS:
             raise QuicbedError(f"--where: unknown key {key!r} (one of {', '.join(KEYS)})")
+        if key == "rate":
+            try:
+                parse_rate(value)
+            except QuicbedError as exc:
+                raise QuicbedError(f"--where: {exc}") from None
         out[key] = value
     return out
 
@@ -37,7 +43,11 @@ def _matches(cfg: dict[str, Any], flt: dict[str, str]) -> bool:
     for key, want in flt.items():
         section, field = KEYS[key]
         have = (cfg[section] if section else cfg).get(field)
-        if isinstance(have, (int, float)) and not isinstance(have, bool):
+        if key == "rate":  # read as the CLI and specs read it: unlimited is a stored null
+            rate = parse_rate(want)
+            if (have is None) != (rate is None) or (rate is not None and float(have) != rate):
+                return False
+        elif isinstance(have, (int, float)) and not isinstance(have, bool):
             try:
                 if float(want) != float(have):
                     return False

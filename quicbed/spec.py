@@ -17,9 +17,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quicbed.arms import ArmSettings, pairs, parse_pairs
-from quicbed.cellconfig import CellConfig, make_cell
+from quicbed.cellconfig import CellConfig, Rate, cell_default, make_cell
 from quicbed.errors import QuicbedError, from_validation
-from quicbed.link.model import MAX_TCP_SECONDS, make_condition
+from quicbed.link.model import MAX_TCP_SECONDS, LinkCondition, make_condition
 from quicbed.yamlfile import read_yaml
 
 SPEC_FORMAT = 1
@@ -55,19 +55,27 @@ def split_arms(arms: ArmsField) -> tuple[tuple[str, ...], dict[str, ArmSettings]
     return tuple(arms), {k: v for k, v in arms.items() if v is not None and v != ArmSettings()}
 
 
+def _link_default(name: str) -> object:
+    return LinkCondition.model_fields[name].get_default(call_default_factory=True)
+
+
 class Defaults(BaseModel):
-    """Cell settings shared by every scenario unless a scenario overrides them."""
+    """Cell settings shared by every scenario unless a scenario overrides them.
+
+    Their defaults are CellConfig's and LinkCondition's (one home: the CLI's options
+    take theirs from the same fields), so a spec and a ``quicbed cell`` agree.
+    """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    runs: int = 20
-    warmup: int = 1
-    arms: ArmsField = ["h2", "h3"]
-    order: Literal["alternate", "random", "blocked"] = "alternate"
-    order_seed: int = 1
-    cc: str = "cubic"
-    seed: int = 1
-    count: Literal["ethernet", "ip"] = "ethernet"
-    load_timeout_s: float = 60.0
+    runs: int = cell_default("runs")
+    warmup: int = cell_default("warmup")
+    arms: ArmsField = list(cell_default("arms"))
+    order: Literal["alternate", "random", "blocked"] = cell_default("order")
+    order_seed: int = cell_default("order_seed")
+    cc: str = cell_default("cc")
+    seed: int = _link_default("seed")  # type: ignore[assignment]
+    count: Literal["ethernet", "ip"] = _link_default("count")  # type: ignore[assignment]
+    load_timeout_s: float = cell_default("load_timeout_s")
 
     _arms = field_validator("arms", mode="before")(_arms_field)
 
@@ -85,14 +93,15 @@ class Scenario(BaseModel):
     """One partial grid: the product of its lists."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    rate: list[float | None]
+    #: Mbit/s or unlimited (null, or a word of quicbed.cellconfig.UNLIMITED)
+    rate: list[Rate]
     rtt: list[float]
-    loss: list[float] = [0.0]
-    jitter: list[float] = [0.0]
+    loss: list[float] = [_link_default("loss_pct")]  # type: ignore[list-item]
+    jitter: list[float] = [_link_default("jitter_ms")]  # type: ignore[list-item]
     jitter_kind: Literal["none", "reorder", "smooth"] = "none"
-    queue: list[str] = ["2bdp"]
+    queue: list[str] = [_link_default("queue")]  # type: ignore[list-item]
     pages: list[str]
-    modes: list[Literal["0rtt", "1rtt"]] = ["0rtt"]
+    modes: list[Literal["0rtt", "1rtt"]] = [cell_default("mode")]
     runs: int | None = None
     warmup: int | None = None
     #: this scenario's arms and congestion control instead of the defaults'
@@ -115,7 +124,7 @@ class SweepSpec(BaseModel):
     name: str
     description: str = ""
     testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
-    shaper: Literal["auto", "userspace", "netem", "dummynet"] = "auto"
+    shaper: Literal["auto", "userspace", "netem", "dummynet"] = cell_default("shaper")
     receipt_tcp_seconds: float = Field(default=10, gt=0, le=MAX_TCP_SECONDS)
     #: transport traces per load (quicbed.traces): observe the loads, not a condition of
     #: them, so not in the digest: a folder may be resumed at another level
@@ -192,11 +201,14 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     seed=d.seed, count=d.count,
                 )  # fmt: skip
                 names, settings = split_arms(d.arms if sc.arms is None else sc.arms)
+                # `is None`, never `or`: a scenario's 0 or "" is its own (and refused
+                # by CellConfig by name), not a silent fall-back to the defaults
                 cfg = make_cell(
-                    condition=cond, page=page, runs=sc.runs or d.runs,
+                    condition=cond, page=page, runs=d.runs if sc.runs is None else sc.runs,
                     warmup=d.warmup if sc.warmup is None else sc.warmup, mode=mode,
                     arms=names, arm_settings=settings, order=d.order, order_seed=d.order_seed,
-                    cc=sc.cc or d.cc, shaper=spec.shaper, load_timeout_s=d.load_timeout_s,
+                    cc=d.cc if sc.cc is None else sc.cc, shaper=spec.shaper,
+                    load_timeout_s=d.load_timeout_s,
                 )  # fmt: skip
                 arms = set(cfg.arms)
                 pairs(cfg.resolved_arms(), [p for p in extra if set(p) <= arms])
@@ -228,7 +240,7 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
     total = receipt_s * len({pc.config.link_key() for pc in cells})
     for pc in cells:
         c = pc.config
-        rate = c.condition.rate_mbit or 1000.0
+        rate = 1000.0 if c.condition.rate_mbit is None else c.condition.rate_mbit
         page = pageset.pages[c.page]
         nbytes = page.image_bytes(pageset.kb) * page.count
         load = 4 * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1

@@ -1,0 +1,159 @@
+"""What the ``quicbed`` commands print: tables, JSON, progress bars, summaries.
+
+Kept apart from the command line so that a command reads as what it does (parse,
+validate, run) and the look of its output is changed in one place. Rich markup goes
+to the terminal through ``out``; machine-readable output (JSON, paths that must not
+be wrapped at the terminal width) is plain ``print``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from quicbed.progress import progress_bar
+
+out = Console()
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def progress(*, transient: bool = False) -> Progress:
+    """The progress bar of a long command, on stderr so stdout stays the result."""
+    return progress_bar(Console(stderr=True), transient=transient)
+
+
+def note(text: str) -> None:
+    """A plain ``quicbed: ...`` line on stderr (not an error)."""
+    print(f"quicbed: {text}", file=sys.stderr)
+
+
+def warn(text: str) -> None:
+    out.print(f"[yellow]warning:[/] {text}")
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+# --- testbed --------------------------------------------------------------------------
+def print_testbed_status(info: dict[str, Any], kind: str, name: str) -> None:
+    """``testbed status`` for people: the owner, then each role's state."""
+    if info["owner"]:
+        from quicbed.testbed.owner import describe
+
+        out.print(f"in use by {describe(info['owner'])}")
+    if kind == "ssh":
+        out.print(f"ssh testbed {name}: {'reachable' if info['complete'] else 'NOT reachable'}")
+        for role, r in info["roles"].items():
+            state = (f"{r['system']}; pids {r['pids'] or '-'}" if r["reachable"]
+                     else f"[red]{r['error']}[/]")  # fmt: skip
+            out.print(f"  {role:7} {r['address']}: {state}")
+        return
+    state = "up" if info["complete"] else ("partial" if any(info["roles"].values()) else "down")
+    out.print(f"testbed {name}: {state}")
+    for role, r in info["roles"].items():
+        if r:
+            ifs = ", ".join(f"{n} {v['state']} {' '.join(v['addresses'])}".strip()
+                            for n, v in r["interfaces"].items())  # fmt: skip
+            out.print(f"  {role:7} {r['namespace']}: {ifs}; pids {r['pids'] or '-'}; "
+                      f"qdiscs {', '.join(r['qdiscs']) or '-'}")  # fmt: skip
+
+
+# --- link -----------------------------------------------------------------------------
+def print_receipt(receipt: Any) -> None:
+    """A fidelity receipt as a table of checks, then the verdict."""
+    t = Table(title=f"Fidelity receipt: {receipt.label} ({receipt.shaper['shaper']})")
+    for col in ("check", "expected", "measured", "accepted", "verdict"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("note", overflow="fold")
+
+    def f(v: float | None) -> str:
+        return _num(v, ".4g")
+
+    for c in receipt.checks:
+        verdict = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]n/j[/]"}[c.passed]
+        acc = f"{f(c.low)}..{f(c.high)}" if c.low is not None or c.high is not None else "-"
+        note = c.note if c.passed is not True else ""
+        t.add_row(c.name, f"{f(c.expected)} {c.unit}", f"{f(c.measured)} {c.unit}", acc, verdict,
+                  note)  # fmt: skip
+    out.print(t)
+    if receipt.emulator and "cpu_pct_during_tcp_max" in receipt.emulator:
+        out.print(
+            f"emulator CPU during TCP: {receipt.emulator['cpu_pct_during_tcp_max']:.0f} % of a core"
+        )
+    out.print("[green]within tolerance[/]" if receipt.passed else "[red]OUT OF TOLERANCE[/]")
+
+
+# --- cell -----------------------------------------------------------------------------
+def print_cell(result: Any, cfg: Any) -> None:
+    """A measured cell: per arm n, mean, sd, median, CI; each comparison; verification."""
+    out.print(f"cell {result.cell_id} attempt {result.attempt}: {cfg.page}, "
+              f"{cfg.condition.label()}, {cfg.mode}, results in {result.out}")  # fmt: skip
+    out.print("arms: " + "; ".join(a.describe() for a in cfg.resolved_arms()))
+    if result.status != "done":
+        out.print(f"[red]failed:[/] {result.problem}")
+        return
+
+    def f(v: float | None) -> str:
+        return _num(v, ".1f")
+
+    t = Table()
+    for col in ("arm", "valid n", "mean ms", "sd ms", "median ms", "95 % CI"):
+        t.add_column(col)
+    shown: set[str] = set()
+    for c in result.comparisons.values():
+        for s in (c.tcp, c.quic):
+            if s.arm not in shown:
+                shown.add(s.arm)
+                t.add_row(s.arm, str(s.n), f(s.mean), f(s.sd), f(s.median),
+                          f"{f(s.ci95_low)}..{f(s.ci95_high)}")  # fmt: skip
+    if shown:
+        out.print(t)
+    for name, c in result.comparisons.items():
+        ref, cand = name.split("/")
+        if not c.enough:
+            out.print(f"[yellow]{name}: no comparison:[/] {c.problem}")
+        else:
+            sig = "significant" if c.significant else "not significant"
+            faster = f"{cand} faster" if (c.pct_diff or 0) > 0 else f"{ref} faster"
+            out.print(f"{name}: difference ({ref} - {cand}) / {cand} = {c.pct_diff:+.1f} % "
+                      f"({faster}); Welch p = {c.welch_p:.3g}, {sig} at {c.alpha:g}")  # fmt: skip
+        for w in c.warnings:
+            warn(w)
+    for arm, v in sorted(result.verified.items(), key=lambda kv: list(cfg.arms).index(kv[0])):
+        out.print(f"{arm}: {v['valid']}/{v['measured']} loads verified, protocols "
+                  f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
+                  f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}")  # fmt: skip
+    for arm, reasons in result.invalid.items():
+        out.print(f"[yellow]{len(reasons)} invalid {arm} load(s):[/] {reasons[0]}")
+
+
+# --- sweeps ---------------------------------------------------------------------------
+def print_sweep_result(result: Any, what: str, name: str, folder: str) -> None:
+    out.print(f"{what} {name!r}: {result.done} cells measured, {result.skipped} kept from "
+              f"before, {result.failed} failed; results in {folder}")  # fmt: skip
+    for r in result.results:
+        if r.status != "done":
+            out.print(f"[red]cell {r.cell_id} failed:[/] {r.problem}")
+    out.print(f"next: quicbed report {folder}")
+
+
+def print_package(r: Any) -> None:
+    """A written replication package: what it holds and its checksum (plain: paths)."""
+    c = r.counts
+    more = (f", {c['traces']} trace files ({c['keys']} TLS key logs)"
+            if "traces" in c else "")  # fmt: skip
+    print(f"wrote {r.path}: {r.size / 1024:.0f} KiB, {r.files} files ({c['cells']} cells, "
+          f"{c['runs']} loads, {c['hars']} HARs, {c['logs']} logs{more})")  # fmt: skip
+    print(f"SHA-256 {r.sha256} (publish it with the paper)")
+    for n in r.notes:
+        print(f"note: {n}")
+    print(f"next: quicbed verify {r.path}")
