@@ -69,7 +69,11 @@ func main() {
 			fmt.Fprintf(os.Stderr, "quicbed-h3server: -log %s: %v\n", *logPath, err)
 			os.Exit(2)
 		}
-		defer f.Close()
+		defer func() {
+			if err := f.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "quicbed-h3server: -log %s: %v\n", *logPath, err)
+			}
+		}()
 		out = f
 	}
 	if err := cfg.Validate(); err != nil {

@@ -92,7 +92,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (int, int64) {
 		w.WriteHeader(http.StatusNotFound)
 		return http.StatusNotFound, 0
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing is lost if closing fails
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		w.WriteHeader(http.StatusNotFound)

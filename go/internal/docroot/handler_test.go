@@ -21,7 +21,7 @@ func TestHandlerExactHeaders(t *testing.T) {
 		"p/a.jpg":      bytes.Repeat([]byte{0xff, 0xd8}, 3000),
 		"p/b.JPEG":     []byte("jpeg"),
 		"p/c.json":     []byte("{}"),
-		"p/d.bin":      []byte{0, 1, 2},
+		"p/d.bin":      {0, 1, 2},
 	}
 	for name, body := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {

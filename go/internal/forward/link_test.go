@@ -54,7 +54,7 @@ func openFDs(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	for {
 		m, err := unix.ReadDirent(fd, buf)
 		if err != nil {

@@ -35,11 +35,11 @@ func restoreCC(t *testing.T) {
 func get(t *testing.T, pool *tls.Config, addr net.Addr, path string) int {
 	t.Helper()
 	tr := &http3.Transport{TLSClientConfig: pool}
-	defer tr.Close()
+	defer func() { _ = tr.Close() }()
 	url := "https://localhost:" + strconv.Itoa(addr.(*net.UDPAddr).Port) + path
 	resp, err := (&http.Client{Transport: tr, Timeout: 20 * time.Second}).Get(url)
 	must(t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	must(t, err)
 	return len(body)
@@ -109,7 +109,7 @@ func TestLossCutsTheWindowAsConfigured(t *testing.T) {
 		{Config{CC: "cubic", CubicN: 1, CubicBeta: 0.7}, 0.7},
 	} {
 		cfg := tc.cfg
-		cfg.Addr, cfg.Docroot, cfg.Cert, cfg.Key, cfg.QlogDir = "127.0.0.1:0", dir, certPath, keyPath, t.TempDir()
+		cfg.Addr, cfg.Docroot, cfg.Cert, cfg.Key, cfg.QlogDir = "127.0.0.1:0", dir, certPath, keyPath, filepath.Join(t.TempDir(), "qlog") // made by Start
 		srv, err := Start(cfg, NewLogger(io.Discard))
 		must(t, err)
 		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -122,7 +122,7 @@ func TestLossCutsTheWindowAsConfigured(t *testing.T) {
 			}}
 		must(t, px.Start())
 		n := get(t, &tls.Config{RootCAs: pool, ServerName: "localhost"}, px.LocalAddr(), "/big.bin")
-		px.Close()
+		_ = px.Close()
 		srv.Stop(time.Second)
 		if n != 1<<20 {
 			t.Fatalf("-cc %s: got %d bytes", cfg.CC, n)
@@ -137,6 +137,10 @@ func TestLossCutsTheWindowAsConfigured(t *testing.T) {
 		} else {
 			t.Logf("%s: cwnd %d -> %d at the first loss (x%.3f)", arm, before, after, ratio)
 		}
+	}
+	// the qlog directory is the server's setting, not the process's environment
+	if v, ok := os.LookupEnv("QLOGDIR"); ok {
+		t.Errorf("QLOGDIR=%s is set in the environment", v)
 	}
 }
 

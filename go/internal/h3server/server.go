@@ -1,6 +1,7 @@
 package h3server
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -19,7 +21,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-	"github.com/quic-go/quic-go/qlog"
+	"github.com/quic-go/quic-go/qlogwriter"
 )
 
 // Congestion control. quic-go v0.65.0 runs NewReno and nothing else; quicbed
@@ -145,7 +147,43 @@ type Server struct {
 	serving chan error
 }
 
-func (c Config) quicConfig() *quic.Config {
+// qlogTracer writes each connection's qlog to dir, as <odcid>_server.sqlog, the
+// file quic-go's qlog.DefaultConnectionTracer would write there. That one reads
+// its directory from the QLOGDIR environment variable; this one takes it as an
+// argument, so that setting up a server changes no process-wide state.
+func qlogTracer(dir string, log *Logger) func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
+	return func(_ context.Context, isClient bool, connID quic.ConnectionID) qlogwriter.Trace {
+		label := "server"
+		if isClient {
+			label = "client"
+		}
+		path := filepath.Join(dir, fmt.Sprintf("%s_%s.sqlog", connID, label))
+		f, err := os.Create(path)
+		if err != nil {
+			log.Log("qlog_failed", map[string]any{"path": path, "error": err.Error()})
+			return nil
+		}
+		fileSeq := qlogwriter.NewConnectionFileSeq(&bufferedFile{bufio.NewWriter(f), f}, isClient, connID)
+		go fileSeq.Run()
+		return fileSeq
+	}
+}
+
+// bufferedFile flushes its buffer before closing the file.
+type bufferedFile struct {
+	*bufio.Writer
+	f *os.File
+}
+
+func (b *bufferedFile) Close() error {
+	if err := b.Flush(); err != nil {
+		_ = b.f.Close()
+		return err
+	}
+	return b.f.Close()
+}
+
+func (c Config) quicConfig(log *Logger) *quic.Config {
 	q := &quic.Config{
 		Allow0RTT:                      true,
 		InitialStreamReceiveWindow:     c.InitialStreamWindow,
@@ -157,8 +195,7 @@ func (c Config) quicConfig() *quic.Config {
 		MaxIdleTimeout:                 c.IdleTimeout,
 	}
 	if c.QlogDir != "" {
-		os.Setenv("QLOGDIR", c.QlogDir)
-		q.Tracer = qlog.DefaultConnectionTracer
+		q.Tracer = qlogTracer(c.QlogDir, log)
 	}
 	return q
 }
@@ -221,9 +258,15 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-addr %q: %v", cfg.Addr, err)
 	}
-	s.ln, err = quic.ListenEarly(s.udp, tlsConf, cfg.quicConfig())
+	if cfg.QlogDir != "" {
+		if err := os.MkdirAll(cfg.QlogDir, 0o755); err != nil {
+			_ = s.udp.Close()
+			return nil, fmt.Errorf("-qlog-dir: %v", err)
+		}
+	}
+	s.ln, err = quic.ListenEarly(s.udp, tlsConf, cfg.quicConfig(log))
 	if err != nil {
-		s.udp.Close()
+		_ = s.udp.Close()
 		return nil, err
 	}
 	start := map[string]any{

@@ -183,7 +183,7 @@ func TestEndToEndWithZeroRTT(t *testing.T) {
 	resp, err := (&http.Client{Transport: tr}).Get(url)
 	must(t, err)
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 || len(body) != 6000 || resp.Header.Get("Cache-Control") != CacheControl {
 		t.Fatalf("first GET: %d, %d bytes, %v", resp.StatusCode, len(body), resp.Header)
 	}
@@ -195,18 +195,18 @@ func TestEndToEndWithZeroRTT(t *testing.T) {
 		t.Fatalf("first connection: %v", conns[0])
 	}
 	time.Sleep(100 * time.Millisecond) // the session ticket arrives after the handshake
-	tr.Close()
+	_ = tr.Close()
 
 	// second connection: 0-RTT with the ticket from the first
 	tr2 := &http3.Transport{TLSClientConfig: tlsConf, Dial: func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
 		return quic.DialAddrEarly(ctx, addr, tc, qc)
 	}}
-	defer tr2.Close()
+	defer func() { _ = tr2.Close() }()
 	req, _ := http.NewRequest(http3.MethodGet0RTT, url, nil)
 	resp, err = (&http.Client{Transport: tr2}).Do(req)
 	must(t, err)
 	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if len(body) != 6000 {
 		t.Fatalf("0-RTT GET: %d bytes", len(body))
 	}

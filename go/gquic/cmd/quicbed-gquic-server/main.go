@@ -47,7 +47,11 @@ func main() {
 		if err != nil {
 			fail(2, fmt.Errorf("-log %s: %v", *logPath, err))
 		}
-		defer f.Close()
+		defer func() {
+			if err := f.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "quicbed-gquic-server: -log %s: %v\n", *logPath, err)
+			}
+		}()
 		out = f
 	}
 	srv, err := gquicserver.Start(cfg, gquicserver.NewLogger(out))

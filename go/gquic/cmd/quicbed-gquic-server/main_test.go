@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -112,7 +112,7 @@ func TestCommand(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	must(t, cmd.Start())
-	defer cmd.Process.Kill()
+	defer func() { _ = cmd.Process.Kill() }()
 	waitLog(t, logPath, "start", 1)
 
 	rt := &h2quic.RoundTripper{
@@ -122,7 +122,7 @@ func TestCommand(t *testing.T) {
 	resp, err := rt.RoundTrip(mustGet(t, "https://127.0.0.1:"+port+"/"))
 	must(t, err)
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 || string(body) != "<html>gquic</html>" || resp.Header.Get("Cache-Control") != "no-store, no-cache" {
 		t.Fatalf("GET /: %d %q %v", resp.StatusCode, body, resp.Header)
 	}
@@ -161,7 +161,7 @@ func TestCommand(t *testing.T) {
 func freeUDPPort(t *testing.T) string {
 	c, err := net.ListenPacket("udp", "127.0.0.1:0")
 	must(t, err)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_, port, _ := net.SplitHostPort(c.LocalAddr().String())
 	return port
 }
@@ -176,7 +176,7 @@ func readLog(t *testing.T, path string) []map[string]any {
 	t.Helper()
 	f, err := os.Open(path)
 	must(t, err)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []map[string]any
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

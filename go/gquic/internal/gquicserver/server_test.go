@@ -199,7 +199,7 @@ func TestServesEachVersion(t *testing.T) {
 				t.Fatalf("%s %s %s: %v", name, r.method, r.path, err)
 			}
 			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			must(t, err)
 			rec := httptest.NewRecorder()
 			direct.ServeHTTP(rec, httptest.NewRequest(r.method, r.path, nil))
@@ -286,11 +286,11 @@ func toStrings(v any) []string {
 func TestVersionNegotiated(t *testing.T) {
 	f := start(t, "Q043,Q044")
 	rt := f.client(quic.VersionGQUIC39, quic.VersionGQUIC43)
-	defer rt.Close()
+	defer func() { _ = rt.Close() }()
 	resp, err := rt.RoundTrip(mustRequest(t, f.url("/p/a.jpg")))
 	must(t, err)
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if c := waitFor(t, f.log, "conn", 1)[0]; c["quic_version"] != "Q043" {
 		t.Errorf("conn record: %v", c)
 	}
@@ -301,9 +301,9 @@ func TestVersionNegotiated(t *testing.T) {
 func TestNoCommonVersion(t *testing.T) {
 	f := start(t, "Q039")
 	rt := f.client(quic.VersionGQUIC44)
-	defer rt.Close()
+	defer func() { _ = rt.Close() }()
 	if resp, err := rt.RoundTrip(mustRequest(t, f.url("/p/a.jpg"))); err == nil {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		t.Fatalf("a Q044-only client got a response from a Q039 server")
 	}
 	time.Sleep(200 * time.Millisecond)
