@@ -37,7 +37,7 @@ DETERMINISTIC = {"svg.hashsalt": "quicbed"}
 class HeatCell:
     pct: float | None = None
     significant: bool | None = None
-    state: str = "-"  # ok | n/a | fail | -
+    state: str = "-"  # ok | n/a | untested | fail | - (quicbed.report.heat_state)
 
 
 def cell_look(cell: HeatCell, norm: TwoSlopeNorm, cmap: object) -> tuple[object, str, str]:

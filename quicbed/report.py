@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import itertools
 import json
 import shutil
@@ -25,17 +26,16 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from quicbed import __version__
 from quicbed.errors import QuicbedError
 from quicbed.plots import HeatCell, draw_heatmap, figure_data
-from quicbed.stats import adjust, bootstrap_diff_ci, mann_whitney_p
+from quicbed.results import SWEEP_FILE, measured_on
+from quicbed.stats import Comparison, adjust, compare
 from quicbed.store import Store
-from quicbed.sweep import SWEEP_FILE
 
-SINGLE_PAGES = ("5kb", "10kb", "100kb", "200kb", "500kb", "1mb", "10mb")
 COLUMNS = [
     "scenario", "cell_id", "attempt", "attempts", "status", "page", "rate_mbit", "rtt_ms",
     "loss_pct", "jitter_ms", "jitter_kind", "queue", "mode", "runs", "cc",
     "pair", "ref", "cand", "ref_stack", "cand_stack", "ref_cc", "cand_cc",
     "n_ref", "mean_ref", "sd_ref", "median_ref", "n_cand", "mean_cand", "sd_cand", "median_cand",
-    "pct_diff", "welch_p", "mannwhitney_p", "p_used", "p_adjusted", "significant",
+    "pct_diff", "welch_p", "mannwhitney_p", "p_used", "p_adjusted", "significant", "testable",
     "boot_diff_low", "boot_diff_high", "receipt_passed", "invalid_ref", "invalid_cand", "problem",
 ]  # fmt: skip
 #: the pair of the reference study: its heatmaps keep the names they always had
@@ -87,12 +87,63 @@ def testbeds(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str
 TESTBED_COLOURS = ("#e8f0fe", "#fce8e6", "#e6f4ea", "#fef7e0", "#f3e8fd", "#e4f7fb")
 
 
+def comparison_columns(c: Comparison) -> dict[str, Any]:
+    """The table's columns of one comparison (quicbed.stats.compare computed them all;
+    ``p_adjusted`` and the final ``significant`` come per heatmap, in ``build``)."""
+    out: dict[str, Any] = {}
+    for key, s in (("ref", c.tcp), ("cand", c.quic)):
+        out.update({f"n_{key}": s.n, f"mean_{key}": s.mean, f"sd_{key}": s.sd,
+                    f"median_{key}": s.median})  # fmt: skip
+    out.update(pct_diff=c.pct_diff, welch_p=c.welch_p, mannwhitney_p=c.mannwhitney_p,
+               p_used=c.p, testable=c.testable, significant=c.significant,
+               boot_diff_low=c.boot_diff_low, boot_diff_high=c.boot_diff_high)  # fmt: skip
+    return out
+
+
+def page_kind(page: str) -> str:
+    """``single-object`` or ``multi-object``, by the page's object count in
+    workloads/pages.yaml (``1mbx1`` is one object), as the reference study split them."""
+    pages = _pages()
+    if page not in pages:
+        return "multi-object"  # not a page of ours (an old folder): the HAR-less default
+    return "single-object" if pages[page].count == 1 else "multi-object"
+
+
+@functools.cache
+def _pages() -> dict[str, Any]:
+    from quicbed import workloads
+
+    return dict(workloads.load().pages)
+
+
+def heat_state(row: dict[str, Any]) -> str:
+    """How a heatmap draws a cell (quicbed.plots.cell_look): ``fail`` the attempt failed,
+    ``n/a`` too few valid runs for a number, ``untested`` too few runs for the test to
+    reach alpha, ``ok`` a number and a verdict."""
+    if row["status"] == "failed":
+        return "fail"
+    if row["pct_diff"] is None:
+        return "n/a"
+    if row.get("testable") is False:
+        return "untested"
+    return "ok"
+
+
+def correct(rows: list[dict[str, Any]], correction: str, alpha: float) -> None:
+    """Adjust the p-values of one heatmap's rows and set their verdicts: a cell too small
+    for its test is not a test and does not count in the correction."""
+    adj = adjust([r["p_used"] if r.get("testable") else None for r in rows], correction)
+    for r, p in zip(rows, adj, strict=True):
+        r["p_adjusted"] = p
+        r["significant"] = None if p is None else p < alpha
+
+
 def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """One row per cell (latest attempt) and pair of arms compared in it (a cell of one
     arm: one row without a pair), with every statistic; corrections not yet applied."""
     from quicbed.arms import parse_pairs
     from quicbed.cellconfig import make_cell
-    from quicbed.results import compare_cell, measured_on
+    from quicbed.results import compare_cell
 
     sweep = json.loads((root / SWEEP_FILE).read_text()) if (root / SWEEP_FILE).exists() else None
     stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
@@ -138,27 +189,19 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                        _first=True, pair="", _testbed=measured_on(att["provenance"]),
                        _condition=json.dumps(cond, sort_keys=True))  # fmt: skip
             comps = compare_cell(store, cid, att["attempt"], cell,
-                                 [p for p in extra if set(p) <= set(arms)], alpha)  # fmt: skip
+                                 [p for p in extra if set(p) <= set(arms)], alpha,
+                                 test)  # fmt: skip
             if not comps:
                 rows.append(row)
             for i, (pair, c) in enumerate(comps.items()):
                 ref, cand = pair.split("/")
-                a, b = store.plts(cid, att["attempt"], ref), store.plts(cid, att["attempt"], cand)
                 prow = dict(row, _first=i == 0, pair=pair, ref=ref, cand=cand,
                             ref_stack=arms[ref].stack, cand_stack=arms[cand].stack,
                             ref_cc=arms[ref].cc, cand_cc=arms[cand].cc,
                             invalid_ref=invalid[ref], invalid_cand=invalid[cand],
                             _warnings=c.warnings)  # fmt: skip
-                for key, s in (("ref", c.tcp), ("cand", c.quic)):
-                    prow.update({f"n_{key}": s.n, f"mean_{key}": s.mean, f"sd_{key}": s.sd,
-                                 f"median_{key}": s.median})  # fmt: skip
-                prow["pct_diff"] = c.pct_diff
-                prow["welch_p"] = c.welch_p
-                prow["mannwhitney_p"] = mann_whitney_p(a, b) if c.enough else None
-                prow["p_used"] = prow["welch_p"] if test == "welch" else prow["mannwhitney_p"]
-                ci = bootstrap_diff_ci(a, b) if c.enough else None
-                prow["boot_diff_low"], prow["boot_diff_high"] = ci if ci else (None, None)
-                if att["status"] == "done" and not c.enough:
+                prow.update(comparison_columns(c))
+                if att["status"] == "done" and c.problem:
                     prow["problem"] = c.problem
                 rows.append(prow)
     finally:
@@ -174,7 +217,7 @@ def _heat_groups(
     for r in rows:
         if not r["pair"]:
             continue
-        kind = "single-object" if r["page"] in SINGLE_PAGES else "multi-object"
+        kind = page_kind(r["page"])
         groups.setdefault((r["scenario"], r["pair"], r["mode"], kind), []).append(r)
     return groups
 
@@ -247,23 +290,15 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     (out / "figures").mkdir(parents=True)
     report = Report(out=out, rows=rows)
     for (scenario, pair, mode, kind), grp in sorted(_heat_groups(rows).items()):
-        adj = adjust([r["p_used"] for r in grp], correction)
-        for r, p in zip(grp, adj, strict=True):
-            r["p_adjusted"] = p
-            r["significant"] = None if p is None else p < alpha
+        correct(grp, correction, alpha)
         rates = sorted({r["rate_mbit"] for r in grp}, key=lambda v: (v is None, v or 0))
         pages = [p for p in page_order if any(r["page"] == p for r in grp)]
-        cells = {}
-        for r in grp:
-            if r["status"] == "failed":
-                state = "fail"
-            elif r["pct_diff"] is None:
-                state = "n/a"
-            else:
-                state = "ok"
-            cells[(_label_rate(r["rate_mbit"]), r["page"])] = HeatCell(
-                pct=r["pct_diff"], significant=r["significant"], state=state
+        cells = {
+            (_label_rate(r["rate_mbit"]), r["page"]): HeatCell(
+                pct=r["pct_diff"], significant=r["significant"], state=heat_state(r)
             )
+            for r in grp
+        }
         cond = grp[0]
         title = (f"{scenario}: {cond['rtt_ms']:g} ms, loss {cond['loss_pct']:g} %"
                  + (f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}"
@@ -277,7 +312,8 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         labels = [_label_rate(v) for v in rates]
         paths = draw_heatmap(labels, pages, cells, title, base)
         report.figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
-    report.figures += _mode_heatmaps(root, rows, page_order, alpha, out)
+    test = stats_cfg.get("test", "welch")
+    report.figures += _mode_heatmaps(root, rows, page_order, alpha, test, correction, out)
     _explain_pages(root, rows, out)
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -307,15 +343,15 @@ def _figure(title: str, paths: list[Path], shows: dict[str, Any]) -> dict[str, A
 
 
 def _mode_heatmaps(
-    root: Path, rows: list[dict[str, Any]], page_order: list[str], alpha: float, out: Path
-) -> list[dict[str, Any]]:
+    root: Path, rows: list[dict[str, Any]], page_order: list[str], alpha: float, test: str,
+    correction: str, out: Path,
+) -> list[dict[str, Any]]:  # fmt: skip
     """QUIC 0-RTT against QUIC 1-RTT where a scenario ran both modes.
 
-    Colour = (mean 1-RTT - mean 0-RTT) / mean 0-RTT x 100 (red: 0-RTT faster), Welch's
-    test on the two h3 samples; same masking as the protocol heatmaps.
+    Colour = (mean 1-RTT - mean 0-RTT) / mean 0-RTT x 100 (red: 0-RTT faster): the
+    comparison of the two cells' samples of one QUIC arm by quicbed.stats.compare, with
+    the spec's test, alpha and correction and the same masking as the protocol heatmaps.
     """
-    from scipy import stats as sps
-
     by_key: dict[tuple, dict[str, dict[str, Any]]] = {}
     for r in rows:
         if not r["_first"]:
@@ -333,22 +369,24 @@ def _mode_heatmaps(
         for scenario, arm, kind in itertools.product(
             sorted({k[0] for k in pairs}), quic, ("single-object", "multi-object")
         ):
-            keys = [k for k in pairs if k[0] == scenario
-                    and (k[5] in SINGLE_PAGES) == (kind == "single-object")
+            keys = [k for k in pairs if k[0] == scenario and page_kind(k[5]) == kind
                     and all(arm in pairs[k][m]["_arms"] for m in ("0rtt", "1rtt"))]  # fmt: skip
             if not keys:
                 continue
-            cells = {}
+            grp = []
             for k in keys:
                 zero, one = pairs[k]["0rtt"], pairs[k]["1rtt"]
-                a = store.plts(zero["cell_id"], zero["attempt"], arm)
-                b = store.plts(one["cell_id"], one["attempt"], arm)
-                if len(a) < 2 or len(b) < 2:
-                    cells[(_label_rate(k[1]), k[5])] = HeatCell(state="n/a")
-                    continue
-                pct = (sum(b) / len(b) - sum(a) / len(a)) / (sum(a) / len(a)) * 100
-                p = float(sps.ttest_ind(b, a, equal_var=False).pvalue)
-                cells[(_label_rate(k[1]), k[5])] = HeatCell(pct, p < alpha, "ok")
+                c = compare(store.plts(one["cell_id"], one["attempt"], arm),
+                            store.plts(zero["cell_id"], zero["attempt"], arm),
+                            planned=(one["runs"], zero["runs"]), alpha=alpha, test=test,
+                            tcp_arm=f"{arm} 1-RTT", quic_arm=f"{arm} 0-RTT")  # fmt: skip
+                failed = "failed" in (zero["status"], one["status"])
+                grp.append({"_key": k, "status": "failed" if failed else "done",
+                            **comparison_columns(c)})  # fmt: skip
+            correct(grp, correction, alpha)
+            cells = {(_label_rate(g["_key"][1]), g["_key"][5]): HeatCell(
+                        pct=g["pct_diff"], significant=g["significant"], state=heat_state(g))
+                     for g in grp}  # fmt: skip
             rates = sorted({k[1] for k in keys}, key=lambda v: (v is None, v or 0))
             pages = [p for p in page_order if any(k[5] == p for k in keys)]
             who = "QUIC" if arm == "h3" else arm
@@ -396,6 +434,45 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
+#: provenance keys that differ between attempts of one set-up (when, and the command)
+PER_ATTEMPT = ("collected", "argv")
+
+
+def provenance_groups(provs: dict[tuple[str, int], dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The provenance of every attempt the report uses, grouped by set-up: attempts whose
+    provenance is the same but for when they were collected and the command that ran
+    them share a group. Each group says what matters first (quicbed's commit, testbed,
+    kernel, browser and servers) and which cells it measured; a report drawn from
+    attempts of different set-ups shows that at its top (Pantheon puts it there)."""
+    groups: dict[str, dict[str, Any]] = {}
+    for (cid, attempt), prov in provs.items():
+        p = prov or {}
+        same = {k: v for k, v in p.items() if k not in PER_ATTEMPT}
+        key = json.dumps(same, sort_keys=True, default=str)
+        g = groups.get(key)
+        if g is None:
+            sw, git = p.get("software") or {}, p.get("git") or {}
+            tb = measured_on(prov)
+            g = groups[key] = {
+                "id": f"P{len(groups) + 1}", "provenance": same, "attempts": [],
+                "collected": [], "commands": [],
+                "quicbed": sw.get("quicbed"),
+                "git": (git.get("sha") or "?")[:12] + (" (dirty)" if git.get("dirty") else ""),
+                "testbed": tb["label"], "hardware": tb["hardware"], "kernel": tb["kernel"],
+                "browser": (p.get("components") or {}).get("browser") or sw.get("chromium"),
+            }  # fmt: skip
+        g["attempts"].append(f"{cid}#{attempt}")
+        if p.get("collected"):
+            g["collected"].append(p["collected"])
+        cmd = " ".join(map(str, p.get("argv") or []))
+        if cmd and cmd not in g["commands"]:
+            g["commands"].append(cmd)
+    out = list(groups.values())
+    for g in out:
+        g["collected"] = [min(g["collected"]), max(g["collected"])] if g["collected"] else []
+    return out
+
+
 def _write_html(
     report: Report, sweep: dict[str, Any] | None, root: Path, alpha: float, correction: str,
     source: str,
@@ -407,10 +484,10 @@ def _write_html(
     env.filters["p"] = lambda v: "-" if v is None else f"{v:.3g}"
     store = Store(root)
     try:
-        prov = None
+        provs: dict[tuple[str, int], dict[str, Any] | None] = {}
         for r in report.rows:
             att = store.attempt(r["cell_id"], r["attempt"])
-            prov = prov or att["provenance"]
+            provs[(r["cell_id"], r["attempt"])] = att["provenance"]
             r["_invalid_reasons"] = sorted({x["reason"] for x in r["_runs"]
                                             if not x["valid"] and not x["warmup"]})  # fmt: skip
             r["_rerun"] = f"quicbed cell --from {source} --cell {r['cell_id']}"
@@ -419,9 +496,13 @@ def _write_html(
                 r["_rerun"] += f" --testbed ssh --hosts {tb.get('source') or 'HOSTS'}"
     finally:
         store.close()
+    groups = provenance_groups(provs)
+    (report.out / "provenance.json").write_text(json.dumps(groups, indent=1, sort_keys=True) + "\n")
+    for g in groups:
+        g["json"] = json.dumps(g["provenance"], indent=1, sort_keys=True)
     html = env.get_template("report.html.j2").render(
         rows=report.rows, figures=report.figures, sweep=sweep, alpha=alpha,
-        correction=correction, provenance=json.dumps(prov, indent=1, sort_keys=True),
+        correction=correction, provenances=groups,
         testbeds=report.testbeds, testbed_warnings=report.testbed_warnings,
         version=__version__, created=datetime.now(UTC).isoformat(timespec="seconds"),
         root=source,

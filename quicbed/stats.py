@@ -32,8 +32,22 @@ class ArmSummary(BaseModel):
     cv: float | None = None
 
 
+TESTS = ("welch", "mannwhitney")
+CORRECTIONS = ("none", "holm", "bh")
+#: bootstrap resamples of the difference of means (BCa, seeded: reproducible)
+BOOTSTRAP_RESAMPLES = 5000
+
+
 class Comparison(BaseModel):
-    """TCP (h2) against QUIC (h3) for one cell."""
+    """A reference arm (``tcp``: h2 in the reference study) against a candidate
+    (``quic``) for one cell: every number the cell summary, table, heatmaps and verify
+    show of it, computed here only.
+
+    ``p`` is the p-value of ``test`` (the spec's); ``testable`` is False when the
+    samples are too small for that test to ever reach ``alpha`` (Mann-Whitney U with a
+    few runs), which is "too few runs to test", not "no difference". ``significant`` is
+    before any correction across cells (``adjust`` does that per heatmap).
+    """
 
     tcp: ArmSummary
     quic: ArmSummary
@@ -41,8 +55,15 @@ class Comparison(BaseModel):
     problem: str = ""
     pct_diff: float | None = None
     welch_p: float | None = None
+    mannwhitney_p: float | None = None
+    test: str = "welch"
+    p: float | None = None
+    testable: bool | None = None
     alpha: float = DEFAULT_ALPHA
     significant: bool | None = None
+    #: 95 % BCa bootstrap CI of mean(reference) - mean(candidate), ms
+    boot_diff_low: float | None = None
+    boot_diff_high: float | None = None
     warnings: list[str] = []
 
 
@@ -66,87 +87,119 @@ def min_valid(planned: int) -> int:
     return max(2, math.ceil(MIN_VALID_SHARE * planned))
 
 
+def smallest_p(test: str, n_ref: int, n_cand: int) -> float:
+    """The smallest two-sided p-value ``test`` can give samples of these sizes: for
+    Mann-Whitney U (exact, no ties) 2 / C(n_ref + n_cand, n_ref), reached only when the
+    samples do not overlap at all; Welch's t can reach any p from two runs per arm.
+    asv's ``is_different`` asks the same before testing."""
+    if test == "mannwhitney":
+        return min(1.0, 2 / math.comb(n_ref + n_cand, n_ref))
+    return 0.0
+
+
 def compare(
     tcp: Sequence[float],
     quic: Sequence[float],
     *,
-    planned: int,
+    planned: int | tuple[int, int],
     alpha: float = DEFAULT_ALPHA,
+    test: str = "welch",
     tcp_arm: str = "h2",
     quic_arm: str = "h3",
 ) -> Comparison:
+    """The comparison of two samples of one cell (the valid, non-warm-up PLTs of two
+    arms). Fewer valid runs than ``min_valid(planned)`` in either arm: no number, a
+    problem. Both tests are always computed (the table shows both); ``p`` is ``test``'s.
+    ``planned`` may differ per sample, (reference, candidate), when they come from two
+    cells (0-RTT against 1-RTT)."""
+    if test not in TESTS:
+        raise ValueError(f"unknown test {test!r} ({', '.join(TESTS)})")
     t, q = summarize(tcp_arm, tcp), summarize(quic_arm, quic)
-    need = min_valid(planned)
-    short = [s.arm for s in (t, q) if s.n < need]
+    plan = planned if isinstance(planned, tuple) else (planned, planned)
+    short = [(s, n) for s, n in zip((t, q), plan, strict=True) if s.n < min_valid(n)]
     if short:
+        counts = (f"{t.arm} {t.n}, {q.arm} {q.n} of {plan[0]}; need {min_valid(plan[0])}"
+                  if plan[0] == plan[1] else
+                  "; ".join(f"{s.arm} {s.n} of {n}, need {min_valid(n)}"
+                            for s, n in zip((t, q), plan, strict=True)))  # fmt: skip
         return Comparison(
-            tcp=t, quic=q, enough=False, alpha=alpha,
-            problem=f"too few valid runs in {', '.join(short)} "
-            f"({', '.join(f'{s.arm} {s.n}' for s in (t, q))} of {planned}; need {need})",
+            tcp=t, quic=q, enough=False, alpha=alpha, test=test,
+            problem=f"too few valid runs in {', '.join(s.arm for s, _ in short)} ({counts})",
         )  # fmt: skip
     assert t.mean is not None and q.mean is not None
     pct = (t.mean - q.mean) / q.mean * 100
     if (t.sd or 0) == 0 and (q.sd or 0) == 0:
-        p = 0.0 if t.mean != q.mean else 1.0
+        welch = 0.0 if t.mean != q.mean else 1.0
     else:
-        p = float(sps.ttest_ind(tcp, quic, equal_var=False).pvalue)
+        welch = float(sps.ttest_ind(tcp, quic, equal_var=False).pvalue)
+    mw = float(sps.mannwhitneyu(tcp, quic, alternative="two-sided").pvalue)
+    p = welch if test == "welch" else mw
+    testable = smallest_p(test, t.n, q.n) < alpha
     warnings = []
     for s in (t, q):
         if s.cv is not None and s.cv >= 0.10:
             warnings.append(f"{s.arm}: sd is {s.cv * 100:.0f} % of the mean (unstable)")
+    problem = ""
+    if not testable:
+        best = smallest_p(test, t.n, q.n)
+        problem = (f"too few runs to test: {test} with {t.n} and {q.n} runs can reach at "
+                   f"best p = {best:.3g}, not below alpha {alpha:g}")  # fmt: skip
+    low, high = bootstrap_diff_ci(tcp, quic)
     return Comparison(
-        tcp=t, quic=q, enough=True, pct_diff=pct, welch_p=p, alpha=alpha,
-        significant=p < alpha, warnings=warnings,
+        tcp=t, quic=q, enough=True, problem=problem, pct_diff=pct, welch_p=welch,
+        mannwhitney_p=mw, test=test, p=p, testable=testable, alpha=alpha,
+        significant=(p < alpha) if testable else None, boot_diff_low=low, boot_diff_high=high,
+        warnings=warnings,
     )  # fmt: skip
 
 
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Two-sided Mann-Whitney U p-value: no normality assumed (PLTs are skewed)."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    return float(sps.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
 def bootstrap_diff_ci(
-    tcp: Sequence[float], quic: Sequence[float], *, n: int = 5000, seed: int = 1
-) -> tuple[float, float] | None:
-    """95 % percentile bootstrap CI of mean(tcp) - mean(quic), in ms (seeded: reproducible)."""
+    tcp: Sequence[float], quic: Sequence[float], *, n: int = BOOTSTRAP_RESAMPLES, seed: int = 1
+) -> tuple[float, float]:
+    """95 % BCa bootstrap CI of mean(tcp) - mean(quic), in ms (scipy's, seeded so a
+    report rebuilt from the same store gives the same interval). Samples resampled
+    independently (``paired=False``), as the two arms' loads are."""
     import numpy as np
 
     if len(tcp) < 2 or len(quic) < 2:
-        return None
-    rng = np.random.default_rng(seed)
+        raise ValueError("a bootstrap CI needs at least two values per sample")
     t, q = np.asarray(tcp, float), np.asarray(quic, float)
-    dt = rng.choice(t, size=(n, t.size)).mean(axis=1)
-    dq = rng.choice(q, size=(n, q.size)).mean(axis=1)
-    lo, hi = np.percentile(dt - dq, [2.5, 97.5])
-    return float(lo), float(hi)
+    if np.ptp(t) == 0 and np.ptp(q) == 0:  # no spread: every resample is the same
+        d = float(t[0] - q[0])
+        return d, d
+    res = sps.bootstrap(
+        (t, q), lambda a, b, axis: a.mean(axis=axis) - b.mean(axis=axis),
+        n_resamples=n, confidence_level=0.95, method="BCa", vectorized=True,
+        rng=np.random.default_rng(seed),
+    )  # fmt: skip
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def adjust(pvalues: Sequence[float | None], method: str) -> list[float | None]:
     """Holm or Benjamini-Hochberg adjustment across the cells of one heatmap.
 
-    ``None`` (no test possible) stays ``None`` and does not count as a test.
+    ``None`` (no test possible) stays ``None`` and does not count as a test. BH is
+    scipy's ``false_discovery_control``; scipy has no Holm, and statsmodels (whose
+    ``multipletests`` has it) would be a large dependency for these few lines, which
+    tests/test_stats.py checks against R's ``p.adjust``.
     """
-    if method == "none":
-        return list(pvalues)
-    idx = [i for i, p in enumerate(pvalues) if p is not None]
-    m = len(idx)
+    import numpy as np
+
+    if method not in CORRECTIONS:
+        raise ValueError(f"unknown correction {method!r} ({', '.join(CORRECTIONS)})")
     out: list[float | None] = list(pvalues)
-    if m == 0:
+    idx = [i for i, p in enumerate(pvalues) if p is not None]
+    if method == "none" or not idx:
         return out
-    order = sorted(idx, key=lambda i: pvalues[i])  # type: ignore[arg-type, return-value]
-    if method == "holm":
-        running = 0.0
-        for rank, i in enumerate(order):
-            running = max(running, min(1.0, (m - rank) * pvalues[i]))  # type: ignore[operator]
-            out[i] = running
-    elif method == "bh":
-        running = 1.0
-        for rank in range(m - 1, -1, -1):
-            i = order[rank]
-            running = min(running, pvalues[i] * m / (rank + 1))  # type: ignore[operator]
-            out[i] = min(1.0, running)
-    else:
-        raise ValueError(f"unknown correction {method!r} (none, holm, bh)")
+    ps = np.array([pvalues[i] for i in idx], float)
+    if method == "bh":
+        adjusted = sps.false_discovery_control(ps, method="bh")
+    else:  # holm: step-down, (m - rank) x p, kept monotone, capped at 1
+        m = len(ps)
+        order = np.argsort(ps, kind="stable")
+        stepped = np.maximum.accumulate((m - np.arange(m)) * ps[order])
+        adjusted = np.empty(m)
+        adjusted[order] = np.minimum(1.0, stepped)
+    for i, v in zip(idx, adjusted, strict=True):
+        out[i] = float(v)
     return out

@@ -13,9 +13,9 @@ from quicbed.report import build
 from quicbed.store import Store
 
 
-def _fill(root: Path, mode: str, h2: list[float], h3: list[float]) -> str:
+def _fill(root: Path, mode: str, h2: list[float], h3: list[float], runs: int = 0) -> str:
     cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="5kb",
-                    runs=len(h3), warmup=0, mode=mode)  # fmt: skip
+                    runs=runs or len(h3), warmup=0, mode=mode)  # fmt: skip
     store = Store(root, create=True)
     cid = cfg.cell_id()
     store.add_cell(cid, cfg.model_dump(mode="json"))
@@ -62,7 +62,7 @@ def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:
     import json
 
     from quicbed.arms import ArmSettings
-    from quicbed.sweep import SWEEP_FILE
+    from quicbed.results import SWEEP_FILE
 
     cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="5kb", runs=4,
                     warmup=0, arms=("h2", "h3", "h3-n2"),
@@ -103,3 +103,91 @@ def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:
     html = (tmp_path / "report" / "index.html").read_text()
     assert html.count("<h3>cells / 5kb") == 1  # the cell's receipt once, not per pair
     assert "h3-n2 0" in html  # invalid loads named per arm
+
+
+def _spec(tmp_path: Path, statistics: dict) -> None:
+    import json
+
+    from quicbed.results import SWEEP_FILE
+
+    spec = {"format": 1, "name": "s", "statistics": statistics,
+            "defaults": {"warmup": 0},
+            "scenarios": {"cells": {"rate": [10], "rtt": [36], "pages": ["5kb"]}}}  # fmt: skip
+    (tmp_path / SWEEP_FILE).write_text(json.dumps({"spec": spec}))
+
+
+def test_too_few_runs_for_the_test_is_untested_not_white(tmp_path: Path) -> None:
+    """3 + 3 runs that do not overlap at all: Welch's test finds them different, but the
+    best Mann-Whitney p from 3 + 3 runs is 0.1, so under the spec's Mann-Whitney the cell
+    says "too few runs to test" (grey ``untested``), not "not significant" (white), and
+    the same numbers feed the table, the heatmap and the 0-RTT/1-RTT heatmap."""
+    import json
+
+    from quicbed.stats import compare
+
+    _fill(tmp_path, "0rtt", [200.0, 210, 220], [100.0, 101, 102])
+    _fill(tmp_path, "1rtt", [200.0, 210, 220], [150.0, 151, 152])
+    _spec(tmp_path, {"test": "mannwhitney", "correction": "holm", "alpha": 0.01})
+    build(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "report" / "table.csv").read_text().splitlines()))
+    assert {r["testable"] for r in rows} == {"False"}
+    assert {r["significant"] for r in rows} == {""} and {r["p_adjusted"] for r in rows} == {""}
+    assert all("too few runs to test" in r["problem"] for r in rows)
+    shown = json.loads((tmp_path / "report" / "figures.json").read_text())
+    states = {f["png"]: {c["state"] for c in f["shows"]["cells"]} for f in shown}
+    assert len(states) == 3 and all(s == {"untested"} for s in states.values()), states
+    mode = next(f for f in shown if "0rtt-vs-1rtt" in f["png"])["shows"]["cells"][0]
+    c = compare([150.0, 151, 152], [100.0, 101, 102], planned=3, test="mannwhitney")
+    assert mode["pct"] == pytest.approx(c.pct_diff) and mode["text"] == "untested"
+
+
+def test_mode_heatmap_uses_the_valid_share_rule_and_welch(tmp_path: Path) -> None:
+    """The 1-RTT vs 0-RTT heatmap: Welch on the two h3 samples, and "n/a" where a cell
+    has fewer valid runs than the valid-share rule asks (here 2 of 8)."""
+    import json
+
+    _fill(tmp_path, "0rtt", [200.0, 210, 220, 230], [100.0, 101, 102, 103])
+    _fill(tmp_path, "1rtt", [200.0, 210, 220, 230], [150.0, 151, 152, 153])
+    build(tmp_path)
+    shown = json.loads((tmp_path / "report" / "figures.json").read_text())
+    mode = next(f for f in shown if "0rtt-vs-1rtt" in f["png"])["shows"]["cells"][0]
+    assert mode["state"] == "ok" and mode["significant"] is True
+    assert mode["pct"] == pytest.approx((151.5 - 101.5) / 101.5 * 100)
+    # fewer valid runs than planned: runs=8 planned, 4 valid -> below 80 %
+    other = tmp_path / "short"
+    _fill(other, "0rtt", [200.0, 210, 220, 230], [100.0, 101, 102, 103])
+    _fill(other, "1rtt", [200.0, 210, 220, 230], [150.0, 151, 152, 153], runs=8)
+    build(other)
+    shown = json.loads((other / "report" / "figures.json").read_text())
+    mode = next(f for f in shown if "0rtt-vs-1rtt" in f["png"])["shows"]["cells"][0]
+    assert mode["state"] == "n/a"
+
+
+def test_page_kind_counts_objects() -> None:
+    from quicbed.report import page_kind
+
+    assert page_kind("1mbx1") == "single-object" and page_kind("5kb") == "single-object"
+    assert page_kind("10kbx100") == "multi-object"
+
+
+def test_provenance_of_every_attempt_at_the_top(tmp_path: Path) -> None:
+    """Two attempts measured by different set-ups: the report's top names both, with the
+    cells each measured, and provenance.json keeps them in full."""
+    import json
+
+    _fill(tmp_path, "0rtt", [200.0, 210, 220, 230], [100.0, 101, 102, 103])
+    cid = _fill(tmp_path, "1rtt", [200.0, 210, 220, 230], [150.0, 151, 152, 153])
+    store = Store(tmp_path)
+    store.db.execute("UPDATE attempts SET provenance=? WHERE cell_id=?",
+                     (json.dumps({"git": {"sha": "y" * 40, "dirty": True},
+                                  "collected": "2026-11-24T10:00:00"}), cid))  # fmt: skip
+    store.db.commit()
+    store.close()
+    build(tmp_path)
+    groups = json.loads((tmp_path / "report" / "provenance.json").read_text())
+    assert [len(g["attempts"]) for g in groups] == [1, 1]
+    assert {g["git"] for g in groups} == {"x", "yyyyyyyyyyyy (dirty)"}
+    html = (tmp_path / "report" / "index.html").read_text()
+    top = html.index('id="provenance-summary"')
+    assert top < html.index('id="heatmaps"') and "2 different set-ups" in html
+    assert f"{cid}#1" in html

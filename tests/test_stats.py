@@ -63,13 +63,43 @@ def test_holm_and_bh_by_hand() -> None:
     assert adjust(p, "none") == p
 
 
-def test_mann_whitney_and_bootstrap() -> None:
-    from quicbed.stats import bootstrap_diff_ci, mann_whitney_p
+def test_holm_and_bh_match_r_p_adjust() -> None:
+    from quicbed.stats import adjust
+
+    # R: p.adjust(c(0.01, 0.02, 0.03, 0.04, 0.05), "holm") / "BH"
+    p = [0.01, 0.02, 0.03, 0.04, 0.05]
+    assert adjust(p, "holm") == pytest.approx([0.05, 0.08, 0.09, 0.09, 0.09])
+    assert adjust(p, "bh") == pytest.approx([0.05] * 5)
+    with pytest.raises(ValueError, match="'bonferroni'"):
+        adjust(p, "bonferroni")
+
+
+def test_mann_whitney_and_bootstrap_come_with_the_comparison() -> None:
+    from quicbed.stats import bootstrap_diff_ci
 
     # complete separation of 5 vs 5 (exact test): two-sided p = 2 / C(10, 5)
-    assert mann_whitney_p([6.0, 7, 8, 9, 10], [1.0, 2, 3, 4, 5]) == pytest.approx(2 / 252)
+    c = compare([6.0, 7, 8, 9, 10], [1.0, 2, 3, 4, 5], planned=5, test="mannwhitney", alpha=0.05)
+    assert c.mannwhitney_p == pytest.approx(2 / 252) and c.p == c.mannwhitney_p
+    assert c.testable and c.significant and c.welch_p is not None
     tcp = [200.0 + i for i in range(10)]
     quic = [100.0 + i for i in range(10)]
     lo, hi = bootstrap_diff_ci(tcp, quic)
     assert lo < 100 < hi and hi - lo < 10
     assert bootstrap_diff_ci(tcp, quic) == (lo, hi)  # seeded
+    c = compare(tcp, quic, planned=10)
+    assert (c.boot_diff_low, c.boot_diff_high) == (lo, hi) and c.p == c.welch_p
+    assert bootstrap_diff_ci([5.0, 5.0], [3.0, 3.0]) == (2.0, 2.0)  # no spread
+
+
+def test_a_cell_too_small_for_its_test_says_so() -> None:
+    # 3 vs 3 runs: Mann-Whitney's best two-sided p is 2 / C(6, 3) = 0.1, never < 0.01,
+    # so complete separation is "too few runs to test", not "not significant"
+    c = compare([9.0, 10, 11], [1.0, 2, 3], planned=3, test="mannwhitney")
+    assert c.enough and c.pct_diff is not None
+    assert c.testable is False and c.significant is None
+    assert "too few runs to test" in c.problem and "0.1" in c.problem
+    # Welch's test can reach any p with the same runs
+    w = compare([9.0, 10, 11], [1.0, 2, 3], planned=3)
+    assert w.testable and w.significant and not w.problem
+    with pytest.raises(ValueError, match="'ttest'"):
+        compare([1.0, 2], [1.0, 2], planned=2, test="ttest")
