@@ -25,7 +25,7 @@ from quicbed.errors import QuicbedError
 from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
-from quicbed.results import compare_cell
+from quicbed.results import FailureReason, compare_cell
 from quicbed.servers.base import ServeSpec, WebServer
 from quicbed.stats import Comparison
 from quicbed.store import Store, now
@@ -50,8 +50,14 @@ class CellResult:
     invalid: dict[str, list[str]]
     out: Path
     verified: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: the failure was the link's (out of tolerance, or changed): worth one retry
-    link_failed: bool = False
+    #: why the attempt failed (None: it did not); the runner decides on this, never on
+    #: the text of ``problem``
+    reason: FailureReason | None = None
+
+    @property
+    def link_failed(self) -> bool:
+        """The failure was the link's (out of tolerance, or changed): worth one retry."""
+        return self.reason is not None and self.reason.link
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +71,7 @@ class CellResult:
             "invalid": self.invalid,
             "verified": self.verified,
             "link_failed": self.link_failed,
+            "reason": self.reason.value if self.reason else None,
         }
 
 
@@ -161,7 +168,7 @@ def run_cell(
             attempt = resume_attempt
             store.reopen_attempt(cell_id, attempt)
         job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault, traces)
-        status, problem, link_failed = "failed", "", False
+        status, problem, reason = "failed", "", None
         try:
             if link is None:
                 with shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc()) as shaped:
@@ -171,9 +178,10 @@ def run_cell(
                 job.measure_on(link, shared=link.uses > 0)
             status = "done"
         except LinkFailure as exc:
-            problem, link_failed = str(exc), True
-        except QuicbedError as exc:
             problem = str(exc)
+            reason = exc.reason if isinstance(exc, LinkFailed) else FailureReason.LINK_CHANGED
+        except QuicbedError as exc:
+            problem, reason = str(exc), FailureReason.OTHER
         finally:
             with shielded():
                 store.finish_attempt(cell_id, attempt, status, problem)
@@ -185,7 +193,16 @@ def run_cell(
                 invalid.setdefault(r["arm"], []).append(f"#{r['rep']}: {r['reason']}")
         store.close()
     return CellResult(cell_id, attempt, status, problem, job.receipt, comparisons, invalid, out,
-                      verify_summary(runs), link_failed)  # fmt: skip
+                      verify_summary(runs), reason)  # fmt: skip
+
+
+class LinkFailed(LinkFailure):
+    """A LinkFailure that says which check failed (``reason``), for the runner to decide
+    on; its message is the one people read."""
+
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass
@@ -210,7 +227,10 @@ class _Job:
                                proven.receipt.model_dump(mode="json"))  # fmt: skip
         if not proven.receipt.passed:
             names = ", ".join(c.name for c in proven.receipt.failed_checks())
-            raise LinkFailure(f"the link is out of tolerance ({names}); nothing measured")
+            raise LinkFailed(
+                FailureReason.LINK_OUT_OF_TOLERANCE,
+                f"the link is out of tolerance ({names}); nothing measured",
+            )
         span: dict[str, Any] = {
             "cell_id": self.cell_id, "attempt": self.attempt,
             "receipt_created": proven.receipt.created, "generation": proven.generation,
@@ -224,7 +244,8 @@ class _Job:
             if not opening.passed:
                 span["finished"] = now()
                 self.store.add_link_span(span)
-                raise LinkFailure(f"opening check: {'; '.join(opening.problems)}; nothing measured")
+                raise LinkFailed(FailureReason.LINK_OPENING_CHECK, f"opening check: "
+                                 f"{'; '.join(opening.problems)}; nothing measured")  # fmt: skip
         proven.uses += 1
         try:
             self._loads(proven, span)
@@ -238,7 +259,8 @@ class _Job:
                     passed=int(closing.passed))  # fmt: skip
         self.store.add_link_span(span)
         if not closing.passed:
-            raise LinkFailure(f"closing check after the last load: {'; '.join(closing.problems)}")
+            raise LinkFailed(FailureReason.LINK_CLOSING_CHECK, "closing check after the last "
+                             f"load: {'; '.join(closing.problems)}")  # fmt: skip
 
     def _loads(self, proven: ProvenLink, span: dict[str, Any]) -> None:
         from quicbed.client.chromium import Browser, BrowserSpec
@@ -339,9 +361,10 @@ class _Job:
                     span["first_seq"] = seq
                 span["last_seq"] = seq
                 if gen != proven.generation:
-                    raise LinkFailure(
+                    raise LinkFailed(
+                        FailureReason.LINK_CHANGED,
                         f"the link changed during the cell ({arm} #{rep}: generation "
-                        f"{proven.generation} -> {gen}); the loads after it were not measured"
+                        f"{proven.generation} -> {gen}); the loads after it were not measured",
                     )
                 if self.progress:
                     self.progress(arm, seq + 1, len(schedule))

@@ -31,10 +31,8 @@ def rows(root: Path) -> list[dict[str, Any]]:
         for cid in store.cells():
             cfg = store.cell_config(cid)
             cond = cfg["condition"]
-            attempts = store.db.execute(
-                "SELECT attempt, status FROM attempts WHERE cell_id=? ORDER BY attempt", (cid,)
-            ).fetchall()
-            for att, status in attempts:
+            for a in store.attempts(cid):
+                att, status = a["attempt"], a["status"]
                 for r in store.runs(cid, att):
                     detail = r["detail"] or {}
                     out.append({

@@ -11,7 +11,6 @@ takes the latest as it does after a retry.
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,16 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.paths import check_folder_target
+from quicbed.results import (
+    SWEEP_FILE,
+    check_software,
+    check_spec,
+    folder_lock,
+    is_running,
+    read_sweep,
+    write_sweep,
+)
 from quicbed.store import Store, now
-from quicbed.sweep import CHECKED_SOFTWARE, SWEEP_FILE, folder_lock, is_running
 
 
 @dataclass
@@ -43,18 +50,11 @@ class _Source:
 
 
 def _read(path: Path) -> _Source:
-    meta = path / SWEEP_FILE
-    if not meta.is_file():
+    if not (path / SWEEP_FILE).is_file():
         raise QuicbedError(f"{path} is not a sweep's results folder (no {SWEEP_FILE})")
     if is_running(path):
         raise QuicbedError(f"{path} is still being written by a running sweep")
-    try:
-        sweep = json.loads(meta.read_text())
-        if not all(k in sweep for k in ("digest", "spec", "software")):
-            raise KeyError("digest")
-    except (OSError, ValueError, TypeError, KeyError):
-        raise QuicbedError(f"{meta} is not a quicbed sweep file (damaged?)") from None
-    return _Source(path, sweep)
+    return _Source(path, read_sweep(path))
 
 
 def check_sources(sources: list[_Source], force: bool) -> list[str]:
@@ -62,18 +62,12 @@ def check_sources(sources: list[_Source], force: bool) -> list[str]:
     about the set (shards missing) otherwise."""
     first = sources[0]
     for s in sources[1:]:
-        if s.sweep["digest"] != first.sweep["digest"] and not force:
-            raise QuicbedError(
-                f"{s.path} holds another spec than {first.path} (digest {s.sweep['digest']} "
-                f"vs {first.sweep['digest']}); use --force to merge anyway"
-            )
-        changed = [k for k in CHECKED_SOFTWARE
-                   if s.sweep["software"].get(k) != first.sweep["software"].get(k)]  # fmt: skip
-        if changed and not force:
-            raise QuicbedError(
-                f"{s.path} was measured with other software than {first.path} "
-                f"({', '.join(changed)}): not comparable; use --force to merge anyway"
-            )
+        check_spec(s.sweep, first.sweep["digest"], force=force, where=str(s.path),
+                   this=str(first.path), action="merge")  # fmt: skip
+        check_software(
+            first.sweep["software"], s.sweep["software"], force=force,
+            what=f"{s.path} was measured with other software than {first.path}",
+        )  # fmt: skip
     warnings = []
     shards = [s.shard for s in sources if s.shard]
     counts = {int(x.split("/")[1]) for x in shards}
@@ -149,9 +143,7 @@ def merge(folders: list[Path], out: Path, *, force: bool = False) -> MergeOutcom
                         outcome.cells += 1
                 finally:
                     merged.close()
-                tmp = out / (SWEEP_FILE + ".tmp")
-                tmp.write_text(json.dumps(body, indent=2))
-                tmp.replace(out / SWEEP_FILE)
+                write_sweep(out, body)
             except BaseException:
                 if made:  # our own new folder: no half-merged folder is left behind
                     shutil.rmtree(out, ignore_errors=True)

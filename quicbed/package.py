@@ -39,7 +39,6 @@ import io
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import tarfile
 import tempfile
@@ -53,9 +52,9 @@ from typing import Any
 from quicbed import __version__, provenance
 from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT, sha256_file
+from quicbed.results import SWEEP_FILE, is_running, read_sweep
 from quicbed.secretscan import KEYLOG_RULES, Finding, scan_tree, user_needles
 from quicbed.store import DB_NAME, Store
-from quicbed.sweep import SWEEP_FILE, is_running
 from quicbed.tarsafe import safe_extract
 
 PACKAGE_FORMAT = 1
@@ -178,26 +177,23 @@ def snapshot_results(
     """Copy the runs: a consistent SQLite snapshot, then exactly the HARs and logs of
     the attempts in it (a sweep or cell writing meanwhile cannot make them disagree)."""
     dst.mkdir(parents=True)
-    store = Store(src)  # refuses another schema version
+    # read-only: packaging never changes the folder (an older schema is migrated in the
+    # copy only); a newer schema or a damaged store is refused
+    store = Store.open_readonly(src)
     try:
-        snap = sqlite3.connect(dst / DB_NAME)
-        store.db.backup(snap)
-        snap.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
-        snap.close()
+        store.snapshot(dst / DB_NAME)
     finally:
         store.close()
     if (src / SWEEP_FILE).exists():
         shutil.copyfile(src / SWEEP_FILE, dst / SWEEP_FILE)
-    con = sqlite3.connect(dst / DB_NAME)
+    store = Store.open_readonly(dst)
     try:
-        attempts = con.execute(
-            "SELECT cell_id, attempt, status FROM attempts ORDER BY cell_id, attempt"
-        ).fetchall()
-        hars = [r[0] for r in con.execute("SELECT har_path FROM runs WHERE har_path IS NOT NULL")]
-        n_runs = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-        n_cells = con.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
+        attempts = [(a["cell_id"], a["attempt"], a["status"]) for a in store.all_attempts()]
+        runs = store.all_runs()
+        hars = [r["har_path"] for r in runs if r["har_path"] is not None]
+        n_runs, n_cells = len(runs), len(store.cells())
     finally:
-        con.close()
+        store.close()
     notes: list[str] = []
     left_out: list[dict[str, Any]] = []
     unfinished = [f"{c}:{a}" for c, a, s in attempts if s == "running"]
@@ -250,11 +246,11 @@ def copy_traces(
     ``traces/<cell>/<attempt>/<arm>-keys.log``), which may break the key-log rules;
     anything else that looks like a key log still stops the package.
     """
-    con = sqlite3.connect(dst / DB_NAME)
+    store = Store.open_readonly(dst)
     try:
-        attempts = con.execute("SELECT cell_id, attempt FROM attempts").fetchall()
+        attempts = [(a["cell_id"], a["attempt"]) for a in store.all_attempts()]
     finally:
-        con.close()
+        store.close()
     n_files = n_keys = n_left = 0
     allow: dict[str, frozenset[str]] = {}
     for cid, att in sorted(attempts):
@@ -320,14 +316,14 @@ def _refuse_secrets(
 
 def recorded_shas(results: Path) -> list[tuple[str | None, bool]]:
     """(git SHA, dirty) of every attempt, oldest first, as recorded with the runs."""
-    con = sqlite3.connect(results / DB_NAME)
+    store = Store.open_readonly(results)
     try:
-        rows = con.execute("SELECT provenance FROM attempts ORDER BY started").fetchall()
+        attempts = sorted(store.all_attempts(), key=lambda a: a["started"])
     finally:
-        con.close()
+        store.close()
     out = []
-    for (prov,) in rows:
-        git = (json.loads(prov) if prov else {}).get("git") or {}
+    for a in attempts:
+        git = (a["provenance"] or {}).get("git") or {}
         out.append((git.get("sha"), bool(git.get("dirty"))))
     return out
 
@@ -377,24 +373,20 @@ def copy_repo(dest: Path, recorded: list[tuple[str | None, bool]]) -> list[str]:
 def derived_data(results: Path) -> dict[str, Any]:
     """data/receipts.json and data/cells.json: the store's receipts and cells as JSON,
     for readers without SQLite. A pure function of the store (verify rebuilds them)."""
-    con = sqlite3.connect(f"file:{results / DB_NAME}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
+    store = Store.open_readonly(results)
     try:
-        receipts = [{**dict(r), "receipt": json.loads(r["receipt"])} for r in con.execute(
-            "SELECT cell_id, attempt, created, passed, receipt FROM receipts "
-            "ORDER BY cell_id, attempt, created")]  # fmt: skip
-        cells: dict[str, Any] = {}
-        for r in con.execute("SELECT cell_id, config FROM cells ORDER BY cell_id"):
-            cells[r["cell_id"]] = {"config": json.loads(r["config"]), "attempts": []}
-        for r in con.execute(
-            "SELECT cell_id, attempt, started, finished, status, problem FROM attempts "
-            "ORDER BY cell_id, attempt"
-        ):
-            cells[r["cell_id"]]["attempts"].append(
-                {k: v for k, v in dict(r).items() if k != "cell_id"}
+        receipts = store.receipts()
+        cells: dict[str, Any] = {cid: {"config": cfg, "attempts": []}
+                                 for cid, cfg in store.cell_configs().items()}  # fmt: skip
+        for a in store.all_attempts():
+            cells[a["cell_id"]]["attempts"].append(
+                {k: a[k] for k in ("attempt", "started", "finished", "status", "problem")}
             )
+        for cid, scenarios in store.cell_scenarios().items():
+            if cid in cells:  # only with a sweep's store: older packages' files stay equal
+                cells[cid]["scenarios"] = scenarios
     finally:
-        con.close()
+        store.close()
     return {"receipts.json": receipts, "cells.json": cells}
 
 
@@ -455,19 +447,17 @@ def write_provenance(dest: Path, results: Path, created: datetime) -> None:
     """provenance/runs.json: what ran, grouped from every attempt's record and receipt;
     gaps (things older runs did not record) are named, not guessed."""
     dest.mkdir(parents=True)
-    con = sqlite3.connect(results / DB_NAME)
+    store = Store.open_readonly(results)
     try:
-        rows = con.execute(
-            "SELECT cell_id, attempt, provenance, receipt FROM attempts ORDER BY cell_id, attempt"
-        ).fetchall()
+        rows = store.all_attempts()
     finally:
-        con.close()
+        store.close()
     total = len(rows)
     fields: dict[str, list[tuple[str, Any]]] = {}
-    for cid, att, prov, receipt in rows:
-        who = f"{cid}:{att}"
-        p = json.loads(prov) if prov else {}
-        r = json.loads(receipt) if receipt else {}
+    for a in rows:
+        who = f"{a['cell_id']}:{a['attempt']}"
+        p = a["provenance"] or {}
+        r = a["receipt"] or {}
         tuning = dict(r.get("tuning") or {})
         shaper = r.get("shaper") or {}
         for key, value in (
@@ -530,7 +520,7 @@ def write_manifest(
     files[SUMS] = {"size": (top / SUMS).stat().st_size, "sha256": sha256_file(top / SUMS)}
     sweep = None
     if (top / "results" / SWEEP_FILE).exists():
-        held = json.loads((top / "results" / SWEEP_FILE).read_text())
+        held = read_sweep(top / "results")
         sweep = {"name": held["spec"]["name"], "digest": held["digest"]}
     manifest = {
         "format": PACKAGE_FORMAT, "kind": KIND, "created": created.isoformat(),

@@ -20,9 +20,9 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.package import SUFFIX, check_files, open_package
 from quicbed.paths import check_folder_target, sha256_file
+from quicbed.results import CHECKED_SOFTWARE, checked_software, describe_changes, software_changes
 from quicbed.stats import summarize
 from quicbed.store import Store
-from quicbed.sweep import CHECKED_SOFTWARE
 
 MARK = "rerun-of.json"
 
@@ -111,12 +111,6 @@ def rerun_folder(archive: Path, out: Path | None = None) -> tuple[Path, dict[str
     return out, held
 
 
-def _checked(prov: dict[str, Any] | None) -> dict[str, Any]:
-    sw = (prov or {}).get("software") or {}
-    return {k: (v.get("deps") if isinstance(v, dict) else v)
-            for k in CHECKED_SOFTWARE for v in [sw.get(k)]}  # fmt: skip
-
-
 def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> list[str]:
     """The packaged attempt of ``cell_id`` and the new ``attempt``, side by side."""
     old_att = held["packaged_attempts"].get(cell_id)
@@ -160,11 +154,10 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
                          if c.enough else f"{label}: {c.problem}")  # fmt: skip
         ref, cand = pair.split("/")
         out.append(f"({ref} - {cand}) / {cand}: " + "; ".join(parts))
-    sw_old, sw_new = _checked(old["provenance"]), _checked(new["provenance"])
-    changed = [k for k in CHECKED_SOFTWARE if sw_old.get(k) != sw_new.get(k)]
+    changed = software_changes(*(checked_software((x["provenance"] or {}).get("software"))
+                                 for x in (old, new)))  # fmt: skip
     out.append("software: " + ("the same " + ", ".join(CHECKED_SOFTWARE) if not changed else
-               "differs from the packaged runs in " + ", ".join(
-                   f"{k} ({sw_old.get(k)} -> {sw_new.get(k)})" for k in changed)))  # fmt: skip
+               "differs from the packaged runs in " + describe_changes(changed)))  # fmt: skip
     mach_old, mach_new = ((x["provenance"] or {}).get("machine") or {} for x in (old, new))
     keys = ("kernel", "os", "cpu", "cores")
     if any(mach_old.get(k) != mach_new.get(k) for k in keys):

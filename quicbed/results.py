@@ -1,30 +1,194 @@
-"""Reading results: what a stored attempt says, computed one way for every consumer.
+"""The results folder: its layout, its lock, its sweep file, and what a stored attempt says.
 
-The cell's summary, ``cell --from``'s side-by-side, the report and the package's
-check all ask the same questions of a store; they ask them here.
+Below the runner and above the store: everything that reads or guards a results
+folder (the sweep runner, ``cell``, merge, package, verify, rerun, the report) asks
+here, so the no-root readers never import the runner, the testbeds or the servers.
+
+Layout of a results folder (the store's own files: quicbed.store)::
+
+    DIR/sweep.json      the spec it belongs to, its digest, the software it was
+                        measured with (SWEEP_FILE; only sweeps and merges write one)
+    DIR/sweep.lock      held while a run writes the folder (LOCK_FILE)
+    DIR/store.sqlite, DIR/hars/, DIR/logs/, DIR/traces/   quicbed.store
+
+Runs are comparable only when they were made from one spec (its digest) with the
+same versions of CHECKED_SOFTWARE; adding other runs to a folder is refused unless
+forced (pyperf refuses to add runs whose checked metadata differ).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+import fcntl
+import json
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from quicbed.arms import pairs
-from quicbed.cellconfig import CellConfig
+from quicbed.errors import QuicbedError
+from quicbed.identity import testbed_id
+from quicbed.paths import check_folder_target
 from quicbed.stats import DEFAULT_ALPHA, Comparison, compare
 from quicbed.store import Store
-from quicbed.testbed.base import testbed_id
+
+if TYPE_CHECKING:  # only compare_cell's annotation: cellconfig imports the shapers' names
+    from quicbed.cellconfig import CellConfig
+
+SWEEP_FILE = "sweep.json"
+LOCK_FILE = "sweep.lock"
+#: software whose version change makes old and new runs not comparable
+CHECKED_SOFTWARE = ("chromium", "apache", "quicbed-h3server", "quicbed-linkem", "quicbed")
 
 
+class FailureReason(enum.Enum):
+    """Why an attempt failed, as a code the runner decides on (the message is for people).
+
+    The link's failures are worth one retry on a freshly applied link; the others are not.
+    """
+
+    LINK_OUT_OF_TOLERANCE = "link-out-of-tolerance"  # the receipt failed: nothing measured
+    LINK_OPENING_CHECK = "link-opening-check"  # a shared receipt's link moved before the loads
+    LINK_CLOSING_CHECK = "link-closing-check"  # the link moved during the loads
+    LINK_CHANGED = "link-changed"  # the link was re-applied under a load
+    OTHER = "other"  # anything else: a server, the browser, the testbed
+
+    @property
+    def link(self) -> bool:
+        """The link's failure: a freshly applied link may pass."""
+        return self.value.startswith("link-")
+
+
+# --- the folder lock ------------------------------------------------------------------
+@contextmanager
+def folder_lock(out: Path) -> Iterator[None]:
+    """Hold ``out``'s lock for the block. A folder the block never claimed (no
+    ``sweep.json`` and no store when it ends, e.g. refused by ``prepare_folder``) is
+    left as it was: the lock file and the folder are removed again if this call made
+    them."""
+    check_folder_target(out, "--out")
+    made_dir = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    lock = out / LOCK_FILE
+    made_lock = not lock.exists()
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise QuicbedError(f"{out} is in use by a running sweep") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        if not (out / SWEEP_FILE).exists():
+            if made_lock:
+                lock.unlink(missing_ok=True)
+            if made_dir and not any(out.iterdir()):
+                out.rmdir()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def is_running(out: Path) -> bool:
+    """True while some process holds the folder's lock."""
+    path = out / LOCK_FILE
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+# --- sweep.json -----------------------------------------------------------------------
+def read_sweep(folder: Path) -> dict[str, Any]:
+    """A folder's ``sweep.json``: the spec (with its name), its digest and the software,
+    or an error naming the file if it is not one (the caller has seen that it exists)."""
+    meta = Path(folder) / SWEEP_FILE
+    try:
+        held = json.loads(meta.read_text())
+        if not (
+            isinstance(held, dict)
+            and isinstance(held["spec"]["name"], str)
+            and isinstance(held["digest"], str)
+            and isinstance(held["software"], dict)
+        ):
+            raise TypeError
+    except (OSError, ValueError, TypeError, KeyError):
+        raise QuicbedError(f"{meta} is not a quicbed sweep file (damaged?)") from None
+    return held
+
+
+def write_sweep(folder: Path, body: Mapping[str, Any]) -> None:
+    """Write ``sweep.json`` beside and rename it into place: never half a file."""
+    meta = Path(folder) / SWEEP_FILE
+    tmp = meta.with_name(SWEEP_FILE + ".tmp")
+    tmp.write_text(json.dumps(body, indent=2))
+    tmp.replace(meta)
+
+
+# --- comparability --------------------------------------------------------------------
+def checked_software(software: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The CHECKED_SOFTWARE part of what provenance.software reported (or an attempt's
+    provenance recorded): a component's version, or the dependencies it was built from."""
+    sw = software or {}
+    return {k: (v.get("deps") if isinstance(v, dict) else v)
+            for k in CHECKED_SOFTWARE for v in [sw.get(k)]}  # fmt: skip
+
+
+def software_changes(
+    recorded: Mapping[str, Any], current: Mapping[str, Any]
+) -> dict[str, tuple[Any, Any]]:
+    """key -> (recorded, current) for every CHECKED_SOFTWARE key whose version differs."""
+    return {k: (recorded.get(k), current.get(k)) for k in CHECKED_SOFTWARE
+            if recorded.get(k) != current.get(k)}  # fmt: skip
+
+
+def describe_changes(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    """``chromium (72.0 -> 73.0), quicbed (0.1.0 -> 0.2.0)``."""
+    return ", ".join(f"{k} ({old} -> {new})" for k, (old, new) in changes.items())
+
+
+def check_software(
+    recorded: Mapping[str, Any], current: Mapping[str, Any], *, force: bool, what: str
+) -> None:
+    """Refuse, unless ``force``, to put runs of ``current`` software beside runs of
+    ``recorded`` software. ``what`` says whose software differs from what."""
+    changes = software_changes(recorded, current)
+    if changes and not force:
+        raise QuicbedError(f"{what} ({describe_changes(changes)}): the runs would not be "
+                           "comparable; use --force to go on anyway")  # fmt: skip
+
+
+def check_spec(held: Mapping[str, Any], digest: str, *, force: bool, where: str,
+               this: str, action: str) -> None:  # fmt: skip
+    """Refuse, unless ``force``, runs of another spec (by digest) than ``held``'s sweep."""
+    if held["digest"] != digest and not force:
+        raise QuicbedError(f"{where} holds another spec (digest {held['digest']}, {this} "
+                           f"{digest}); use --force to {action} anyway")  # fmt: skip
+
+
+# --- what an attempt says -------------------------------------------------------------
 def compare_cell(
     store: Store, cell_id: str, attempt: int, cfg: CellConfig,
     extra_pairs: list[tuple[str, str]] | None = None, alpha: float = DEFAULT_ALPHA,
+    test: str = "welch",
 ) -> dict[str, Comparison]:  # fmt: skip
     """The comparisons of one attempt, by pair name ``reference/candidate``
-    (quicbed.arms.pairs): every arm against the reference arm, then ``extra_pairs``."""
+    (quicbed.arms.pairs): every arm against the reference arm, then ``extra_pairs``.
+    ``test`` and ``alpha`` are the spec's (a plain cell's: Welch at 0.01)."""
     out = {}
     for a, b in pairs(cfg.resolved_arms(), extra_pairs):
         out[f"{a}/{b}"] = compare(store.plts(cell_id, attempt, a), store.plts(cell_id, attempt, b),
-                                  planned=cfg.runs, alpha=alpha, tcp_arm=a,
+                                  planned=cfg.runs, alpha=alpha, test=test, tcp_arm=a,
                                   quic_arm=b)  # fmt: skip
     return out
 

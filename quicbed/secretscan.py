@@ -26,11 +26,12 @@ from __future__ import annotations
 import gzip
 import os
 import re
-import sqlite3
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from quicbed.store import table_rows
 
 #: the rules a TLS key log breaks (by name, by content): ``allow`` may excuse only these
 KEYLOG_NAME_RULE = "TLS key log file name"
@@ -130,20 +131,12 @@ def _contents(path: Path) -> Iterator[bytes]:
         except (OSError, EOFError, zlib.error):
             pass  # not really gzip: scan it as it is
     if path.name.endswith(".sqlite"):
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            tables = [
-                r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            ]
-            for t in tables:
-                for row in con.execute(f'SELECT * FROM "{t}"'):
-                    for v in row:
-                        if isinstance(v, str):
-                            yield v.encode()
-                        elif isinstance(v, bytes):
-                            yield v
-        finally:
-            con.close()
+        for _, row in table_rows(path):
+            for v in row:
+                if isinstance(v, str):
+                    yield v.encode()
+                elif isinstance(v, bytes):
+                    yield v
         return
     yield path.read_bytes()
 

@@ -5,29 +5,44 @@ journal), so a crash loses at most the load in flight. Runs have deterministic I
 (cell, attempt, arm, repetition): a run can never be stored twice. Failures and
 invalid loads are rows too, with their reason; warm-ups are rows flagged as such.
 
-Layout::
+Layout (the rest of a results folder: quicbed.results)::
 
     DIR/store.sqlite                  cells, attempts (receipt, provenance), runs
     DIR/hars/<cell>/<attempt>/<arm>-<rep>.har.gz
     DIR/logs/<cell>/<attempt>/...     server logs, browser logs
+
+No SQL is written outside this module: every reader asks a method here, which
+returns rows with their JSON columns decoded the same way everywhere.
+
+Schema versions (``meta.schema_version``); MIGRATIONS[n] takes version n to n + 1:
+  1 (quicbed 0.1.0): cells, attempts, runs, receipts, link_spans.
+  2: cell_scenarios, the scenarios of the sweep's spec that plan each cell.
+A writable store of an older version is migrated when it is opened, in one
+transaction (a migration that stops leaves the store as it was); a read-only open
+migrates an in-memory copy and leaves the file untouched. A newer version is refused.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from quicbed.errors import QuicbedError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "store.sqlite"
 
-_SCHEMA = """
+#: version 1's tables (IF NOT EXISTS: early version-1 stores lack receipts and link_spans,
+#: which were added without a version bump; the migration to 2 adds them too)
+_V1_TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS cells (
     cell_id TEXT PRIMARY KEY,
@@ -93,6 +108,21 @@ CREATE TABLE IF NOT EXISTS link_spans (  -- which receipt proves which loads of 
 CREATE INDEX IF NOT EXISTS runs_cell ON runs(cell_id, attempt, arm);
 """
 
+#: MIGRATIONS[n] takes a store of schema version n to n + 1 (0: a new, empty database).
+#: Each is run in the transaction that also records the new version; never edit one
+#: that has been released: add the next.
+MIGRATIONS: dict[int, str] = {
+    0: _V1_TABLES,
+    1: _V1_TABLES
+    + """
+CREATE TABLE cell_scenarios (      -- which scenarios of the sweep's spec plan a cell
+    cell_id TEXT NOT NULL,         -- (a cell run by `quicbed cell` alone has none)
+    scenario TEXT NOT NULL,
+    PRIMARY KEY (cell_id, scenario)
+);
+""",
+}
+
 
 #: folders with one sub-folder per cell and attempt (``<dir>/<cell>/<attempt>/``)
 ATTEMPT_DIRS = ("hars", "logs", "traces")
@@ -102,21 +132,27 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def open_db(db: Path, *, create: bool) -> sqlite3.Connection:
-    """Connect to a store's SQLite file, refusing any file that is not a sound quicbed store.
+def open_db(db: Path, *, create: bool, readonly: bool = False) -> tuple[sqlite3.Connection, int]:
+    """Connect to a store's SQLite file, refusing any file that is not a sound quicbed
+    store; returns the connection and the store's schema version (0: a new database).
 
     SQLite happily treats a missing or 0-byte file as a new, empty database, so a
     reader (report, export, package, ``cell --from``) would turn a damaged results
     folder into a fresh one and report "no cells". Here only ``create`` may make a
     database, and only where no file exists; any existing file must be a regular
     file with SQLite's header that passes ``PRAGMA quick_check`` and has quicbed's
-    meta table of this schema version. Every refusal is one line naming the file.
+    meta table of a schema version this quicbed reads (SCHEMA_VERSION or an older one,
+    which the caller migrates). Every refusal is one line naming the file.
+    ``readonly``: nothing on this connection can write the file (``query_only``; SQLite's
+    ``mode=ro`` where the file is not writable anyway: a ``mode=ro`` connection to a
+    store in WAL mode cannot remove the ``-wal`` and ``-shm`` files it makes, so a
+    reader would leave files in the folder it read).
     """
     if not (db.exists() or db.is_symlink()):
-        if not create:
+        if not create or readonly:
             raise QuicbedError(f"no quicbed results in {db.parent} ({DB_NAME} missing)")
         db.parent.mkdir(parents=True, exist_ok=True)
-        return sqlite3.connect(db, isolation_level=None, timeout=30)
+        return sqlite3.connect(db, isolation_level=None, timeout=30), 0
     bad = f"{db} is not a quicbed results store"
     # The file is never opened here except by SQLite: closing any descriptor of a file
     # drops every POSIX lock this process holds on it, so a header read of our own
@@ -131,7 +167,13 @@ def open_db(db: Path, *, create: bool) -> sqlite3.Connection:
         raise QuicbedError(f"{db}: {exc.strerror}") from None
     if size == 0:
         raise QuicbedError(f"{bad} (it is empty: 0 bytes)")
-    con = sqlite3.connect(db, isolation_level=None, timeout=30)
+    if readonly and not os.access(db, os.W_OK):
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True,
+                              isolation_level=None, timeout=30)  # fmt: skip
+    else:
+        con = sqlite3.connect(db, isolation_level=None, timeout=30)
+        if readonly:
+            con.execute("PRAGMA query_only=ON")
     try:
         try:
             check = con.execute("PRAGMA quick_check").fetchone()[0]
@@ -147,9 +189,11 @@ def open_db(db: Path, *, create: bool) -> sqlite3.Connection:
             row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if row is None:
             raise QuicbedError(f"{bad} (an SQLite database without quicbed's schema_version)")
-        if str(row[0]) != str(SCHEMA_VERSION):
+        version = int(row[0]) if str(row[0]).isdigit() else -1
+        if not 1 <= version <= SCHEMA_VERSION:
             raise QuicbedError(
                 f"{db} has schema version {row[0]}; this quicbed reads version {SCHEMA_VERSION}"
+                + (" and older" if SCHEMA_VERSION > 1 else "")
             )
     except sqlite3.DatabaseError as exc:
         con.close()
@@ -157,36 +201,128 @@ def open_db(db: Path, *, create: bool) -> sqlite3.Connection:
     except QuicbedError:
         con.close()
         raise
-    return con
+    return con, version
 
 
-def _attempt_row(row: sqlite3.Row) -> dict[str, Any]:
+def _statements(script: str) -> Iterator[str]:
+    """The statements of an SQL script, one by one (executescript would commit the
+    transaction a migration runs in)."""
+    stmt = ""
+    for line in script.splitlines(keepends=True):
+        stmt += line
+        if sqlite3.complete_statement(stmt):
+            yield stmt
+            stmt = ""
+    if stmt.strip() and not stmt.strip().startswith("--"):
+        raise ValueError(f"incomplete SQL statement: {stmt.strip()[:60]}")
+
+
+def migrate(con: sqlite3.Connection, version: int) -> None:
+    """Take an open store of schema ``version`` to SCHEMA_VERSION: every migration and
+    the new version number in one transaction, so a store is never half migrated. The
+    version is read again under the write lock: of two processes opening one old store,
+    the second finds it migrated."""
+    if version == SCHEMA_VERSION:
+        return
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        meta = con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'")
+        row = meta.fetchone() and con.execute(
+            "SELECT value FROM meta WHERE key='schema_version'").fetchone()  # fmt: skip
+        version = int(row[0]) if row else 0
+        for n in range(version, SCHEMA_VERSION):
+            for stmt in _statements(MIGRATIONS[n]):
+                con.execute(stmt)
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),))  # fmt: skip
+        con.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (now(),))
+        con.execute("COMMIT")
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+
+
+def table_rows(db: Path) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """(table, row) for every row of every table of any SQLite file, read-only: what a
+    secret scan reads (it looks at every value, whatever the schema)."""
+    con = sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for t in tables:
+            for row in con.execute(f'SELECT * FROM "{t}"'):
+                yield t, tuple(row)
+    finally:
+        con.close()
+
+
+#: the columns of each table that hold JSON; every reader gets them decoded (None if empty)
+JSON_COLUMNS = {
+    "cells": ("config",),
+    "attempts": ("receipt", "provenance"),
+    "runs": ("protocols", "detail"),
+    "receipts": ("receipt",),
+    "link_spans": ("opening", "closing"),
+}
+
+
+def _decoded(table: str, row: sqlite3.Row) -> dict[str, Any]:
     d = dict(row)
-    for k in ("receipt", "provenance"):
+    for k in JSON_COLUMNS[table]:
         d[k] = json.loads(d[k]) if d[k] else None
     return d
 
 
-class Store:
-    """A results folder. Opening a folder of another schema version is refused."""
+def _attempt_row(row: sqlite3.Row) -> dict[str, Any]:
+    return _decoded("attempts", row)
 
-    def __init__(self, root: Path, *, create: bool = False) -> None:
+
+class Store:
+    """A results folder. A store of an older schema version is migrated as it is opened
+    (see the module's docstring), a newer one is refused."""
+
+    def __init__(self, root: Path, *, create: bool = False, readonly: bool = False) -> None:
         self.root = Path(root)
         db = self.root / DB_NAME
-        self.db = open_db(db, create=create)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(_SCHEMA)
-        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:  # a new store: open_db has checked any existing one
-            self.db.execute(
-                "INSERT INTO meta VALUES ('schema_version', ?), ('created', ?)",
-                (str(SCHEMA_VERSION), now()),
-            )
+        con, version = open_db(db, create=create, readonly=readonly)
+        if readonly and version != SCHEMA_VERSION:  # migrate a copy, never the file
+            mem = sqlite3.connect(":memory:", isolation_level=None)
+            try:
+                con.backup(mem)
+            finally:
+                con.close()
+            con = mem
+        elif not readonly:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=FULL")
+        try:
+            migrate(con, version)
+            if readonly:  # the migrated copy too: a reader that writes is a bug, not a copy
+                con.execute("PRAGMA query_only=ON")
+        except BaseException:
+            con.close()
+            raise
+        con.row_factory = sqlite3.Row
+        self.db = con
+
+    @classmethod
+    def open_readonly(cls, root: Path) -> Store:
+        """The store of ``root`` for reading only (see open_db): nothing this process
+        does can change the file; an older schema is migrated in memory."""
+        return cls(root, readonly=True)
 
     def close(self) -> None:
         self.db.close()
+
+    def snapshot(self, dest: Path) -> None:
+        """A consistent copy of the whole store as one self-contained file at ``dest``
+        (rollback journal, no WAL beside it): what a replication package holds."""
+        snap = sqlite3.connect(dest)
+        try:
+            self.db.backup(snap)
+            snap.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            snap.close()
 
     # --- cells and attempts -----------------------------------------------------------
     def add_cell(self, cell_id: str, config: dict[str, Any]) -> None:
@@ -203,6 +339,33 @@ class Store:
 
     def cells(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT cell_id FROM cells ORDER BY created")]
+
+    def cell_configs(self) -> dict[str, dict[str, Any]]:
+        """cell_id -> its stored configuration, every cell, by cell ID."""
+        rows = self.db.execute("SELECT cell_id, config FROM cells ORDER BY cell_id")
+        return {r[0]: json.loads(r[1]) for r in rows}
+
+    # --- scenarios (schema 2) -----------------------------------------------------------
+    def add_scenarios(self, pairs: list[tuple[str, str]]) -> None:
+        """Record (cell_id, scenario) pairs of a sweep's plan; pairs already there stay."""
+        with self._transaction():
+            self.db.executemany("INSERT OR IGNORE INTO cell_scenarios VALUES (?, ?)", pairs)
+
+    def scenarios(self, cell_id: str) -> list[str]:
+        """The scenarios of the sweep's spec that plan ``cell_id``, in plan order; none
+        for a cell measured by ``quicbed cell`` alone (or in a store older than schema 2)."""
+        rows = self.db.execute(
+            "SELECT scenario FROM cell_scenarios WHERE cell_id=? ORDER BY rowid", (cell_id,)
+        )
+        return [r[0] for r in rows]
+
+    def cell_scenarios(self) -> dict[str, list[str]]:
+        """cell_id -> its scenarios (``scenarios``), for every cell a sweep planned."""
+        out: dict[str, list[str]] = {}
+        for cid, sc in self.db.execute("SELECT cell_id, scenario FROM cell_scenarios "
+                                       "ORDER BY rowid"):  # fmt: skip
+            out.setdefault(cid, []).append(sc)
+        return out
 
     def new_attempt(self, cell_id: str, provenance: dict[str, Any]) -> int:
         row = self.db.execute(
@@ -255,6 +418,17 @@ class Store:
         )
         return {r["cell_id"]: _attempt_row(r) for r in rows}
 
+    def all_attempts(self) -> list[dict[str, Any]]:
+        """Every attempt of every cell (by cell ID, then attempt), decoded as ``attempt()``."""
+        rows = self.db.execute("SELECT * FROM attempts ORDER BY cell_id, attempt")
+        return [_attempt_row(r) for r in rows]
+
+    def receipts(self) -> list[dict[str, Any]]:
+        """Every receipt ever taken (also of resumed and failed attempts), decoded, by
+        cell ID, attempt and time."""
+        rows = self.db.execute("SELECT * FROM receipts ORDER BY cell_id, attempt, created")
+        return [_decoded("receipts", r) for r in rows]
+
     def attempts(self, cell_id: str) -> list[dict[str, Any]]:
         """Every attempt of a cell, first first."""
         rows = self.db.execute(
@@ -304,8 +478,9 @@ class Store:
                 shutil.copytree(here, self.root / d / cell_id / str(as_attempt),
                                 dirs_exist_ok=True)  # fmt: skip
         q = src.db.execute
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
+            self.db.executemany("INSERT OR IGNORE INTO cell_scenarios VALUES (?, ?)",
+                                [(cell_id, sc) for sc in src.scenarios(cell_id)])  # fmt: skip
             for table in ("attempts", "receipts", "link_spans", "runs"):
                 for r in q(f"SELECT * FROM {table} WHERE cell_id=? AND attempt=?",
                            (cell_id, attempt)):  # fmt: skip
@@ -318,6 +493,13 @@ class Store:
                     cols, marks = ", ".join(row), ", ".join("?" for _ in row)
                     self.db.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})",
                                     tuple(row.values()))  # fmt: skip
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """The block's writes all or none (BEGIN IMMEDIATE: the write lock up front)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -358,13 +540,11 @@ class Store:
         rows = self.db.execute(
             "SELECT * FROM runs WHERE cell_id=? AND attempt=? ORDER BY seq", (cell_id, attempt)
         )
-        out = []
-        for r in rows:
-            d = dict(r)
-            for k in ("protocols", "detail"):
-                d[k] = json.loads(d[k]) if d[k] else None
-            out.append(d)
-        return out
+        return [_decoded("runs", r) for r in rows]
+
+    def all_runs(self) -> list[dict[str, Any]]:
+        """Every stored load of every attempt, by run ID, decoded as ``runs()``."""
+        return [_decoded("runs", r) for r in self.db.execute("SELECT * FROM runs ORDER BY run_id")]
 
     def update_run_detail(self, run_id: str, patch: dict[str, Any]) -> None:
         """Merge keys into a stored run's ``detail`` (its traces, once they are complete).
@@ -403,10 +583,4 @@ class Store:
             "SELECT * FROM link_spans WHERE cell_id=? AND attempt=? ORDER BY started",
             (cell_id, attempt),
         )
-        out = []
-        for r in rows:
-            d = dict(r)
-            for k in ("opening", "closing"):
-                d[k] = json.loads(d[k]) if d[k] else None
-            out.append(d)
-        return out
+        return [_decoded("link_spans", r) for r in rows]

@@ -12,34 +12,39 @@ stored), a failed cell stays failed (its receipt says why).
 
 from __future__ import annotations
 
-import fcntl
-import json
 import math
-import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from quicbed import provenance
 from quicbed.cell import CellResult, run_cell
+from quicbed.cellconfig import CellConfig
 from quicbed.errors import QuicbedError
+from quicbed.identity import testbed_id
 from quicbed.link.proof import MAX_RECEIPT_AGE_S, ProvenLink, prove
 from quicbed.link.session import shaped_link
 from quicbed.paths import check_folder_target
 from quicbed.pool import TestbedLost, run_pool
+from quicbed.results import (
+    LOCK_FILE,
+    SWEEP_FILE,
+    check_software,
+    check_spec,
+    checked_software,
+    folder_lock,
+    read_sweep,
+    write_sweep,
+)
 from quicbed.shard import Shard, select
 from quicbed.spec import PlannedCell, SweepSpec, estimate_seconds, plan
-from quicbed.store import Store, now
-from quicbed.testbed.base import Testbed, testbed_id
+from quicbed.store import DB_NAME, Store, now
+from quicbed.testbed.base import Testbed
 from quicbed.testbed.local import LocalTestbed
 
-SWEEP_FILE = "sweep.json"
-LOCK_FILE = "sweep.lock"
-#: software whose version change makes old and new runs not comparable
-CHECKED_SOFTWARE = ("chromium", "apache", "quicbed-h3server", "quicbed-linkem", "quicbed")
 RECEIPT_SECONDS = 8 + 2 * 2 + 2 * 5  # ping, UDP rate and probes, beside 2 x TCP
 # (one receipt per link condition: cells of one condition share it)
 
@@ -57,57 +62,54 @@ class SweepOutcome:
 
 
 def _software(tb: Testbed | None) -> dict[str, Any]:
-    sw = provenance.software(tb)
-    out: dict[str, Any] = {}
-    for k in CHECKED_SOFTWARE:
-        v = sw.get(k)
-        out[k] = v.get("deps") if isinstance(v, dict) else v
-    return out
+    """The CHECKED_SOFTWARE versions where ``tb`` runs them (the rule: quicbed.results)."""
+    return checked_software(provenance.software(tb))
 
 
-@contextmanager
-def folder_lock(out: Path) -> Iterator[None]:
-    """Hold ``out``'s lock for the block. A folder the block never claimed (no
-    ``sweep.json`` when it ends, e.g. refused by ``prepare_folder``) is left as it
-    was: the lock file and the folder are removed again if this call made them."""
-    check_folder_target(out, "--out")
-    made_dir = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    lock = out / LOCK_FILE
-    made_lock = not lock.exists()
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise QuicbedError(f"{out} is in use by a running sweep") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        yield
-    finally:
-        if not (out / SWEEP_FILE).exists():
-            if made_lock:
-                lock.unlink(missing_ok=True)
-            if made_dir and not any(out.iterdir()):
-                out.rmdir()
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+def run_cell_into(
+    cfg: CellConfig, out: Path, *, testbed: Testbed, force: bool = False, **kwargs: Any
+) -> CellResult:
+    """``quicbed cell``: measure one cell as a new attempt in ``out``, a new folder or one
+    that holds runs already (a sweep's, earlier cells', a package's being rerun).
+
+    Under the folder's lock, as a sweep writes it: a running sweep and a cell never
+    write one folder at once. And by the rule ``run --resume`` follows: the report takes
+    a cell's latest attempt, so an attempt made with other software than the folder's
+    sweep (``sweep.json``) or than the cell's latest attempt would silently replace
+    comparable runs; it is refused, naming each version that differs, unless ``force``.
+    ``kwargs`` go to run_cell.
+    """
+    out = Path(out).resolve()
+    with folder_lock(out):
+        recorded = _recorded_software(out, cfg.cell_id())
+        if recorded:
+            current = _software(testbed)
+            for what, software in recorded:
+                check_software(software, current, force=force, what=what)
+        return run_cell(cfg, out, testbed=testbed, **kwargs)
 
 
-def is_running(out: Path) -> bool:
-    """True while some process holds the folder's lock."""
-    path = out / LOCK_FILE
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+def _recorded_software(out: Path, cell_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """(who, CHECKED_SOFTWARE versions) of the runs a new attempt of ``cell_id`` in
+    ``out`` would join: the folder's sweep, the cell's latest attempt (where it
+    recorded its software)."""
+    found = []
+    if (out / SWEEP_FILE).exists():
+        held = read_sweep(out)
+        found.append((f"{out} holds sweep {held['spec']['name']!r}, measured with other "
+                      "software", held["software"]))  # fmt: skip
+    if (out / DB_NAME).exists():
+        store = Store.open_readonly(out)
+        try:
+            attempts = store.attempts(cell_id)
+        finally:
+            store.close()
+        prov = (attempts[-1]["provenance"] or {}) if attempts else {}
+        if "software" in prov:
+            found.append((f"cell {cell_id} attempt {attempts[-1]['attempt']} in {out} was "
+                          "measured with other software",
+                          checked_software(prov["software"])))  # fmt: skip
+    return found
 
 
 def prepare_folder(
@@ -119,7 +121,6 @@ def prepare_folder(
     The software is read where it runs (the testbed's hosts); the testbed itself is
     recorded, and a resume on other hosts is allowed as long as the software matches.
     """
-    meta = out / SWEEP_FILE
     held = check_folder(out, spec, resume=resume, force=force, shard=shard)
     if testbed is not None:  # a spec whose shaper cannot run here never claims a folder
         from quicbed.link.shapers import get_shaper
@@ -127,12 +128,8 @@ def prepare_folder(
         get_shaper(spec.shaper, testbed)
     software = _software(testbed)
     if held is not None:
-        changed = [k for k in CHECKED_SOFTWARE if held["software"].get(k) != software.get(k)]
-        if changed and not force:
-            raise QuicbedError(
-                f"software changed since this sweep started ({', '.join(changed)}): its runs "
-                "would not be comparable; use --force to continue anyway"
-            )
+        check_software(held["software"], software, force=force,
+                       what="software changed since this sweep started")  # fmt: skip
         return
     out.mkdir(parents=True, exist_ok=True)
     body = {"format": 1, "created": now(), "digest": spec.digest(),
@@ -140,9 +137,7 @@ def prepare_folder(
             "testbed": testbed.describe() if testbed else None}  # fmt: skip
     if shard is not None:
         body["shard"] = str(shard)
-    tmp = meta.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body, indent=2))
-    tmp.replace(meta)
+    write_sweep(out, body)
 
 
 def check_folder(
@@ -159,21 +154,14 @@ def check_folder(
                 f"{out} is not empty and holds no quicbed sweep; choose another --out"
             )
         return None
-    try:
-        held = json.loads(meta.read_text())
-        name, digest, _ = held["spec"]["name"], held["digest"], held["software"]
-    except (OSError, ValueError, TypeError, KeyError):
-        raise QuicbedError(f"{meta} is not a quicbed sweep file (damaged?)") from None
+    held = read_sweep(out)
     if not resume:
         raise QuicbedError(
-            f"{out} holds sweep {name!r} already; use --resume to continue it or choose "
-            "another --out"
+            f"{out} holds sweep {held['spec']['name']!r} already; use --resume to continue it "
+            "or choose another --out"
         )
-    if digest != spec.digest() and not force:
-        raise QuicbedError(
-            f"{out} holds another spec (digest {digest}, this one {spec.digest()}); "
-            "use --force to add to it anyway"
-        )
+    check_spec(held, spec.digest(), force=force, where=str(out), this="this one",
+               action="add to it")  # fmt: skip
     had = held.get("shard")
     if had != (str(shard) if shard else None):
         raise QuicbedError(
@@ -243,9 +231,8 @@ def run_sweep(
         if tb.kind != spec.testbed:
             raise QuicbedError(f"the spec's testbed is {spec.testbed}, testbed "
                                f"{tb.describe_short()} is {tb.kind}")  # fmt: skip
-    cells = plan(spec)
-    if shard is not None:
-        cells = select(cells, shard)
+    planned = plan(spec)
+    cells = select(planned, shard) if shard is not None else planned
     outcome = SweepOutcome(out=out, planned=len(cells))
     with ExitStack() as held:
         for tb in tbs:
@@ -255,8 +242,13 @@ def run_sweep(
         for tb in tbs[1:]:
             _same_software(out, tb, force)
         store = Store(out, create=True)
-        latest = store.latest_attempts()
-        store.close()
+        try:
+            # the scenarios of every cell of the spec (also of other shards: merged
+            # folders agree), for the report to group by; kept from earlier starts
+            store.add_scenarios([(pc.config.cell_id(), pc.scenario) for pc in planned])
+            latest = store.latest_attempts()
+        finally:
+            store.close()
         index = {pc.config.cell_id(): i for i, pc in enumerate(cells)}
         work: list[list[PlannedCell]] = []
         for group in by_link(cells):
@@ -365,11 +357,6 @@ def _gone(tb: Testbed) -> str | None:
 
 def _same_software(out: Path, tb: Testbed, force: bool) -> None:
     """A second testbed of one sweep must run the software the folder records."""
-    held = json.loads((out / SWEEP_FILE).read_text())["software"]
-    software = _software(tb)
-    changed = [k for k in CHECKED_SOFTWARE if held.get(k) != software.get(k)]
-    if changed and not force:
-        raise QuicbedError(
-            f"testbed {tb.describe_short()} runs other software than this sweep records "
-            f"({', '.join(changed)}): its runs would not be comparable; use --force anyway"
-        )
+    check_software(read_sweep(out)["software"], _software(tb), force=force,
+                   what=f"testbed {tb.describe_short()} runs other software than this sweep "
+                   "records")  # fmt: skip

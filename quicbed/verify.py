@@ -26,7 +26,6 @@ import csv
 import gzip
 import json
 import math
-import sqlite3
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from quicbed.package import (
     dump_json,
     open_package,
 )
-from quicbed.store import DB_NAME
+from quicbed.store import DB_NAME, Store
 
 REL_TOL = 1e-9
 ABS_TOL = 1e-9
@@ -202,17 +201,12 @@ def _compare_hars(res: VerifyResult, results: Path) -> None:
     """Each load's figures recomputed from its raw HAR equal the stored row."""
     from quicbed.client import har
 
-    con = sqlite3.connect(results / DB_NAME)
-    con.row_factory = sqlite3.Row
+    store = Store.open_readonly(results)
     try:
-        hosts = {r["cell_id"]: json.loads(r["config"])["host"]
-                 for r in con.execute("SELECT cell_id, config FROM cells")}  # fmt: skip
-        runs = con.execute(
-            "SELECT run_id, cell_id, har_path, " + ", ".join(HAR_FIELDS) + " FROM runs "
-            "WHERE har_path IS NOT NULL ORDER BY run_id"
-        ).fetchall()
+        hosts = {cid: cfg["host"] for cid, cfg in store.cell_configs().items()}
+        runs = [r for r in store.all_runs() if r["har_path"] is not None]
     finally:
-        con.close()
+        store.close()
     diffs, checked, absent = [], 0, 0
     for r in runs:
         path = results / r["har_path"]
@@ -223,7 +217,7 @@ def _compare_hars(res: VerifyResult, results: Path) -> None:
             m = har.metrics(json.load(f), None, hosts[r["cell_id"]])
         checked += 1
         for k in HAR_FIELDS:
-            stored = json.loads(r[k]) if k == "protocols" and r[k] else r[k]
+            stored = r[k]  # protocols: decoded by the store
             if not same(stored, m.get(k)):
                 diffs.append(f"{r['har_path']}: {k} is {stored!r} in the store, "
                              f"{m.get(k)!r} from the HAR")  # fmt: skip

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
+from quicbed.identity import testbed_id
 from quicbed.testbed import owner
 
 ROLES = ("server", "bridge", "client")
@@ -64,19 +65,6 @@ class Process(ABC):
     @abstractmethod
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM, wait, then SIGKILL; a no-op once it has exited."""
-
-
-def testbed_id(desc: dict[str, Any] | None) -> str:
-    """Which testbed a description (``Testbed.describe()``, as stored in an attempt's
-    provenance) names, in one line: the local testbed by its prefix, an ssh testbed by
-    its hosts. An interrupted attempt is continued only on the testbed it started on."""
-    if not desc:
-        return "unknown"
-    if desc.get("kind") == "local":
-        return f"local {desc.get('prefix')}"
-    nodes = desc.get("nodes") or {}
-    hosts = ",".join(f"{r}={n.get('host')}:{n.get('port')}" for r, n in sorted(nodes.items()))
-    return f"{desc.get('kind')} {hosts}"
 
 
 class Testbed(ABC):

@@ -1,0 +1,108 @@
+"""The results folder's rules (quicbed.results), without a testbed: who may add runs.
+
+``cell --out`` into a folder that holds runs follows the rule ``run --resume``
+follows: under the folder's lock, and only with the software those runs were made
+with, unless forced.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quicbed import sweep
+from quicbed.cellconfig import make_cell
+from quicbed.errors import QuicbedError
+from quicbed.link.model import make_condition
+from quicbed.results import (
+    CHECKED_SOFTWARE,
+    FailureReason,
+    folder_lock,
+    is_running,
+    read_sweep,
+    write_sweep,
+)
+from quicbed.store import Store
+
+SOFTWARE = dict.fromkeys(CHECKED_SOFTWARE, "1.0")
+CFG = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="10kbx1", runs=2)
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """run_cell replaced by a stub that records where it would have run (the folder's
+    lock held meanwhile); this machine's software is SOFTWARE with chromium 2.0."""
+    calls: list[Path] = []
+
+    def run_cell(cfg: Any, out: Path, **kwargs: Any) -> str:
+        assert is_running(out), "run_cell ran without the folder's lock"
+        calls.append(out)
+        return "result"
+
+    monkeypatch.setattr(sweep, "run_cell", run_cell)
+    monkeypatch.setattr(sweep, "_software", lambda tb: {**SOFTWARE, "chromium": "2.0"})
+    return calls
+
+
+def sweep_folder(folder: Path, software: dict[str, Any]) -> None:
+    folder.mkdir()
+    write_sweep(folder, {"format": 1, "digest": "d", "spec": {"name": "s"}, "software": software})
+
+
+def test_a_cell_into_a_sweep_of_other_software_is_refused_unless_forced(
+    tmp_path: Path, ran: list[Path]
+) -> None:
+    out = tmp_path / "sweep"
+    sweep_folder(out, SOFTWARE)
+    with pytest.raises(QuicbedError) as exc:
+        sweep.run_cell_into(CFG, out, testbed=None)  # type: ignore[arg-type]
+    assert "holds sweep 's'" in str(exc.value)
+    assert "chromium (1.0 -> 2.0)" in str(exc.value) and "--force" in str(exc.value)
+    assert ran == []
+    assert sweep.run_cell_into(CFG, out, testbed=None, force=True) == "result"  # type: ignore[arg-type]
+    assert ran == [out.resolve()]
+
+
+def test_a_cell_into_a_folder_whose_attempt_ran_other_software_is_refused(
+    tmp_path: Path, ran: list[Path]
+) -> None:
+    store = Store(tmp_path / "r", create=True)
+    store.add_cell(CFG.cell_id(), CFG.model_dump(mode="json"))
+    store.new_attempt(CFG.cell_id(), {"software": {**SOFTWARE, "apache": {"deps": "x"}}})
+    store.close()
+    with pytest.raises(QuicbedError, match=r"attempt 1 .* \(chromium \(1.0 -> 2.0\), apache "):
+        sweep.run_cell_into(CFG, tmp_path / "r", testbed=None)  # type: ignore[arg-type]
+    assert ran == []
+    assert not (tmp_path / "r" / "sweep.lock").exists()  # not a sweep's folder: no lock left
+
+
+def test_a_cell_into_a_new_or_same_software_folder_runs(tmp_path: Path, ran: list[Path]) -> None:
+    sweep.run_cell_into(CFG, tmp_path / "new", testbed=None)  # type: ignore[arg-type]
+    out = tmp_path / "same"
+    sweep_folder(out, {**SOFTWARE, "chromium": "2.0"})
+    sweep.run_cell_into(CFG, out, testbed=None)  # type: ignore[arg-type]
+    assert ran == [(tmp_path / "new").resolve(), out.resolve()]
+
+
+def test_a_cell_into_a_folder_being_written_is_refused(tmp_path: Path, ran: list[Path]) -> None:
+    out = tmp_path / "sweep"
+    sweep_folder(out, {**SOFTWARE, "chromium": "2.0"})
+    with folder_lock(out), pytest.raises(QuicbedError, match="in use by a running sweep"):
+        sweep.run_cell_into(CFG, out, testbed=None, force=True)  # type: ignore[arg-type]
+    assert ran == []
+
+
+def test_a_damaged_sweep_file_is_named(tmp_path: Path) -> None:
+    for body in ("{not json", json.dumps({"spec": {}, "digest": "d", "software": {}}), "[]"):
+        (tmp_path / "sweep.json").write_text(body)
+        with pytest.raises(QuicbedError, match=r"sweep\.json is not a quicbed sweep file"):
+            read_sweep(tmp_path)
+
+
+def test_only_the_links_failures_are_retried() -> None:
+    retried = {r for r in FailureReason if r.link}
+    assert retried == {FailureReason.LINK_OUT_OF_TOLERANCE, FailureReason.LINK_OPENING_CHECK,
+                       FailureReason.LINK_CLOSING_CHECK, FailureReason.LINK_CHANGED}  # fmt: skip
