@@ -60,6 +60,8 @@ def test_dummynet_jitter_is_split_between_bridge_and_endpoint_netem() -> None:
 def test_dummynet_refuses_what_it_cannot_do(cond, needle: str) -> None:
     with pytest.raises(QuicbedError, match=needle):
         DummynetShaper.commands(cond, {"down": 1, "up": 2})
+    with pytest.raises(QuicbedError, match=needle):  # what a cell asks before it starts
+        DummynetShaper().check(cond)
 
 
 def test_dummynet_needs_both_pipe_numbers() -> None:

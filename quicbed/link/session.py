@@ -43,7 +43,7 @@ def shaped_link(
     the clean-up cannot be interrupted by a second Ctrl-C.
     """
     shaper = get_shaper(shaper_name, tb)
-    shaper.describe(cond)  # a shaper rejects options it cannot apply before anything is made
+    shaper.check(cond)  # before anything is made
     with tb.claim("quicbed link"):
         created = tb.up()
         try:

@@ -8,7 +8,8 @@
   generated and tested here, applied over SSH by the ssh testbed.
 
 A shaper keeps its state in files under the testbed's state directory, not in
-Python objects, so ``quicbed link clear`` in one process undoes ``apply`` in another.
+Python objects, so ``clear`` in one process (``quicbed testbed down``, or the next
+``quicbed link check``) undoes ``apply`` in another.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class Shaper(ABC):
     def cpu_seconds(self, tb: Testbed) -> float | None:
         """CPU time the emulator has used so far, if it is a process of ours."""
         return None
+
+    @abstractmethod
+    def check(self, cond: LinkCondition) -> None:
+        """Refuse a condition this shaper cannot apply (QuicbedError naming the option),
+        before anything is made: a cell or sweep is validated whole before it starts."""
 
     def describe(self, cond: LinkCondition) -> dict[str, Any]:
         """What was applied, as data for the receipt and provenance."""
@@ -197,6 +203,9 @@ class UserspaceShaper(Shaper):
         after = tb.read_text("bridge", f["stats"])
         return json.loads(after) if after and after != before else None
 
+    def check(self, cond: LinkCondition) -> None:
+        self.config(cond)
+
     def describe(self, cond: LinkCondition) -> dict[str, Any]:
         return {"shaper": self.name, "emulator": self.binary, "config": self.config(cond)}
 
@@ -287,6 +296,9 @@ class NetemShaper(Shaper):
             tb.exec("bridge", ["tc", "qdisc", "del", "dev", dev, "root"], check=False)
         tb.exec("bridge", ["ip", "link", "del", "br0"], check=False)
         return None
+
+    def check(self, cond: LinkCondition) -> None:
+        self.commands(cond)
 
     def describe(self, cond: LinkCondition) -> dict[str, Any]:
         return {
@@ -442,8 +454,10 @@ class DummynetShaper(Shaper):
                 tb.exec(role, ["tc", "qdisc", "del", "dev", dev, "root"], check=False)
         return None
 
+    def check(self, cond: LinkCondition) -> None:
+        self.commands(cond, {"down": 0, "up": 0})  # the ipfw commands refuse what they can't
+
     def describe(self, cond: LinkCondition) -> dict[str, Any]:
-        self.commands(cond, {"down": 0, "up": 0})  # refuses what it cannot do, early
         return {"shaper": self.name, "seeded": False, "pipes_file": str(PIPES_FILE)}
 
 
