@@ -83,19 +83,18 @@ def _result(row: dict[str, str]) -> str:
 
 
 def readme(top: Path, archive: str, counts: dict[str, int], no_har: bool) -> str:
-    stem = top.name
+    """The package's README.md: its facts gathered here, its text in
+    templates/package-readme.md.j2."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
     sweep_file = top / "results" / "sweep.json"
     sweep = json.loads(sweep_file.read_text()) if sweep_file.exists() else None
     prov = json.loads((top / "provenance" / "runs.json").read_text())
     recorded = prov.get("recorded", {})
     git = _one(recorded, "git") or {}
-    sha = git.get("sha") or "(not recorded)"
     with open(top / "report" / "table.csv", newline="") as f:
         cells = list(csv.DictReader(f))
     figures = json.loads((top / "report" / "figures.json").read_text())
-    title = f"sweep `{sweep['spec']['name']}`" if sweep else "cells"
-    desc = (sweep["spec"].get("description") or "") if sweep else ""
-    hars = "left out (`--no-har`)" if no_har else f"{counts['hars']} HARs"
     figure_rows = [[f"`report/figures/{f['svg']}` (and `.png`): "
                     + f["shows"]["title"].replace("\n", " "),
                     f"`results/report/figures/{f['svg']}`"] for f in figures]  # fmt: skip
@@ -103,91 +102,15 @@ def readme(top: Path, archive: str, counts: dict[str, int], no_har: bool) -> str
                   c["rtt_ms"], c["loss_pct"], c["mode"], _result(c),
                   f"`sudo quicbed cell --from {archive} --cell {c['cell_id']}`"]
                  for c in cells]  # fmt: skip
-    out = [
-        f"# Replication package: {title} (quicbed)",
-        "",
-        (f"{desc} " if desc else "")
-        + f"{counts['cells']} cells, {counts['attempts']} attempts, {counts['runs']} page "
-        f"loads ({hars}), {counts['logs']} log files"
-        + (
-            f", {counts['traces']} trace files ({counts.get('keys', 0)} of them TLS key logs, "
-            "secrets that decrypt the captures)"
-            if "traces" in counts
-            else ""
-        )
-        + f". Packaged by quicbed {__version__}"
-        + (f"; spec digest `{sweep['digest']}`." if sweep else "."),
-        "",
-        f"Publish the SHA-256 of `{archive}` (`sha256sum {archive}`) with your paper, so "
-        "that readers know they hold the same bytes.",
-        "",
-        "## Contents",
-        "",
-        _table(["path", "what"], [[f"`{p}`", w] for p, w in CONTENTS]),
-        "",
-        "## Verify (no root, no browser, no testbed)",
-        "",
-        f"In a checkout of quicbed (the runs recorded git `{sha}`) with its Python "
-        "environment (`python3 -m venv .venv && .venv/bin/pip install -r requirements.txt "
-        "-e .`):",
-        "",
-        f"    quicbed verify {archive}",
-        "",
-        "checks every file against `MANIFEST.json`, recomputes every statistic, table, "
-        "export and figure from `results/` alone and compares them with `report/` and "
-        "`data/`, and recomputes each load's page load time from its HAR. Exit status 0: "
-        "everything matches; 1: it lists exactly what differs. Without quicbed, "
-        f"`cd {stem} && sha256sum -c SHA256SUMS` checks the bytes.",
-        "",
-        "## Regenerate the figures",
-        "",
-        "Each figure is regenerated from the runs alone by one command, run in the "
-        f"extracted folder `{stem}/` (it rebuilds the whole report into `results/report/`):",
-        "",
-        "    quicbed report results",
-        "",
-        _table(["figure", "regenerated as"], figure_rows),
-        "",
-        "`report/figures.json` says what each heatmap cell shows (number, colour, "
-        "significance); `report/table.csv` holds the statistics behind each cell and "
-        "`data/runs.csv` the loads behind those.",
-        "",
-        "## Rerun a cell on the local testbed",
-        "",
-        "On Linux as root, in a quicbed checkout set up with `make setup`:",
-        "",
-        f"    sudo quicbed cell --from {archive} --cell ID",
-        "",
-        f"extracts the package's runs into `{stem}-rerun/` beside the archive (or "
-        "`--out DIR`), measures the cell again with its exact stored configuration as a new "
-        "attempt, and prints the new result beside the packaged one. `--where "
-        "rate=50,rtt=36,page=5kb` picks a cell by its condition instead of its ID.",
-        "",
-        _table(CELL_COLUMNS, cell_rows),
-        "",
-        "## Rerun on Emulab or CloudLab",
-        "",
-    ]
-    if (top / "repo" / "profile.py").exists():
-        out += [
-            "Instantiate `repo/profile.py` (a geni-lib, repository-based profile) on the "
-            "portal; it provisions server, bridge and client with the Ansible roles in "
-            "`repo/roles/`. Save the experiment's manifest (the portal's Manifest tab) as "
-            "`manifest.xml`, then, from a quicbed checkout on your laptop or on the client "
-            "node (no root needed there):",
-            "",
-            f"    quicbed cell --from {archive} --cell ID --testbed ssh --hosts manifest.xml",
-            "",
-            "`docs/testbed.md` in the repository walks through it.",
-        ]
-    else:
-        out += [
-            "The quicbed that made these runs had no Emulab profile yet (`repo/` holds no "
-            "`profile.py`); use a later quicbed whose `profile.py` builds the three nodes, "
-            "and its SSH testbed options with the command above (`quicbed cell --help`). "
-            "The cell configurations (`data/cells.json`) are complete, including the shaper.",
-        ]
-    out += ["", "## Software that ran", "", *_software_line(recorded), "",
-            "Everything else (Python packages, sysctls, NIC offloads, Go modules, what was "
-            "not recorded) is in `provenance/runs.json`.", ""]  # fmt: skip
-    return "\n".join(out)
+    env = Environment(loader=PackageLoader("quicbed", "templates"), autoescape=False,
+                      undefined=StrictUndefined, keep_trailing_newline=True)  # fmt: skip
+    return env.get_template("package-readme.md.j2").render(
+        title=f"sweep `{sweep['spec']['name']}`" if sweep else "cells",
+        desc=(sweep["spec"].get("description") or "") if sweep else "",
+        counts=counts, version=__version__, sweep=sweep, archive=archive, stem=top.name,
+        hars="left out (`--no-har`)" if no_har else f"{counts['hars']} HARs",
+        sha=git.get("sha") or "(not recorded)", table=_table,
+        contents=[[f"`{p}`", w] for p, w in CONTENTS], figure_rows=figure_rows,
+        cell_columns=CELL_COLUMNS, cell_rows=cell_rows,
+        profile=(top / "repo" / "profile.py").exists(), software=_software_line(recorded),
+    )  # fmt: skip
