@@ -44,8 +44,7 @@ def _matches(cfg: dict[str, Any], flt: dict[str, str]) -> bool:
         section, field = KEYS[key]
         have = (cfg[section] if section else cfg).get(field)
         if key == "rate":  # read as the CLI and specs read it: unlimited is a stored null
-            rate = parse_rate(want)
-            if (have is None) != (rate is None) or (rate is not None and float(have) != rate):
+            if (None if have is None else float(have)) != parse_rate(want):
                 return False
         elif isinstance(have, (int, float)) and not isinstance(have, bool):
             try:
