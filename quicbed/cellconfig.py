@@ -30,7 +30,7 @@ from quicbed.link.model import LinkCondition
 ARMS = ("h2", "h3")
 #: fields added after stores existed: left out of the cell ID while at their default,
 #: so every cell measured before keeps its ID
-_NEW_FIELDS = {"arm_settings": {}}
+_NEW_FIELDS: dict[str, object] = {"arm_settings": {}}
 TEST_HOST = "quicbed.test"
 #: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
 #: is days of measurement; more warm-ups than that are never needed).

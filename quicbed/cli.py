@@ -350,7 +350,7 @@ def run_cmd(
     check_folder(Path(out_dir), spec, resume=resume, force=force, shard=part)
     beds: list[Testbed] = []
     try:  # every testbed opened and able to shape, or none kept open
-        for h in hosts or [None]:
+        for h in hosts or [None]:  # type: ignore[list-item]  # None: the local testbed
             beds.append(tb.open("quicbed run", kind=spec.testbed, hosts=h))
             get_shaper(spec.shaper, beds[-1])
     except BaseException:
@@ -558,7 +558,7 @@ def usage_error_line(exc: Any) -> str:
     '--rtt': ..."); typer's pydantic coercion keeps the rejected value in the cause.
     No "Usage:" block: the line says where to look instead.
     """
-    msg = exc.format_message().rstrip(".")
+    msg: str = exc.format_message().rstrip(".")
     errors = getattr(exc.__cause__, "errors", None)
     if callable(errors) and errors():
         msg = f"{msg} (got {errors()[0].get('input')!r})"
