@@ -144,18 +144,18 @@ class SweepTestbedOptions(TestbedOptions):
     """``quicbed run``: the spec names the testbed unless --testbed does, and --hosts
     may name several (the sweep is spread over them)."""
 
-    kind: Annotated[  # type: ignore[assignment]
+    kind: Annotated[
         str | None,
         typer.Option("--testbed", help="local or ssh; default: the spec's (ssh with --hosts)."),
-    ] = None
-    hosts: Annotated[  # type: ignore[assignment]
+    ] = None  # type: ignore[assignment]
+    hosts: Annotated[
         list[str] | None,
         typer.Option(
             "--hosts",
             help="ssh testbed: an inventory or the portal's manifest; "
             "give it once per testbed to spread the sweep over several.",
         ),
-    ] = None
+    ] = None  # type: ignore[assignment]
 
     def one_host(self) -> str | None:
         return None  # each testbed is opened with its own: open(hosts=...)
@@ -171,6 +171,7 @@ class SweepTestbedOptions(TestbedOptions):
 def owned(tb: Testbed, what: str, keep: bool) -> Iterator[None]:
     """``what`` owns ``tb`` throughout; at the end, also after an error or Ctrl-C, the
     testbed is torn down (unless ``keep``) and the user is told what was removed."""
+    removed: list[str] | None
     try:
         with tb.claim(what):
             if keep:

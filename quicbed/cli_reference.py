@@ -46,7 +46,7 @@ def _default(p: Any) -> str:
     if d is None or d is False or callable(d) or p.required:
         return ""
     if getattr(p, "is_flag", False) and getattr(p, "secondary_opts", None):
-        return p.opts[0] if d else p.secondary_opts[0]
+        return str(p.opts[0] if d else p.secondary_opts[0])
     if d is True:
         return "on"
     return str(d)
