@@ -29,6 +29,23 @@ GQUIC_QUICGO  := build/quic-go-v0.10.2-patched
 GQUIC_MODFILE := -modfile=$(CURDIR)/$(GQUIC_QUICGO)/quicbed.mod
 GQUIC_QUICGO_TESTED := github.com/lucas-clemente/quic-go/internal/handshake
 
+# golangci-lint (.golangci.yml) checks both Go modules. make lint builds it with
+# $(GO), at the pinned version, into build/tools/ the first time (a few minutes),
+# and reuses it after. go/packages, which golangci-lint loads code with, cannot
+# take -modfile (golang/go#48482: one of its go list runs is in GOPATH mode, where
+# -modfile is an error), so golangci-lint sees the patched quic-go through a Go
+# workspace instead: a go.work in build/lint/ that uses the module and carries the
+# replace directive of its alternative go.mod, the path made absolute
+# ($(call lint-work,module directory,patched copy,go.work to write)). PATH starts
+# with $(GO)'s directory because golangci-lint runs `go`.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := build/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+GOLANGCI_RUN   = PATH="$(dir $(GO)):$$PATH" $(CURDIR)/$(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml
+define lint-work
+mkdir -p $(dir $(3)) && { grep '^go ' $(1)/go.mod; echo 'use $(CURDIR)/$(1)'; \
+  sed -n 's|^replace \(.*\) => \(\.\./.*\)$$|replace \1 => $(CURDIR)/$(1)/\2|p' $(2)/quicbed.mod; } > $(3)
+endef
+
 .PHONY: setup venv provision quic-go build test lint unit demo bench clean
 
 setup: provision
@@ -54,11 +71,20 @@ build: quic-go
 	cd go && $(GO) build $(GOMODFILE) -o ../build/bin/ ./cmd/...
 	cd $(GQUIC) && $(GO) build $(GQUIC_MODFILE) -o $(CURDIR)/build/bin/ ./cmd/...
 
-lint: venv quic-go
+$(GOLANGCI_LINT):
+	GOFLAGS= GOWORK=off GOBIN=$(CURDIR)/$(@D) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+# mypy's settings (which modules are strict) are in pyproject.toml.
+lint: venv quic-go $(GOLANGCI_LINT)
 	$(VENV)/bin/ruff check quicbed tests benchmarks profile.py
 	$(VENV)/bin/ruff format --check quicbed tests benchmarks profile.py
+	$(VENV)/bin/mypy
 	cd go && test -z "$$(gofmt -l .)" && $(GO) vet $(GOMODFILE) ./... github.com/quic-go/quic-go $(QUICGO_TESTED)
 	cd $(GQUIC) && $(GO) vet $(GQUIC_MODFILE) ./... github.com/lucas-clemente/quic-go $(GQUIC_QUICGO_TESTED)
+	$(call lint-work,go,$(QUICGO),build/lint/quicbed.work)
+	cd go && GOWORK=$(CURDIR)/build/lint/quicbed.work $(GOLANGCI_RUN) ./...
+	$(call lint-work,$(GQUIC),$(GQUIC_QUICGO),build/lint/gquic.work)
+	cd $(GQUIC) && GOWORK=$(CURDIR)/build/lint/gquic.work $(GOLANGCI_RUN) ./...
 
 test: setup lint
 	cd go && $(GO) test $(GOMODFILE) ./... $(QUICGO_TESTED)

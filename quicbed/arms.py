@@ -47,7 +47,7 @@ class ArmSettings(BaseModel):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
-        out = handler(self)
+        out: dict[str, Any] = handler(self)
         for key in _LATER:
             if out.get(key) is None:
                 out.pop(key, None)

@@ -428,10 +428,13 @@ def _data(cell_id: str, attempt: int, title: str, loads: dict[str, ArmLoad]) -> 
             c: None if a[c] is None or b[c] is None else a[c] - b[c]
             for c in ("plt_ms", *COMPONENTS, "rest")
         }
-    return _r({"format": 1, "cell_id": cell_id, "attempt": attempt, "title": title,
-               "arms": arms, "difference_h2_minus_h3": diffs.get("h2/h3", {}),
-               "differences": diffs,
-               "definitions": {c: LABELS[c] for c in (*COMPONENTS, "rest")}})  # fmt: skip
+    out: dict[str, Any] = _r({
+        "format": 1, "cell_id": cell_id, "attempt": attempt, "title": title,
+        "arms": arms, "difference_h2_minus_h3": diffs.get("h2/h3", {}),
+        "differences": diffs,
+        "definitions": {c: LABELS[c] for c in (*COMPONENTS, "rest")},
+    })  # fmt: skip
+    return out
 
 
 def _ms(v: float | None) -> str:

@@ -104,7 +104,7 @@ def software(tb: Testbed | None = None) -> dict[str, Any]:
         "quicbed": __version__,
         "python": sys.version.split()[0],
         "chromium": chromium,
-        "apache": re.search(r"Apache/[\d.]+", apache).group(0) if apache else None,
+        "apache": m.group(0) if apache and (m := re.search(r"Apache/[\d.]+", apache)) else None,
         "iperf3": iperf.splitlines()[0] if iperf else None,
         "node": node,
         "quicbed-h3server": _go_binary(bindir("server") / "quicbed-h3server", server),

@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -107,7 +108,9 @@ def _write_if_changed(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def generate(root: Path, pages: list[str] | None = None, pageset: PageSet | None = None) -> dict:
+def generate(
+    root: Path, pages: list[str] | None = None, pageset: PageSet | None = None
+) -> dict[str, Any]:
     """Write ``root/<page>/index.html`` and its images, and ``root/manifest.json``.
 
     Idempotent: identical files are not rewritten. Returns the manifest.
@@ -116,7 +119,7 @@ def generate(root: Path, pages: list[str] | None = None, pageset: PageSet | None
     names = pages or list(ps.pages)
     for n in names:
         check_page(n, ps)
-    manifest: dict = {"kb": ps.kb, "pages": {}}
+    manifest: dict[str, Any] = {"kb": ps.kb, "pages": {}}
     mpath = root / MANIFEST
     if mpath.exists():
         manifest = json.loads(mpath.read_text())

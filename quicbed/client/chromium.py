@@ -282,7 +282,8 @@ class Browser:
         line = self.driver.stdout.readline()
         if not line:
             raise QuicbedError(f"page-load driver exited (code {self.driver.poll()})")
-        return json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def load(self, url: str, *, fresh_context: bool, timeout_s: float) -> dict[str, Any]:
         """One page load; a failed load comes back with ok=false and the reason."""

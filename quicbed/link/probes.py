@@ -88,7 +88,7 @@ def udp_probe(
     text = tb.read_text(receiver, out)
     if not text:
         raise QuicbedError(f"the UDP probe ({direction}) wrote no result")
-    data = json.loads(text)
+    data: dict[str, Any] = json.loads(text)
     tb.remove(receiver, out)
     data.update(direction=direction, pps=pps)
     return data
@@ -120,7 +120,7 @@ def _iperf3(tb: Testbed, args: list[str], seconds: float, tries: int = 3) -> dic
     for attempt in range(1, tries + 1):
         cp = tb.exec("client", argv, timeout=seconds + 30, check=False)
         try:
-            data = json.loads(cp.stdout)
+            data: dict[str, Any] = json.loads(cp.stdout)
         except json.JSONDecodeError:
             problem = f"iperf3 gave no JSON (exit {cp.returncode}): {cp.stderr.strip()}"
             continue

@@ -274,7 +274,7 @@ def measure(
                 ))  # fmt: skip
 
     after = shaper.counters(tb)
-    emulator = None
+    emulator: dict[str, Any] | None = None
     if after is not None:
         emulator = {"counters_before": before, "counters_after": after}
         if cpu:

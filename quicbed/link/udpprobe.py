@@ -15,6 +15,7 @@ import socket
 import statistics
 import struct
 import time
+from typing import Any
 
 _FMT = "!IQ"  # sequence number, send time (ns, CLOCK_MONOTONIC)
 PAYLOAD = 64
@@ -65,7 +66,7 @@ def recv(bind: str, count: int, out: str, idle: float) -> None:
     except TimeoutError:
         pass
     vals = list(delays.values())
-    result = {"sent": count, "received": len(vals), "lost": count - len(vals),
+    result: dict[str, Any] = {"sent": count, "received": len(vals), "lost": count - len(vals),
               "reordered": reordered, "duplicates": duplicates}  # fmt: skip
     if vals:
         result.update(

@@ -158,11 +158,11 @@ class ApacheServer(WebServer):
                 got = ",".join(facts.get("tls_versions") or []) or "no TLS version"
                 reasons.append(f"Apache's log shows {got}, not {want}")
         if "cubic_beta" in self.arm.params:
-            want = int(hostparam.beta_to_kernel(self.arm.params["cubic_beta"]))
-            got = facts.get("cubic_beta_kernel")
-            if got != want:
-                reasons.append(f"the server host's TCP CUBIC beta was {got}/1024 after this "
-                               f"load, not {want}/1024")  # fmt: skip
+            want_beta = int(hostparam.beta_to_kernel(self.arm.params["cubic_beta"]))
+            got_beta = facts.get("cubic_beta_kernel")
+            if got_beta != want_beta:
+                reasons.append(f"the server host's TCP CUBIC beta was {got_beta}/1024 after this "
+                               f"load, not {want_beta}/1024")  # fmt: skip
         return reasons
 
     def version(self) -> dict[str, Any]:

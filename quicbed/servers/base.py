@@ -53,8 +53,6 @@ class WebServer(ABC):
     #: the TLS version a cell's TCP arm speaks beside an arm of this stack, unless the
     #: TCP arm sets ``tls`` itself (None: the TCP stack's own default)
     tcp_tls: str | None = None
-    #: the QUIC version the browser must be forced to (gQUIC); None: the browser's own
-    quic_version: str | None = None
 
     def __init__(self, tb: Testbed, spec: ServeSpec, arm: Arm) -> None:
         self.tb = tb
@@ -64,6 +62,11 @@ class WebServer(ABC):
         self.client_netlog: RPath | None = None
         self.process: Process | None = None
         self._offset = 0
+
+    @property
+    def quic_version(self) -> str | None:
+        """The QUIC version the browser must be forced to (gQUIC); None: the browser's own."""
+        return None
 
     @classmethod
     def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:

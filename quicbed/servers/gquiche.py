@@ -466,7 +466,7 @@ class GoogleQuicheServer(WebServer):
         return {
             "server": self.name,
             "binary": path or None,
-            "sha256": (digest.stdout.split() or [None])[0],
+            "sha256": next(iter(digest.stdout.split()), None),
             "quiche_commit12": m.group(1) if m else None,
             "argv": self.argv(),
             "facts_source": "client NetLog + quic_server stderr; no CC read-back",

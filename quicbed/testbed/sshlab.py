@@ -23,6 +23,7 @@ from pathlib import Path
 from quicbed import proc
 from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT
+from quicbed.testbed.base import RPath
 from quicbed.testbed.local import LocalTestbed
 
 #: the control networks a lab may take, in order (never the experiment's 10.10.1.0/24)
@@ -134,8 +135,8 @@ class SshLab:
             "MaxSessions 50\nMaxStartups 50:30:100\n"
         )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
-        self.tb.spawn(role, [SSHD, "-D", "-e", "-f", str(conf)], log=self.dir / f"sshd-{role}.log",
-                      die_with_parent=False)  # fmt: skip
+        self.tb.spawn(role, [SSHD, "-D", "-e", "-f", str(conf)],
+                      log=RPath(self.dir / f"sshd-{role}.log"), die_with_parent=False)  # fmt: skip
 
     def _write_inventory(self, ips: dict[str, str]) -> None:
         lines = [f"# quicbed ssh lab {self.tb.prefix}: the local testbed's namespaces as three "

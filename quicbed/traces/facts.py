@@ -98,7 +98,7 @@ def derive(
         out.update(status="no samples", samples=0)
         out["notes"].append(f"{arm}: no transport samples for this load")
         return out
-    sources = sorted({r.get("source") for r in pts if r.get("source")})
+    sources = sorted({str(r["source"]) for r in pts if r.get("source")})
     out.update(status="ok", source=",".join(sources), samples=len(pts),
                connections=len({r.get("conn") for r in rows}))  # fmt: skip
 
