@@ -151,22 +151,24 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     test = stats_cfg.get("test", "welch")
     extra = parse_pairs(stats_cfg.get("pairs"))
     store = Store(root)
-    rows = []
-    scenario_of = {}
-    if sweep:
-        from quicbed.spec import SweepSpec, plan
-
-        scenario_of = {pc.config.cell_id(): pc.scenario for pc in plan(SweepSpec(**sweep["spec"]))}
+    rows: list[dict[str, Any]] = []
     try:
+        scenarios = store.cell_scenarios()
+        if sweep and not scenarios:  # a folder of schema 1: its scenarios were not stored
+            from quicbed.spec import SweepSpec, plan
+
+            for pc in plan(SweepSpec(**sweep["spec"])):
+                scenarios.setdefault(pc.config.cell_id(), []).append(pc.scenario)
         latest = store.latest_attempts()
         for cid in store.cells():
             if cid not in latest:
                 continue
+            first = len(rows)
             cfg = store.cell_config(cid)
             att = latest[cid]
             cond = cfg["condition"]
             row: dict[str, Any] = {
-                "scenario": scenario_of.get(cid, "cells"), "cell_id": cid,
+                "scenario": (scenarios.get(cid) or ["cells"])[0], "cell_id": cid,
                 "attempt": att["attempt"], "attempts": att["attempt"], "status": att["status"],
                 "page": cfg["page"], "rate_mbit": cond["rate_mbit"],
                 "rtt_ms": (cond["rtt_ms"] if cond["rtt_ms"] is not None else
@@ -204,6 +206,13 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                 if att["status"] == "done" and c.problem:
                     prow["problem"] = c.problem
                 rows.append(prow)
+            # a cell two scenarios plan is in both (its heatmaps, table rows); its receipt,
+            # testbed and explain page once (_first: the cell's first row)
+            own = rows[first:]
+            for r in own:
+                r["_first_in_scenario"] = r["_first"]
+            for other in (scenarios.get(cid) or [])[1:]:
+                rows += [dict(r, scenario=other, _first=False) for r in own]
     finally:
         store.close()
     return rows, sweep
@@ -354,7 +363,7 @@ def _mode_heatmaps(
     """
     by_key: dict[tuple, dict[str, dict[str, Any]]] = {}
     for r in rows:
-        if not r["_first"]:
+        if not r["_first_in_scenario"]:
             continue
         key = (r["scenario"], r["rate_mbit"], r["rtt_ms"], r["loss_pct"], r["jitter_ms"], r["page"])
         by_key.setdefault(key, {})[r["mode"]] = r

@@ -191,3 +191,22 @@ def test_provenance_of_every_attempt_at_the_top(tmp_path: Path) -> None:
     top = html.index('id="provenance-summary"')
     assert top < html.index('id="heatmaps"') and "2 different set-ups" in html
     assert f"{cid}#1" in html
+
+
+def test_a_cell_two_scenarios_plan_is_in_both(tmp_path: Path) -> None:
+    """The scenario is stored per cell (schema 2): a cell planned by two scenarios has
+    a row and a heatmap in each, and its receipt once; the spec is not re-planned."""
+    cid = _fill(tmp_path, "0rtt", [200.0, 210, 220, 230], [100.0, 101, 102, 103])
+    store = Store(tmp_path)
+    store.add_scenarios([(cid, "baseline"), (cid, "latency")])
+    store.close()
+    rep = build(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "report" / "table.csv").read_text().splitlines()))
+    assert [r["scenario"] for r in rows] == ["baseline", "latency"]
+    assert rows[0]["pct_diff"] == rows[1]["pct_diff"]
+    assert sorted(t.split(":")[0] for t in (f["title"] for f in rep.figures)) == [
+        "baseline",
+        "latency",
+    ]
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert html.count(f"cell <code>{cid}</code>") == 1  # one receipt section
