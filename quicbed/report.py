@@ -138,6 +138,24 @@ def correct(rows: list[dict[str, Any]], correction: str, alpha: float) -> None:
         r["significant"] = None if p is None else p < alpha
 
 
+def _planned_scenarios(spec: dict[str, Any]) -> dict[str, list[str]]:
+    """cell_id -> scenarios, by planning the folder's spec again (folders of schema 1).
+    A spec this quicbed no longer accepts (a rule added since) plans nothing: its cells
+    are reported under "cells" rather than not at all."""
+    from pydantic import ValidationError
+
+    from quicbed.spec import SweepSpec, plan
+
+    out: dict[str, list[str]] = {}
+    try:
+        planned = plan(SweepSpec(**spec))
+    except (ValidationError, QuicbedError):
+        return out
+    for pc in planned:
+        out.setdefault(pc.config.cell_id(), []).append(pc.scenario)
+    return out
+
+
 def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """One row per cell (latest attempt) and pair of arms compared in it (a cell of one
     arm: one row without a pair), with every statistic; corrections not yet applied."""
@@ -155,10 +173,7 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     try:
         scenarios = store.cell_scenarios()
         if sweep and not scenarios:  # a folder of schema 1: its scenarios were not stored
-            from quicbed.spec import SweepSpec, plan
-
-            for pc in plan(SweepSpec(**sweep["spec"])):
-                scenarios.setdefault(pc.config.cell_id(), []).append(pc.scenario)
+            scenarios = _planned_scenarios(sweep["spec"])
         latest = store.latest_attempts()
         for cid in store.cells():
             if cid not in latest:

@@ -139,6 +139,20 @@ class SweepSpec(BaseModel):
             raise ValueError(f"format {self.format} is not supported (this quicbed reads 1)")
         if not self.scenarios:
             raise ValueError("scenarios is empty")
+        from quicbed.stats import min_valid, smallest_p
+
+        st = self.statistics
+        for name, sc in self.scenarios.items():
+            runs = self.defaults.runs if sc.runs is None else sc.runs
+            # the fewest valid runs a cell may give a number from: can the test reach alpha?
+            n = min_valid(runs)
+            if runs >= 1 and smallest_p(st.test, n, n) >= st.alpha:
+                raise ValueError(
+                    f"scenario {name!r}: runs {runs} is too few for {st.test} at alpha "
+                    f"{st.alpha:g}: with {n} valid runs per arm its smallest possible p is "
+                    f"{smallest_p(st.test, n, n):.3g}, so no cell could ever be significant "
+                    "(more runs, or test: welch)"
+                )
         return self
 
     def digest(self) -> str:

@@ -126,3 +126,20 @@ def test_old_specs_keep_their_digest() -> None:
     assert spec.digest() == "435400e99837d472"  # as computed by quicbed 531f610
     cells = plan(load_spec(ROOT / "sweeps" / "long-look.yaml"))
     assert sorted(pc.config.cell_id() for pc in cells)[:2] == ["0285b598d5a2", "037199705192"]
+
+
+def test_too_few_runs_for_mann_whitney_is_refused() -> None:
+    """Mann-Whitney U from 5 valid runs per arm (runs 6: 80 % of 6 is 5) can reach
+    p = 0.0079 at best, below 0.01; from 4 (runs 5) only 0.029: such a spec could never
+    show a significant cell, so it is refused naming the scenario, not run."""
+    from quicbed.spec import SweepSpec
+
+    def spec(runs: int, test: str) -> dict:
+        return {"name": "s", "statistics": {"test": test},
+                "scenarios": {"few": {"rate": [10], "rtt": [36], "pages": ["5kb"],
+                                      "runs": runs}}}  # fmt: skip
+
+    SweepSpec(**spec(6, "mannwhitney"))
+    SweepSpec(**spec(2, "welch"))
+    with pytest.raises(ValueError, match=r"scenario 'few': runs 5 is too few for mannwhitney"):
+        SweepSpec(**spec(5, "mannwhitney"))
