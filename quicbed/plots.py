@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -30,7 +31,7 @@ ARM_COLOURS = {"h2": to_hex(plt.get_cmap(CMAP)(0.1)), "h3": to_hex(plt.get_cmap(
                "h3-quiche": to_hex(plt.get_cmap("Dark2")(2)),
                "h3-gquiche": to_hex(plt.get_cmap("Dark2")(3))}  # fmt: skip
 #: rc settings that make the saved files byte-reproducible for one matplotlib version
-DETERMINISTIC = {"svg.hashsalt": "quicbed"}
+DETERMINISTIC: dict[Any, Any] = {"svg.hashsalt": "quicbed"}
 
 
 @dataclass

@@ -346,12 +346,12 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
             w.writerow(r)
     report.testbeds, report.testbed_warnings = testbeds(rows)
     with open(out / "testbeds.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["cell_id", "attempt", "testbed", "hardware", "kernel", "image"])
+        tw = csv.writer(f)
+        tw.writerow(["cell_id", "attempt", "testbed", "hardware", "kernel", "image"])
         for r in rows:
             if r["_first"]:
                 t = r["_testbed"]
-                w.writerow([r["cell_id"], r["attempt"], t["label"], t["hardware"], t["kernel"],
+                tw.writerow([r["cell_id"], r["attempt"], t["label"], t["hardware"], t["kernel"],
                             t["image"]])  # fmt: skip
     shown = [{k: f[k] for k in ("png", "svg", "shows")} for f in report.figures]
     (out / "figures.json").write_text(json.dumps(shown, indent=1) + "\n")
@@ -376,7 +376,7 @@ def _mode_heatmaps(
     comparison of the two cells' samples of one QUIC arm by quicbed.stats.compare, with
     the spec's test, alpha and correction and the same masking as the protocol heatmaps.
     """
-    by_key: dict[tuple, dict[str, dict[str, Any]]] = {}
+    by_key: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
     for r in rows:
         if not r["_first_in_scenario"]:
             continue
