@@ -166,6 +166,24 @@ def test_shards_merge_into_the_sweep_run_once(folders: tuple[Path, Path]) -> Non
     assert again.returncode == 0 and "0 cells measured, 2 kept" in again.stdout, again.stderr
 
 
+def test_every_shard_records_the_scenarios_of_the_whole_plan(folders: tuple[Path, Path]) -> None:
+    """Each cell's scenarios (store schema 2): written by the sweep for every cell of the
+    spec, whichever shard measures it, and kept through merge and package."""
+    base, home = folders
+    want = {pc.config.cell_id(): [pc.scenario] for pc in plan(load_spec(base / "halves.yaml"))}
+    merged = base / "merged"
+    if not merged.exists():
+        assert qb("merge", base / "s1", base / "s2", "--out", merged, home=home).returncode == 0
+    for folder in (base / "s1", base / "s2", merged):
+        store = Store.open_readonly(folder)
+        try:
+            got = store.cell_scenarios()
+        finally:
+            store.close()
+        # the shards name every planned cell; the merged folder the cells it holds (all)
+        assert got == want, folder
+
+
 def test_merge_refuses_what_is_not_one_sweep(folders: tuple[Path, Path]) -> None:
     base, home = folders
     s1, s2 = base / "s1", base / "s2"
