@@ -56,7 +56,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(BOOTPY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements.txt -e .
-	$(PY) -m quicbed.genilib_compat
+	$(PY) tools/genilib_compat.py
 	touch $@
 
 # Apt packages, host tuning, Apache, Chromium and our Go binaries, via the roles.
@@ -76,8 +76,8 @@ $(GOLANGCI_LINT):
 
 # mypy's settings (which modules are strict) are in pyproject.toml.
 lint: venv quic-go $(GOLANGCI_LINT)
-	$(VENV)/bin/ruff check quicbed tests benchmarks profile.py
-	$(VENV)/bin/ruff format --check quicbed tests benchmarks profile.py
+	$(VENV)/bin/ruff check quicbed tests benchmarks tools profile.py
+	$(VENV)/bin/ruff format --check quicbed tests benchmarks tools profile.py
 	$(VENV)/bin/mypy
 	cd go && test -z "$$(gofmt -l .)" && $(GO) vet $(GOMODFILE) ./... github.com/quic-go/quic-go $(QUICGO_TESTED)
 	cd $(GQUIC) && $(GO) vet $(GQUIC_MODFILE) ./... github.com/lucas-clemente/quic-go $(GQUIC_QUICGO_TESTED)

@@ -3,7 +3,7 @@
 The portal clones this repository to /local/repository on every node and runs this
 script with *its own, maintained* geni-lib to make the request RSpec. Offline (tests,
 a laptop) it renders with the PyPI release geni-lib 0.9.9.4, which needs small Python
-3.11 fixes applied at install time by ``python -m quicbed.genilib_compat`` (the
+3.11 fixes applied at install time by ``python tools/genilib_compat.py`` (the
 Makefile's ``venv`` target runs it); those fixes serve offline rendering only.
 
 Render offline the way the portal does (parameters from a JSON file):

@@ -3,7 +3,7 @@
 profile.py runs exactly as the portal runs it: a fresh interpreter in portal mode,
 parameters from a JSON file (GENILIB_PORTAL_PARAMS_PATH), the RSpec written to
 GENILIB_PORTAL_REQUEST_PATH, parameter errors as JSON on stderr with exit 100 + n.
-The geni-lib is PyPI's 0.9.9.4 with quicbed.genilib_compat's fixes; the tests below
+The geni-lib is PyPI's 0.9.9.4 with tools/genilib_compat.py's fixes; the tests below
 also prove, on a copy restored to the release byte for byte, that each fix is needed.
 """
 
@@ -26,11 +26,13 @@ from typing import Any
 import pytest
 from lxml import etree
 
-from quicbed import genilib_compat as gc
 from quicbed.testbed import local
 from quicbed.testbed.hosts import MANIFEST_NODES
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # genilib_compat: a development tool, not in the package
+import genilib_compat as gc  # noqa: E402
+
 PROFILE = ROOT / "profile.py"
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
 REMOTE_BOOTSTRAP = "/local/repository/scripts/bootstrap.sh"  # the portal's clone on a node

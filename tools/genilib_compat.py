@@ -25,7 +25,10 @@ hash again. Anything else (another version, a local edit) is an error, never a g
 The module is idempotent: run it after every ``pip install`` (the Makefile's ``venv``
 target does). geni-lib's code is never copied into this repository.
 
-Run: ``python -m quicbed.genilib_compat`` (patches the interpreter's own
+A tool of quicbed's development set-up, not of the ``quicbed`` package: nothing that
+runs experiments imports it.
+
+Run: ``python tools/genilib_compat.py`` (patches the interpreter's own
 site-packages, then renders a small request in a fresh interpreter to verify).
 """
 
@@ -273,7 +276,7 @@ def verify(root: Path | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Patch this interpreter's geni-lib, then verify it renders; exit 1 with the reason."""
     parser = argparse.ArgumentParser(
-        prog="python -m quicbed.genilib_compat",
+        prog="python tools/genilib_compat.py",
         description=f"Apply quicbed's Python 3.11 fixes to geni-lib {GENILIB_VERSION} in place.",
     )
     parser.add_argument(
