@@ -124,7 +124,7 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     workloads.check_page(cfg.page, pageset)
     arms = cfg.resolved_arms()  # each arm's stack, CC and parameters
     if testbed is not None:
-        get_shaper(cfg.shaper, testbed).describe(cfg.condition)
+        get_shaper(cfg.shaper, testbed).check(cfg.condition)
         for a in arms:
             get_stack(a.stack).check_testbed(a, testbed)
     return pageset
@@ -278,11 +278,11 @@ class _Job:
                 tracing.start()
                 spec = replace(spec, qlog_dirs=tracing.ctx.qlog_dirs)
             servers = servers_for(cfg, tb, spec)
-            extra = {a: self._browser_traces(a) for a in cfg.arms}
-            for a, srv in servers.items():
+            extra = {name: self._browser_traces(name) for name in cfg.arms}
+            for name, srv in servers.items():
                 if srv.wants_client_netlog:
-                    extra[a].setdefault("net_log", tb.workdir("client") / f"netlog-{a}.json")
-                    srv.client_netlog = extra[a]["net_log"]
+                    extra[name].setdefault("net_log", tb.workdir("client") / f"netlog-{name}.json")
+                    srv.client_netlog = extra[name]["net_log"]
             for s in servers.values():
                 s.start()
             client = next(
@@ -368,7 +368,7 @@ class _Job:
                     )
                 if self.progress:
                     self.progress(arm, seq + 1, len(schedule))
-            versions = {a: s.version() for a, s in servers.items()}
+            versions: dict[str, Any] = {name: s.version() for name, s in servers.items()}
             versions["browser"] = next(iter(browsers.values())).version if browsers else None
             store.set_versions(cell_id, attempt, versions)
         finally:

@@ -215,21 +215,28 @@ def cell_cmd(
     traces: TracesOpt = None,
     yes: YesOpt = False,
     max_hours: MaxHoursOpt = MAX_HOURS,
+    force: Annotated[
+        bool, typer.Option(help="Add to a folder whose runs were made with other software.")
+    ] = False,
 ) -> None:
     """Measure one cell: the page over h2 and h3 under one condition, verified and stored.
 
     With --from DIR and --cell/--where: rerun a stored cell with its exact stored
-    configuration, as a new attempt beside the old ones (reports use the latest).
+    configuration, as a new attempt beside the old ones (reports use the latest). Into a
+    folder whose sweep or whose cell's latest attempt ran other software (Chromium,
+    Apache, the servers, quicbed): refused unless --force. A package's rerun folder is
+    the exception: its new attempt is there to be compared with the packaged one, and
+    the comparison printed names what differs.
     """
     from pathlib import Path
 
-    from quicbed.cell import run_cell, validate
+    from quicbed.cell import validate
     from quicbed.cellconfig import make_cell
     from quicbed.link.model import check_tcp_seconds
     from quicbed.paths import check_folder_target
     from quicbed.spec import PlannedCell
     from quicbed.store import DB_NAME, Store
-    from quicbed.sweep import check_budget
+    from quicbed.sweep import check_budget, run_cell_into
 
     check_tcp_seconds(receipt_tcp_seconds, "--receipt-tcp-seconds")
     packaged = None
@@ -278,8 +285,10 @@ def cell_cmd(
         def step(arm: str, done: int, total: int) -> None:
             bar.update(task, completed=done, description=f"cell {cfg.cell_id()}: {arm}")
 
-        result = run_cell(cfg, Path(out_dir), testbed=bed, traces=traces or "light",
-                          receipt_tcp_seconds=receipt_tcp_seconds, progress=step)  # fmt: skip
+        result = run_cell_into(cfg, Path(out_dir), testbed=bed,
+                               force=force or packaged is not None, traces=traces or "light",
+                               receipt_tcp_seconds=receipt_tcp_seconds,
+                               progress=step)  # fmt: skip
     if as_json:
         print_json(result.as_dict())
     else:

@@ -209,7 +209,7 @@ def measured_on(provenance: dict[str, Any] | None) -> dict[str, Any]:
             if not vals:
                 return None
             if len(set(vals.values())) == 1:
-                return next(iter(vals.values()))
+                return str(next(iter(vals.values())))
             return ", ".join(f"{r} {v}" for r, v in vals.items())
 
         def mach(key: str) -> Any:

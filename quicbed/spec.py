@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -112,7 +112,7 @@ class Scenario(BaseModel):
 
     @field_validator("rate", "rtt", "loss", "jitter", "queue", "pages", "modes")
     @classmethod
-    def _not_empty(cls, v: list) -> list:
+    def _not_empty(cls, v: list[Any]) -> list[Any]:
         if not v:
             raise ValueError("is empty: a grid needs at least one value")
         return v

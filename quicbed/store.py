@@ -335,7 +335,8 @@ class Store:
         row = self.db.execute("SELECT config FROM cells WHERE cell_id=?", (cell_id,)).fetchone()
         if row is None:
             raise QuicbedError(f"no cell {cell_id!r} in {self.root}")
-        return json.loads(row[0])
+        config: dict[str, Any] = json.loads(row[0])
+        return config
 
     def cells(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT cell_id FROM cells ORDER BY created")]

@@ -106,6 +106,29 @@ def test_cli_cell_bad_input_writes_nothing(prefix: str, tmp_path: Path) -> None:
         assert not (tmp_path / "r").exists()
 
 
+def test_cli_cell_into_a_sweep_of_other_software_is_refused(prefix: str, tmp_path: Path) -> None:
+    """``quicbed cell --out`` into a sweep's folder whose runs were made with another
+    Chromium: refused naming the versions (the software is read from the real testbed),
+    nothing measured, the folder as it was."""
+    import json
+
+    from quicbed.results import CHECKED_SOFTWARE, SWEEP_FILE
+
+    out = tmp_path / "sweep"
+    out.mkdir()
+    software = {**dict.fromkeys(CHECKED_SOFTWARE), "chromium": "Chromium 1.0"}
+    held = {"format": 1, "digest": "d", "spec": {"name": "old"}, "software": software}
+    (out / SWEEP_FILE).write_text(json.dumps(held))
+    (out / "sweep.lock").touch()  # as a sweep leaves its folder
+    before = sorted(p.name for p in out.iterdir())
+    cp = subprocess.run([*QB, "cell", "--out", str(out), "--prefix", prefix, "--page", "5kb",
+                         "--runs", "2"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert cp.returncode == 2, (cp.stdout, cp.stderr)
+    assert "holds sweep 'old'" in cp.stderr and "chromium (Chromium 1.0 -> " in cp.stderr
+    assert "--force" in cp.stderr
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
 def test_1rtt_mode_uses_a_fresh_context_per_load(prefix: str, tmp_path: Path, clean: None) -> None:
     cfg = make_cell(condition=make_condition(rate_mbit=50, rtt_ms=20), page="10kbx100", runs=2,
                     warmup=0, mode="1rtt", arms=("h3",))  # fmt: skip

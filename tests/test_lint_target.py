@@ -61,3 +61,19 @@ def test_mypy_overrides_name_real_modules(override: dict[str, object]) -> None:
     ours = [m for m in modules if m.split(".")[0] == "quicbed"]
     missing = [m for m in ours if not _module_exists(m)]
     assert not missing, f"pyproject.toml's mypy settings name modules that do not exist: {missing}"
+
+
+def test_every_module_is_type_checked_strictly() -> None:
+    """A new module is strict from its first commit: every module of the package and of
+    tools/ matches a pattern of the strict override in pyproject.toml."""
+    import fnmatch
+    import pkgutil
+
+    import quicbed
+
+    cfg = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    strict = next(o["module"] for o in cfg["overrides"] if o.get("disallow_untyped_defs"))
+    modules = ["quicbed"] + [m.name for m in pkgutil.walk_packages(quicbed.__path__, "quicbed.")]
+    modules += [p.stem for p in (REPO_ROOT / "tools").glob("*.py")]
+    loose = [m for m in modules if not any(fnmatch.fnmatch(m, pat) for pat in strict)]
+    assert loose == [], f"add to the strict mypy override in pyproject.toml: {loose}"

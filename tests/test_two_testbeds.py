@@ -148,3 +148,9 @@ def test_a_sweep_spreads_over_two_testbeds_and_survives_one(
     assert {r["testbed"] for r in rows} <= {inv_a, inv_b} and len(rows) == 2
     html = (out / "report" / "index.html").read_text()
     assert inv_a in html and 'id="testbed-list"' in html
+    # `run --hosts` makes it an ssh sweep, recorded in the stored spec, with the software
+    # read on the client host; the report's rerun command names the hosts again
+    held = json.loads((out / "sweep.json").read_text())
+    assert held["spec"]["testbed"] == "ssh" and held["testbed"]["kind"] == "ssh"
+    assert held["software"]["chromium"]
+    assert f"--testbed ssh --hosts {inv_a}" in html

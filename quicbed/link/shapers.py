@@ -176,7 +176,8 @@ class UserspaceShaper(Shaper):
         while time.monotonic() < deadline:
             text = tb.read_text("bridge", f)
             if text and text != before:
-                return json.loads(text)
+                counters: dict[str, Any] = json.loads(text)
+                return counters
             time.sleep(0.01)
         raise QuicbedError(f"{self.binary} (pid {pid}) did not write its counters")
 
