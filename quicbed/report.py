@@ -106,7 +106,7 @@ def page_kind(page: str) -> str:
     pages = _pages()
     if page not in pages:
         return "multi-object"  # not a page of ours (an old folder): the HAR-less default
-    return "single-object" if pages[page].count == 1 else "multi-object"
+    return "single-object" if pages[page].images == 1 else "multi-object"
 
 
 @functools.cache

@@ -256,7 +256,7 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
         c = pc.config
         rate = 1000.0 if c.condition.rate_mbit is None else c.condition.rate_mbit
         page = pageset.pages[c.page]
-        nbytes = page.image_bytes(pageset.kb) * page.count
+        nbytes = page.total_image_bytes(pageset.kb)
         load = 4 * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
         total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * (3 * load + 0.5)
     return total

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.paths import REPO_ROOT
@@ -27,30 +27,84 @@ _JPEG_HEAD = bytes.fromhex("ffd8ffe000104a46494600010100000100010000")
 _JPEG_TAIL = bytes.fromhex("ffd9")
 
 
-class PageDef(BaseModel):
+def _check_size(v: str | None) -> str | None:
+    if v is not None and not _SIZE_RE.match(v):
+        raise ValueError(f"size {v!r} is not like 5KB, 1MB or 300B")
+    return v
+
+
+def _check_count(v: int | None) -> int | None:
+    if v is not None and v < 1:
+        raise ValueError(f"count must be >= 1 (got {v})")
+    return v
+
+
+def size_bytes(size: str, kb: int) -> int:
+    """``15KB`` -> 15 x kb bytes (the page set's unit)."""
+    m = _SIZE_RE.match(size)
+    assert m
+    n, unit = int(m.group(1)), m.group(2)
+    return n * {"B": 1, "KB": kb, "MB": kb * kb}[unit]
+
+
+class PagePart(BaseModel):
+    """``count`` images of ``size`` each: one part of a page of mixed image sizes."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     size: str
     count: int
 
-    @field_validator("size")
-    @classmethod
-    def _size(cls, v: str) -> str:
-        if not _SIZE_RE.match(v):
-            raise ValueError(f"size {v!r} is not like 5KB, 1MB or 300B")
-        return v
+    _size = field_validator("size")(_check_size)
+    _count = field_validator("count")(_check_count)
 
-    @field_validator("count")
-    @classmethod
-    def _count(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError(f"count must be >= 1 (got {v})")
-        return v
+
+class PageDef(BaseModel):
+    """A page: ``count`` images of one ``size``, or ``parts``, a list of (size, count)
+    whose images follow one another in the listed order (``img-000.jpg`` first)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    size: str | None = None
+    count: int | None = None
+    parts: tuple[PagePart, ...] | None = None
+
+    _size = field_validator("size")(_check_size)
+    _count = field_validator("count")(_check_count)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> PageDef:
+        if self.parts is not None:
+            if self.size is not None or self.count is not None:
+                raise ValueError("give either size and count, or parts, not both")
+            if not self.parts:
+                raise ValueError("parts is empty: a page has at least one image")
+        elif self.size is None or self.count is None:
+            raise ValueError("a page needs size and count (or parts: [{size, count}, ...])")
+        return self
+
+    def all_parts(self) -> tuple[PagePart, ...]:
+        if self.parts is not None:
+            return self.parts
+        assert self.size is not None and self.count is not None
+        return (PagePart(size=self.size, count=self.count),)
+
+    @property
+    def images(self) -> int:
+        """How many images the page has (its objects besides the HTML)."""
+        return sum(p.count for p in self.all_parts())
+
+    def image_sizes(self, kb: int) -> list[int]:
+        """The byte size of each image, in file order."""
+        return [size_bytes(p.size, kb) for p in self.all_parts() for _ in range(p.count)]
 
     def image_bytes(self, kb: int) -> int:
-        m = _SIZE_RE.match(self.size)
-        assert m
-        n, unit = int(m.group(1)), m.group(2)
-        return n * {"B": 1, "KB": kb, "MB": kb * kb}[unit]
+        """The size of each image of a page of one image size."""
+        if self.parts is not None:
+            raise QuicbedError("a page of parts has images of several sizes (image_sizes)")
+        assert self.size is not None
+        return size_bytes(self.size, kb)
+
+    def total_image_bytes(self, kb: int) -> int:
+        return sum(self.image_sizes(kb))
 
 
 class PageSet(BaseModel):
@@ -127,21 +181,25 @@ def generate(
         p = ps.pages[name]
         d = root / name
         d.mkdir(parents=True, exist_ok=True)
-        files = {"index.html": html(name, p.count)}
-        size = p.image_bytes(ps.kb)
-        for i in range(p.count):
+        files = {"index.html": html(name, p.images)}
+        sizes = p.image_sizes(ps.kb)
+        for i, size in enumerate(sizes):
             files[f"img-{i:03d}.jpg"] = body(name, i, size)
         for fname, data in files.items():
             _write_if_changed(d / fname, data)
-        manifest["pages"][name] = {
+        entry: dict[str, Any] = {
             "objects": len(files),
             "bytes": sum(len(b) for b in files.values()),
-            "image_bytes": size,
-            "files": {
-                f: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()}
-                for f, b in files.items()
-            },
         }
+        if p.parts is None:  # one image size (the entries made before parts existed)
+            entry["image_bytes"] = sizes[0]
+        else:
+            entry["parts"] = [{"image_bytes": size_bytes(x.size, ps.kb), "count": x.count}
+                              for x in p.parts]  # fmt: skip
+        entry["files"] = {
+            f: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for f, b in files.items()
+        }
+        manifest["pages"][name] = entry
     manifest["kb"] = ps.kb
     _write_if_changed(mpath, json.dumps(manifest, indent=1, sort_keys=True).encode())
     return manifest
