@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from quicbed.arms import ArmSettings, pairs, parse_pairs
 from quicbed.cellconfig import CellConfig, Rate, cell_default, make_cell
 from quicbed.errors import QuicbedError, from_validation
-from quicbed.link.model import MAX_TCP_SECONDS, LinkCondition, make_condition
+from quicbed.link.model import MAX_TCP_SECONDS, LinkCondition, make_condition, parse_queue
 from quicbed.yamlfile import read_yaml
 
 SPEC_FORMAT = 1
@@ -97,6 +97,9 @@ class Scenario(BaseModel):
     rate: list[Rate]
     rtt: list[float]
     loss: list[float] = [_link_default("loss_pct")]  # type: ignore[list-item]
+    #: loss on the downlink only (server -> client) in %, the uplink lossless: instead
+    #: of ``loss`` (end to end, split evenly between the directions)
+    loss_down: list[float] | None = None
     jitter: list[float] = [_link_default("jitter_ms")]  # type: ignore[list-item]
     jitter_kind: Literal["none", "reorder", "smooth"] = "none"
     queue: list[str] = [_link_default("queue")]  # type: ignore[list-item]
@@ -110,12 +113,25 @@ class Scenario(BaseModel):
 
     _arms = field_validator("arms", mode="before")(_arms_field)
 
-    @field_validator("rate", "rtt", "loss", "jitter", "queue", "pages", "modes")
+    @field_validator("rate", "rtt", "loss", "loss_down", "jitter", "queue", "pages", "modes")
     @classmethod
-    def _not_empty(cls, v: list[Any]) -> list[Any]:
-        if not v:
+    def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
+        if v is not None and not v:
             raise ValueError("is empty: a grid needs at least one value")
         return v
+
+    @model_validator(mode="after")
+    def _one_loss(self) -> Scenario:
+        if self.loss_down is not None and any(x != 0 for x in self.loss):
+            raise ValueError("give loss (end to end, split evenly) or loss_down (the "
+                             "downlink only), not both")  # fmt: skip
+        return self
+
+    def losses(self) -> list[tuple[float, float | None, float | None]]:
+        """(loss_pct, loss_down_pct, loss_up_pct) of each loss of the grid."""
+        if self.loss_down is None:
+            return [(x, None, None) for x in self.loss]
+        return [(0.0, x, 0.0) for x in self.loss_down]
 
 
 class SweepSpec(BaseModel):
@@ -162,7 +178,7 @@ class SweepSpec(BaseModel):
         if not body["statistics"]["pairs"]:
             body["statistics"].pop("pairs")
         for sc in body["scenarios"].values():
-            for key in ("arms", "cc"):
+            for key in ("arms", "cc", "loss_down"):
                 if sc[key] is None:
                     sc.pop(key)
         blob = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -206,11 +222,13 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                 raise QuicbedError(
                     f"{where}.pages: unknown page {page!r} (defined: {', '.join(pageset.pages)})"
                 )
-        grid = itertools.product(sc.rate, sc.rtt, sc.loss, sc.jitter, sc.queue, sc.modes, sc.pages)
-        for rate, rtt, loss, jitter, queue, mode, page in grid:
+        grid = itertools.product(sc.rate, sc.rtt, sc.losses(), sc.jitter, sc.queue, sc.modes,
+                                 sc.pages)  # fmt: skip
+        for rate, rtt, (loss, down, up), jitter, queue, mode, page in grid:
             try:
                 cond = make_condition(
-                    rate_mbit=rate, rtt_ms=rtt, loss_pct=loss, jitter_ms=jitter,
+                    rate_mbit=rate, rtt_ms=rtt, loss_pct=loss, loss_down_pct=down,
+                    loss_up_pct=up, jitter_ms=jitter,
                     jitter_kind=sc.jitter_kind if jitter else "none", queue=queue,
                     seed=d.seed, count=d.count,
                 )  # fmt: skip
@@ -238,6 +256,62 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             raise QuicbedError(f"{source}: statistics.pairs: pair {a}/{b}: no cell has both "
                                f"arms (each pair is compared where a cell has both)")  # fmt: skip
     return cells
+
+
+#: a queue that holds fewer packets of PACKET_BYTES than this is flagged (issue 14, the
+#: beta study's seed): its results say more about the small buffer than about the
+#: transport, and below MIN_QUEUE_FRAMES frames the link holds more than was asked for
+SMALL_QUEUE_PACKETS = 10
+PACKET_BYTES = 1500
+
+
+def queue_warning(cond: LinkCondition) -> str | None:
+    """Why ``cond``'s queue is small, or None.
+
+    Flagged: a queue (2 x BDP by default, or the spec's) of fewer than
+    SMALL_QUEUE_PACKETS packets of 1500 B; and a BDP under that many packets, where the
+    default 2 x BDP queue is a few dozen packets at most, so a sender's whole window is
+    a handful of packets and one loss or one backoff step is a large share of it
+    (the seed's example: 10 Mbit/s x 10 ms is a BDP of 8.3 packets).
+    """
+    if cond.rate_mbit is None:
+        return None
+    kind, value = parse_queue(cond.queue)
+    bdp = cond.bdp_bytes() or 0
+    asked = {"bytes": value, "packets": value * PACKET_BYTES, "bdp": value * bdp}[kind]
+    small = SMALL_QUEUE_PACKETS * PACKET_BYTES
+    what = f"{cond.rate_mbit:g} Mbit/s x {cond.rtt():g} ms"
+    if asked < small:
+        held, packets = cond.queue_limit()
+        holds = f"{packets} packets" if held is None else f"{held} B"
+        return (f"{what}: queue {cond.queue} is {asked / PACKET_BYTES:.1f} packets of "
+                f"{PACKET_BYTES} B (BDP {bdp} B), below ~{SMALL_QUEUE_PACKETS}; the link "
+                f"holds {holds}")  # fmt: skip
+    if bdp < small:
+        return (f"{what}: the BDP is {bdp / PACKET_BYTES:.1f} packets of {PACKET_BYTES} B, "
+                f"below ~{SMALL_QUEUE_PACKETS} (queue {cond.queue}: "
+                f"{asked / PACKET_BYTES:.1f} packets): a window of a few packets")  # fmt: skip
+    return None
+
+
+def plan_warnings(cells: list[PlannedCell]) -> list[str]:
+    """One line per small queue of ``cells`` (rate, RTT and queue), naming its scenarios
+    and how many link conditions (losses, jitters) have it, in plan order."""
+    found: dict[str, tuple[list[str], set[str]]] = {}
+    for pc in cells:
+        cond = pc.config.condition
+        w = queue_warning(cond)
+        if w is None:
+            continue
+        scenarios, conds = found.setdefault(w, ([], set()))
+        if pc.scenario not in scenarios:
+            scenarios.append(pc.scenario)
+        conds.add(json.dumps(cond.model_dump(mode="json"), sort_keys=True))
+    return [
+        f"small queue ({', '.join(sc)}; {len(conds)} link condition"
+        f"{'s' if len(conds) > 1 else ''}): {w}"
+        for w, (sc, conds) in found.items()
+    ]
 
 
 #: an opening or closing spot check of the link (quicbed.link.proof), with margin

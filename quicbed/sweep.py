@@ -40,7 +40,7 @@ from quicbed.results import (
     write_sweep,
 )
 from quicbed.shard import Shard, select
-from quicbed.spec import PlannedCell, SweepSpec, estimate_seconds, plan
+from quicbed.spec import PlannedCell, SweepSpec, estimate_seconds, plan, plan_warnings
 from quicbed.store import DB_NAME, Store, now
 from quicbed.testbed.base import Testbed
 from quicbed.testbed.local import LocalTestbed
@@ -182,6 +182,10 @@ def check_budget(
     """
     if not (0 < max_hours < math.inf):
         raise QuicbedError(f"--max-hours must be a number of hours > 0 (got {max_hours:g})")
+    from quicbed.console import warn
+
+    for w in plan_warnings(cells):  # the plan's warnings (small queues), before measuring
+        warn(w)
     est = estimate_seconds(cells, RECEIPT_SECONDS + 2 * (receipt_tcp_seconds + 2))
     if est > max_hours * 3600 and not yes:
         what = "cell" if len(cells) == 1 else "cells"
