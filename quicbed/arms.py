@@ -24,10 +24,12 @@ from quicbed.errors import QuicbedError, from_validation
 BUILTIN_ARMS = {"h2": "apache", "h3": "quic-go", "h3-quiche": "quiche",
                 "h3-gquiche": "gquiche", "gquic": "gquic"}  # fmt: skip
 #: parameters an arm may set besides its stack and CC; a stack lists which it takes
-PARAMS = ("cubic_n", "cubic_beta", "quic_version", "tls")
+#: (the TCP options, tcp_sack ... rmem, are a TCP arm's: quicbed.tcpopts)
+TCP_OPTIONS = ("tcp_sack", "tcp_ecn", "tcp_window_scaling", "tcp_fastopen", "initcwnd", "rmem")
+PARAMS = ("cubic_n", "cubic_beta", "quic_version", "tls", *TCP_OPTIONS)
 #: settings added after cells were first stored: left out of a dump while unset, so
 #: cells and specs that do not use them keep their IDs and digests
-_LATER = ("quic_version", "tls")
+_LATER = ("quic_version", "tls", *TCP_OPTIONS)
 #: QUIC arms of one cell listen on these UDP ports, in arm order (one socket per port)
 QUIC_PORTS = (443, 4433, 4434, 4435, 4436, 4437)
 TCP_PORT = 443
@@ -44,6 +46,14 @@ class ArmSettings(BaseModel):
     cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
     quic_version: str | None = Field(default=None, description="gQUIC version, e.g. Q039")
     tls: str | None = Field(default=None, description="TLS version of a TCP arm: 1.2 or 1.3")
+    # TCP options of a TCP arm, on both ends (quicbed.tcpopts); unset: the host's default
+    tcp_sack: bool | None = Field(default=None, description="net.ipv4.tcp_sack")
+    tcp_ecn: int | None = Field(default=None, description="net.ipv4.tcp_ecn: 0, 1 or 2")
+    tcp_window_scaling: bool | None = Field(default=None,
+                                            description="net.ipv4.tcp_window_scaling")  # fmt: skip
+    tcp_fastopen: int | None = Field(default=None, description="net.ipv4.tcp_fastopen (bits)")
+    initcwnd: int | None = Field(default=None, description="initial window (route), segments")
+    rmem: str | None = Field(default=None, description="receive-buffer preset, e.g. ws2")
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
@@ -70,7 +80,8 @@ class Arm:
     port: int = 443
 
     def describe(self) -> str:
-        extra = "".join(f", {k} {v:g}" if isinstance(v, float | int) else f", {k} {v}"
+        extra = "".join(f", {k} {str(v).lower()}" if isinstance(v, bool) else
+                        f", {k} {v:g}" if isinstance(v, float | int) else f", {k} {v}"
                         for k, v in self.params.items())  # fmt: skip
         return f"{self.name} ({self.stack}, {self.cc}{extra})"
 

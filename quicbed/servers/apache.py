@@ -13,8 +13,8 @@ import re
 from contextlib import ExitStack
 from typing import Any
 
-from quicbed import hostparam
-from quicbed.arms import Arm
+from quicbed import hostparam, tcpopts
+from quicbed.arms import TCP_OPTIONS, Arm
 from quicbed.errors import QuicbedError
 from quicbed.servers.base import WebServer
 from quicbed.testbed.base import RPath, Testbed
@@ -55,8 +55,10 @@ class ApacheServer(WebServer):
     log_name = "access.log"
     ccs = TCP_CCS
     #: Linux CUBIC's beta: host-wide (quicbed.hostparam), set while the server runs;
-    #: tls: the one TLS version Apache offers (default: the apache_h2 role's, TLS 1.3)
-    params = ("cubic_beta", "tls")
+    #: tls: the one TLS version Apache offers (default: the apache_h2 role's, TLS 1.3);
+    #: the TCP options (quicbed.tcpopts), on both ends while the server runs, verified
+    #: per load from the SYN and SYN-ACK
+    params = ("cubic_beta", "tls", *TCP_OPTIONS)
 
     @classmethod
     def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:
@@ -66,6 +68,7 @@ class ApacheServer(WebServer):
         if "tls" in params and params["tls"] not in TLS_VERSIONS:
             raise QuicbedError(f"arm {arm}: tls {params['tls']!r} is not one of "
                                f"{', '.join(TLS_VERSIONS)}")  # fmt: skip
+        tcpopts.check(arm, params)
 
     @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
@@ -79,13 +82,18 @@ class ApacheServer(WebServer):
 
     def start(self, timeout: float = 20) -> None:
         self._held = ExitStack()
-        if "cubic_beta" in self.arm.params:
-            self._held.enter_context(
-                hostparam.tcp_cubic_beta(
-                    self.tb, self.arm.params["cubic_beta"], hostparam.holder_of(self.tb)
-                )
-            )
+        self._syns: tcpopts.SynCapture | None = None
         try:
+            if "cubic_beta" in self.arm.params:
+                self._held.enter_context(
+                    hostparam.tcp_cubic_beta(
+                        self.tb, self.arm.params["cubic_beta"], hostparam.holder_of(self.tb)
+                    )
+                )
+            if tcpopts.wanted(self.arm.params):
+                self._held.enter_context(tcpopts.applied(self.tb, self.arm.params))
+                self._syns = tcpopts.SynCapture(self.tb, self.arm.port, self.arm.name)
+                self._held.callback(self._syns.abort)
             super().start(timeout)
         except BaseException:
             self._held.close()
@@ -132,8 +140,26 @@ class ApacheServer(WebServer):
             "tls_versions": sorted({r["tls"] for r in reqs}),
         }
 
+    def mark(self) -> None:
+        """Also starts the load's SYN capture, when the arm sets TCP options."""
+        super().mark()
+        syns = getattr(self, "_syns", None)  # set by start
+        if syns is not None:
+            syns.begin()
+
     def observe(self) -> dict[str, Any]:
-        """``cc``: what the server's kernel says its connections to port 443 run."""
+        """``cc``: what the server's kernel says its connections to port 443 run; with
+        TCP options, the load's SYN and SYN-ACK (``tcp_syn``) and the kernels' values."""
+        facts = self._observe_cc()
+        syns = getattr(self, "_syns", None)
+        if syns is not None:
+            facts.update(syns.end())
+            kernel = tcpopts.read_kernel(self.tb, self.arm.params)
+            if kernel:
+                facts["tcp_kernel"] = kernel
+        return facts
+
+    def _observe_cc(self) -> dict[str, Any]:
         cp = self.tb.exec(
             "server",
             ["ss", "-tinH", "state", "established", f"( sport = :{self.arm.port} )"],
@@ -150,8 +176,9 @@ class ApacheServer(WebServer):
 
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
         """CUBIC's beta in the kernel's own 1/1024 units, as read from the host; the TLS
-        version of every request, from Apache's own log."""
-        reasons = []
+        version of every request, from Apache's own log; the TCP options from the load's
+        handshakes (quicbed.tcpopts.evidence)."""
+        reasons = tcpopts.evidence(self.arm.params, facts)
         if "tls" in self.arm.params:
             want = TLS_VERSIONS[self.arm.params["tls"]]
             if facts.get("tls_versions") != [want]:

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from quicbed.arms import Arm
+from quicbed.arms import TCP_OPTIONS, Arm
 from quicbed.errors import QuicbedError
 from quicbed.testbed.base import Process, RPath, Testbed
 
@@ -77,6 +77,10 @@ class WebServer(ABC):
                 f"(it has {', '.join(cls.ccs)}; give the arm its own, e.g. {arm}:cc={cls.ccs[0]})"
             )
         for key in params:
+            if key in TCP_OPTIONS and cls.transport != "tcp":
+                raise QuicbedError(f"arm {arm}: {key} is a TCP option, and {cls.name} runs QUIC "
+                                   f"over UDP (set it on the cell's TCP arm, e.g. "
+                                   f"h2:{key}=...)")  # fmt: skip
             if key not in cls.params:
                 has = f"it takes {', '.join(cls.params)}" if cls.params else "it takes none"
                 raise QuicbedError(f"arm {arm}: {cls.name} has no parameter {key} ({has})")

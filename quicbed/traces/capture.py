@@ -123,8 +123,7 @@ class CaptureTracer(Tracer):
     def start(self, ctx: TraceContext) -> None:
         self.ctx = ctx
         tb = ctx.testbed
-        find = getattr(tb, "experiment_interface", None)  # hosts name their interfaces
-        self.iface = find("client", tb.client_ip) if find else "eth0"
+        self.iface = client_interface(tb)
         tb.mkdir("client", self._dir(tb))
 
     def _dir(self, tb: Testbed) -> RPath:
@@ -142,17 +141,8 @@ class CaptureTracer(Tracer):
                 "-c", str(self.max_packets), "-U", "--immediate-mode", "-B", "8192",
                 "-n", "-Z", "root",  # keep root: the file is made after privileges drop
                 "host", tb.server_ip]  # fmt: skip
-        t0 = time.monotonic()
-        p = tb.spawn("client", argv, log=log)
-        deadline = t0 + LISTEN_TIMEOUT_S
-        while not _LISTENING.search(tb.read_text("client", log)):
-            if p.poll() is not None or time.monotonic() > deadline:
-                said = tb.read_text("client", log).strip().splitlines()[-1:] or ["nothing"]
-                p.stop()
-                raise QuicbedError(f"tcpdump did not start listening on {self.iface} of "
-                                   f"{tb.name('client')}: {said[0]}")  # fmt: skip
-            time.sleep(0.01)
-        self.running[stem] = _Running(p, pcap, log, time.monotonic() - t0)
+        p, started_s = start_tcpdump(tb, "client", argv, log)
+        self.running[stem] = _Running(p, pcap, log, started_s)
 
     def end(self, trace: LoadTrace) -> None:
         assert self.ctx is not None
@@ -168,9 +158,8 @@ class CaptureTracer(Tracer):
                 cpu = tb.cpu_seconds("client", run.process.pid)
             except (QuicbedError, OSError, ValueError, IndexError):
                 cpu = None
-        t0 = time.monotonic()
-        run.process.stop(timeout=5)
-        self.pending[stem] = (trace, run, cpu, 0.0 if cut_early else time.monotonic() - t0)
+        stop_s = stop_tcpdump(run.process)
+        self.pending[stem] = (trace, run, cpu, 0.0 if cut_early else stop_s)
 
     def finish(self, traces: list[LoadTrace]) -> None:
         """Compress each capture into its load's folder (after the loads, so the time
@@ -211,6 +200,40 @@ class CaptureTracer(Tracer):
         self.running.clear()
         if self.ctx is not None:
             self.ctx.testbed.remove("client", self._dir(self.ctx.testbed))
+
+
+def client_interface(tb: Testbed) -> str:
+    """The client's experiment interface: ``eth0`` in the client namespace; on hosts the
+    interface that holds the client's address."""
+    find = getattr(tb, "experiment_interface", None)  # hosts name their interfaces
+    return str(find("client", tb.client_ip)) if find else "eth0"
+
+
+def start_tcpdump(tb: Testbed, role: str, argv: list[str], log: RPath) -> tuple[Process, float]:
+    """Spawn ``argv`` (a tcpdump command) on ``role`` with its messages in ``log`` and
+    return once it says it is listening: the process and the seconds that took. A
+    tcpdump that exits or stays silent for :data:`LISTEN_TIMEOUT_S` is stopped and
+    raises, with its last message. Also the SYN captures of quicbed.tcpopts."""
+    t0 = time.monotonic()
+    p = tb.spawn(role, argv, log=log)
+    deadline = t0 + LISTEN_TIMEOUT_S
+    while not _LISTENING.search(tb.read_text(role, log)):
+        if p.poll() is not None or time.monotonic() > deadline:
+            said = tb.read_text(role, log).strip().splitlines()[-1:] or ["nothing"]
+            p.stop()
+            iface = argv[argv.index("-i") + 1] if "-i" in argv else "its interface"
+            raise QuicbedError(f"tcpdump did not start listening on {iface} of "
+                               f"{tb.name(role)}: {said[0]}")  # fmt: skip
+        time.sleep(0.01)
+    return p, time.monotonic() - t0
+
+
+def stop_tcpdump(p: Process) -> float:
+    """Stop a tcpdump by its PID (SIGTERM, wait: it writes out what it buffered and
+    exits, so its file is complete); the seconds that took."""
+    t0 = time.monotonic()
+    p.stop(timeout=5)
+    return time.monotonic() - t0
 
 
 def _int(rx: re.Pattern[str], text: str) -> int | None:
