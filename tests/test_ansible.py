@@ -150,6 +150,7 @@ def test_local_playbook_is_idempotent(root: None) -> None:
     assert set(sums) == {
         "quicbed-linkem",
         "quicbed-h3server",
+        "quicbed-bulk",
         "quicbed-quiche-server",
         "quicbed-gquic-server",
     }

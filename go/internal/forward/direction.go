@@ -275,11 +275,14 @@ type Stats struct {
 	SocketDrops     uint64 `json:"socket_drops"`
 	MaxQueueBytes   int64  `json:"max_queue_bytes"`
 	MaxQueuePackets int64  `json:"max_queue_packets"`
-	Reordered       uint64 `json:"reordered"`
-	LateUsP50       int64  `json:"late_us_p50"`
-	LateUsP99       int64  `json:"late_us_p99"`
-	LateUsMax       int64  `json:"late_us_max"`
-	Pipe            string `json:"pipe"`
+	// QueueBytes and QueuePackets are the FIFO's occupancy when the snapshot was taken.
+	QueueBytes   int64  `json:"queue_bytes"`
+	QueuePackets int64  `json:"queue_packets"`
+	Reordered    uint64 `json:"reordered"`
+	LateUsP50    int64  `json:"late_us_p50"`
+	LateUsP99    int64  `json:"late_us_p99"`
+	LateUsMax    int64  `json:"late_us_max"`
+	Pipe         string `json:"pipe"`
 }
 
 // Snapshot reads the counters; socketDrops accumulates across calls.
@@ -293,6 +296,7 @@ func (d *Direction) Snapshot(socketDrops uint64) Stats {
 	}
 	d.mu.Lock()
 	s.MaxQueueBytes, s.MaxQueuePackets = d.pipe.MaxQueueBytes, d.pipe.MaxQueuePackets
+	s.QueueBytes, s.QueuePackets = d.pipe.Occupancy(time.Duration(monotonic()))
 	d.mu.Unlock()
 	d.lateMu.Lock()
 	defer d.lateMu.Unlock()

@@ -335,6 +335,9 @@ func TestFullQueueDropsTheTail(t *testing.T) {
 			if s.TxPackets != uint64(tc.kept) || s.QueueDrops != uint64(burst-tc.kept) {
 				t.Fatalf("tx_packets %d queue_drops %d, want %d and %d", s.TxPackets, s.QueueDrops, tc.kept, burst-tc.kept)
 			}
+			if s.QueuePackets != 0 || s.QueueBytes != 0 {
+				t.Fatalf("the queue still holds %d packets %d bytes after the burst left", s.QueuePackets, s.QueueBytes)
+			}
 			if s.MaxQueuePackets != int64(tc.kept) || s.MaxQueueBytes != tc.maxQBytes {
 				t.Fatalf("max queue %d packets %d bytes, want %d and %d",
 					s.MaxQueuePackets, s.MaxQueueBytes, tc.kept, tc.maxQBytes)

@@ -158,6 +158,20 @@ func (q *Pipe) String() string {
 		q.p.Loss, queue, rate, count, q.p.Delay, q.p.Jitter, q.p.Kind)
 }
 
+// Occupancy is what the FIFO holds at now: the bytes (counted as Params.CountIP
+// says) and packets whose serialization has not completed, the one on the wire
+// included. It reads the state without changing it; now must not be earlier than
+// the last Offer's.
+func (q *Pipe) Occupancy(now time.Duration) (bytes, packets int64) {
+	for _, e := range q.fifo[q.fifoHead:] {
+		if e.departure > now {
+			bytes += e.size
+			packets++
+		}
+	}
+	return bytes, packets
+}
+
 // Offer passes a frame of frameLen bytes arriving at now through the pipe. It
 // returns when to release the frame, or why it was dropped. Times are on any
 // monotonic clock; the model never reads a clock itself.

@@ -232,3 +232,30 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestOccupancyCountsWhatHasNotLeft(t *testing.T) {
+	q := mustPipe(t, Params{RateBps: rate1ms, QueuePackets: 10}, 1, "up")
+	for i := 0; i < 3; i++ { // 1514-byte frames serialize in 1 ms each: depart at 1, 2, 3 ms
+		if _, v := q.Offer(0, 1514); v != Forward {
+			t.Fatalf("frame %d dropped", i)
+		}
+	}
+	for _, tc := range []struct {
+		at             time.Duration
+		bytes, packets int64
+	}{
+		{0, 3 * 1514, 3}, {time.Millisecond / 2, 3 * 1514, 3}, {time.Millisecond, 2 * 1514, 2},
+		{2500 * time.Microsecond, 1514, 1}, {3 * time.Millisecond, 0, 0}, {time.Second, 0, 0},
+	} {
+		if b, p := q.Occupancy(tc.at); b != tc.bytes || p != tc.packets {
+			t.Fatalf("at %v: %d bytes %d packets, want %d and %d", tc.at, b, p, tc.bytes, tc.packets)
+		}
+	}
+	// reading changes nothing: the queue is still full at 0 and takes no 11th frame early
+	if b, p := q.Occupancy(0); b != 3*1514 || p != 3 {
+		t.Fatalf("a read changed the state: %d bytes %d packets", b, p)
+	}
+	if q.MaxQueuePackets != 3 {
+		t.Fatalf("max %d packets", q.MaxQueuePackets)
+	}
+}

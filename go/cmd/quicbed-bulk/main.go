@@ -1,0 +1,364 @@
+// quicbed-bulk downloads one object (or the same object again and again for a given
+// time) over HTTP/2 on TCP+TLS 1.3 or HTTP/3 on QUIC, discards the body and prints
+// JSON lines: a sample of the bytes received so far every -interval, and a final
+// record with the bytes, the completion time and the goodput. One program for both
+// arms, so the client side of a bulk or compete experiment is the same code: Go's
+// net/http with its bundled HTTP/2 (golang.org/x/net/http2, forced: -proto h2 fails
+// rather than fall back to HTTP/1.1) and quic-go's http3 client.
+//
+//	quicbed-bulk -proto h2|h3 -url https://10.10.1.1/bulk/100MB.bin -ca ca.pem
+//	             [-addr 10.10.1.1:443] [-duration 10s] [-interval 100ms]
+//	             [-start-at UNIX_NS] [-linger 1s] [-flow NAME]
+//
+// Without -duration it downloads the object once; with it, it requests the object
+// back to back on one connection until the duration is up, then cancels. Times in
+// the records are seconds since the start (-start-at, when given: flows of a
+// compete experiment start together or staggered on the client's clock).
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// Receive windows, the same for both arms: large enough for 100 Mbit/s at 336 ms
+// (112 ms base RTT with a full 2 x BDP queue) so flow control never limits a flow.
+const (
+	streamWindow = 16 << 20
+	connWindow   = 32 << 20
+)
+
+// config is one download.
+type config struct {
+	Proto    string
+	URL      string
+	CA       string
+	Duration time.Duration
+	Interval time.Duration
+	StartAt  time.Time // zero: now
+	Linger   time.Duration
+	Flow     string
+	Addr     string // dial this address instead of the URL's host (whose name TLS checks)
+}
+
+// record is one JSON line of output.
+type record map[string]any
+
+type emitter struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+func (e *emitter) emit(r record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_ = e.enc.Encode(r)
+}
+
+func main() {
+	var c config
+	var startAt int64
+	flag.StringVar(&c.Proto, "proto", "h2", "h2 (TCP+TLS 1.3) or h3 (QUIC)")
+	flag.StringVar(&c.URL, "url", "", "the object's https URL")
+	flag.StringVar(&c.CA, "ca", "", "PEM file of the CA that signed the server's certificate")
+	flag.DurationVar(&c.Duration, "duration", 0, "download for this long (repeating the object); 0: the object once")
+	flag.DurationVar(&c.Interval, "interval", 100*time.Millisecond, "time between samples")
+	flag.Int64Var(&startAt, "start-at", 0, "start at this time (Unix nanoseconds on this machine's clock); 0: now")
+	flag.DurationVar(&c.Linger, "linger", 0, "keep the connection open this long after the final record")
+	flag.StringVar(&c.Flow, "flow", "", "a name for this flow, echoed in every record")
+	flag.StringVar(&c.Addr, "addr", "", "connect to this host:port instead of the URL's (the URL's host is still the TLS server name)")
+	flag.Parse()
+	if startAt > 0 {
+		c.StartAt = time.Unix(0, startAt)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "quicbed-bulk:", err)
+		os.Exit(1)
+	}
+}
+
+func (c config) check() error {
+	switch {
+	case c.Proto != "h2" && c.Proto != "h3":
+		return fmt.Errorf("-proto must be h2 or h3 (got %q)", c.Proto)
+	case c.URL == "":
+		return errors.New("-url is required")
+	case c.CA == "":
+		return errors.New("-ca is required")
+	case c.Interval <= 0:
+		return errors.New("-interval must be > 0")
+	case c.Duration < 0:
+		return errors.New("-duration must be >= 0")
+	}
+	return nil
+}
+
+func tlsConfig(caFile string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", caFile)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}, nil
+}
+
+// client is one arm's HTTP client and what it learned about its connection.
+type client struct {
+	http     *http.Client
+	close    func()
+	mu       sync.Mutex
+	local    string
+	remote   string
+	quicConn *quic.Conn
+	// when the first connection was ready (Unix ns): h2 from the request's trace,
+	// h3 from the dial (quic-go's http3 client calls no trace hook for it)
+	connectedAt atomic.Int64
+}
+
+func (cl *client) setAddrs(local, remote net.Addr) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.local, cl.remote = local.String(), remote.String()
+}
+
+func newClient(c config, tlsCfg *tls.Config) *client {
+	cl := &client{}
+	if c.Proto == "h2" {
+		tr := &http.Transport{
+			TLSClientConfig:    tlsCfg,
+			ForceAttemptHTTP2:  true,
+			DisableCompression: true,
+			HTTP2: &http.HTTP2Config{
+				MaxReceiveBufferPerStream:     streamWindow,
+				MaxReceiveBufferPerConnection: connWindow,
+			},
+		}
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetHTTP2(true) // HTTP/2 only: no silent fall-back to HTTP/1.1
+		if c.Addr != "" {
+			d := &net.Dialer{}
+			tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, network, c.Addr)
+			}
+		}
+		cl.http = &http.Client{Transport: tr}
+		cl.close = tr.CloseIdleConnections
+		return cl
+	}
+	tr := &http3.Transport{
+		TLSClientConfig:    tlsCfg,
+		DisableCompression: true,
+		QUICConfig: &quic.Config{
+			MaxStreamReceiveWindow:     streamWindow,
+			MaxConnectionReceiveWindow: connWindow,
+		},
+		Dial: func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+			if c.Addr != "" {
+				addr = c.Addr
+			}
+			conn, err := quic.DialAddr(ctx, addr, tc, qc)
+			if err == nil {
+				cl.connectedAt.CompareAndSwap(0, time.Now().UnixNano())
+				cl.setAddrs(conn.LocalAddr(), conn.RemoteAddr())
+				cl.mu.Lock()
+				cl.quicConn = conn
+				cl.mu.Unlock()
+			}
+			return conn, err
+		},
+	}
+	cl.http = &http.Client{Transport: tr}
+	cl.close = func() { _ = tr.Close() }
+	return cl
+}
+
+// countingDiscard counts what it is given, atomically, so the sampler can read it.
+type countingDiscard struct{ n *atomic.Int64 }
+
+func (w countingDiscard) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+// run does one download and writes its records to out.
+func run(ctx context.Context, c config, out io.Writer) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	tlsCfg, err := tlsConfig(c.CA)
+	if err != nil {
+		return err
+	}
+	em := &emitter{enc: json.NewEncoder(out)}
+	cl := newClient(c, tlsCfg)
+	defer cl.close()
+
+	start := time.Now()
+	if !c.StartAt.IsZero() {
+		if wait := time.Until(c.StartAt); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		start = time.Now()
+	}
+	lag := time.Duration(0) // how late this flow started against the time it was told
+	if !c.StartAt.IsZero() {
+		lag = start.Sub(c.StartAt)
+	}
+	em.emit(record{"event": "start", "flow": c.Flow, "proto": c.Proto, "url": c.URL,
+		"start_unix_ns": start.UnixNano(), "lag_s": seconds(lag)})
+
+	var got atomic.Int64
+	dlCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if c.Duration > 0 {
+		var cancelT context.CancelFunc
+		dlCtx, cancelT = context.WithDeadline(dlCtx, start.Add(c.Duration))
+		defer cancelT()
+	}
+
+	// the sampler: bytes so far, every interval since the start
+	samplerDone := make(chan struct{})
+	stopSampler := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		for i := 1; ; i++ {
+			next := start.Add(time.Duration(i) * c.Interval)
+			select {
+			case <-time.After(time.Until(next)):
+				em.emit(record{"event": "sample", "flow": c.Flow, "t": seconds(time.Since(start)), "bytes": got.Load()})
+			case <-stopSampler:
+				return
+			}
+		}
+	}()
+
+	var firstByte atomic.Int64 // nanoseconds since the start, of the first request
+	trace := &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			cl.connectedAt.CompareAndSwap(0, time.Now().UnixNano())
+			if info.Conn != nil {
+				cl.setAddrs(info.Conn.LocalAddr(), info.Conn.RemoteAddr())
+			}
+		},
+		GotFirstResponseByte: func() {
+			firstByte.CompareAndSwap(0, int64(time.Since(start)))
+		},
+	}
+	requests, status, proto := 0, 0, ""
+	var dlErr error
+	var last time.Time
+	for {
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(dlCtx, trace), http.MethodGet, c.URL, nil)
+		if err != nil {
+			dlErr = err
+			break
+		}
+		resp, err := cl.http.Do(req)
+		if err != nil {
+			dlErr = err
+			break
+		}
+		requests++
+		status, proto = resp.StatusCode, resp.Proto
+		if resp.StatusCode != http.StatusOK {
+			_ = resp.Body.Close()
+			dlErr = fmt.Errorf("status %d", resp.StatusCode)
+			break
+		}
+		_, err = io.Copy(countingDiscard{&got}, resp.Body)
+		_ = resp.Body.Close()
+		last = time.Now()
+		if err != nil {
+			dlErr = err
+			break
+		}
+		if c.Duration == 0 {
+			break
+		}
+	}
+	end := time.Now()
+	close(stopSampler)
+	<-samplerDone
+
+	timedOut := c.Duration > 0 && errors.Is(dlCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	if timedOut {
+		dlErr = nil // the duration is up: the planned end, not a failure
+		end = start.Add(c.Duration)
+	} else if !last.IsZero() && dlErr == nil {
+		end = last
+	}
+	elapsed := end.Sub(start)
+	n := got.Load()
+	final := record{
+		"event": "done", "flow": c.Flow, "proto": c.Proto, "http_proto": proto, "status": status,
+		"requests": requests, "bytes": n, "completion_s": seconds(elapsed),
+		"connect_s": connectS(cl.connectedAt.Load(), start), "ttfb_s": seconds(time.Duration(firstByte.Load())),
+		"goodput_bps": 0.0, "mode": map[bool]string{true: "duration", false: "object"}[c.Duration > 0],
+		"ok": dlErr == nil && n > 0, "error": nil,
+	}
+	if elapsed > 0 {
+		final["goodput_bps"] = float64(n) * 8 / elapsed.Seconds()
+	}
+	if dlErr != nil {
+		final["error"] = dlErr.Error()
+	}
+	cl.mu.Lock()
+	final["local_addr"], final["remote_addr"] = cl.local, cl.remote
+	if cl.quicConn != nil {
+		st := cl.quicConn.ConnectionStats()
+		final["quic_client"] = map[string]any{
+			"min_rtt_ms": float64(st.MinRTT.Microseconds()) / 1000, "smoothed_rtt_ms": float64(st.SmoothedRTT.Microseconds()) / 1000,
+			"packets_received": st.PacketsReceived, "bytes_received": st.BytesReceived,
+			"packets_sent": st.PacketsSent, "packets_lost": st.PacketsLost,
+		}
+	}
+	cl.mu.Unlock()
+	em.emit(final)
+	if c.Linger > 0 {
+		select {
+		case <-time.After(c.Linger):
+		case <-ctx.Done():
+		}
+	}
+	if dlErr != nil {
+		return dlErr
+	}
+	return nil
+}
+
+// connectS is the time from the start to the first connection, in seconds (0: none).
+func connectS(at int64, start time.Time) float64 {
+	if at == 0 {
+		return 0
+	}
+	return seconds(time.Unix(0, at).Sub(start))
+}
