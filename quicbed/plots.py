@@ -72,9 +72,11 @@ def figure_data(
 
 def draw_heatmap(
     rows: list[str], cols: list[str], cells: dict[tuple[str, str], HeatCell], title: str,
-    path_base: Path,
+    path_base: Path, xlabel: str = "page", ylabel: str = "rate",
+    cbar: str = "(TCP - QUIC) / QUIC [%]",
 ) -> list[Path]:  # fmt: skip
-    """Write ``path_base``.png and .svg; returns the two paths."""
+    """Write ``path_base``.png and .svg; returns the two paths. The axes are pages
+    across and rates down unless ``xlabel`` and ``ylabel`` say otherwise."""
     fig_w = max(6.0, 1.1 * len(cols) + 2.6)
     fig_h = max(3.0, 0.75 * len(rows) + 2.0)
     fig, ax = plt.subplots(figsize=(fig_w, fig_h))
@@ -89,12 +91,12 @@ def draw_heatmap(
     ax.set_ylim(len(rows), 0)
     ax.set_xticks([j + 0.5 for j in range(len(cols))], cols, rotation=45, ha="right")
     ax.set_yticks([i + 0.5 for i in range(len(rows))], rows)
-    ax.set_xlabel("page")
-    ax.set_ylabel("rate")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
     cb = fig.colorbar(sm, ax=ax, fraction=0.05, pad=0.03)
-    cb.set_label("(TCP - QUIC) / QUIC [%]", fontsize=8)
+    cb.set_label(cbar, fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path_base)
 

@@ -32,12 +32,19 @@ from quicbed.store import Store
 
 COLUMNS = [
     "scenario", "cell_id", "attempt", "attempts", "status", "page", "rate_mbit", "rtt_ms",
-    "loss_pct", "jitter_ms", "jitter_kind", "queue", "mode", "runs", "cc",
+    "loss_pct", "loss_down_pct", "loss_up_pct", "jitter_ms", "jitter_kind", "queue", "mode",
+    "runs", "cc",
     "pair", "ref", "cand", "ref_stack", "cand_stack", "ref_cc", "cand_cc",
     "n_ref", "mean_ref", "sd_ref", "median_ref", "n_cand", "mean_cand", "sd_cand", "median_cand",
-    "pct_diff", "welch_p", "mannwhitney_p", "p_used", "p_adjusted", "significant", "testable",
+    "pct_diff", "pltc", "welch_p", "mannwhitney_p", "p_used", "p_adjusted", "significant",
+    "testable",
     "boot_diff_low", "boot_diff_high", "receipt_passed", "invalid_ref", "invalid_cand", "problem",
+    "queue_warning",
 ]  # fmt: skip
+#: the per-group counts (groups.csv): per scenario, pair and mode, how many cells have
+#: a number and how many are positive (the candidate faster), significantly or not
+GROUP_COLUMNS = ["scenario", "pair", "mode", "cells", "with_number", "positive",
+                 "positive_significant", "negative_significant"]  # fmt: skip
 #: the pair of the reference study: its heatmaps keep the names they always had
 CLASSIC_PAIR = "h2/h3"
 
@@ -50,6 +57,10 @@ class Report:
     #: the testbeds that measured the reported attempts, and what to beware of
     testbeds: list[dict[str, Any]] = field(default_factory=list)
     testbed_warnings: list[str] = field(default_factory=list)
+    #: per scenario, pair and mode: how many cells favour the candidate (groups.csv)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    #: one line per small queue of the reported cells (quicbed.spec.queue_warning)
+    queue_warnings: list[str] = field(default_factory=list)
 
 
 def testbeds(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -94,10 +105,67 @@ def comparison_columns(c: Comparison) -> dict[str, Any]:
     for key, s in (("ref", c.tcp), ("cand", c.quic)):
         out.update({f"n_{key}": s.n, f"mean_{key}": s.mean, f"sd_{key}": s.sd,
                     f"median_{key}": s.median})  # fmt: skip
-    out.update(pct_diff=c.pct_diff, welch_p=c.welch_p, mannwhitney_p=c.mannwhitney_p,
+    # PLTC (the beta study's metric): the change relative to the reference arm,
+    # (mean ref - mean cand) / mean ref x 100; from compare()'s summaries, and only where
+    # compare() gave its own difference (enough valid runs)
+    ref, cand = c.tcp.mean, c.quic.mean
+    pltc = None
+    if c.pct_diff is not None and ref is not None and cand is not None and ref > 0:
+        pltc = (ref - cand) / ref * 100
+    out.update(pct_diff=c.pct_diff, pltc=pltc, welch_p=c.welch_p, mannwhitney_p=c.mannwhitney_p,
                p_used=c.p, testable=c.testable, significant=c.significant,
                boot_diff_low=c.boot_diff_low, boot_diff_high=c.boot_diff_high)  # fmt: skip
     return out
+
+
+def _queue_warning(cond: dict[str, Any]) -> str:
+    """The small-queue warning of a stored condition (quicbed.spec.queue_warning), or ""."""
+    from quicbed.link.model import make_condition
+    from quicbed.spec import queue_warning
+
+    try:
+        return queue_warning(make_condition(**cond)) or ""
+    except QuicbedError:  # a condition this quicbed no longer reads: nothing to say
+        return ""
+
+
+def queue_warnings(rows: list[dict[str, Any]]) -> list[str]:
+    """A line per link condition of the reported cells whose queue is small."""
+    found: dict[str, list[str]] = {}
+    for r in rows:
+        if r["queue_warning"]:
+            found.setdefault(r["_condition"], [r["queue_warning"]])
+            if r["scenario"] not in found[r["_condition"]]:
+                found[r["_condition"]].append(r["scenario"])
+    out = []
+    for cond, (w, *scenarios) in found.items():
+        c = json.loads(cond)
+        out.append(f"small queue at {_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']:g} ms, loss "
+                   f"{_label_loss(c)} ({', '.join(scenarios)}): {w}; its cells may say more "
+                   "about the buffer than about the transports")  # fmt: skip
+    return out
+
+
+def group_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario, pair and mode: the cells, those with a number, and how many favour
+    the candidate (PLTC and the difference > 0), significantly (after the heatmap's
+    correction) or not, and how many favour the reference significantly."""
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows:
+        if not r["pair"]:
+            continue
+        g = groups.setdefault((r["scenario"], r["pair"], r["mode"]), {
+            "scenario": r["scenario"], "pair": r["pair"], "mode": r["mode"], "cells": 0,
+            "with_number": 0, "positive": 0, "positive_significant": 0,
+            "negative_significant": 0})  # fmt: skip
+        g["cells"] += 1
+        if r["status"] != "done" or r.get("pltc") is None:
+            continue
+        g["with_number"] += 1
+        g["positive"] += int(r["pltc"] > 0)
+        g["positive_significant"] += int(r["pltc"] > 0 and r["significant"] is True)
+        g["negative_significant"] += int(r["pltc"] < 0 and r["significant"] is True)
+    return list(groups.values())
 
 
 def page_kind(page: str) -> str:
@@ -188,10 +256,12 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                 "page": cfg["page"], "rate_mbit": cond["rate_mbit"],
                 "rtt_ms": (cond["rtt_ms"] if cond["rtt_ms"] is not None else
                            (cond["delay_down_ms"] or 0) + (cond["delay_up_ms"] or 0)),
-                "loss_pct": cond["loss_pct"], "jitter_ms": cond["jitter_ms"],
+                "loss_pct": cond["loss_pct"], "loss_down_pct": cond.get("loss_down_pct"),
+                "loss_up_pct": cond.get("loss_up_pct"), "jitter_ms": cond["jitter_ms"],
                 "jitter_kind": cond["jitter_kind"], "queue": cond["queue"], "mode": cfg["mode"],
                 "runs": cfg["runs"], "problem": att["problem"] or "",
             }  # fmt: skip
+            row["queue_warning"] = _queue_warning(cond)
             receipt = att["receipt"]
             row["receipt_passed"] = None if receipt is None else receipt["passed"]
             runs = store.runs(cid, att["attempt"])
@@ -246,15 +316,21 @@ def _heat_groups(
     return groups
 
 
-def _arm_label(row: dict[str, Any], key: str) -> str:
+def _arm_label(row: dict[str, Any], key: str, params: bool = False) -> str:
     """``h2 (TCP)``, ``h3 (QUIC)`` as the reference study wrote them; other arms by stack
-    and CC, so a figure says what it compares."""
+    and CC, so a figure says what it compares; with ``params`` also the arm's settings
+    (``h3-b06 (quic-go, cubic) [cubic_n 2, cubic_beta 0.6]``)."""
     arm, stack = row[key], row[f"{key}_stack"]
     if arm == "h2" and stack == "apache":
         return "h2 (TCP)"
     if arm == "h3" and stack == "quic-go":
         return "h3 (QUIC)"
-    return f"{arm} ({stack}, {row[f'{key}_cc']})"
+    label = f"{arm} ({stack}, {row[f'{key}_cc']})"
+    a = (row.get("_arms") or {}).get(arm)
+    if params and a is not None and a.params:
+        label += " [" + ", ".join(f"{k} {v:g}" if isinstance(v, float | int) else f"{k} {v}"
+                                  for k, v in a.params.items()) + "]"  # fmt: skip
+    return label
 
 
 def software_label(components: dict[str, Any] | None, arms: list[Any]) -> str:
@@ -292,6 +368,63 @@ def _label_rate(v: float | None) -> str:
     return "unlimited" if v is None else f"{v:g} Mbit/s"
 
 
+def _label_loss(r: dict[str, Any]) -> str:
+    """``1 %`` (end to end, split evenly), ``1 % down`` (the downlink only) or
+    ``1/0.5 % down/up``."""
+    down, up = r.get("loss_down_pct"), r.get("loss_up_pct")
+    if down is None and up is None:
+        return f"{r['loss_pct']:g} %"
+    d = r["loss_pct"] / 2 if down is None else down
+    u = r["loss_pct"] / 2 if up is None else up
+    return f"{d:g} % down" if not u else f"{d:g}/{u:g} % down/up"
+
+
+def _sort_queue(q: str) -> tuple[str, float]:
+    from quicbed.link.model import parse_queue
+
+    try:
+        return parse_queue(q)
+    except QuicbedError:
+        return ("~", 0.0)
+
+
+#: what a heatmap's rows or columns may be: (axis label, cell label, sort key); the
+#: reference study's heatmaps are rates x pages, a scenario varying more gets other axes
+_DIMS: dict[str, tuple[str, Any, Any]] = {
+    "rate": ("rate", lambda r: _label_rate(r["rate_mbit"]),
+             lambda r: (r["rate_mbit"] is None, r["rate_mbit"] or 0)),
+    "rtt": ("RTT", lambda r: f"{r['rtt_ms']:g} ms", lambda r: r["rtt_ms"]),
+    "loss": ("loss", _label_loss,
+             lambda r: (r["loss_pct"], r.get("loss_down_pct") or 0, r.get("loss_up_pct") or 0)),
+    "jitter": ("jitter", lambda r: f"{r['jitter_ms']:g} ms {r['jitter_kind']}",
+               lambda r: (r["jitter_kind"], r["jitter_ms"])),
+    "queue": ("queue", lambda r: r["queue"], lambda r: _sort_queue(r["queue"])),
+    "page": ("page", lambda r: r["page"], lambda r: _page_index(r["page"])),
+}  # fmt: skip
+
+
+def _page_index(page: str) -> int:
+    order = list(_pages())
+    return order.index(page) if page in order else len(order)
+
+
+def heat_axes(grp: list[dict[str, Any]]) -> tuple[str, str, list[str]]:
+    """(rows, columns, the dimensions left that vary) of one heatmap group: rates x pages
+    where nothing else varies (the reference study's); else loss (or the page) across
+    and the first other dimension that varies down; any further one splits the group."""
+    varying = [d for d, (_, label, _) in _DIMS.items() if len({label(r) for r in grp}) > 1]
+    if set(varying) <= {"rate", "page"}:
+        return "rate", "page", []
+    cols = next((d for d in ("loss", "page") if d in varying), varying[-1])
+    rest = [d for d in varying if d != cols]
+    rows = rest[0] if rest else "rate"
+    return rows, cols, rest[1:]
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch == "." else "-" for ch in text).strip("-")
+
+
 def build(root: Path, out: Path | None = None, source: str | None = None) -> Report:
     """Rebuild the report of the results folder ``root`` into ``out`` (default
     ``root/report``). ``source`` is how the report names the results in its text and
@@ -313,29 +446,15 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         shutil.rmtree(out)
     (out / "figures").mkdir(parents=True)
     report = Report(out=out, rows=rows)
-    for (scenario, pair, mode, kind), grp in sorted(_heat_groups(rows).items()):
-        correct(grp, correction, alpha)
-        rates = sorted({r["rate_mbit"] for r in grp}, key=lambda v: (v is None, v or 0))
-        pages = [p for p in page_order if any(r["page"] == p for r in grp)]
-        cells = {
-            (_label_rate(r["rate_mbit"]), r["page"]): HeatCell(
-                pct=r["pct_diff"], significant=r["significant"], state=heat_state(r)
-            )
-            for r in grp
-        }
-        cond = grp[0]
-        title = (f"{scenario}: {cond['rtt_ms']:g} ms, loss {cond['loss_pct']:g} %"
-                 + (f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}"
-                    if cond["jitter_ms"] else "")
-                 + f"\n{_arm_label(cond, 'ref')} vs {_arm_label(cond, 'cand')}, {mode}, "
-                 f"{kind}; white: p >= {alpha:g}"
-                 + "\n" + textwrap.fill(" | ".join(sorted({r["_software"] for r in grp})),
-                                         78))  # fmt: skip
-        tag = "" if pair == CLASSIC_PAIR else f"{pair.replace('/', '-vs-')}-"
-        base = out / "figures" / f"heatmap-{scenario}-{tag}{mode}-{kind}"
-        labels = [_label_rate(v) for v in rates]
-        paths = draw_heatmap(labels, pages, cells, title, base)
-        report.figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
+    for (scenario, pair, mode, kind), group in sorted(_heat_groups(rows).items()):
+        rdim, cdim, split = heat_axes(group)
+        parts: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for r in sorted(group, key=lambda r: tuple(_DIMS[d][2](r) for d in split)):
+            parts.setdefault(tuple(_DIMS[d][1](r) for d in split), []).append(r)
+        for values, grp in parts.items():
+            axes = (rdim, cdim, values)
+            fig = _pair_heatmap(grp, scenario, pair, mode, kind, axes, alpha, correction, out)
+            report.figures.append(fig)
     test = stats_cfg.get("test", "welch")
     report.figures += _mode_heatmaps(root, rows, page_order, alpha, test, correction, out)
     _explain_pages(root, rows, out)
@@ -345,6 +464,12 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         for r in rows:
             w.writerow(r)
     report.testbeds, report.testbed_warnings = testbeds(rows)
+    report.queue_warnings = queue_warnings(rows)
+    report.groups = group_counts(rows)
+    with open(out / "groups.csv", "w", newline="") as f:
+        gw = csv.DictWriter(f, fieldnames=GROUP_COLUMNS)
+        gw.writeheader()
+        gw.writerows(report.groups)
     with open(out / "testbeds.csv", "w", newline="") as f:
         tw = csv.writer(f)
         tw.writerow(["cell_id", "attempt", "testbed", "hardware", "kernel", "image"])
@@ -357,6 +482,59 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     (out / "figures.json").write_text(json.dumps(shown, indent=1) + "\n")
     _write_html(report, sweep, root, alpha, correction, source or str(root))
     return report
+
+
+def _pair_heatmap(
+    grp: list[dict[str, Any]], scenario: str, pair: str, mode: str, kind: str,
+    axes: tuple[str, str, tuple[str, ...]], alpha: float, correction: str, out: Path,
+) -> dict[str, Any]:  # fmt: skip
+    """One heatmap of one pair's cells (its correction across them): rates x pages with
+    the reference study's title and name, or the axes ``heat_axes`` chose."""
+    rdim, cdim, values = axes
+    correct(grp, correction, alpha)
+    classic = (rdim, cdim) == ("rate", "page")
+
+    def ordered(dim: str) -> list[str]:
+        label, key = _DIMS[dim][1], _DIMS[dim][2]
+        return [label(r) for r in sorted({label(r): r for r in grp}.values(), key=key)]
+
+    rows_, cols = ordered(rdim), ordered(cdim)
+    cells = {
+        (_DIMS[rdim][1](r), _DIMS[cdim][1](r)): HeatCell(
+            pct=r["pct_diff"], significant=r["significant"], state=heat_state(r)
+        )
+        for r in grp
+    }
+    cond = grp[0]
+    if classic:
+        where = (f"{cond['rtt_ms']:g} ms, loss {_label_loss(cond)}"
+                 + (f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}"
+                    if cond["jitter_ms"] else ""))  # fmt: skip
+    else:  # what every cell of it shares
+        fixed = [d for d in _DIMS if d not in (rdim, cdim)]
+        where = ", ".join((f"{_DIMS[d][0]} " if d in ("loss", "queue", "jitter") else "")
+                          + _DIMS[d][1](cond) for d in fixed
+                          if d != "jitter" or cond["jitter_ms"])  # fmt: skip
+    arms = f"{_arm_label(cond, 'ref')} vs {_arm_label(cond, 'cand')}"
+    if not classic:  # arms of one stack differ by their settings: name them, and wrap
+        arms = f"{_arm_label(cond, 'ref', True)} vs {_arm_label(cond, 'cand', True)}"
+        where = textwrap.fill(where, 70, break_on_hyphens=False)
+        arms = textwrap.fill(arms, 70, break_on_hyphens=False)
+    title = (f"{scenario}: {where}"
+             + f"\n{arms}, {mode}, {kind}; white: p >= {alpha:g}"
+             + "\n" + textwrap.fill(" | ".join(sorted({r["_software"] for r in grp})),
+                                     78))  # fmt: skip
+    tag = "" if pair == CLASSIC_PAIR else f"{pair.replace('/', '-vs-')}-"
+    name = f"heatmap-{scenario}-{tag}{mode}-{kind}"
+    if classic:
+        paths = draw_heatmap(rows_, cols, cells, title, out / "figures" / name)
+    else:
+        name += f"-{rdim}-by-{cdim}" + "".join(f"-{_slug(v)}" for v in values)
+        ref, cand = pair.split("/")
+        paths = draw_heatmap(rows_, cols, cells, title, out / "figures" / name,
+                             xlabel=_DIMS[cdim][0], ylabel=_DIMS[rdim][0],
+                             cbar=f"({ref} - {cand}) / {cand} [%]")  # fmt: skip
+    return _figure(title, paths, figure_data(rows_, cols, cells, title))
 
 
 def _figure(title: str, paths: list[Path], shows: dict[str, Any]) -> dict[str, Any]:
@@ -528,6 +706,7 @@ def _write_html(
         rows=report.rows, figures=report.figures, sweep=sweep, alpha=alpha,
         correction=correction, provenances=groups,
         testbeds=report.testbeds, testbed_warnings=report.testbed_warnings,
+        queue_warnings=report.queue_warnings, groups=report.groups,
         version=__version__, created=datetime.now(UTC).isoformat(timespec="seconds"),
         root=source,
     )  # fmt: skip

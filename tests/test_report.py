@@ -210,3 +210,72 @@ def test_a_cell_two_scenarios_plan_is_in_both(tmp_path: Path) -> None:
     ]
     html = (tmp_path / "report" / "index.html").read_text()
     assert html.count(f"cell <code>{cid}</code>") == 1  # one receipt section
+
+
+def _beta_cell(root: Path, scenario: str, rate: float, rtt: float, loss_down: float, page: str,
+               plts: dict[str, list[float]]) -> str:  # fmt: skip
+    """A cell of the beta study's kind: two quic-go arms, beta 0.7 (reference) and 0.6,
+    loss on the downlink only."""
+    from quicbed.arms import ArmSettings
+
+    cond = make_condition(rate_mbit=rate, rtt_ms=rtt, loss_down_pct=loss_down, loss_up_pct=0)
+    settings = {"h3-b07": ArmSettings(stack="quic-go", cubic_n=2, cubic_beta=0.7),
+                "h3-b06": ArmSettings(stack="quic-go", cubic_n=2, cubic_beta=0.6)}  # fmt: skip
+    cfg = make_cell(condition=cond, page=page, runs=4, warmup=0, arms=("h3-b07", "h3-b06"),
+                    arm_settings=settings)  # fmt: skip
+    store = Store(root, create=True)
+    cid = cfg.cell_id()
+    store.add_cell(cid, cfg.model_dump(mode="json"))
+    store.add_scenarios([(cid, scenario)])
+    att = store.new_attempt(cid, {"git": {"sha": "x"}})
+    store.set_receipt(cid, att, {"passed": True, "checks": []})
+    seq = 0
+    for arm, values in plts.items():
+        for rep, v in enumerate(values):
+            store.add_run({"cell_id": cid, "attempt": att, "arm": arm, "rep": rep, "seq": seq,
+                           "warmup": 0, "valid": 1, "reason": "", "plt_ms": v}, None)  # fmt: skip
+            seq += 1
+    store.finish_attempt(cid, att, "done")
+    store.close()
+    return cid
+
+
+def test_report_of_the_beta_study(tmp_path: Path) -> None:
+    """Arm A vs arm B of one protocol: PLTC = (mean ref - mean cand) / mean ref x 100 beside
+    every row, positive cells counted per group, RTT x loss heatmaps whose cells do not
+    collide, downlink loss named, and the small queue of 10 Mbit/s x 10 ms warned about."""
+    import json
+
+    slow, fast = [200.0, 201, 202, 203], [150.0, 151, 152, 153]
+    same = [200.0, 230, 170, 201]
+    _beta_cell(tmp_path, "delay", 100, 5, 0.2, "bme-3.3mb", {"h3-b07": slow, "h3-b06": fast})
+    _beta_cell(tmp_path, "delay", 100, 5, 5, "bme-3.3mb", {"h3-b07": fast, "h3-b06": slow})
+    _beta_cell(tmp_path, "delay", 100, 400, 0.2, "bme-3.3mb", {"h3-b07": slow, "h3-b06": same})
+    _beta_cell(tmp_path, "delay", 100, 400, 5, "bme-3.3mb", {"h3-b07": slow, "h3-b06": fast})
+    _beta_cell(tmp_path, "page-size", 10, 10, 1, "bme-1mb", {"h3-b07": slow, "h3-b06": fast})
+    rep = build(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "report" / "table.csv").read_text().splitlines()))
+    assert {r["pair"] for r in rows} == {"h3-b07/h3-b06"}
+    first = next(r for r in rows if r["rtt_ms"] == "5.0" and r["loss_down_pct"] == "0.2")
+    assert float(first["pltc"]) == pytest.approx((201.5 - 151.5) / 201.5 * 100)
+    assert float(first["pct_diff"]) == pytest.approx((201.5 - 151.5) / 151.5 * 100)
+    assert (first["loss_pct"], first["loss_up_pct"]) == ("0.0", "0.0")
+    groups = list(csv.DictReader((tmp_path / "report" / "groups.csv").read_text().splitlines()))
+    delay = next(g for g in groups if g["scenario"] == "delay")
+    assert (delay["cells"], delay["with_number"], delay["positive"]) == ("4", "4", "3")
+    assert (delay["positive_significant"], delay["negative_significant"]) == ("2", "1")
+    shows = json.loads((tmp_path / "report" / "figures.json").read_text())
+    heat = next(
+        f
+        for f in shows
+        if f["svg"] == "heatmap-delay-h3-b07-vs-h3-b06-0rtt-multi-object-rtt-by-loss.svg"
+    )
+    assert heat["shows"]["rows"] == ["5 ms", "400 ms"]
+    assert heat["shows"]["cols"] == ["0.2 % down", "5 % down"]
+    assert sorted(c["text"] for c in heat["shows"]["cells"]) == ["+1", "+33", "+33", "-25"]
+    assert "delay: rate 100 Mbit/s" not in heat["shows"]["title"]
+    assert heat["shows"]["title"].startswith("delay: 100 Mbit/s, queue 2bdp, bme-3.3mb\n")
+    assert len(rep.queue_warnings) == 1 and "10 Mbit/s, RTT 10 ms" in rep.queue_warnings[0]
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert html.count('class="warn queue-warning"') == 1 and 'id="group-counts"' in html
+    assert "1.0↓ 0.0↑" in html
