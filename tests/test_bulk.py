@@ -1,0 +1,187 @@
+"""Bulk and compete experiments (quicbed.bulk): the numbers from made-up flows, and one
+real run of each on the local testbed (short, at 10 Mbit/s: structure and sanity)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from quicbed import bulkobjects
+from quicbed.bulk import (
+    BulkResult,
+    CompeteResult,
+    FlowResult,
+    bytes_at,
+    ideal_goodput_bps,
+    jain,
+    plot_compete,
+    run_bulk,
+    run_compete,
+    ss_connections,
+    steady_window,
+)
+from quicbed.errors import QuicbedError
+from quicbed.link.model import LinkCondition
+from quicbed.testbed.local import LocalTestbed
+
+SS = """\
+ESTAB 0      0      10.10.1.1:443 10.10.1.2:54321
+\t ts sack cubic wscale:7,7 rto:240 rtt:36.5/2 mss:1448 cwnd:120 bytes_sent:1000000 \
+bytes_retrans:2896 bytes_acked:997104 data_segs_out:698 retrans:0/2
+ESTAB 0      0      10.10.1.1:443 10.10.1.2:54400
+\t ts sack bbr wscale:7,7 rto:240 rtt:40/2 mss:1448 cwnd:10 bytes_sent:5000 data_segs_out:4
+"""
+
+
+def test_ss_connections_per_peer_port() -> None:
+    got = ss_connections(SS)
+    assert got[54321]["cc"] == "cubic"
+    assert got[54321]["retrans"] == 2 and got[54321]["bytes_retrans"] == 2896
+    assert got[54321]["rtt_ms"] == 36.5
+    # no retrans field yet: none retransmitted
+    assert got[54400] == {"cc": "bbr", "retrans": 0, "bytes_retrans": 0, "bytes_sent": 5000,
+                          "data_segs_out": 4, "cwnd": 10, "rtt_ms": 40.0}  # fmt: skip
+
+
+def test_jain_and_ideal() -> None:
+    assert jain([5.0, 5.0, 5.0]) == pytest.approx(1.0)
+    assert jain([10.0, 0.0]) == pytest.approx(0.5)
+    assert jain([]) is None
+    assert jain([0.0, 0.0]) is None
+    # 10 Mbit/s of Ethernet frames carry 1448/1514 of it as TCP payload
+    assert ideal_goodput_bps(LinkCondition(rate_mbit=10, rtt_ms=36)) == pytest.approx(
+        10e6 * 1448 / 1514
+    )
+    assert ideal_goodput_bps(LinkCondition(rtt_ms=36)) is None
+
+
+def _flow(name: str, arm: str, rate_bps: float, start: float, dur: float) -> FlowResult:
+    n = round(dur / 0.1)
+    samples = [(round(0.1 * (i + 1), 3), int(rate_bps / 8 * 0.1 * (i + 1))) for i in range(n)]
+    return FlowResult(flow=name, arm=arm, protocol="h2" if arm == "h2" else "h3", ok=True,
+                      bytes=samples[-1][1], start_offset_s=start, samples=samples)  # fmt: skip
+
+
+def test_steady_window_shares_and_timeline() -> None:
+    a = _flow("h3-0", "h3", 6e6, 0.0, 10.0)
+    b = _flow("h2-0", "h2", 3e6, 1.0, 10.0)
+    lo, hi = steady_window([a, b], 10.0)
+    assert lo == pytest.approx(3.0)  # the last start (1 s) + max(2 s, 20 % of 10 s)
+    assert hi == pytest.approx(10.0)  # the first end
+    assert bytes_at(a, 0.0) == 0 and bytes_at(b, 0.5) == 0
+    assert bytes_at(a, 5.0) == pytest.approx(6e6 / 8 * 5)
+    assert bytes_at(b, 6.0) == pytest.approx(3e6 / 8 * 5)
+    tl = b.timeline()
+    assert tl[0] == pytest.approx((1.1, 3e6))
+    assert all(v == pytest.approx(3e6) for _, v in tl)
+
+
+def test_compete_figure_from_a_record(tmp_path: Path) -> None:
+    flows = [_flow("h3-0", "h3", 6e6, 0.0, 5.0), _flow("h2-0", "h2", 4e6, 0.0, 5.0)]
+    r = CompeteResult(
+        created="now", condition={"rate_mbit": 10, "rtt_ms": 36, "queue": "2bdp"},
+        groups=[("h3", 1), ("h2", 1)],
+        arms=[{"name": "h3", "transport": "udp"}, {"name": "h2", "transport": "tcp"}],
+        duration_s=5, stagger_s=0, object="bulk/100MB.bin", flows=flows, steady_from_s=2,
+        steady_to_s=5, shares={"h3-0": 0.6, "h2-0": 0.4}, arm_shares={"h3": 0.6, "h2": 0.4},
+        steady_bps={"h3-0": 6e6, "h2-0": 4e6}, jain=jain([6e6, 4e6]), queue=[],
+        receipt=None, provenance={},
+    )  # fmt: skip
+    paths = plot_compete(r, tmp_path / "compete")
+    assert [p.suffix for p in paths] == [".png", ".svg"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    assert CompeteResult.model_validate_json(r.model_dump_json()) == r
+
+
+def test_bulk_objects_deterministic(tmp_path: Path) -> None:
+    m = bulkobjects.generate_bulk(tmp_path, ["3MB", "1KB"])
+    f = tmp_path / "bulk" / "3MB.bin"
+    assert f.stat().st_size == 3_000_000
+    data = f.read_bytes()
+    assert m["objects"]["3MB"]["sha256"] == hashlib.sha256(data).hexdigest()
+    assert data[: 1 << 20] != data[1 << 20 : 2 << 20]  # no repeated block
+    mtime = f.stat().st_mtime_ns
+    again = bulkobjects.generate_bulk(tmp_path, ["3MB"])
+    assert again == m and f.stat().st_mtime_ns == mtime  # not rewritten
+    other = tmp_path / "other"
+    bulkobjects.generate_bulk(other, ["3MB"])
+    assert (other / "bulk" / "3MB.bin").read_bytes() == data
+    assert json.loads((tmp_path / "bulk" / "manifest.json").read_text()) == m
+    assert bulkobjects.object_path("100MB") == "bulk/100MB.bin"
+    for bad in ("100", "1TB", "0MB", "5GB"):
+        with pytest.raises(QuicbedError):
+            bulkobjects.parse_size(bad)
+
+
+# --- real runs on the local testbed ---------------------------------------------------
+COND = LinkCondition(rate_mbit=10, rtt_ms=36)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_bulk_real_run_per_arm(prefix: str, tmp_path: Path) -> None:
+    tb = LocalTestbed(prefix)
+    r = run_bulk(COND, tmp_path / "bulk", arms=["h2", "h3"], reps=2, size="2MB",
+                 testbed=tb, receipt_tcp_seconds=1)  # fmt: skip
+    assert isinstance(r, BulkResult)
+    assert r.receipt is not None and r.receipt["passed"]
+    assert [(x.arm, x.rep) for x in r.runs] == [("h2", 0), ("h3", 0), ("h3", 1), ("h2", 1)]
+    ideal = ideal_goodput_bps(COND)
+    assert ideal is not None
+    for run in r.runs:
+        f = run.flow
+        assert f.ok, f.error
+        assert f.bytes == 2_000_000
+        assert f.http_proto == {"h2": "HTTP/2.0", "h3": "HTTP/3.0"}[run.arm]
+        assert f.completion_s is not None and f.goodput_bps is not None
+        # 2 MB at 10 Mbit/s: 1.7 s at the ideal; handshake and slow start add a little
+        assert 1.6 < f.completion_s < 6
+        assert 0.25 * ideal < f.goodput_bps <= 1.01 * ideal
+        assert len(f.samples) >= 10
+        assert all(b1 >= b0 for (_, b0), (_, b1) in zip(f.samples, f.samples[1:], strict=False))
+        assert f.server.get("cc") == "cubic"
+        if run.arm == "h2":
+            assert f.retransmissions is not None and f.retransmissions >= 0
+            assert "ss" in f.retrans_source
+        else:
+            assert f.quic_client is not None and f.quic_client["packets_received"] > 1000
+        assert run.bottleneck is None or run.bottleneck["tx_bytes"] > 2_000_000
+    assert set(r.summary) == {"h2", "h3"} and all(s.n == 2 for s in r.summary.values())
+    assert set(r.comparisons) == {"h2/h3"}
+    saved = BulkResult.model_validate_json((tmp_path / "bulk" / "bulk.json").read_text())
+    assert saved == r
+    assert all(Path(p).exists() for p in r.figures)
+    assert not tb.exists()  # the testbed it brought up is gone
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_compete_real_1_vs_1(prefix: str, tmp_path: Path) -> None:
+    tb = LocalTestbed(prefix)
+    r = run_compete(COND, tmp_path / "compete", groups=[("h3", 1), ("h2", 1)],
+                    duration_s=6, size="10MB", testbed=tb, receipt_tcp_seconds=1)  # fmt: skip
+    assert [f.flow for f in r.flows] == ["h3-0", "h2-0"]
+    for f in r.flows:
+        assert f.ok, f.error
+        assert abs(f.start_offset_s) < 0.2  # started together
+        assert f.completion_s == pytest.approx(6.0)
+        assert len(f.samples) >= 50
+    # together they fill the link: within the ideal, and most of it
+    ideal = ideal_goodput_bps(COND)
+    assert ideal is not None
+    total = sum(r.steady_bps.values())
+    assert 0.6 * ideal < total <= 1.05 * ideal
+    assert sum(r.shares.values()) == pytest.approx(1.0)
+    assert set(r.arm_shares) == {"h2", "h3"}
+    assert r.jain is not None and 0.5 <= r.jain <= 1.0
+    assert r.steady_from_s == pytest.approx(2.0, abs=0.3) and r.steady_to_s > 5
+    # the queue was sampled about every 100 ms and filled while two flows competed
+    assert len(r.queue) >= 40, r.queue_note
+    assert max(q.bytes for q in r.queue) > 0
+    assert r.queue_limit_bytes and max(q.bytes for q in r.queue) <= r.queue_limit_bytes
+    assert (tmp_path / "compete" / "compete.json").exists()
+    assert all(Path(p).exists() for p in r.figures)
+    assert not tb.exists()
