@@ -658,8 +658,8 @@ class _QueueSampler(threading.Thread):
         while not self.halt.is_set():
             try:
                 c = self.link.shaper.counters(self.tb)
-            except QuicbedError as exc:
-                self.problem = str(exc)
+            except (QuicbedError, OSError, ValueError) as exc:  # the emulator went away
+                self.problem = f"queue sampling stopped: {exc}"
                 return
             d = _down(c)
             if c is None or "queue_bytes" not in d:
