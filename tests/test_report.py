@@ -279,3 +279,28 @@ def test_report_of_the_beta_study(tmp_path: Path) -> None:
     html = (tmp_path / "report" / "index.html").read_text()
     assert html.count('class="warn queue-warning"') == 1 and 'id="group-counts"' in html
     assert "1.0↓ 0.0↑" in html
+
+
+def test_heat_axes_follow_what_a_scenario_varies() -> None:
+    """Rates x pages where only they vary (the reference study's heatmaps); else loss
+    across, the first other varying dimension down, and any further one splits."""
+    from quicbed.report import heat_axes
+
+    base = {"rate_mbit": 10.0, "rtt_ms": 36.0, "loss_pct": 0.0, "loss_down_pct": None,
+            "loss_up_pct": None, "jitter_ms": 0.0, "jitter_kind": "none", "queue": "2bdp",
+            "page": "5kb"}  # fmt: skip
+
+    def grid(**values: list[object]) -> list[dict[str, object]]:
+        rows = [dict(base)]
+        for k, vs in values.items():
+            rows = [dict(r, **{k: v}) for r in rows for v in vs]
+        return rows
+
+    assert heat_axes(grid(rate_mbit=[10, 50], page=["5kb", "1mb"])) == ("rate", "page", [])
+    assert heat_axes(grid()) == ("rate", "page", [])
+    assert heat_axes(grid(rtt_ms=[5, 400], loss_down_pct=[0.2, 5])) == ("rtt", "loss", [])
+    assert heat_axes(grid(queue=["32KiB", "64KiB"], loss_down_pct=[1, 2])) == ("queue", "loss", [])
+    assert heat_axes(grid(page=["bme-1mb", "bme-300kb"], loss_down_pct=[1, 2])) == (
+        "page", "loss", [])  # fmt: skip
+    assert heat_axes(grid(rate_mbit=[10, 50], rtt_ms=[36, 112], page=["5kb", "1mb"])) == (
+        "rate", "page", ["rtt"])  # fmt: skip
