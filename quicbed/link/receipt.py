@@ -14,10 +14,11 @@ Ideal values and tolerances (docs/link.md explains each):
 - TCP steady goodput per direction (iperf3, CUBIC, first seconds omitted):
   >= 97 % of rate x 1448/1514 (MSS with timestamps over the frame); judged only
   without loss and jitter, where TCP can reach the rate.
-- UDP delivery at 1.2 x the rate: delivered payload rate within 97-103 % of the
-  rate x payload/frame x (1 - loss).
+- UDP delivery at 1.2 x the rate: delivered payload rate within 97-103 % of what
+  the link delivers of it (``udp_delivery``: with loss at the queue's entry the
+  survivors still fill the link).
 - Loss per direction: a paced UDP stream well below the rate; the configured
-  probability must lie inside the measured 95 % Clopper-Pearson interval.
+  probability must lie inside the measured 99.9 % Clopper-Pearson interval.
 - Reordering: none unless the jitter kind is ``reorder`` (then some is expected).
 """
 
@@ -133,19 +134,40 @@ def _delay_check(
     )  # fmt: skip
 
 
+#: Confidence of the loss check's interval. The emulators draw their losses from a
+#: seeded generator, so the probe's drops are one fixed sample per (seed, loss): at
+#: 95 % about one configuration in twenty would fail on every receipt, always (seed 1
+#: drops 167 of 20,000 probes at 1 %: 0.835 %, whose 95 % interval 0.71-0.97 % misses
+#: the configured 1 %; its 99.9 % interval 0.64-1.07 % holds it). At 99.9 % such a
+#: permanent false alarm is one configuration in a thousand, and a loss off by a
+#: quarter (250 of 20,000 against a configured 1 %) still fails.
+LOSS_CONFIDENCE = 0.999
+
+
 def _loss_check(direction: str, p: float, data: dict[str, Any]) -> Check:
     n, k = int(data["sent"]), int(data["lost"])
     k = max(0, min(k, n))
     if n == 0:
         return Check(name=f"loss_{direction}", unit="%", expected=p * 100, measured=None,
                      passed=False, note="no packets", detail=data)  # fmt: skip
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    ci = binomtest(k, n).proportion_ci(confidence_level=LOSS_CONFIDENCE, method="exact")
     passed = ci.low <= p <= ci.high
     return Check(
         name=f"loss_{direction}", unit="%", expected=p * 100, measured=k / n * 100,
         low=ci.low * 100, high=ci.high * 100, passed=passed,
-        note="configured loss must lie inside the measured 95 % interval", detail=data,
+        note=f"configured loss must lie inside the measured {LOSS_CONFIDENCE:.1%} interval",
+        detail=data,
     )  # fmt: skip
+
+
+def udp_delivery(link_bps: float, sent_bps: float, loss: float, before_queue: bool) -> float:
+    """The payload rate a UDP stream sent faster than the link should deliver: where the
+    loss is drawn at the queue's entry (Dummynet, quicbed-linkem) the survivors still
+    fill the link while sent x (1 - loss) exceeds it; where it is drawn after the rate
+    (netem under tbf), the link's rate is thinned by the loss."""
+    if before_queue:
+        return min(link_bps, sent_bps * (1 - loss))
+    return link_bps * (1 - loss)
 
 
 def expected_rtt(cond: LinkCondition) -> float:
@@ -228,11 +250,12 @@ def measure(
             # UDP delivery at 1.2 x the rate
             if rate_bps:
                 frame = _frame(cond, UDP_RATE_PAYLOAD + IP_UDP_HEADERS + ETH_HEADER)
-                ideal = rate_bps * UDP_RATE_PAYLOAD / frame * (1 - pipe.loss)
                 offered = 1.2 * rate_bps * UDP_RATE_PAYLOAD / frame
                 ud = probes.udp(tb, direction, bitrate_bps=offered, seconds=4,
                                 length=UDP_RATE_PAYLOAD)  # fmt: skip
                 sent_bps = ud["packets"] * UDP_RATE_PAYLOAD * 8 / ud["seconds"]
+                ideal = udp_delivery(rate_bps * UDP_RATE_PAYLOAD / frame, sent_bps, pipe.loss,
+                                     shaper.loss_before_queue)  # fmt: skip
                 judged = sent_bps >= 1.1 * rate_bps * UDP_RATE_PAYLOAD / frame
                 why = f"not judged: the sender reached only {sent_bps / 1e6:.1f} Mbit/s"
                 if cond.jitter_ms:

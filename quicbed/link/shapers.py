@@ -56,6 +56,9 @@ class Shaper(ABC):
         """CPU time the emulator has used so far, if it is a process of ours."""
         return None
 
+    #: random loss is drawn at the queue's entry (Dummynet's order), not after the rate
+    loss_before_queue: bool = True
+
     @abstractmethod
     def check(self, cond: LinkCondition) -> None:
         """Refuse a condition this shaper cannot apply (QuicbedError naming the option),
@@ -222,6 +225,7 @@ class NetemShaper(Shaper):
     """
 
     name = "netem"
+    loss_before_queue = False  # netem's loss is drawn after tbf's rate
 
     def unavailable(self, tb: Testbed) -> str | None:
         return tb.netem_unavailable()

@@ -1,0 +1,30 @@
+"""The receipt's judgement rules, from numbers measured on this testbed: what a
+correct link must deliver, so that a correct link passes and a wrong one does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from quicbed.link.receipt import _loss_check, udp_delivery
+from quicbed.link.shapers import DummynetShaper, NetemShaper, UserspaceShaper
+
+
+def test_seeded_loss_samples_of_a_correct_link_pass_and_a_wrong_loss_fails() -> None:
+    # seed 1's drops of 20,000 probes, measured by the beta study's receipts at 100 Mbit/s
+    assert _loss_check("down", 0.01, {"sent": 20000, "lost": 167}).passed
+    assert _loss_check("down", 0.02, {"sent": 20000, "lost": 360}).passed
+    # a quarter too much loss, or none at all, is still caught
+    assert not _loss_check("down", 0.01, {"sent": 20000, "lost": 250}).passed
+    assert not _loss_check("down", 0.01, {"sent": 20000, "lost": 0}).passed
+    assert not _loss_check("down", 0.01, {"sent": 0, "lost": 0}).passed
+
+
+def test_udp_delivery_follows_where_the_loss_is_drawn() -> None:
+    link, sent = 100e6, 120e6
+    # at the queue's entry (Dummynet, quicbed-linkem): survivors still fill the link
+    assert udp_delivery(link, sent, 0.05, before_queue=True) == pytest.approx(100e6)
+    assert udp_delivery(link, sent, 0.20, before_queue=True) == pytest.approx(96e6)
+    # after the rate (netem under tbf): the link's rate thinned by the loss
+    assert udp_delivery(link, sent, 0.05, before_queue=False) == pytest.approx(95e6)
+    assert UserspaceShaper.loss_before_queue and DummynetShaper.loss_before_queue
+    assert not NetemShaper.loss_before_queue
