@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from quicbed.cell import CellResult
 from quicbed.testbed.local import LocalTestbed
 
 
@@ -40,3 +41,17 @@ def testbed(prefix: str) -> Iterator[LocalTestbed]:
     tb.up()
     yield tb
     tb.down()
+
+
+def until_the_link_holds(run: Callable[[], CellResult], tries: int = 3) -> CellResult:
+    """Measure a cell again while its receipt fails, as a sweep retries a cell whose link
+    was out of tolerance (here up to ``tries`` attempts): on a busy 2-core machine a
+    short receipt's TCP probe is sometimes spoiled by another process, which the
+    receipt rightly refuses; any other outcome is returned at once."""
+    from quicbed.results import FailureReason
+
+    for _ in range(tries):
+        r = run()
+        if r.reason is not FailureReason.LINK_OUT_OF_TOLERANCE:
+            return r
+    return r

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import until_the_link_holds
 
 from quicbed.cell import run_cell
 from quicbed.cellconfig import make_cell
@@ -80,7 +81,8 @@ def test_quic_server_stopped_mid_cell_gives_invalid_runs(
         if arm == "h3" and rep == 2:
             servers["h3"].stop()
 
-    r = run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1, fault=stop_h3)
+    r = until_the_link_holds(lambda: run_cell(cfg, tmp_path / "res", prefix=prefix,
+                                              receipt_tcp_seconds=1, fault=stop_h3))  # fmt: skip
     assert r.status == "done"
     bad = r.invalid.get("h3", [])
     assert len(bad) == 3 and all("not running" in b for b in bad), bad
@@ -132,7 +134,9 @@ def test_cli_cell_into_a_sweep_of_other_software_is_refused(prefix: str, tmp_pat
 def test_1rtt_mode_uses_a_fresh_context_per_load(prefix: str, tmp_path: Path, clean: None) -> None:
     cfg = make_cell(condition=make_condition(rate_mbit=50, rtt_ms=20), page="10kbx100", runs=2,
                     warmup=0, mode="1rtt", arms=("h3",))  # fmt: skip
-    r = run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1)
+    r = until_the_link_holds(
+        lambda: run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1)
+    )
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     runs = Store(tmp_path / "res").runs(r.cell_id, r.attempt)
     assert [x["used_0rtt"] for x in runs] == [0, 0]

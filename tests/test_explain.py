@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import until_the_link_holds
 
 from quicbed.cell import run_cell
 from quicbed.cellconfig import make_cell
@@ -230,11 +231,9 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]
     cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3,
                     warmup=1)  # fmt: skip
     try:
-        r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2, traces="light")
-        for _ in range(2):
-            if r.status == "done" or r.receipt is None or r.receipt.passed:
-                break
-            r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2, traces="light")
+        r = until_the_link_holds(
+            lambda: run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2, traces="light")
+        )
         assert r.status == "done", r.problem
         store = Store(out)
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import until_the_link_holds
 
 from quicbed.cell import run_cell
 from quicbed.cellconfig import make_cell
@@ -37,7 +38,8 @@ def test_a_gquic_cell_is_verified_per_load(testbed: LocalTestbed, tmp_path: Path
             srv.argv = lambda: [*argv[:-1], "Q043"]  # type: ignore[method-assign]
             srv.start()
 
-    r = run_cell(cfg, tmp_path, testbed=testbed, receipt_tcp_seconds=1, fault=other_version)
+    r = until_the_link_holds(lambda: run_cell(cfg, tmp_path, testbed=testbed, receipt_tcp_seconds=1,
+                                              fault=other_version))  # fmt: skip
     assert r.status == "done", r.problem
     assert r.verified["gquic"]["protocols"] == ["http/2+quic/39"]
     assert r.verified["gquic"]["valid"] == 3 and r.verified["gquic"]["used_0rtt"] >= 3
