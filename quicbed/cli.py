@@ -19,6 +19,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from quicbed import bulk_cli
 from quicbed.cli_options import (
     CC,
     CELL_LINK,
@@ -575,6 +576,10 @@ def usage_error_line(exc: Any) -> str:
     if ctx is not None:
         msg = f"{msg}; see '{ctx.command_path} --help'"
     return msg
+
+
+# --- bulk transfers and flows sharing a bottleneck (quicbed.bulk; one-shot for now) -----
+bulk_cli.register(app)
 
 
 def main() -> None:
