@@ -486,13 +486,24 @@ def test_readme_path_on_a_fresh_debian(machine: FreshMachine) -> None:
     assert cp.returncode == 0, log()
     assert re.search(r"localhost\s+:\s+ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0",
                      cp.stdout), log()  # fmt: skip
+    assert "quic_server_google_enabled is false" in cp.stdout, log()
     sums = m.sh("setup again", f"sha256sum {CHROOT_REPO}/build/bin/*").stdout
+    built = {line.split("/")[-1] for line in sums.splitlines()}
+    assert built == {"quicbed-linkem", "quicbed-h3server", "quicbed-bulk",
+                     "quicbed-quiche-server", "quicbed-gquic-server"}, sums  # fmt: skip
+    # the same playbook again (also `make setup`'s idempotence on this machine: the
+    # one check of it, on the cleanest machine there is): nothing changes, and the Go
+    # binaries, rebuilt, are the same bytes
     cp = m.sh("setup again", setup, cwd=CHROOT_REPO)
     assert cp.returncode == 0, log()
     recap = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)", cp.stdout)
     assert recap, log()
     assert recap.group(1) == "0", "second set-up changed:\n" + _changed_tasks(cp.stdout)
+    assert "Build the binaries into the scratch directory" in cp.stdout, log()  # rebuilt
     assert m.sh("setup again", f"sha256sum {CHROOT_REPO}/build/bin/*").stdout == sums
+    cp = m.sh("setup again", "command -v chromium iperf3 node && "
+              f"test -d {CHROOT_REPO}/client/node_modules/chrome-har-capturer")  # fmt: skip
+    assert cp.returncode == 0, log()
 
     cp = m.sh("cell", f".venv/bin/quicbed cell --rate 10 --rtt 36 --page 5kb --runs 3 "
                       f"--prefix {m.prefix} --out /root/r --json", cwd=CHROOT_REPO)  # fmt: skip
