@@ -274,9 +274,11 @@ ArmsOpt = Annotated[
     str,
     typer.Option(
         help=(
-            "Comma-separated arms: h2 (Apache), h3 (quic-go), h3-quiche (quiche), each with "
-            "optional :KEY=VALUE settings (stack, cc, cubic_n, cubic_beta), e.g. "
-            "h2,h3:cubic_n=2,h3-quiche:cc=bbr2, or a new arm h3-n2:stack=quic-go:cubic_n=2."
+            "Comma-separated arms: h2 (Apache), h3 (quic-go), h3-quiche (quiche), gquic, "
+            "each with optional :KEY=VALUE settings (stack, cc, cubic_n, cubic_beta, "
+            "quic_version, tls; on a TCP arm tcp_sack, tcp_ecn, tcp_window_scaling, "
+            "tcp_fastopen, initcwnd, rmem), e.g. h2:tcp_sack=false,h3:cubic_n=2,"
+            "h3-quiche:cc=bbr2, or a new arm h3-n2:stack=quic-go:cubic_n=2."
         )
     ),
 ]
