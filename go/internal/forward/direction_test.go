@@ -115,7 +115,12 @@ func (l *testLink) recv() received {
 	l.t.Helper()
 	buf := make([]byte, maxFrame)
 	oob := make([]byte, 128)
+	// The Go runtime's preemption signal interrupts a blocking recvmsg (EINTR): read
+	// again, as the forwarder's own loop does.
 	n, oobn, _, _, err := unix.Recvmsg(l.rx, buf, oob, 0)
+	for err == unix.EINTR {
+		n, oobn, _, _, err = unix.Recvmsg(l.rx, buf, oob, 0)
+	}
 	if err != nil {
 		l.t.Fatalf("no forwarded datagram within 5 s: %v", err)
 	}
