@@ -343,15 +343,9 @@ class _Rig:
         return self.tb.spawn("client", argv, log=log), log
 
     def records(self, log: RPath) -> list[dict[str, Any]]:
-        out = []
-        for line in self.tb.read_text("client", log).splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-        return out
+        from quicbed.servers.quic_go import json_events
+
+        return json_events(self.tb.read_text("client", log).splitlines())
 
     def wait_done(self, logs: list[RPath], procs: list[Process], timeout: float) -> None:
         """Until every flow's final record is written (or its client has exited)."""
