@@ -31,7 +31,6 @@ Results are pydantic models (JSON-able, with the receipt and provenance) written
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import statistics
 import threading
