@@ -9,7 +9,9 @@ ipfw over SSH all or nothing; a saved manifest is parsed.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,7 +29,7 @@ from quicbed.testbed import hosts
 from quicbed.testbed.base import RPath
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.ssh import SshTestbed
-from quicbed.testbed.sshlab import SshLab, control_bridge
+from quicbed.testbed.sshlab import CONTROL_NETS, SshLab, control_bridge
 
 
 def _quicbed(*args: str) -> subprocess.CompletedProcess[str]:
@@ -228,11 +230,16 @@ def test_bad_hosts_files_name_the_problem(lab: tuple[str, Path], tmp_path: Path)
     missing_key.write_text(inv.replace("sshlab/id_ed25519", "sshlab/nope"))
     with pytest.raises(QuicbedError, match=r"SSH key .*nope does not exist"):
         hosts.load(missing_key)
+    # the lab takes the first control network free on this machine (10.10.0.0/24 unless
+    # the machine routes it already, as some CI runners do)
+    server = hosts.load(lab[1]).nodes["server"].host
+    assert server.endswith(".0.1")
     refused = tmp_path / "refused.ini"
-    refused.write_text(inv.replace("ansible_host=10.10.0.1", "ansible_host=10.10.0.1 "
-                                   "ansible_port=2222"))  # fmt: skip
+    refused.write_text(inv.replace(f"ansible_host={server} ", f"ansible_host={server} "
+                                   "ansible_port=2222 "))  # fmt: skip
     t = hosts.load(refused)
-    with pytest.raises(QuicbedError, match=r"cannot reach server \(root@10.10.0.1:2222\)"):
+    unreachable = rf"cannot reach server \(root@{re.escape(server)}:2222\)"
+    with pytest.raises(QuicbedError, match=unreachable):
         t.up()
     t.close()
     with pytest.raises(QuicbedError, match="does not exist"):
@@ -243,7 +250,10 @@ def test_bad_hosts_files_name_the_problem(lab: tuple[str, Path], tmp_path: Path)
         second = _quicbed("testbed", "up", "--sshd", "--prefix", other)
         assert second.returncode == 0, second.stderr
         t2 = hosts.load(SshLab(other).inventory)
-        assert t2.nodes["server"].host == "10.11.0.1" and t2.status()["complete"]
+        net = ipaddress.ip_network(f"{server}/24", strict=False)
+        second_net = ipaddress.ip_network(f"{t2.nodes['server'].host}/24", strict=False)
+        assert second_net != net and second_net in CONTROL_NETS, second_net
+        assert t2.status()["complete"]
         t2.close()
     finally:
         assert _quicbed("testbed", "down", "--prefix", other).returncode == 0
