@@ -51,8 +51,8 @@ def main() -> int:
     for rate in (float(r) for r in a.rates.split(",")):
         cond = make_condition(rate_mbit=rate, rtt_ms=a.rtt)
 
-        def say(m: str, rate: float = rate) -> None:
-            print(f"  {rate:g} Mbit/s: {m}", file=sys.stderr)
+        def say(m: str, done: int, total: int, rate: float = rate) -> None:
+            print(f"  {rate:g} Mbit/s: {m} ({done}/{total})", file=sys.stderr)
 
         r = run_bulk(cond, out / f"{rate:g}", arms=arms, reps=a.reps, duration_s=a.duration,
                      testbed=tb, receipt_tcp_seconds=5, progress=say)  # fmt: skip

@@ -1,8 +1,10 @@
-"""Bulk and compete experiments: goodput of one flow per arm, and flows sharing a bottleneck.
+"""Bulk and compete cells: goodput of one flow per arm, and flows sharing a bottleneck.
 
-Both run on a link shaped and proven the one way the project does it
-(quicbed.link.session.shaped_link, then a fidelity receipt, quicbed.link.proof.prove;
-a link out of tolerance is never measured on), with the arms' own servers
+They are cells of kind ``bulk`` and ``compete`` (quicbed.cellconfig): quicbed.cell runs
+them as it runs page cells, so they get the same link (shaped, with its receipt, a
+link out of tolerance never measured on, the link checked around the transfers), the
+same attempts, store, sweeps, reports and packages. This module does the transfers
+(run_transfer), with the arms' own servers
 (quicbed.servers, the stacks of quicbed.arms) serving a generated bulk object
 (quicbed.bulkobjects) with the testbed's certificate (quicbed.certs).
 
@@ -18,215 +20,58 @@ client side equal. It samples the bytes received every 100 ms.
   kernel's ``ss -ti`` for the flow's connection; QUIC: the server's ``conn_close``
   counters where the stack logs them: quiche does, quic-go does not), the packets the
   bottleneck dropped (the emulator's counters, protocol neutral), Welch's t-test and
-  Mann-Whitney U per QUIC arm against the TCP arm (quicbed.stats.compare).
+  Mann-Whitney U per arm against the TCP arm (quicbed.stats.compare).
 - ``compete``: K flows of arm A and M of arm B started together (or staggered) on one
   bottleneck: per-flow throughput every 100 ms, each flow's share and Jain's fairness
   index over the steady part, and the bottleneck queue's occupancy sampled from the
-  emulator (quicbed-linkem's ``queue_bytes``/``queue_packets``) every 100 ms.
+  emulator (quicbed-linkem's ``queue_bytes``/``queue_packets``) every 100 ms; repeated
+  ``runs`` times, with each arm's share over the repetitions and Welch/MWU on the arms'
+  per-flow throughput.
 
-Results are pydantic models (JSON-able, with the receipt and provenance) written to
-``<out>/bulk.json`` or ``<out>/compete.json`` with their figures (quicbed.plots).
+An attempt's record (BulkResult, CompeteResult: every flow's samples, the queue) is
+stored in the store's ``transfers`` table; summaries and comparisons are computed from
+it when read (bulk_summary, compete_summary), figures drawn by the report.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
-import statistics
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from quicbed import provenance
-from quicbed.arms import Arm, resolve
-from quicbed.cellconfig import TEST_HOST
+from quicbed.arms import Arm
+from quicbed.cellconfig import CellConfig, make_cell
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
-from quicbed.link.proof import ProvenLink, prove
-from quicbed.link.session import shaped_link
+from quicbed.link.proof import ProvenLink
 from quicbed.servers import get_stack
 from quicbed.servers.base import ServeSpec, WebServer
-from quicbed.stats import compare
-from quicbed.store import now
+from quicbed.store import Store, now
 from quicbed.testbed.base import Process, RPath, Testbed
 from quicbed.testbed.local import LocalTestbed
+from quicbed.transfers import (
+    BulkResult,
+    BulkRun,
+    CompeteResult,
+    CompeteRun,
+    FlowResult,
+    QueueSample,
+    compete_run,
+    ideal_goodput_bps,
+    stored_transfer,
+)
 
 CLIENT = "quicbed-bulk"
 INTERVAL_S = 0.1
 #: how long a client keeps its connection after its final record, so the server's
 #: kernel can still be asked about it (``ss``)
 LINGER_S = 1.5
-#: the steady part of a compete run starts this long after the last flow started,
-#: or after this fraction of the duration, whichever is later
-STEADY_MIN_S = 2.0
-STEADY_FRACTION = 0.2
-#: a TCP segment's payload in a 1514-byte frame (1500 - 20 IP - 32 TCP with timestamps)
-TCP_PAYLOAD = 1448
-FRAME = 1514
 
-Progress = Callable[[str], None]
-
-
-# --- records --------------------------------------------------------------------------
-class FlowResult(BaseModel):
-    """One flow as its client and the server side saw it."""
-
-    flow: str
-    arm: str
-    protocol: str  # h2 | h3
-    ok: bool
-    error: str | None = None
-    http_proto: str | None = None
-    bytes: int = 0
-    completion_s: float | None = None
-    goodput_bps: float | None = None
-    connect_s: float | None = None
-    ttfb_s: float | None = None
-    #: when it started, seconds after the run's common start (its stagger + lag)
-    start_offset_s: float = 0.0
-    start_lag_s: float | None = None
-    #: (t_s since the flow's own start, bytes received so far), every 100 ms
-    samples: list[tuple[float, int]] = Field(default_factory=list)
-    #: retransmitted segments (TCP) or packets (QUIC) by the server; None: not known
-    retransmissions: int | None = None
-    retrans_bytes: int | None = None
-    retrans_source: str = ""
-    #: the server side's transport facts: TCP from ``ss -ti``, QUIC from its log
-    server: dict[str, Any] = Field(default_factory=dict)
-    quic_client: dict[str, Any] | None = None
-    local_addr: str | None = None
-
-    def timeline(self, offset: bool = True) -> list[tuple[float, float]]:
-        """(t_s, bit/s over the interval ending at t_s); t on the run's clock if ``offset``."""
-        out, pt, pb = [], 0.0, 0
-        for t, b in self.samples:
-            if t > pt:
-                out.append((t + (self.start_offset_s if offset else 0.0), (b - pb) * 8 / (t - pt)))
-            pt, pb = t, b
-        return out
-
-
-class BulkRun(BaseModel):
-    arm: str
-    rep: int
-    seq: int
-    flow: FlowResult
-    #: the emulator's down-direction counters over this run: drops, peak queue
-    bottleneck: dict[str, Any] | None = None
-
-
-class ArmBulk(BaseModel):
-    arm: str
-    n: int
-    goodput_mbit_mean: float | None
-    goodput_mbit_sd: float | None
-    goodput_mbit_median: float | None
-    completion_s_mean: float | None
-    retransmissions_mean: float | None
-    #: the mean goodput against the link's ideal (:func:`ideal_goodput_bps`)
-    of_ideal: float | None
-
-
-class BulkResult(BaseModel):
-    kind: str = "bulk"
-    created: str
-    condition: dict[str, Any]
-    arms: list[dict[str, Any]]
-    object: str
-    object_bytes: int
-    duration_s: float | None
-    reps: int
-    ideal_goodput_bps: float | None
-    runs: list[BulkRun]
-    summary: dict[str, ArmBulk]
-    #: per QUIC arm against the TCP arm, ``tcp/quic``: ``goodput_bps`` and ``completion_s``
-    #: each a quicbed.stats.Comparison (pct_diff = (tcp - quic) / quic of that metric;
-    #: the bootstrap interval in the metric's unit, not ms)
-    comparisons: dict[str, dict[str, Any]]
-    receipt: dict[str, Any] | None
-    provenance: dict[str, Any]
-    versions: dict[str, Any] = Field(default_factory=dict)
-    figures: list[str] = Field(default_factory=list)
-
-
-class QueueSample(BaseModel):
-    t_s: float
-    bytes: int
-    packets: int
-    drops: int
-
-
-class CompeteResult(BaseModel):
-    kind: str = "compete"
-    created: str
-    condition: dict[str, Any]
-    groups: list[tuple[str, int]]
-    arms: list[dict[str, Any]]
-    duration_s: float
-    stagger_s: float
-    object: str
-    flows: list[FlowResult]
-    steady_from_s: float
-    steady_to_s: float
-    #: each flow's share of the bytes all flows received in the steady part
-    shares: dict[str, float]
-    arm_shares: dict[str, float]
-    #: each flow's mean throughput in the steady part (bit/s)
-    steady_bps: dict[str, float]
-    jain: float | None
-    #: the bottleneck's queue (server to client) every ~100 ms; empty if the shaper
-    #: cannot say (only the userspace emulator reports its occupancy)
-    queue: list[QueueSample]
-    queue_note: str = ""
-    queue_limit_bytes: int | None = None
-    receipt: dict[str, Any] | None
-    provenance: dict[str, Any]
-    versions: dict[str, Any] = Field(default_factory=dict)
-    figures: list[str] = Field(default_factory=list)
-
-
-# --- numbers --------------------------------------------------------------------------
-def ideal_goodput_bps(cond: LinkCondition) -> float | None:
-    """The most application bytes per second the bottleneck carries for a TCP flow: its
-    rate (which counts Ethernet frames, quicbed.link.model) times a full frame's TCP
-    payload share (1448 of 1514 bytes). TLS records cost another ~0.1 %, counted
-    against the flow. None for an unlimited link."""
-    if cond.rate_mbit is None:
-        return None
-    rate = cond.rate_mbit * 1e6
-    return rate * (TCP_PAYLOAD if cond.count == "ethernet" else TCP_PAYLOAD + 14) / FRAME
-
-
-def jain(values: list[float]) -> float | None:
-    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 = equal, 1/n = one takes all."""
-    sq = sum(v * v for v in values)
-    if not values or sq == 0:
-        return None
-    return sum(values) ** 2 / (len(values) * sq)
-
-
-def bytes_at(f: FlowResult, t: float) -> float:
-    """Bytes ``f`` had received at time ``t`` of the run's clock (linear between samples)."""
-    pts = [(f.start_offset_s, 0.0)] + [(f.start_offset_s + s, float(b)) for s, b in f.samples]
-    if t <= pts[0][0]:
-        return 0.0
-    for (t0, b0), (t1, b1) in itertools.pairwise(pts):
-        if t <= t1:
-            return b0 + (b1 - b0) * (t - t0) / (t1 - t0) if t1 > t0 else b1
-    return pts[-1][1]
-
-
-def steady_window(flows: list[FlowResult], duration_s: float) -> tuple[float, float]:
-    """From the later of 2 s and 20 % of the duration after the last flow started, to
-    the end of the first flow to end (all flows present throughout)."""
-    last_start = max(f.start_offset_s for f in flows)
-    start = last_start + max(STEADY_MIN_S, STEADY_FRACTION * duration_s)
-    ends = [f.start_offset_s + (f.samples[-1][0] if f.samples else 0.0) for f in flows]
-    return start, min(ends)
+#: (what, done, total), as quicbed.cell reports a cell's loads
+Progress = Callable[[str, int, int], None]
 
 
 # --- ss -------------------------------------------------------------------------------
@@ -435,6 +280,14 @@ class _Rig:
         else:
             f.retrans_source = "this stack's server logs no loss counters (quic-go)"
 
+    def evidence(self, arm: str) -> tuple[dict[str, Any], list[str]]:
+        """The arm's server's facts since its mark (its log, its kernel: CC, parameters,
+        TCP options from the handshakes) and why they do not show the arm's settings,
+        as every page load is judged (quicbed.servers.base.WebServer.evidence)."""
+        srv = self.servers[arm]
+        facts = srv.load_facts(srv.since_mark()) | srv.observe()
+        return facts, srv.evidence(facts)
+
     def quic_lines(self, arm: str, offset: int) -> list[str]:
         srv = self.servers[arm]
         if srv.transport != "udp":
@@ -453,6 +306,14 @@ class _Rig:
         digest = cp.stdout.split()
         out[CLIENT] = {"path": str(exe), "sha256": digest[0] if digest else None}
         return out
+
+
+def _verified(f: FlowResult, evidence: tuple[dict[str, Any], list[str]]) -> FlowResult:
+    facts, reasons = evidence
+    f.evidence = facts
+    if f.ok and reasons:
+        f.ok, f.error = False, "; ".join(reasons)
+    return f
 
 
 def _down(counters: dict[str, Any] | None) -> dict[str, Any]:
@@ -488,160 +349,61 @@ def _quic_wait(
         time.sleep(0.05)
 
 
-def _arms(names: list[str], cc: str) -> list[Arm]:
-    """The arms by name (quicbed.arms: stack, CC, port), each once."""
-    if not names:
-        raise QuicbedError("no arms")
-    return resolve(tuple(dict.fromkeys(names)), {}, cc)
+# --- transfer cells (quicbed.cell runs them like page cells) -------------------------
+def run_transfer(
+    cfg: CellConfig, tb: Testbed, proven: ProvenLink, logs: Path, progress: Progress | None
+) -> BulkResult | CompeteResult:
+    """A bulk or compete cell's transfers on ``proven`` (receipt passed, link checked
+    around it by quicbed.cell), the arms' servers started and stopped here; their logs
+    and the clients' go to ``logs``."""
+    t = cfg.transfer
+    assert t is not None and cfg.kind in ("bulk", "compete")
+    arms = cfg.resolved_arms()
+    rig = _Rig(tb, arms, t.size, logs, cfg.host)
+    say = progress or (lambda _m, _i, _n: None)
+    rig.start()
+    try:
+        if cfg.kind == "bulk":
+            return _bulk(cfg, rig, proven, say)
+        return _compete(cfg, rig, proven, say)
+    finally:
+        rig.stop()
 
 
-class _Session:
-    """The link shaped and proven, the servers started; undone on exit."""
-
-    def __init__(self, tb: Testbed, cond: LinkCondition, arms: list[Arm], size: str, out: Path,
-                 shaper: str, cc: str, receipt_tcp_seconds: float,
-                 progress: Progress | None) -> None:  # fmt: skip
-        self.tb, self.cond, self.arms, self.size, self.out = tb, cond, arms, size, out
-        self.shaper_name, self.cc, self.receipt_tcp_seconds = shaper, cc, receipt_tcp_seconds
-        self.say = progress or (lambda _m: None)
-
-    def run(self, body: Callable[[_Rig, ProvenLink], BaseModel]) -> BaseModel:
-        for a in self.arms:
-            get_stack(a.stack).check_testbed(a, self.tb)
-        self.out.mkdir(parents=True, exist_ok=True)
-        with self.tb.claim("quicbed bulk"), shaped_link(self.tb, self.cond, self.shaper_name,
-                                                        cc=self.cc) as shaped:  # fmt: skip
-            self.say("link shaped; taking its receipt")
-            proven = prove(shaped, self.receipt_tcp_seconds, self.cc)
-            if not proven.receipt.passed:
-                # one retry on a freshly applied link, as a sweep gives a cell
-                self.say(f"receipt failed ({_failed_names(proven)}); applying the link again")
-                shaped.reapply()
-                proven = prove(shaped, self.receipt_tcp_seconds, self.cc)
-            if not proven.receipt.passed:
-                raise QuicbedError(f"the link is out of tolerance ({_failed_names(proven)}) "
-                                   "on two receipts; nothing measured")  # fmt: skip
-            rig = _Rig(self.tb, self.arms, self.size, self.out, TEST_HOST)
-            try:
-                rig.start()
-                return body(rig, proven)
-            finally:
-                rig.stop()
-
-
-def _failed_names(proven: ProvenLink) -> str:
-    return ", ".join(c.name for c in proven.receipt.failed_checks())
-
-
-def _tcp_cc(arms: list[Arm], cc: str) -> str:
-    tcp = [a for a in arms if a.transport == "tcp"]
-    return tcp[0].cc if tcp else "cubic"
-
-
-def run_bulk(
-    cond: LinkCondition,
-    out: Path,
-    *,
-    arms: list[str] | None = None,
-    reps: int = 5,
-    size: str = "100MB",
-    duration_s: float | None = None,
-    cc: str = "cubic",
-    testbed: Testbed | None = None,
-    shaper: str = "auto",
-    receipt_tcp_seconds: float = 10,
-    progress: Progress | None = None,
-    figures: bool = True,
-) -> BulkResult:
-    """``reps`` downloads per arm, interleaved (ABBA), one flow at a time.
-
-    With ``duration_s`` each download runs that long (the object again and again on one
-    connection), else it fetches the object once. Written to ``out/bulk.json``.
-    """
-    tb = testbed or LocalTestbed("qb")
-    resolved = _arms(arms or ["h2", "h3"], cc)
-    names = [a.name for a in resolved]
-    if reps < 1:
-        raise QuicbedError(f"reps must be >= 1 (got {reps})")
-    order: list[tuple[str, int]] = []
-    for rep in range(reps):
-        order += [(n, rep) for n in (names if rep % 2 == 0 else names[::-1])]
-    session = _Session(tb, cond, resolved, size, out, shaper, _tcp_cc(resolved, cc),
-                       receipt_tcp_seconds, progress)  # fmt: skip
-    expect = duration_s or 0.0
-
-    def body(rig: _Rig, proven: ProvenLink) -> BulkResult:
-        runs: list[BulkRun] = []
-        link = proven.link
-        for seq, (arm, rep) in enumerate(order):
-            session.say(f"{arm} #{rep}")
-            offsets = rig.log_sizes()
-            before = link.shaper.counters(tb)
-            p, log = rig.spawn(arm, f"{arm}-{rep}", duration_s, None)
-            limit = (expect or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
-            rig.wait_done([log], [p], timeout=limit)
-            tcp = rig.server_tcp()
-            after = link.shaper.counters(tb)
-            recs = rig.records(log)
-            final = next((r for r in recs if r.get("event") == "done"), {})
-            port = _port(final.get("local_addr"))
-            rc = p.wait(LINGER_S + 10)
-            quic = _quic_wait(rig, arm, offsets.get(arm, 0), port) if arm in offsets else None
-            f = rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc)
-            runs.append(BulkRun(arm=arm, rep=rep, seq=seq, flow=f,
-                                bottleneck=_bottleneck(before, after) or None))  # fmt: skip
-        return _bulk_result(cond, resolved, rig, size, duration_s, reps, runs, proven, tb)
-
-    result = session.run(body)
-    assert isinstance(result, BulkResult)
-    if figures:
-        result.figures = [str(p) for p in plot_bulk(result, out / "bulk")]
-    (out / "bulk.json").write_text(result.model_dump_json(indent=1))
-    return result
-
-
-def _mean(v: list[float]) -> float | None:
-    return statistics.fmean(v) if v else None
-
-
-def _bulk_result(
-    cond: LinkCondition, arms: list[Arm], rig: _Rig, size: str, duration_s: float | None,
-    reps: int, runs: list[BulkRun], proven: ProvenLink, tb: Testbed,
-) -> BulkResult:  # fmt: skip
-    ideal = ideal_goodput_bps(cond)
-    summary: dict[str, ArmBulk] = {}
-    for a in arms:
-        ok = [r.flow for r in runs if r.arm == a.name and r.flow.ok]
-        gp = [f.goodput_bps / 1e6 for f in ok if f.goodput_bps]
-        rt = [float(f.retransmissions) for f in ok if f.retransmissions is not None]
-        summary[a.name] = ArmBulk(
-            arm=a.name, n=len(ok), goodput_mbit_mean=_mean(gp),
-            goodput_mbit_sd=statistics.stdev(gp) if len(gp) > 1 else None,
-            goodput_mbit_median=statistics.median(gp) if gp else None,
-            completion_s_mean=_mean([f.completion_s for f in ok if f.completion_s]),
-            retransmissions_mean=_mean(rt),
-            of_ideal=(statistics.fmean(gp) * 1e6 / ideal) if gp and ideal else None,
-        )  # fmt: skip
-    comparisons: dict[str, dict[str, Any]] = {}
-    tcp = next((a for a in arms if a.transport == "tcp"), None)
-    if tcp is not None:
-        for a in arms:
-            if a.transport != "udp":
-                continue
-            cmp: dict[str, Any] = {}
-            for metric in ("completion_s", "goodput_bps"):
-                vals = {n: [float(getattr(r.flow, metric)) for r in runs
-                            if r.arm == n and r.flow.ok and getattr(r.flow, metric)]
-                        for n in (tcp.name, a.name)}  # fmt: skip
-                cmp[metric] = compare(vals[tcp.name], vals[a.name], planned=reps,
-                                      tcp_arm=tcp.name, quic_arm=a.name).model_dump()  # fmt: skip
-            comparisons[f"{tcp.name}/{a.name}"] = cmp
+def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> BulkResult:
+    """``cfg.runs`` downloads per arm, interleaved (ABBA, the cell's schedule), one flow
+    at a time. With a duration each runs that long (the object again and again on one
+    connection), else it fetches the object once."""
+    t = cfg.transfer
+    assert t is not None
+    tb, cond, link = rig.tb, cfg.condition, proven.link
+    runs: list[BulkRun] = []
+    for seq, (arm, rep) in enumerate(cfg.schedule()):
+        say(f"{arm} #{rep}", seq + 1, len(cfg.schedule()))
+        offsets = rig.log_sizes()
+        before = link.shaper.counters(tb)
+        rig.servers[arm].mark()
+        p, log = rig.spawn(arm, f"{arm}-{rep}", t.duration_s, None)
+        limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
+        rig.wait_done([log], [p], timeout=limit)
+        tcp = rig.server_tcp()
+        evidence = rig.evidence(arm)  # while the client lingers: its connection is open
+        after = link.shaper.counters(tb)
+        recs = rig.records(log)
+        final = next((r for r in recs if r.get("event") == "done"), {})
+        port = _port(final.get("local_addr"))
+        rc = p.wait(LINGER_S + 10)
+        quic = _quic_wait(rig, arm, offsets.get(arm, 0), port) if arm in offsets else None
+        f = _verified(rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc),
+                      evidence)  # fmt: skip
+        runs.append(BulkRun(arm=arm, rep=rep, seq=seq, flow=f,
+                            bottleneck=_bottleneck(before, after) or None))  # fmt: skip
     return BulkResult(
-        created=now(), condition=cond.model_dump(mode="json"), arms=[a.as_dict() for a in arms],
-        object=rig.path, object_bytes=rig.object_bytes, duration_s=duration_s, reps=reps,
-        ideal_goodput_bps=ideal, runs=runs, summary=summary, comparisons=comparisons,
-        receipt=proven.receipt.model_dump(mode="json"), provenance=provenance.collect(tb),
-        versions=rig.versions(),
+        created=now(), condition=cond.model_dump(mode="json"),
+        arms=[a.as_dict() for a in cfg.resolved_arms()], object=rig.path,
+        object_bytes=rig.object_bytes, duration_s=t.duration_s, reps=cfg.runs,
+        ideal_goodput_bps=ideal_goodput_bps(cond), runs=runs,
+        receipt=proven.receipt.model_dump(mode="json"), versions=rig.versions(),
     )  # fmt: skip
 
 
@@ -677,53 +439,36 @@ class _QueueSampler(threading.Thread):
             self.halt.wait(max(0.0, (next_t - time.time_ns()) / 1e9))
 
 
-def run_compete(
-    cond: LinkCondition,
-    out: Path,
-    *,
-    groups: list[tuple[str, int]],
-    duration_s: float = 30.0,
-    stagger_s: float = 0.0,
-    size: str = "100MB",
-    cc: str = "cubic",
-    testbed: Testbed | None = None,
-    shaper: str = "auto",
-    receipt_tcp_seconds: float = 10,
-    progress: Progress | None = None,
-    figures: bool = True,
-) -> CompeteResult:
-    """``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)]. All flows start at one
-    instant on the client's clock, flow i (in order of ``groups``) ``i x stagger_s``
-    later, and each runs ``duration_s`` (the object again and again). Written to
-    ``out/compete.json``."""
-    tb = testbed or LocalTestbed("qb")
-    if not groups or any(n < 1 for _, n in groups):
-        raise QuicbedError("compete: every group needs at least one flow")
-    if duration_s <= 0 or stagger_s < 0:
-        raise QuicbedError("compete: duration must be > 0 and stagger >= 0")
-    resolved = _arms([a for a, _ in groups], cc)
-    session = _Session(tb, cond, resolved, size, out, shaper, _tcp_cc(resolved, cc),
-                       receipt_tcp_seconds, progress)  # fmt: skip
-    plan = [(arm, f"{arm}-{i}") for arm, n in groups for i in range(n)]
-
-    def body(rig: _Rig, proven: ProvenLink) -> CompeteResult:
+def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> CompeteResult:
+    """``cfg.runs`` repetitions: every flow of ``transfer.flows`` (e.g. h3x1,h2x4) starts
+    at one instant on the client's clock, flow i ``i x stagger_s`` later, and runs
+    ``duration_s`` (the object again and again)."""
+    t = cfg.transfer
+    assert t is not None and t.duration_s is not None
+    tb = rig.tb
+    plan = [(arm, f"{arm}-{i}") for arm, n in t.flows for i in range(n)]
+    runs: list[CompeteRun] = []
+    for rep in range(cfg.runs):
+        say(f"{len(plan)} flows", rep + 1, cfg.runs)
         offsets = rig.log_sizes()
         lead_s = 1.0 + 0.15 * len(plan)  # time to spawn every client before the start
         t0_client = rig.client_clock_ns() + int(lead_s * 1e9)
         # the controller's clock for the queue sampler (the same clock locally)
-        t0_ctl = time.time_ns() + int(lead_s * 1e9)
-        sampler = _QueueSampler(tb, proven.link, t0_ctl)
+        sampler = _QueueSampler(tb, proven.link, time.time_ns() + int(lead_s * 1e9))
         sampler.start()
         procs, logs = [], []
+        for srv in rig.servers.values():
+            srv.mark()
         try:
             for i, (arm, flow) in enumerate(plan):
-                p, log = rig.spawn(arm, flow, duration_s, t0_client + int(i * stagger_s * 1e9))
+                p, log = rig.spawn(arm, f"{flow}-r{rep}", t.duration_s,
+                                   t0_client + int(i * t.stagger_s * 1e9))  # fmt: skip
                 procs.append(p)
                 logs.append(log)
-            session.say(f"{len(plan)} flows started")
-            total = lead_s + stagger_s * len(plan) + duration_s + 60
+            total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
             rig.wait_done(logs, procs, timeout=total)
             tcp = rig.server_tcp()
+            evidence = {a: rig.evidence(a) for a, _ in t.flows}
         finally:
             sampler.halt.set()
             sampler.join(5)
@@ -734,132 +479,88 @@ def run_compete(
             final = next((r for r in recs if r.get("event") == "done"), {})
             quic = (_quic_wait(rig, arm, offsets[arm], _port(final.get("local_addr")))
                     if arm in offsets else None)  # fmt: skip
-            flows.append(rig.flow_result(arm, flow, recs, tcp, quic, i * stagger_s, rc))
-        return _compete_result(cond, resolved, groups, rig, duration_s, stagger_s, flows,
-                               sampler, proven, tb)  # fmt: skip
-
-    result = session.run(body)
-    assert isinstance(result, CompeteResult)
-    if figures:
-        result.figures = [str(p) for p in plot_compete(result, out / "compete")]
-    (out / "compete.json").write_text(result.model_dump_json(indent=1))
-    return result
-
-
-def _compete_result(
-    cond: LinkCondition, arms: list[Arm], groups: list[tuple[str, int]], rig: _Rig,
-    duration_s: float, stagger_s: float, flows: list[FlowResult], sampler: _QueueSampler,
-    proven: ProvenLink, tb: Testbed,
-) -> CompeteResult:  # fmt: skip
-    lo, hi = steady_window(flows, duration_s)
-    steady: dict[str, float] = {}
-    if hi > lo:
-        for f in flows:
-            steady[f.flow] = (bytes_at(f, hi) - bytes_at(f, lo)) * 8 / (hi - lo)
-    total = sum(steady.values())
-    shares = {k: v / total for k, v in steady.items()} if total > 0 else {}
-    arm_shares: dict[str, float] = {}
-    for f in flows:
-        if f.flow in shares:
-            arm_shares[f.arm] = arm_shares.get(f.arm, 0.0) + shares[f.flow]
-    pipe = cond.pipes()["down"]
+            f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
+            flows.append(_verified(f.model_copy(update={"flow": flow}), evidence[arm]))
+        runs.append(compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem))
     return CompeteResult(
-        created=now(), condition=cond.model_dump(mode="json"), groups=groups,
-        arms=[a.as_dict() for a in arms], duration_s=duration_s, stagger_s=stagger_s,
-        object=rig.path, flows=flows, steady_from_s=lo, steady_to_s=hi, shares=shares,
-        arm_shares=arm_shares, steady_bps=steady,
-        jain=jain(list(steady.values())) if hi > lo else None,
-        queue=sampler.samples, queue_note=sampler.problem,
-        queue_limit_bytes=pipe.queue_bytes, receipt=proven.receipt.model_dump(mode="json"),
-        provenance=provenance.collect(tb), versions=rig.versions(),
+        created=now(), condition=cfg.condition.model_dump(mode="json"),
+        groups=list(t.flows), arms=[a.as_dict() for a in cfg.resolved_arms()],
+        duration_s=t.duration_s, stagger_s=t.stagger_s, object=rig.path, runs=runs,
+        queue_limit_bytes=cfg.condition.pipes()["down"].queue_bytes,
+        receipt=proven.receipt.model_dump(mode="json"), versions=rig.versions(),
     )  # fmt: skip
 
 
-# --- figures --------------------------------------------------------------------------
-_COLORS = {"tcp": ["#c0392b", "#e67e22", "#8e44ad", "#d35400", "#a93226", "#f39c12"],
-           "udp": ["#1f77b4", "#17becf", "#2ca02c", "#1abc9c", "#2471a3", "#27ae60"]}  # fmt: skip
+def run_bulk(
+    cond: LinkCondition,
+    out: Path,
+    *,
+    arms: list[str] | None = None,
+    reps: int = 5,
+    size: str = "100MB",
+    duration_s: float | None = None,
+    cc: str = "cubic",
+    testbed: Testbed | None = None,
+    shaper: str = "auto",
+    receipt_tcp_seconds: float = 10,
+    progress: Progress | None = None,
+    force: bool = False,
+) -> BulkResult:
+    """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
+    a page cell: a new attempt, its receipt, the link checked around it), its record
+    read back with its summary."""
+    from quicbed.bulkobjects import object_path
+
+    cfg = make_cell(condition=cond, page=object_path(size), kind="bulk", runs=reps, warmup=0,
+                    arms=tuple(arms or ("h2", "h3")), cc=cc, shaper=shaper,
+                    transfer={"size": size, "duration_s": duration_s})  # fmt: skip
+    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
+    assert isinstance(r, BulkResult)
+    return r
 
 
-def _flow_colors(flows: list[FlowResult], arms: list[dict[str, Any]]) -> dict[str, str]:
-    transport = {a["name"]: a["transport"] for a in arms}
-    seen: dict[str, int] = {}
-    out = {}
-    for f in flows:
-        t = transport.get(f.arm, "tcp")
-        i = seen.get(t, 0)
-        seen[t] = i + 1
-        out[f.flow] = _COLORS[t][i % len(_COLORS[t])]
-    return out
+def run_compete(
+    cond: LinkCondition,
+    out: Path,
+    *,
+    groups: list[tuple[str, int]],
+    reps: int = 2,
+    duration_s: float = 30.0,
+    stagger_s: float = 0.0,
+    size: str = "100MB",
+    cc: str = "cubic",
+    testbed: Testbed | None = None,
+    shaper: str = "auto",
+    receipt_tcp_seconds: float = 10,
+    progress: Progress | None = None,
+    force: bool = False,
+) -> CompeteResult:
+    """One compete cell (``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)], ``reps``
+    repetitions) measured into the results folder ``out``, its record read back."""
+    from quicbed.bulkobjects import object_path
+
+    cfg = make_cell(condition=cond, page=object_path(size), kind="compete", runs=reps,
+                    warmup=0, arms=tuple(a for a, _ in groups), cc=cc, shaper=shaper,
+                    transfer={"size": size, "duration_s": duration_s, "flows": tuple(groups),
+                              "stagger_s": stagger_s})  # fmt: skip
+    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
+    assert isinstance(r, CompeteResult)
+    return r
 
 
-def plot_compete(r: CompeteResult, base: Path) -> list[Path]:
-    """Throughput of each flow over time (100 ms bins), one line per flow, as the long
-    look at QUIC drew its fairness runs; under it, the bottleneck queue's occupancy."""
-    import matplotlib.pyplot as plt
+def _measure(
+    cfg: CellConfig, out: Path, testbed: Testbed | None, receipt_tcp_seconds: float,
+    progress: Progress | None, force: bool,
+) -> BulkResult | CompeteResult:  # fmt: skip
+    from quicbed.sweep import run_cell_into
 
-    from quicbed.plots import save_figure
-
-    rows = 2 if r.queue else 1
-    fig, axes = plt.subplots(rows, 1, figsize=(8, 4.2 if rows == 1 else 6), sharex=True,
-                             squeeze=False, height_ratios=[3, 1.3][:rows])  # fmt: skip
-    ax = axes[0][0]
-    colors = _flow_colors(r.flows, r.arms)
-    for f in r.flows:
-        tl = f.timeline()
-        share = r.shares.get(f.flow)
-        label = f.flow + (f" ({share * 100:.0f} %)" if share is not None else "")
-        ax.plot([t for t, _ in tl], [v / 1e6 for _, v in tl], lw=1.1, color=colors[f.flow],
-                label=label)  # fmt: skip
-    if r.condition.get("rate_mbit"):
-        ax.axhline(r.condition["rate_mbit"], color="grey", lw=0.8, ls=":", label="link rate")
-    if r.steady_to_s > r.steady_from_s:
-        ax.axvspan(r.steady_from_s, r.steady_to_s, color="0.93", zorder=0)
-    ax.set_ylabel("throughput (Mbit/s)")
-    jain_s = f", Jain {r.jain:.3f}" if r.jain is not None else ""
-    c = r.condition
-    ax.set_title(f"{' vs '.join(f'{n} {a}' for a, n in r.groups)}: {c.get('rate_mbit')} Mbit/s, "
-                 f"{c.get('rtt_ms')} ms, queue {c.get('queue')}{jain_s}", fontsize=10)  # fmt: skip
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="upper right")
-    ax.grid(alpha=0.3)
-    if r.queue:
-        qa = axes[1][0]
-        qs = [q for q in r.queue if q.t_s >= 0]
-        qa.plot([q.t_s for q in qs], [q.bytes / 1e3 for q in qs], color="black", lw=0.9)
-        if r.queue_limit_bytes:
-            qa.axhline(r.queue_limit_bytes / 1e3, color="grey", lw=0.8, ls=":")
-        qa.set_ylabel("queue (kB)")
-        qa.set_ylim(bottom=0)
-        qa.grid(alpha=0.3)
-    axes[-1][0].set_xlabel("time (s)")
-    fig.tight_layout()
-    return save_figure(fig, base)
-
-
-def plot_bulk(r: BulkResult, base: Path) -> list[Path]:
-    """Each run's throughput over time (100 ms bins), one line per run, per arm."""
-    import matplotlib.pyplot as plt
-
-    from quicbed.plots import save_figure
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    transport = {a["name"]: a["transport"] for a in r.arms}
-    first: set[str] = set()
-    for run in r.runs:
-        tl = run.flow.timeline(offset=False)
-        color = _COLORS[transport.get(run.arm, "tcp")][sorted(transport).index(run.arm) % 6]
-        ax.plot([t for t, _ in tl], [v / 1e6 for _, v in tl], lw=0.8, alpha=0.7, color=color,
-                label=None if run.arm in first else run.arm)  # fmt: skip
-        first.add(run.arm)
-    if r.ideal_goodput_bps:
-        ax.axhline(r.ideal_goodput_bps / 1e6, color="grey", lw=0.8, ls=":", label="ideal goodput")
-    c = r.condition
-    ax.set_title(f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, "
-                 f"queue {c.get('queue')}", fontsize=10)  # fmt: skip
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("throughput (Mbit/s)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, base)
+    tb = testbed or LocalTestbed("qb")
+    res = run_cell_into(cfg, out, testbed=tb, force=force,
+                        receipt_tcp_seconds=receipt_tcp_seconds, progress=progress)  # fmt: skip
+    if res.link_failed:  # one retry on a freshly applied link, as a sweep gives a cell
+        res = run_cell_into(cfg, out, testbed=tb, force=force,
+                            receipt_tcp_seconds=receipt_tcp_seconds, progress=progress)  # fmt: skip
+    if res.status != "done":
+        raise QuicbedError(f"{cfg.kind} cell {res.cell_id} attempt {res.attempt} failed: "
+                           f"{res.problem}")  # fmt: skip
+    return stored_transfer(Store.open_readonly(out), res.cell_id, res.attempt)

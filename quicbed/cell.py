@@ -121,7 +121,8 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     from quicbed.servers import get_stack
 
     pageset = workloads.load()
-    workloads.check_page(cfg.page, pageset)
+    if cfg.kind == "page":  # a transfer cell's object was checked with its config
+        workloads.check_page(cfg.page, pageset)
     arms = cfg.resolved_arms()  # each arm's stack, CC and parameters
     if testbed is not None:
         get_shaper(cfg.shaper, testbed).check(cfg.condition)
@@ -185,7 +186,8 @@ def run_cell(
         finally:
             with shielded():
                 store.finish_attempt(cell_id, attempt, status, problem)
-        comparisons = compare_cell(store, cell_id, attempt, cfg) if status == "done" else {}
+        comparisons = (compare_cell(store, cell_id, attempt, cfg)
+                       if status == "done" and cfg.kind == "page" else {})  # fmt: skip
         invalid: dict[str, list[str]] = {}
         runs = store.runs(cell_id, attempt)
         for r in runs:
@@ -263,6 +265,9 @@ class _Job:
                              f"load: {'; '.join(closing.problems)}")  # fmt: skip
 
     def _loads(self, proven: ProvenLink, span: dict[str, Any]) -> None:
+        if self.cfg.kind != "page":
+            self._transfers(proven, span)
+            return
         from quicbed.client.chromium import Browser, BrowserSpec
 
         cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
@@ -383,6 +388,17 @@ class _Job:
                     tb.collect(role, log_dir)  # remote logs come home beside the runs
                 if tracing:
                     self._seal_traces(tracing, loads)
+
+    def _transfers(self, proven: ProvenLink, span: dict[str, Any]) -> None:
+        """A bulk or compete cell (quicbed.bulk): its transfers on the proven link, one
+        record stored for the attempt (a resumed attempt runs them again, whole)."""
+        from quicbed.bulk import run_transfer
+
+        _, log_dir = self.store.paths(self.cell_id, self.attempt)
+        result = run_transfer(self.cfg, self.tb, proven, log_dir, self.progress)
+        self.store.set_transfer(self.cell_id, self.attempt, self.cfg.kind,
+                                result.model_dump(mode="json"))  # fmt: skip
+        span.update(first_seq=0, last_seq=len(result.runs) - 1)
 
     def _traceset(self) -> TraceSet | None:
         if self.traces == "none":

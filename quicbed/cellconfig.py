@@ -30,7 +30,7 @@ from quicbed.link.model import LinkCondition
 ARMS = ("h2", "h3")
 #: fields added after stores existed: left out of the cell ID while at their default,
 #: so every cell measured before keeps its ID
-_NEW_FIELDS: dict[str, object] = {"arm_settings": {}}
+_NEW_FIELDS: dict[str, object] = {"arm_settings": {}, "kind": "page", "transfer": None}
 TEST_HOST = "quicbed.test"
 #: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
 #: is days of measurement; more warm-ups than that are never needed).
@@ -70,6 +70,73 @@ def _rate_field(value: object) -> object:
 #: a rate field of a model (e.g. a sweep spec's ``rate`` list), read by parse_rate
 Rate = Annotated[float | None, BeforeValidator(_rate_field)]
 
+#: what a cell measures: page loads in the browser, or transfers by quicbed-bulk
+#: (quicbed.bulk): ``bulk`` one flow at a time per arm, ``compete`` flows of several
+#: arms at once on one bottleneck
+Kind = Literal["page", "bulk", "compete"]
+#: a bound on typos: flows at once in a compete cell, seconds of one transfer
+MAX_FLOWS = 32
+MAX_TRANSFER_S = 3600.0
+
+
+def parse_flows(text: str) -> tuple[tuple[str, int], ...]:
+    """``h3x1,h2x4`` (or ``h3,h2``: one flow each) as ((arm, flows), ...): the one
+    spelling of a compete cell's flows, in the CLI's ``--flows`` and a spec's ``flows``."""
+    out = []
+    for part in str(text).split(","):
+        arm, _, n = part.strip().partition("x")
+        try:
+            count = int(n) if n else 1
+        except ValueError:
+            count = 0
+        if not arm or count < 1:
+            raise QuicbedError(f"flows: {part.strip()!r} is not ARMxN with N >= 1 (e.g. "
+                               "h3x1,h2x4)")  # fmt: skip
+        out.append((arm, count))
+    if len({a for a, _ in out}) != len(out):
+        raise QuicbedError(f"flows: an arm is named twice in {text!r}")
+    return tuple(out)
+
+
+def flows_text(flows: tuple[tuple[str, int], ...]) -> str:
+    return ",".join(f"{a}x{n}" for a, n in flows)
+
+
+class Transfer(BaseModel):
+    """A bulk or compete cell's transfer: the object, and how long each flow runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    #: the object fetched (quicbed.bulkobjects: 10MB, 1GB, ...)
+    size: str = "100MB"
+    #: seconds each flow runs, the object fetched again and again on its connection;
+    #: None: the object once (bulk only)
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_TRANSFER_S)
+    #: compete: (arm, flows) in start order; empty for bulk
+    flows: tuple[tuple[str, int], ...] = ()
+    #: compete: seconds between one flow's start and the next's
+    stagger_s: float = Field(default=0.0, ge=0, le=MAX_TRANSFER_S)
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        from quicbed.bulkobjects import parse_size
+
+        try:
+            parse_size(v)
+        except QuicbedError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("flows", mode="before")
+    @classmethod
+    def _flows(cls, v: object) -> object:
+        if isinstance(v, str):
+            try:
+                return parse_flows(v)
+            except QuicbedError as exc:
+                raise ValueError(str(exc).removeprefix("flows: ")) from None
+        return v
+
 
 class CellConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -90,6 +157,10 @@ class CellConfig(BaseModel):
     shaper: str = "auto"
     host: str = TEST_HOST
     load_timeout_s: float = Field(default=60.0, gt=0, le=MAX_LOAD_TIMEOUT_S)
+    #: page loads, or a transfer (``transfer`` says which object, how long, which flows);
+    #: a transfer cell's ``page`` names its object (quicbed.bulkobjects.object_path)
+    kind: Kind = "page"
+    transfer: Transfer | None = None
 
     @field_validator("runs")
     @classmethod
@@ -133,7 +204,44 @@ class CellConfig(BaseModel):
             self.resolved_arms()
         except QuicbedError as exc:
             raise ValueError(str(exc)) from None
+        self._check_kind()
         return self
+
+    def _check_kind(self) -> None:
+        """A transfer's settings belong to transfer cells only, and say everything a
+        transfer needs; a page cell's warm-ups and modes mean nothing to a transfer."""
+        t = self.transfer
+        if self.kind == "page":
+            if t is not None:
+                raise ValueError("transfer settings are for bulk and compete cells (kind)")
+            return
+        if t is None:
+            raise ValueError(f"a {self.kind} cell needs its transfer (size, duration, flows)")
+        if self.warmup != 0:
+            raise ValueError(f"a {self.kind} cell has no warm-up loads (warmup {self.warmup})")
+        if self.mode != "0rtt":
+            raise ValueError(f"mode {self.mode} is for page loads, not a {self.kind} cell")
+        from quicbed.bulkobjects import object_path
+
+        if self.page != object_path(t.size):
+            raise ValueError(f"a {self.kind} cell's page is its object {object_path(t.size)!r} "
+                             f"(got {self.page!r})")  # fmt: skip
+        if self.kind == "bulk":
+            if t.flows or t.stagger_s:
+                raise ValueError("flows and stagger are for compete cells, not bulk")
+            return
+        if not t.flows:
+            raise ValueError("a compete cell needs its flows (e.g. h3x1,h2x1)")
+        if t.duration_s is None:
+            raise ValueError("a compete cell needs a duration (seconds every flow runs)")
+        named = [a for a, _ in t.flows]
+        if tuple(named) != self.arms:
+            raise ValueError(f"a compete cell's arms are its flows' arms in order "
+                             f"({','.join(named)}), got {','.join(self.arms)}")  # fmt: skip
+        total = sum(n for _, n in t.flows)
+        if not 2 <= total <= MAX_FLOWS:
+            raise ValueError(f"a compete cell runs 2 to {MAX_FLOWS} flows at once "
+                             f"(flows {flows_text(t.flows)}: {total})")  # fmt: skip
 
     def resolved_arms(self) -> list[Arm]:
         return resolve(self.arms, self.arm_settings, self.cc)

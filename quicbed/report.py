@@ -23,9 +23,10 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from quicbed import __version__
+from quicbed import __version__, report_transfers
 from quicbed.errors import QuicbedError
 from quicbed.plots import HeatCell, draw_heatmap, figure_data
+from quicbed.report_transfers import is_transfer
 from quicbed.results import SWEEP_FILE, measured_on
 from quicbed.stats import Comparison, adjust, compare
 from quicbed.store import Store
@@ -61,6 +62,10 @@ class Report:
     groups: list[dict[str, Any]] = field(default_factory=list)
     #: one line per small queue of the reported cells (quicbed.spec.queue_warning)
     queue_warnings: list[str] = field(default_factory=list)
+    #: the bulk and compete cells (quicbed.report_transfers)
+    transfers: report_transfers.TransferSection = field(
+        default_factory=report_transfers.TransferSection
+    )
 
 
 def testbeds(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -248,6 +253,8 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                 continue
             first = len(rows)
             cfg = store.cell_config(cid)
+            if is_transfer(cfg):  # bulk and compete cells: quicbed.report_transfers
+                continue
             att = latest[cid]
             cond = cfg["condition"]
             row: dict[str, Any] = {
@@ -431,11 +438,17 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     its rerun commands (default: the folder's path; a package names its archive)."""
     root = Path(root)
     rows, sweep = cell_rows(root)
-    if not rows:
-        raise QuicbedError(f"{root} has no measured cells to report")
     stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
     alpha = stats_cfg.get("alpha", 0.01)
     correction = stats_cfg.get("correction", "none")
+    test = stats_cfg.get("test", "welch")
+    store = Store.open_readonly(root)
+    try:
+        transfer_cells = any(is_transfer(c) for c in store.cell_configs().values())
+    finally:
+        store.close()
+    if not rows and not transfer_cells:
+        raise QuicbedError(f"{root} has no measured cells to report")
     from quicbed import workloads
 
     page_order = list(workloads.load().pages)
@@ -455,9 +468,10 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
             axes = (rdim, cdim, values)
             fig = _pair_heatmap(grp, scenario, pair, mode, kind, axes, alpha, correction, out)
             report.figures.append(fig)
-    test = stats_cfg.get("test", "welch")
     report.figures += _mode_heatmaps(root, rows, page_order, alpha, test, correction, out)
     _explain_pages(root, rows, out)
+    report.transfers = report_transfers.build(root, out, alpha, test)
+    report.figures += [_figure(*d) for d in report.transfers.drawn]
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
@@ -698,6 +712,14 @@ def _write_html(
                 r["_rerun"] += f" --testbed ssh --hosts {tb.get('source') or 'HOSTS'}"
     finally:
         store.close()
+    if report.transfers.cells:
+        store = Store.open_readonly(root)
+        try:
+            for c in report.transfers.cells:
+                att = store.attempt(c["cell_id"], c["attempt"])
+                provs[(c["cell_id"], c["attempt"])] = att["provenance"]
+        finally:
+            store.close()
     groups = provenance_groups(provs)
     (report.out / "provenance.json").write_text(json.dumps(groups, indent=1, sort_keys=True) + "\n")
     for g in groups:
@@ -706,7 +728,7 @@ def _write_html(
         rows=report.rows, figures=report.figures, sweep=sweep, alpha=alpha,
         correction=correction, provenances=groups,
         testbeds=report.testbeds, testbed_warnings=report.testbed_warnings,
-        queue_warnings=report.queue_warnings, groups=report.groups,
+        queue_warnings=report.queue_warnings, groups=report.groups, transfers=report.transfers,
         version=__version__, created=datetime.now(UTC).isoformat(timespec="seconds"),
         root=source,
     )  # fmt: skip

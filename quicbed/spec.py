@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quicbed.arms import ArmSettings, pairs, parse_pairs
-from quicbed.cellconfig import CellConfig, Rate, cell_default, make_cell
+from quicbed.cellconfig import CellConfig, Kind, Rate, cell_default, make_cell
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.model import MAX_TCP_SECONDS, LinkCondition, make_condition, parse_queue
 from quicbed.yamlfile import read_yaml
@@ -103,7 +103,18 @@ class Scenario(BaseModel):
     jitter: list[float] = [_link_default("jitter_ms")]  # type: ignore[list-item]
     jitter_kind: Literal["none", "reorder", "smooth"] = "none"
     queue: list[str] = [_link_default("queue")]  # type: ignore[list-item]
-    pages: list[str]
+    #: page loads, or transfers (quicbed.bulk): ``bulk`` (each arm's flow alone) or
+    #: ``compete`` (the ``flows`` at once on one bottleneck)
+    kind: Kind = "page"
+    pages: list[str] | None = None
+    #: bulk and compete: object sizes (10MB, 1GB), seconds each flow runs (bulk: none
+    #: fetches the object once), compete's flow mixes ("h3x1,h2x4") and start stagger
+    objects: list[str] | None = None
+    duration: list[float] | None = None
+    #: each mix "h3x1,h2x4" (quoted in YAML: a bare comma inside [...] splits it) or
+    #: {h3: 1, h2: 4}
+    flows: list[str | dict[str, int]] | None = None
+    stagger: float = 0.0
     modes: list[Literal["0rtt", "1rtt"]] = [cell_default("mode")]
     runs: int | None = None
     warmup: int | None = None
@@ -113,7 +124,8 @@ class Scenario(BaseModel):
 
     _arms = field_validator("arms", mode="before")(_arms_field)
 
-    @field_validator("rate", "rtt", "loss", "loss_down", "jitter", "queue", "pages", "modes")
+    @field_validator("rate", "rtt", "loss", "loss_down", "jitter", "queue", "pages", "modes",
+                     "objects", "duration", "flows")  # fmt: skip
     @classmethod
     def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
         if v is not None and not v:
@@ -125,6 +137,37 @@ class Scenario(BaseModel):
         if self.loss_down is not None and any(x != 0 for x in self.loss):
             raise ValueError("give loss (end to end, split evenly) or loss_down (the "
                              "downlink only), not both")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
+    def _kind(self) -> Scenario:
+        """Each kind's own keys, and none of another kind's."""
+        given = self.model_fields_set
+        if self.kind == "page":
+            if self.pages is None:
+                raise ValueError("pages: a page scenario needs its pages")
+            extra = [k for k in ("objects", "duration", "flows", "stagger") if k in given]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: for kind bulk or compete, not page loads")
+            return self
+        pages_keys = [k for k in ("pages", "modes") if k in given]
+        if pages_keys:
+            raise ValueError(f"{', '.join(pages_keys)}: for page loads, not a {self.kind} "
+                             "scenario")  # fmt: skip
+        if self.objects is None:
+            raise ValueError(f"objects: a {self.kind} scenario needs its object sizes (10MB)")
+        if self.kind == "bulk" and ("flows" in given or "stagger" in given):
+            raise ValueError("flows, stagger: for compete, not bulk")
+        if self.kind == "compete" and (self.flows is None or self.duration is None):
+            raise ValueError("a compete scenario needs flows (e.g. h3x1,h2x1) and duration")
+        for mix in self.flows or []:
+            flows = _mix(mix)
+            if sum(n for _, n in flows) < 2:
+                raise ValueError(
+                    f"flows: the mix {mix!r} is one flow; a mix is all the flows that share "
+                    'the bottleneck, e.g. "h3x1,h2x4" (quote it in YAML: a bare comma '
+                    "inside [...] separates list items) or {h3: 1, h2: 4}"
+                )
         return self
 
     def losses(self) -> list[tuple[float, float | None, float | None]]:
@@ -178,9 +221,13 @@ class SweepSpec(BaseModel):
         if not body["statistics"]["pairs"]:
             body["statistics"].pop("pairs")
         for sc in body["scenarios"].values():
-            for key in ("arms", "cc", "loss_down"):
+            for key in ("arms", "cc", "loss_down", "objects", "duration", "flows"):
                 if sc[key] is None:
                     sc.pop(key)
+            if sc["kind"] == "page":
+                sc.pop("kind")
+            if sc["stagger"] == 0:
+                sc.pop("stagger")
         blob = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -217,14 +264,14 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
     used: set[tuple[str, str]] = set()
     for name, sc in spec.scenarios.items():
         where = f"{source}: scenarios.{name}"
-        for page in sc.pages:
+        for page in sc.pages or []:
             if page not in pageset.pages:
                 raise QuicbedError(
                     f"{where}.pages: unknown page {page!r} (defined: {', '.join(pageset.pages)})"
                 )
-        grid = itertools.product(sc.rate, sc.rtt, sc.losses(), sc.jitter, sc.queue, sc.modes,
-                                 sc.pages)  # fmt: skip
-        for rate, rtt, (loss, down, up), jitter, queue, mode, page in grid:
+        for rate, rtt, (loss, down, up), jitter, queue, work in itertools.product(
+            sc.rate, sc.rtt, sc.losses(), sc.jitter, sc.queue, _workloads(sc)
+        ):
             try:
                 cond = make_condition(
                     rate_mbit=rate, rtt_ms=rtt, loss_pct=loss, loss_down_pct=down,
@@ -233,14 +280,18 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     seed=d.seed, count=d.count,
                 )  # fmt: skip
                 names, settings = split_arms(d.arms if sc.arms is None else sc.arms)
+                if sc.kind == "compete":  # the flows name the arms, in start order
+                    names = tuple(a for a, _ in work["transfer"]["flows"])
+                    settings = {k: v for k, v in settings.items() if k in names}
                 # `is None`, never `or`: a scenario's 0 or "" is its own (and refused
                 # by CellConfig by name), not a silent fall-back to the defaults
+                warmup = d.warmup if sc.kind == "page" else 0
                 cfg = make_cell(
-                    condition=cond, page=page, runs=d.runs if sc.runs is None else sc.runs,
-                    warmup=d.warmup if sc.warmup is None else sc.warmup, mode=mode,
+                    condition=cond, runs=d.runs if sc.runs is None else sc.runs,
+                    warmup=warmup if sc.warmup is None else sc.warmup,
                     arms=names, arm_settings=settings, order=d.order, order_seed=d.order_seed,
                     cc=d.cc if sc.cc is None else sc.cc, shaper=spec.shaper,
-                    load_timeout_s=d.load_timeout_s,
+                    load_timeout_s=d.load_timeout_s, **work,
                 )  # fmt: skip
                 arms = set(cfg.arms)
                 pairs(cfg.resolved_arms(), [p for p in extra if set(p) <= arms])
@@ -256,6 +307,33 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             raise QuicbedError(f"{source}: statistics.pairs: pair {a}/{b}: no cell has both "
                                f"arms (each pair is compared where a cell has both)")  # fmt: skip
     return cells
+
+
+def _mix(mix: str | dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """A compete scenario's flow mix, written "h3x1,h2x4" or {h3: 1, h2: 4}."""
+    from quicbed.cellconfig import parse_flows
+
+    if isinstance(mix, dict):
+        return parse_flows(",".join(f"{a}x{n}" for a, n in mix.items()))
+    return parse_flows(mix)
+
+
+def _workloads(sc: Scenario) -> list[dict[str, Any]]:
+    """The cell settings of a scenario's workloads: each mode x page, or each object x
+    duration (x flow mix) of a transfer scenario."""
+    from quicbed.bulkobjects import object_path
+
+    if sc.kind == "page":
+        return [{"mode": m, "page": p} for m in sc.modes for p in sc.pages or []]
+    out = []
+    durations: list[float | None] = [*sc.duration] if sc.duration else [None]
+    mixes: list[str | dict[str, int] | None] = [*sc.flows] if sc.flows else [None]
+    for size, dur, flows in itertools.product(sc.objects or [], durations, mixes):
+        t: dict[str, Any] = {"size": size, "duration_s": dur}
+        if flows is not None:
+            t.update(flows=_mix(flows), stagger_s=sc.stagger)
+        out.append({"kind": sc.kind, "page": object_path(size), "transfer": t})
+    return out
 
 
 #: a queue that holds fewer packets of PACKET_BYTES than this is flagged (issue 14, the
@@ -329,8 +407,24 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
     for pc in cells:
         c = pc.config
         rate = 1000.0 if c.condition.rate_mbit is None else c.condition.rate_mbit
+        if c.transfer is not None:
+            total += 2 * SPOT_CHECK_S + _transfer_seconds(c, rate)
+            continue
         page = pageset.pages[c.page]
         nbytes = page.total_image_bytes(pageset.kb)
         load = 4 * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
         total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * (3 * load + 0.5)
     return total
+
+
+def _transfer_seconds(c: CellConfig, rate_mbit: float) -> float:
+    """A transfer cell's runs: each flow's duration, or its object at the link's rate
+    (at most 1 Gbit/s) with a margin, plus the clients' start and linger."""
+    from quicbed.bulkobjects import parse_size
+
+    t = c.transfer
+    assert t is not None
+    each = t.duration_s or parse_size(t.size) * 8 / (rate_mbit * 1e6) * 1.5
+    if c.kind == "compete":
+        return c.runs * (each + t.stagger_s * sum(n for _, n in t.flows) + 5)
+    return len(c.arms) * c.runs * (each + 3)

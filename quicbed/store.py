@@ -37,7 +37,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "store.sqlite"
 
 #: version 1's tables (IF NOT EXISTS: early version-1 stores lack receipts and link_spans,
@@ -119,6 +119,16 @@ CREATE TABLE cell_scenarios (      -- which scenarios of the sweep's spec plan a
     cell_id TEXT NOT NULL,         -- (a cell run by `quicbed cell` alone has none)
     scenario TEXT NOT NULL,
     PRIMARY KEY (cell_id, scenario)
+);
+""",
+    2: """
+CREATE TABLE transfers (           -- a bulk or compete cell's attempt (quicbed.bulk)
+    cell_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    kind TEXT NOT NULL,            -- bulk | compete
+    created TEXT NOT NULL,
+    result TEXT NOT NULL,          -- its record (JSON): every flow's samples, the queue
+    PRIMARY KEY (cell_id, attempt)
 );
 """,
 }
@@ -263,6 +273,7 @@ JSON_COLUMNS = {
     "runs": ("protocols", "detail"),
     "receipts": ("receipt",),
     "link_spans": ("opening", "closing"),
+    "transfers": ("result",),
 }
 
 
@@ -482,7 +493,7 @@ class Store:
         with self._transaction():
             self.db.executemany("INSERT OR IGNORE INTO cell_scenarios VALUES (?, ?)",
                                 [(cell_id, sc) for sc in src.scenarios(cell_id)])  # fmt: skip
-            for table in ("attempts", "receipts", "link_spans", "runs"):
+            for table in ("attempts", "receipts", "link_spans", "runs", "transfers"):
                 for r in q(f"SELECT * FROM {table} WHERE cell_id=? AND attempt=?",
                            (cell_id, attempt)):  # fmt: skip
                     row = dict(r)
@@ -585,3 +596,14 @@ class Store:
             (cell_id, attempt),
         )
         return [_decoded("link_spans", r) for r in rows]
+
+    def set_transfer(self, cell_id: str, attempt: int, kind: str, result: dict[str, Any]) -> None:
+        """A transfer cell's record of one attempt (quicbed.bulk's BulkResult or
+        CompeteResult as JSON): what the report, export and verify read."""
+        self.db.execute("INSERT OR REPLACE INTO transfers VALUES (?, ?, ?, ?, ?)",
+                        (cell_id, attempt, kind, now(), json.dumps(result)))  # fmt: skip
+
+    def transfer(self, cell_id: str, attempt: int) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM transfers WHERE cell_id=? AND attempt=?",
+                              (cell_id, attempt)).fetchone()  # fmt: skip
+        return None if row is None else _decoded("transfers", row)

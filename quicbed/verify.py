@@ -150,6 +150,7 @@ def verify(archive: Path) -> VerifyResult:
 def _recompute(res: VerifyResult, top: Path, again: Path) -> None:
     from quicbed.export import export
     from quicbed.report import build
+    from quicbed.report_transfers import FILE as TRANSFERS
 
     results = top / "results"
     if not (results / DB_NAME).exists():
@@ -165,6 +166,13 @@ def _recompute(res: VerifyResult, top: Path, again: Path) -> None:
         table,
         f"statistics: {n_cells} cells recomputed from results/, equal to report/table.csv",
     )
+    if report.transfers.cells or (top / "report" / TRANSFERS).exists():
+        n = len(report.transfers.cells)
+        _add(res, f"report/{TRANSFERS}",
+             csv_diff(top / "report" / TRANSFERS, again / "report" / TRANSFERS,
+                      ("cell_id", "arm")),
+             f"statistics: {n} transfer cells recomputed from results/, equal to "
+             f"report/{TRANSFERS}")  # fmt: skip
     for fmt in ("csv", "parquet"):
         export(results, fmt, again / f"runs.{fmt}")
     _add(res, "data/runs.csv",

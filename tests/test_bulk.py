@@ -1,31 +1,34 @@
-"""Bulk and compete experiments (quicbed.bulk): the numbers from made-up flows, and one
-real run of each on the local testbed (short, at 10 Mbit/s: structure and sanity)."""
+"""Bulk and compete cells (quicbed.bulk, quicbed.transfers): the numbers from made-up
+flows, and real runs on the local testbed (short, at 10 Mbit/s: structure and sanity):
+a bulk cell by the one-shot API, a compete cell by a sweep (tests/test_transfer_cells.py
+has the configs, specs and report from made-up records)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from quicbed import bulkobjects
-from quicbed.bulk import (
+from quicbed import bulkobjects, report
+from quicbed.bulk import run_bulk, ss_connections
+from quicbed.errors import QuicbedError
+from quicbed.link.model import LinkCondition
+from quicbed.store import Store
+from quicbed.testbed.local import LocalTestbed
+from quicbed.transfers import (
     BulkResult,
     CompeteResult,
     FlowResult,
     bytes_at,
     ideal_goodput_bps,
     jain,
-    plot_compete,
-    run_bulk,
-    run_compete,
-    ss_connections,
     steady_window,
+    stored_transfer,
 )
-from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition
-from quicbed.testbed.local import LocalTestbed
 
 SS = """\
 ESTAB 0      0      10.10.1.1:443 10.10.1.2:54321
@@ -79,23 +82,6 @@ def test_steady_window_shares_and_timeline() -> None:
     assert all(v == pytest.approx(3e6) for _, v in tl)
 
 
-def test_compete_figure_from_a_record(tmp_path: Path) -> None:
-    flows = [_flow("h3-0", "h3", 6e6, 0.0, 5.0), _flow("h2-0", "h2", 4e6, 0.0, 5.0)]
-    r = CompeteResult(
-        created="now", condition={"rate_mbit": 10, "rtt_ms": 36, "queue": "2bdp"},
-        groups=[("h3", 1), ("h2", 1)],
-        arms=[{"name": "h3", "transport": "udp"}, {"name": "h2", "transport": "tcp"}],
-        duration_s=5, stagger_s=0, object="bulk/100MB.bin", flows=flows, steady_from_s=2,
-        steady_to_s=5, shares={"h3-0": 0.6, "h2-0": 0.4}, arm_shares={"h3": 0.6, "h2": 0.4},
-        steady_bps={"h3-0": 6e6, "h2-0": 4e6}, jain=jain([6e6, 4e6]), queue=[],
-        receipt=None, provenance={},
-    )  # fmt: skip
-    paths = plot_compete(r, tmp_path / "compete")
-    assert [p.suffix for p in paths] == [".png", ".svg"]
-    assert all(p.stat().st_size > 1000 for p in paths)
-    assert CompeteResult.model_validate_json(r.model_dump_json()) == r
-
-
 def test_bulk_objects_deterministic(tmp_path: Path) -> None:
     m = bulkobjects.generate_bulk(tmp_path, ["3MB", "1KB"])
     f = tmp_path / "bulk" / "3MB.bin"
@@ -118,14 +104,16 @@ def test_bulk_objects_deterministic(tmp_path: Path) -> None:
 
 # --- real runs on the local testbed ---------------------------------------------------
 COND = LinkCondition(rate_mbit=10, rtt_ms=36)
+QB = [sys.executable, "-m", "quicbed"]
 
 
 @pytest.mark.root
 @pytest.mark.slow
 def test_bulk_real_run_per_arm(prefix: str, tmp_path: Path) -> None:
     tb = LocalTestbed(prefix)
-    r = run_bulk(COND, tmp_path / "bulk", arms=["h2", "h3"], reps=2, size="2MB",
-                 testbed=tb, receipt_tcp_seconds=1)  # fmt: skip
+    out = tmp_path / "bulk"
+    r = run_bulk(COND, out, arms=["h2", "h3"], reps=2, size="2MB", testbed=tb,
+                 receipt_tcp_seconds=1)  # fmt: skip
     assert isinstance(r, BulkResult)
     assert r.receipt is not None and r.receipt["passed"]
     assert [(x.arm, x.rep) for x in r.runs] == [("h2", 0), ("h3", 0), ("h3", 1), ("h2", 1)]
@@ -151,37 +139,77 @@ def test_bulk_real_run_per_arm(prefix: str, tmp_path: Path) -> None:
         assert run.bottleneck is None or run.bottleneck["tx_bytes"] > 2_000_000
     assert set(r.summary) == {"h2", "h3"} and all(s.n == 2 for s in r.summary.values())
     assert set(r.comparisons) == {"h2/h3"}
-    saved = BulkResult.model_validate_json((tmp_path / "bulk" / "bulk.json").read_text())
-    assert saved == r
-    assert all(Path(p).exists() for p in r.figures)
+    # a cell like any other: its attempt, receipt, link span and provenance in the store
+    store = Store.open_readonly(out)
+    try:
+        (att,) = store.all_attempts()
+        assert att["status"] == "done" and att["receipt"]["passed"] and att["provenance"]
+        (span,) = store.link_spans(att["cell_id"], 1)
+        assert span["passed"] and (span["first_seq"], span["last_seq"]) == (0, 3)
+        assert stored_transfer(store, att["cell_id"], 1, close=False) == r
+    finally:
+        store.close()
     assert not tb.exists()  # the testbed it brought up is gone
+    rep = report.build(out)
+    assert {row["arm"] for row in rep.transfers.rows} == {"h2", "h3"}
+    assert (rep.out / "figures" / f"bulk-{att['cell_id']}.svg").exists()
+
+
+COMPETE_SPEC = """
+format: 1
+name: compete-tiny
+receipt_tcp_seconds: 1
+defaults: {runs: 2}
+scenarios:
+  fair:
+    kind: compete
+    rate: [10]
+    rtt: [36]
+    objects: [10MB]
+    duration: [6]
+    flows: [h3x1,h2x1]
+"""
 
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_compete_real_1_vs_1(prefix: str, tmp_path: Path) -> None:
-    tb = LocalTestbed(prefix)
-    r = run_compete(COND, tmp_path / "compete", groups=[("h3", 1), ("h2", 1)],
-                    duration_s=6, size="10MB", testbed=tb, receipt_tcp_seconds=1)  # fmt: skip
-    assert [f.flow for f in r.flows] == ["h3-0", "h2-0"]
-    for f in r.flows:
-        assert f.ok, f.error
-        assert abs(f.start_offset_s) < 0.2  # started together
-        assert f.completion_s == pytest.approx(6.0)
-        assert len(f.samples) >= 50
-    # together they fill the link: within the ideal, and most of it
+def test_a_sweep_runs_a_compete_cell(prefix: str, tmp_path: Path) -> None:
+    spec = tmp_path / "compete.yaml"
+    spec.write_text(COMPETE_SPEC)
+    out = tmp_path / "res"
+    cp = subprocess.run([*QB, "run", str(spec), "--out", str(out), "--prefix", prefix],
+                        capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    store = Store.open_readonly(out)
+    try:
+        (att,) = store.all_attempts()
+        assert att["status"] == "done", att["problem"]
+        r = stored_transfer(store, att["cell_id"], 1, close=False)
+    finally:
+        store.close()
+    assert isinstance(r, CompeteResult) and len(r.runs) == 2
     ideal = ideal_goodput_bps(COND)
     assert ideal is not None
-    total = sum(r.steady_bps.values())
-    assert 0.6 * ideal < total <= 1.05 * ideal
-    assert sum(r.shares.values()) == pytest.approx(1.0)
-    assert set(r.arm_shares) == {"h2", "h3"}
-    assert r.jain is not None and 0.5 <= r.jain <= 1.0
-    assert r.steady_from_s == pytest.approx(2.0, abs=0.3) and r.steady_to_s > 5
-    # the queue was sampled about every 100 ms and filled while two flows competed
-    assert len(r.queue) >= 40, r.queue_note
-    assert max(q.bytes for q in r.queue) > 0
-    assert r.queue_limit_bytes and max(q.bytes for q in r.queue) <= r.queue_limit_bytes
-    assert (tmp_path / "compete" / "compete.json").exists()
-    assert all(Path(p).exists() for p in r.figures)
-    assert not tb.exists()
+    for run in r.runs:
+        assert [f.flow for f in run.flows] == ["h3-0", "h2-0"]
+        for f in run.flows:
+            assert f.ok, f.error
+            assert abs(f.start_offset_s) < 0.2  # started together
+            assert f.completion_s == pytest.approx(6.0)
+            assert len(f.samples) >= 50
+        # together they fill the link: within the ideal, and most of it
+        assert 0.6 * ideal < sum(run.steady_bps.values()) <= 1.05 * ideal
+        assert sum(run.shares.values()) == pytest.approx(1.0)
+        assert run.jain is not None and 0.5 <= run.jain <= 1.0
+        assert run.steady_from_s == pytest.approx(2.0, abs=0.3) and run.steady_to_s > 5
+        # the queue was sampled about every 100 ms and filled while two flows competed
+        assert len(run.queue) >= 40, run.queue_note
+        assert max(q.bytes for q in run.queue) > 0
+        assert r.queue_limit_bytes and max(q.bytes for q in run.queue) <= r.queue_limit_bytes
+    assert set(r.summary) == {"h2", "h3"} and r.summary["h3"].n == 2
+    assert r.jain_mean is not None and "h2/h3" in r.comparisons
+    rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    shown = json.loads((out / "report" / "figures.json").read_text())
+    assert [f["shows"]["rep"] for f in shown if f["shows"].get("transfer")] == [0, 1]
+    assert "transfer-cells" in (out / "report" / "index.html").read_text()

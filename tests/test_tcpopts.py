@@ -193,7 +193,7 @@ def test_settings_checked_refused_on_quic_and_left_out_of_dumps() -> None:
 
 def test_tcp_options_preset_plans_the_tum_scenarios() -> None:
     """sweeps/tcp-options.yaml: BL with SACK, ECN and window scaling off, each on alone,
-    ALL on; the TCP arm carries them, the QUIC arm nothing; a few cells."""
+    ALL on; the TCP arm carries them, the QUIC arm nothing; a few bulk cells."""
     cells = plan(load_spec(ROOT / "sweeps" / "tcp-options.yaml"))
     off = {"tcp_sack": False, "tcp_ecn": 0, "tcp_window_scaling": False}
     want = {"BL": off, "ECN": {**off, "tcp_ecn": 1}, "SACK": {**off, "tcp_sack": True},
@@ -201,6 +201,7 @@ def test_tcp_options_preset_plans_the_tum_scenarios() -> None:
             "ALL": {"tcp_sack": True, "tcp_ecn": 1, "tcp_window_scaling": True}}  # fmt: skip
     assert {pc.scenario for pc in cells} == set(want) and len(cells) <= 12
     for pc in cells:
+        assert pc.config.kind == "bulk" and pc.config.page == "bulk/20MB.bin"
         h2, h3 = pc.config.resolved_arms()
         assert (h2.name, h2.params, h3.name, h3.params) == ("h2", want[pc.scenario], "h3", {})
     assert len({pc.config.cell_id() for pc in cells}) == len(cells)

@@ -1,0 +1,238 @@
+"""Bulk and compete cells as cells (issue 14): configs, sweep specs, the store, the
+report and verify's recomputation, from made-up records (the real transfers are in
+tests/test_bulk.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quicbed import report
+from quicbed.cellconfig import make_cell, parse_flows
+from quicbed.errors import QuicbedError
+from quicbed.link.model import LinkCondition
+from quicbed.spec import SweepSpec, estimate_seconds, load_spec, plan
+from quicbed.store import Store
+from quicbed.transfers import (
+    BulkResult,
+    BulkRun,
+    CompeteResult,
+    FlowResult,
+    compete_run,
+    compete_summary,
+    stored_transfer,
+)
+
+COND = LinkCondition(rate_mbit=10, rtt_ms=36)
+
+
+def _flow(name: str, arm: str, rate_bps: float, dur: float, start: float = 0.0) -> FlowResult:
+    n = round(dur / 0.1)
+    samples = [(round(0.1 * (i + 1), 3), int(rate_bps / 8 * 0.1 * (i + 1))) for i in range(n)]
+    return FlowResult(flow=name, arm=arm, protocol="h2" if arm.startswith("h2") else "h3",
+                      ok=True, bytes=samples[-1][1], start_offset_s=start, samples=samples,
+                      completion_s=dur, goodput_bps=rate_bps)  # fmt: skip
+
+
+def test_flows_are_spelled_one_way() -> None:
+    assert parse_flows("h3x1,h2x4") == (("h3", 1), ("h2", 4))
+    assert parse_flows("h3, h2") == (("h3", 1), ("h2", 1))
+    for bad, why in (("h3x0", "N >= 1"), ("h3xtwo", "ARMxN"), ("x2", "ARMxN"),
+                     ("h3x1,h3x2", "named twice")):  # fmt: skip
+        with pytest.raises(QuicbedError, match=why):
+            parse_flows(bad)
+
+
+def test_a_transfer_cell_says_everything_it_needs() -> None:
+    ok = make_cell(condition=COND, page="bulk/10MB.bin", kind="compete", runs=2, warmup=0,
+                   arms=("h3", "h2"), transfer={"size": "10MB", "duration_s": 20,
+                                                "flows": "h3x1,h2x2"})  # fmt: skip
+    assert ok.transfer is not None and ok.transfer.flows == (("h3", 1), ("h2", 2))
+    page = make_cell(condition=COND, page="5kb")
+    assert "kind" not in page.model_dump(exclude_defaults=True)
+    base = {"condition": COND, "page": "bulk/10MB.bin", "runs": 2, "warmup": 0}
+    bad = [
+        ({"kind": "bulk"}, "needs its transfer"),
+        ({"kind": "bulk", "transfer": {"size": "10MB"}, "warmup": 1}, "no warm-up"),
+        ({"kind": "bulk", "transfer": {"size": "10MB", "flows": "h3x1,h2x1"}},
+         "flows and stagger are for compete"),
+        ({"kind": "bulk", "transfer": {"size": "11MB"}}, "page is its object 'bulk/11MB.bin'"),
+        ({"kind": "bulk", "transfer": {"size": "10TB"}}, "10TB"),
+        ({"kind": "compete", "transfer": {"size": "10MB", "flows": "h3x1,h2x1"},
+          "arms": ("h3", "h2")}, "needs a duration"),
+        ({"kind": "compete", "transfer": {"size": "10MB", "duration_s": 5, "flows": "h3x1"},
+          "arms": ("h3",)}, "2 to 32 flows"),
+        ({"kind": "compete", "transfer": {"size": "10MB", "duration_s": 5,
+                                          "flows": "h3x1,h2x1"}}, "flows' arms in order"),
+        ({"page": "5kb", "transfer": {"size": "10MB"}}, "for bulk and compete cells"),
+    ]  # fmt: skip
+    for extra, why in bad:
+        with pytest.raises(QuicbedError, match=why):
+            make_cell(**(base | extra))
+
+
+SPEC = {
+    "name": "t",
+    "defaults": {"runs": 3, "arms": {"h2": None, "h3": None, "h3-n1": {"stack": "quic-go",
+                                                                       "cubic_n": 1}}},
+    "scenarios": {
+        "pages": {"rate": [10], "rtt": [36], "pages": ["5kb"]},
+        "goodput": {"kind": "bulk", "rate": [10, 50], "rtt": [36], "objects": ["10MB"]},
+        "fair": {"kind": "compete", "rate": [5], "rtt": [36], "queue": ["30kB", "2bdp"],
+                 "objects": ["100MB"], "duration": [20],
+                 "flows": ["h3x1,h2x1", {"h3-n1": 1, "h2": 4}], "runs": 2},
+    },
+}  # fmt: skip
+
+
+def test_a_spec_plans_transfer_cells_beside_page_cells() -> None:
+    spec = SweepSpec(**SPEC)
+    cells = plan(spec)
+    kinds = [(pc.scenario, pc.config.kind) for pc in cells]
+    assert kinds.count(("pages", "page")) == 1
+    assert kinds.count(("goodput", "bulk")) == 2 and kinds.count(("fair", "compete")) == 4
+    bulk = next(pc.config for pc in cells if pc.config.kind == "bulk")
+    assert bulk.arms == ("h2", "h3", "h3-n1") and bulk.warmup == 0 and bulk.runs == 3
+    assert bulk.page == "bulk/10MB.bin"
+    mixes = {pc.config.arms for pc in cells if pc.config.kind == "compete"}
+    assert mixes == {("h3", "h2"), ("h3-n1", "h2")}
+    n1 = next(pc.config for pc in cells if pc.config.arms == ("h3-n1", "h2"))
+    assert set(n1.arm_settings) == {"h3-n1"}  # only the settings of its flows' arms
+    # a compete cell's time: its repetitions of the duration, not pages
+    est = estimate_seconds([pc for pc in cells if pc.scenario == "fair"], 10)
+    assert 4 * 2 * 20 < est < 4 * 2 * 40 + 40
+    # a spec with no transfer scenario keeps its digest (no new keys in it)
+    only_pages = SweepSpec(**(SPEC | {"scenarios": {"pages": SPEC["scenarios"]["pages"]}}))
+    explicit = {"pages": {"rate": [10], "rtt": [36], "pages": ["5kb"], "kind": "page"}}
+    assert only_pages.digest() == SweepSpec(**(SPEC | {"scenarios": explicit})).digest()
+
+
+@pytest.mark.parametrize(
+    ("scenario", "why"),
+    [
+        ({"kind": "bulk", "rate": [10], "rtt": [36], "pages": ["5kb"], "objects": ["1MB"]},
+         "pages: for page loads, not a bulk scenario"),
+        ({"kind": "bulk", "rate": [10], "rtt": [36]}, "objects: a bulk scenario needs"),
+        ({"kind": "compete", "rate": [10], "rtt": [36], "objects": ["1MB"], "flows": ["h3,h2"]},
+         "needs flows .* and duration"),
+        ({"rate": [10], "rtt": [36], "pages": ["5kb"], "objects": ["1MB"]},
+         "objects: for kind bulk or compete"),
+        ({"kind": "compete", "rate": [10], "rtt": [36], "objects": ["1MB"], "duration": [5],
+          "flows": ["h3x1,h9x1"]}, "h9"),
+        ({"kind": "compete", "rate": [10], "rtt": [36], "objects": ["1MB"], "duration": [5],
+          "flows": ["h3x1,h2x1"], "warmup": 2}, "no warm-up"),
+        ({"kind": "compete", "rate": [10], "rtt": [36], "objects": ["1MB"], "duration": [5],
+          "flows": yaml.safe_load("[h3x1,h2x1]")}, "'h3x1' is one flow.*quote it in YAML"),
+    ],
+)  # fmt: skip
+def test_bad_transfer_scenarios_name_the_key(scenario: dict, why: str, tmp_path: Path) -> None:
+    """Each error names the key; a YAML list that split a mix at its comma says so."""
+
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "t", "scenarios": {"x": scenario}}))
+    with pytest.raises(QuicbedError, match=why):
+        load_spec(f)
+
+
+def _compete_record() -> CompeteResult:
+    runs = []
+    for rep, (q, t) in enumerate([(6e6, 3e6), (6.4e6, 2.8e6), (5.8e6, 3.1e6)]):
+        flows = [_flow("h3-0", "h3", q, 8.0), _flow("h2-0", "h2", t, 8.0)]
+        runs.append(compete_run(rep, flows, 8.0, []))
+    return CompeteResult(
+        created="now", condition=COND.model_dump(mode="json"), groups=[("h3", 1), ("h2", 1)],
+        arms=[{"name": "h3", "transport": "udp"}, {"name": "h2", "transport": "tcp"}],
+        duration_s=8, stagger_s=0, object="bulk/10MB.bin", runs=runs,
+    )  # fmt: skip
+
+
+def _bulk_record() -> BulkResult:
+    runs = [BulkRun(arm=arm, rep=rep, seq=i, flow=_flow(f"{arm}-{rep}", arm, rate, 4.0))
+            for i, (arm, rep, rate) in enumerate([("h2", 0, 9.1e6), ("h3", 0, 8.0e6),
+                                                  ("h3", 1, 8.2e6), ("h2", 1, 9.3e6),
+                                                  ("h2", 2, 9.0e6), ("h3", 2, 7.9e6)])]  # fmt: skip
+    return BulkResult(
+        created="now", condition=COND.model_dump(mode="json"),
+        arms=[{"name": "h2", "transport": "tcp"}, {"name": "h3", "transport": "udp"}],
+        object="bulk/10MB.bin", object_bytes=10**7, duration_s=None, reps=3,
+        ideal_goodput_bps=10e6 * 1448 / 1514, runs=runs,
+    )  # fmt: skip
+
+
+def test_compete_summary_from_its_repetitions() -> None:
+    r = compete_summary(_compete_record())
+    h3, h2 = r.summary["h3"], r.summary["h2"]
+    assert h3.fair_share == h2.fair_share == 0.5 and h3.n == 3
+    assert h3.share_mean == pytest.approx((6 / 9 + 6.4 / 9.2 + 5.8 / 8.9) / 3, rel=1e-3)
+    assert h3.share_mean + h2.share_mean == pytest.approx(1.0)
+    assert h3.per_flow_mbit_mean == pytest.approx(6.0667, rel=1e-3)
+    assert 0.8 < r.jain_mean < 1.0 and r.jain_sd is not None
+    c = r.comparisons["h2/h3"]["per_flow_bps"]
+    assert c["tcp"]["n"] == c["quic"]["n"] == 3 and c["p"] < 0.01
+
+
+def _store_cell(root: Path, kind: str, record: BulkResult | CompeteResult) -> str:
+    t = {"size": "10MB"} if kind == "bulk" else {"size": "10MB", "duration_s": 8,
+                                                   "flows": "h3x1,h2x1"}  # fmt: skip
+    arms = ("h2", "h3") if kind == "bulk" else ("h3", "h2")
+    cfg = make_cell(condition=COND, page="bulk/10MB.bin", kind=kind, runs=3, warmup=0,
+                    arms=arms, transfer=t)  # fmt: skip
+    store = Store(root, create=True)
+    cid = cfg.cell_id()
+    store.add_cell(cid, cfg.model_dump(mode="json"))
+    att = store.new_attempt(cid, {"quicbed": "test"})
+    store.set_receipt(cid, att, {"passed": True, "checks": []})
+    store.set_transfer(cid, att, kind, record.model_dump(mode="json"))
+    store.finish_attempt(cid, att, "done")
+    store.close()
+    return cid
+
+
+def test_the_report_shows_transfer_cells_from_the_store(tmp_path: Path) -> None:
+    root = tmp_path / "res"
+    bulk = _store_cell(root, "bulk", _bulk_record())
+    comp = _store_cell(root, "compete", _compete_record())
+    read = stored_transfer(Store.open_readonly(root), bulk, 1)
+    assert isinstance(read, BulkResult) and read.summary["h2"].n == 3
+    rep = report.build(root)
+    assert rep.rows == []  # no page cells: no heatmaps, yet a report
+    with open(rep.out / "transfers.csv") as f:
+        rows = list(csv.DictReader(f))
+    by = {(r["cell_id"], r["arm"]): r for r in rows}
+    assert set(by) == {(bulk, "h2"), (bulk, "h3"), (comp, "h3"), (comp, "h2")}
+    assert float(by[(bulk, "h2")]["goodput_mbit_mean"]) == pytest.approx(9.1333, rel=1e-3)
+    assert float(by[(bulk, "h2")]["of_ideal"]) == pytest.approx(9.1333e6 / (10e6 * 1448 / 1514),
+                                                                rel=1e-3)  # fmt: skip
+    assert by[(bulk, "h3")]["reference"] == "h2" and by[(bulk, "h3")]["significant"] == "True"
+    assert by[(bulk, "h2")]["reference"] == ""  # the reference has no comparison of its own
+    assert by[(comp, "h3")]["flows"] == "h3x1,h2x1" and float(by[(comp, "h3")]["share_mean"]) > 0.6
+    shown = json.loads((rep.out / "figures.json").read_text())
+    assert sum(f["shows"].get("transfer") == "compete" for f in shown) == 3  # one per repetition
+    assert sum(f["shows"].get("transfer") == "bulk" for f in shown) == 1
+    assert all((rep.out / "figures" / f["png"]).stat().st_size > 1000 for f in shown)
+    html = (rep.out / "index.html").read_text()
+    assert 'id="transfer-cells"' in html and "h3x1,h2x1" in html
+    saved = json.loads((rep.out / "transfers.json").read_text())
+    assert {c["cell_id"] for c in saved} == {bulk, comp}
+    # a second build gives the same numbers (verify recomputes it so)
+    again = report.build(root, out=tmp_path / "again")
+    assert (again.out / "transfers.csv").read_text() == (rep.out / "transfers.csv").read_text()
+
+
+def test_the_fairness_preset_plans_the_long_look_grid() -> None:
+    """sweeps/fairness.yaml: 1 QUIC flow (N = 1, N = 2) against 1 and 4 TCP flows, at
+    the long look's 5 Mbit/s, 36 ms, 30 kB bottleneck and around it; a small sweep."""
+    spec = load_spec(Path(__file__).resolve().parent.parent / "sweeps" / "fairness.yaml")
+    cells = plan(spec)
+    assert {pc.config.kind for pc in cells} == {"compete"}
+    mixes = {pc.config.transfer.flows for pc in cells if pc.config.transfer}
+    assert mixes == {(("h3", 1), ("h2", 1)), (("h3-n2", 1), ("h2", 1)), (("h3", 1), ("h2", 4))}
+    conds = {(pc.config.condition.rate_mbit, pc.config.condition.queue) for pc in cells}
+    assert (5, "30kB") in conds and len(conds) == 4
+    n2 = next(pc.config for pc in cells if pc.config.arms[0] == "h3-n2")
+    assert n2.resolved_arms()[0].params == {"cubic_n": 2}
+    assert estimate_seconds(cells, spec.receipt_tcp_seconds) < 30 * 60
