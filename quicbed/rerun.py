@@ -128,7 +128,31 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
     def f(v: float | None, fmt: str = ".1f") -> str:
         return "-" if v is None else format(v, fmt)
 
-    out = [f"cell {cell_id}: packaged attempt {old_att} ({held['archive']}) beside this "
+    from quicbed.report_transfers import is_transfer
+
+    if is_transfer(cfg):
+        out = _transfers_beside(folder, cell_id, old_att, attempt, held["archive"], f)
+    else:
+        out = _loads_beside(folder, cfg, cell_id, old_att, attempt, held["archive"], plts, f)
+    changed = software_changes(*(checked_software((x["provenance"] or {}).get("software"))
+                                 for x in (old, new)))  # fmt: skip
+    out.append("software: " + ("the same " + ", ".join(CHECKED_SOFTWARE) if not changed else
+               "differs from the packaged runs in " + describe_changes(changed)))  # fmt: skip
+    mach_old, mach_new = ((x["provenance"] or {}).get("machine") or {} for x in (old, new))
+    keys = ("kernel", "os", "cpu", "cores")
+    if any(mach_old.get(k) != mach_new.get(k) for k in keys):
+        out.append("machine: packaged on " + ", ".join(str(mach_old.get(k)) for k in keys)
+                   + "; rerun on " + ", ".join(str(mach_new.get(k)) for k in keys))  # fmt: skip
+    if new["status"] != "done":
+        out.append(f"the rerun failed: {new['problem']}")
+    return out
+
+
+def _loads_beside(
+    folder: Path, cfg: dict[str, Any], cell_id: str, old_att: int, attempt: int, archive: str,
+    plts: dict[tuple[int, str], list[float]], f: Any,
+) -> list[str]:  # fmt: skip
+    out = [f"cell {cell_id}: packaged attempt {old_att} ({archive}) beside this "
            f"rerun, attempt {attempt}",
            f"{'arm':5}{'packaged n':>12}{'mean ms':>10}{'sd ms':>8}{'rerun n':>10}"
            f"{'mean ms':>10}{'sd ms':>8}{'mean change':>13}"]  # fmt: skip
@@ -154,15 +178,34 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
                          if c.enough else f"{label}: {c.problem}")  # fmt: skip
         ref, cand = pair.split("/")
         out.append(f"({ref} - {cand}) / {cand}: " + "; ".join(parts))
-    changed = software_changes(*(checked_software((x["provenance"] or {}).get("software"))
-                                 for x in (old, new)))  # fmt: skip
-    out.append("software: " + ("the same " + ", ".join(CHECKED_SOFTWARE) if not changed else
-               "differs from the packaged runs in " + describe_changes(changed)))  # fmt: skip
-    mach_old, mach_new = ((x["provenance"] or {}).get("machine") or {} for x in (old, new))
-    keys = ("kernel", "os", "cpu", "cores")
-    if any(mach_old.get(k) != mach_new.get(k) for k in keys):
-        out.append("machine: packaged on " + ", ".join(str(mach_old.get(k)) for k in keys)
-                   + "; rerun on " + ", ".join(str(mach_new.get(k)) for k in keys))  # fmt: skip
-    if new["status"] != "done":
-        out.append(f"the rerun failed: {new['problem']}")
+    return out
+
+
+def _transfers_beside(
+    folder: Path, cell_id: str, old_att: int, attempt: int, archive: str, f: Any
+) -> list[str]:
+    """A transfer cell's arms, packaged and rerun: goodput (bulk) or share (compete)."""
+    from quicbed.transfers import BulkResult, stored_transfer
+
+    store = Store(folder)
+    try:
+        recs = {label: stored_transfer(store, cell_id, a, close=False)
+                if store.transfer(cell_id, a) else None
+                for label, a in (("packaged", old_att), ("rerun", attempt))}  # fmt: skip
+    finally:
+        store.close()
+    out = [f"cell {cell_id}: packaged attempt {old_att} ({archive}) beside this rerun, "
+           f"attempt {attempt}"]  # fmt: skip
+    for label, r in recs.items():
+        if r is None:
+            out.append(f"{label}: no transfer record")
+            continue
+        if isinstance(r, BulkResult):
+            parts = [f"{s.arm} {f(s.goodput_mbit_mean, '.2f')} Mbit/s (n {s.n})"
+                     for s in r.summary.values()]  # fmt: skip
+        else:
+            parts = [f"{s.arm} share {f(None if s.share_mean is None else s.share_mean * 100)} % "
+                     f"(fair {s.fair_share * 100:.0f} %)" for s in r.summary.values()]  # fmt: skip
+            parts.append(f"Jain {f(r.jain_mean, '.3f')}")
+        out.append(f"{label}: " + "; ".join(parts))
     return out
