@@ -82,6 +82,19 @@ def _result(row: dict[str, str]) -> str:
     return f"{float(row['pct_diff']):+.1f}" + ("" if row["significant"] == "True" else " (n.s.)")
 
 
+def _transfer_result(arms: list[dict[str, str]]) -> str:
+    """A transfer cell's headline: each arm's goodput (bulk) or share (compete)."""
+    first = arms[0]
+    if first["status"] != "done":
+        return first["status"] + (f": {first['problem']}" if first["problem"] else "")
+    if first["kind"] == "bulk":
+        return ", ".join(f"{t['arm']} {float(t['goodput_mbit_mean']):.1f} Mbit/s"
+                         if t["goodput_mbit_mean"] else f"{t['arm']} -" for t in arms)  # fmt: skip
+    return ", ".join(f"{t['arm']} share {float(t['share_mean']) * 100:.0f} % (fair "
+                     f"{float(t['fair_share']) * 100:.0f} %)" if t["share_mean"]
+                     else f"{t['arm']} -" for t in arms)  # fmt: skip
+
+
 def readme(top: Path, archive: str, counts: dict[str, int], no_har: bool) -> str:
     """The package's README.md: its facts gathered here, its text in
     templates/package-readme.md.j2."""
@@ -102,6 +115,16 @@ def readme(top: Path, archive: str, counts: dict[str, int], no_har: bool) -> str
                   c["rtt_ms"], c["loss_pct"], c["mode"], _result(c),
                   f"`sudo quicbed cell --from {archive} --cell {c['cell_id']}`"]
                  for c in cells]  # fmt: skip
+    transfers = top / "report" / "transfers.csv"
+    if transfers.exists():  # bulk and compete cells: one line per cell, its arms' numbers
+        with open(transfers, newline="") as f:
+            arms: dict[str, list[dict[str, str]]] = {}
+            for t in csv.DictReader(f):
+                arms.setdefault(t["cell_id"], []).append(t)
+        cell_rows += [[f"`{cid}`", ts[0]["scenario"], f"{ts[0]['kind']} {ts[0]['object']}",
+                       ts[0]["rate_mbit"] or "unlimited", ts[0]["rtt_ms"], ts[0]["loss_pct"], "-",
+                       _transfer_result(ts), f"`sudo quicbed cell --from {archive} --cell {cid}`"]
+                      for cid, ts in arms.items()]  # fmt: skip
     env = Environment(loader=PackageLoader("quicbed", "templates"), autoescape=False,
                       undefined=StrictUndefined, keep_trailing_newline=True)  # fmt: skip
     return env.get_template("package-readme.md.j2").render(

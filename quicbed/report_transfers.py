@@ -127,10 +127,13 @@ def _figures(r: BulkResult | CompeteResult, cid: str, out: Path, sec: TransferSe
     figs = out / "figures"
     shows: dict[str, Any] = {"cell_id": cid, "transfer": r.kind}
     if isinstance(r, BulkResult):
-        drawn = [(f"bulk, cell {cid}", plot_bulk(r, figs / f"bulk-{cid}"), shows)]
+        title = f"bulk, cell {cid}: every run's throughput per arm"
+        drawn = [(title, plot_bulk(r, figs / f"bulk-{cid}"), shows | {"title": title})]
     else:
-        drawn = [(f"compete, cell {cid}, repetition {run.rep}",
-                  plot_compete(r, run, figs / f"compete-{cid}-{run.rep}"), shows | {"rep": run.rep})
-                 for run in r.runs]  # fmt: skip
+        drawn = []
+        for run in r.runs:
+            title = f"compete, cell {cid}, repetition {run.rep}: throughput per flow, queue"
+            drawn.append((title, plot_compete(r, run, figs / f"compete-{cid}-{run.rep}"),
+                          shows | {"rep": run.rep, "title": title}))  # fmt: skip
     sec.drawn += drawn
     return [paths[0].name for _, paths, _ in drawn]

@@ -236,3 +236,26 @@ def test_the_fairness_preset_plans_the_long_look_grid() -> None:
     n2 = next(pc.config for pc in cells if pc.config.arms[0] == "h3-n2")
     assert n2.resolved_arms()[0].params == {"cubic_n": 2}
     assert estimate_seconds(cells, spec.receipt_tcp_seconds) < 30 * 60
+
+
+def test_a_package_of_transfer_cells_verifies(tmp_path: Path) -> None:
+    """Packaged, its README lists the transfer cells with their rerun commands, and
+    verify recomputes transfers.csv from the packaged store alone."""
+    from quicbed.package import build_package
+    from quicbed.verify import lines, verify
+
+    root = tmp_path / "res"
+    bulk = _store_cell(root, "bulk", _bulk_record())
+    comp = _store_cell(root, "compete", _compete_record())
+    pkg = build_package(root, tmp_path / "p.tar.gz")
+    res = verify(pkg.path)
+    text = "\n".join(lines(res))
+    assert res.ok, text
+    assert "2 transfer cells recomputed" in text
+    import tarfile
+
+    with tarfile.open(pkg.path) as tar:
+        readme = next(m for m in tar.getmembers() if m.name.endswith("/README.md"))
+        body = tar.extractfile(readme).read().decode()  # type: ignore[union-attr]
+    assert f"--cell {bulk}" in body and f"--cell {comp}" in body
+    assert "h3 share 6" in body and "Mbit/s" in body
