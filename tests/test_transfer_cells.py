@@ -259,3 +259,18 @@ def test_a_package_of_transfer_cells_verifies(tmp_path: Path) -> None:
         body = tar.extractfile(readme).read().decode()  # type: ignore[union-attr]
     assert f"--cell {bulk}" in body and f"--cell {comp}" in body
     assert "h3 share 6" in body and "Mbit/s" in body
+
+
+def test_bad_compete_options_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "o"
+    for args, why in ((["--flows", "h3x0"], "'h3x0' is not ARMxN"),
+                      (["--size", "10TB"], "'10TB' is not like 10MB"),
+                      (["--reps", "1"], "runs must be >= 2")):  # fmt: skip
+        cp = subprocess.run([sys.executable, "-m", "quicbed", "compete", "--out", str(out),
+                             "--rate", "10", "--rtt", "36", "--prefix", "tbad", *args],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert cp.returncode == 2 and why in cp.stderr, (args, cp.stderr)
+    assert not out.exists()
