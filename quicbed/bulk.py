@@ -508,11 +508,13 @@ def run_bulk(
 ) -> BulkResult:
     """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
     a page cell: a new attempt, its receipt, the link checked around it), its record
-    read back with its summary."""
+    read back with its summary. ``arms`` as ``--arms`` spells them (``h2:tcp_sack=false``)."""
+    from quicbed.arms import parse_cli
     from quicbed.bulkobjects import object_path
 
+    names, settings = parse_cli(",".join(arms or ("h2", "h3")))  # "h2:tcp_sack=false", ...
     cfg = make_cell(condition=cond, page=object_path(size), kind="bulk", runs=reps, warmup=0,
-                    arms=tuple(arms or ("h2", "h3")), cc=cc, shaper=shaper,
+                    arms=names, arm_settings=settings, cc=cc, shaper=shaper,
                     transfer={"size": size, "duration_s": duration_s})  # fmt: skip
     r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
     assert isinstance(r, BulkResult)

@@ -41,7 +41,8 @@ def bulk(
     link: LinkOptions,
     tb: TestbedOptions,
     out: OutOpt,
-    arms: Annotated[str, typer.Option(help="Arms, comma-separated.")] = "h2,h3",
+    arms: Annotated[str, typer.Option(help="Arms, comma-separated, with settings as for "
+                                      "cell --arms (h2:tcp_sack=false,h3).")] = "h2,h3",
     reps: Annotated[int, typer.Option(help="Downloads per arm.")] = 5,
     size: SizeOpt = "100MB",
     duration: Annotated[

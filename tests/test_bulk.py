@@ -112,7 +112,8 @@ QB = [sys.executable, "-m", "quicbed"]
 def test_bulk_real_run_per_arm(prefix: str, tmp_path: Path) -> None:
     tb = LocalTestbed(prefix)
     out = tmp_path / "bulk"
-    r = run_bulk(COND, out, arms=["h2", "h3"], reps=2, size="2MB", testbed=tb,
+    # the TCP arm with SACK off: every flow's handshake is checked for it
+    r = run_bulk(COND, out, arms=["h2:tcp_sack=false", "h3"], reps=2, size="2MB", testbed=tb,
                  receipt_tcp_seconds=1)  # fmt: skip
     assert isinstance(r, BulkResult)
     assert r.receipt is not None and r.receipt["passed"]
@@ -131,7 +132,9 @@ def test_bulk_real_run_per_arm(prefix: str, tmp_path: Path) -> None:
         assert len(f.samples) >= 10
         assert all(b1 >= b0 for (_, b0), (_, b1) in zip(f.samples, f.samples[1:], strict=False))
         assert f.server.get("cc") == "cubic"
+        assert f.evidence.get("cc") == ["cubic"]  # what the arm's server said it ran
         if run.arm == "h2":
+            assert f.evidence["tcp_syn"], f.evidence  # the flow's SYN and SYN-ACK, checked
             assert f.retransmissions is not None and f.retransmissions >= 0
             assert "ss" in f.retrans_source
         else:
