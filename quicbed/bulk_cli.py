@@ -15,6 +15,8 @@ from quicbed.cli_options import LinkOptions, TestbedOptions, options
 
 OutOpt = Annotated[Path, typer.Option("--out", help="Results folder (a store, as a cell's); "
                                       "its report is built there.")]  # fmt: skip
+ArmsOpt = Annotated[str, typer.Option(help="Arms, comma-separated, with settings as for "
+                                      "cell --arms (h2:tcp_sack=false,h3).")]  # fmt: skip
 ForceOpt = Annotated[bool, typer.Option(help="Add to a folder measured with other software.")]
 ShaperOpt = Annotated[str, typer.Option(help="Link shaper: auto, userspace, netem, dummynet.")]
 TcpSecondsOpt = Annotated[float, typer.Option(help="iperf3 TCP seconds of the receipt.")]
@@ -41,8 +43,7 @@ def bulk(
     link: LinkOptions,
     tb: TestbedOptions,
     out: OutOpt,
-    arms: Annotated[str, typer.Option(help="Arms, comma-separated, with settings as for "
-                                      "cell --arms (h2:tcp_sack=false,h3).")] = "h2,h3",
+    arms: ArmsOpt = "h2,h3",
     reps: Annotated[int, typer.Option(help="Downloads per arm.")] = 5,
     size: SizeOpt = "100MB",
     duration: Annotated[
