@@ -1,10 +1,11 @@
 """Bulk and compete cells (quicbed.bulk, quicbed.transfers): the numbers from made-up
 flows, and real runs on the local testbed (short, at 10 Mbit/s: structure and sanity):
-a bulk cell by the one-shot API, a compete cell by a sweep (tests/test_transfer_cells.py
-has the configs, specs and report from made-up records)."""
+a sweep of a bulk and a compete cell on one link (tests/test_transfer_cells.py has the
+configs, specs, report and package from made-up records)."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import subprocess
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from quicbed import bulkobjects, report
-from quicbed.bulk import run_bulk, ss_connections
+from quicbed import bulkobjects
+from quicbed.bulk import ss_connections
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.store import Store
@@ -107,20 +108,61 @@ COND = LinkCondition(rate_mbit=10, rtt_ms=36)
 QB = [sys.executable, "-m", "quicbed"]
 
 
+SPEC = """
+format: 1
+name: transfers-tiny
+receipt_tcp_seconds: 1
+defaults: {runs: 2}
+scenarios:
+  goodput:
+    kind: bulk
+    rate: [10]
+    rtt: [36]
+    objects: [2MB]
+    # the TCP arm with SACK off: every flow's handshake is checked for it
+    arms: {h2: {tcp_sack: false}, h3: }
+  fair:
+    kind: compete
+    rate: [10]
+    rtt: [36]
+    objects: [10MB]
+    duration: [6]
+    flows: ["h3x1,h2x1"]
+"""
+
+
 @pytest.mark.root
 @pytest.mark.slow
-def test_bulk_real_run_per_arm(prefix: str, tmp_path: Path) -> None:
-    tb = LocalTestbed(prefix)
-    out = tmp_path / "bulk"
-    # the TCP arm with SACK off: every flow's handshake is checked for it
-    r = run_bulk(COND, out, arms=["h2:tcp_sack=false", "h3"], reps=2, size="2MB", testbed=tb,
-                 receipt_tcp_seconds=1)  # fmt: skip
-    assert isinstance(r, BulkResult)
-    assert r.receipt is not None and r.receipt["passed"]
-    assert [(x.arm, x.rep) for x in r.runs] == [("h2", 0), ("h3", 0), ("h3", 1), ("h2", 1)]
+def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> None:
+    """One link condition, one receipt: the bulk cell measures on it fresh, the compete
+    cell after an opening spot check; both stored, verified per flow, reported."""
+    spec = tmp_path / "transfers.yaml"
+    spec.write_text(SPEC)
+    out = tmp_path / "res"
+    cp = subprocess.run([*QB, "run", str(spec), "--out", str(out), "--prefix", prefix],
+                        capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    assert not LocalTestbed(prefix).exists()
+    store = Store.open_readonly(out)
+    try:
+        atts = {a["cell_id"]: a for a in store.all_attempts()}
+        kinds = {cid: cfg["kind"] for cid, cfg in store.cell_configs().items()}
+        assert sorted(kinds.values()) == ["bulk", "compete"] and len(atts) == 2
+        assert all(a["status"] == "done" for a in atts.values()), atts
+        spans = {cid: store.link_spans(cid, 1) for cid in atts}
+        recs = {kinds[cid]: stored_transfer(store, cid, 1, close=False) for cid in atts}
+    finally:
+        store.close()
+    # one receipt for both: the second cell opened with a spot check
+    assert sorted(s["shared"] for (s,) in spans.values()) == [0, 1]
+    assert all(s["passed"] and s["closing"] for (s,) in spans.values())
+    bulk, comp = recs["bulk"], recs["compete"]
+    assert isinstance(bulk, BulkResult) and isinstance(comp, CompeteResult)
     ideal = ideal_goodput_bps(COND)
     assert ideal is not None
-    for run in r.runs:
+
+    assert [(x.arm, x.rep) for x in bulk.runs] == [("h2", 0), ("h3", 0), ("h3", 1), ("h2", 1)]
+    for run in bulk.runs:
         f = run.flow
         assert f.ok, f.error
         assert f.bytes == 2_000_000
@@ -140,60 +182,11 @@ def test_bulk_real_run_per_arm(prefix: str, tmp_path: Path) -> None:
         else:
             assert f.quic_client is not None and f.quic_client["packets_received"] > 1000
         assert run.bottleneck is None or run.bottleneck["tx_bytes"] > 2_000_000
-    assert set(r.summary) == {"h2", "h3"} and all(s.n == 2 for s in r.summary.values())
-    assert set(r.comparisons) == {"h2/h3"}
-    # a cell like any other: its attempt, receipt, link span and provenance in the store
-    store = Store.open_readonly(out)
-    try:
-        (att,) = store.all_attempts()
-        assert att["status"] == "done" and att["receipt"]["passed"] and att["provenance"]
-        (span,) = store.link_spans(att["cell_id"], 1)
-        assert span["passed"] and (span["first_seq"], span["last_seq"]) == (0, 3)
-        assert stored_transfer(store, att["cell_id"], 1, close=False) == r
-    finally:
-        store.close()
-    assert not tb.exists()  # the testbed it brought up is gone
-    rep = report.build(out)
-    assert {row["arm"] for row in rep.transfers.rows} == {"h2", "h3"}
-    assert (rep.out / "figures" / f"bulk-{att['cell_id']}.svg").exists()
+    assert set(bulk.summary) == {"h2", "h3"} and all(s.n == 2 for s in bulk.summary.values())
+    assert set(bulk.comparisons) == {"h2/h3"}
 
-
-COMPETE_SPEC = """
-format: 1
-name: compete-tiny
-receipt_tcp_seconds: 1
-defaults: {runs: 2}
-scenarios:
-  fair:
-    kind: compete
-    rate: [10]
-    rtt: [36]
-    objects: [10MB]
-    duration: [6]
-    flows: [h3x1,h2x1]
-"""
-
-
-@pytest.mark.root
-@pytest.mark.slow
-def test_a_sweep_runs_a_compete_cell(prefix: str, tmp_path: Path) -> None:
-    spec = tmp_path / "compete.yaml"
-    spec.write_text(COMPETE_SPEC)
-    out = tmp_path / "res"
-    cp = subprocess.run([*QB, "run", str(spec), "--out", str(out), "--prefix", prefix],
-                        capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
-    store = Store.open_readonly(out)
-    try:
-        (att,) = store.all_attempts()
-        assert att["status"] == "done", att["problem"]
-        r = stored_transfer(store, att["cell_id"], 1, close=False)
-    finally:
-        store.close()
-    assert isinstance(r, CompeteResult) and len(r.runs) == 2
-    ideal = ideal_goodput_bps(COND)
-    assert ideal is not None
-    for run in r.runs:
+    assert len(comp.runs) == 2
+    for run in comp.runs:
         assert [f.flow for f in run.flows] == ["h3-0", "h2-0"]
         for f in run.flows:
             assert f.ok, f.error
@@ -208,11 +201,15 @@ def test_a_sweep_runs_a_compete_cell(prefix: str, tmp_path: Path) -> None:
         # the queue was sampled about every 100 ms and filled while two flows competed
         assert len(run.queue) >= 40, run.queue_note
         assert max(q.bytes for q in run.queue) > 0
-        assert r.queue_limit_bytes and max(q.bytes for q in run.queue) <= r.queue_limit_bytes
-    assert set(r.summary) == {"h2", "h3"} and r.summary["h3"].n == 2
-    assert r.jain_mean is not None and "h2/h3" in r.comparisons
+        assert comp.queue_limit_bytes and max(q.bytes for q in run.queue) <= comp.queue_limit_bytes
+    assert set(comp.summary) == {"h2", "h3"} and comp.summary["h3"].n == 2
+    assert comp.jain_mean is not None and "h2/h3" in comp.comparisons
+
     rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr
     shown = json.loads((out / "report" / "figures.json").read_text())
-    assert [f["shows"]["rep"] for f in shown if f["shows"].get("transfer")] == [0, 1]
-    assert "transfer-cells" in (out / "report" / "index.html").read_text()
+    assert sorted((f["shows"]["transfer"], f["shows"].get("rep")) for f in shown
+                  if f["shows"].get("transfer")) == [("bulk", None), ("compete", 0),
+                                                      ("compete", 1)]  # fmt: skip
+    with open(out / "report" / "transfers.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 4  # a row per cell and arm
