@@ -215,6 +215,10 @@ def start_tcpdump(tb: Testbed, role: str, argv: list[str], log: RPath) -> tuple[
     tcpdump that exits or stays silent for :data:`LISTEN_TIMEOUT_S` is stopped and
     raises, with its last message. Also the SYN captures of quicbed.tcpopts."""
     t0 = time.monotonic()
+    # a fresh log: a local spawn appends, and an earlier capture's "listening on" line
+    # would let this one return before its tcpdump listens (a flow's SYN, sent a few ms
+    # after, was missed while its SYN-ACK was captured)
+    tb.remove(role, log)
     p = tb.spawn(role, argv, log=log)
     deadline = t0 + LISTEN_TIMEOUT_S
     while not _LISTENING.search(tb.read_text(role, log)):
