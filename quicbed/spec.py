@@ -141,8 +141,11 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _kind(self) -> Scenario:
-        """Each kind's own keys, and none of another kind's."""
-        given = self.model_fields_set
+        """Each kind's own keys, and none of another kind's. A key counts as given when
+        it differs from its default: a stored spec (sweep.json) writes every key."""
+        defaults = {k: f.get_default(call_default_factory=True)
+                    for k, f in type(self).model_fields.items()}  # fmt: skip
+        given = {k for k in self.model_fields_set if getattr(self, k) != defaults[k]}
         if self.kind == "page":
             if self.pages is None:
                 raise ValueError("pages: a page scenario needs its pages")

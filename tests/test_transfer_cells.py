@@ -105,6 +105,8 @@ def test_a_spec_plans_transfer_cells_beside_page_cells() -> None:
     # a compete cell's time: its repetitions of the duration, not pages
     est = estimate_seconds([pc for pc in cells if pc.scenario == "fair"], 10)
     assert 4 * 2 * 20 < est < 4 * 2 * 40 + 40
+    # the stored spec (sweep.json writes every key) reads back to the same digest
+    assert SweepSpec(**spec.model_dump(mode="json")).digest() == spec.digest()
     # a spec with no transfer scenario keeps its digest (no new keys in it)
     only_pages = SweepSpec(**(SPEC | {"scenarios": {"pages": SPEC["scenarios"]["pages"]}}))
     explicit = {"pages": {"rate": [10], "rtt": [36], "pages": ["5kb"], "kind": "page"}}
