@@ -46,7 +46,7 @@ class TransferSection:
 
 
 def is_transfer(config: dict[str, Any]) -> bool:
-    return config.get("kind", "page") != "page"
+    return bool(config.get("kind", "page") != "page")
 
 
 def build(root: Path, out: Path, alpha: float, test: str) -> TransferSection:
