@@ -433,7 +433,13 @@ def report_cmd(
     from quicbed.report import build
 
     r = build(Path(results))
-    out.print(f"{len(r.rows)} cells, {len(r.figures)} heatmaps; report: {r.out / 'index.html'}")
+    pages = len({row["cell_id"] for row in r.rows})
+    transfers = len(r.transfers.cells)
+    heatmaps = len(r.figures) - len(r.transfers.drawn)
+    what = f"{pages} page cells, {heatmaps} heatmaps" + (
+        f"; {transfers} transfer cells, {len(r.transfers.drawn)} figures" if transfers else ""
+    )
+    out.print(f"{what}; report: {r.out / 'index.html'}")
 
 
 @app.command("explain")
