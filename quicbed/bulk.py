@@ -378,8 +378,9 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
     assert t is not None
     tb, cond, link = rig.tb, cfg.condition, proven.link
     runs: list[BulkRun] = []
-    for seq, (arm, rep) in enumerate(cfg.schedule()):
-        say(f"{arm} #{rep}", seq + 1, len(cfg.schedule()))
+    schedule = cfg.schedule()
+    for seq, (arm, rep) in enumerate(schedule):
+        say(f"{arm} #{rep}", seq + 1, len(schedule))
         offsets = rig.log_sizes()
         before = link.shaper.counters(tb)
         rig.servers[arm].mark()
@@ -557,12 +558,16 @@ def _measure(
     from quicbed.sweep import run_cell_into
 
     tb = testbed or LocalTestbed("qb")
-    res = run_cell_into(cfg, out, testbed=tb, force=force,
-                        receipt_tcp_seconds=receipt_tcp_seconds, progress=progress)  # fmt: skip
-    if res.link_failed:  # one retry on a freshly applied link, as a sweep gives a cell
+    for _ in range(2):  # one retry on a freshly applied link, as a sweep gives a cell
         res = run_cell_into(cfg, out, testbed=tb, force=force,
                             receipt_tcp_seconds=receipt_tcp_seconds, progress=progress)  # fmt: skip
+        if not res.link_failed:
+            break
     if res.status != "done":
         raise QuicbedError(f"{cfg.kind} cell {res.cell_id} attempt {res.attempt} failed: "
                            f"{res.problem}")  # fmt: skip
-    return stored_transfer(Store.open_readonly(out), res.cell_id, res.attempt)
+    store = Store.open_readonly(out)
+    try:
+        return stored_transfer(store, res.cell_id, res.attempt)
+    finally:
+        store.close()

@@ -710,16 +710,11 @@ def _write_html(
             tb = (att["provenance"] or {}).get("testbed") or {}
             if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind
                 r["_rerun"] += f" --testbed ssh --hosts {tb.get('source') or 'HOSTS'}"
+        for c in report.transfers.cells:
+            key = (c["cell_id"], c["attempt"])
+            provs[key] = store.attempt(*key)["provenance"]
     finally:
         store.close()
-    if report.transfers.cells:
-        store = Store.open_readonly(root)
-        try:
-            for c in report.transfers.cells:
-                att = store.attempt(c["cell_id"], c["attempt"])
-                provs[(c["cell_id"], c["attempt"])] = att["provenance"]
-        finally:
-            store.close()
     groups = provenance_groups(provs)
     (report.out / "provenance.json").write_text(json.dumps(groups, indent=1, sort_keys=True) + "\n")
     for g in groups:

@@ -63,8 +63,7 @@ def build(root: Path, out: Path, alpha: float, test: str) -> TransferSection:
             att = latest[cid]
             cell = _cell(cfg, cid, att, (scenarios.get(cid) or ["cells"])[0])
             if store.transfer(cid, att["attempt"]) is not None:
-                r = stored_transfer(store, cid, att["attempt"], alpha=alpha, test=test,
-                                    close=False)  # fmt: skip
+                r = stored_transfer(store, cid, att["attempt"], alpha=alpha, test=test)
                 cell["summary"] = {k: v.model_dump() for k, v in r.summary.items()}
                 cell["comparisons"] = r.comparisons
                 if isinstance(r, CompeteResult):

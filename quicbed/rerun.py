@@ -189,7 +189,7 @@ def _transfers_beside(
 
     store = Store(folder)
     try:
-        recs = {label: stored_transfer(store, cell_id, a, close=False)
+        recs = {label: stored_transfer(store, cell_id, a)
                 if store.transfer(cell_id, a) else None
                 for label, a in (("packaged", old_att), ("rerun", attempt))}  # fmt: skip
     finally:

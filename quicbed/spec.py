@@ -314,11 +314,9 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
 
 def _mix(mix: str | dict[str, int]) -> tuple[tuple[str, int], ...]:
     """A compete scenario's flow mix, written "h3x1,h2x4" or {h3: 1, h2: 4}."""
-    from quicbed.cellconfig import parse_flows
+    from quicbed.cellconfig import flows_text, parse_flows
 
-    if isinstance(mix, dict):
-        return parse_flows(",".join(f"{a}x{n}" for a, n in mix.items()))
-    return parse_flows(mix)
+    return parse_flows(flows_text(tuple(mix.items())) if isinstance(mix, dict) else mix)
 
 
 def _workloads(sc: Scenario) -> list[dict[str, Any]]:

@@ -599,7 +599,7 @@ class Store:
 
     def set_transfer(self, cell_id: str, attempt: int, kind: str, result: dict[str, Any]) -> None:
         """A transfer cell's record of one attempt (quicbed.bulk's BulkResult or
-        CompeteResult as JSON): what the report, export and verify read."""
+        CompeteResult as JSON): what the report, verify and package reruns read."""
         self.db.execute("INSERT OR REPLACE INTO transfers VALUES (?, ?, ?, ?, ?)",
                         (cell_id, attempt, kind, now(), json.dumps(result)))  # fmt: skip
 

@@ -314,15 +314,10 @@ def compete_summary(r: CompeteResult, alpha: float = 0.01, test: str = "welch") 
 
 
 def stored_transfer(
-    store: Store, cell_id: str, attempt: int, *, alpha: float = 0.01, test: str = "welch",
-    close: bool = True,
-) -> BulkResult | CompeteResult:  # fmt: skip
+    store: Store, cell_id: str, attempt: int, *, alpha: float = 0.01, test: str = "welch"
+) -> BulkResult | CompeteResult:
     """A transfer cell's record from the store, with its summary computed from its runs."""
-    try:
-        row = store.transfer(cell_id, attempt)
-    finally:
-        if close:
-            store.close()
+    row = store.transfer(cell_id, attempt)
     if row is None:
         raise QuicbedError(f"cell {cell_id} attempt {attempt} has no transfer record")
     if row["kind"] == "bulk":
