@@ -198,7 +198,9 @@ def test_the_report_shows_transfer_cells_from_the_store(tmp_path: Path) -> None:
     root = tmp_path / "res"
     bulk = _store_cell(root, "bulk", _bulk_record())
     comp = _store_cell(root, "compete", _compete_record())
-    read = stored_transfer(Store.open_readonly(root), bulk, 1)
+    store = Store.open_readonly(root)
+    read = stored_transfer(store, bulk, 1)
+    store.close()
     assert isinstance(read, BulkResult) and read.summary["h2"].n == 3
     rep = report.build(root)
     assert rep.rows == []  # no page cells: no heatmaps, yet a report
