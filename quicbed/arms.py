@@ -13,6 +13,7 @@ per host: a cell's TCP arms must agree on it (``CellConfig.tcp_cc``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -185,15 +186,20 @@ def parse_cli(text: str) -> tuple[tuple[str, ...], dict[str, ArmSettings]]:
     return tuple(names), settings
 
 
-def pairs(arms: list[Arm], extra: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+def pairs(
+    arms: Sequence[Arm] | Sequence[Mapping[str, Any]], extra: list[tuple[str, str]] | None = None
+) -> list[tuple[str, str]]:
     """Which arms are compared: every arm against the reference (the TCP arm, else the
     first arm), then the named pairs. A pair is (reference, candidate); the difference
     (mean reference - mean candidate) / mean candidate is positive when the candidate
-    is faster."""
-    names = [a.name for a in arms]
+    is faster. ``arms`` may be stored records (``Arm.as_dict``): a transfer cell's
+    record is compared as its page cell would be."""
+    named = [(a.name, a.transport) if isinstance(a, Arm) else (a["name"], a["transport"])
+             for a in arms]  # fmt: skip
+    names = [n for n, _ in named]
     if len(names) < 2:
         return []
-    ref = next((a.name for a in arms if a.transport == "tcp"), names[0])
+    ref = next((n for n, t in named if t == "tcp"), names[0])
     out = [(ref, n) for n in names if n != ref]
     for a, b in extra or []:
         for n in (a, b):

@@ -470,7 +470,10 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
             report.figures.append(fig)
     report.figures += _mode_heatmaps(root, rows, page_order, alpha, test, correction, out)
     _explain_pages(root, rows, out)
-    report.transfers = report_transfers.build(root, out, alpha, test)
+    from quicbed.arms import parse_pairs
+
+    report.transfers = report_transfers.build(root, out, alpha, test,
+                                              parse_pairs(stats_cfg.get("pairs")))  # fmt: skip
     report.figures += [_figure(*d) for d in report.transfers.drawn]
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")

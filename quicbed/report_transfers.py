@@ -49,7 +49,10 @@ def is_transfer(config: dict[str, Any]) -> bool:
     return bool(config.get("kind", "page") != "page")
 
 
-def build(root: Path, out: Path, alpha: float, test: str) -> TransferSection:
+def build(
+    root: Path, out: Path, alpha: float, test: str,
+    pairs: list[tuple[str, str]] | None = None,
+) -> TransferSection:  # fmt: skip
     """Every transfer cell's latest attempt: rows, per-cell summaries, figures (in
     ``out/figures``), ``out/transfers.csv`` and ``out/transfers.json``."""
     sec = TransferSection()
@@ -63,7 +66,8 @@ def build(root: Path, out: Path, alpha: float, test: str) -> TransferSection:
             att = latest[cid]
             cell = _cell(cfg, cid, att, (scenarios.get(cid) or ["cells"])[0])
             if store.transfer(cid, att["attempt"]) is not None:
-                r = stored_transfer(store, cid, att["attempt"], alpha=alpha, test=test)
+                r = stored_transfer(store, cid, att["attempt"], alpha=alpha, test=test,
+                                    extra_pairs=pairs)  # fmt: skip
                 cell["summary"] = {k: v.model_dump() for k, v in r.summary.items()}
                 cell["comparisons"] = r.comparisons
                 if isinstance(r, CompeteResult):
@@ -101,7 +105,9 @@ def _cell(cfg: dict[str, Any], cid: str, att: dict[str, Any], scenario: str) -> 
 
 
 def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
-    """One row per arm; the arm's comparison against the reference beside it."""
+    """One row per arm and comparison it is the candidate of (against the reference,
+    then the spec's pairs), as table.csv has one per cell and pair; an arm compared
+    with nothing (the reference) has one row without a comparison."""
     base = {k: v for k, v in cell.items() if k in COLUMNS}
     out = []
     for arm in cell["arms"]:
@@ -109,16 +115,18 @@ def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
         settings = cell["_settings"].get(arm) or {}
         row.update(stack=settings.get("stack") or "", cc=settings.get("cc") or cell["_cc"])
         row.update(jain_mean=cell.get("jain_mean"), jain_sd=cell.get("jain_sd"))
-        for pair, metrics in cell["comparisons"].items():
-            ref, cand = pair.split("/")
-            if cand != arm:
-                continue
+        mine = [(pair.split("/")[0], metrics) for pair, metrics in cell["comparisons"].items()
+                if pair.split("/")[1] == arm]  # fmt: skip
+        for ref, metrics in mine:
             metric = "goodput_bps" if "goodput_bps" in metrics else "per_flow_bps"
             c = metrics[metric]
-            row.update(reference=ref, metric=metric, pct_diff=c.get("pct_diff"), p=c.get("p"),
-                       welch_p=c.get("welch_p"), mannwhitney_p=c.get("mannwhitney_p"),
-                       significant=c.get("p") is not None and c["p"] < alpha)  # fmt: skip
-        out.append(row)
+            out.append(row | dict(
+                reference=ref, metric=metric, pct_diff=c.get("pct_diff"), p=c.get("p"),
+                welch_p=c.get("welch_p"), mannwhitney_p=c.get("mannwhitney_p"),
+                significant=c.get("p") is not None and c["p"] < alpha,
+            ))  # fmt: skip
+        if not mine:
+            out.append(row)
     return out
 
 

@@ -219,9 +219,14 @@ def _sd(v: list[float]) -> float | None:
     return statistics.stdev(v) if len(v) > 1 else None
 
 
-def bulk_summary(r: BulkResult, alpha: float = 0.01, test: str = "welch") -> BulkResult:
+def bulk_summary(
+    r: BulkResult, alpha: float = 0.01, test: str = "welch",
+    extra_pairs: list[tuple[str, str]] | None = None,
+) -> BulkResult:  # fmt: skip
     """``r`` with its per-arm summary and its comparisons, from its runs alone (the
-    report and verify call this on a stored record, so the numbers have one home)."""
+    report and verify call this on a stored record, so the numbers have one home).
+    Compared: each arm against the TCP reference, and the spec's ``statistics.pairs``
+    among the cell's arms (``quicbed.arms.pairs``, as for page cells)."""
     summary: dict[str, ArmBulk] = {}
     for a in r.arms:
         ok = [x.flow for x in r.runs if x.arm == a["name"] and x.flow.ok]
@@ -236,7 +241,7 @@ def bulk_summary(r: BulkResult, alpha: float = 0.01, test: str = "welch") -> Bul
             if gp and r.ideal_goodput_bps else None,
         )  # fmt: skip
     comparisons: dict[str, dict[str, Any]] = {}
-    for ref, cand in _pairs(r.arms):
+    for ref, cand in _pairs(r.arms, extra_pairs):
         cmp: dict[str, Any] = {}
         for metric in ("completion_s", "goodput_bps"):
             vals = {n: [float(getattr(x.flow, metric)) for x in r.runs
@@ -248,11 +253,15 @@ def bulk_summary(r: BulkResult, alpha: float = 0.01, test: str = "welch") -> Bul
     return r.model_copy(update={"summary": summary, "comparisons": comparisons})
 
 
-def _pairs(arms: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(reference, candidate): the first TCP arm (else the first arm) against each other."""
-    names = [a["name"] for a in arms]
-    ref = next((a["name"] for a in arms if a["transport"] == "tcp"), names[0] if names else "")
-    return [(ref, n) for n in names if n != ref]
+def _pairs(
+    arms: list[dict[str, Any]], extra: list[tuple[str, str]] | None
+) -> list[tuple[str, str]]:
+    """The page cells' pairs (``quicbed.arms.pairs``), the spec's extra pairs kept where
+    both arms are the cell's (a sweep's pairs name arms of some cells only)."""
+    from quicbed.arms import pairs
+
+    names = {a["name"] for a in arms}
+    return pairs(arms, [p for p in extra or [] if set(p) <= names])
 
 
 def compete_run(
@@ -280,7 +289,10 @@ def compete_run(
     )  # fmt: skip
 
 
-def compete_summary(r: CompeteResult, alpha: float = 0.01, test: str = "welch") -> CompeteResult:
+def compete_summary(
+    r: CompeteResult, alpha: float = 0.01, test: str = "welch",
+    extra_pairs: list[tuple[str, str]] | None = None,
+) -> CompeteResult:  # fmt: skip
     """``r`` with per-arm shares over its repetitions, Jain's index's mean, and per pair
     of arms the comparison of their flows' mean steady throughput per repetition (the
     report and verify call this on a stored record)."""
@@ -304,7 +316,7 @@ def compete_summary(r: CompeteResult, alpha: float = 0.01, test: str = "welch") 
                for a, n in counts.items()}  # fmt: skip
     jains = [run.jain for run in r.runs if run.jain is not None]
     comparisons = {}
-    for ref, cand in _pairs(r.arms):
+    for ref, cand in _pairs(r.arms, extra_pairs):
         comparisons[f"{ref}/{cand}"] = {"per_flow_bps": compare(
             [v * 1e6 for v in per_flow[ref]], [v * 1e6 for v in per_flow[cand]],
             planned=len(r.runs), alpha=alpha, test=test, tcp_arm=ref, quic_arm=cand,
@@ -314,15 +326,16 @@ def compete_summary(r: CompeteResult, alpha: float = 0.01, test: str = "welch") 
 
 
 def stored_transfer(
-    store: Store, cell_id: str, attempt: int, *, alpha: float = 0.01, test: str = "welch"
-) -> BulkResult | CompeteResult:
+    store: Store, cell_id: str, attempt: int, *, alpha: float = 0.01, test: str = "welch",
+    extra_pairs: list[tuple[str, str]] | None = None,
+) -> BulkResult | CompeteResult:  # fmt: skip
     """A transfer cell's record from the store, with its summary computed from its runs."""
     row = store.transfer(cell_id, attempt)
     if row is None:
         raise QuicbedError(f"cell {cell_id} attempt {attempt} has no transfer record")
     if row["kind"] == "bulk":
-        return bulk_summary(BulkResult.model_validate(row["result"]), alpha, test)
-    return compete_summary(CompeteResult.model_validate(row["result"]), alpha, test)
+        return bulk_summary(BulkResult.model_validate(row["result"]), alpha, test, extra_pairs)
+    return compete_summary(CompeteResult.model_validate(row["result"]), alpha, test, extra_pairs)
 
 
 # --- figures --------------------------------------------------------------------------

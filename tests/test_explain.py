@@ -3,26 +3,22 @@ from, and the report's link to it.
 
 Two folders: a synthetic one in the documented trace shape (pure Python, fast: the
 numbers are known, so the components can be checked exactly) and a real 1 MB cell
-at 10 Mbit/s and 36 ms measured once for the module with ``--traces light``."""
+at 10 Mbit/s and 36 ms, measured once for the whole suite (conftest, level full)."""
 
 from __future__ import annotations
 
 import csv
 import gzip
 import json
-import os
-import secrets
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import until_the_link_holds
 
-from quicbed.cell import run_cell
 from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
 from quicbed.explain import COMPONENTS, explain
@@ -219,34 +215,19 @@ def _netns(prefix: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """One real 1 MB cell at 10 Mbit/s, 36 ms, traces light, measured once for the module
-    (a receipt spoiled on a busy machine is retried, up to three receipts: in full runs
-    the 1 s TCP goodput probe failed twice in a row here, never when run alone; 2 s of
-    TCP make the probe less sensitive to a slow start that a busy machine stretches)."""
-    if os.geteuid() != 0:
-        pytest.fail("this test needs root (network namespaces); CI runs as root")
-    prefix = "t" + secrets.token_hex(3)
+def real(
+    cell_1mb_full: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, str]:
+    """The suite's real 1 MB cell at 10 Mbit/s, 36 ms (conftest; level full, which holds
+    light's transport traces), copied: explain writes its report into the folder."""
     out = tmp_path_factory.mktemp("explain") / "res"
-    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3,
-                    warmup=1)  # fmt: skip
-    try:
-        r = until_the_link_holds(
-            lambda: run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2, traces="light")
-        )
-        assert r.status == "done", r.problem
-        store = Store(out)
-        try:
-            runs = [x for x in store.runs(r.cell_id) if not x["warmup"]]
-        finally:
-            store.close()
-        for arm in ("h2", "h3"):
-            valid = [x for x in runs if x["arm"] == arm and x["valid"]]
-            assert len(valid) >= 2, [x["reason"] for x in runs if x["arm"] == arm]
-        yield out, r.cell_id
-    finally:
-        left = _netns(prefix)
-        assert not left, f"namespaces left behind: {left}"
+    shutil.copytree(cell_1mb_full["out"], out)
+    cid = cell_1mb_full["result"].cell_id
+    runs = [x for x in cell_1mb_full["runs"] if not x["warmup"]]
+    for arm in ("h2", "h3"):
+        valid = [x for x in runs if x["arm"] == arm and x["valid"]]
+        assert len(valid) >= 2, [x["reason"] for x in runs if x["arm"] == arm]
+    return out, cid
 
 
 def _gz_rows(path: Path) -> int:

@@ -9,27 +9,20 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import secrets
 import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import quicbed.cell
-from quicbed.cell import CellResult, run_cell
-from quicbed.cellconfig import make_cell
+from quicbed.cell import CellResult
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
 from quicbed.package import build_package
 from quicbed.secretscan import KEYLOG_RULE, scan_tree
-from quicbed.store import Store
 from quicbed.testbed.local import LocalTestbed
-from quicbed.traces import instruments
 from quicbed.traces.base import TraceContext, TraceSet
 from quicbed.traces.capture import CaptureTracer, _cut, complete_netlog
 from quicbed.verify import verify
@@ -53,37 +46,10 @@ def _fields(capture: Path, keylog: Path | None, display: str, field: str) -> lis
     return [ln for ln in out.splitlines() if ln.strip()]
 
 
-@pytest.fixture(scope="module")
-def full_cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One 1 MB cell at level full (10 Mbit/s, 36 ms, 3 runs + 1 warm-up per arm); the
-    capture tracer is kept to read what each capture cost."""
-    import os
-
-    if os.geteuid() != 0:
-        pytest.fail("this test needs root (network namespaces); CI runs as root")
-    prefix = "c" + secrets.token_hex(3)
-    out = tmp_path_factory.mktemp("full") / "r"
-    seen: list[CaptureTracer] = []
-
-    def keep() -> list[Any]:
-        made = instruments()
-        seen.extend(t for t in made if isinstance(t, CaptureTracer))
-        return made
-
-    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3,
-                    warmup=1)  # fmt: skip
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(quicbed.cell, "instruments", keep)
-        try:
-            r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2, traces="full")
-        finally:
-            left = LocalTestbed(prefix).down()
-    assert not left, f"left behind: {left}"
-    assert r.status == "done", r.problem
-    store = Store(out)
-    runs = store.runs(r.cell_id, r.attempt)
-    store.close()
-    yield {"out": out, "result": r, "runs": runs, "capture": seen[0]}
+@pytest.fixture
+def full_cell(cell_1mb_full: dict[str, Any]) -> dict[str, Any]:
+    """The suite's 1 MB cell at level full (conftest): measured once, read here."""
+    return cell_1mb_full
 
 
 def _load(cell: dict[str, Any], arm: str) -> tuple[dict[str, Any], Path]:

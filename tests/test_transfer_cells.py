@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from quicbed import report
+from quicbed import report, report_transfers
 from quicbed.cellconfig import make_cell, parse_flows
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
@@ -22,6 +22,7 @@ from quicbed.transfers import (
     BulkRun,
     CompeteResult,
     FlowResult,
+    bulk_summary,
     compete_run,
     compete_summary,
     stored_transfer,
@@ -225,6 +226,45 @@ def test_the_report_shows_transfer_cells_from_the_store(tmp_path: Path) -> None:
     # a second build gives the same numbers (verify recomputes it so)
     again = report.build(root, out=tmp_path / "again")
     assert (again.out / "transfers.csv").read_text() == (rep.out / "transfers.csv").read_text()
+
+
+def test_a_specs_pairs_compare_two_settings_of_one_protocol(tmp_path: Path) -> None:
+    """Arm A vs arm B (issue 14): a bulk cell of TCP and two QUIC stacks. Each arm is
+    compared with the TCP reference, and the spec's pair (the two QUIC stacks) too, as
+    for page cells; a pair naming an arm the cell lacks is another cell's."""
+    rates = {"h2": (9.1e6, 9.3e6, 9.0e6), "h3": (8.5e6, 8.6e6, 8.4e6),
+             "h3-quiche": (8.0e6, 8.1e6, 7.9e6)}  # fmt: skip
+    runs = [BulkRun(arm=arm, rep=rep, seq=i * 3 + rep, flow=_flow(f"{arm}-{rep}", arm, v, 4))
+            for i, (arm, vals) in enumerate(rates.items())
+            for rep, v in enumerate(vals)]  # fmt: skip
+    rec = BulkResult(
+        created="now", condition=COND.model_dump(mode="json"),
+        arms=[{"name": "h2", "transport": "tcp"}, {"name": "h3", "transport": "udp"},
+              {"name": "h3-quiche", "transport": "udp"}],
+        object="bulk/10MB.bin", object_bytes=10**7, duration_s=None, reps=3,
+        ideal_goodput_bps=10e6 * 1448 / 1514, runs=runs,
+    )  # fmt: skip
+    assert set(bulk_summary(rec).comparisons) == {"h2/h3", "h2/h3-quiche"}
+    both = bulk_summary(rec, extra_pairs=[("h3", "h3-quiche"), ("h3", "h3-n2")])
+    assert set(both.comparisons) == {"h2/h3", "h2/h3-quiche", "h3/h3-quiche"}
+    c = both.comparisons["h3/h3-quiche"]["goodput_bps"]
+    assert c["tcp"]["arm"] == "h3" and c["quic"]["arm"] == "h3-quiche" and c["p"] < 0.01
+    # the report: one row per arm and comparison, the spec's pair among them
+    root = tmp_path / "res"
+    cfg = make_cell(condition=COND, page="bulk/10MB.bin", kind="bulk", runs=3, warmup=0,
+                    arms=("h2", "h3", "h3-quiche"), transfer={"size": "10MB"})  # fmt: skip
+    store = Store(root, create=True)
+    cid = cfg.cell_id()
+    store.add_cell(cid, cfg.model_dump(mode="json"))
+    att = store.new_attempt(cid, {"quicbed": "test"})
+    store.set_receipt(cid, att, {"passed": True, "checks": []})
+    store.set_transfer(cid, att, "bulk", rec.model_dump(mode="json"))
+    store.finish_attempt(cid, att, "done")
+    store.close()
+    (tmp_path / "out" / "figures").mkdir(parents=True)
+    sec = report_transfers.build(root, tmp_path / "out", 0.01, "welch", [("h3", "h3-quiche")])
+    pairs = sorted((r["reference"] or "", r["arm"]) for r in sec.rows)
+    assert pairs == [("", "h2"), ("h2", "h3"), ("h2", "h3-quiche"), ("h3", "h3-quiche")]
 
 
 def test_the_fairness_preset_plans_the_long_look_grid() -> None:
