@@ -400,7 +400,9 @@ SPOT_CHECK_S = 3.0
 def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
     """A deliberately pessimistic wall-time estimate: a receipt per link condition (cells
     of one condition share it), a spot and a closing check per cell, loads at ~3x
-    their bound."""
+    their bound, or on a lossy downlink at the loss bound (``loss_bound_mbit``), which
+    sets the time there: the beta study's 3.3 MB page at 200 ms and 2 % loss took 25 s
+    a load here, not the 4 s that the rate and RTT alone predict."""
     from quicbed import workloads
 
     pageset = workloads.load()
@@ -414,8 +416,22 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
         page = pageset.pages[c.page]
         nbytes = page.total_image_bytes(pageset.kb)
         load = 4 * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
-        total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * (3 * load + 0.5)
+        lossy = nbytes * 8 / (loss_bound_mbit(c.condition) * 1e6)
+        load = min(max(3 * load, lossy), c.load_timeout_s)
+        total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * (load + 0.5)
     return total
+
+
+def loss_bound_mbit(cond: LinkCondition) -> float:
+    """Mathis et al.'s steady rate for random loss on the downlink, 1.22 MSS / (RTT
+    sqrt(p)), capped at the link's rate: the pace of a download on a lossy long path.
+    A lower bound in practice: CUBIC (N = 2 the more) beat it by 2-3x at 200 ms here
+    (sweeps/beta.yaml's delay group), so an estimate built on it errs long."""
+    rate = 1000.0 if cond.rate_mbit is None else cond.rate_mbit
+    p, rtt_s = cond.loss_down(), max(cond.rtt(), 1.0) / 1000
+    if p <= 0:
+        return rate
+    return min(rate, 1.22 * 1448 * 8 / (rtt_s * p**0.5) / 1e6)
 
 
 def _transfer_seconds(c: CellConfig, rate_mbit: float) -> float:
@@ -425,7 +441,8 @@ def _transfer_seconds(c: CellConfig, rate_mbit: float) -> float:
 
     t = c.transfer
     assert t is not None
-    each = t.duration_s or parse_size(t.size) * 8 / (rate_mbit * 1e6) * 1.5
+    pace = min(rate_mbit, loss_bound_mbit(c.condition))
+    each = t.duration_s or parse_size(t.size) * 8 / (pace * 1e6) * 1.5
     if c.kind == "compete":
         return c.runs * (each + t.stagger_s * sum(n for _, n in t.flows) + 5)
     return len(c.arms) * c.runs * (each + 3)

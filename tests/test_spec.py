@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.spec import load_spec, plan
+from quicbed.spec import estimate_seconds, load_spec, loss_bound_mbit, plan
 from quicbed.sweep import check_budget, prepare_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,3 +143,26 @@ def test_too_few_runs_for_mann_whitney_is_refused() -> None:
     SweepSpec(**spec(2, "welch"))
     with pytest.raises(ValueError, match=r"scenario 'few': runs 5 is too few for mannwhitney"):
         SweepSpec(**spec(5, "mannwhitney"))
+
+
+#: wall seconds per cell of sweeps/beta.yaml's delay group as measured here (2026-11-24,
+#: 20 runs per arm + 1 warm-up, the 3.3 MB page; a receipt each), by (RTT ms, loss %)
+BETA_DELAY_MEASURED = {(5, 0.2): 50, (5, 5): 101, (10, 0.2): 55, (10, 5): 154,
+                       (200, 0.2): 223, (200, 1): 715, (200, 2): 1086}  # fmt: skip
+
+
+def test_the_estimate_errs_long_on_lossy_long_paths() -> None:
+    """The plan's estimate (and so --max-hours) once priced the beta study's delay group
+    at 63 minutes; its cells at 200 ms took 4 to 18 minutes each, because downlink loss,
+    not the rate, sets a download's pace there. Now each cell's estimate is at least what
+    it took and within about 4x of it."""
+    spec = load_spec(Path("sweeps/beta.yaml"))
+    cells = {(pc.config.condition.rtt_ms, pc.config.condition.loss_down_pct): pc
+             for pc in plan(spec) if pc.scenario == "delay"}  # fmt: skip
+    for key, took in BETA_DELAY_MEASURED.items():
+        est = estimate_seconds([cells[key]], spec.receipt_tcp_seconds)
+        assert took <= est <= 4 * took, (key, est, took)
+    # the bound itself: the link's rate without loss, Mathis' rate with it
+    lossless = cells[(5, 0.2)].config.condition.model_copy(update={"loss_down_pct": 0.0})
+    assert loss_bound_mbit(lossless) == 100.0
+    assert loss_bound_mbit(cells[(200, 2)].config.condition) == pytest.approx(0.4997, rel=1e-3)
