@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from quicbed.link.receipt import _loss_check, udp_delivery
+from quicbed.link.model import make_condition
+from quicbed.link.receipt import _loss_check, tcp_omit_seconds, udp_delivery
 from quicbed.link.shapers import DummynetShaper, NetemShaper, UserspaceShaper
 
 
@@ -28,3 +29,13 @@ def test_udp_delivery_follows_where_the_loss_is_drawn() -> None:
     assert udp_delivery(link, sent, 0.05, before_queue=False) == pytest.approx(95e6)
     assert UserspaceShaper.loss_before_queue and DummynetShaper.loss_before_queue
     assert not NetemShaper.loss_before_queue
+
+
+def test_tcp_steady_goodput_waits_out_slow_start() -> None:
+    """The TCP check measures after slow start: 2 s where that covers it, longer on long
+    fat paths. At 100 Mbit/s and 400 ms, 2 s left out gave 82 of the 93 Mbit/s needed
+    on a correct link (the beta study's receipts); 4.6 s gave 95.6."""
+    assert tcp_omit_seconds(make_condition(rate_mbit=10, rtt_ms=36)) == 2.0
+    assert tcp_omit_seconds(make_condition(rate_mbit=100, rtt_ms=200)) == 2.1
+    assert tcp_omit_seconds(make_condition(rate_mbit=100, rtt_ms=400)) == 4.6
+    assert tcp_omit_seconds(make_condition(rate_mbit=None, rtt_ms=400)) == 2.0
