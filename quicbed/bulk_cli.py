@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from quicbed.cli_options import LinkOptions, TestbedOptions, options
+from quicbed.errors import QuicbedError
 
 OutOpt = Annotated[Path, typer.Option("--out", help="Results folder (a store, as a cell's); "
                                       "its report is built there.")]  # fmt: skip
@@ -23,6 +24,22 @@ TcpSecondsOpt = Annotated[float, typer.Option(help="iperf3 TCP seconds of the re
 SizeOpt = Annotated[str, typer.Option(help="Bulk object size: 10MB, 100MB, 1GB (decimal).")]
 CcOpt = Annotated[str, typer.Option(help="Congestion control of every arm.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the record as JSON.")]
+
+
+#: the cell's fields as these commands spell them: an error names the option typed
+_OPTIONS = {"runs": "--reps", "transfer.duration_s": "--duration",
+            "transfer.stagger_s": "--stagger", "transfer.size": "--size",
+            "transfer.flows": "--flows"}  # fmt: skip
+
+
+def _as_typed(e: QuicbedError) -> QuicbedError:
+    """``cell: runs: runs must be >= 2 ...`` -> ``--reps: runs must be >= 2 ...``."""
+    msg = str(e)
+    for field_name, option in _OPTIONS.items():
+        head = f"cell: {field_name}: "
+        if msg.startswith(head):
+            return QuicbedError(f"{option}: {msg[len(head) :]}")
+    return e
 
 
 def _progress(what: str, done: int, total: int) -> None:
@@ -58,23 +75,21 @@ def bulk(
     """Bulk goodput per arm: N downloads each, one flow at a time, on a proven link (a
     bulk cell, stored and reported as a sweep's)."""
     from quicbed.bulk import run_bulk
-    from quicbed.console import print_json
+    from quicbed.console import print_json, print_transfer
 
     bed = tb.open("quicbed bulk")
     try:
         r = run_bulk(link.condition(), out, arms=arms.split(","), reps=reps, size=size,
                      duration_s=duration, cc=cc, testbed=bed, shaper=shaper,
                      receipt_tcp_seconds=tcp_seconds, progress=_progress, force=force)  # fmt: skip
+    except QuicbedError as e:
+        raise _as_typed(e) from None
     finally:
         bed.close()
     if as_json:
         print_json(r.model_dump(mode="json"))
         return
-    for name, s in r.summary.items():
-        gp = "-" if s.goodput_mbit_mean is None else f"{s.goodput_mbit_mean:.2f} Mbit/s"
-        ideal = "" if s.of_ideal is None else f" ({s.of_ideal * 100:.1f} % of ideal)"
-        rt = "n/a" if s.retransmissions_mean is None else f"{s.retransmissions_mean:.0f}"
-        typer.echo(f"{name}: n {s.n}, goodput {gp}{ideal}, retransmissions {rt}")
+    print_transfer(r)
     _report(out)
 
 
@@ -100,7 +115,7 @@ def compete(
     compete cell, stored and reported as a sweep's)."""
     from quicbed.bulk import run_compete
     from quicbed.cellconfig import parse_flows
-    from quicbed.console import print_json
+    from quicbed.console import print_json, print_transfer
 
     bed = tb.open("quicbed compete")
     try:
@@ -108,18 +123,14 @@ def compete(
                         duration_s=duration, stagger_s=stagger, size=size, cc=cc, testbed=bed,
                         shaper=shaper, receipt_tcp_seconds=tcp_seconds, progress=_progress,
                         force=force)  # fmt: skip
+    except QuicbedError as e:
+        raise _as_typed(e) from None
     finally:
         bed.close()
     if as_json:
         print_json(r.model_dump(mode="json"))
         return
-    for a in r.summary.values():
-        share = "-" if a.share_mean is None else f"{a.share_mean * 100:.1f} %"
-        per_flow = "-" if a.per_flow_mbit_mean is None else f"{a.per_flow_mbit_mean:.2f} Mbit/s"
-        typer.echo(f"{a.arm} x{a.n_flows}: share {share} (fair {a.fair_share * 100:.0f} %), "
-                   f"{per_flow} per flow, over {a.n} repetitions")  # fmt: skip
-    jain = "n/a" if r.jain_mean is None else f"{r.jain_mean:.3f}"
-    typer.echo(f"Jain's index {jain} (mean over repetitions)")
+    print_transfer(r)
     _report(out)
 
 

@@ -95,11 +95,22 @@ def print_receipt(receipt: Any) -> None:
 # --- cell -----------------------------------------------------------------------------
 def print_cell(result: Any, cfg: Any) -> None:
     """A measured cell: per arm n, mean, sd, median, CI; each comparison; verification."""
+    how = cfg.mode if cfg.kind == "page" else cfg.kind  # a transfer has no 0-RTT mode
     out.print(f"cell {result.cell_id} attempt {result.attempt}: {cfg.page}, "
-              f"{cfg.condition.label()}, {cfg.mode}, results in {result.out}")  # fmt: skip
+              f"{cfg.condition.label()}, {how}, results in {result.out}")  # fmt: skip
     out.print("arms: " + "; ".join(a.describe() for a in cfg.resolved_arms()))
     if result.status != "done":
         out.print(f"[red]failed:[/] {result.problem}")
+        return
+    if cfg.kind != "page":  # a bulk or compete cell: its flows' numbers, not PLTs
+        from quicbed.store import Store
+        from quicbed.transfers import stored_transfer
+
+        store = Store.open_readonly(result.out)
+        try:
+            print_transfer(stored_transfer(store, result.cell_id, result.attempt))
+        finally:
+            store.close()
         return
 
     def f(v: float | None) -> str:
@@ -134,6 +145,31 @@ def print_cell(result: Any, cfg: Any) -> None:
                   f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}")  # fmt: skip
     for arm, reasons in result.invalid.items():
         out.print(f"[yellow]{len(reasons)} invalid {arm} load(s):[/] {reasons[0]}")
+
+
+def print_transfer(r: Any) -> None:
+    """A bulk cell's goodput per arm, or a compete cell's shares and Jain's index."""
+    if r.kind == "bulk":
+        for name, a in r.summary.items():
+            gp = "-" if a.goodput_mbit_mean is None else f"{a.goodput_mbit_mean:.2f} Mbit/s"
+            ideal = "" if a.of_ideal is None else f" ({a.of_ideal * 100:.1f} % of ideal)"
+            rt = "n/a" if a.retransmissions_mean is None else f"{a.retransmissions_mean:.0f}"
+            out.print(f"{name}: n {a.n}, goodput {gp}{ideal}, retransmissions {rt}")
+    else:
+        for a in r.summary.values():
+            share = "-" if a.share_mean is None else f"{a.share_mean * 100:.1f} %"
+            per_flow = "-" if a.per_flow_mbit_mean is None else f"{a.per_flow_mbit_mean:.2f} Mbit/s"
+            out.print(f"{a.arm} x{a.n_flows}: share {share} (fair {a.fair_share * 100:.0f} %), "
+                      f"{per_flow} per flow, over {a.n} repetitions")  # fmt: skip
+        jain = "n/a" if r.jain_mean is None else f"{r.jain_mean:.3f}"
+        out.print(f"Jain's index {jain} (mean over repetitions)")
+    for name, metrics in r.comparisons.items():
+        for metric, c in metrics.items():
+            if not c["enough"]:
+                out.print(f"[yellow]{name} ({metric}): no comparison:[/] {c['problem']}")
+            else:
+                out.print(f"{name} ({metric}): {c['pct_diff']:+.1f} %, {c['test']} p = "
+                          f"{c['p']:.3g}")  # fmt: skip
 
 
 # --- sweeps ---------------------------------------------------------------------------

@@ -267,6 +267,37 @@ def test_a_specs_pairs_compare_two_settings_of_one_protocol(tmp_path: Path) -> N
     assert pairs == [("", "h2"), ("h2", "h3"), ("h2", "h3-quiche"), ("h3", "h3-quiche")]
 
 
+def test_a_transfer_cell_prints_its_flows_not_plts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``quicbed cell`` (a rerun of a bulk cell) prints what ``quicbed bulk`` prints:
+    goodput per arm and the comparisons, not an empty page-load table."""
+    from types import SimpleNamespace
+
+    from quicbed.cellconfig import CellConfig
+    from quicbed.console import print_cell
+
+    root = tmp_path / "res"
+    cid = _store_cell(root, "bulk", _bulk_record())
+    store = Store.open_readonly(root)
+    cfg = CellConfig(**store.cell_config(cid))
+    store.close()
+    done = SimpleNamespace(cell_id=cid, attempt=1, out=root, status="done", problem="")
+    print_cell(done, cfg)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "h2: n 3, goodput 9.13 Mbit/s (95.5 % of ideal)" in text, text
+    assert "h2/h3 (goodput_bps): +" in text and "mean ms" not in text
+    assert ", bulk, results in" in text  # its kind, not a page's 0-RTT mode
+    comp = _store_cell(tmp_path / "c", "compete", _compete_record())
+    store = Store.open_readonly(tmp_path / "c")
+    cfg = CellConfig(**store.cell_config(comp))
+    store.close()
+    print_cell(SimpleNamespace(cell_id=comp, attempt=1, out=tmp_path / "c", status="done",
+                               problem=""), cfg)  # fmt: skip
+    text = " ".join(capsys.readouterr().out.split())
+    assert "h3 x1: share 67" in text and "(fair 50 %)" in text and "Jain's index 0.89" in text
+
+
 def test_the_fairness_preset_plans_the_long_look_grid() -> None:
     """sweeps/fairness.yaml: 1 QUIC flow (N = 1, N = 2) against 1 and 4 TCP flows, at
     the long look's 5 Mbit/s, 36 ms, 30 kB bottleneck and around it; a small sweep."""
@@ -310,11 +341,17 @@ def test_bad_compete_options_are_refused_before_anything_runs(tmp_path: Path) ->
     import sys
 
     out = tmp_path / "o"
-    for args, why in ((["--flows", "h3x0"], "'h3x0' is not ARMxN"),
-                      (["--size", "10TB"], "'10TB' is not like 10MB"),
-                      (["--reps", "1"], "runs must be >= 2")):  # fmt: skip
-        cp = subprocess.run([sys.executable, "-m", "quicbed", "compete", "--out", str(out),
+    # an error names the option as typed, not the cell's field behind it
+    for cmd, args, why in (("compete", ["--flows", "h3x0"], "'h3x0' is not ARMxN"),
+                           ("compete", ["--size", "10TB"], "'10TB' is not like 10MB"),
+                           ("compete", ["--reps", "1"], "error: --reps: runs must be >= 2"),
+                           ("compete", ["--duration", "0"], "error: --duration: "),
+                           ("compete", ["--stagger", "-1"], "error: --stagger: "),
+                           ("bulk", ["--reps", "0"], "error: --reps: runs must be >= 2"),
+                           ("bulk", ["--duration", "-3"], "error: --duration: ")):  # fmt: skip
+        cp = subprocess.run([sys.executable, "-m", "quicbed", cmd, "--out", str(out),
                              "--rate", "10", "--rtt", "36", "--prefix", "tbad", *args],
                             capture_output=True, text=True, timeout=120)  # fmt: skip
         assert cp.returncode == 2 and why in cp.stderr, (args, cp.stderr)
+        assert "transfer." not in cp.stderr and "cell:" not in cp.stderr, cp.stderr
     assert not out.exists()
