@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -431,7 +432,7 @@ def loss_bound_mbit(cond: LinkCondition) -> float:
     p, rtt_s = cond.loss_down(), max(cond.rtt(), 1.0) / 1000
     if p <= 0:
         return rate
-    return min(rate, 1.22 * 1448 * 8 / (rtt_s * p**0.5) / 1e6)
+    return min(rate, 1.22 * 1448 * 8 / (rtt_s * math.sqrt(p)) / 1e6)
 
 
 def _transfer_seconds(c: CellConfig, rate_mbit: float) -> float:
