@@ -28,6 +28,7 @@ from quicbed.errors import QuicbedError
 from quicbed.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report_transfers import is_transfer
 from quicbed.results import SWEEP_FILE, measured_on
+from quicbed.spec import stored_queue_warning
 from quicbed.stats import Comparison, adjust, compare
 from quicbed.store import Store
 
@@ -121,17 +122,6 @@ def comparison_columns(c: Comparison) -> dict[str, Any]:
                p_used=c.p, testable=c.testable, significant=c.significant,
                boot_diff_low=c.boot_diff_low, boot_diff_high=c.boot_diff_high)  # fmt: skip
     return out
-
-
-def _queue_warning(cond: dict[str, Any]) -> str:
-    """The small-queue warning of a stored condition (quicbed.spec.queue_warning), or ""."""
-    from quicbed.link.model import make_condition
-    from quicbed.spec import queue_warning
-
-    try:
-        return queue_warning(make_condition(**cond)) or ""
-    except QuicbedError:  # a condition this quicbed no longer reads: nothing to say
-        return ""
 
 
 def queue_warnings(rows: list[dict[str, Any]]) -> list[str]:
@@ -268,7 +258,7 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                 "jitter_kind": cond["jitter_kind"], "queue": cond["queue"], "mode": cfg["mode"],
                 "runs": cfg["runs"], "problem": att["problem"] or "",
             }  # fmt: skip
-            row["queue_warning"] = _queue_warning(cond)
+            row["queue_warning"] = stored_queue_warning(cond)
             receipt = att["receipt"]
             row["receipt_passed"] = None if receipt is None else receipt["passed"]
             runs = store.runs(cid, att["attempt"])
@@ -481,7 +471,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         for r in rows:
             w.writerow(r)
     report.testbeds, report.testbed_warnings = testbeds(rows)
-    report.queue_warnings = queue_warnings(rows)
+    report.queue_warnings = queue_warnings(rows + report.transfers.rows)
     report.groups = group_counts(rows)
     with open(out / "groups.csv", "w", newline="") as f:
         gw = csv.DictWriter(f, fieldnames=GROUP_COLUMNS)

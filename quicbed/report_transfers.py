@@ -3,7 +3,7 @@
 A transfer cell's numbers are computed from its stored record (quicbed.transfers'
 bulk_summary and compete_summary, the same functions ``quicbed bulk``/``compete``
 print from), never kept beside it, so a package's verify recomputes them the same way.
-``transfers.csv`` has one row per cell and arm, ``transfers.json`` the summaries and
+``transfers.csv`` has one row per cell, arm and comparison, ``transfers.json`` the summaries and
 comparisons; each bulk cell has a throughput figure, each compete repetition its
 flows' timelines and the queue.
 """
@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.cellconfig import flows_text
+from quicbed.spec import stored_queue_warning
 from quicbed.store import Store
 from quicbed.transfers import BulkResult, CompeteResult, plot_bulk, plot_compete, stored_transfer
 
 FILE = "transfers.csv"
 COLUMNS = [
     "kind", "scenario", "cell_id", "attempt", "status", "problem", "receipt_passed",
-    "rate_mbit", "rtt_ms", "loss_pct", "loss_down_pct", "queue", "object", "duration_s",
-    "flows", "stagger_s", "runs", "arm", "stack", "cc", "n",
+    "rate_mbit", "rtt_ms", "loss_pct", "loss_down_pct", "queue", "queue_warning", "object",
+    "duration_s", "flows", "stagger_s", "runs", "arm", "stack", "cc", "n",
     # bulk
     "goodput_mbit_mean", "goodput_mbit_sd", "of_ideal", "completion_s_mean",
     "retransmissions_mean",
@@ -101,6 +102,8 @@ def _cell(cfg: dict[str, Any], cid: str, att: dict[str, Any], scenario: str) -> 
         "flows": flows_text(tuple(flows)) if flows else "", "stagger_s": t.get("stagger_s", 0),
         "runs": cfg["runs"], "arms": list(cfg["arms"]), "summary": {}, "comparisons": {},
         "figures": [], "_settings": cfg.get("arm_settings") or {}, "_cc": cfg.get("cc"),
+        "queue_warning": stored_queue_warning(cond),
+        "_condition": json.dumps(cond, sort_keys=True),
     }  # fmt: skip
 
 
@@ -108,7 +111,7 @@ def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
     """One row per arm and comparison it is the candidate of (against the reference,
     then the spec's pairs), as table.csv has one per cell and pair; an arm compared
     with nothing (the reference) has one row without a comparison."""
-    base = {k: v for k, v in cell.items() if k in COLUMNS}
+    base = {k: v for k, v in cell.items() if k in COLUMNS} | {"_condition": cell["_condition"]}
     out = []
     for arm in cell["arms"]:
         row = dict.fromkeys(COLUMNS) | base | (cell["summary"].get(arm) or {}) | {"arm": arm}

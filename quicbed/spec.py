@@ -345,6 +345,15 @@ SMALL_QUEUE_PACKETS = 10
 PACKET_BYTES = 1500
 
 
+def stored_queue_warning(cond: dict[str, Any]) -> str:
+    """``queue_warning`` of a stored condition (a cell's config), or "" (also for a
+    condition this quicbed no longer reads: nothing to say about it)."""
+    try:
+        return queue_warning(make_condition(**cond)) or ""
+    except QuicbedError:
+        return ""
+
+
 def queue_warning(cond: LinkCondition) -> str | None:
     """Why ``cond``'s queue is small, or None.
 

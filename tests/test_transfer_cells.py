@@ -178,11 +178,13 @@ def test_compete_summary_from_its_repetitions() -> None:
     assert c["tcp"]["n"] == c["quic"]["n"] == 3 and c["p"] < 0.01
 
 
-def _store_cell(root: Path, kind: str, record: BulkResult | CompeteResult) -> str:
+def _store_cell(
+    root: Path, kind: str, record: BulkResult | CompeteResult, cond: LinkCondition = COND
+) -> str:
     t = {"size": "10MB"} if kind == "bulk" else {"size": "10MB", "duration_s": 8,
                                                    "flows": "h3x1,h2x1"}  # fmt: skip
     arms = ("h2", "h3") if kind == "bulk" else ("h3", "h2")
-    cfg = make_cell(condition=COND, page="bulk/10MB.bin", kind=kind, runs=3, warmup=0,
+    cfg = make_cell(condition=cond, page="bulk/10MB.bin", kind=kind, runs=3, warmup=0,
                     arms=arms, transfer=t)  # fmt: skip
     store = Store(root, create=True)
     cid = cfg.cell_id()
@@ -296,6 +298,22 @@ def test_a_transfer_cell_prints_its_flows_not_plts(
                                problem=""), cfg)  # fmt: skip
     text = " ".join(capsys.readouterr().out.split())
     assert "h3 x1: share 67" in text and "(fair 50 %)" in text and "Jain's index 0.89" in text
+
+
+def test_a_small_queue_of_a_transfer_cell_is_flagged_in_the_report(tmp_path: Path) -> None:
+    """The seeds' warning (issue 14): 10 Mbit/s x 10 ms is a BDP of 8.3 packets; a
+    compete cell there says more about the buffer than the transports, and the report
+    says so, as for page cells (quicbed.spec.queue_warning)."""
+    root = tmp_path / "res"
+    small = LinkCondition(rate_mbit=10, rtt_ms=10)
+    cid = _store_cell(root, "compete", _compete_record(), cond=small)
+    _store_cell(root, "bulk", _bulk_record())  # 36 ms: no warning
+    rep = report.build(root)
+    assert len(rep.queue_warnings) == 1 and "10 Mbit/s x 10 ms" in rep.queue_warnings[0]
+    with open(rep.out / "transfers.csv") as f:
+        flagged = {r["cell_id"] for r in csv.DictReader(f) if r["queue_warning"]}
+    assert flagged == {cid}
+    assert "queue-warning" in (rep.out / "index.html").read_text()
 
 
 def test_the_fairness_preset_plans_the_long_look_grid() -> None:
