@@ -18,7 +18,7 @@ client side equal. It samples the bytes received every 100 ms.
 - ``bulk``: N repetitions per arm, arms interleaved, one flow at a time: goodput
   (application bytes / time), completion time, retransmissions (TCP: the server
   kernel's ``ss -ti`` for the flow's connection; QUIC: the server's ``conn_close``
-  counters where the stack logs them: quiche does, quic-go does not), the packets the
+  counters: quiche's retransmitted packets, quic-go's lost packets), the packets the
   bottleneck dropped (the emulator's counters, protocol neutral), Welch's t-test and
   Mann-Whitney U per arm against the TCP arm (quicbed.stats.compare).
 - ``compete``: K flows of arm A and M of arm B started together (or staggered) on one
@@ -270,15 +270,21 @@ class _Rig:
         close = next((e for e in ev if e.get("event") == "conn_close"
                       and e.get("conn_id") == conn.get("conn_id")), None)  # fmt: skip
         stats = (close or {}).get("stats")
-        if isinstance(stats, dict) and "retrans" in stats:
+        if isinstance(stats, dict) and "retrans" in stats:  # quiche
             f.server["stats"] = stats
             f.retransmissions = int(stats["retrans"])
             f.retrans_bytes = stats.get("stream_retrans_bytes")
             f.retrans_source = "the server's conn_close stats (retrans packets)"
+        elif isinstance(stats, dict) and "lost" in stats:  # quic-go counts no retransmissions
+            f.server["stats"] = stats
+            f.retransmissions = int(stats["lost"])
+            f.retrans_bytes = stats.get("lost_bytes")
+            f.retrans_source = ("the server's conn_close stats (lost packets: their data is "
+                                "sent again; quic-go counts no retransmitted packets)")  # fmt: skip
         elif close is None:
             f.retrans_source = "the server had not logged the connection's close"
         else:
-            f.retrans_source = "this stack's server logs no loss counters (quic-go)"
+            f.retrans_source = "this stack's server logs no loss counters"
 
     def evidence(self, arm: str) -> tuple[dict[str, Any], list[str]]:
         """The arm's server's facts since its mark (its log, its kernel: CC, parameters,

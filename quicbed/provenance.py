@@ -9,6 +9,7 @@ Apache on the server), and every host's kernel, OS, CPU and sysctls are recorded
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import platform
 import re
@@ -39,10 +40,25 @@ def _out(argv: list[str], timeout: float = 20) -> str | None:
     return text if cp.returncode == 0 and text else None
 
 
-def git_state() -> dict[str, Any]:
+def _git_now() -> dict[str, Any]:
     sha = _out(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"])
     dirty = _out(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
     return {"sha": sha, "dirty": bool(dirty)}
+
+
+@functools.cache
+def _git_at_start() -> dict[str, Any]:
+    return _git_now()
+
+
+def git_state() -> dict[str, Any]:
+    """The checkout as this process first saw it: the code it loaded and runs. A commit
+    or an edit during a sweep of hours does not relabel its later cells' software;
+    where the checkout moved since, ``now`` says where to (the cell still ran the
+    code of ``sha``, unless a module was first imported after the move)."""
+    start = _git_at_start()
+    now = _git_now()
+    return dict(start) if now == start else start | {"now": now}
 
 
 def _on(tb: Testbed | None, role: str) -> Run:

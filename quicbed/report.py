@@ -124,6 +124,16 @@ def comparison_columns(c: Comparison) -> dict[str, Any]:
     return out
 
 
+def _git_label(git: dict[str, Any]) -> str:
+    """``abc123456789 (dirty)``, and where the checkout had moved to while it ran."""
+
+    def one(g: dict[str, Any]) -> str:
+        return (g.get("sha") or "?")[:12] + (" (dirty)" if g.get("dirty") else "")
+
+    now = git.get("now")
+    return one(git) + (f"; checkout at {one(now)} by then" if isinstance(now, dict) else "")
+
+
 def queue_warnings(rows: list[dict[str, Any]]) -> list[str]:
     """A line per link condition of the reported cells whose queue is small."""
     found: dict[str, list[str]] = {}
@@ -666,7 +676,7 @@ def provenance_groups(provs: dict[tuple[str, int], dict[str, Any] | None]) -> li
                 "id": f"P{len(groups) + 1}", "provenance": same, "attempts": [],
                 "collected": [], "commands": [],
                 "quicbed": sw.get("quicbed"),
-                "git": (git.get("sha") or "?")[:12] + (" (dirty)" if git.get("dirty") else ""),
+                "git": _git_label(git),
                 "testbed": tb["label"], "hardware": tb["hardware"], "kernel": tb["kernel"],
                 "browser": (p.get("components") or {}).get("browser") or sw.get("chromium"),
             }  # fmt: skip

@@ -310,9 +310,22 @@ func (s *Server) connContext(ctx context.Context, c *quic.Conn) context.Context 
 		s.log.Log("conn", rec)
 		<-c.Context().Done()
 		s.log.Log("conn_close", map[string]any{"conn_id": id,
-			"duration_ms": float64(time.Since(accepted).Microseconds()) / 1000})
+			"duration_ms": float64(time.Since(accepted).Microseconds()) / 1000,
+			"stats":       closeStats(c.ConnectionStats())})
 	}()
 	return context.WithValue(ctx, connIDKey{}, id)
+}
+
+// closeStats is a closed connection's counters, named as the quiche server logs them
+// (sent, recv, lost and their bytes), so one reader serves both stacks. quic-go counts
+// lost packets, not packets that carried retransmitted data: there is no "retrans".
+func closeStats(st quic.ConnectionStats) map[string]any {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return map[string]any{
+		"sent": st.PacketsSent, "recv": st.PacketsReceived, "lost": st.PacketsLost,
+		"sent_bytes": st.BytesSent, "recv_bytes": st.BytesReceived, "lost_bytes": st.BytesLost,
+		"cwnd": st.CongestionWindow, "rtt_ms": ms(st.SmoothedRTT), "min_rtt_ms": ms(st.MinRTT),
+	}
 }
 
 func (s *Server) logRequest(r *http.Request, status int, n int64, took time.Duration) {

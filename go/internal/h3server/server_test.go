@@ -196,6 +196,18 @@ func TestEndToEndWithZeroRTT(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // the session ticket arrives after the handshake
 	_ = tr.Close()
+	// the closed connection's counters, named as the quiche server names them
+	closes := waitFor(t, logBuf, "conn_close", 1)
+	st, ok := closes[0]["stats"].(map[string]any)
+	if !ok || closes[0]["conn_id"] != conns[0]["conn_id"] {
+		t.Fatalf("conn_close record: %v", closes[0])
+	}
+	if sent, _ := st["sent_bytes"].(float64); sent < 6000 || st["sent"].(float64) < 5 {
+		t.Fatalf("conn_close stats: %v", st)
+	}
+	if lost, ok := st["lost"].(float64); !ok || lost != 0 { // loopback: nothing lost
+		t.Fatalf("conn_close stats: %v", st)
+	}
 
 	// second connection: 0-RTT with the ticket from the first
 	tr2 := &http3.Transport{TLSClientConfig: tlsConf, Dial: func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
