@@ -339,7 +339,7 @@ def run_cmd(
     from quicbed.link.shapers import get_shaper
     from quicbed.shard import parse_shard, select
     from quicbed.spec import load_spec, plan
-    from quicbed.sweep import check_budget, check_folder, run_sweep
+    from quicbed.sweep import check_budget, check_folder, kept_cells, run_sweep
 
     part = parse_shard(shard) if shard is not None else None
     spec = load_spec(Path(spec_file))
@@ -356,8 +356,10 @@ def run_cmd(
     cells = plan(spec)
     if part is not None:
         cells = select(cells, part)
-    est = check_budget(cells, spec.receipt_tcp_seconds, max_hours, yes)
-    check_folder(Path(out_dir), spec, resume=resume, force=force, shard=part)
+    held = check_folder(Path(out_dir), spec, resume=resume, force=force, shard=part)
+    kept = kept_cells(Path(out_dir)) if held is not None else set()
+    todo = [pc for pc in cells if pc.config.cell_id() not in kept]
+    est = check_budget(todo, spec.receipt_tcp_seconds, max_hours, yes)
     beds: list[Testbed] = []
     try:  # every testbed opened and able to shape, or none kept open
         for h in hosts or [None]:  # type: ignore[list-item]  # None: the local testbed
@@ -369,8 +371,9 @@ def run_cmd(
         raise
     where = f" on {len(beds)} testbeds" if len(beds) > 1 else ""
     what = f"shard {part} of sweep" if part else "sweep"
-    out.print(f"{what} {spec.name!r}: {len(cells)} cells, about {est / 60 / len(beds):.0f} min"
-              f"{where}; results in {out_dir}")  # fmt: skip
+    before = f" ({len(cells) - len(todo)} kept from before)" if len(todo) < len(cells) else ""
+    out.print(f"{what} {spec.name!r}: {len(cells)} cells{before}, about "
+              f"{est / 60 / len(beds):.0f} min{where}; results in {out_dir}")  # fmt: skip
     with ExitStack() as owning, progress() as bar:
         for bed in beds:
             owning.enter_context(owned(bed, "quicbed run", keep_testbed))

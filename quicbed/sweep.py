@@ -172,6 +172,23 @@ def check_folder(
     return held
 
 
+#: the statuses of a latest attempt whose cell a resume keeps (a failed cell is measured
+#: again with ``quicbed cell --from DIR --cell ID``, not by resuming)
+KEPT = ("done", "failed")
+
+
+def kept_cells(out: Path) -> set[str]:
+    """The cells of the results folder ``out`` that resuming it keeps, read only: the
+    plan's estimate on resume is of the cells still to measure."""
+    if not (out / DB_NAME).exists():
+        return set()
+    store = Store.open_readonly(out)
+    try:
+        return {cid for cid, a in store.latest_attempts().items() if a["status"] in KEPT}
+    finally:
+        store.close()
+
+
 def check_budget(
     cells: list[PlannedCell], receipt_tcp_seconds: float, max_hours: float, yes: bool
 ) -> float:
@@ -259,7 +276,7 @@ def run_sweep(
             todo = []
             for pc in group:
                 prev = latest.get(pc.config.cell_id())
-                if prev and prev["status"] in ("done", "failed"):
+                if prev and prev["status"] in KEPT:
                     outcome.skipped += 1
                     if on_cell:
                         on_cell(index[pc.config.cell_id()], len(cells), pc,

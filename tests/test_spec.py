@@ -166,3 +166,29 @@ def test_the_estimate_errs_long_on_lossy_long_paths() -> None:
     lossless = cells[(5, 0.2)].config.condition.model_copy(update={"loss_down_pct": 0.0})
     assert loss_bound_mbit(lossless) == 100.0
     assert loss_bound_mbit(cells[(200, 2)].config.condition) == pytest.approx(0.4997, rel=1e-3)
+
+
+def test_a_resume_prices_only_the_cells_still_to_measure(tmp_path: Path) -> None:
+    """``run --resume`` estimates (and asks --yes for) the cells it will measure, not
+    the whole plan: the beta sweep's resume announced 514 min for 5 cells left of 20."""
+    import subprocess
+    import sys
+
+    from quicbed.store import Store
+
+    spec_file = _spec(tmp_path, GOOD)
+    spec = load_spec(spec_file)
+    out = tmp_path / "res"
+    prepare_folder(out, spec, resume=False, force=False)
+    cells = plan(spec)
+    store = Store(out, create=True)
+    for pc in cells[1:]:  # all but the first measured before (one failed: kept too)
+        cid = pc.config.cell_id()
+        store.add_cell(cid, pc.config.model_dump(mode="json"))
+        att = store.new_attempt(cid, {"quicbed": "test"})
+        store.finish_attempt(cid, att, "done" if pc is not cells[-1] else "failed")
+    store.close()
+    cp = subprocess.run([sys.executable, "-m", "quicbed", "run", str(spec_file), "--out",
+                         str(out), "--resume", "--max-hours", "0.0001"],
+                        capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert cp.returncode == 2 and "h (1 cell), more than --max-hours" in cp.stderr, cp.stderr
