@@ -13,7 +13,7 @@ per host: a cell's TCP arms must agree on it (``CellConfig.tcp_cc``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -211,6 +211,13 @@ def pairs(
         if (a, b) not in out and (b, a) not in out:
             out.append((a, b))
     return out
+
+
+def own_pairs(extra: list[tuple[str, str]] | None, arms: Iterable[str]) -> list[tuple[str, str]]:
+    """A sweep's pairs that name two of this cell's arms: a spec's ``statistics.pairs``
+    may name arms that only some of its cells have (the rest are other cells' pairs)."""
+    names = set(arms)
+    return [p for p in extra or [] if set(p) <= names]
 
 
 def parse_pairs(text: str | list[str] | None) -> list[tuple[str, str]]:

@@ -232,7 +232,7 @@ def _planned_scenarios(spec: dict[str, Any]) -> dict[str, list[str]]:
 def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """One row per cell (latest attempt) and pair of arms compared in it (a cell of one
     arm: one row without a pair), with every statistic; corrections not yet applied."""
-    from quicbed.arms import parse_pairs
+    from quicbed.arms import own_pairs, parse_pairs
     from quicbed.cellconfig import make_cell
     from quicbed.results import compare_cell
 
@@ -283,7 +283,7 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                        _first=True, pair="", _testbed=measured_on(att["provenance"]),
                        _condition=json.dumps(cond, sort_keys=True))  # fmt: skip
             comps = compare_cell(store, cid, att["attempt"], cell,
-                                 [p for p in extra if set(p) <= set(arms)], alpha,
+                                 own_pairs(extra, arms), alpha,
                                  test)  # fmt: skip
             if not comps:
                 rows.append(row)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from quicbed.arms import ArmSettings, pairs, parse_pairs
+from quicbed.arms import ArmSettings, own_pairs, pairs, parse_pairs
 from quicbed.cellconfig import CellConfig, Kind, Rate, cell_default, make_cell
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.model import MAX_TCP_SECONDS, LinkCondition, make_condition, parse_queue
@@ -297,9 +297,9 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     cc=d.cc if sc.cc is None else sc.cc, shaper=spec.shaper,
                     load_timeout_s=d.load_timeout_s, **work,
                 )  # fmt: skip
-                arms = set(cfg.arms)
-                pairs(cfg.resolved_arms(), [p for p in extra if set(p) <= arms])
-                used.update(p for p in extra if set(p) <= arms)
+                mine = own_pairs(extra, cfg.arms)
+                pairs(cfg.resolved_arms(), mine)
+                used.update(mine)
             except QuicbedError as exc:
                 raise QuicbedError(f"{where}: {exc}") from None
             if cfg.cell_id() in seen:

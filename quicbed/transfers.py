@@ -256,12 +256,10 @@ def bulk_summary(
 def _pairs(
     arms: list[dict[str, Any]], extra: list[tuple[str, str]] | None
 ) -> list[tuple[str, str]]:
-    """The page cells' pairs (``quicbed.arms.pairs``), the spec's extra pairs kept where
-    both arms are the cell's (a sweep's pairs name arms of some cells only)."""
-    from quicbed.arms import pairs
+    """The page cells' pairs (``quicbed.arms.pairs``) of a stored record's arms."""
+    from quicbed.arms import own_pairs, pairs
 
-    names = {a["name"] for a in arms}
-    return pairs(arms, [p for p in extra or [] if set(p) <= names])
+    return pairs(arms, own_pairs(extra, (a["name"] for a in arms)))
 
 
 def compete_run(
