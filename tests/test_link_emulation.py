@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -92,6 +93,20 @@ def test_netem_here_or_not(testbed: LocalTestbed) -> None:
         assert "netem" in cp.stderr and cp.stderr.count("\n") == 1
     else:
         assert cp.returncode in (0, 1), cp.stderr
+
+
+def test_netem_probes_of_two_testbeds_on_one_kernel_do_not_collide(testbed: LocalTestbed) -> None:
+    """Two ssh labs on one machine share the prefix ``ssh``: their netem probes run at
+    once at a sweep's start, and each must get its own answer (CI lost a healthy
+    testbed to "Cannot open network namespace" when they shared a throwaway name)."""
+    twin = LocalTestbed(testbed.prefix)
+    expected = NetemShaper().unavailable(testbed)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = list(pool.map(lambda tb: [NetemShaper().unavailable(tb) for _ in range(15)],
+                                (testbed, twin)))  # fmt: skip
+    assert {a for batch in answers for a in batch} == {expected}
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"{testbed.prefix}-probe" not in netns
 
 
 @pytest.mark.parametrize(

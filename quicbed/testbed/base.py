@@ -14,7 +14,9 @@ the controller (the results folder) are :class:`pathlib.Path`.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -263,9 +265,14 @@ class Testbed(ABC):
     def local_stage(self, role: str, name: str) -> Path:
         """A folder on the controller whose files ``push`` puts at ``workdir(role) / name``.
 
-        Kept for the testbed's life (the test CA lives there, pages are made once).
+        Kept for the testbed's life (the test CA lives there, pages are made once). One
+        folder per testbed identity, not per prefix: every ssh testbed's prefix is
+        ``ssh``, and a sweep over two of them must not make pages and certificates into
+        one folder at once.
         """
-        d = Path(tempfile.gettempdir()) / f"quicbed-{os.getuid()}" / self.prefix / role / name
+        key = hashlib.sha256(self.identity().encode()).hexdigest()[:12]
+        d = Path(tempfile.gettempdir()) / f"quicbed-{os.getuid()}" / f"{self.prefix}-{key}"
+        d = d / role / name
         d.mkdir(parents=True, exist_ok=True)
         return d
 
@@ -309,8 +316,13 @@ class Testbed(ABC):
         return self.exec("bridge", argv, check=False)
 
     def netem_unavailable(self) -> str | None:
-        """Why the bridge's kernel cannot run netem, or None (tried in a throwaway netns)."""
-        ns = f"{self.prefix}-probe"
+        """Why the bridge's kernel cannot run netem, or None (tried in a throwaway netns).
+
+        The throwaway's name is unique per call: two testbeds of one prefix can share a
+        kernel (two ssh labs on one machine, both ``ssh``), and a fixed name let one
+        probe delete the other's namespace mid-try, which took a healthy testbed out.
+        """
+        ns = f"{self.prefix}-probe-{os.getpid()}-{secrets.token_hex(3)}"
         self.on_bridge_host(["ip", "netns", "del", ns])
         try:
             made = self.on_bridge_host(["ip", "netns", "add", ns])
