@@ -310,6 +310,10 @@ def run_cmd(
     spec_file: Annotated[str, typer.Argument(help="Sweep spec (YAML), e.g. sweeps/demo.yaml.")],
     out_dir: Annotated[str, typer.Option("--out", help="Results folder of this sweep.")],
     resume: Annotated[bool, typer.Option(help="Continue an interrupted sweep in --out.")] = False,
+    retry_failed: Annotated[
+        bool,
+        typer.Option("--retry-failed", help="With --resume: measure failed cells again."),
+    ] = False,
     force: Annotated[bool, typer.Option(help="Resume despite a changed spec or software.")] = False,
     yes: YesOpt = False,
     max_hours: MaxHoursOpt = MAX_HOURS,
@@ -333,6 +337,8 @@ def run_cmd(
     Several --hosts: the cells are spread over those testbeds, one cell at a time on
     each; a testbed that fails is taken out and its cells go to the others.
     --shard i/K: only the i-th of K parts of the plan (the same split on any machine).
+    `quicbed stop DIR` ends it after the cell in progress (exit status 3; --resume
+    continues); --retry-failed measures the failed cells again, as new attempts.
     """
     from pathlib import Path
 
@@ -341,6 +347,9 @@ def run_cmd(
     from quicbed.spec import load_spec, plan
     from quicbed.sweep import check_budget, check_folder, kept_cells, run_sweep
 
+    if retry_failed and not resume:
+        raise QuicbedError("--retry-failed measures a sweep's failed cells again: it needs "
+                           "--resume (and the sweep's --out)")  # fmt: skip
     part = parse_shard(shard) if shard is not None else None
     spec = load_spec(Path(spec_file))
     hosts = tb.host_list()
@@ -357,7 +366,7 @@ def run_cmd(
     if part is not None:
         cells = select(cells, part)
     held = check_folder(Path(out_dir), spec, resume=resume, force=force, shard=part)
-    kept = kept_cells(Path(out_dir)) if held is not None else set()
+    kept = kept_cells(Path(out_dir), retry_failed=retry_failed) if held is not None else set()
     todo = [pc for pc in cells if pc.config.cell_id() not in kept]
     est = check_budget(todo, spec.receipt_tcp_seconds, max_hours, yes)
     beds: list[Testbed] = []
@@ -395,13 +404,38 @@ def run_cmd(
         def on_lost(bed: Testbed, why: str) -> None:
             out.print(f"[red]testbed {bed.describe_short()} taken out of the sweep:[/] {why}")
 
-        result = run_sweep(spec, Path(out_dir), testbeds=beds, resume=resume, force=force,
-                           shard=part, on_cell=on_cell, on_load=on_load,
-                           on_lost=on_lost)  # fmt: skip
-        bar.update(cells_task, completed=len(cells))
+        result = run_sweep(spec, Path(out_dir), testbeds=beds, resume=resume,
+                           retry_failed=retry_failed, force=force, shard=part,
+                           on_cell=on_cell, on_load=on_load, on_lost=on_lost)  # fmt: skip
+        if not result.stopped:
+            bar.update(cells_task, completed=len(cells))
     print_sweep_result(result, what, spec.name, out_dir)
+    if result.stopped:
+        out.print(f"stopped on request with {result.stopped} cell(s) not started; continue: "
+                  f"quicbed run {spec_file} --out {out_dir} --resume")  # fmt: skip
+        raise typer.Exit(STOPPED_EXIT)
     if result.failed:
         raise typer.Exit(1)
+
+
+#: ``quicbed run``'s exit status when ``quicbed stop`` ended it between cells
+STOPPED_EXIT = 3
+
+
+@app.command("stop")
+def stop_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder of a running sweep.")],
+) -> None:
+    """Ask the sweep running into a results folder to stop once its cell in progress
+    ends (Ctrl-C would lose that cell). It exits with status 3; --resume continues."""
+    from pathlib import Path
+
+    from quicbed.results import request_stop
+
+    pid = request_stop(Path(results))
+    who = f" (PID {pid})" if pid else ""
+    out.print(f"asked the sweep in {results}{who} to stop after its cell in progress; "
+              "it exits when that cell ends")  # fmt: skip
 
 
 @app.command("merge")

@@ -174,8 +174,9 @@ def print_transfer(r: Any) -> None:
 
 # --- sweeps ---------------------------------------------------------------------------
 def print_sweep_result(result: Any, what: str, name: str, folder: str) -> None:
+    stopped = f", {result.stopped} not started (stop requested)" if result.stopped else ""
     out.print(f"{what} {name!r}: {result.done} cells measured, {result.skipped} kept from "
-              f"before, {result.failed} failed; results in {folder}")  # fmt: skip
+              f"before, {result.failed} failed{stopped}; results in {folder}")  # fmt: skip
     for r in result.results:
         if r.status != "done":
             out.print(f"[red]cell {r.cell_id} failed:[/] {r.problem}")

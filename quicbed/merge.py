@@ -124,7 +124,7 @@ def merge(folders: list[Path], out: Path, *, force: bool = False) -> MergeOutcom
             outcome.warnings.append(f"cell {cid} was measured in {' and '.join(where)}: "
                                     "every attempt kept, the latest reported")  # fmt: skip
         made = not out.exists()
-        with folder_lock(out):
+        with folder_lock(out, "merge"):
             first = sources[0].sweep
             parts = [{"folder": str(s.path), "shard": s.shard, "digest": s.sweep["digest"],
                       "testbed": s.sweep.get("testbed"), "software": s.sweep["software"],

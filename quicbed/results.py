@@ -9,6 +9,8 @@ Layout of a results folder (the store's own files: quicbed.store)::
     DIR/sweep.json      the spec it belongs to, its digest, the software it was
                         measured with (SWEEP_FILE; only sweeps and merges write one)
     DIR/sweep.lock      held while a run writes the folder (LOCK_FILE)
+    DIR/stop.request    ``quicbed stop DIR`` asks the run to stop after its cell in
+                        progress (STOP_FILE; the run removes it)
     DIR/store.sqlite, DIR/hars/, DIR/logs/, DIR/traces/   quicbed.store
 
 Runs are comparable only when they were made from one spec (its digest) with the
@@ -32,13 +34,14 @@ from quicbed.errors import QuicbedError
 from quicbed.identity import testbed_id
 from quicbed.paths import check_folder_target
 from quicbed.stats import DEFAULT_ALPHA, Comparison, compare
-from quicbed.store import Store
+from quicbed.store import Store, now
 
 if TYPE_CHECKING:  # only compare_cell's annotation: cellconfig imports the shapers' names
     from quicbed.cellconfig import CellConfig
 
 SWEEP_FILE = "sweep.json"
 LOCK_FILE = "sweep.lock"
+STOP_FILE = "stop.request"
 #: software whose version change makes old and new runs not comparable
 CHECKED_SOFTWARE = ("chromium", "apache", "quicbed-h3server", "quicbed-linkem", "quicbed")
 
@@ -63,8 +66,9 @@ class FailureReason(enum.Enum):
 
 # --- the folder lock ------------------------------------------------------------------
 @contextmanager
-def folder_lock(out: Path) -> Iterator[None]:
-    """Hold ``out``'s lock for the block. A folder the block never claimed (no
+def folder_lock(out: Path, what: str) -> Iterator[None]:
+    """Hold ``out``'s lock for the block; the lock file says who holds it (PID and
+    ``what``: "sweep", "cell", "merge"). A folder the block never claimed (no
     ``sweep.json`` and no store when it ends, e.g. refused by ``prepare_folder``) is
     left as it was: the lock file and the folder are removed again if this call made
     them."""
@@ -81,7 +85,7 @@ def folder_lock(out: Path) -> Iterator[None]:
         raise QuicbedError(f"{out} is in use by a running sweep") from None
     try:
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.write(fd, json.dumps({"pid": os.getpid(), "what": what}).encode())
         yield
     finally:
         if not (out / SWEEP_FILE).exists():
@@ -106,6 +110,59 @@ def is_running(out: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+# --- a request to stop between cells ---------------------------------------------------
+def request_stop(out: Path) -> int | None:
+    """Ask the sweep writing ``out`` to stop once its cell in progress ends; the PID of
+    that run (from its lock file), or None if unknown.
+
+    A file, not a signal: Ctrl-C reaches the browser and servers of the cell too and
+    loses it, which on a long path is an hour of measurement. Refused (naming the
+    folder) where no sweep is running, so a stale request cannot stop the next run.
+    """
+    if not (out / SWEEP_FILE).exists():
+        raise QuicbedError(f"{out}: not a sweep's results folder (no {SWEEP_FILE})")
+    if not is_running(out):
+        raise QuicbedError(f"{out}: no sweep is running there, nothing to stop")
+    pid: int | None = None
+    what = "sweep"  # unknown (a lock file being written, or of older code: a PID only)
+    try:
+        held = json.loads((out / LOCK_FILE).read_text())
+        if isinstance(held, dict):
+            pid, what = int(held["pid"]), str(held["what"])
+        elif isinstance(held, int):
+            pid = held
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if what != "sweep":
+        raise QuicbedError(f"{out}: a {what} is being written into it (PID {pid}), not a "
+                           "sweep: nothing stops it between cells")  # fmt: skip
+    (out / STOP_FILE).write_text(json.dumps({"run_pid": pid, "requested": now()}))
+    return pid
+
+
+def stop_requested(out: Path) -> bool:
+    """True once ``quicbed stop`` asked the run writing ``out`` to stop."""
+    return (out / STOP_FILE).exists()
+
+
+def clear_stop(out: Path, *, keep_for_pid: int | None = None) -> bool:
+    """Remove a stop request: the run that honoured it, at its end; a run at its start,
+    unless the request names that run (``keep_for_pid``: one made in the run's first
+    moments, after it took the lock, stands). True if one was removed."""
+    path = out / STOP_FILE
+    if keep_for_pid is not None:
+        try:
+            if json.loads(path.read_text()).get("run_pid") == keep_for_pid:
+                return False
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 # --- sweep.json -----------------------------------------------------------------------

@@ -7,12 +7,15 @@ refused unless forced. A lock file stops two runs from writing one folder, and s
 
 Resume is exact: a finished cell is skipped, an interrupted attempt continues with
 the loads it lacks (each stored load is committed, a load in flight was never
-stored), a failed cell stays failed (its receipt says why).
+stored), a failed cell stays failed (its receipt says why) unless the resume is asked
+to retry failed cells. ``quicbed stop DIR`` ends a run between cells: the cell in
+progress finishes, no other starts, and a resume continues from there.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -35,8 +38,10 @@ from quicbed.results import (
     check_software,
     check_spec,
     checked_software,
+    clear_stop,
     folder_lock,
     read_sweep,
+    stop_requested,
     write_sweep,
 )
 from quicbed.shard import Shard, select
@@ -56,6 +61,8 @@ class SweepOutcome:
     done: int = 0
     failed: int = 0
     skipped: int = 0
+    #: cells not started because ``quicbed stop`` asked the run to stop
+    stopped: int = 0
     results: list[CellResult] = field(default_factory=list)
     #: testbed -> why it was taken out of a multi-testbed sweep
     lost: dict[str, str] = field(default_factory=dict)
@@ -80,7 +87,7 @@ def run_cell_into(
     ``kwargs`` go to run_cell.
     """
     out = Path(out).resolve()
-    with folder_lock(out):
+    with folder_lock(out, "cell"):
         recorded = _recorded_software(out, cfg.cell_id())
         if recorded:
             current = _software(testbed)
@@ -172,19 +179,22 @@ def check_folder(
     return held
 
 
-#: the statuses of a latest attempt whose cell a resume keeps (a failed cell is measured
-#: again with ``quicbed cell --from DIR --cell ID``, not by resuming)
-KEPT = ("done", "failed")
+def kept_statuses(retry_failed: bool = False) -> tuple[str, ...]:
+    """The statuses of a latest attempt whose cell a resume keeps. A failed cell is
+    kept (its receipt says why) unless ``retry_failed``: then it is measured again as a
+    new attempt, as ``quicbed cell --from DIR --cell ID`` would."""
+    return ("done",) if retry_failed else ("done", "failed")
 
 
-def kept_cells(out: Path) -> set[str]:
+def kept_cells(out: Path, *, retry_failed: bool = False) -> set[str]:
     """The cells of the results folder ``out`` that resuming it keeps, read only: the
     plan's estimate on resume is of the cells still to measure."""
     if not (out / DB_NAME).exists():
         return set()
+    keep = kept_statuses(retry_failed)
     store = Store.open_readonly(out)
     try:
-        return {cid for cid, a in store.latest_attempts().items() if a["status"] in KEPT}
+        return {cid for cid, a in store.latest_attempts().items() if a["status"] in keep}
     finally:
         store.close()
 
@@ -231,6 +241,7 @@ def run_sweep(
     testbeds: list[Testbed] | None = None,
     shard: Shard | None = None,
     resume: bool = False,
+    retry_failed: bool = False,
     force: bool = False,
     on_cell: Callable[[int, int, PlannedCell, str], None] | None = None,
     on_load: Callable[[str, int, int], None] | None = None,
@@ -244,7 +255,9 @@ def run_sweep(
     with a spot check and closes with a check; a receipt older than
     MAX_RECEIPT_AGE_S is taken anew). A cell whose link failed is retried once on a
     freshly applied link, as a new attempt. An interrupted attempt is continued only
-    on the testbed it started on; elsewhere the cell starts a new attempt.
+    on the testbed it started on; elsewhere the cell starts a new attempt. A stop
+    request (``quicbed stop``) is honoured between cells and removed at the end; one
+    left from an earlier run is removed at the start.
     """
     out = out.resolve()
     tbs = testbeds or [testbed or LocalTestbed(prefix)]
@@ -258,8 +271,9 @@ def run_sweep(
     with ExitStack() as held:
         for tb in tbs:
             held.enter_context(tb.claim("quicbed run"))
-        held.enter_context(folder_lock(out))
+        held.enter_context(folder_lock(out, "sweep"))
         prepare_folder(out, spec, resume=resume, force=force, testbed=tbs[0], shard=shard)
+        clear_stop(out, keep_for_pid=os.getpid())  # an earlier run's request is stale
         for tb in tbs[1:]:
             _same_software(out, tb, force)
         store = Store(out, create=True)
@@ -272,11 +286,12 @@ def run_sweep(
             store.close()
         index = {pc.config.cell_id(): i for i, pc in enumerate(cells)}
         work: list[list[PlannedCell]] = []
+        keep = kept_statuses(retry_failed)
         for group in by_link(cells):
             todo = []
             for pc in group:
                 prev = latest.get(pc.config.cell_id())
-                if prev and prev["status"] in KEPT:
+                if prev and prev["status"] in keep:
                     outcome.skipped += 1
                     if on_cell:
                         on_cell(index[pc.config.cell_id()], len(cells), pc,
@@ -295,12 +310,15 @@ def run_sweep(
                                                         pc, what) if on_cell else None,
                        on_load=on_load)  # fmt: skip
 
-        if len(tbs) == 1:
-            tbs[0].up()  # once for the sweep; the caller tears it down (quicbed run: by default)
-            for group in work:
-                run_group(tbs[0], group, lambda pc: None)
-        else:
-            outcome.lost = run_pool(tbs, work, run_group, on_lost=on_lost).lost
+        try:
+            if len(tbs) == 1:
+                tbs[0].up()  # once for the sweep; the caller tears it down (by default)
+                for group in work:
+                    run_group(tbs[0], group, lambda pc: None)
+            else:
+                outcome.lost = run_pool(tbs, work, run_group, on_lost=on_lost).lost
+        finally:
+            clear_stop(out)
     return outcome
 
 
@@ -322,9 +340,13 @@ def _run_group(
     c0 = group[0].config
     here = tb.identity()
     link_failures = 0
+    if _stopping(out, group, lock, outcome, on_cell):  # before shaping a link for nothing
+        return
     with shaped_link(tb, c0.condition, c0.shaper, cc=c0.tcp_cc()) as shaped:
         proven: ProvenLink | None = None
-        for pc in group:
+        for i, pc in enumerate(group):
+            if _stopping(out, group[i:], lock, outcome, on_cell):
+                return
             on_cell(pc, "running" if not strict else f"running on {tb.describe_short()}")
             prev = latest.get(pc.config.cell_id())
             resume_attempt = None
@@ -361,6 +383,20 @@ def _run_group(
                 else:
                     outcome.failed += 1
             finished(pc)
+
+
+def _stopping(
+    out: Path, rest: list[PlannedCell], lock: threading.Lock, outcome: SweepOutcome,
+    on_cell: Callable[[PlannedCell, str], None],
+) -> bool:  # fmt: skip
+    """True (the cells ``rest`` counted as stopped) if ``quicbed stop`` asked for it."""
+    if not stop_requested(out):
+        return False
+    with lock:
+        outcome.stopped += len(rest)
+    for pc in rest:
+        on_cell(pc, "not started: stop requested")
+    return True
 
 
 def _gone(tb: Testbed) -> str | None:

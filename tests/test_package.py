@@ -257,7 +257,7 @@ def test_refuses_running_sweep_and_non_results(
     sweep: tuple[Path, str, str], base: Path, home: Path
 ) -> None:
     res = sweep[0]
-    with folder_lock(res):
+    with folder_lock(res, "sweep"):
         cp = qb("package", res, "-o", base / "running.tar.gz", home=home)
     assert cp.returncode == 2 and "a sweep is still running into it" in cp.stderr
     assert not (base / "running.tar.gz").exists()

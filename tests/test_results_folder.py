@@ -19,10 +19,13 @@ from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
 from quicbed.results import (
     CHECKED_SOFTWARE,
+    STOP_FILE,
     FailureReason,
+    clear_stop,
     folder_lock,
     is_running,
     read_sweep,
+    stop_requested,
     write_sweep,
 )
 from quicbed.store import Store
@@ -90,7 +93,7 @@ def test_a_cell_into_a_new_or_same_software_folder_runs(tmp_path: Path, ran: lis
 def test_a_cell_into_a_folder_being_written_is_refused(tmp_path: Path, ran: list[Path]) -> None:
     out = tmp_path / "sweep"
     sweep_folder(out, {**SOFTWARE, "chromium": "2.0"})
-    with folder_lock(out), pytest.raises(QuicbedError, match="in use by a running sweep"):
+    with folder_lock(out, "sweep"), pytest.raises(QuicbedError, match="in use by a running sweep"):
         sweep.run_cell_into(CFG, out, testbed=None, force=True)  # type: ignore[arg-type]
     assert ran == []
 
@@ -106,3 +109,37 @@ def test_only_the_links_failures_are_retried() -> None:
     retried = {r for r in FailureReason if r.link}
     assert retried == {FailureReason.LINK_OUT_OF_TOLERANCE, FailureReason.LINK_OPENING_CHECK,
                        FailureReason.LINK_CLOSING_CHECK, FailureReason.LINK_CHANGED}  # fmt: skip
+
+
+def test_a_stop_request_needs_a_running_sweep_and_outlives_only_its_own_run(
+    tmp_path: Path,
+) -> None:
+    """``quicbed stop DIR`` names a folder that is no sweep, one nobody is running, or
+    one a single cell is being measured into, and writes nothing there; a request names
+    the run holding the lock, so that run keeps it at its start while a later run drops
+    it as stale."""
+    import os
+    import subprocess
+    import sys
+
+    stop = [sys.executable, "-m", "quicbed", "stop"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    out = tmp_path / "sweep"
+    sweep_folder(out, SOFTWARE)
+    for folder, why in ((plain, "not a sweep's results folder"), (out, "no sweep is running")):
+        cp = subprocess.run([*stop, str(folder)], capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 2 and f"{folder}: {why}" in cp.stderr, cp.stderr
+        assert not (folder / STOP_FILE).exists()
+    with folder_lock(out, "cell"):  # `quicbed cell --out` into a sweep's folder
+        cp = subprocess.run([*stop, str(out)], capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 2 and "a cell is being written into it" in cp.stderr, cp.stderr
+        assert not stop_requested(out)
+    with folder_lock(out, "sweep"):
+        cp = subprocess.run([*stop, str(out)], capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0 and f"(PID {os.getpid()})" in cp.stdout, cp.stderr
+        assert stop_requested(out)
+        assert not clear_stop(out, keep_for_pid=os.getpid())  # made for this run: kept
+        assert stop_requested(out)
+    assert clear_stop(out, keep_for_pid=os.getpid() + 1)  # another run's: stale
+    assert not stop_requested(out) and not clear_stop(out)

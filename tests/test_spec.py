@@ -188,7 +188,15 @@ def test_a_resume_prices_only_the_cells_still_to_measure(tmp_path: Path) -> None
         att = store.new_attempt(cid, {"quicbed": "test"})
         store.finish_attempt(cid, att, "done" if pc is not cells[-1] else "failed")
     store.close()
-    cp = subprocess.run([sys.executable, "-m", "quicbed", "run", str(spec_file), "--out",
-                         str(out), "--resume", "--max-hours", "0.0001"],
-                        capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    run = [sys.executable, "-m", "quicbed", "run", str(spec_file), "--out", str(out)]
+    cp = subprocess.run([*run, "--resume", "--max-hours", "0.0001"], capture_output=True,
+                        text=True, timeout=60, cwd=ROOT)  # fmt: skip
     assert cp.returncode == 2 and "h (1 cell), more than --max-hours" in cp.stderr, cp.stderr
+    # --retry-failed measures the failed cell again: two cells to price
+    cp = subprocess.run([*run, "--resume", "--retry-failed", "--max-hours", "0.0001"],
+                        capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert cp.returncode == 2 and "h (2 cells), more than --max-hours" in cp.stderr, cp.stderr
+    cp = subprocess.run([*run, "--retry-failed"], capture_output=True, text=True, timeout=60,
+                        cwd=ROOT)  # fmt: skip
+    assert cp.returncode == 2 and "--retry-failed" in cp.stderr and "--resume" in cp.stderr
+    assert cp.stderr.count("\n") == 1, cp.stderr

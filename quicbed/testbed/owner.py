@@ -10,9 +10,12 @@ creates or removes a testbed first claims it:
   kernel drops the lock when its process dies, even by ``kill -9``, so a dead
   owner never blocks anyone;
 - the file records who holds it (PID, command, since when), for the refusal
-  message and ``quicbed testbed status``; it is emptied on a clean release, so a
-  file still naming a dead PID means its owner was killed: the next owner takes
-  over and is told to clean what was left (:attr:`Claim.stale`);
+  message and ``quicbed testbed status``; a clean release empties and removes it
+  (one file per test prefix used to pile up in /run/quicbed), so a file still
+  naming a dead PID means its owner was killed: the next owner takes over and is
+  told to clean what was left (:attr:`Claim.stale`). Removing a lock file races
+  with a claimer that opened it just before: a claimer checks, once it holds the
+  lock, that the file it locked is still the one at the path, and tries again if not;
 - a claim is re-entrant within one process (the CLI claims, then the runner and the
   shaped link claim again), and is never inherited by child processes (daemons do
   not keep a testbed claimed after quicbed is gone: ``os.open`` fds are not
@@ -94,15 +97,19 @@ def acquire(path: Path, name: str, what: str) -> Claim:
     if key in _HELD:
         _HELD[key][1] += 1
         return Claim(path, None)
-    fd = _open(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        rec = _record(fd) or {}
-        os.close(fd)
-        raise QuicbedError(
-            f"testbed {name} is in use by {describe(rec)}; wait for it to finish or stop it"
-        ) from None
+    while True:
+        fd = _open(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            rec = _record(fd) or {}
+            os.close(fd)
+            raise QuicbedError(
+                f"testbed {name} is in use by {describe(rec)}; wait for it to finish or stop it"
+            ) from None
+        if _still_at(fd, path):
+            break
+        os.close(fd)  # its holder released and removed it meanwhile: lock the new one
     stale = _record(fd)
     if stale is not None and stale.get("pid") == os.getpid():
         stale = None  # our own record from an earlier claim in this process
@@ -128,8 +135,20 @@ def release(path: Path) -> None:
     del _HELD[key]
     with contextlib.suppress(OSError):
         os.ftruncate(fd, 0)
+    with contextlib.suppress(OSError):  # e.g. another user's file in a sticky folder
+        path.unlink()  # while still locked: a claimer that opened it sees it went
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """True if the open file ``fd`` is the file at ``path`` (not one since removed)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 @contextlib.contextmanager
