@@ -66,14 +66,14 @@ def test_a_killed_holder_is_taken_over_and_reported_stale(tmp_path: Path) -> Non
     assert c.stale is None
 
 
-CONTEND = """
+CONTEND = r"""
 import os, sys, time
 from pathlib import Path
 from quicbed.errors import QuicbedError
 from quicbed.testbed import owner
 path, log = Path(sys.argv[1]), sys.argv[2]
 held = 0
-while held < 150:
+while held < 400:
     try:
         owner.acquire(path, "t", "contender")
     except QuicbedError:
@@ -89,17 +89,17 @@ while held < 150:
 
 
 def test_removing_the_file_on_release_keeps_the_claim_exclusive(tmp_path: Path) -> None:
-    """Two processes claim and release one testbed 150 times each as fast as they can:
+    """Three processes claim and release one testbed 400 times each as fast as they can:
     a claimer that opened the file just before its holder removed it must not hold a
     lock on the removed file beside the next holder (every "in" is followed by its own
     "out"), and nothing is left behind."""
     path, log = tmp_path / "t.lock", tmp_path / "log"
     procs = [subprocess.Popen([sys.executable, "-c", CONTEND, str(path), str(log)])
-             for _ in range(2)]  # fmt: skip
+             for _ in range(3)]  # fmt: skip
     for p in procs:
         assert p.wait(timeout=120) == 0
     lines = log.read_text().split("\n")[:-1]
-    assert len(lines) == 600
+    assert len(lines) == 2400
     for i in range(0, len(lines), 2):
         pair = lines[i : i + 2]
         assert pair[0].startswith("in ") and pair[1] == "out " + pair[0][3:], pair
