@@ -303,6 +303,10 @@ def cell_cmd(
 
 
 # --- sweeps ---------------------------------------------------------------------------
+#: ``quicbed run``'s exit status when ``quicbed stop`` ended it between cells
+STOPPED_EXIT = 3
+
+
 @app.command("run")
 @options("tb", SweepTestbedOptions)
 def run_cmd(
@@ -416,10 +420,6 @@ def run_cmd(
         raise typer.Exit(STOPPED_EXIT)
     if result.failed:
         raise typer.Exit(1)
-
-
-#: ``quicbed run``'s exit status when ``quicbed stop`` ended it between cells
-STOPPED_EXIT = 3
 
 
 @app.command("stop")

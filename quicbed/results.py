@@ -125,16 +125,12 @@ def request_stop(out: Path) -> int | None:
         raise QuicbedError(f"{out}: not a sweep's results folder (no {SWEEP_FILE})")
     if not is_running(out):
         raise QuicbedError(f"{out}: no sweep is running there, nothing to stop")
-    pid: int | None = None
-    what = "sweep"  # unknown (a lock file being written, or of older code: a PID only)
     try:
         held = json.loads((out / LOCK_FILE).read_text())
-        if isinstance(held, dict):
-            pid, what = int(held["pid"]), str(held["what"])
-        elif isinstance(held, int):
-            pid = held
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+        pid: int | None = int(held["pid"])
+        what = str(held["what"])
+    except (OSError, ValueError, KeyError, TypeError):  # caught mid-write: a sweep's, say
+        pid, what = None, "sweep"
     if what != "sweep":
         raise QuicbedError(f"{out}: a {what} is being written into it (PID {pid}), not a "
                            "sweep: nothing stops it between cells")  # fmt: skip
