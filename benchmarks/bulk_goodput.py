@@ -54,18 +54,30 @@ def main() -> int:
         def say(m: str, done: int, total: int, rate: float = rate) -> None:
             print(f"  {rate:g} Mbit/s: {m} ({done}/{total})", file=sys.stderr)
 
-        r = run_bulk(cond, out / f"{rate:g}", arms=arms, reps=a.reps, duration_s=a.duration,
-                     testbed=tb, receipt_tcp_seconds=5, progress=say)  # fmt: skip
+        r = run_bulk(
+            cond,
+            out / f"{rate:g}",
+            arms=arms,
+            reps=a.reps,
+            duration_s=a.duration,
+            testbed=tb,
+            receipt_tcp_seconds=5,
+            progress=say,
+        )
         records.append(r.model_dump(mode="json"))
         for arm in arms:
             s = r.summary[arm]
             rows.append((rate, arm, s))
             if arm == "h2" and (s.of_ideal is None or s.of_ideal < TARGET):
                 failed.append(f"h2 at {rate:g} Mbit/s: {s.of_ideal}")
-    print(f"\nbulk goodput, {a.rtt:g} ms RTT, {a.duration:g} s per download, {a.reps} reps, "
-          f"ideal = rate x 1448/1514; results in {out}")  # fmt: skip
-    print(f"{'rate':>6} {'arm':<10} {'n':>2} {'goodput Mbit/s':>15} {'sd':>6} {'of ideal':>9} "
-          f"{'retrans':>8}")  # fmt: skip
+    print(
+        f"\nbulk goodput, {a.rtt:g} ms RTT, {a.duration:g} s per download, {a.reps} reps, "
+        f"ideal = rate x 1448/1514; results in {out}"
+    )
+    print(
+        f"{'rate':>6} {'arm':<10} {'n':>2} {'goodput Mbit/s':>15} {'sd':>6} {'of ideal':>9} "
+        f"{'retrans':>8}"
+    )
     for rate, arm, s in rows:
         gp = f"{s.goodput_mbit_mean:.2f}" if s.goodput_mbit_mean is not None else "-"
         sd = f"{s.goodput_mbit_sd:.2f}" if s.goodput_mbit_sd is not None else "-"

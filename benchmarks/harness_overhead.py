@@ -110,8 +110,12 @@ def main() -> int:
     rows, missed = [], []
     for rtt in (float(x) for x in a.rtts.split(",")):
         for page in a.pages.split(","):
-            cfg = make_cell(condition=make_condition(rate_mbit=a.rate, rtt_ms=rtt), page=page,
-                            runs=a.runs, warmup=1)  # fmt: skip
+            cfg = make_cell(
+                condition=make_condition(rate_mbit=a.rate, rtt_ms=rtt),
+                page=page,
+                runs=a.runs,
+                warmup=1,
+            )
             console.print(f"{page} at {rtt:g} ms ...")
             r = run_cell(cfg, out / "results", prefix="qbharn", receipt_tcp_seconds=3)
             if r.status != "done":
@@ -125,14 +129,35 @@ def main() -> int:
                 b = bound_ms(arm, rtt, manifest["pages"][page]["bytes"], a.rate)
                 med = statistics.median(plts) if plts else float("nan")
                 sd = statistics.stdev(plts) if len(plts) > 1 else float("nan")
-                rows.append([page, f"{rtt:g}", arm, str(len(plts)), f"{med:.1f}", f"{sd:.2f}",
-                             f"{b:.1f}", f"{med - b:+.1f}", *split])  # fmt: skip
+                rows.append(
+                    [
+                        page,
+                        f"{rtt:g}",
+                        arm,
+                        str(len(plts)),
+                        f"{med:.1f}",
+                        f"{sd:.2f}",
+                        f"{b:.1f}",
+                        f"{med - b:+.1f}",
+                        *split,
+                    ]
+                )
                 if page == "5kb" and not (sd <= 3 and abs(med - b) <= 15):
-                    missed.append(f"5kb/{rtt:g} ms/{arm}: sd {sd:.2f} ms, median - bound "
-                                  f"{med - b:+.1f} ms")  # fmt: skip
+                    missed.append(
+                        f"5kb/{rtt:g} ms/{arm}: sd {sd:.2f} ms, median - bound {med - b:+.1f} ms"
+                    )
             store.close()
-    head = ["page", "RTT ms", "arm", "valid n", "median PLT ms", "sd ms", "bound ms",
-            "median - bound ms", *(f"{k} ms" for k in PARTS)]  # fmt: skip
+    head = [
+        "page",
+        "RTT ms",
+        "arm",
+        "valid n",
+        "median PLT ms",
+        "sd ms",
+        "bound ms",
+        "median - bound ms",
+        *(f"{k} ms" for k in PARTS),
+    ]
     t = Table(title=f"Harness overhead at {a.rate:g} Mbit/s (0-RTT mode)")
     for h in head:
         t.add_column(h)
@@ -141,18 +166,26 @@ def main() -> int:
     console.print(t)
     if a.md:
         stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        lines = [f"Measured {stamp} on {platform.node()}, {os.cpu_count()} cores, kernel "
-                 f"{platform.release()}.", "",
-                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
+        lines = [
+            f"Measured {stamp} on {platform.node()}, {os.cpu_count()} cores, kernel "
+            f"{platform.release()}.",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head),
+        ]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
-        lines += ["", "Bound: h3 0-RTT 2 RTT + transfer, h2 with resumed TLS 1.3 4 RTT + transfer "
-                  "(slow start ignored). The last four columns split the time above the bound, "
-                  "medians per load (HAR): queued = blocked + send in Chromium, server = wait + "
-                  "receive beyond one RTT and the bytes' wire time, parse = HTML's last byte to "
-                  "the image request, onLoad = image's last byte to the load event "
-                  "(benchmarks/harness_overhead.py).", "",
-                  "Target (5 KB: sd <= 3 ms, median within 15 ms of the bound, both arms): "
-                  + ("met" if not missed else "missed: " + "; ".join(missed))]  # fmt: skip
+        lines += [
+            "",
+            "Bound: h3 0-RTT 2 RTT + transfer, h2 with resumed TLS 1.3 4 RTT + transfer "
+            "(slow start ignored). The last four columns split the time above the bound, "
+            "medians per load (HAR): queued = blocked + send in Chromium, server = wait + "
+            "receive beyond one RTT and the bytes' wire time, parse = HTML's last byte to "
+            "the image request, onLoad = image's last byte to the load event "
+            "(benchmarks/harness_overhead.py).",
+            "",
+            "Target (5 KB: sd <= 3 ms, median within 15 ms of the bound, both arms): "
+            + ("met" if not missed else "missed: " + "; ".join(missed)),
+        ]
         a.md.write_text("\n".join(lines) + "\n")
     if missed:
         console.print("[red]target missed:[/] " + "; ".join(missed))

@@ -65,9 +65,19 @@ def row(r: Receipt) -> list[str]:
     ]
 
 
-HEAD = ["condition", "RTT ms (meas / exp)", "OWD down ms", "TCP down Mbit/s", "TCP up Mbit/s",
-        "UDP 1.2x down Mbit/s", "loss down %", "loss up %", "reordered down", "emu CPU %",
-        "verdict"]  # fmt: skip
+HEAD = [
+    "condition",
+    "RTT ms (meas / exp)",
+    "OWD down ms",
+    "TCP down Mbit/s",
+    "TCP up Mbit/s",
+    "UDP 1.2x down Mbit/s",
+    "loss down %",
+    "loss up %",
+    "reordered down",
+    "emu CPU %",
+    "verdict",
+]
 
 
 def targets(receipts: list[Receipt]) -> list[str]:
@@ -111,8 +121,9 @@ def main() -> int:
             for cond in conds:
                 progress.update(task, description=cond.label())
                 with shaped_link(tb, cond, a.shaper) as link:
-                    receipts.append(measure(tb, cond, link.shaper, link.tuning,
-                                            tcp_seconds=a.tcp_seconds))  # fmt: skip
+                    receipts.append(
+                        measure(tb, cond, link.shaper, link.tuning, tcp_seconds=a.tcp_seconds)
+                    )
                 progress.advance(task)
     finally:
         tb.down()
@@ -130,9 +141,12 @@ def main() -> int:
     machine = f"{platform.node()}, {os.cpu_count()} cores, kernel {platform.release()}"
     shaper = receipts[0].shaper["shaper"] if receipts else a.shaper
     if a.md:
-        lines = [f"Measured {stamp} on {machine}; shaper `{shaper}`; "
-                 f"{time.monotonic() - t0:.0f} s.", "",
-                 "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]  # fmt: skip
+        lines = [
+            f"Measured {stamp} on {machine}; shaper `{shaper}`; {time.monotonic() - t0:.0f} s.",
+            "",
+            "| " + " | ".join(HEAD) + " |",
+            "|" + "---|" * len(HEAD),
+        ]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines += ["", "Targets: " + ("all met" if not missed else "; ".join(missed))]
         a.md.write_text("\n".join(lines) + "\n")

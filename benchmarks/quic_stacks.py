@@ -36,8 +36,10 @@ from quicbed.link.session import shaped_link
 from quicbed.testbed.local import LocalTestbed
 
 ARMS = ("h2", "h3-reno", "h3", "h3-n2", "h3-quiche")
-SETTINGS = {"h3-reno": ArmSettings(stack="quic-go", cc="reno"),
-            "h3-n2": ArmSettings(stack="quic-go", cubic_n=2)}  # fmt: skip
+SETTINGS = {
+    "h3-reno": ArmSettings(stack="quic-go", cc="reno"),
+    "h3-n2": ArmSettings(stack="quic-go", cubic_n=2),
+}
 #: the reference study's (TCP - QUIC) / QUIC for these cells, % (methodology.md)
 REFERENCE = {(50.0, "10mb"): "+7.5 (sig.)", (100.0, "10mb"): "+11.7 (sig.)"}
 
@@ -59,8 +61,14 @@ def main() -> int:
             with shaped_link(tb, cond) as link:
                 proven = prove(link, tcp_seconds=5, cc="cubic")
                 for page in ("1mb", "10mb"):
-                    cfg = make_cell(condition=cond, page=page, runs=a.runs, warmup=1, arms=ARMS,
-                                    arm_settings=SETTINGS)  # fmt: skip
+                    cfg = make_cell(
+                        condition=cond,
+                        page=page,
+                        runs=a.runs,
+                        warmup=1,
+                        arms=ARMS,
+                        arm_settings=SETTINGS,
+                    )
                     r = run_cell(cfg, out, testbed=tb, link=proven, traces="none")
                     if r.status != "done":
                         print(f"{rate:g} Mbit/s {page}: {r.problem}", file=sys.stderr)
@@ -88,16 +96,26 @@ def main() -> int:
         for c in r.comparisons.values():
             means[c.tcp.arm], means[c.quic.arm] = c.tcp.mean, c.quic.mean
             sig = "" if c.significant else " n.s."
-            diffs[c.quic.arm] = (f"{c.pct_diff:+.1f} % (p {c.welch_p:.2g}{sig})" if c.enough
-                                 else c.problem)  # fmt: skip
+            diffs[c.quic.arm] = (
+                f"{c.pct_diff:+.1f} % (p {c.welch_p:.2g}{sig})" if c.enough else c.problem
+            )
         valid = ", ".join(f"{k} {v['valid']}/{v['measured']}" for k, v in r.verified.items())
         cells = " | ".join(f"{means.get(arm) or float('nan'):.0f}" for arm in ARMS)
-        lines.append(f"| {rate:g} Mbit/s | {page} | {cells} | {diffs.get('h3-reno')} "
-                     f"| {diffs.get('h3')} "
-                     f"| {diffs.get('h3-n2')} | {diffs.get('h3-quiche')} "
-                     f"| {REFERENCE.get((rate, page), '-')} | {valid} |")  # fmt: skip
-        record.append({"rate_mbit": rate, "page": page, "means_ms": means, "diffs": diffs,
-                       "verified": r.verified})  # fmt: skip
+        lines.append(
+            f"| {rate:g} Mbit/s | {page} | {cells} | {diffs.get('h3-reno')} "
+            f"| {diffs.get('h3')} "
+            f"| {diffs.get('h3-n2')} | {diffs.get('h3-quiche')} "
+            f"| {REFERENCE.get((rate, page), '-')} | {valid} |"
+        )
+        record.append(
+            {
+                "rate_mbit": rate,
+                "page": page,
+                "means_ms": means,
+                "diffs": diffs,
+                "verified": r.verified,
+            }
+        )
     text = "\n".join(lines)
     print(text)
     if a.md:

@@ -66,8 +66,13 @@ def figures(root: Path) -> dict[str, float | list[float]]:
                             spots_s += check["rtt"]["detail"].get("sent", 0) * 0.01
     finally:
         store.close()
-    return {"overheads": ov, "plt_s": total_plt, "receipts": float(len(receipts)),
-            "receipts_s": receipts_s, "spots_s": spots_s}  # fmt: skip
+    return {
+        "overheads": ov,
+        "plt_s": total_plt,
+        "receipts": float(len(receipts)),
+        "receipts_s": receipts_s,
+        "spots_s": spots_s,
+    }
 
 
 def measure(spec_path: Path, out: Path) -> tuple[list[str], bool]:

@@ -57,8 +57,13 @@ def per_load(root: Path, cell_id: str, attempt: int) -> dict[str, dict[str, floa
                 walls.append(wall)
                 ovs.append(wall - r["plt_ms"])
             files = ((r["detail"] or {}).get("traces") or {}).get("files") or {}
-            sizes.append(sum((root / f).stat().st_size for f in files.values()
-                             if (root / f).exists() and not f.endswith("-keys.log")))  # fmt: skip
+            sizes.append(
+                sum(
+                    (root / f).stat().st_size
+                    for f in files.values()
+                    if (root / f).exists() and not f.endswith("-keys.log")
+                )
+            )
         out[arm] = {
             "plt_ms": statistics.median(r["plt_ms"] for r in mine),
             "overhead_ms": statistics.median(ovs) if ovs else float("nan"),
@@ -109,10 +114,15 @@ def main() -> int:
         delta = (v["wall_ms"] / base[(page, arm)] - 1) * 100
         if level == "light" and delta > TARGET_PCT:
             ok = False
-        lines.append(f"| {page} | {level} | {arm} | {v['plt_ms']:.1f} | {v['overhead_ms']:.0f} "
-                     f"| {v['wall_ms']:.0f} | {delta:+.1f} % | {v['trace_kib']:.0f} |")  # fmt: skip
-    lines += ["", f"Target: light adds at most {TARGET_PCT:.0f} % to a load's wall time: "
-              + ("met" if ok else "MISSED")]  # fmt: skip
+        lines.append(
+            f"| {page} | {level} | {arm} | {v['plt_ms']:.1f} | {v['overhead_ms']:.0f} "
+            f"| {v['wall_ms']:.0f} | {delta:+.1f} % | {v['trace_kib']:.0f} |"
+        )
+    lines += [
+        "",
+        f"Target: light adds at most {TARGET_PCT:.0f} % to a load's wall time: "
+        + ("met" if ok else "MISSED"),
+    ]
     text = "\n".join(lines)
     print(text)
     if a.md:

@@ -22,8 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from quicbed.errors import QuicbedError, from_validation
 
 #: the built-in arms and their stacks (quicbed.servers registry names)
-BUILTIN_ARMS = {"h2": "apache", "h3": "quic-go", "h3-quiche": "quiche",
-                "h3-gquiche": "gquiche", "gquic": "gquic"}  # fmt: skip
+BUILTIN_ARMS = {
+    "h2": "apache",
+    "h3": "quic-go",
+    "h3-quiche": "quiche",
+    "h3-gquiche": "gquiche",
+    "gquic": "gquic",
+}
 #: parameters an arm may set besides its stack and CC; a stack lists which it takes
 #: (the TCP options, tcp_sack ... rmem, are a TCP arm's: quicbed.tcpopts)
 TCP_OPTIONS = ("tcp_sack", "tcp_ecn", "tcp_window_scaling", "tcp_fastopen", "initcwnd", "rmem")
@@ -50,8 +55,7 @@ class ArmSettings(BaseModel):
     # TCP options of a TCP arm, on both ends (quicbed.tcpopts); unset: the host's default
     tcp_sack: bool | None = Field(default=None, description="net.ipv4.tcp_sack")
     tcp_ecn: int | None = Field(default=None, description="net.ipv4.tcp_ecn: 0, 1 or 2")
-    tcp_window_scaling: bool | None = Field(default=None,
-                                            description="net.ipv4.tcp_window_scaling")  # fmt: skip
+    tcp_window_scaling: bool | None = Field(default=None, description="net.ipv4.tcp_window_scaling")
     tcp_fastopen: int | None = Field(default=None, description="net.ipv4.tcp_fastopen (bits)")
     initcwnd: int | None = Field(default=None, description="initial window (route), segments")
     rmem: str | None = Field(default=None, description="receive-buffer preset, e.g. ws2")
@@ -81,15 +85,26 @@ class Arm:
     port: int = 443
 
     def describe(self) -> str:
-        extra = "".join(f", {k} {str(v).lower()}" if isinstance(v, bool) else
-                        f", {k} {v:g}" if isinstance(v, float | int) else f", {k} {v}"
-                        for k, v in self.params.items())  # fmt: skip
+        extra = "".join(
+            f", {k} {str(v).lower()}"
+            if isinstance(v, bool)
+            else f", {k} {v:g}"
+            if isinstance(v, float | int)
+            else f", {k} {v}"
+            for k, v in self.params.items()
+        )
         return f"{self.name} ({self.stack}, {self.cc}{extra})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "stack": self.stack, "protocol": self.protocol,
-                "transport": self.transport, "cc": self.cc, "params": self.params,
-                "port": self.port}  # fmt: skip
+        return {
+            "name": self.name,
+            "stack": self.stack,
+            "protocol": self.protocol,
+            "transport": self.transport,
+            "cc": self.cc,
+            "params": self.params,
+            "port": self.port,
+        }
 
 
 def check_settings(name: str, s: ArmSettings) -> None:
@@ -106,8 +121,10 @@ def resolve(names: tuple[str, ...], settings: dict[str, ArmSettings], default_cc
 
     extra = sorted(set(settings) - set(names))
     if extra:
-        raise QuicbedError(f"settings for arm {extra[0]!r}, which is not one of the cell's "
-                           f"arms ({', '.join(names)})")  # fmt: skip
+        raise QuicbedError(
+            f"settings for arm {extra[0]!r}, which is not one of the cell's "
+            f"arms ({', '.join(names)})"
+        )
     out: list[Arm] = []
     quic_ports = iter(QUIC_PORTS)
     for name in names:
@@ -134,8 +151,10 @@ def resolve(names: tuple[str, ...], settings: dict[str, ArmSettings], default_cc
     # one browser per cell: the one an arm's stack needs (TCP arms run in any)
     need = sorted({s.client for s in stacks.values() if s.client != "chromium"})
     if len(need) > 1:
-        raise QuicbedError(f"arms {', '.join(names)} need different browsers ({', '.join(need)}); "
-                           "one cell runs in one browser")  # fmt: skip
+        raise QuicbedError(
+            f"arms {', '.join(names)} need different browsers ({', '.join(need)}); "
+            "one cell runs in one browser"
+        )
     if need:
         odd = [a.name for a in out if a.transport == "udp" and stacks[a.name].client != need[0]]
         if odd:
@@ -146,8 +165,12 @@ def resolve(names: tuple[str, ...], settings: dict[str, ArmSettings], default_cc
             )
     tls = next((s.tcp_tls for s in stacks.values() if s.tcp_tls), None)
     if tls:
-        out = [replace(a, params={**a.params, "tls": a.params.get("tls", tls)})
-               if a.transport == "tcp" else a for a in out]  # fmt: skip
+        out = [
+            replace(a, params={**a.params, "tls": a.params.get("tls", tls)})
+            if a.transport == "tcp"
+            else a
+            for a in out
+        ]
         tcp = [a for a in out if a.transport == "tcp"]
     tcp = [a for a in out if a.transport == "tcp"]
     if len(tcp) > 1:
@@ -174,8 +197,10 @@ def parse_cli(text: str) -> tuple[tuple[str, ...], dict[str, ArmSettings]]:
             key, eq, value = p.partition("=")
             key = key.strip()
             if not eq or key not in ("stack", "cc", *PARAMS):
-                raise QuicbedError(f"--arms: {item!r}: {p!r} is not KEY=VALUE with KEY one of "
-                                   f"stack, cc, {', '.join(PARAMS)}")  # fmt: skip
+                raise QuicbedError(
+                    f"--arms: {item!r}: {p!r} is not KEY=VALUE with KEY one of "
+                    f"stack, cc, {', '.join(PARAMS)}"
+                )
             kv[key] = value.strip()
         if kv:
             try:
@@ -194,8 +219,9 @@ def pairs(
     (mean reference - mean candidate) / mean candidate is positive when the candidate
     is faster. ``arms`` may be stored records (``Arm.as_dict``): a transfer cell's
     record is compared as its page cell would be."""
-    named = [(a.name, a.transport) if isinstance(a, Arm) else (a["name"], a["transport"])
-             for a in arms]  # fmt: skip
+    named = [
+        (a.name, a.transport) if isinstance(a, Arm) else (a["name"], a["transport"]) for a in arms
+    ]
     names = [n for n, _ in named]
     if len(names) < 2:
         return []
@@ -204,8 +230,9 @@ def pairs(
     for a, b in extra or []:
         for n in (a, b):
             if n not in names:
-                raise QuicbedError(f"pair {a}/{b}: {n!r} is not an arm of the cell "
-                                   f"({', '.join(names)})")  # fmt: skip
+                raise QuicbedError(
+                    f"pair {a}/{b}: {n!r} is not an arm of the cell ({', '.join(names)})"
+                )
         if a == b:
             raise QuicbedError(f"pair {a}/{b} compares an arm with itself")
         if (a, b) not in out and (b, a) not in out:

@@ -141,9 +141,12 @@ class _Rig:
         tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
         tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
         self.logs = out / "logs"
-        self.spec = ServeSpec(docroot=work / "www", cert=work / "tls" / pki.cert.name,
-                              key=work / "tls" / pki.key.name,
-                              logdir=tb.outbox("server", self.logs))  # fmt: skip
+        self.spec = ServeSpec(
+            docroot=work / "www",
+            cert=work / "tls" / pki.cert.name,
+            key=work / "tls" / pki.key.name,
+            logdir=tb.outbox("server", self.logs),
+        )
         self.ca = tb.workdir("client") / "tls" / pki.ca_cert.name
         tb.push("client", pki.ca_cert, self.ca, mode=0o644)
         self.path = bulkobjects.object_path(size)
@@ -173,14 +176,24 @@ class _Rig:
         a = self.by_name[arm]
         port = "" if a.port == 443 else f":{a.port}"
         argv = [
-            str(self.tb.bin_path("client", CLIENT)), "-proto", a.protocol,
-            "-url", f"https://{self.host}{port}/{self.path}",
-            "-addr", f"{self.tb.server_ip}:{a.port}", "-ca", str(self.ca),
-            "-interval", f"{int(INTERVAL_S * 1000)}ms", "-flow", flow,
-            "-linger", f"{int(LINGER_S * 1000)}ms",
+            str(self.tb.bin_path("client", CLIENT)),
+            "-proto",
+            a.protocol,
+            "-url",
+            f"https://{self.host}{port}/{self.path}",
+            "-addr",
+            f"{self.tb.server_ip}:{a.port}",
+            "-ca",
+            str(self.ca),
+            "-interval",
+            f"{int(INTERVAL_S * 1000)}ms",
+            "-flow",
+            flow,
+            "-linger",
+            f"{int(LINGER_S * 1000)}ms",
             *(["-duration", f"{int(duration_s * 1000)}ms"] if duration_s else []),
             *(["-start-at", str(start_at_ns)] if start_at_ns else []),
-        ]  # fmt: skip
+        ]
         self.flows += 1
         log = self.client_logs / f"{flow}.jsonl"
         self.tb.remove("client", log)
@@ -195,34 +208,55 @@ class _Rig:
         """Until every flow's final record is written (or its client has exited)."""
         deadline = time.monotonic() + timeout
         while True:
-            done = [any(r.get("event") == "done" for r in self.records(lg)) or p.poll() is not None
-                    for lg, p in zip(logs, procs, strict=True)]  # fmt: skip
+            done = [
+                any(r.get("event") == "done" for r in self.records(lg)) or p.poll() is not None
+                for lg, p in zip(logs, procs, strict=True)
+            ]
             if all(done):
                 return
             if time.monotonic() > deadline:
-                raise QuicbedError(f"{CLIENT}: {done.count(False)} flow(s) not done after "
-                                   f"{timeout:g} s")  # fmt: skip
+                raise QuicbedError(
+                    f"{CLIENT}: {done.count(False)} flow(s) not done after {timeout:g} s"
+                )
             time.sleep(0.05)
 
     def server_tcp(self) -> dict[int, dict[str, Any]]:
-        cp = self.tb.exec("server", ["ss", "-tinH", "state", "established", "( sport = :443 )"],
-                          check=False)  # fmt: skip
+        cp = self.tb.exec(
+            "server", ["ss", "-tinH", "state", "established", "( sport = :443 )"], check=False
+        )
         return ss_connections(cp.stdout) if cp.returncode == 0 else {}
 
     def flow_result(
-        self, arm: str, flow: str, recs: list[dict[str, Any]], tcp: dict[int, dict[str, Any]],
-        quic_log: list[str] | None, start_offset: float = 0.0, rc: int | None = None,
-    ) -> FlowResult:  # fmt: skip
+        self,
+        arm: str,
+        flow: str,
+        recs: list[dict[str, Any]],
+        tcp: dict[int, dict[str, Any]],
+        quic_log: list[str] | None,
+        start_offset: float = 0.0,
+        rc: int | None = None,
+    ) -> FlowResult:
         a = self.by_name[arm]
         final = next((r for r in recs if r.get("event") == "done"), None)
         start = next((r for r in recs if r.get("event") == "start"), {})
         samples = [(float(r["t"]), int(r["bytes"])) for r in recs if r.get("event") == "sample"]
-        f = FlowResult(flow=flow, arm=arm, protocol=a.protocol, ok=False,
-                       start_lag_s=start.get("lag_s"), samples=samples,
-                       start_offset_s=start_offset + float(start.get("lag_s") or 0.0))  # fmt: skip
+        f = FlowResult(
+            flow=flow,
+            arm=arm,
+            protocol=a.protocol,
+            ok=False,
+            start_lag_s=start.get("lag_s"),
+            samples=samples,
+            start_offset_s=start_offset + float(start.get("lag_s") or 0.0),
+        )
         if final is None:
-            other = [ln for ln in self.tb.read_text("client", self.client_logs / f"{flow}.jsonl")
-                     .splitlines() if not ln.startswith("{")]  # fmt: skip
+            other = [
+                ln
+                for ln in self.tb.read_text(
+                    "client", self.client_logs / f"{flow}.jsonl"
+                ).splitlines()
+                if not ln.startswith("{")
+            ]
             f.error = f"{CLIENT} wrote no final record (exit {rc}): {' | '.join(other[-2:])}"
             return f
         f.ok = bool(final.get("ok"))
@@ -260,15 +294,26 @@ class _Rig:
         from quicbed.servers.quic_go import json_events
 
         ev = json_events(lines)
-        conn = next((e for e in ev if e.get("event") == "conn"
-                     and _port(str(e.get("remote"))) == port), None)  # fmt: skip
+        conn = next(
+            (e for e in ev if e.get("event") == "conn" and _port(str(e.get("remote"))) == port),
+            None,
+        )
         if conn is None:
             f.retrans_source = "the server's log has no connection from this flow"
             return
-        f.server = {k: conn.get(k) for k in ("cc", "quic_version", "handshake_ms", "cubic_n")
-                    if conn.get(k) is not None}  # fmt: skip
-        close = next((e for e in ev if e.get("event") == "conn_close"
-                      and e.get("conn_id") == conn.get("conn_id")), None)  # fmt: skip
+        f.server = {
+            k: conn.get(k)
+            for k in ("cc", "quic_version", "handshake_ms", "cubic_n")
+            if conn.get(k) is not None
+        }
+        close = next(
+            (
+                e
+                for e in ev
+                if e.get("event") == "conn_close" and e.get("conn_id") == conn.get("conn_id")
+            ),
+            None,
+        )
         stats = (close or {}).get("stats")
         if isinstance(stats, dict) and "retrans" in stats:  # quiche
             f.server["stats"] = stats
@@ -279,8 +324,10 @@ class _Rig:
             f.server["stats"] = stats
             f.retransmissions = int(stats["lost"])
             f.retrans_bytes = stats.get("lost_bytes")
-            f.retrans_source = ("the server's conn_close stats (lost packets: their data is "
-                                "sent again; quic-go counts no retransmitted packets)")  # fmt: skip
+            f.retrans_source = (
+                "the server's conn_close stats (lost packets: their data is "
+                "sent again; quic-go counts no retransmitted packets)"
+            )
         elif close is None:
             f.retrans_source = "the server had not logged the connection's close"
         else:
@@ -301,8 +348,11 @@ class _Rig:
         return self.tb.read_bytes("server", srv.log, offset).decode(errors="replace").splitlines()
 
     def log_sizes(self) -> dict[str, int]:
-        return {n: self.tb.size("server", s.log) for n, s in self.servers.items()
-                if s.transport == "udp"}  # fmt: skip
+        return {
+            n: self.tb.size("server", s.log)
+            for n, s in self.servers.items()
+            if s.transport == "udp"
+        }
 
     def versions(self) -> dict[str, Any]:
         """The servers' own start records, and the client binary by its SHA-256."""
@@ -330,10 +380,12 @@ def _bottleneck(before: dict[str, Any] | None, after: dict[str, Any] | None) -> 
     b, a = _down(before), _down(after)
     if not a:
         return {}
-    return {k: a.get(k, 0) - b.get(k, 0) for k in ("queue_drops", "loss_drops", "tx_packets",
-                                                    "tx_bytes")} | {
+    return {
+        k: a.get(k, 0) - b.get(k, 0)
+        for k in ("queue_drops", "loss_drops", "tx_packets", "tx_bytes")
+    } | {
         "max_queue_bytes": a.get("max_queue_bytes"),
-    }  # fmt: skip
+    }
 
 
 def _quic_wait(
@@ -346,8 +398,11 @@ def _quic_wait(
     while True:
         lines = rig.quic_lines(arm, offset)
         ev = json_events(lines)
-        ids = {e.get("conn_id") for e in ev if e.get("event") == "conn"
-               and _port(str(e.get("remote"))) == port}  # fmt: skip
+        ids = {
+            e.get("conn_id")
+            for e in ev
+            if e.get("event") == "conn" and _port(str(e.get("remote"))) == port
+        }
         if any(e.get("event") == "conn_close" and e.get("conn_id") in ids for e in ev):
             return lines
         if time.monotonic() > deadline:
@@ -401,17 +456,27 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
         port = _port(final.get("local_addr"))
         rc = p.wait(LINGER_S + 10)
         quic = _quic_wait(rig, arm, offsets.get(arm, 0), port) if arm in offsets else None
-        f = _verified(rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc),
-                      evidence)  # fmt: skip
-        runs.append(BulkRun(arm=arm, rep=rep, seq=seq, flow=f,
-                            bottleneck=_bottleneck(before, after) or None))  # fmt: skip
+        f = _verified(
+            rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc), evidence
+        )
+        runs.append(
+            BulkRun(
+                arm=arm, rep=rep, seq=seq, flow=f, bottleneck=_bottleneck(before, after) or None
+            )
+        )
     return BulkResult(
-        created=now(), condition=cond.model_dump(mode="json"),
-        arms=[a.as_dict() for a in cfg.resolved_arms()], object=rig.path,
-        object_bytes=rig.object_bytes, duration_s=t.duration_s, reps=cfg.runs,
-        ideal_goodput_bps=ideal_goodput_bps(cond), runs=runs,
-        receipt=proven.receipt.model_dump(mode="json"), versions=rig.versions(),
-    )  # fmt: skip
+        created=now(),
+        condition=cond.model_dump(mode="json"),
+        arms=[a.as_dict() for a in cfg.resolved_arms()],
+        object=rig.path,
+        object_bytes=rig.object_bytes,
+        duration_s=t.duration_s,
+        reps=cfg.runs,
+        ideal_goodput_bps=ideal_goodput_bps(cond),
+        runs=runs,
+        receipt=proven.receipt.model_dump(mode="json"),
+        versions=rig.versions(),
+    )
 
 
 class _QueueSampler(threading.Thread):
@@ -434,13 +499,20 @@ class _QueueSampler(threading.Thread):
                 return
             d = _down(c)
             if c is None or "queue_bytes" not in d:
-                self.problem = (f"the {self.link.shaper.name} shaper reports no queue occupancy "
-                                "(only quicbed-linkem does)")  # fmt: skip
+                self.problem = (
+                    f"the {self.link.shaper.name} shaper reports no queue occupancy "
+                    "(only quicbed-linkem does)"
+                )
                 return
             t = (time.time_ns() - self.t0_ns) / 1e9
-            self.samples.append(QueueSample(t_s=t, bytes=int(d["queue_bytes"]),
-                                            packets=int(d["queue_packets"]),
-                                            drops=int(d.get("queue_drops", 0))))  # fmt: skip
+            self.samples.append(
+                QueueSample(
+                    t_s=t,
+                    bytes=int(d["queue_bytes"]),
+                    packets=int(d["queue_packets"]),
+                    drops=int(d.get("queue_drops", 0)),
+                )
+            )
             k += 1
             next_t = begin + int(k * INTERVAL_S * 1e9)
             self.halt.wait(max(0.0, (next_t - time.time_ns()) / 1e9))
@@ -468,8 +540,9 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
             srv.mark()
         try:
             for i, (arm, flow) in enumerate(plan):
-                p, log = rig.spawn(arm, f"{flow}-r{rep}", t.duration_s,
-                                   t0_client + int(i * t.stagger_s * 1e9))  # fmt: skip
+                p, log = rig.spawn(
+                    arm, f"{flow}-r{rep}", t.duration_s, t0_client + int(i * t.stagger_s * 1e9)
+                )
                 procs.append(p)
                 logs.append(log)
             total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
@@ -484,18 +557,27 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
         for i, ((arm, flow), log, rc) in enumerate(zip(plan, logs, rcs, strict=True)):
             recs = rig.records(log)
             final = next((r for r in recs if r.get("event") == "done"), {})
-            quic = (_quic_wait(rig, arm, offsets[arm], _port(final.get("local_addr")))
-                    if arm in offsets else None)  # fmt: skip
+            quic = (
+                _quic_wait(rig, arm, offsets[arm], _port(final.get("local_addr")))
+                if arm in offsets
+                else None
+            )
             f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
             flows.append(_verified(f.model_copy(update={"flow": flow}), evidence[arm]))
         runs.append(compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem))
     return CompeteResult(
-        created=now(), condition=cfg.condition.model_dump(mode="json"),
-        groups=list(t.flows), arms=[a.as_dict() for a in cfg.resolved_arms()],
-        duration_s=t.duration_s, stagger_s=t.stagger_s, object=rig.path, runs=runs,
+        created=now(),
+        condition=cfg.condition.model_dump(mode="json"),
+        groups=list(t.flows),
+        arms=[a.as_dict() for a in cfg.resolved_arms()],
+        duration_s=t.duration_s,
+        stagger_s=t.stagger_s,
+        object=rig.path,
+        runs=runs,
         queue_limit_bytes=cfg.condition.pipes()["down"].queue_bytes,
-        receipt=proven.receipt.model_dump(mode="json"), versions=rig.versions(),
-    )  # fmt: skip
+        receipt=proven.receipt.model_dump(mode="json"),
+        versions=rig.versions(),
+    )
 
 
 def run_bulk(
@@ -520,9 +602,18 @@ def run_bulk(
     from quicbed.bulkobjects import object_path
 
     names, settings = parse_cli(",".join(arms or ("h2", "h3")))  # "h2:tcp_sack=false", ...
-    cfg = make_cell(condition=cond, page=object_path(size), kind="bulk", runs=reps, warmup=0,
-                    arms=names, arm_settings=settings, cc=cc, shaper=shaper,
-                    transfer={"size": size, "duration_s": duration_s})  # fmt: skip
+    cfg = make_cell(
+        condition=cond,
+        page=object_path(size),
+        kind="bulk",
+        runs=reps,
+        warmup=0,
+        arms=names,
+        arm_settings=settings,
+        cc=cc,
+        shaper=shaper,
+        transfer={"size": size, "duration_s": duration_s},
+    )
     r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
     assert isinstance(r, BulkResult)
     return r
@@ -548,30 +639,53 @@ def run_compete(
     repetitions) measured into the results folder ``out``, its record read back."""
     from quicbed.bulkobjects import object_path
 
-    cfg = make_cell(condition=cond, page=object_path(size), kind="compete", runs=reps,
-                    warmup=0, arms=tuple(a for a, _ in groups), cc=cc, shaper=shaper,
-                    transfer={"size": size, "duration_s": duration_s, "flows": tuple(groups),
-                              "stagger_s": stagger_s})  # fmt: skip
+    cfg = make_cell(
+        condition=cond,
+        page=object_path(size),
+        kind="compete",
+        runs=reps,
+        warmup=0,
+        arms=tuple(a for a, _ in groups),
+        cc=cc,
+        shaper=shaper,
+        transfer={
+            "size": size,
+            "duration_s": duration_s,
+            "flows": tuple(groups),
+            "stagger_s": stagger_s,
+        },
+    )
     r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
     assert isinstance(r, CompeteResult)
     return r
 
 
 def _measure(
-    cfg: CellConfig, out: Path, testbed: Testbed | None, receipt_tcp_seconds: float,
-    progress: Progress | None, force: bool,
-) -> BulkResult | CompeteResult:  # fmt: skip
+    cfg: CellConfig,
+    out: Path,
+    testbed: Testbed | None,
+    receipt_tcp_seconds: float,
+    progress: Progress | None,
+    force: bool,
+) -> BulkResult | CompeteResult:
     from quicbed.sweep import run_cell_into
 
     tb = testbed or LocalTestbed("qb")
     for _ in range(2):  # one retry on a freshly applied link, as a sweep gives a cell
-        res = run_cell_into(cfg, out, testbed=tb, force=force,
-                            receipt_tcp_seconds=receipt_tcp_seconds, progress=progress)  # fmt: skip
+        res = run_cell_into(
+            cfg,
+            out,
+            testbed=tb,
+            force=force,
+            receipt_tcp_seconds=receipt_tcp_seconds,
+            progress=progress,
+        )
         if not res.link_failed:
             break
     if res.status != "done":
-        raise QuicbedError(f"{cfg.kind} cell {res.cell_id} attempt {res.attempt} failed: "
-                           f"{res.problem}")  # fmt: skip
+        raise QuicbedError(
+            f"{cfg.kind} cell {res.cell_id} attempt {res.attempt} failed: {res.problem}"
+        )
     store = Store.open_readonly(out)
     try:
         return stored_transfer(store, res.cell_id, res.attempt)

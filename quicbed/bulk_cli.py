@@ -14,10 +14,16 @@ import typer
 from quicbed.cli_options import LinkOptions, TestbedOptions, options
 from quicbed.errors import QuicbedError
 
-OutOpt = Annotated[Path, typer.Option("--out", help="Results folder (a store, as a cell's); "
-                                      "its report is built there.")]  # fmt: skip
-ArmsOpt = Annotated[str, typer.Option(help="Arms, comma-separated, with settings as for "
-                                      "cell --arms (h2:tcp_sack=false,h3).")]  # fmt: skip
+OutOpt = Annotated[
+    Path,
+    typer.Option("--out", help="Results folder (a store, as a cell's); its report is built there."),
+]
+ArmsOpt = Annotated[
+    str,
+    typer.Option(
+        help="Arms, comma-separated, with settings as for cell --arms (h2:tcp_sack=false,h3)."
+    ),
+]
 ForceOpt = Annotated[bool, typer.Option(help="Add to a folder measured with other software.")]
 ShaperOpt = Annotated[str, typer.Option(help="Link shaper: auto, userspace, netem, dummynet.")]
 TcpSecondsOpt = Annotated[float, typer.Option(help="iperf3 TCP seconds of the receipt.")]
@@ -27,9 +33,13 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the record as JSON.
 
 
 #: the cell's fields as these commands spell them: an error names the option typed
-_OPTIONS = {"runs": "--reps", "transfer.duration_s": "--duration",
-            "transfer.stagger_s": "--stagger", "transfer.size": "--size",
-            "transfer.flows": "--flows"}  # fmt: skip
+_OPTIONS = {
+    "runs": "--reps",
+    "transfer.duration_s": "--duration",
+    "transfer.stagger_s": "--stagger",
+    "transfer.size": "--size",
+    "transfer.flows": "--flows",
+}
 
 
 def _as_typed(e: QuicbedError) -> QuicbedError:
@@ -79,9 +89,20 @@ def bulk(
 
     bed = tb.open("quicbed bulk")
     try:
-        r = run_bulk(link.condition(), out, arms=arms.split(","), reps=reps, size=size,
-                     duration_s=duration, cc=cc, testbed=bed, shaper=shaper,
-                     receipt_tcp_seconds=tcp_seconds, progress=_progress, force=force)  # fmt: skip
+        r = run_bulk(
+            link.condition(),
+            out,
+            arms=arms.split(","),
+            reps=reps,
+            size=size,
+            duration_s=duration,
+            cc=cc,
+            testbed=bed,
+            shaper=shaper,
+            receipt_tcp_seconds=tcp_seconds,
+            progress=_progress,
+            force=force,
+        )
     except QuicbedError as e:
         raise _as_typed(e) from None
     finally:
@@ -119,10 +140,21 @@ def compete(
 
     bed = tb.open("quicbed compete")
     try:
-        r = run_compete(link.condition(), out, groups=list(parse_flows(flows)), reps=reps,
-                        duration_s=duration, stagger_s=stagger, size=size, cc=cc, testbed=bed,
-                        shaper=shaper, receipt_tcp_seconds=tcp_seconds, progress=_progress,
-                        force=force)  # fmt: skip
+        r = run_compete(
+            link.condition(),
+            out,
+            groups=list(parse_flows(flows)),
+            reps=reps,
+            duration_s=duration,
+            stagger_s=stagger,
+            size=size,
+            cc=cc,
+            testbed=bed,
+            shaper=shaper,
+            receipt_tcp_seconds=tcp_seconds,
+            progress=_progress,
+            force=force,
+        )
     except QuicbedError as e:
         raise _as_typed(e) from None
     finally:

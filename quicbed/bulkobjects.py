@@ -74,8 +74,7 @@ def generate_bulk(root: Path, sizes: list[str]) -> dict[str, Any]:
                 h.update(block)
                 f.write(block)
         tmp.replace(path)
-        manifest["objects"][size] = {"path": object_path(size), "bytes": n,
-                                     "sha256": h.hexdigest()}  # fmt: skip
+        manifest["objects"][size] = {"path": object_path(size), "bytes": n, "sha256": h.hexdigest()}
     tmp_m = mpath.with_suffix(".json.tmp")
     tmp_m.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     tmp_m.replace(mpath)

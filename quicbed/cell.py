@@ -83,17 +83,26 @@ def servers_for(cfg: CellConfig, tb: Testbed, spec: ServeSpec) -> dict[str, WebS
 
 
 def _judge(
-    cfg: CellConfig, srv: WebServer, warmup: bool, result: dict[str, Any], m: dict[str, Any],
-    facts: dict[str, Any], page: dict[str, Any],
-) -> list[str]:  # fmt: skip
+    cfg: CellConfig,
+    srv: WebServer,
+    warmup: bool,
+    result: dict[str, Any],
+    m: dict[str, Any],
+    facts: dict[str, Any],
+    page: dict[str, Any],
+) -> list[str]:
     """Every reason this load must not enter the statistics."""
     arm = srv.arm
     if not result.get("ok"):
         reasons = [f"load failed: {result.get('error')}"]
     else:
-        reasons = har.verify(m, arm=srv.page_protocol(), host=cfg.host,
-                             expected_objects=page["objects"],
-                             expected_bytes=page["bytes"])  # fmt: skip
+        reasons = har.verify(
+            m,
+            arm=srv.page_protocol(),
+            host=cfg.host,
+            expected_objects=page["objects"],
+            expected_bytes=page["bytes"],
+        )
     if not srv.running():
         reasons.append(f"the {arm.name} server ({srv.name}) was not running")
     if facts.get("connections", 0) == 0:
@@ -173,8 +182,7 @@ def run_cell(
         try:
             if link is None:
                 with shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc()) as shaped:
-                    job.measure_on(prove(shaped, receipt_tcp_seconds, cfg.tcp_cc()),
-                                   shared=False)  # fmt: skip
+                    job.measure_on(prove(shaped, receipt_tcp_seconds, cfg.tcp_cc()), shared=False)
             else:
                 job.measure_on(link, shared=link.uses > 0)
             status = "done"
@@ -186,16 +194,29 @@ def run_cell(
         finally:
             with shielded():
                 store.finish_attempt(cell_id, attempt, status, problem)
-        comparisons = (compare_cell(store, cell_id, attempt, cfg)
-                       if status == "done" and cfg.kind == "page" else {})  # fmt: skip
+        comparisons = (
+            compare_cell(store, cell_id, attempt, cfg)
+            if status == "done" and cfg.kind == "page"
+            else {}
+        )
         invalid: dict[str, list[str]] = {}
         runs = store.runs(cell_id, attempt)
         for r in runs:
             if not r["valid"]:
                 invalid.setdefault(r["arm"], []).append(f"#{r['rep']}: {r['reason']}")
         store.close()
-    return CellResult(cell_id, attempt, status, problem, job.receipt, comparisons, invalid, out,
-                      verify_summary(runs), reason)  # fmt: skip
+    return CellResult(
+        cell_id,
+        attempt,
+        status,
+        problem,
+        job.receipt,
+        comparisons,
+        invalid,
+        out,
+        verify_summary(runs),
+        reason,
+    )
 
 
 class LinkFailed(LinkFailure):
@@ -225,8 +246,7 @@ class _Job:
     def measure_on(self, proven: ProvenLink, *, shared: bool) -> None:
         """Loads under ``proven``'s receipt, and the record of which loads it covers."""
         self.receipt = proven.receipt
-        self.store.set_receipt(self.cell_id, self.attempt,
-                               proven.receipt.model_dump(mode="json"))  # fmt: skip
+        self.store.set_receipt(self.cell_id, self.attempt, proven.receipt.model_dump(mode="json"))
         if not proven.receipt.passed:
             names = ", ".join(c.name for c in proven.receipt.failed_checks())
             raise LinkFailed(
@@ -234,11 +254,18 @@ class _Job:
                 f"the link is out of tolerance ({names}); nothing measured",
             )
         span: dict[str, Any] = {
-            "cell_id": self.cell_id, "attempt": self.attempt,
-            "receipt_created": proven.receipt.created, "generation": proven.generation,
-            "shared": int(shared), "first_seq": None, "last_seq": None, "started": now(),
-            "opening": None, "closing": None, "passed": 0,
-        }  # fmt: skip
+            "cell_id": self.cell_id,
+            "attempt": self.attempt,
+            "receipt_created": proven.receipt.created,
+            "generation": proven.generation,
+            "shared": int(shared),
+            "first_seq": None,
+            "last_seq": None,
+            "started": now(),
+            "opening": None,
+            "closing": None,
+            "passed": 0,
+        }
         opening = None
         if shared:
             opening = opening_check(proven)
@@ -246,8 +273,10 @@ class _Job:
             if not opening.passed:
                 span["finished"] = now()
                 self.store.add_link_span(span)
-                raise LinkFailed(FailureReason.LINK_OPENING_CHECK, f"opening check: "
-                                 f"{'; '.join(opening.problems)}; nothing measured")  # fmt: skip
+                raise LinkFailed(
+                    FailureReason.LINK_OPENING_CHECK,
+                    f"opening check: {'; '.join(opening.problems)}; nothing measured",
+                )
         proven.uses += 1
         try:
             self._loads(proven, span)
@@ -257,12 +286,15 @@ class _Job:
                 self.store.add_link_span(span)
             raise
         closing = spot_check(proven, "closing", since=opening.counters if opening else None)
-        span.update(finished=now(), closing=closing.model_dump(mode="json"),
-                    passed=int(closing.passed))  # fmt: skip
+        span.update(
+            finished=now(), closing=closing.model_dump(mode="json"), passed=int(closing.passed)
+        )
         self.store.add_link_span(span)
         if not closing.passed:
-            raise LinkFailed(FailureReason.LINK_CLOSING_CHECK, "closing check after the last "
-                             f"load: {'; '.join(closing.problems)}")  # fmt: skip
+            raise LinkFailed(
+                FailureReason.LINK_CLOSING_CHECK,
+                f"closing check after the last load: {'; '.join(closing.problems)}",
+            )
 
     def _loads(self, proven: ProvenLink, span: dict[str, Any]) -> None:
         if self.cfg.kind != "page":
@@ -295,12 +327,19 @@ class _Job:
             )  # one browser for every arm (arms.resolve checked)
             for a in cfg.resolved_arms():
                 profile = tb.workdir("client") / f"profile-{a.name}"
-                bspec = BrowserSpec(arm=a.name, protocol=a.protocol, host=cfg.host,
-                                    server_ip=tb.server_ip, port=a.port, spki_pin=spki_pin,
-                                    user_data_dir=profile, client=client,
-                                    quic_version=servers[a.name].quic_version,
-                                    ca_cert=ca_cert if client != "chromium" else None,
-                                    **extra[a.name])  # fmt: skip
+                bspec = BrowserSpec(
+                    arm=a.name,
+                    protocol=a.protocol,
+                    host=cfg.host,
+                    server_ip=tb.server_ip,
+                    port=a.port,
+                    spki_pin=spki_pin,
+                    user_data_dir=profile,
+                    client=client,
+                    quic_version=servers[a.name].quic_version,
+                    ca_cert=ca_cert if client != "chromium" else None,
+                    **extra[a.name],
+                )
                 browsers[a.name] = Browser(bspec, tb, log_dir)
             # the arms' browsers start side by side, all from this thread (a child's
             # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)
@@ -326,8 +365,9 @@ class _Job:
                 srv = servers[arm]
                 srv.mark()
                 lt = tracing.begin(arm, rep) if tracing else None
-                result = browsers[arm].load(urls[arm], fresh_context=cfg.mode == "1rtt",
-                                            timeout_s=cfg.load_timeout_s)  # fmt: skip
+                result = browsers[arm].load(
+                    urls[arm], fresh_context=cfg.mode == "1rtt", timeout_s=cfg.load_timeout_s
+                )
                 facts = _server_facts(srv, page["objects"])
                 facts.update(srv.observe())
                 if tracing and lt:
@@ -338,30 +378,43 @@ class _Job:
                 reasons = _judge(cfg, srv, warm, result, m, facts, page)
                 gen = proven.current_generation()
                 if gen != proven.generation:
-                    reasons.append(f"the link changed under this load (generation "
-                                   f"{proven.generation} -> {gen})")  # fmt: skip
+                    reasons.append(
+                        f"the link changed under this load (generation "
+                        f"{proven.generation} -> {gen})"
+                    )
                 store.add_run(
                     {
-                        "cell_id": cell_id, "attempt": attempt, "arm": arm, "rep": rep,
-                        "seq": seq, "warmup": int(warm), "valid": int(not reasons),
-                        "reason": "; ".join(reasons), "plt_ms": m.get("plt_ms"),
-                        "onload_ms": m.get("onload_ms"), "dns_ms": m.get("dns_ms"),
-                        "nav_load_ms": m.get("nav_load_ms"), "ttfb_ms": m.get("ttfb_ms"),
-                        "objects": m.get("objects"), "bytes": m.get("bytes"),
+                        "cell_id": cell_id,
+                        "attempt": attempt,
+                        "arm": arm,
+                        "rep": rep,
+                        "seq": seq,
+                        "warmup": int(warm),
+                        "valid": int(not reasons),
+                        "reason": "; ".join(reasons),
+                        "plt_ms": m.get("plt_ms"),
+                        "onload_ms": m.get("onload_ms"),
+                        "dns_ms": m.get("dns_ms"),
+                        "nav_load_ms": m.get("nav_load_ms"),
+                        "ttfb_ms": m.get("ttfb_ms"),
+                        "objects": m.get("objects"),
+                        "bytes": m.get("bytes"),
                         "protocols": m.get("protocols"),
                         "used_0rtt": int(facts["used_0rtt"]) if "used_0rtt" in facts else None,
                         "tls_resumed": int(facts.get("tls_resumed", False)),
-                        "detail": {"entries": m.get("entries"), "server": facts,
-                                   "error": result.get("error"), "context": result.get("context"),
-                                   "main_connect_ms": m.get("main_connect_ms"),
-                                   "main_ssl_ms": m.get("main_ssl_ms"),
-                                   "link": {"generation": gen,
-                                            "receipt": proven.receipt.created},
-                                   **({"traces": tracing.detail(lt)} if tracing and lt
-                                      else {})},
+                        "detail": {
+                            "entries": m.get("entries"),
+                            "server": facts,
+                            "error": result.get("error"),
+                            "context": result.get("context"),
+                            "main_connect_ms": m.get("main_connect_ms"),
+                            "main_ssl_ms": m.get("main_ssl_ms"),
+                            "link": {"generation": gen, "receipt": proven.receipt.created},
+                            **({"traces": tracing.detail(lt)} if tracing and lt else {}),
+                        },
                     },
                     result.get("har"),
-                )  # fmt: skip
+                )
                 if span["first_seq"] is None:
                     span["first_seq"] = seq
                 span["last_seq"] = seq
@@ -396,26 +449,39 @@ class _Job:
 
         _, log_dir = self.store.paths(self.cell_id, self.attempt)
         result = run_transfer(self.cfg, self.tb, proven, log_dir, self.progress)
-        self.store.set_transfer(self.cell_id, self.attempt, self.cfg.kind,
-                                result.model_dump(mode="json"))  # fmt: skip
+        self.store.set_transfer(
+            self.cell_id, self.attempt, self.cfg.kind, result.model_dump(mode="json")
+        )
         span.update(first_seq=0, last_seq=len(result.runs) - 1)
 
     def _traceset(self) -> TraceSet | None:
         if self.traces == "none":
             return None
         arms = self.cfg.resolved_arms()
-        ctx = TraceContext(level=self.traces, testbed=self.tb, results=self.store.root,
-                           cell_id=self.cell_id, attempt=self.attempt, arms=self.cfg.arms,
-                           transports={a.name: a.transport for a in arms})  # fmt: skip
+        ctx = TraceContext(
+            level=self.traces,
+            testbed=self.tb,
+            results=self.store.root,
+            cell_id=self.cell_id,
+            attempt=self.attempt,
+            arms=self.cfg.arms,
+            transports={a.name: a.transport for a in arms},
+        )
         for a in arms:
             if a.transport == "udp":
                 qdir = self.tb.workdir("server") / "qlog" / f"{self.cell_id}-{self.attempt}"
                 ctx.qlog_dirs[a.name] = qdir / a.name
         tracing = TraceSet(ctx, instruments())
-        self.store.add_provenance(self.cell_id, self.attempt, "traces",
-                                  {"level": self.traces,
-                                   "instruments": [t.name for t in tracing.tracers],
-                                   "unavailable": tracing.unavailable})  # fmt: skip
+        self.store.add_provenance(
+            self.cell_id,
+            self.attempt,
+            "traces",
+            {
+                "level": self.traces,
+                "instruments": [t.name for t in tracing.tracers],
+                "unavailable": tracing.unavailable,
+            },
+        )
         return tracing
 
     def _arm_dir(self) -> Path:
@@ -458,14 +524,22 @@ class _Job:
                         else:
                             lt.missing[name] = "Chromium wrote no file"
             tracing.finish()
-            runs = {f"{r['cell_id']}:{r['attempt']}:{r['arm']}:{r['rep']}": r
-                    for r in self.store.runs(self.cell_id, self.attempt)}  # fmt: skip
+            runs = {
+                f"{r['cell_id']}:{r['attempt']}:{r['arm']}:{r['rep']}": r
+                for r in self.store.runs(self.cell_id, self.attempt)
+            }
             for run_id, lt in loads:
                 r = runs.get(run_id, {})
-                facts = derive(lt.samples, arm=lt.key.arm, ttfb_ms=r.get("ttfb_ms"),
-                               plt_ms=r.get("plt_ms"), page_start_ms=lt.page_start_ms)  # fmt: skip
-                self.store.update_run_detail(run_id, {"traces": tracing.detail(lt),
-                                                      "transport": facts})  # fmt: skip
+                facts = derive(
+                    lt.samples,
+                    arm=lt.key.arm,
+                    ttfb_ms=r.get("ttfb_ms"),
+                    plt_ms=r.get("plt_ms"),
+                    page_start_ms=lt.page_start_ms,
+                )
+                self.store.update_run_detail(
+                    run_id, {"traces": tracing.detail(lt), "transport": facts}
+                )
         finally:
             tracing.stop()
 
@@ -500,9 +574,12 @@ def _serve(
     tb.push("server", www / cfg.page, work / "www" / cfg.page)  # only this cell's page
     tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
     tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
-    spec = ServeSpec(docroot=work / "www", cert=work / "tls" / pki.cert.name,
-                     key=work / "tls" / pki.key.name,
-                     logdir=tb.outbox("server", log_dir))  # fmt: skip
+    spec = ServeSpec(
+        docroot=work / "www",
+        cert=work / "tls" / pki.cert.name,
+        key=work / "tls" / pki.key.name,
+        logdir=tb.outbox("server", log_dir),
+    )
     # the CA for a browser that trusts by CA (chromium72), never its key
     ca = tb.workdir("client") / "tls" / pki.ca_cert.name
     tb.push("client", pki.ca_cert, ca, mode=0o644)
@@ -516,8 +593,17 @@ def verify_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for r in runs:
         if r["warmup"]:
             continue
-        a = out.setdefault(r["arm"], {"measured": 0, "valid": 0, "protocols": [],
-                                      "used_0rtt": 0, "tls_resumed": 0, "cc": []})  # fmt: skip
+        a = out.setdefault(
+            r["arm"],
+            {
+                "measured": 0,
+                "valid": 0,
+                "protocols": [],
+                "used_0rtt": 0,
+                "tls_resumed": 0,
+                "cc": [],
+            },
+        )
         a["measured"] += 1
         a["valid"] += int(bool(r["valid"]))
         a["used_0rtt"] += int(r["used_0rtt"] == 1)

@@ -90,8 +90,7 @@ def parse_flows(text: str) -> tuple[tuple[str, int], ...]:
         except ValueError:
             count = 0
         if not arm or count < 1:
-            raise QuicbedError(f"flows: {part.strip()!r} is not ARMxN with N >= 1 (e.g. "
-                               "h3x1,h2x4)")  # fmt: skip
+            raise QuicbedError(f"flows: {part.strip()!r} is not ARMxN with N >= 1 (e.g. h3x1,h2x4)")
         out.append((arm, count))
     if len({a for a, _ in out}) != len(out):
         raise QuicbedError(f"flows: an arm is named twice in {text!r}")
@@ -224,8 +223,10 @@ class CellConfig(BaseModel):
         from quicbed.bulkobjects import object_path
 
         if self.page != object_path(t.size):
-            raise ValueError(f"a {self.kind} cell's page is its object {object_path(t.size)!r} "
-                             f"(got {self.page!r})")  # fmt: skip
+            raise ValueError(
+                f"a {self.kind} cell's page is its object {object_path(t.size)!r} "
+                f"(got {self.page!r})"
+            )
         if self.kind == "bulk":
             if t.flows or t.stagger_s:
                 raise ValueError("flows and stagger are for compete cells, not bulk")
@@ -236,12 +237,16 @@ class CellConfig(BaseModel):
             raise ValueError("a compete cell needs a duration (seconds every flow runs)")
         named = [a for a, _ in t.flows]
         if tuple(named) != self.arms:
-            raise ValueError(f"a compete cell's arms are its flows' arms in order "
-                             f"({','.join(named)}), got {','.join(self.arms)}")  # fmt: skip
+            raise ValueError(
+                f"a compete cell's arms are its flows' arms in order "
+                f"({','.join(named)}), got {','.join(self.arms)}"
+            )
         total = sum(n for _, n in t.flows)
         if not 2 <= total <= MAX_FLOWS:
-            raise ValueError(f"a compete cell runs 2 to {MAX_FLOWS} flows at once "
-                             f"(flows {flows_text(t.flows)}: {total})")  # fmt: skip
+            raise ValueError(
+                f"a compete cell runs 2 to {MAX_FLOWS} flows at once "
+                f"(flows {flows_text(t.flows)}: {total})"
+            )
 
     def resolved_arms(self) -> list[Arm]:
         return resolve(self.arms, self.arm_settings, self.cc)
@@ -268,8 +273,9 @@ class CellConfig(BaseModel):
     def link_key(self) -> str:
         """What the link and the hosts' tuning depend on: cells with equal keys can share
         one shaped link and its receipt (quicbed.link.proof)."""
-        return json.dumps([self.condition.model_dump(mode="json"), self.shaper, self.tcp_cc()],
-                          sort_keys=True)  # fmt: skip
+        return json.dumps(
+            [self.condition.model_dump(mode="json"), self.shaper, self.tcp_cc()], sort_keys=True
+        )
 
     def schedule(self) -> list[tuple[str, int]]:
         """(arm, rep) in execution order; reps 0..warmup-1 are warm-ups.

@@ -111,8 +111,10 @@ def testbed_down(tb: TestbedOptions) -> None:
             removed = bed.teardown()
     finally:
         bed.close()
-    out.print(f"testbed {tb.name()}: "
-              + (f"removed {', '.join(removed)}" if removed else "nothing to remove"))  # fmt: skip
+    out.print(
+        f"testbed {tb.name()}: "
+        + (f"removed {', '.join(removed)}" if removed else "nothing to remove")
+    )
 
 
 @testbed_app.command("status")
@@ -171,8 +173,9 @@ def link_check(
     bed = tb.open("quicbed link check")
     try:
         with shaped_link(bed, cond, shaper, cc=cc) as shaped:
-            receipt = measure(bed, cond, shaped.shaper, shaped.tuning, tcp_seconds=tcp_seconds,
-                              cc=cc)  # fmt: skip
+            receipt = measure(
+                bed, cond, shaped.shaper, shaped.tuning, tcp_seconds=tcp_seconds, cc=cc
+            )
     finally:
         bed.close()
     data = receipt.model_dump(mode="json")
@@ -272,8 +275,9 @@ def cell_cmd(
         if (Path(out_dir) / DB_NAME).exists():  # a damaged store: refused before the testbed
             Store(Path(out_dir)).close()
         validate(cfg)
-        check_budget([PlannedCell(scenario="cell", config=cfg)], receipt_tcp_seconds,
-                     max_hours, yes)  # fmt: skip
+        check_budget(
+            [PlannedCell(scenario="cell", config=cfg)], receipt_tcp_seconds, max_hours, yes
+        )
     if traces is not None:
         from quicbed.traces import check_level
 
@@ -286,10 +290,15 @@ def cell_cmd(
         def step(arm: str, done: int, total: int) -> None:
             bar.update(task, completed=done, description=f"cell {cfg.cell_id()}: {arm}")
 
-        result = run_cell_into(cfg, Path(out_dir), testbed=bed,
-                               force=force or packaged is not None, traces=traces or "light",
-                               receipt_tcp_seconds=receipt_tcp_seconds,
-                               progress=step)  # fmt: skip
+        result = run_cell_into(
+            cfg,
+            Path(out_dir),
+            testbed=bed,
+            force=force or packaged is not None,
+            traces=traces or "light",
+            receipt_tcp_seconds=receipt_tcp_seconds,
+            progress=step,
+        )
     if as_json:
         print_json(result.as_dict())
     else:
@@ -352,8 +361,10 @@ def run_cmd(
     from quicbed.sweep import check_budget, check_folder, kept_cells, run_sweep
 
     if retry_failed and not resume:
-        raise QuicbedError("--retry-failed measures a sweep's failed cells again: it needs "
-                           "--resume (and the sweep's --out)")  # fmt: skip
+        raise QuicbedError(
+            "--retry-failed measures a sweep's failed cells again: it needs "
+            "--resume (and the sweep's --out)"
+        )
     part = parse_shard(shard) if shard is not None else None
     spec = load_spec(Path(spec_file))
     hosts = tb.host_list()
@@ -385,8 +396,10 @@ def run_cmd(
     where = f" on {len(beds)} testbeds" if len(beds) > 1 else ""
     what = f"shard {part} of sweep" if part else "sweep"
     before = f" ({len(cells) - len(todo)} kept from before)" if len(todo) < len(cells) else ""
-    out.print(f"{what} {spec.name!r}: {len(cells)} cells{before}, about "
-              f"{est / 60 / len(beds):.0f} min{where}; results in {out_dir}")  # fmt: skip
+    out.print(
+        f"{what} {spec.name!r}: {len(cells)} cells{before}, about "
+        f"{est / 60 / len(beds):.0f} min{where}; results in {out_dir}"
+    )
     with ExitStack() as owning, progress() as bar:
         for bed in beds:
             owning.enter_context(owned(bed, "quicbed run", keep_testbed))
@@ -399,8 +412,11 @@ def run_cmd(
             c = pc.config
             seen.add(c.cell_id())  # several testbeds: cells start out of plan order
             done = i if len(beds) == 1 else max(0, len(seen) - len(beds))
-            bar.update(cells_task, completed=done, description=f"{pc.scenario}: {c.page}, "
-                       f"{c.condition.label()} ({what})")  # fmt: skip
+            bar.update(
+                cells_task,
+                completed=done,
+                description=f"{pc.scenario}: {c.page}, {c.condition.label()} ({what})",
+            )
 
         def on_load(arm: str, done: int, total: int) -> None:
             bar.update(loads_task, completed=done, total=total, description=f"loads ({arm})")
@@ -408,15 +424,26 @@ def run_cmd(
         def on_lost(bed: Testbed, why: str) -> None:
             out.print(f"[red]testbed {bed.describe_short()} taken out of the sweep:[/] {why}")
 
-        result = run_sweep(spec, Path(out_dir), testbeds=beds, resume=resume,
-                           retry_failed=retry_failed, force=force, shard=part,
-                           on_cell=on_cell, on_load=on_load, on_lost=on_lost)  # fmt: skip
+        result = run_sweep(
+            spec,
+            Path(out_dir),
+            testbeds=beds,
+            resume=resume,
+            retry_failed=retry_failed,
+            force=force,
+            shard=part,
+            on_cell=on_cell,
+            on_load=on_load,
+            on_lost=on_lost,
+        )
         if not result.stopped:
             bar.update(cells_task, completed=len(cells))
     print_sweep_result(result, what, spec.name, out_dir)
     if result.stopped:
-        out.print(f"stopped on request with {result.stopped} cell(s) not started; continue: "
-                  f"quicbed run {spec_file} --out {out_dir} --resume")  # fmt: skip
+        out.print(
+            f"stopped on request with {result.stopped} cell(s) not started; continue: "
+            f"quicbed run {spec_file} --out {out_dir} --resume"
+        )
         raise typer.Exit(STOPPED_EXIT)
     if result.failed:
         raise typer.Exit(1)
@@ -434,8 +461,10 @@ def stop_cmd(
 
     pid = request_stop(Path(results))
     who = f" (PID {pid})" if pid else ""
-    out.print(f"asked the sweep in {results}{who} to stop after its cell in progress; "
-              "it exits when that cell ends")  # fmt: skip
+    out.print(
+        f"asked the sweep in {results}{who} to stop after its cell in progress; "
+        "it exits when that cell ends"
+    )
 
 
 @app.command("merge")
@@ -455,8 +484,10 @@ def merge_cmd(
     result = merge([Path(f) for f in folders], Path(out_dir), force=force)
     for w in result.warnings:
         warn(w)
-    out.print(f"merged {len(folders)} folders: {result.cells} cells, {result.attempts} "
-              f"attempts in {out_dir}")  # fmt: skip
+    out.print(
+        f"merged {len(folders)} folders: {result.cells} cells, {result.attempts} "
+        f"attempts in {out_dir}"
+    )
     out.print(f"next: quicbed report {out_dir}")
 
 
@@ -556,8 +587,14 @@ def package_cmd(
 
     from quicbed.package import build_package
 
-    r = build_package(Path(results), Path(dest) if dest else None, no_har=no_har,
-                      traces=traces, keys=keys, replace=replace)  # fmt: skip
+    r = build_package(
+        Path(results),
+        Path(dest) if dest else None,
+        no_har=no_har,
+        traces=traces,
+        keys=keys,
+        replace=replace,
+    )
     print_package(r)
 
 

@@ -59,8 +59,9 @@ def options(name: str, group: type, *, only: Collection[str] | None = None) -> C
         sig = inspect.signature(func, eval_str=True)
         clash = set(sig.parameters) & {p.name for p in params}
         if name not in sig.parameters or clash:
-            raise TypeError(f"{func.__name__}: needs a parameter {name!r} and no "
-                            f"{', '.join(sorted(clash))}")  # fmt: skip
+            raise TypeError(
+                f"{func.__name__}: needs a parameter {name!r} and no {', '.join(sorted(clash))}"
+            )
         every: list[inspect.Parameter] = []
         for p in sig.parameters.values():
             every += params if p.name == name else [p.replace(kind=keyword)]
@@ -134,8 +135,11 @@ class TestbedOptions:
 
             if not hosts:
                 raise QuicbedError("--testbed ssh needs --hosts (an inventory or a manifest)")
-            return load(Path(hosts), user=self.ssh_user,
-                        key=Path(self.ssh_key).expanduser() if self.ssh_key else None)  # fmt: skip
+            return load(
+                Path(hosts),
+                user=self.ssh_user,
+                key=Path(self.ssh_key).expanduser() if self.ssh_key else None,
+            )
         raise QuicbedError(f"testbed: unknown {kind!r} (local or ssh)")
 
 
@@ -185,13 +189,22 @@ def owned(tb: Testbed, what: str, keep: bool) -> Iterator[None]:
                     except QuicbedError as exc:
                         if tb.lost is None:
                             raise
-                        print(f"quicbed: testbed {tb.describe_short()} (taken out: {tb.lost}) "
-                              f"could not be torn down: {exc}", file=sys.stderr)  # fmt: skip
+                        print(
+                            f"quicbed: testbed {tb.describe_short()} (taken out: {tb.lost}) "
+                            f"could not be torn down: {exc}",
+                            file=sys.stderr,
+                        )
                         removed = None
                     if removed is not None:
-                        print(f"quicbed: testbed {tb.describe_short()} torn down"
-                              + (f" (removed {len(removed)}: {', '.join(removed)})" if removed
-                                 else ""), file=sys.stderr)  # fmt: skip
+                        print(
+                            f"quicbed: testbed {tb.describe_short()} torn down"
+                            + (
+                                f" (removed {len(removed)}: {', '.join(removed)})"
+                                if removed
+                                else ""
+                            ),
+                            file=sys.stderr,
+                        )
     finally:
         tb.close()
 
@@ -250,10 +263,20 @@ class LinkOptions:
             raise QuicbedError(
                 f"jitter kind: unknown {self.jitter_kind!r} (one of none, reorder, smooth)"
             ) from None
-        kw = dict(rate_mbit=rate, rtt_ms=self.rtt, delay_down_ms=self.delay_down,
-                  delay_up_ms=self.delay_up, loss_pct=self.loss, loss_down_pct=self.loss_down,
-                  loss_up_pct=self.loss_up, jitter_ms=self.jitter, jitter_kind=jitter_kind,
-                  queue=self.queue, count=self.count, seed=self.seed)  # fmt: skip
+        kw = dict(
+            rate_mbit=rate,
+            rtt_ms=self.rtt,
+            delay_down_ms=self.delay_down,
+            delay_up_ms=self.delay_up,
+            loss_pct=self.loss,
+            loss_down_pct=self.loss_down,
+            loss_up_pct=self.loss_up,
+            jitter_ms=self.jitter,
+            jitter_kind=jitter_kind,
+            queue=self.queue,
+            count=self.count,
+            seed=self.seed,
+        )
         return make_condition(**{k: v for k, v in kw.items() if v is not None})
 
 
@@ -311,9 +334,18 @@ class CellOptions:
         from quicbed.arms import parse_cli
 
         names, settings = parse_cli(self.arms)
-        return make_cell(condition=condition, page=page, runs=self.runs, warmup=self.warmup,
-                         mode=self.mode, arms=names, arm_settings=settings, order=self.order,
-                         cc=self.cc, shaper=self.shaper)  # fmt: skip
+        return make_cell(
+            condition=condition,
+            page=page,
+            runs=self.runs,
+            warmup=self.warmup,
+            mode=self.mode,
+            arms=names,
+            arm_settings=settings,
+            order=self.order,
+            cc=self.cc,
+            shaper=self.shaper,
+        )
 
 
 # --- options more than one command has ------------------------------------------------

@@ -79,13 +79,28 @@ def commands() -> list[Command]:
             for p in cmd.params:
                 repeated = bool(p.multiple or p.nargs == -1)
                 if p.param_type_name == "argument":
-                    flags.append(Flag((p.name.upper(),), "", "", getattr(p, "help", "") or "",
-                                      argument=True, required=p.required,
-                                      repeated=repeated))  # fmt: skip
+                    flags.append(
+                        Flag(
+                            (p.name.upper(),),
+                            "",
+                            "",
+                            getattr(p, "help", "") or "",
+                            argument=True,
+                            required=p.required,
+                            repeated=repeated,
+                        )
+                    )
                 elif p.name != "help":
-                    flags.append(Flag((*p.opts, *p.secondary_opts), _metavar(p), _default(p),
-                                      " ".join((p.help or "").split()), required=p.required,
-                                      repeated=repeated))  # fmt: skip
+                    flags.append(
+                        Flag(
+                            (*p.opts, *p.secondary_opts),
+                            _metavar(p),
+                            _default(p),
+                            " ".join((p.help or "").split()),
+                            required=p.required,
+                            repeated=repeated,
+                        )
+                    )
             summary = " ".join((cmd.help or "").split("\n\n")[0].split())
             yield Command(" ".join([*path, name]), summary, tuple(flags))
 
@@ -166,8 +181,7 @@ def readme_sections(text: str) -> dict[str, str]:
     for line in m.group(0).splitlines():
         if line.startswith("quicbed "):
             words = line.split()
-            current = next((p for p in paths if words[1 : 1 + len(p.split())] == p.split()),
-                           None)  # fmt: skip
+            current = next((p for p in paths if words[1 : 1 + len(p.split())] == p.split()), None)
             if current is not None:
                 out[current] = ""
         if current is not None:

@@ -53,18 +53,25 @@ def print_testbed_status(info: dict[str, Any], kind: str, name: str) -> None:
     if kind == "ssh":
         out.print(f"ssh testbed {name}: {'reachable' if info['complete'] else 'NOT reachable'}")
         for role, r in info["roles"].items():
-            state = (f"{r['system']}; pids {r['pids'] or '-'}" if r["reachable"]
-                     else f"[red]{r['error']}[/]")  # fmt: skip
+            state = (
+                f"{r['system']}; pids {r['pids'] or '-'}"
+                if r["reachable"]
+                else f"[red]{r['error']}[/]"
+            )
             out.print(f"  {role:7} {r['address']}: {state}")
         return
     state = "up" if info["complete"] else ("partial" if any(info["roles"].values()) else "down")
     out.print(f"testbed {name}: {state}")
     for role, r in info["roles"].items():
         if r:
-            ifs = ", ".join(f"{n} {v['state']} {' '.join(v['addresses'])}".strip()
-                            for n, v in r["interfaces"].items())  # fmt: skip
-            out.print(f"  {role:7} {r['namespace']}: {ifs}; pids {r['pids'] or '-'}; "
-                      f"qdiscs {', '.join(r['qdiscs']) or '-'}")  # fmt: skip
+            ifs = ", ".join(
+                f"{n} {v['state']} {' '.join(v['addresses'])}".strip()
+                for n, v in r["interfaces"].items()
+            )
+            out.print(
+                f"  {role:7} {r['namespace']}: {ifs}; pids {r['pids'] or '-'}; "
+                f"qdiscs {', '.join(r['qdiscs']) or '-'}"
+            )
 
 
 # --- link -----------------------------------------------------------------------------
@@ -82,8 +89,9 @@ def print_receipt(receipt: Any) -> None:
         verdict = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]n/j[/]"}[c.passed]
         acc = f"{f(c.low)}..{f(c.high)}" if c.low is not None or c.high is not None else "-"
         note = c.note if c.passed is not True else ""
-        t.add_row(c.name, f"{f(c.expected)} {c.unit}", f"{f(c.measured)} {c.unit}", acc, verdict,
-                  note)  # fmt: skip
+        t.add_row(
+            c.name, f"{f(c.expected)} {c.unit}", f"{f(c.measured)} {c.unit}", acc, verdict, note
+        )
     out.print(t)
     if receipt.emulator and "cpu_pct_during_tcp_max" in receipt.emulator:
         out.print(
@@ -96,8 +104,10 @@ def print_receipt(receipt: Any) -> None:
 def print_cell(result: Any, cfg: Any) -> None:
     """A measured cell: per arm n, mean, sd, median, CI; each comparison; verification."""
     how = cfg.mode if cfg.kind == "page" else cfg.kind  # a transfer has no 0-RTT mode
-    out.print(f"cell {result.cell_id} attempt {result.attempt}: {cfg.page}, "
-              f"{cfg.condition.label()}, {how}, results in {result.out}")  # fmt: skip
+    out.print(
+        f"cell {result.cell_id} attempt {result.attempt}: {cfg.page}, "
+        f"{cfg.condition.label()}, {how}, results in {result.out}"
+    )
     out.print("arms: " + "; ".join(a.describe() for a in cfg.resolved_arms()))
     if result.status != "done":
         out.print(f"[red]failed:[/] {result.problem}")
@@ -124,8 +134,14 @@ def print_cell(result: Any, cfg: Any) -> None:
         for s in (c.tcp, c.quic):
             if s.arm not in shown:
                 shown.add(s.arm)
-                t.add_row(s.arm, str(s.n), f(s.mean), f(s.sd), f(s.median),
-                          f"{f(s.ci95_low)}..{f(s.ci95_high)}")  # fmt: skip
+                t.add_row(
+                    s.arm,
+                    str(s.n),
+                    f(s.mean),
+                    f(s.sd),
+                    f(s.median),
+                    f"{f(s.ci95_low)}..{f(s.ci95_high)}",
+                )
     if shown:
         out.print(t)
     for name, c in result.comparisons.items():
@@ -135,14 +151,18 @@ def print_cell(result: Any, cfg: Any) -> None:
         else:
             sig = "significant" if c.significant else "not significant"
             faster = f"{cand} faster" if (c.pct_diff or 0) > 0 else f"{ref} faster"
-            out.print(f"{name}: difference ({ref} - {cand}) / {cand} = {c.pct_diff:+.1f} % "
-                      f"({faster}); Welch p = {c.welch_p:.3g}, {sig} at {c.alpha:g}")  # fmt: skip
+            out.print(
+                f"{name}: difference ({ref} - {cand}) / {cand} = {c.pct_diff:+.1f} % "
+                f"({faster}); Welch p = {c.welch_p:.3g}, {sig} at {c.alpha:g}"
+            )
         for w in c.warnings:
             warn(w)
     for arm, v in sorted(result.verified.items(), key=lambda kv: list(cfg.arms).index(kv[0])):
-        out.print(f"{arm}: {v['valid']}/{v['measured']} loads verified, protocols "
-                  f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
-                  f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}")  # fmt: skip
+        out.print(
+            f"{arm}: {v['valid']}/{v['measured']} loads verified, protocols "
+            f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
+            f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}"
+        )
     for arm, reasons in result.invalid.items():
         out.print(f"[yellow]{len(reasons)} invalid {arm} load(s):[/] {reasons[0]}")
 
@@ -159,8 +179,10 @@ def print_transfer(r: Any) -> None:
         for a in r.summary.values():
             share = "-" if a.share_mean is None else f"{a.share_mean * 100:.1f} %"
             per_flow = "-" if a.per_flow_mbit_mean is None else f"{a.per_flow_mbit_mean:.2f} Mbit/s"
-            out.print(f"{a.arm} x{a.n_flows}: share {share} (fair {a.fair_share * 100:.0f} %), "
-                      f"{per_flow} per flow, over {a.n} repetitions")  # fmt: skip
+            out.print(
+                f"{a.arm} x{a.n_flows}: share {share} (fair {a.fair_share * 100:.0f} %), "
+                f"{per_flow} per flow, over {a.n} repetitions"
+            )
         jain = "n/a" if r.jain_mean is None else f"{r.jain_mean:.3f}"
         out.print(f"Jain's index {jain} (mean over repetitions)")
     for name, metrics in r.comparisons.items():
@@ -168,15 +190,18 @@ def print_transfer(r: Any) -> None:
             if not c["enough"]:
                 out.print(f"[yellow]{name} ({metric}): no comparison:[/] {c['problem']}")
             else:
-                out.print(f"{name} ({metric}): {c['pct_diff']:+.1f} %, {c['test']} p = "
-                          f"{c['p']:.3g}")  # fmt: skip
+                out.print(
+                    f"{name} ({metric}): {c['pct_diff']:+.1f} %, {c['test']} p = {c['p']:.3g}"
+                )
 
 
 # --- sweeps ---------------------------------------------------------------------------
 def print_sweep_result(result: Any, what: str, name: str, folder: str) -> None:
     stopped = f", {result.stopped} not started (stop requested)" if result.stopped else ""
-    out.print(f"{what} {name!r}: {result.done} cells measured, {result.skipped} kept from "
-              f"before, {result.failed} failed{stopped}; results in {folder}")  # fmt: skip
+    out.print(
+        f"{what} {name!r}: {result.done} cells measured, {result.skipped} kept from "
+        f"before, {result.failed} failed{stopped}; results in {folder}"
+    )
     for r in result.results:
         if r.status != "done":
             out.print(f"[red]cell {r.cell_id} failed:[/] {r.problem}")
@@ -186,10 +211,11 @@ def print_sweep_result(result: Any, what: str, name: str, folder: str) -> None:
 def print_package(r: Any) -> None:
     """A written replication package: what it holds and its checksum (plain: paths)."""
     c = r.counts
-    more = (f", {c['traces']} trace files ({c['keys']} TLS key logs)"
-            if "traces" in c else "")  # fmt: skip
-    print(f"wrote {r.path}: {r.size / 1024:.0f} KiB, {r.files} files ({c['cells']} cells, "
-          f"{c['runs']} loads, {c['hars']} HARs, {c['logs']} logs{more})")  # fmt: skip
+    more = f", {c['traces']} trace files ({c['keys']} TLS key logs)" if "traces" in c else ""
+    print(
+        f"wrote {r.path}: {r.size / 1024:.0f} KiB, {r.files} files ({c['cells']} cells, "
+        f"{c['runs']} loads, {c['hars']} HARs, {c['logs']} logs{more})"
+    )
     print(f"SHA-256 {r.sha256} (publish it with the paper)")
     for n in r.notes:
         print(f"note: {n}")

@@ -129,8 +129,9 @@ def explain(
 
 def traced(runs: list[dict[str, Any]]) -> bool:
     """Whether an attempt's loads were traced (level light or full)."""
-    return any(((r["detail"] or {}).get("traces") or {}).get("level", "none") != "none"
-               for r in runs)  # fmt: skip
+    return any(
+        ((r["detail"] or {}).get("traces") or {}).get("level", "none") != "none" for r in runs
+    )
 
 
 def choose(
@@ -144,9 +145,11 @@ def choose(
     att = done[-1]
     runs = store.runs(cell_id, att["attempt"])
     if not traced(runs):
-        raise QuicbedError(f"cell {cell_id} attempt {att['attempt']} was measured without "
-                           "traces (--traces none): nothing to explain; rerun it with "
-                           "--traces light")  # fmt: skip
+        raise QuicbedError(
+            f"cell {cell_id} attempt {att['attempt']} was measured without "
+            "traces (--traces none): nothing to explain; rerun it with "
+            "--traces light"
+        )
     kind = ((att["provenance"] or {}).get("testbed") or {}).get("kind", "local")
     loads = {}
     for arm in cfg.get("arms", ARMS):
@@ -156,17 +159,23 @@ def choose(
             hit = [r for r in measured if r["rep"] == rep]
             if not hit:
                 reps = ", ".join(str(r["rep"]) for r in measured) or "none"
-                raise QuicbedError(f"--rep {rep}: cell {cell_id} attempt {att['attempt']} has "
-                                   f"no measured {arm} load {rep} (measured: {reps})")  # fmt: skip
+                raise QuicbedError(
+                    f"--rep {rep}: cell {cell_id} attempt {att['attempt']} has "
+                    f"no measured {arm} load {rep} (measured: {reps})"
+                )
             r = hit[0]
             if not (r["valid"] and r["plt_ms"] is not None):
-                raise QuicbedError(f"--rep {rep}: the {arm} load {rep} of cell {cell_id} is "
-                                   f"invalid ({r['reason'] or 'no PLT'})")  # fmt: skip
+                raise QuicbedError(
+                    f"--rep {rep}: the {arm} load {rep} of cell {cell_id} is "
+                    f"invalid ({r['reason'] or 'no PLT'})"
+                )
             why = f"rep {rep}, as asked"
         else:
             if not valid:
-                raise QuicbedError(f"cell {cell_id} attempt {att['attempt']}: no valid "
-                                   f"measured {arm} load to explain")  # fmt: skip
+                raise QuicbedError(
+                    f"cell {cell_id} attempt {att['attempt']}: no valid "
+                    f"measured {arm} load to explain"
+                )
             med = statistics.median(r["plt_ms"] for r in valid)
             r = min(valid, key=lambda x: (abs(x["plt_ms"] - med), x["rep"]))
             why = f"PLT closest to the arm's median ({med:.1f} ms of {len(valid)} valid loads)"
@@ -199,11 +208,21 @@ def _read_load(root: Path, run: dict[str, Any], why: str, testbed_kind: str) -> 
             s["t_page_ms"] = None if s["t_ms"] is None else s["t_ms"] - (offset or 0.0)
     elif not missing:
         missing["transport"] = "no transport samples were stored for this load"
-    return ArmLoad(arm=run["arm"], rep=run["rep"], plt_ms=float(run["plt_ms"]),
-                   ttfb_ms=run["ttfb_ms"], why_chosen=why, level=tr.get("level", "none"),
-                   missing=missing, facts=detail.get("transport") or {}, entries=entries,
-                   offset_ms=offset, align_note=note, samples=samples,
-                   quic="h3" in (run.get("protocols") or []))  # fmt: skip
+    return ArmLoad(
+        arm=run["arm"],
+        rep=run["rep"],
+        plt_ms=float(run["plt_ms"]),
+        ttfb_ms=run["ttfb_ms"],
+        why_chosen=why,
+        level=tr.get("level", "none"),
+        missing=missing,
+        facts=detail.get("transport") or {},
+        entries=entries,
+        offset_ms=offset,
+        align_note=note,
+        samples=samples,
+        quic="h3" in (run.get("protocols") or []),
+    )
 
 
 def _wall(iso: str) -> float:
@@ -231,9 +250,18 @@ def _har_timeline(root: Path, run: dict[str, Any]) -> tuple[list[dict[str, Any]]
         connect_start = start + ms("blocked") + ms("dns")
         sent = connect_start + ms("connect") + ms("send")
         first = sent + ms("wait")
-        out.append({"url": e["request"]["url"], "start": start, "connect_start": connect_start,
-                    "connect_ms": ms("connect"), "ssl_ms": ms("ssl"), "sent": sent,
-                    "first_byte": first, "end": first + ms("receive")})  # fmt: skip
+        out.append(
+            {
+                "url": e["request"]["url"],
+                "start": start,
+                "connect_start": connect_start,
+                "connect_ms": ms("connect"),
+                "ssl_ms": ms("ssl"),
+                "sent": sent,
+                "first_byte": first,
+                "end": first + ms("receive"),
+            }
+        )
     return out, page0
 
 
@@ -245,15 +273,19 @@ def _align(began: float | None, page_wall: float | None, kind: str) -> tuple[flo
         )
     offset = (page_wall - began) * 1000
     if not -1.0 <= offset <= 10_000:
-        return None, (f"the HAR began {offset:.1f} ms after the trace, which cannot be "
-                      "(clocks differ); trace times are shown as recorded")  # fmt: skip
+        return None, (
+            f"the HAR began {offset:.1f} ms after the trace, which cannot be "
+            "(clocks differ); trace times are shown as recorded"
+        )
     if kind == "ssh":
         return offset, (
             f"HAR t=0 is trace t={offset:.1f} ms, from the controller's and the "
             "client's wall clocks: within 1 ms plus their clock offset (unknown)"
         )
-    return offset, (f"HAR t=0 is trace t={offset:.1f} ms (one kernel's wall clock; the HAR "
-                    "keeps whole ms): aligned within 1 ms")  # fmt: skip
+    return offset, (
+        f"HAR t=0 is trace t={offset:.1f} ms (one kernel's wall clock; the HAR "
+        "keeps whole ms): aligned within 1 ms"
+    )
 
 
 # --- the numbers -------------------------------------------------------------------
@@ -338,8 +370,11 @@ def arm_numbers(load: ArmLoad, base_rtt_ms: float) -> dict[str, Any]:
             # the recovery: windows touching an episode (to one RTT after it) would read
             # rates above the link's; the peak comes from the others where there are any
             eps = loss_episodes(samples, base_rtt_ms)
-            clean = [(t, r) for t, r in rates if not any(
-                t >= a and t - window <= b + base_rtt_ms for a, b in eps)]  # fmt: skip
+            clean = [
+                (t, r)
+                for t, r in rates
+                if not any(t >= a and t - window <= b + base_rtt_ms for a, b in eps)
+            ]
             peak = max(r for _, r in (clean or rates))
             n["peak_rate_mbit"] = peak * 8 / 1000
             n["delivered_bytes"] = series[-1][1]
@@ -393,8 +428,13 @@ def write(
     (target / "explain.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     _write_csv(target / "transport.csv", loads)
     _write_page(target, title, summary, paths)
-    files = [*paths, target / "summary.txt", target / "explain.json", target / "transport.csv",
-             target / "index.html"]  # fmt: skip
+    files = [
+        *paths,
+        target / "summary.txt",
+        target / "explain.json",
+        target / "transport.csv",
+        target / "index.html",
+    ]
     return ExplainResult(cell_id, attempt, target, files, summary, data)
 
 
@@ -416,10 +456,17 @@ def _r(v: Any) -> Any:
 def _data(cell_id: str, attempt: int, title: str, loads: dict[str, ArmLoad]) -> dict[str, Any]:
     arms = {}
     for arm, ld in loads.items():
-        arms[arm] = {"rep": ld.rep, "chosen": ld.why_chosen, "trace_level": ld.level,
-                     "missing": ld.missing, "alignment": ld.align_note,
-                     "trace_offset_ms": ld.offset_ms, "samples": len(ld.samples or []),
-                     "facts": ld.facts, **ld.numbers}  # fmt: skip
+        arms[arm] = {
+            "rep": ld.rep,
+            "chosen": ld.why_chosen,
+            "trace_level": ld.level,
+            "missing": ld.missing,
+            "alignment": ld.align_note,
+            "trace_offset_ms": ld.offset_ms,
+            "samples": len(ld.samples or []),
+            "facts": ld.facts,
+            **ld.numbers,
+        }
     names = list(loads)
     diffs: dict[str, dict[str, Any]] = {}
     for other in names[1:]:  # the first arm is the reference (quicbed.arms.pairs)
@@ -428,12 +475,18 @@ def _data(cell_id: str, attempt: int, title: str, loads: dict[str, ArmLoad]) -> 
             c: None if a[c] is None or b[c] is None else a[c] - b[c]
             for c in ("plt_ms", *COMPONENTS, "rest")
         }
-    out: dict[str, Any] = _r({
-        "format": 1, "cell_id": cell_id, "attempt": attempt, "title": title,
-        "arms": arms, "difference_h2_minus_h3": diffs.get("h2/h3", {}),
-        "differences": diffs,
-        "definitions": {c: LABELS[c] for c in (*COMPONENTS, "rest")},
-    })  # fmt: skip
+    out: dict[str, Any] = _r(
+        {
+            "format": 1,
+            "cell_id": cell_id,
+            "attempt": attempt,
+            "title": title,
+            "arms": arms,
+            "difference_h2_minus_h3": diffs.get("h2/h3", {}),
+            "differences": diffs,
+            "definitions": {c: LABELS[c] for c in (*COMPONENTS, "rest")},
+        }
+    )
     return out
 
 
@@ -445,24 +498,31 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
     lines = [title, ""]
     for arm, ld in loads.items():
         n = ld.numbers
-        lines.append(f"{arm} ({'QUIC' if ld.quic else 'TCP+TLS'}) load {ld.rep}: "
-                     f"PLT {ld.plt_ms:.0f} ms; {ld.why_chosen}")  # fmt: skip
+        lines.append(
+            f"{arm} ({'QUIC' if ld.quic else 'TCP+TLS'}) load {ld.rep}: "
+            f"PLT {ld.plt_ms:.0f} ms; {ld.why_chosen}"
+        )
         for c in (*COMPONENTS, "rest"):
             lines.append(f"  {LABELS[c]:<40} {_ms(n[c])}")
         if n["peak_rate_mbit"] is not None:
-            lines.append(f"  peak delivery rate {n['peak_rate_mbit']:.1f} Mbit/s, "
-                         f"{n['delivered_bytes']:.0f} bytes delivered")  # fmt: skip
+            lines.append(
+                f"  peak delivery rate {n['peak_rate_mbit']:.1f} Mbit/s, "
+                f"{n['delivered_bytes']:.0f} bytes delivered"
+            )
         if n["losses"]:
             size = "size unknown" if n["lost_bytes"] is None else f"{n['lost_bytes']:.0f} bytes"
-            lines.append(f"  {n['losses']} losses/retransmits ({size}), "
-                         f"first at {n['first_loss_ms']:.0f} ms")  # fmt: skip
+            lines.append(
+                f"  {n['losses']} losses/retransmits ({size}), first at {n['first_loss_ms']:.0f} ms"
+            )
         elif n["losses"] == 0:
             lines.append("  no loss or retransmission seen")
         if ld.samples is None:
             why = "; ".join(f"{k}: {v}" for k, v in sorted(ld.missing.items())) or "not stored"
-            lines.append(f"  cannot tell ramp-up, loss recovery or the full-rate transfer: "
-                         f"no transport samples ({why}); handshake and first byte are "
-                         "from the HAR")  # fmt: skip
+            lines.append(
+                f"  cannot tell ramp-up, loss recovery or the full-rate transfer: "
+                f"no transport samples ({why}); handshake and first byte are "
+                "from the HAR"
+            )
         facts = _facts_line(ld.facts)
         if facts:
             lines.append(f"  transport facts: {facts}")
@@ -475,16 +535,22 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
         ref, cand = pair.split("/")
         total = diff["plt_ms"]
         faster = cand if total > 0 else ref
-        lines += ["", f"PLT difference {ref} - {cand}: {total:+.0f} ms ({faster} faster). "
-                  f"Where it comes from ({ref} - {cand}, largest first):"]  # fmt: skip
+        lines += [
+            "",
+            f"PLT difference {ref} - {cand}: {total:+.0f} ms ({faster} faster). "
+            f"Where it comes from ({ref} - {cand}, largest first):",
+        ]
         known = [(c, v) for c, v in diff.items() if c != "plt_ms" and v is not None]
         for c, v in sorted(known, key=lambda kv: -abs(kv[1])):
             share = f" ({v / total * 100:+.0f} % of the difference)" if abs(total) > 1e-9 else ""
             lines.append(f"  {LABELS[c]:<40} {v:+.0f} ms{share}")
         for c in [c for c, v in diff.items() if v is None]:
             lines.append(f"  {LABELS[c]:<40} cannot be told (missing samples on an arm)")
-    lines += ["", "Components are indicative: loss recovery may overlap the ramp-up; "
-              "the rest holds the browser's own work. Definitions: docs/explain.md."]  # fmt: skip
+    lines += [
+        "",
+        "Components are indicative: loss recovery may overlap the ramp-up; "
+        "the rest holds the browser's own work. Definitions: docs/explain.md.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -513,8 +579,9 @@ def _write_csv(path: Path, loads: dict[str, ArmLoad]) -> None:
         for arm, ld in loads.items():
             for s in ld.samples or []:
                 row = [arm, ld.rep, s.get("t_page_ms"), *(s.get(k) for k in SAMPLE_COLUMNS)]
-                w.writerow(["" if v is None else (f"{v:g}" if isinstance(v, float) else v)
-                            for v in row])  # fmt: skip
+                w.writerow(
+                    ["" if v is None else (f"{v:g}" if isinstance(v, float) else v) for v in row]
+                )
 
 
 def _write_page(target: Path, title: str, summary: str, paths: list[Path]) -> None:
@@ -523,12 +590,16 @@ def _write_page(target: Path, title: str, summary: str, paths: list[Path]) -> No
 
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    env = Environment(loader=PackageLoader("quicbed", "templates"),
-                      autoescape=select_autoescape(["html"]))  # fmt: skip
+    env = Environment(
+        loader=PackageLoader("quicbed", "templates"), autoescape=select_autoescape(["html"])
+    )
     html = env.get_template("explain.html.j2").render(
-        title=title, summary=summary, png=paths[0].name, svg=paths[1].name,
+        title=title,
+        summary=summary,
+        png=paths[0].name,
+        svg=paths[1].name,
         data=base64.b64encode(paths[0].read_bytes()).decode(),
-    )  # fmt: skip
+    )
     (target / "index.html").write_text(html)
 
 
@@ -539,8 +610,9 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
 
     from quicbed.plots import ARM_COLOURS
 
-    fig, axes = plt.subplots(4, 1, figsize=(9, 9.5), sharex=True,
-                             gridspec_kw={"height_ratios": [1.1, 2, 2, 1.6]})  # fmt: skip
+    fig, axes = plt.subplots(
+        4, 1, figsize=(9, 9.5), sharex=True, gridspec_kw={"height_ratios": [1.1, 2, 2, 1.6]}
+    )
     ev, dl, cw, rt = axes
     arms = list(loads)
     xmax = max(ld.plt_ms for ld in loads.values()) * 1.08
@@ -549,8 +621,14 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
         y = len(arms) - 1 - i
         for e in ld.entries:
             if e["connect_ms"] > 0:
-                ev.plot([e["connect_start"], e["connect_start"] + e["connect_ms"]], [y, y],
-                        color=col, lw=4, alpha=0.35, solid_capstyle="butt")  # fmt: skip
+                ev.plot(
+                    [e["connect_start"], e["connect_start"] + e["connect_ms"]],
+                    [y, y],
+                    color=col,
+                    lw=4,
+                    alpha=0.35,
+                    solid_capstyle="butt",
+                )
             ev.plot([e["sent"], e["first_byte"]], [y, y], color=col, lw=1)
             ev.plot([e["first_byte"], e["end"]], [y, y], color=col, lw=2.5)
             ev.plot(e["sent"], y, marker=">", color=col, ms=6, ls="none")
@@ -567,8 +645,14 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
         label = f"{arm} load {ld.rep} (PLT {ld.plt_ms:.0f} ms)"
         series = delivered_series(samples)
         if series:
-            dl.step([t for t, _ in series], [d / 1000 for _, d in series], where="post",
-                    color=col, lw=1.4, label=label)  # fmt: skip
+            dl.step(
+                [t for t, _ in series],
+                [d / 1000 for _, d in series],
+                where="post",
+                color=col,
+                lw=1.4,
+                label=label,
+            )
             ts = [t for t, _ in series]
             lost_y = [series[max(0, bisect.bisect_right(ts, t) - 1)][1] / 1000 for t in loss]
             dl.plot(loss, lost_y, marker="x", color="black", ms=5, ls="none")
@@ -576,28 +660,39 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
             dl.plot([], [], color=col, label=f"{label}: no delivered-bytes samples")
         for rows in _by_conn(samples).values():
             c = [(s["t_page_ms"], s["cwnd_bytes"] / 1000) for s in rows if s.get("cwnd_bytes")]
-            f = [(s["t_page_ms"], s["in_flight_bytes"] / 1000) for s in rows
-                 if s.get("in_flight_bytes") is not None]  # fmt: skip
+            f = [
+                (s["t_page_ms"], s["in_flight_bytes"] / 1000)
+                for s in rows
+                if s.get("in_flight_bytes") is not None
+            ]
             if c:
                 cw.step(*zip(*c, strict=True), where="post", color=col, lw=1.4)
             if f:
-                cw.step(*zip(*f, strict=True), where="post", color=col, lw=0.8, ls="--",
-                        alpha=0.7)  # fmt: skip
+                cw.step(*zip(*f, strict=True), where="post", color=col, lw=0.8, ls="--", alpha=0.7)
             sr = [(s["t_page_ms"], s["srtt_ms"]) for s in rows if s.get("srtt_ms")]
             rs = [(s["t_page_ms"], s["rtt_sample_ms"]) for s in rows if s.get("rtt_sample_ms")]
             if sr:
                 rt.plot(*zip(*sr, strict=True), color=col, lw=1.2)
             if rs:
-                rt.plot(*zip(*rs, strict=True), color=col, marker=".", ms=3, ls="none",
-                        alpha=0.6)  # fmt: skip
+                rt.plot(*zip(*rs, strict=True), color=col, marker=".", ms=3, ls="none", alpha=0.6)
         if not samples:
             for ax in (cw, rt):
-                ax.text(0.01, 0.9 - 0.12 * i, f"{arm}: no transport samples", color=col,
-                        transform=ax.transAxes, fontsize=8, va="top")  # fmt: skip
+                ax.text(
+                    0.01,
+                    0.9 - 0.12 * i,
+                    f"{arm}: no transport samples",
+                    color=col,
+                    transform=ax.transAxes,
+                    fontsize=8,
+                    va="top",
+                )
     ev.set_yticks(range(len(arms)), list(reversed(arms)))
     ev.set_ylim(-0.7, len(arms) - 0.3)
-    ev.set_title("connect+TLS (bar), request > first byte o body (thick), handshake done |, "
-                 "loss x, PLT dotted", fontsize=8)  # fmt: skip
+    ev.set_title(
+        "connect+TLS (bar), request > first byte o body (thick), handshake done |, "
+        "loss x, PLT dotted",
+        fontsize=8,
+    )
     dl.set_ylabel("delivered [kB]")
     dl.legend(fontsize=8, loc="upper left")
     cw.set_ylabel("cwnd (solid),\nin flight (dashed) [kB]")

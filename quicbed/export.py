@@ -15,12 +15,45 @@ from quicbed.errors import QuicbedError
 from quicbed.store import Store
 
 COLUMNS = [
-    "cell_id", "attempt", "attempt_status", "latest_attempt", "arm", "rep", "seq", "warmup",
-    "valid", "reason", "page", "mode", "runs", "rate_mbit", "rtt_ms", "delay_down_ms",
-    "delay_up_ms", "loss_pct", "jitter_ms", "jitter_kind", "queue", "seed", "cc", "order",
-    "plt_ms", "onload_ms", "dns_ms", "nav_load_ms", "ttfb_ms", "objects", "bytes", "protocols",
-    "used_0rtt", "tls_resumed", "main_connect_ms", "main_ssl_ms", "started", "har_path",
-]  # fmt: skip
+    "cell_id",
+    "attempt",
+    "attempt_status",
+    "latest_attempt",
+    "arm",
+    "rep",
+    "seq",
+    "warmup",
+    "valid",
+    "reason",
+    "page",
+    "mode",
+    "runs",
+    "rate_mbit",
+    "rtt_ms",
+    "delay_down_ms",
+    "delay_up_ms",
+    "loss_pct",
+    "jitter_ms",
+    "jitter_kind",
+    "queue",
+    "seed",
+    "cc",
+    "order",
+    "plt_ms",
+    "onload_ms",
+    "dns_ms",
+    "nav_load_ms",
+    "ttfb_ms",
+    "objects",
+    "bytes",
+    "protocols",
+    "used_0rtt",
+    "tls_resumed",
+    "main_connect_ms",
+    "main_ssl_ms",
+    "started",
+    "har_path",
+]
 
 
 def rows(root: Path) -> list[dict[str, Any]]:
@@ -35,21 +68,58 @@ def rows(root: Path) -> list[dict[str, Any]]:
                 att, status = a["attempt"], a["status"]
                 for r in store.runs(cid, att):
                     detail = r["detail"] or {}
-                    out.append({
-                        **{k: r[k] for k in ("cell_id", "attempt", "arm", "rep", "seq", "warmup",
-                                             "valid", "reason", "plt_ms", "onload_ms", "dns_ms",
-                                             "nav_load_ms", "ttfb_ms", "objects", "bytes",
-                                             "used_0rtt", "tls_resumed", "started", "har_path")},
-                        "attempt_status": status, "latest_attempt": att == latest.get(cid),
-                        "page": cfg["page"], "mode": cfg["mode"], "runs": cfg["runs"],
-                        "cc": cfg["cc"], "order": cfg["order"],
-                        **{k: cond.get(k) for k in ("rate_mbit", "rtt_ms", "delay_down_ms",
-                                                    "delay_up_ms", "loss_pct", "jitter_ms",
-                                                    "jitter_kind", "queue", "seed")},
-                        "protocols": ",".join(r["protocols"] or []),
-                        "main_connect_ms": detail.get("main_connect_ms"),
-                        "main_ssl_ms": detail.get("main_ssl_ms"),
-                    })  # fmt: skip
+                    out.append(
+                        {
+                            **{
+                                k: r[k]
+                                for k in (
+                                    "cell_id",
+                                    "attempt",
+                                    "arm",
+                                    "rep",
+                                    "seq",
+                                    "warmup",
+                                    "valid",
+                                    "reason",
+                                    "plt_ms",
+                                    "onload_ms",
+                                    "dns_ms",
+                                    "nav_load_ms",
+                                    "ttfb_ms",
+                                    "objects",
+                                    "bytes",
+                                    "used_0rtt",
+                                    "tls_resumed",
+                                    "started",
+                                    "har_path",
+                                )
+                            },
+                            "attempt_status": status,
+                            "latest_attempt": att == latest.get(cid),
+                            "page": cfg["page"],
+                            "mode": cfg["mode"],
+                            "runs": cfg["runs"],
+                            "cc": cfg["cc"],
+                            "order": cfg["order"],
+                            **{
+                                k: cond.get(k)
+                                for k in (
+                                    "rate_mbit",
+                                    "rtt_ms",
+                                    "delay_down_ms",
+                                    "delay_up_ms",
+                                    "loss_pct",
+                                    "jitter_ms",
+                                    "jitter_kind",
+                                    "queue",
+                                    "seed",
+                                )
+                            },
+                            "protocols": ",".join(r["protocols"] or []),
+                            "main_connect_ms": detail.get("main_connect_ms"),
+                            "main_ssl_ms": detail.get("main_ssl_ms"),
+                        }
+                    )
         return out
     finally:
         store.close()

@@ -95,8 +95,10 @@ def answer(argv: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4 or argv[0] not in ("acquire", "release", "read", "check"):
-        print("usage: python -m quicbed.hostparam acquire|release|read|check PATH VALUE "
-              "HOLDER", file=sys.stderr)  # fmt: skip
+        print(
+            "usage: python -m quicbed.hostparam acquire|release|read|check PATH VALUE HOLDER",
+            file=sys.stderr,
+        )
         return 2
     print(json.dumps(answer(argv)))
     return 0
@@ -108,8 +110,11 @@ def call(tb: Any, action: str, path: str, value: str, holder: str) -> dict[str, 
     if tb.kind == "local":
         out = answer([action, path, value, holder])
     else:
-        cp = tb.exec("server", [*tb.python("server"), "-m", "quicbed.hostparam", action, path,
-                                value, holder], check=False)  # fmt: skip
+        cp = tb.exec(
+            "server",
+            [*tb.python("server"), "-m", "quicbed.hostparam", action, path, value, holder],
+            check=False,
+        )
         try:
             out = json.loads(cp.stdout.strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):

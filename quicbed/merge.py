@@ -62,12 +62,20 @@ def check_sources(sources: list[_Source], force: bool) -> list[str]:
     about the set (shards missing) otherwise."""
     first = sources[0]
     for s in sources[1:]:
-        check_spec(s.sweep, first.sweep["digest"], force=force, where=str(s.path),
-                   this=str(first.path), action="merge")  # fmt: skip
+        check_spec(
+            s.sweep,
+            first.sweep["digest"],
+            force=force,
+            where=str(s.path),
+            this=str(first.path),
+            action="merge",
+        )
         check_software(
-            first.sweep["software"], s.sweep["software"], force=force,
+            first.sweep["software"],
+            s.sweep["software"],
+            force=force,
             what=f"{s.path} was measured with other software than {first.path}",
-        )  # fmt: skip
+        )
     warnings = []
     shards = [s.shard for s in sources if s.shard]
     counts = {int(x.split("/")[1]) for x in shards}
@@ -111,8 +119,11 @@ def merge(folders: list[Path], out: Path, *, force: bool = False) -> MergeOutcom
             for cid in st.cells():
                 for att in st.attempts(cid):
                     found.setdefault(cid, []).append((att["started"], i, att["attempt"]))
-        twice = {cid: sorted({str(paths[i]) for _, i, _ in atts})
-                 for cid, atts in found.items() if len({i for _, i, _ in atts}) > 1}  # fmt: skip
+        twice = {
+            cid: sorted({str(paths[i]) for _, i, _ in atts})
+            for cid, atts in found.items()
+            if len({i for _, i, _ in atts}) > 1
+        }
         if twice and not force:
             cid, where = next(iter(twice.items()))
             raise QuicbedError(
@@ -121,17 +132,33 @@ def merge(folders: list[Path], out: Path, *, force: bool = False) -> MergeOutcom
                 "start time; the report uses the latest)"
             )
         for cid, where in twice.items():
-            outcome.warnings.append(f"cell {cid} was measured in {' and '.join(where)}: "
-                                    "every attempt kept, the latest reported")  # fmt: skip
+            outcome.warnings.append(
+                f"cell {cid} was measured in {' and '.join(where)}: "
+                "every attempt kept, the latest reported"
+            )
         made = not out.exists()
         with folder_lock(out, "merge"):
             first = sources[0].sweep
-            parts = [{"folder": str(s.path), "shard": s.shard, "digest": s.sweep["digest"],
-                      "testbed": s.sweep.get("testbed"), "software": s.sweep["software"],
-                      "created": s.sweep.get("created")} for s in sources]  # fmt: skip
-            body = {"format": 1, "created": now(), "digest": first["digest"],
-                    "spec": first["spec"], "software": first["software"],
-                    "testbed": first.get("testbed"), "merged_from": parts}  # fmt: skip
+            parts = [
+                {
+                    "folder": str(s.path),
+                    "shard": s.shard,
+                    "digest": s.sweep["digest"],
+                    "testbed": s.sweep.get("testbed"),
+                    "software": s.sweep["software"],
+                    "created": s.sweep.get("created"),
+                }
+                for s in sources
+            ]
+            body = {
+                "format": 1,
+                "created": now(),
+                "digest": first["digest"],
+                "spec": first["spec"],
+                "software": first["software"],
+                "testbed": first.get("testbed"),
+                "merged_from": parts,
+            }
             try:
                 merged = Store(out, create=True)
                 try:

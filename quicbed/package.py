@@ -64,13 +64,26 @@ SUMS = "SHA256SUMS"
 SUFFIX = ".tar.gz"
 #: the parts of the repository that say how the testbed was built and what was swept
 REPO_PATHS = (
-    "profile.py", "playbooks", "roles", "workloads", "sweeps", "scripts", "requirements.txt",
-    "pyproject.toml", "go/go.mod", "go/go.sum", "go/patches", "go/gquic/go.mod",
-    "go/gquic/go.sum", "client/package.json", "client/package-lock.json",
-    "client/chromium72/package.json", "client/chromium72/package-lock.json",
+    "profile.py",
+    "playbooks",
+    "roles",
+    "workloads",
+    "sweeps",
+    "scripts",
+    "requirements.txt",
+    "pyproject.toml",
+    "go/go.mod",
+    "go/go.sum",
+    "go/patches",
+    "go/gquic/go.mod",
+    "go/gquic/go.sum",
+    "client/package.json",
+    "client/package-lock.json",
+    "client/chromium72/package.json",
+    "client/chromium72/package-lock.json",
     "rust/quicbed-quiche-server/Cargo.toml",
     "rust/quicbed-quiche-server/Cargo.lock",
-)  # fmt: skip
+)
 #: Python packages whose versions decide the bytes of regenerated figures and numbers
 DRAWN_WITH = ("matplotlib", "numpy", "scipy", "pyarrow")
 #: where level ``full`` puts an arm's TLS key log, relative to the attempt's traces folder
@@ -167,8 +180,9 @@ def build_package(
         _refuse_secrets(top, src, needles, ["report", "data", "provenance", "README.md"])
         manifest = write_manifest(top, dest.name, src.name, created, counts, left_out, notes)
         write_archive(top, dest, int(created.timestamp()))
-    return PackageResult(dest, dest.stat().st_size, sha256_file(dest),
-                         len(manifest["files"]) + 1, counts, notes)  # fmt: skip
+    return PackageResult(
+        dest, dest.stat().st_size, sha256_file(dest), len(manifest["files"]) + 1, counts, notes
+    )
 
 
 def snapshot_results(
@@ -198,8 +212,10 @@ def snapshot_results(
     left_out: list[dict[str, Any]] = []
     unfinished = [f"{c}:{a}" for c, a, s in attempts if s == "running"]
     if unfinished:
-        notes.append(f"attempts interrupted before they finished (their stored loads are "
-                     f"included): {', '.join(unfinished)}")  # fmt: skip
+        notes.append(
+            f"attempts interrupted before they finished (their stored loads are "
+            f"included): {', '.join(unfinished)}"
+        )
     copied = missing = 0
     if no_har:
         left_out.append({"path": "results/hars", "why": "--no-har", "count": len(hars)})
@@ -227,13 +243,24 @@ def snapshot_results(
     if skipped:
         notes.append(f"{skipped} entries of logs/ that are not regular files were left out")
     known = {DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", SWEEP_FILE, "hars", "logs", "traces"}
-    others = sorted(p.name + ("/" if p.is_dir() else "") for p in src.iterdir()
-                    if p.name not in known)  # fmt: skip
+    others = sorted(
+        p.name + ("/" if p.is_dir() else "") for p in src.iterdir() if p.name not in known
+    )
     if others:
-        left_out.append({"path": ", ".join(others), "why": "not part of the runs: the report "
-                         "and exports are rebuilt, the lock is transient"})  # fmt: skip
-    counts = {"cells": n_cells, "attempts": len(attempts), "runs": n_runs, "hars": copied,
-              "logs": n_logs}  # fmt: skip
+        left_out.append(
+            {
+                "path": ", ".join(others),
+                "why": "not part of the runs: the report "
+                "and exports are rebuilt, the lock is transient",
+            }
+        )
+    counts = {
+        "cells": n_cells,
+        "attempts": len(attempts),
+        "runs": n_runs,
+        "hars": copied,
+        "logs": n_logs,
+    }
     return counts, notes, left_out
 
 
@@ -271,9 +298,13 @@ def copy_traces(
     counts["traces"] = n_files
     counts["keys"] = n_keys
     if n_left:
-        left_out.append({"path": f"results/traces/*/*/*{KEYLOG_SUFFIX}", "count": n_left,
-                         "why": "TLS key logs are secrets (they decrypt the captures); "
-                         "--keys includes them"})  # fmt: skip
+        left_out.append(
+            {
+                "path": f"results/traces/*/*/*{KEYLOG_SUFFIX}",
+                "count": n_left,
+                "why": "TLS key logs are secrets (they decrypt the captures); --keys includes them",
+            }
+        )
     return allow
 
 
@@ -287,9 +318,12 @@ def _copy_regular(src: Path, dst: Path) -> bool:
 
 
 def _refuse_secrets(
-    top: Path, src: Path, needles: list[Any], parts: list[str],
+    top: Path,
+    src: Path,
+    needles: list[Any],
+    parts: list[str],
     allow: Mapping[str, frozenset[str]] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Stop before anything is written if any file of ``parts`` breaks a secret rule
     (``allow``: the rules excused per file); the error names the file where the user
     can remove it."""
@@ -330,8 +364,9 @@ def recorded_shas(results: Path) -> list[tuple[str | None, bool]]:
 
 def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
     try:
-        return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True,
-                              timeout=60, check=False)  # fmt: skip
+        return subprocess.run(
+            ["git", "-C", str(REPO_ROOT), *args], capture_output=True, timeout=60, check=False
+        )
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return subprocess.CompletedProcess(args, 1, b"", b"")
 
@@ -343,8 +378,10 @@ def copy_repo(dest: Path, recorded: list[tuple[str | None, bool]]) -> list[str]:
     shas = list(dict.fromkeys(s for s, _ in recorded if s))
     notes = []
     if len(shas) > 1:
-        notes.append(f"the runs recorded {len(shas)} git SHAs ({', '.join(s[:12] for s in shas)})"
-                     f"; repo/ is as of the latest, {shas[-1][:12]}")  # fmt: skip
+        notes.append(
+            f"the runs recorded {len(shas)} git SHAs ({', '.join(s[:12] for s in shas)})"
+            f"; repo/ is as of the latest, {shas[-1][:12]}"
+        )
     sha = shas[-1] if shas else None
     if sha and _git("cat-file", "-e", f"{sha}^{{commit}}").returncode == 0:
         present = _git("ls-tree", "--name-only", sha, "--", *REPO_PATHS).stdout.decode().split()
@@ -353,8 +390,10 @@ def copy_repo(dest: Path, recorded: list[tuple[str | None, bool]]) -> list[str]:
             with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
                 safe_extract(t, dest, what=f"git archive {sha[:12]}")
             if any(dirty for _, dirty in recorded):
-                notes.append("some runs were made from a checkout with uncommitted changes; "
-                             f"repo/ holds what was committed at {sha[:12]}")  # fmt: skip
+                notes.append(
+                    "some runs were made from a checkout with uncommitted changes; "
+                    f"repo/ holds what was committed at {sha[:12]}"
+                )
             return notes
     why = f"git SHA {sha[:12]} is not in this checkout" if sha else "the runs recorded no git SHA"
     for rel in REPO_PATHS:
@@ -365,8 +404,10 @@ def copy_repo(dest: Path, recorded: list[tuple[str | None, bool]]) -> list[str]:
         elif p.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p, dest / rel)
-    notes.append(f"{why}: repo/ is a copy of the working tree at package time and may differ "
-                 "from what the runs used")  # fmt: skip
+    notes.append(
+        f"{why}: repo/ is a copy of the working tree at package time and may differ "
+        "from what the runs used"
+    )
     return notes
 
 
@@ -376,8 +417,9 @@ def derived_data(results: Path) -> dict[str, Any]:
     store = Store.open_readonly(results)
     try:
         receipts = store.receipts()
-        cells: dict[str, Any] = {cid: {"config": cfg, "attempts": []}
-                                 for cid, cfg in store.cell_configs().items()}  # fmt: skip
+        cells: dict[str, Any] = {
+            cid: {"config": cfg, "attempts": []} for cid, cfg in store.cell_configs().items()
+        }
         for a in store.all_attempts():
             cells[a["cell_id"]]["attempts"].append(
                 {k: a[k] for k in ("attempt", "started", "finished", "status", "problem")}
@@ -461,14 +503,18 @@ def write_provenance(dest: Path, results: Path, created: datetime) -> None:
         tuning = dict(r.get("tuning") or {})
         shaper = r.get("shaper") or {}
         for key, value in (
-            ("quicbed", (p.get("software") or {}).get("quicbed")), ("git", p.get("git")),
-            ("software", p.get("software")), ("components", p.get("components")),
-            ("machine", p.get("machine")), ("host_sysctls", p.get("sysctls")),
+            ("quicbed", (p.get("software") or {}).get("quicbed")),
+            ("git", p.get("git")),
+            ("software", p.get("software")),
+            ("components", p.get("components")),
+            ("machine", p.get("machine")),
+            ("host_sysctls", p.get("sysctls")),
             ("python_packages", p.get("python_packages")),
-            ("testbed", r.get("testbed")), ("nic_offloads", tuning.pop("offloads", None)),
+            ("testbed", r.get("testbed")),
+            ("nic_offloads", tuning.pop("offloads", None)),
             ("testbed_sysctls", tuning or None),
             ("shaper", {k: shaper[k] for k in ("shaper", "emulator") if k in shaper} or None),
-        ):  # fmt: skip
+        ):
             fields.setdefault(key, []).append((who, value))
     recorded = {k: _distinct(v, total) for k, v in fields.items()}
     gaps = {
@@ -483,18 +529,21 @@ def write_provenance(dest: Path, results: Path, created: datetime) -> None:
     body = {
         "attempts": total,
         "recorded": {k: v for k, v in recorded.items() if v is not None},
-        "gaps": {k: gaps.get(k, "not recorded with these runs")
-                 for k, v in recorded.items() if v is None},
+        "gaps": {
+            k: gaps.get(k, "not recorded with these runs") for k, v in recorded.items() if v is None
+        },
         "note": "values as recorded with each attempt ('all': every attempt agrees); "
         "'testbed_sysctls' and 'nic_offloads' come from the fidelity receipts",
-    }  # fmt: skip
+    }
     (dest / "runs.json").write_text(dump_json(body))
     machine = provenance.machine()
     package = {
-        "created": created.isoformat(), "quicbed": __version__, "git": provenance.git_state(),
+        "created": created.isoformat(),
+        "quicbed": __version__,
+        "git": provenance.git_state(),
         "python_packages": provenance.python_packages(),
         "machine": {k: machine[k] for k in ("kernel", "os", "cpu", "cores")},
-    }  # fmt: skip
+    }
     (dest / "package.json").write_text(dump_json(package))
 
 
@@ -510,12 +559,19 @@ def _walk(top: Path) -> list[str]:
 
 
 def write_manifest(
-    top: Path, archive: str, source: str, created: datetime, counts: dict[str, int],
-    left_out: list[dict[str, Any]], notes: list[str],
-) -> dict[str, Any]:  # fmt: skip
+    top: Path,
+    archive: str,
+    source: str,
+    created: datetime,
+    counts: dict[str, int],
+    left_out: list[dict[str, Any]],
+    notes: list[str],
+) -> dict[str, Any]:
     """SHA256SUMS first (it lists every other file), then MANIFEST.json (lists it too)."""
-    files = {rel: {"size": (top / rel).stat().st_size, "sha256": sha256_file(top / rel)}
-             for rel in _walk(top)}  # fmt: skip
+    files = {
+        rel: {"size": (top / rel).stat().st_size, "sha256": sha256_file(top / rel)}
+        for rel in _walk(top)
+    }
     (top / SUMS).write_text("".join(f"{v['sha256']}  {k}\n" for k, v in files.items()))
     files[SUMS] = {"size": (top / SUMS).stat().st_size, "sha256": sha256_file(top / SUMS)}
     sweep = None
@@ -523,12 +579,19 @@ def write_manifest(
         held = read_sweep(top / "results")
         sweep = {"name": held["spec"]["name"], "digest": held["digest"]}
     manifest = {
-        "format": PACKAGE_FORMAT, "kind": KIND, "created": created.isoformat(),
+        "format": PACKAGE_FORMAT,
+        "kind": KIND,
+        "created": created.isoformat(),
         "quicbed": {"version": __version__, "git": provenance.git_state()},
-        "archive": archive, "source": source, "sweep": sweep, "counts": counts,
-        "left_out": left_out, "notes": notes, "drawn_with": drawn_with(),
+        "archive": archive,
+        "source": source,
+        "sweep": sweep,
+        "counts": counts,
+        "left_out": left_out,
+        "notes": notes,
+        "drawn_with": drawn_with(),
         "files": dict(sorted(files.items())),
-    }  # fmt: skip
+    }
     (top / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 

@@ -27,9 +27,12 @@ from matplotlib.figure import Figure
 
 CMAP = "RdBu_r"  # low = blue (TCP faster), high = red (QUIC faster)
 #: the arms in every figure as in the heatmaps: TCP (h2) at the blue end, QUIC (h3) red
-ARM_COLOURS = {"h2": to_hex(plt.get_cmap(CMAP)(0.1)), "h3": to_hex(plt.get_cmap(CMAP)(0.9)),
-               "h3-quiche": to_hex(plt.get_cmap("Dark2")(2)),
-               "h3-gquiche": to_hex(plt.get_cmap("Dark2")(3))}  # fmt: skip
+ARM_COLOURS = {
+    "h2": to_hex(plt.get_cmap(CMAP)(0.1)),
+    "h3": to_hex(plt.get_cmap(CMAP)(0.9)),
+    "h3-quiche": to_hex(plt.get_cmap("Dark2")(2)),
+    "h3-gquiche": to_hex(plt.get_cmap("Dark2")(3)),
+}
 #: rc settings that make the saved files byte-reproducible for one matplotlib version
 DETERMINISTIC: dict[Any, Any] = {"svg.hashsalt": "quicbed"}
 
@@ -64,17 +67,30 @@ def figure_data(
         for c in cols:
             cell = cells.get((r, c), HeatCell())
             colour, text, _ = cell_look(cell, norm, cmap)
-            out.append({"row": r, "col": c, "state": cell.state, "pct": cell.pct,
-                        "significant": cell.significant, "text": text,
-                        "fill": to_hex(colour)})  # type: ignore[arg-type]  # fmt: skip
+            out.append(
+                {
+                    "row": r,
+                    "col": c,
+                    "state": cell.state,
+                    "pct": cell.pct,
+                    "significant": cell.significant,
+                    "text": text,
+                    "fill": to_hex(colour),
+                }
+            )  # type: ignore[arg-type]
     return {"title": title, "rows": rows, "cols": cols, "cells": out}
 
 
 def draw_heatmap(
-    rows: list[str], cols: list[str], cells: dict[tuple[str, str], HeatCell], title: str,
-    path_base: Path, xlabel: str = "page", ylabel: str = "rate",
+    rows: list[str],
+    cols: list[str],
+    cells: dict[tuple[str, str], HeatCell],
+    title: str,
+    path_base: Path,
+    xlabel: str = "page",
+    ylabel: str = "rate",
     cbar: str = "(TCP - QUIC) / QUIC [%]",
-) -> list[Path]:  # fmt: skip
+) -> list[Path]:
     """Write ``path_base``.png and .svg; returns the two paths. The axes are pages
     across and rates down unless ``xlabel`` and ``ylabel`` say otherwise."""
     fig_w = max(6.0, 1.1 * len(cols) + 2.6)

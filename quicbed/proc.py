@@ -64,8 +64,9 @@ def run_bytes(
 ) -> subprocess.CompletedProcess[bytes]:
     """``run`` for binary data (file contents over ssh): unchecked, the caller judges."""
     try:
-        return subprocess.run(list(argv), capture_output=True, timeout=timeout, input=input,
-                              check=False)  # fmt: skip
+        return subprocess.run(
+            list(argv), capture_output=True, timeout=timeout, input=input, check=False
+        )
     except FileNotFoundError as exc:
         raise QuicbedError(f"program not found: {argv[0]} (run `make setup`)") from exc
     except subprocess.TimeoutExpired as exc:

@@ -131,14 +131,26 @@ def software(tb: Testbed | None = None) -> dict[str, Any]:
 #: host sysctls (root network namespace) that shape TCP and UDP behaviour; the values
 #: set per testbed namespace are read back into each fidelity receipt (``tuning``)
 SYSCTLS = (
-    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
-    "net.core.default_qdisc", "net.ipv4.tcp_congestion_control",
-    "net.ipv4.tcp_available_congestion_control", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
-    "net.ipv4.tcp_sack", "net.ipv4.tcp_ecn", "net.ipv4.tcp_timestamps",
-    "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_fastopen", "net.ipv4.tcp_slow_start_after_idle",
-    "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_mtu_probing", "net.ipv4.udp_rmem_min",
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+    "net.core.rmem_default",
+    "net.core.wmem_default",
+    "net.core.default_qdisc",
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_available_congestion_control",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_ecn",
+    "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_fastopen",
+    "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.tcp_mtu_probing",
+    "net.ipv4.udp_rmem_min",
     "net.ipv4.udp_wmem_min",
-)  # fmt: skip
+)
 
 
 def sysctls() -> dict[str, str | None]:
@@ -168,9 +180,13 @@ def python_packages() -> dict[str, str]:
 def machine(run: Run | None = None) -> dict[str, Any]:
     """This machine (or, with ``run``, the machine ``run`` asks: a testbed host)."""
     if run is None:
-        return {"hostname": platform.node(), "kernel": platform.release(),
-                "os": _os_release(_read("/etc/os-release")),
-                "cpu": _cpu(_read("/proc/cpuinfo")), "cores": _out(["nproc"])}  # fmt: skip
+        return {
+            "hostname": platform.node(),
+            "kernel": platform.release(),
+            "os": _os_release(_read("/etc/os-release")),
+            "cpu": _cpu(_read("/proc/cpuinfo")),
+            "cores": _out(["nproc"]),
+        }
     return {
         "hostname": run(["uname", "-n"]),
         "kernel": run(["uname", "-r"]),

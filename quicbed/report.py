@@ -33,20 +33,66 @@ from quicbed.stats import Comparison, adjust, compare
 from quicbed.store import Store
 
 COLUMNS = [
-    "scenario", "cell_id", "attempt", "attempts", "status", "page", "rate_mbit", "rtt_ms",
-    "loss_pct", "loss_down_pct", "loss_up_pct", "jitter_ms", "jitter_kind", "queue", "mode",
-    "runs", "cc",
-    "pair", "ref", "cand", "ref_stack", "cand_stack", "ref_cc", "cand_cc",
-    "n_ref", "mean_ref", "sd_ref", "median_ref", "n_cand", "mean_cand", "sd_cand", "median_cand",
-    "pct_diff", "pltc", "welch_p", "mannwhitney_p", "p_used", "p_adjusted", "significant",
+    "scenario",
+    "cell_id",
+    "attempt",
+    "attempts",
+    "status",
+    "page",
+    "rate_mbit",
+    "rtt_ms",
+    "loss_pct",
+    "loss_down_pct",
+    "loss_up_pct",
+    "jitter_ms",
+    "jitter_kind",
+    "queue",
+    "mode",
+    "runs",
+    "cc",
+    "pair",
+    "ref",
+    "cand",
+    "ref_stack",
+    "cand_stack",
+    "ref_cc",
+    "cand_cc",
+    "n_ref",
+    "mean_ref",
+    "sd_ref",
+    "median_ref",
+    "n_cand",
+    "mean_cand",
+    "sd_cand",
+    "median_cand",
+    "pct_diff",
+    "pltc",
+    "welch_p",
+    "mannwhitney_p",
+    "p_used",
+    "p_adjusted",
+    "significant",
     "testable",
-    "boot_diff_low", "boot_diff_high", "receipt_passed", "invalid_ref", "invalid_cand", "problem",
+    "boot_diff_low",
+    "boot_diff_high",
+    "receipt_passed",
+    "invalid_ref",
+    "invalid_cand",
+    "problem",
     "queue_warning",
-]  # fmt: skip
+]
 #: the per-group counts (groups.csv): per scenario, pair and mode, how many cells have
 #: a number and how many are positive (the candidate faster), significantly or not
-GROUP_COLUMNS = ["scenario", "pair", "mode", "cells", "with_number", "positive",
-                 "positive_significant", "negative_significant"]  # fmt: skip
+GROUP_COLUMNS = [
+    "scenario",
+    "pair",
+    "mode",
+    "cells",
+    "with_number",
+    "positive",
+    "positive_significant",
+    "negative_significant",
+]
 #: the pair of the reference study: its heatmaps keep the names they always had
 CLASSIC_PAIR = "h2/h3"
 
@@ -92,11 +138,15 @@ def testbeds(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str
     for cond, hw in by_cond.items():
         if len(hw) > 1:
             c = json.loads(cond)
-            what = (f"{_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']} ms, loss {c['loss_pct']} %"
-                    f", jitter {c['jitter_ms']} ms, queue {c['queue']}")  # fmt: skip
+            what = (
+                f"{_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']} ms, loss {c['loss_pct']} %"
+                f", jitter {c['jitter_ms']} ms, queue {c['queue']}"
+            )
             on = "; ".join(f"{h}: {len(ids)} cell(s)" for h, ids in hw.items())
-            warnings.append(f"the condition {what} was measured on different hardware ({on}): "
-                            "compare its cells with care")  # fmt: skip
+            warnings.append(
+                f"the condition {what} was measured on different hardware ({on}): "
+                "compare its cells with care"
+            )
     return list(found.values()), warnings
 
 
@@ -109,8 +159,9 @@ def comparison_columns(c: Comparison) -> dict[str, Any]:
     ``p_adjusted`` and the final ``significant`` come per heatmap, in ``build``)."""
     out: dict[str, Any] = {}
     for key, s in (("ref", c.tcp), ("cand", c.quic)):
-        out.update({f"n_{key}": s.n, f"mean_{key}": s.mean, f"sd_{key}": s.sd,
-                    f"median_{key}": s.median})  # fmt: skip
+        out.update(
+            {f"n_{key}": s.n, f"mean_{key}": s.mean, f"sd_{key}": s.sd, f"median_{key}": s.median}
+        )
     # PLTC (the beta study's metric): the change relative to the reference arm,
     # (mean ref - mean cand) / mean ref x 100; from compare()'s summaries, and only where
     # compare() gave its own difference (enough valid runs)
@@ -118,9 +169,17 @@ def comparison_columns(c: Comparison) -> dict[str, Any]:
     pltc = None
     if c.pct_diff is not None and ref is not None and cand is not None and ref > 0:
         pltc = (ref - cand) / ref * 100
-    out.update(pct_diff=c.pct_diff, pltc=pltc, welch_p=c.welch_p, mannwhitney_p=c.mannwhitney_p,
-               p_used=c.p, testable=c.testable, significant=c.significant,
-               boot_diff_low=c.boot_diff_low, boot_diff_high=c.boot_diff_high)  # fmt: skip
+    out.update(
+        pct_diff=c.pct_diff,
+        pltc=pltc,
+        welch_p=c.welch_p,
+        mannwhitney_p=c.mannwhitney_p,
+        p_used=c.p,
+        testable=c.testable,
+        significant=c.significant,
+        boot_diff_low=c.boot_diff_low,
+        boot_diff_high=c.boot_diff_high,
+    )
     return out
 
 
@@ -145,9 +204,11 @@ def queue_warnings(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     for cond, (w, *scenarios) in found.items():
         c = json.loads(cond)
-        out.append(f"small queue at {_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']:g} ms, loss "
-                   f"{_label_loss(c)} ({', '.join(scenarios)}): {w}; its cells may say more "
-                   "about the buffer than about the transports")  # fmt: skip
+        out.append(
+            f"small queue at {_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']:g} ms, loss "
+            f"{_label_loss(c)} ({', '.join(scenarios)}): {w}; its cells may say more "
+            "about the buffer than about the transports"
+        )
     return out
 
 
@@ -159,10 +220,19 @@ def group_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         if not r["pair"]:
             continue
-        g = groups.setdefault((r["scenario"], r["pair"], r["mode"]), {
-            "scenario": r["scenario"], "pair": r["pair"], "mode": r["mode"], "cells": 0,
-            "with_number": 0, "positive": 0, "positive_significant": 0,
-            "negative_significant": 0})  # fmt: skip
+        g = groups.setdefault(
+            (r["scenario"], r["pair"], r["mode"]),
+            {
+                "scenario": r["scenario"],
+                "pair": r["pair"],
+                "mode": r["mode"],
+                "cells": 0,
+                "with_number": 0,
+                "positive": 0,
+                "positive_significant": 0,
+                "negative_significant": 0,
+            },
+        )
         g["cells"] += 1
         if r["status"] != "done" or r.get("pltc") is None:
             continue
@@ -258,16 +328,28 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
             att = latest[cid]
             cond = cfg["condition"]
             row: dict[str, Any] = {
-                "scenario": (scenarios.get(cid) or ["cells"])[0], "cell_id": cid,
-                "attempt": att["attempt"], "attempts": att["attempt"], "status": att["status"],
-                "page": cfg["page"], "rate_mbit": cond["rate_mbit"],
-                "rtt_ms": (cond["rtt_ms"] if cond["rtt_ms"] is not None else
-                           (cond["delay_down_ms"] or 0) + (cond["delay_up_ms"] or 0)),
-                "loss_pct": cond["loss_pct"], "loss_down_pct": cond.get("loss_down_pct"),
-                "loss_up_pct": cond.get("loss_up_pct"), "jitter_ms": cond["jitter_ms"],
-                "jitter_kind": cond["jitter_kind"], "queue": cond["queue"], "mode": cfg["mode"],
-                "runs": cfg["runs"], "problem": att["problem"] or "",
-            }  # fmt: skip
+                "scenario": (scenarios.get(cid) or ["cells"])[0],
+                "cell_id": cid,
+                "attempt": att["attempt"],
+                "attempts": att["attempt"],
+                "status": att["status"],
+                "page": cfg["page"],
+                "rate_mbit": cond["rate_mbit"],
+                "rtt_ms": (
+                    cond["rtt_ms"]
+                    if cond["rtt_ms"] is not None
+                    else (cond["delay_down_ms"] or 0) + (cond["delay_up_ms"] or 0)
+                ),
+                "loss_pct": cond["loss_pct"],
+                "loss_down_pct": cond.get("loss_down_pct"),
+                "loss_up_pct": cond.get("loss_up_pct"),
+                "jitter_ms": cond["jitter_ms"],
+                "jitter_kind": cond["jitter_kind"],
+                "queue": cond["queue"],
+                "mode": cfg["mode"],
+                "runs": cfg["runs"],
+                "problem": att["problem"] or "",
+            }
             row["queue_warning"] = stored_queue_warning(cond)
             receipt = att["receipt"]
             row["receipt_passed"] = None if receipt is None else receipt["passed"]
@@ -275,25 +357,45 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
             cell = make_cell(**cfg)
             arms = {a.name: a for a in cell.resolved_arms()}
             row["cc"] = cell.tcp_cc()
-            invalid = {a: sum(1 for r in runs if r["arm"] == a and not r["valid"]
-                              and not r["warmup"]) for a in arms}  # fmt: skip
-            row["_software"] = software_label((att["provenance"] or {}).get("components"),
-                                              list(arms.values()))  # fmt: skip
-            row.update(_runs=runs, _receipt=receipt, _invalid=invalid, _warnings=[], _arms=arms,
-                       _first=True, pair="", _testbed=measured_on(att["provenance"]),
-                       _condition=json.dumps(cond, sort_keys=True))  # fmt: skip
-            comps = compare_cell(store, cid, att["attempt"], cell,
-                                 own_pairs(extra, arms), alpha,
-                                 test)  # fmt: skip
+            invalid = {
+                a: sum(1 for r in runs if r["arm"] == a and not r["valid"] and not r["warmup"])
+                for a in arms
+            }
+            row["_software"] = software_label(
+                (att["provenance"] or {}).get("components"), list(arms.values())
+            )
+            row.update(
+                _runs=runs,
+                _receipt=receipt,
+                _invalid=invalid,
+                _warnings=[],
+                _arms=arms,
+                _first=True,
+                pair="",
+                _testbed=measured_on(att["provenance"]),
+                _condition=json.dumps(cond, sort_keys=True),
+            )
+            comps = compare_cell(
+                store, cid, att["attempt"], cell, own_pairs(extra, arms), alpha, test
+            )
             if not comps:
                 rows.append(row)
             for i, (pair, c) in enumerate(comps.items()):
                 ref, cand = pair.split("/")
-                prow = dict(row, _first=i == 0, pair=pair, ref=ref, cand=cand,
-                            ref_stack=arms[ref].stack, cand_stack=arms[cand].stack,
-                            ref_cc=arms[ref].cc, cand_cc=arms[cand].cc,
-                            invalid_ref=invalid[ref], invalid_cand=invalid[cand],
-                            _warnings=c.warnings)  # fmt: skip
+                prow = dict(
+                    row,
+                    _first=i == 0,
+                    pair=pair,
+                    ref=ref,
+                    cand=cand,
+                    ref_stack=arms[ref].stack,
+                    cand_stack=arms[cand].stack,
+                    ref_cc=arms[ref].cc,
+                    cand_cc=arms[cand].cc,
+                    invalid_ref=invalid[ref],
+                    invalid_cand=invalid[cand],
+                    _warnings=c.warnings,
+                )
                 prow.update(comparison_columns(c))
                 if att["status"] == "done" and c.problem:
                     prow["problem"] = c.problem
@@ -335,8 +437,14 @@ def _arm_label(row: dict[str, Any], key: str, params: bool = False) -> str:
     label = f"{arm} ({stack}, {row[f'{key}_cc']})"
     a = (row.get("_arms") or {}).get(arm)
     if params and a is not None and a.params:
-        label += " [" + ", ".join(f"{k} {v:g}" if isinstance(v, float | int) else f"{k} {v}"
-                                  for k, v in a.params.items()) + "]"  # fmt: skip
+        label += (
+            " ["
+            + ", ".join(
+                f"{k} {v:g}" if isinstance(v, float | int) else f"{k} {v}"
+                for k, v in a.params.items()
+            )
+            + "]"
+        )
     return label
 
 
@@ -398,16 +506,25 @@ def _sort_queue(q: str) -> tuple[str, float]:
 #: what a heatmap's rows or columns may be: (axis label, cell label, sort key); the
 #: reference study's heatmaps are rates x pages, a scenario varying more gets other axes
 _DIMS: dict[str, tuple[str, Any, Any]] = {
-    "rate": ("rate", lambda r: _label_rate(r["rate_mbit"]),
-             lambda r: (r["rate_mbit"] is None, r["rate_mbit"] or 0)),
+    "rate": (
+        "rate",
+        lambda r: _label_rate(r["rate_mbit"]),
+        lambda r: (r["rate_mbit"] is None, r["rate_mbit"] or 0),
+    ),
     "rtt": ("RTT", lambda r: f"{r['rtt_ms']:g} ms", lambda r: r["rtt_ms"]),
-    "loss": ("loss", _label_loss,
-             lambda r: (r["loss_pct"], r.get("loss_down_pct") or 0, r.get("loss_up_pct") or 0)),
-    "jitter": ("jitter", lambda r: f"{r['jitter_ms']:g} ms {r['jitter_kind']}",
-               lambda r: (r["jitter_kind"], r["jitter_ms"])),
+    "loss": (
+        "loss",
+        _label_loss,
+        lambda r: (r["loss_pct"], r.get("loss_down_pct") or 0, r.get("loss_up_pct") or 0),
+    ),
+    "jitter": (
+        "jitter",
+        lambda r: f"{r['jitter_ms']:g} ms {r['jitter_kind']}",
+        lambda r: (r["jitter_kind"], r["jitter_ms"]),
+    ),
     "queue": ("queue", lambda r: r["queue"], lambda r: _sort_queue(r["queue"])),
     "page": ("page", lambda r: r["page"], lambda r: _page_index(r["page"])),
-}  # fmt: skip
+}
 
 
 def _page_index(page: str) -> int:
@@ -472,8 +589,9 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     _explain_pages(root, rows, out)
     from quicbed.arms import parse_pairs
 
-    report.transfers = report_transfers.build(root, out, alpha, test,
-                                              parse_pairs(stats_cfg.get("pairs")))  # fmt: skip
+    report.transfers = report_transfers.build(
+        root, out, alpha, test, parse_pairs(stats_cfg.get("pairs"))
+    )
     report.figures += [_figure(*d) for d in report.transfers.drawn]
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -493,8 +611,9 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         for r in rows:
             if r["_first"]:
                 t = r["_testbed"]
-                tw.writerow([r["cell_id"], r["attempt"], t["label"], t["hardware"], t["kernel"],
-                            t["image"]])  # fmt: skip
+                tw.writerow(
+                    [r["cell_id"], r["attempt"], t["label"], t["hardware"], t["kernel"], t["image"]]
+                )
     shown = [{k: f[k] for k in ("png", "svg", "shows")} for f in report.figures]
     (out / "figures.json").write_text(json.dumps(shown, indent=1) + "\n")
     _write_html(report, sweep, root, alpha, correction, source or str(root))
@@ -502,9 +621,16 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
 
 
 def _pair_heatmap(
-    grp: list[dict[str, Any]], scenario: str, pair: str, mode: str, kind: str,
-    axes: tuple[str, str, tuple[str, ...]], alpha: float, correction: str, out: Path,
-) -> dict[str, Any]:  # fmt: skip
+    grp: list[dict[str, Any]],
+    scenario: str,
+    pair: str,
+    mode: str,
+    kind: str,
+    axes: tuple[str, str, tuple[str, ...]],
+    alpha: float,
+    correction: str,
+    out: Path,
+) -> dict[str, Any]:
     """One heatmap of one pair's cells (its correction across them): rates x pages with
     the reference study's title and name, or the axes ``heat_axes`` chose."""
     rdim, cdim, values = axes
@@ -524,23 +650,27 @@ def _pair_heatmap(
     }
     cond = grp[0]
     if classic:
-        where = (f"{cond['rtt_ms']:g} ms, loss {_label_loss(cond)}"
-                 + (f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}"
-                    if cond["jitter_ms"] else ""))  # fmt: skip
+        where = f"{cond['rtt_ms']:g} ms, loss {_label_loss(cond)}" + (
+            f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}" if cond["jitter_ms"] else ""
+        )
     else:  # what every cell of it shares
         fixed = [d for d in _DIMS if d not in (rdim, cdim)]
-        where = ", ".join((f"{_DIMS[d][0]} " if d in ("loss", "queue", "jitter") else "")
-                          + _DIMS[d][1](cond) for d in fixed
-                          if d != "jitter" or cond["jitter_ms"])  # fmt: skip
+        where = ", ".join(
+            (f"{_DIMS[d][0]} " if d in ("loss", "queue", "jitter") else "") + _DIMS[d][1](cond)
+            for d in fixed
+            if d != "jitter" or cond["jitter_ms"]
+        )
     arms = f"{_arm_label(cond, 'ref')} vs {_arm_label(cond, 'cand')}"
     if not classic:  # arms of one stack differ by their settings: name them, and wrap
         arms = f"{_arm_label(cond, 'ref', True)} vs {_arm_label(cond, 'cand', True)}"
         where = textwrap.fill(where, 70, break_on_hyphens=False)
         arms = textwrap.fill(arms, 70, break_on_hyphens=False)
-    title = (f"{scenario}: {where}"
-             + f"\n{arms}, {mode}, {kind}; white: p >= {alpha:g}"
-             + "\n" + textwrap.fill(" | ".join(sorted({r["_software"] for r in grp})),
-                                     78))  # fmt: skip
+    title = (
+        f"{scenario}: {where}"
+        + f"\n{arms}, {mode}, {kind}; white: p >= {alpha:g}"
+        + "\n"
+        + textwrap.fill(" | ".join(sorted({r["_software"] for r in grp})), 78)
+    )
     tag = "" if pair == CLASSIC_PAIR else f"{pair.replace('/', '-vs-')}-"
     name = f"heatmap-{scenario}-{tag}{mode}-{kind}"
     if classic:
@@ -548,23 +678,40 @@ def _pair_heatmap(
     else:
         name += f"-{rdim}-by-{cdim}" + "".join(f"-{_slug(v)}" for v in values)
         ref, cand = pair.split("/")
-        paths = draw_heatmap(rows_, cols, cells, title, out / "figures" / name,
-                             xlabel=_DIMS[cdim][0], ylabel=_DIMS[rdim][0],
-                             cbar=f"({ref} - {cand}) / {cand} [%]")  # fmt: skip
+        paths = draw_heatmap(
+            rows_,
+            cols,
+            cells,
+            title,
+            out / "figures" / name,
+            xlabel=_DIMS[cdim][0],
+            ylabel=_DIMS[rdim][0],
+            cbar=f"({ref} - {cand}) / {cand} [%]",
+        )
     return _figure(title, paths, figure_data(rows_, cols, cells, title))
 
 
 def _figure(title: str, paths: list[Path], shows: dict[str, Any]) -> dict[str, Any]:
     """A figure of the HTML report: the PNG inlined (works offline, in a package)."""
     data = base64.b64encode(paths[0].read_bytes()).decode()
-    return {"title": title, "png": paths[0].name, "svg": paths[1].name, "data": data,
-            "shows": shows}  # fmt: skip
+    return {
+        "title": title,
+        "png": paths[0].name,
+        "svg": paths[1].name,
+        "data": data,
+        "shows": shows,
+    }
 
 
 def _mode_heatmaps(
-    root: Path, rows: list[dict[str, Any]], page_order: list[str], alpha: float, test: str,
-    correction: str, out: Path,
-) -> list[dict[str, Any]]:  # fmt: skip
+    root: Path,
+    rows: list[dict[str, Any]],
+    page_order: list[str],
+    alpha: float,
+    test: str,
+    correction: str,
+    out: Path,
+) -> list[dict[str, Any]]:
     """QUIC 0-RTT against QUIC 1-RTT where a scenario ran both modes.
 
     Colour = (mean 1-RTT - mean 0-RTT) / mean 0-RTT x 100 (red: 0-RTT faster): the
@@ -583,34 +730,57 @@ def _mode_heatmaps(
     store = Store(root)
     figures = []
     try:
-        quic = sorted({a.name for v in pairs.values() for r in v.values()
-                       for a in r["_arms"].values() if a.transport == "udp"})  # fmt: skip
+        quic = sorted(
+            {
+                a.name
+                for v in pairs.values()
+                for r in v.values()
+                for a in r["_arms"].values()
+                if a.transport == "udp"
+            }
+        )
         for scenario, arm, kind in itertools.product(
             sorted({k[0] for k in pairs}), quic, ("single-object", "multi-object")
         ):
-            keys = [k for k in pairs if k[0] == scenario and page_kind(k[5]) == kind
-                    and all(arm in pairs[k][m]["_arms"] for m in ("0rtt", "1rtt"))]  # fmt: skip
+            keys = [
+                k
+                for k in pairs
+                if k[0] == scenario
+                and page_kind(k[5]) == kind
+                and all(arm in pairs[k][m]["_arms"] for m in ("0rtt", "1rtt"))
+            ]
             if not keys:
                 continue
             grp = []
             for k in keys:
                 zero, one = pairs[k]["0rtt"], pairs[k]["1rtt"]
-                c = compare(store.plts(one["cell_id"], one["attempt"], arm),
-                            store.plts(zero["cell_id"], zero["attempt"], arm),
-                            planned=(one["runs"], zero["runs"]), alpha=alpha, test=test,
-                            tcp_arm=f"{arm} 1-RTT", quic_arm=f"{arm} 0-RTT")  # fmt: skip
+                c = compare(
+                    store.plts(one["cell_id"], one["attempt"], arm),
+                    store.plts(zero["cell_id"], zero["attempt"], arm),
+                    planned=(one["runs"], zero["runs"]),
+                    alpha=alpha,
+                    test=test,
+                    tcp_arm=f"{arm} 1-RTT",
+                    quic_arm=f"{arm} 0-RTT",
+                )
                 failed = "failed" in (zero["status"], one["status"])
-                grp.append({"_key": k, "status": "failed" if failed else "done",
-                            **comparison_columns(c)})  # fmt: skip
+                grp.append(
+                    {"_key": k, "status": "failed" if failed else "done", **comparison_columns(c)}
+                )
             correct(grp, correction, alpha)
-            cells = {(_label_rate(g["_key"][1]), g["_key"][5]): HeatCell(
-                        pct=g["pct_diff"], significant=g["significant"], state=heat_state(g))
-                     for g in grp}  # fmt: skip
+            cells = {
+                (_label_rate(g["_key"][1]), g["_key"][5]): HeatCell(
+                    pct=g["pct_diff"], significant=g["significant"], state=heat_state(g)
+                )
+                for g in grp
+            }
             rates = sorted({k[1] for k in keys}, key=lambda v: (v is None, v or 0))
             pages = [p for p in page_order if any(k[5] == p for k in keys)]
             who = "QUIC" if arm == "h3" else arm
-            title = (f"{scenario}: {who} 1-RTT vs 0-RTT, {kind}\n(1-RTT - 0-RTT) / 0-RTT; "
-                     f"red: 0-RTT faster; white: p >= {alpha:g}")  # fmt: skip
+            title = (
+                f"{scenario}: {who} 1-RTT vs 0-RTT, {kind}\n(1-RTT - 0-RTT) / 0-RTT; "
+                f"red: 0-RTT faster; white: p >= {alpha:g}"
+            )
             base = out / "figures" / f"heatmap-{scenario}-{arm}-0rtt-vs-1rtt-{kind}"
             labels = [_label_rate(v) for v in rates]
             paths = draw_heatmap(labels, pages, cells, title, base)
@@ -673,13 +843,18 @@ def provenance_groups(provs: dict[tuple[str, int], dict[str, Any] | None]) -> li
             sw, git = p.get("software") or {}, p.get("git") or {}
             tb = measured_on(prov)
             g = groups[key] = {
-                "id": f"P{len(groups) + 1}", "provenance": same, "attempts": [],
-                "collected": [], "commands": [],
+                "id": f"P{len(groups) + 1}",
+                "provenance": same,
+                "attempts": [],
+                "collected": [],
+                "commands": [],
                 "quicbed": sw.get("quicbed"),
                 "git": _git_label(git),
-                "testbed": tb["label"], "hardware": tb["hardware"], "kernel": tb["kernel"],
+                "testbed": tb["label"],
+                "hardware": tb["hardware"],
+                "kernel": tb["kernel"],
                 "browser": (p.get("components") or {}).get("browser") or sw.get("chromium"),
-            }  # fmt: skip
+            }
         g["attempts"].append(f"{cid}#{attempt}")
         if p.get("collected"):
             g["collected"].append(p["collected"])
@@ -693,9 +868,13 @@ def provenance_groups(provs: dict[tuple[str, int], dict[str, Any] | None]) -> li
 
 
 def _write_html(
-    report: Report, sweep: dict[str, Any] | None, root: Path, alpha: float, correction: str,
+    report: Report,
+    sweep: dict[str, Any] | None,
+    root: Path,
+    alpha: float,
+    correction: str,
     source: str,
-) -> None:  # fmt: skip
+) -> None:
     env = Environment(
         loader=PackageLoader("quicbed", "templates"), autoescape=select_autoescape(["html"])
     )
@@ -707,8 +886,9 @@ def _write_html(
         for r in report.rows:
             att = store.attempt(r["cell_id"], r["attempt"])
             provs[(r["cell_id"], r["attempt"])] = att["provenance"]
-            r["_invalid_reasons"] = sorted({x["reason"] for x in r["_runs"]
-                                            if not x["valid"] and not x["warmup"]})  # fmt: skip
+            r["_invalid_reasons"] = sorted(
+                {x["reason"] for x in r["_runs"] if not x["valid"] and not x["warmup"]}
+            )
             r["_rerun"] = f"quicbed cell --from {source} --cell {r['cell_id']}"
             tb = (att["provenance"] or {}).get("testbed") or {}
             if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind
@@ -723,11 +903,19 @@ def _write_html(
     for g in groups:
         g["json"] = json.dumps(g["provenance"], indent=1, sort_keys=True)
     html = env.get_template("report.html.j2").render(
-        rows=report.rows, figures=report.figures, sweep=sweep, alpha=alpha,
-        correction=correction, provenances=groups,
-        testbeds=report.testbeds, testbed_warnings=report.testbed_warnings,
-        queue_warnings=report.queue_warnings, groups=report.groups, transfers=report.transfers,
-        version=__version__, created=datetime.now(UTC).isoformat(timespec="seconds"),
+        rows=report.rows,
+        figures=report.figures,
+        sweep=sweep,
+        alpha=alpha,
+        correction=correction,
+        provenances=groups,
+        testbeds=report.testbeds,
+        testbed_warnings=report.testbed_warnings,
+        queue_warnings=report.queue_warnings,
+        groups=report.groups,
+        transfers=report.transfers,
+        version=__version__,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
         root=source,
-    )  # fmt: skip
+    )
     (report.out / "index.html").write_text(html)

@@ -23,19 +23,52 @@ from quicbed.transfers import BulkResult, CompeteResult, plot_bulk, plot_compete
 
 FILE = "transfers.csv"
 COLUMNS = [
-    "kind", "scenario", "cell_id", "attempt", "status", "problem", "receipt_passed",
-    "rate_mbit", "rtt_ms", "loss_pct", "loss_down_pct", "queue", "queue_warning", "object",
-    "duration_s", "flows", "stagger_s", "runs", "arm", "stack", "cc", "n",
+    "kind",
+    "scenario",
+    "cell_id",
+    "attempt",
+    "status",
+    "problem",
+    "receipt_passed",
+    "rate_mbit",
+    "rtt_ms",
+    "loss_pct",
+    "loss_down_pct",
+    "queue",
+    "queue_warning",
+    "object",
+    "duration_s",
+    "flows",
+    "stagger_s",
+    "runs",
+    "arm",
+    "stack",
+    "cc",
+    "n",
     # bulk
-    "goodput_mbit_mean", "goodput_mbit_sd", "of_ideal", "completion_s_mean",
+    "goodput_mbit_mean",
+    "goodput_mbit_sd",
+    "of_ideal",
+    "completion_s_mean",
     "retransmissions_mean",
     # compete
-    "fair_share", "share_mean", "share_sd", "per_flow_mbit_mean", "per_flow_mbit_sd",
-    "jain_mean", "jain_sd",
+    "fair_share",
+    "share_mean",
+    "share_sd",
+    "per_flow_mbit_mean",
+    "per_flow_mbit_sd",
+    "jain_mean",
+    "jain_sd",
     # against the reference arm (the first TCP arm): goodput (bulk), per-flow
     # throughput (compete)
-    "reference", "metric", "pct_diff", "p", "welch_p", "mannwhitney_p", "significant",
-]  # fmt: skip
+    "reference",
+    "metric",
+    "pct_diff",
+    "p",
+    "welch_p",
+    "mannwhitney_p",
+    "significant",
+]
 
 
 @dataclass
@@ -51,9 +84,12 @@ def is_transfer(config: dict[str, Any]) -> bool:
 
 
 def build(
-    root: Path, out: Path, alpha: float, test: str,
+    root: Path,
+    out: Path,
+    alpha: float,
+    test: str,
     pairs: list[tuple[str, str]] | None = None,
-) -> TransferSection:  # fmt: skip
+) -> TransferSection:
     """Every transfer cell's latest attempt: rows, per-cell summaries, figures (in
     ``out/figures``), ``out/transfers.csv`` and ``out/transfers.json``."""
     sec = TransferSection()
@@ -67,8 +103,9 @@ def build(
             att = latest[cid]
             cell = _cell(cfg, cid, att, (scenarios.get(cid) or ["cells"])[0])
             if store.transfer(cid, att["attempt"]) is not None:
-                r = stored_transfer(store, cid, att["attempt"], alpha=alpha, test=test,
-                                    extra_pairs=pairs)  # fmt: skip
+                r = stored_transfer(
+                    store, cid, att["attempt"], alpha=alpha, test=test, extra_pairs=pairs
+                )
                 cell["summary"] = {k: v.model_dump() for k, v in r.summary.items()}
                 cell["comparisons"] = r.comparisons
                 if isinstance(r, CompeteResult):
@@ -93,18 +130,32 @@ def _cell(cfg: dict[str, Any], cid: str, att: dict[str, Any], scenario: str) -> 
     flows = [tuple(x) for x in t.get("flows") or []]
     receipt = att["receipt"]
     return {
-        "kind": cfg["kind"], "scenario": scenario, "cell_id": cid, "attempt": att["attempt"],
-        "status": att["status"], "problem": att["problem"] or "",
+        "kind": cfg["kind"],
+        "scenario": scenario,
+        "cell_id": cid,
+        "attempt": att["attempt"],
+        "status": att["status"],
+        "problem": att["problem"] or "",
         "receipt_passed": None if receipt is None else receipt["passed"],
-        "rate_mbit": cond["rate_mbit"], "rtt_ms": cond["rtt_ms"], "loss_pct": cond["loss_pct"],
-        "loss_down_pct": cond.get("loss_down_pct"), "queue": cond["queue"],
-        "object": t["size"], "duration_s": t.get("duration_s"),
-        "flows": flows_text(tuple(flows)) if flows else "", "stagger_s": t.get("stagger_s", 0),
-        "runs": cfg["runs"], "arms": list(cfg["arms"]), "summary": {}, "comparisons": {},
-        "figures": [], "_settings": cfg.get("arm_settings") or {}, "_cc": cfg.get("cc"),
+        "rate_mbit": cond["rate_mbit"],
+        "rtt_ms": cond["rtt_ms"],
+        "loss_pct": cond["loss_pct"],
+        "loss_down_pct": cond.get("loss_down_pct"),
+        "queue": cond["queue"],
+        "object": t["size"],
+        "duration_s": t.get("duration_s"),
+        "flows": flows_text(tuple(flows)) if flows else "",
+        "stagger_s": t.get("stagger_s", 0),
+        "runs": cfg["runs"],
+        "arms": list(cfg["arms"]),
+        "summary": {},
+        "comparisons": {},
+        "figures": [],
+        "_settings": cfg.get("arm_settings") or {},
+        "_cc": cfg.get("cc"),
         "queue_warning": stored_queue_warning(cond),
         "_condition": json.dumps(cond, sort_keys=True),
-    }  # fmt: skip
+    }
 
 
 def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
@@ -118,16 +169,26 @@ def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
         settings = cell["_settings"].get(arm) or {}
         row.update(stack=settings.get("stack") or "", cc=settings.get("cc") or cell["_cc"])
         row.update(jain_mean=cell.get("jain_mean"), jain_sd=cell.get("jain_sd"))
-        mine = [(pair.split("/")[0], metrics) for pair, metrics in cell["comparisons"].items()
-                if pair.split("/")[1] == arm]  # fmt: skip
+        mine = [
+            (pair.split("/")[0], metrics)
+            for pair, metrics in cell["comparisons"].items()
+            if pair.split("/")[1] == arm
+        ]
         for ref, metrics in mine:
             metric = "goodput_bps" if "goodput_bps" in metrics else "per_flow_bps"
             c = metrics[metric]
-            out.append(row | dict(
-                reference=ref, metric=metric, pct_diff=c.get("pct_diff"), p=c.get("p"),
-                welch_p=c.get("welch_p"), mannwhitney_p=c.get("mannwhitney_p"),
-                significant=c.get("p") is not None and c["p"] < alpha,
-            ))  # fmt: skip
+            out.append(
+                row
+                | dict(
+                    reference=ref,
+                    metric=metric,
+                    pct_diff=c.get("pct_diff"),
+                    p=c.get("p"),
+                    welch_p=c.get("welch_p"),
+                    mannwhitney_p=c.get("mannwhitney_p"),
+                    significant=c.get("p") is not None and c["p"] < alpha,
+                )
+            )
         if not mine:
             out.append(row)
     return out
@@ -143,7 +204,12 @@ def _figures(r: BulkResult | CompeteResult, cid: str, out: Path, sec: TransferSe
         drawn = []
         for run in r.runs:
             title = f"compete, cell {cid}, repetition {run.rep}: throughput per flow, queue"
-            drawn.append((title, plot_compete(r, run, figs / f"compete-{cid}-{run.rep}"),
-                          shows | {"rep": run.rep, "title": title}))  # fmt: skip
+            drawn.append(
+                (
+                    title,
+                    plot_compete(r, run, figs / f"compete-{cid}-{run.rep}"),
+                    shows | {"rep": run.rep, "title": title},
+                )
+            )
     sec.drawn += drawn
     return [paths[0].name for _, paths, _ in drawn]

@@ -86,18 +86,22 @@ def rerun_folder(archive: Path, out: Path | None = None) -> tuple[Path, dict[str
         except (OSError, ValueError, TypeError, KeyError):
             raise QuicbedError(f"{mark} is not a quicbed rerun mark (damaged?)") from None
         if held.get("archive_sha256") != digest:
-            raise QuicbedError(f"{out} holds reruns of another package ({held.get('archive')}); "
-                               "choose another --out")  # fmt: skip
+            raise QuicbedError(
+                f"{out} holds reruns of another package ({held.get('archive')}); "
+                "choose another --out"
+            )
         return out, held
     if out.exists() and any(out.iterdir()):
-        raise QuicbedError(f"{out} exists and is not a rerun folder of {archive.name}; "
-                           "choose another --out")  # fmt: skip
+        raise QuicbedError(
+            f"{out} exists and is not a rerun folder of {archive.name}; choose another --out"
+        )
     with tempfile.TemporaryDirectory(prefix="quicbed-rerun-") as tmp:
         top, manifest = open_package(archive, Path(tmp))
         _, problems = check_files(top, manifest)
         if problems:
-            raise QuicbedError(f"{archive.name} fails its checksums ({problems[0]}); see "
-                               f"quicbed verify {archive}")  # fmt: skip
+            raise QuicbedError(
+                f"{archive.name} fails its checksums ({problems[0]}); see quicbed verify {archive}"
+            )
         store = Store(top / "results")  # a damaged store is refused before anything moves
         try:
             latest = {cid: a["attempt"] for cid, a in store.latest_attempts().items()}
@@ -120,8 +124,9 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
     try:
         cfg = store.cell_config(cell_id)
         old, new = store.attempt(cell_id, old_att), store.attempt(cell_id, attempt)
-        plts = {(a, arm): store.plts(cell_id, a, arm) for a in (old_att, attempt)
-                for arm in cfg["arms"]}  # fmt: skip
+        plts = {
+            (a, arm): store.plts(cell_id, a, arm) for a in (old_att, attempt) for arm in cfg["arms"]
+        }
     finally:
         store.close()
 
@@ -134,48 +139,74 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
         out = _transfers_beside(folder, cell_id, old_att, attempt, held["archive"], f)
     else:
         out = _loads_beside(folder, cfg, cell_id, old_att, attempt, held["archive"], plts, f)
-    changed = software_changes(*(checked_software((x["provenance"] or {}).get("software"))
-                                 for x in (old, new)))  # fmt: skip
-    out.append("software: " + ("the same " + ", ".join(CHECKED_SOFTWARE) if not changed else
-               "differs from the packaged runs in " + describe_changes(changed)))  # fmt: skip
+    changed = software_changes(
+        *(checked_software((x["provenance"] or {}).get("software")) for x in (old, new))
+    )
+    out.append(
+        "software: "
+        + (
+            "the same " + ", ".join(CHECKED_SOFTWARE)
+            if not changed
+            else "differs from the packaged runs in " + describe_changes(changed)
+        )
+    )
     mach_old, mach_new = ((x["provenance"] or {}).get("machine") or {} for x in (old, new))
     keys = ("kernel", "os", "cpu", "cores")
     if any(mach_old.get(k) != mach_new.get(k) for k in keys):
-        out.append("machine: packaged on " + ", ".join(str(mach_old.get(k)) for k in keys)
-                   + "; rerun on " + ", ".join(str(mach_new.get(k)) for k in keys))  # fmt: skip
+        out.append(
+            "machine: packaged on "
+            + ", ".join(str(mach_old.get(k)) for k in keys)
+            + "; rerun on "
+            + ", ".join(str(mach_new.get(k)) for k in keys)
+        )
     if new["status"] != "done":
         out.append(f"the rerun failed: {new['problem']}")
     return out
 
 
 def _loads_beside(
-    folder: Path, cfg: dict[str, Any], cell_id: str, old_att: int, attempt: int, archive: str,
-    plts: dict[tuple[int, str], list[float]], f: Any,
-) -> list[str]:  # fmt: skip
-    out = [f"cell {cell_id}: packaged attempt {old_att} ({archive}) beside this "
-           f"rerun, attempt {attempt}",
-           f"{'arm':5}{'packaged n':>12}{'mean ms':>10}{'sd ms':>8}{'rerun n':>10}"
-           f"{'mean ms':>10}{'sd ms':>8}{'mean change':>13}"]  # fmt: skip
+    folder: Path,
+    cfg: dict[str, Any],
+    cell_id: str,
+    old_att: int,
+    attempt: int,
+    archive: str,
+    plts: dict[tuple[int, str], list[float]],
+    f: Any,
+) -> list[str]:
+    out = [
+        f"cell {cell_id}: packaged attempt {old_att} ({archive}) beside this "
+        f"rerun, attempt {attempt}",
+        f"{'arm':5}{'packaged n':>12}{'mean ms':>10}{'sd ms':>8}{'rerun n':>10}"
+        f"{'mean ms':>10}{'sd ms':>8}{'mean change':>13}",
+    ]
     for arm in cfg["arms"]:
         a, b = summarize(arm, plts[(old_att, arm)]), summarize(arm, plts[(attempt, arm)])
         change = (b.mean - a.mean) / a.mean * 100 if a.mean and b.mean is not None else None
-        out.append(f"{arm:5}{a.n:>12}{f(a.mean):>10}{f(a.sd):>8}{b.n:>10}{f(b.mean):>10}"
-                   f"{f(b.sd):>8}{f(change, '+.1f') + ' %':>13}")  # fmt: skip
+        out.append(
+            f"{arm:5}{a.n:>12}{f(a.mean):>10}{f(a.sd):>8}{b.n:>10}{f(b.mean):>10}"
+            f"{f(b.sd):>8}{f(change, '+.1f') + ' %':>13}"
+        )
     from quicbed.cellconfig import make_cell
     from quicbed.results import compare_cell
 
     store = Store(folder)
     try:
-        by_attempt = {label: compare_cell(store, cell_id, a, make_cell(**cfg))
-                      for label, a in (("packaged", old_att), ("rerun", attempt))}  # fmt: skip
+        by_attempt = {
+            label: compare_cell(store, cell_id, a, make_cell(**cfg))
+            for label, a in (("packaged", old_att), ("rerun", attempt))
+        }
     finally:
         store.close()
     for pair in by_attempt["rerun"]:
         parts = []
         for label, comps in by_attempt.items():
             c = comps[pair]
-            parts.append(f"{label} {f(c.pct_diff, '+.1f')} % (Welch p {f(c.welch_p, '.3g')})"
-                         if c.enough else f"{label}: {c.problem}")  # fmt: skip
+            parts.append(
+                f"{label} {f(c.pct_diff, '+.1f')} % (Welch p {f(c.welch_p, '.3g')})"
+                if c.enough
+                else f"{label}: {c.problem}"
+            )
         ref, cand = pair.split("/")
         out.append(f"({ref} - {cand}) / {cand}: " + "; ".join(parts))
     return out
@@ -189,23 +220,31 @@ def _transfers_beside(
 
     store = Store(folder)
     try:
-        recs = {label: stored_transfer(store, cell_id, a)
-                if store.transfer(cell_id, a) else None
-                for label, a in (("packaged", old_att), ("rerun", attempt))}  # fmt: skip
+        recs = {
+            label: stored_transfer(store, cell_id, a) if store.transfer(cell_id, a) else None
+            for label, a in (("packaged", old_att), ("rerun", attempt))
+        }
     finally:
         store.close()
-    out = [f"cell {cell_id}: packaged attempt {old_att} ({archive}) beside this rerun, "
-           f"attempt {attempt}"]  # fmt: skip
+    out = [
+        f"cell {cell_id}: packaged attempt {old_att} ({archive}) beside this rerun, "
+        f"attempt {attempt}"
+    ]
     for label, r in recs.items():
         if r is None:
             out.append(f"{label}: no transfer record")
             continue
         if isinstance(r, BulkResult):
-            parts = [f"{s.arm} {f(s.goodput_mbit_mean, '.2f')} Mbit/s (n {s.n})"
-                     for s in r.summary.values()]  # fmt: skip
+            parts = [
+                f"{s.arm} {f(s.goodput_mbit_mean, '.2f')} Mbit/s (n {s.n})"
+                for s in r.summary.values()
+            ]
         else:
-            parts = [f"{s.arm} share {f(None if s.share_mean is None else s.share_mean * 100)} % "
-                     f"(fair {s.fair_share * 100:.0f} %)" for s in r.summary.values()]  # fmt: skip
+            parts = [
+                f"{s.arm} share {f(None if s.share_mean is None else s.share_mean * 100)} % "
+                f"(fair {s.fair_share * 100:.0f} %)"
+                for s in r.summary.values()
+            ]
             parts.append(f"Jain {f(r.jain_mean, '.3f')}")
         out.append(f"{label}: " + "; ".join(parts))
     return out

@@ -132,8 +132,10 @@ def request_stop(out: Path) -> int | None:
     except (OSError, ValueError, KeyError, TypeError):  # caught mid-write: a sweep's, say
         pid, what = None, "sweep"
     if what != "sweep":
-        raise QuicbedError(f"{out}: a {what} is being written into it (PID {pid}), not a "
-                           "sweep: nothing stops it between cells")  # fmt: skip
+        raise QuicbedError(
+            f"{out}: a {what} is being written into it (PID {pid}), not a "
+            "sweep: nothing stops it between cells"
+        )
     (out / STOP_FILE).write_text(json.dumps({"run_pid": pid, "requested": now()}))
     return pid
 
@@ -193,16 +195,22 @@ def checked_software(software: Mapping[str, Any] | None) -> dict[str, Any]:
     """The CHECKED_SOFTWARE part of what provenance.software reported (or an attempt's
     provenance recorded): a component's version, or the dependencies it was built from."""
     sw = software or {}
-    return {k: (v.get("deps") if isinstance(v, dict) else v)
-            for k in CHECKED_SOFTWARE for v in [sw.get(k)]}  # fmt: skip
+    return {
+        k: (v.get("deps") if isinstance(v, dict) else v)
+        for k in CHECKED_SOFTWARE
+        for v in [sw.get(k)]
+    }
 
 
 def software_changes(
     recorded: Mapping[str, Any], current: Mapping[str, Any]
 ) -> dict[str, tuple[Any, Any]]:
     """key -> (recorded, current) for every CHECKED_SOFTWARE key whose version differs."""
-    return {k: (recorded.get(k), current.get(k)) for k in CHECKED_SOFTWARE
-            if recorded.get(k) != current.get(k)}  # fmt: skip
+    return {
+        k: (recorded.get(k), current.get(k))
+        for k in CHECKED_SOFTWARE
+        if recorded.get(k) != current.get(k)
+    }
 
 
 def describe_changes(changes: Mapping[str, tuple[Any, Any]]) -> str:
@@ -217,32 +225,47 @@ def check_software(
     ``recorded`` software. ``what`` says whose software differs from what."""
     changes = software_changes(recorded, current)
     if changes and not force:
-        raise QuicbedError(f"{what} ({describe_changes(changes)}): the runs would not be "
-                           "comparable; use --force to go on anyway")  # fmt: skip
+        raise QuicbedError(
+            f"{what} ({describe_changes(changes)}): the runs would not be "
+            "comparable; use --force to go on anyway"
+        )
 
 
-def check_spec(held: Mapping[str, Any], digest: str, *, force: bool, where: str,
-               this: str, action: str) -> None:  # fmt: skip
+def check_spec(
+    held: Mapping[str, Any], digest: str, *, force: bool, where: str, this: str, action: str
+) -> None:
     """Refuse, unless ``force``, runs of another spec (by digest) than ``held``'s sweep."""
     if held["digest"] != digest and not force:
-        raise QuicbedError(f"{where} holds another spec (digest {held['digest']}, {this} "
-                           f"{digest}); use --force to {action} anyway")  # fmt: skip
+        raise QuicbedError(
+            f"{where} holds another spec (digest {held['digest']}, {this} "
+            f"{digest}); use --force to {action} anyway"
+        )
 
 
 # --- what an attempt says -------------------------------------------------------------
 def compare_cell(
-    store: Store, cell_id: str, attempt: int, cfg: CellConfig,
-    extra_pairs: list[tuple[str, str]] | None = None, alpha: float = DEFAULT_ALPHA,
+    store: Store,
+    cell_id: str,
+    attempt: int,
+    cfg: CellConfig,
+    extra_pairs: list[tuple[str, str]] | None = None,
+    alpha: float = DEFAULT_ALPHA,
     test: str = "welch",
-) -> dict[str, Comparison]:  # fmt: skip
+) -> dict[str, Comparison]:
     """The comparisons of one attempt, by pair name ``reference/candidate``
     (quicbed.arms.pairs): every arm against the reference arm, then ``extra_pairs``.
     ``test`` and ``alpha`` are the spec's (a plain cell's: Welch at 0.01)."""
     out = {}
     for a, b in pairs(cfg.resolved_arms(), extra_pairs):
-        out[f"{a}/{b}"] = compare(store.plts(cell_id, attempt, a), store.plts(cell_id, attempt, b),
-                                  planned=cfg.runs, alpha=alpha, test=test, tcp_arm=a,
-                                  quic_arm=b)  # fmt: skip
+        out[f"{a}/{b}"] = compare(
+            store.plts(cell_id, attempt, a),
+            store.plts(cell_id, attempt, b),
+            planned=cfg.runs,
+            alpha=alpha,
+            test=test,
+            tcp_arm=a,
+            quic_arm=b,
+        )
     return out
 
 
@@ -268,13 +291,23 @@ def measured_on(provenance: dict[str, Any] | None) -> dict[str, Any]:
         def mach(key: str) -> Any:
             return lambda r: ((nodes.get(r) or {}).get("machine") or {}).get(key)
 
-        hardware = per_role(lambda r: (descnodes.get(r) or {}).get("hardware_type")
-                            or mach("node_type")(r) or mach("cpu")(r))  # fmt: skip
+        hardware = per_role(
+            lambda r: (
+                (descnodes.get(r) or {}).get("hardware_type")
+                or mach("node_type")(r)
+                or mach("cpu")(r)
+            )
+        )
         kernel = per_role(mach("kernel"))
         image = per_role(lambda r: (descnodes.get(r) or {}).get("image") or mach("os")(r))
     else:
         m = prov.get("machine") or {}
         label = testbed_id(desc)
         hardware, kernel, image = m.get("cpu"), m.get("kernel"), m.get("os")
-    return {"id": testbed_id(desc), "label": label, "hardware": hardware or "unknown",
-            "kernel": kernel, "image": image}  # fmt: skip
+    return {
+        "id": testbed_id(desc),
+        "label": label,
+        "hardware": hardware or "unknown",
+        "kernel": kernel,
+        "image": image,
+    }

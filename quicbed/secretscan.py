@@ -42,10 +42,12 @@ KEYLOG_RULES = frozenset({KEYLOG_NAME_RULE, KEYLOG_RULE})
 _NAME_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("SSH private key file name", re.compile(r"^id_(rsa|dsa|ecdsa|ed25519)(_sk)?$|^identity$")),
     ("private key file name", re.compile(r"\.(key|p12|pfx|jks|keystore|ppk)$", re.I)),
-    ("credentials file name",
-     re.compile(r"^(\.netrc|_netrc|\.pgpass|\.git-credentials|\.pypirc)$")),
+    (
+        "credentials file name",
+        re.compile(r"^(\.netrc|_netrc|\.pgpass|\.git-credentials|\.pypirc)$"),
+    ),
     (KEYLOG_NAME_RULE, re.compile(r"(^|[-_.])keys?\.log(\.gz)?$|sslkeylog", re.I)),
-]  # fmt: skip
+]
 
 #: content shapes of private keys and tokens (bytes, so binary files can be scanned)
 _CONTENT_RULES: list[tuple[str, re.Pattern[bytes]]] = [
@@ -58,10 +60,14 @@ _CONTENT_RULES: list[tuple[str, re.Pattern[bytes]]] = [
     ("Google API key", re.compile(rb"\bAIza[0-9A-Za-z_-]{35}")),
     ("PyPI token", re.compile(rb"\bpypi-AgE[A-Za-z0-9_-]{50,}")),
     ("npm token", re.compile(rb"\bnpm_[A-Za-z0-9]{36}\b")),
-    (KEYLOG_RULE, re.compile(
-        rb"(?m)^(?:CLIENT_RANDOM|(?:CLIENT|SERVER)_(?:HANDSHAKE_|EARLY_)?TRAFFIC_SECRET(?:_\d+)?"
-        rb"|(?:EARLY_)?EXPORTER_SECRET) [0-9A-Fa-f]{64} [0-9A-Fa-f]{32,}")),
-]  # fmt: skip
+    (
+        KEYLOG_RULE,
+        re.compile(
+            rb"(?m)^(?:CLIENT_RANDOM|(?:CLIENT|SERVER)_(?:HANDSHAKE_|EARLY_)?TRAFFIC_SECRET(?:_\d+)?"
+            rb"|(?:EARLY_)?EXPORTER_SECRET) [0-9A-Fa-f]{64} [0-9A-Fa-f]{32,}"
+        ),
+    ),
+]
 
 #: environment variable names that announce a secret value
 _SECRET_ENV = re.compile(

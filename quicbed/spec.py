@@ -38,8 +38,10 @@ def _arms_field(v: object) -> object:
         out = {}
         for name, settings in v.items():
             if settings is not None and not isinstance(settings, dict):
-                raise ValueError(f"arm {name}: settings are a mapping (stack, cc, cubic_n, "
-                                 f"cubic_beta), got {settings!r}")  # fmt: skip
+                raise ValueError(
+                    f"arm {name}: settings are a mapping (stack, cc, cubic_n, "
+                    f"cubic_beta), got {settings!r}"
+                )
             try:
                 out[str(name)] = ArmSettings(**(settings or {}))
             except ValidationError as exc:
@@ -125,8 +127,19 @@ class Scenario(BaseModel):
 
     _arms = field_validator("arms", mode="before")(_arms_field)
 
-    @field_validator("rate", "rtt", "loss", "loss_down", "jitter", "queue", "pages", "modes",
-                     "objects", "duration", "flows")  # fmt: skip
+    @field_validator(
+        "rate",
+        "rtt",
+        "loss",
+        "loss_down",
+        "jitter",
+        "queue",
+        "pages",
+        "modes",
+        "objects",
+        "duration",
+        "flows",
+    )
     @classmethod
     def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
         if v is not None and not v:
@@ -136,16 +149,18 @@ class Scenario(BaseModel):
     @model_validator(mode="after")
     def _one_loss(self) -> Scenario:
         if self.loss_down is not None and any(x != 0 for x in self.loss):
-            raise ValueError("give loss (end to end, split evenly) or loss_down (the "
-                             "downlink only), not both")  # fmt: skip
+            raise ValueError(
+                "give loss (end to end, split evenly) or loss_down (the downlink only), not both"
+            )
         return self
 
     @model_validator(mode="after")
     def _kind(self) -> Scenario:
         """Each kind's own keys, and none of another kind's. A key counts as given when
         it differs from its default: a stored spec (sweep.json) writes every key."""
-        defaults = {k: f.get_default(call_default_factory=True)
-                    for k, f in type(self).model_fields.items()}  # fmt: skip
+        defaults = {
+            k: f.get_default(call_default_factory=True) for k, f in type(self).model_fields.items()
+        }
         given = {k for k in self.model_fields_set if getattr(self, k) != defaults[k]}
         if self.kind == "page":
             if self.pages is None:
@@ -156,8 +171,7 @@ class Scenario(BaseModel):
             return self
         pages_keys = [k for k in ("pages", "modes") if k in given]
         if pages_keys:
-            raise ValueError(f"{', '.join(pages_keys)}: for page loads, not a {self.kind} "
-                             "scenario")  # fmt: skip
+            raise ValueError(f"{', '.join(pages_keys)}: for page loads, not a {self.kind} scenario")
         if self.objects is None:
             raise ValueError(f"objects: a {self.kind} scenario needs its object sizes (10MB)")
         if self.kind == "bulk" and ("flows" in given or "stagger" in given):
@@ -278,11 +292,17 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
         ):
             try:
                 cond = make_condition(
-                    rate_mbit=rate, rtt_ms=rtt, loss_pct=loss, loss_down_pct=down,
-                    loss_up_pct=up, jitter_ms=jitter,
-                    jitter_kind=sc.jitter_kind if jitter else "none", queue=queue,
-                    seed=d.seed, count=d.count,
-                )  # fmt: skip
+                    rate_mbit=rate,
+                    rtt_ms=rtt,
+                    loss_pct=loss,
+                    loss_down_pct=down,
+                    loss_up_pct=up,
+                    jitter_ms=jitter,
+                    jitter_kind=sc.jitter_kind if jitter else "none",
+                    queue=queue,
+                    seed=d.seed,
+                    count=d.count,
+                )
                 names, settings = split_arms(d.arms if sc.arms is None else sc.arms)
                 if sc.kind == "compete":  # the flows name the arms, in start order
                     names = tuple(a for a, _ in work["transfer"]["flows"])
@@ -291,12 +311,18 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                 # by CellConfig by name), not a silent fall-back to the defaults
                 warmup = d.warmup if sc.kind == "page" else 0
                 cfg = make_cell(
-                    condition=cond, runs=d.runs if sc.runs is None else sc.runs,
+                    condition=cond,
+                    runs=d.runs if sc.runs is None else sc.runs,
                     warmup=warmup if sc.warmup is None else sc.warmup,
-                    arms=names, arm_settings=settings, order=d.order, order_seed=d.order_seed,
-                    cc=d.cc if sc.cc is None else sc.cc, shaper=spec.shaper,
-                    load_timeout_s=d.load_timeout_s, **work,
-                )  # fmt: skip
+                    arms=names,
+                    arm_settings=settings,
+                    order=d.order,
+                    order_seed=d.order_seed,
+                    cc=d.cc if sc.cc is None else sc.cc,
+                    shaper=spec.shaper,
+                    load_timeout_s=d.load_timeout_s,
+                    **work,
+                )
                 mine = own_pairs(extra, cfg.arms)
                 pairs(cfg.resolved_arms(), mine)
                 used.update(mine)
@@ -308,8 +334,10 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             cells.append(PlannedCell(scenario=name, config=cfg))
     for a, b in extra:
         if (a, b) not in used:  # a pair is compared in the cells that have both arms
-            raise QuicbedError(f"{source}: statistics.pairs: pair {a}/{b}: no cell has both "
-                               f"arms (each pair is compared where a cell has both)")  # fmt: skip
+            raise QuicbedError(
+                f"{source}: statistics.pairs: pair {a}/{b}: no cell has both "
+                f"arms (each pair is compared where a cell has both)"
+            )
     return cells
 
 
@@ -373,13 +401,17 @@ def queue_warning(cond: LinkCondition) -> str | None:
     if asked < small:
         held, packets = cond.queue_limit()
         holds = f"{packets} packets" if held is None else f"{held} B"
-        return (f"{what}: queue {cond.queue} is {asked / PACKET_BYTES:.1f} packets of "
-                f"{PACKET_BYTES} B (BDP {bdp} B), below ~{SMALL_QUEUE_PACKETS}; the link "
-                f"holds {holds}")  # fmt: skip
+        return (
+            f"{what}: queue {cond.queue} is {asked / PACKET_BYTES:.1f} packets of "
+            f"{PACKET_BYTES} B (BDP {bdp} B), below ~{SMALL_QUEUE_PACKETS}; the link "
+            f"holds {holds}"
+        )
     if bdp < small:
-        return (f"{what}: the BDP is {bdp / PACKET_BYTES:.1f} packets of {PACKET_BYTES} B, "
-                f"below ~{SMALL_QUEUE_PACKETS} (queue {cond.queue}: "
-                f"{asked / PACKET_BYTES:.1f} packets): a window of a few packets")  # fmt: skip
+        return (
+            f"{what}: the BDP is {bdp / PACKET_BYTES:.1f} packets of {PACKET_BYTES} B, "
+            f"below ~{SMALL_QUEUE_PACKETS} (queue {cond.queue}: "
+            f"{asked / PACKET_BYTES:.1f} packets): a window of a few packets"
+        )
     return None
 
 

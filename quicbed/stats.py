@@ -77,9 +77,15 @@ def summarize(arm: str, values: Sequence[float]) -> ArmSummary:
     sd = statistics.stdev(values)
     half = sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
     return ArmSummary(
-        arm=arm, n=n, mean=mean, sd=sd, median=statistics.median(values),
-        ci95_low=mean - half, ci95_high=mean + half, cv=sd / mean if mean else None,
-    )  # fmt: skip
+        arm=arm,
+        n=n,
+        mean=mean,
+        sd=sd,
+        median=statistics.median(values),
+        ci95_low=mean - half,
+        ci95_high=mean + half,
+        cv=sd / mean if mean else None,
+    )
 
 
 def min_valid(planned: int) -> int:
@@ -118,14 +124,22 @@ def compare(
     plan = planned if isinstance(planned, tuple) else (planned, planned)
     short = [(s, n) for s, n in zip((t, q), plan, strict=True) if s.n < min_valid(n)]
     if short:
-        counts = (f"{t.arm} {t.n}, {q.arm} {q.n} of {plan[0]}; need {min_valid(plan[0])}"
-                  if plan[0] == plan[1] else
-                  "; ".join(f"{s.arm} {s.n} of {n}, need {min_valid(n)}"
-                            for s, n in zip((t, q), plan, strict=True)))  # fmt: skip
+        counts = (
+            f"{t.arm} {t.n}, {q.arm} {q.n} of {plan[0]}; need {min_valid(plan[0])}"
+            if plan[0] == plan[1]
+            else "; ".join(
+                f"{s.arm} {s.n} of {n}, need {min_valid(n)}"
+                for s, n in zip((t, q), plan, strict=True)
+            )
+        )
         return Comparison(
-            tcp=t, quic=q, enough=False, alpha=alpha, test=test,
+            tcp=t,
+            quic=q,
+            enough=False,
+            alpha=alpha,
+            test=test,
             problem=f"too few valid runs in {', '.join(s.arm for s, _ in short)} ({counts})",
-        )  # fmt: skip
+        )
     assert t.mean is not None and q.mean is not None
     pct = (t.mean - q.mean) / q.mean * 100
     if (t.sd or 0) == 0 and (q.sd or 0) == 0:
@@ -142,15 +156,28 @@ def compare(
     problem = ""
     if not testable:
         best = smallest_p(test, t.n, q.n)
-        problem = (f"too few runs to test: {test} with {t.n} and {q.n} runs can reach at "
-                   f"best p = {best:.3g}, not below alpha {alpha:g}")  # fmt: skip
+        problem = (
+            f"too few runs to test: {test} with {t.n} and {q.n} runs can reach at "
+            f"best p = {best:.3g}, not below alpha {alpha:g}"
+        )
     low, high = bootstrap_diff_ci(tcp, quic)
     return Comparison(
-        tcp=t, quic=q, enough=True, problem=problem, pct_diff=pct, welch_p=welch,
-        mannwhitney_p=mw, test=test, p=p, testable=testable, alpha=alpha,
-        significant=(p < alpha) if testable else None, boot_diff_low=low, boot_diff_high=high,
+        tcp=t,
+        quic=q,
+        enough=True,
+        problem=problem,
+        pct_diff=pct,
+        welch_p=welch,
+        mannwhitney_p=mw,
+        test=test,
+        p=p,
+        testable=testable,
+        alpha=alpha,
+        significant=(p < alpha) if testable else None,
+        boot_diff_low=low,
+        boot_diff_high=high,
         warnings=warnings,
-    )  # fmt: skip
+    )
 
 
 def bootstrap_diff_ci(
@@ -168,10 +195,14 @@ def bootstrap_diff_ci(
         d = float(t[0] - q[0])
         return d, d
     res = sps.bootstrap(
-        (t, q), lambda a, b, axis: a.mean(axis=axis) - b.mean(axis=axis),
-        n_resamples=n, confidence_level=0.95, method="BCa", vectorized=True,
+        (t, q),
+        lambda a, b, axis: a.mean(axis=axis) - b.mean(axis=axis),
+        n_resamples=n,
+        confidence_level=0.95,
+        method="BCa",
+        vectorized=True,
         rng=np.random.default_rng(seed),
-    )  # fmt: skip
+    )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 

@@ -178,8 +178,9 @@ def open_db(db: Path, *, create: bool, readonly: bool = False) -> tuple[sqlite3.
     if size == 0:
         raise QuicbedError(f"{bad} (it is empty: 0 bytes)")
     if readonly and not os.access(db, os.W_OK):
-        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True,
-                              isolation_level=None, timeout=30)  # fmt: skip
+        con = sqlite3.connect(
+            f"{db.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, timeout=30
+        )
     else:
         con = sqlite3.connect(db, isolation_level=None, timeout=30)
         if readonly:
@@ -237,14 +238,17 @@ def migrate(con: sqlite3.Connection, version: int) -> None:
     con.execute("BEGIN IMMEDIATE")
     try:
         meta = con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'")
-        row = meta.fetchone() and con.execute(
-            "SELECT value FROM meta WHERE key='schema_version'").fetchone()  # fmt: skip
+        row = (
+            meta.fetchone()
+            and con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        )
         version = int(row[0]) if row else 0
         for n in range(version, SCHEMA_VERSION):
             for stmt in _statements(MIGRATIONS[n]):
                 con.execute(stmt)
-        con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),))  # fmt: skip
+        con.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
         con.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (now(),))
         con.execute("COMMIT")
     except BaseException:
@@ -374,8 +378,9 @@ class Store:
     def cell_scenarios(self) -> dict[str, list[str]]:
         """cell_id -> its scenarios (``scenarios``), for every cell a sweep planned."""
         out: dict[str, list[str]] = {}
-        for cid, sc in self.db.execute("SELECT cell_id, scenario FROM cell_scenarios "
-                                       "ORDER BY rowid"):  # fmt: skip
+        for cid, sc in self.db.execute(
+            "SELECT cell_id, scenario FROM cell_scenarios ORDER BY rowid"
+        ):
             out.setdefault(cid, []).append(sc)
         return out
 
@@ -471,8 +476,9 @@ class Store:
         rows that name the attempt's folders follow the new number. One transaction:
         a merge that stops leaves no half attempt behind."""
         self.add_cell(cell_id, src.cell_config(cell_id))
-        if self.db.execute("SELECT 1 FROM attempts WHERE cell_id=? AND attempt=?",
-                           (cell_id, as_attempt)).fetchone():  # fmt: skip
+        if self.db.execute(
+            "SELECT 1 FROM attempts WHERE cell_id=? AND attempt=?", (cell_id, as_attempt)
+        ).fetchone():
             raise QuicbedError(f"{self.root}: cell {cell_id} already has attempt {as_attempt}")
         old = [f"{d}/{cell_id}/{attempt}/" for d in ATTEMPT_DIRS]
         new = [f"{d}/{cell_id}/{as_attempt}/" for d in ATTEMPT_DIRS]
@@ -487,15 +493,17 @@ class Store:
         for d in ATTEMPT_DIRS:
             here = src.root / d / cell_id / str(attempt)
             if here.is_dir():
-                shutil.copytree(here, self.root / d / cell_id / str(as_attempt),
-                                dirs_exist_ok=True)  # fmt: skip
+                shutil.copytree(here, self.root / d / cell_id / str(as_attempt), dirs_exist_ok=True)
         q = src.db.execute
         with self._transaction():
-            self.db.executemany("INSERT OR IGNORE INTO cell_scenarios VALUES (?, ?)",
-                                [(cell_id, sc) for sc in src.scenarios(cell_id)])  # fmt: skip
+            self.db.executemany(
+                "INSERT OR IGNORE INTO cell_scenarios VALUES (?, ?)",
+                [(cell_id, sc) for sc in src.scenarios(cell_id)],
+            )
             for table in ("attempts", "receipts", "link_spans", "runs", "transfers"):
-                for r in q(f"SELECT * FROM {table} WHERE cell_id=? AND attempt=?",
-                           (cell_id, attempt)):  # fmt: skip
+                for r in q(
+                    f"SELECT * FROM {table} WHERE cell_id=? AND attempt=?", (cell_id, attempt)
+                ):
                     row = dict(r)
                     row["attempt"] = as_attempt
                     if table == "runs":
@@ -503,8 +511,9 @@ class Store:
                         row["har_path"] = moved(row["har_path"])
                         row["detail"] = moved(row["detail"])
                     cols, marks = ", ".join(row), ", ".join("?" for _ in row)
-                    self.db.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})",
-                                    tuple(row.values()))  # fmt: skip
+                    self.db.execute(
+                        f"INSERT INTO {table} ({cols}) VALUES ({marks})", tuple(row.values())
+                    )
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -600,10 +609,13 @@ class Store:
     def set_transfer(self, cell_id: str, attempt: int, kind: str, result: dict[str, Any]) -> None:
         """A transfer cell's record of one attempt (quicbed.bulk's BulkResult or
         CompeteResult as JSON): what the report, verify and package reruns read."""
-        self.db.execute("INSERT OR REPLACE INTO transfers VALUES (?, ?, ?, ?, ?)",
-                        (cell_id, attempt, kind, now(), json.dumps(result)))  # fmt: skip
+        self.db.execute(
+            "INSERT OR REPLACE INTO transfers VALUES (?, ?, ?, ?, ?)",
+            (cell_id, attempt, kind, now(), json.dumps(result)),
+        )
 
     def transfer(self, cell_id: str, attempt: int) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT * FROM transfers WHERE cell_id=? AND attempt=?",
-                              (cell_id, attempt)).fetchone()  # fmt: skip
+        row = self.db.execute(
+            "SELECT * FROM transfers WHERE cell_id=? AND attempt=?", (cell_id, attempt)
+        ).fetchone()
         return None if row is None else _decoded("transfers", row)

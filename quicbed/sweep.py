@@ -103,8 +103,12 @@ def _recorded_software(out: Path, cell_id: str) -> list[tuple[str, dict[str, Any
     found = []
     if (out / SWEEP_FILE).exists():
         held = read_sweep(out)
-        found.append((f"{out} holds sweep {held['spec']['name']!r}, measured with other "
-                      "software", held["software"]))  # fmt: skip
+        found.append(
+            (
+                f"{out} holds sweep {held['spec']['name']!r}, measured with other software",
+                held["software"],
+            )
+        )
     if (out / DB_NAME).exists():
         store = Store.open_readonly(out)
         try:
@@ -113,16 +117,25 @@ def _recorded_software(out: Path, cell_id: str) -> list[tuple[str, dict[str, Any
             store.close()
         prov = (attempts[-1]["provenance"] or {}) if attempts else {}
         if "software" in prov:
-            found.append((f"cell {cell_id} attempt {attempts[-1]['attempt']} in {out} was "
-                          "measured with other software",
-                          checked_software(prov["software"])))  # fmt: skip
+            found.append(
+                (
+                    f"cell {cell_id} attempt {attempts[-1]['attempt']} in {out} was "
+                    "measured with other software",
+                    checked_software(prov["software"]),
+                )
+            )
     return found
 
 
 def prepare_folder(
-    out: Path, spec: SweepSpec, *, resume: bool, force: bool, testbed: Testbed | None = None,
+    out: Path,
+    spec: SweepSpec,
+    *,
+    resume: bool,
+    force: bool,
+    testbed: Testbed | None = None,
     shard: Shard | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Claim ``out`` for ``spec`` or check that it already belongs to it.
 
     The software is read where it runs (the testbed's hosts); the testbed itself is
@@ -135,13 +148,22 @@ def prepare_folder(
         get_shaper(spec.shaper, testbed)
     software = _software(testbed)
     if held is not None:
-        check_software(held["software"], software, force=force,
-                       what="software changed since this sweep started")  # fmt: skip
+        check_software(
+            held["software"],
+            software,
+            force=force,
+            what="software changed since this sweep started",
+        )
         return
     out.mkdir(parents=True, exist_ok=True)
-    body = {"format": 1, "created": now(), "digest": spec.digest(),
-            "spec": spec.model_dump(mode="json"), "software": software,
-            "testbed": testbed.describe() if testbed else None}  # fmt: skip
+    body = {
+        "format": 1,
+        "created": now(),
+        "digest": spec.digest(),
+        "spec": spec.model_dump(mode="json"),
+        "software": software,
+        "testbed": testbed.describe() if testbed else None,
+    }
     if shard is not None:
         body["shard"] = str(shard)
     write_sweep(out, body)
@@ -167,8 +189,9 @@ def check_folder(
             f"{out} holds sweep {held['spec']['name']!r} already; use --resume to continue it "
             "or choose another --out"
         )
-    check_spec(held, spec.digest(), force=force, where=str(out), this="this one",
-               action="add to it")  # fmt: skip
+    check_spec(
+        held, spec.digest(), force=force, where=str(out), this="this one", action="add to it"
+    )
     had = held.get("shard")
     if had != (str(shard) if shard else None):
         raise QuicbedError(
@@ -263,8 +286,9 @@ def run_sweep(
     tbs = testbeds or [testbed or LocalTestbed(prefix)]
     for tb in tbs:
         if tb.kind != spec.testbed:
-            raise QuicbedError(f"the spec's testbed is {spec.testbed}, testbed "
-                               f"{tb.describe_short()} is {tb.kind}")  # fmt: skip
+            raise QuicbedError(
+                f"the spec's testbed is {spec.testbed}, testbed {tb.describe_short()} is {tb.kind}"
+            )
     planned = plan(spec)
     cells = select(planned, shard) if shard is not None else planned
     outcome = SweepOutcome(out=out, planned=len(cells))
@@ -294,21 +318,33 @@ def run_sweep(
                 if prev and prev["status"] in keep:
                     outcome.skipped += 1
                     if on_cell:
-                        on_cell(index[pc.config.cell_id()], len(cells), pc,
-                                f"kept ({prev['status']})")  # fmt: skip
+                        on_cell(
+                            index[pc.config.cell_id()], len(cells), pc, f"kept ({prev['status']})"
+                        )
                 else:
                     todo.append(pc)
             if todo:
                 work.append(todo)
         lock = threading.Lock()
 
-        def run_group(tb: Testbed, group: list[PlannedCell],
-                      finished: Callable[[PlannedCell], None]) -> None:  # fmt: skip
-            _run_group(tb, group, out, spec, latest, lock, outcome, finished,
-                       strict=len(tbs) > 1,
-                       on_cell=lambda pc, what: on_cell(index[pc.config.cell_id()], len(cells),
-                                                        pc, what) if on_cell else None,
-                       on_load=on_load)  # fmt: skip
+        def run_group(
+            tb: Testbed, group: list[PlannedCell], finished: Callable[[PlannedCell], None]
+        ) -> None:
+            _run_group(
+                tb,
+                group,
+                out,
+                spec,
+                latest,
+                lock,
+                outcome,
+                finished,
+                strict=len(tbs) > 1,
+                on_cell=lambda pc, what: (
+                    on_cell(index[pc.config.cell_id()], len(cells), pc, what) if on_cell else None
+                ),
+                on_load=on_load,
+            )
 
         try:
             if len(tbs) == 1:
@@ -327,12 +363,19 @@ LINK_FAILURES_IN_A_ROW = 2
 
 
 def _run_group(
-    tb: Testbed, group: list[PlannedCell], out: Path, spec: SweepSpec,
-    latest: dict[str, dict[str, Any]], lock: threading.Lock, outcome: SweepOutcome,
-    finished: Callable[[PlannedCell], None], *, strict: bool,
+    tb: Testbed,
+    group: list[PlannedCell],
+    out: Path,
+    spec: SweepSpec,
+    latest: dict[str, dict[str, Any]],
+    lock: threading.Lock,
+    outcome: SweepOutcome,
+    finished: Callable[[PlannedCell], None],
+    *,
+    strict: bool,
     on_cell: Callable[[PlannedCell, str], None],
     on_load: Callable[[str, int, int], None] | None,
-) -> None:  # fmt: skip
+) -> None:
     """One link condition's cells on one testbed. ``strict`` (several testbeds): a
     failed cell on a testbed that is gone, or receipts failing on cells in a row, raise
     TestbedLost before the cell counts, so another testbed measures it."""
@@ -355,25 +398,33 @@ def _run_group(
                 resume_attempt = prev["attempt"] if started_on == here else None
             if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
                 proven = prove(shaped, tcp_s, c0.tcp_cc())
-            r = run_cell(pc.config, out, testbed=tb, link=proven, progress=on_load,
-                         resume_attempt=resume_attempt, traces=spec.traces)  # fmt: skip
+            r = run_cell(
+                pc.config,
+                out,
+                testbed=tb,
+                link=proven,
+                progress=on_load,
+                resume_attempt=resume_attempt,
+                traces=spec.traces,
+            )
             if r.status == "failed" and r.link_failed:
                 # one retry on a freshly applied link, as a new attempt
                 shaped.reapply()
                 proven = prove(shaped, tcp_s, c0.tcp_cc())
-                r = run_cell(pc.config, out, testbed=tb, link=proven, progress=on_load,
-                             traces=spec.traces)  # fmt: skip
+                r = run_cell(
+                    pc.config, out, testbed=tb, link=proven, progress=on_load, traces=spec.traces
+                )
                 if r.link_failed:
                     proven = None  # the next cell starts from a fresh receipt
             if strict and r.status == "failed":
                 gone = _gone(tb)
                 link_failures = link_failures + 1 if r.link_failed else 0
                 if gone:
-                    raise TestbedLost(f"{gone} (cell {r.cell_id} attempt {r.attempt}: "
-                                      f"{r.problem})")  # fmt: skip
+                    raise TestbedLost(f"{gone} (cell {r.cell_id} attempt {r.attempt}: {r.problem})")
                 if link_failures >= LINK_FAILURES_IN_A_ROW:
-                    raise TestbedLost(f"receipts failed on {link_failures} cells in a row "
-                                      f"(last: {r.problem})")  # fmt: skip
+                    raise TestbedLost(
+                        f"receipts failed on {link_failures} cells in a row (last: {r.problem})"
+                    )
             else:
                 link_failures = 0
             with lock:
@@ -386,9 +437,12 @@ def _run_group(
 
 
 def _stopping(
-    out: Path, rest: list[PlannedCell], lock: threading.Lock, outcome: SweepOutcome,
+    out: Path,
+    rest: list[PlannedCell],
+    lock: threading.Lock,
+    outcome: SweepOutcome,
     on_cell: Callable[[PlannedCell, str], None],
-) -> bool:  # fmt: skip
+) -> bool:
     """True (the cells ``rest`` counted as stopped) if ``quicbed stop`` asked for it."""
     if not stop_requested(out):
         return False
@@ -414,6 +468,9 @@ def _gone(tb: Testbed) -> str | None:
 
 def _same_software(out: Path, tb: Testbed, force: bool) -> None:
     """A second testbed of one sweep must run the software the folder records."""
-    check_software(read_sweep(out)["software"], _software(tb), force=force,
-                   what=f"testbed {tb.describe_short()} runs other software than this sweep "
-                   "records")  # fmt: skip
+    check_software(
+        read_sweep(out)["software"],
+        _software(tb),
+        force=force,
+        what=f"testbed {tb.describe_short()} runs other software than this sweep records",
+    )

@@ -36,14 +36,22 @@ from quicbed.errors import QuicbedError
 from quicbed.testbed.base import Process, RPath, Testbed
 
 #: the sysctl behind each boolean/integer option (per network namespace)
-SYSCTLS = {"tcp_sack": "net.ipv4.tcp_sack", "tcp_ecn": "net.ipv4.tcp_ecn",
-           "tcp_window_scaling": "net.ipv4.tcp_window_scaling",
-           "tcp_fastopen": "net.ipv4.tcp_fastopen"}  # fmt: skip
+SYSCTLS = {
+    "tcp_sack": "net.ipv4.tcp_sack",
+    "tcp_ecn": "net.ipv4.tcp_ecn",
+    "tcp_window_scaling": "net.ipv4.tcp_window_scaling",
+    "tcp_fastopen": "net.ipv4.tcp_fastopen",
+}
 #: receive-buffer presets: the largest receive buffer (``tcp_rmem``'s max and the route's
 #: window clamp) and the window scale shift Linux then offers, 2^(15+shift) <= bytes <
 #: 2^(16+shift); ``ws7`` is about Linux's default buffer (6 MiB)
-RMEM_PRESETS = {"ws0": (65535, 0), "ws2": (262143, 2), "ws4": (1048575, 4),
-                "ws7": (8388607, 7), "ws9": (33554431, 9)}  # fmt: skip
+RMEM_PRESETS = {
+    "ws0": (65535, 0),
+    "ws2": (262143, 2),
+    "ws4": (1048575, 4),
+    "ws7": (8388607, 7),
+    "ws9": (33554431, 9),
+}
 ENDS = ("server", "client")
 #: bytes kept per SYN: Ethernet + IPv4 + the largest TCP header is 14 + 60 + 60
 SNAPLEN = 134
@@ -59,20 +67,26 @@ def check(arm: str, params: dict[str, Any]) -> None:
     """Refuse, naming the value, options that cannot be applied or cannot be verified."""
     p = wanted(params)
     if "tcp_ecn" in p and p["tcp_ecn"] not in (0, 1, 2):
-        raise QuicbedError(f"arm {arm}: tcp_ecn must be 0 (off), 1 (request and accept) or "
-                           f"2 (accept only, Linux's default) (got {p['tcp_ecn']})")  # fmt: skip
+        raise QuicbedError(
+            f"arm {arm}: tcp_ecn must be 0 (off), 1 (request and accept) or "
+            f"2 (accept only, Linux's default) (got {p['tcp_ecn']})"
+        )
     if "tcp_fastopen" in p and not 0 <= p["tcp_fastopen"] <= 0xFFFF:
-        raise QuicbedError(f"arm {arm}: tcp_fastopen is the sysctl's bit mask, 0..65535 "
-                           f"(got {p['tcp_fastopen']})")  # fmt: skip
+        raise QuicbedError(
+            f"arm {arm}: tcp_fastopen is the sysctl's bit mask, 0..65535 (got {p['tcp_fastopen']})"
+        )
     if "initcwnd" in p and not 1 <= p["initcwnd"] <= 1000:
         raise QuicbedError(f"arm {arm}: initcwnd must be 1..1000 segments (got {p['initcwnd']})")
     if "rmem" in p:
         if p["rmem"] not in RMEM_PRESETS:
-            raise QuicbedError(f"arm {arm}: rmem {p['rmem']!r} is not a preset (one of "
-                               f"{', '.join(RMEM_PRESETS)})")  # fmt: skip
+            raise QuicbedError(
+                f"arm {arm}: rmem {p['rmem']!r} is not a preset (one of {', '.join(RMEM_PRESETS)})"
+            )
         if p.get("tcp_window_scaling") is False:
-            raise QuicbedError(f"arm {arm}: rmem {p['rmem']} sets a window scale, but the arm "
-                               "sets tcp_window_scaling: false")  # fmt: skip
+            raise QuicbedError(
+                f"arm {arm}: rmem {p['rmem']} sets a window scale, but the arm "
+                "sets tcp_window_scaling: false"
+            )
 
 
 # --- the handshake's options ------------------------------------------------------------
@@ -137,8 +151,15 @@ def parse_tcp(ip: bytes) -> Syn | None:
         return None
     sport, dport = struct.unpack("!HH", tcp[:4])
     src, dst = (".".join(str(b) for b in ip[o : o + 4]) for o in (12, 16))
-    syn = Syn(src, sport, dst, dport, ack=bool(flags & _FLAG["ack"]),
-              ece=bool(flags & _FLAG["ece"]), cwr=bool(flags & _FLAG["cwr"]))  # fmt: skip
+    syn = Syn(
+        src,
+        sport,
+        dst,
+        dport,
+        ack=bool(flags & _FLAG["ack"]),
+        ece=bool(flags & _FLAG["ece"]),
+        cwr=bool(flags & _FLAG["cwr"]),
+    )
     parse_options(tcp[20 : (tcp[12] >> 4) * 4], syn)
     return syn
 
@@ -190,8 +211,10 @@ def _ip_payload(frame: bytes, link: str) -> bytes | None:
 # --- what a load must show --------------------------------------------------------------
 def _offered(what: str, has: bool, setting: str, value: Any) -> str:
     shown = str(value).lower() if isinstance(value, bool) else str(value)
-    return f"the {what} offered {'' if has else 'no '}{setting_name(setting)}, but the arm " \
-           f"sets {setting}: {shown}"  # fmt: skip
+    return (
+        f"the {what} offered {'' if has else 'no '}{setting_name(setting)}, but the arm "
+        f"sets {setting}: {shown}"
+    )
 
 
 def setting_name(setting: str) -> str:
@@ -217,8 +240,10 @@ def evidence(params: dict[str, Any], facts: dict[str, Any]) -> list[str]:
             reasons.append(text)
 
     if not syns or not acks:
-        once(f"the capture holds {len(syns)} SYN(s) and {len(acks)} SYN-ACK(s) of this "
-             "load: its TCP options are not verified")  # fmt: skip
+        once(
+            f"the capture holds {len(syns)} SYN(s) and {len(acks)} SYN-ACK(s) of this "
+            "load: its TCP options are not verified"
+        )
     for what, group in (("SYN", syns), ("SYN-ACK", acks)):
         for p in group:
             for key, field in (("tcp_sack", "sack"), ("tcp_window_scaling", "wscale")):
@@ -239,22 +264,30 @@ def evidence(params: dict[str, Any], facts: dict[str, Any]) -> list[str]:
             if "rmem" in want:
                 shift = RMEM_PRESETS[want["rmem"]][1]
                 if p["wscale"] != shift:
-                    seen = "no window scale" if p["wscale"] is None else \
-                        f"window scale shift {p['wscale']}"  # fmt: skip
-                    once(f"the {what} offered {seen}, but the arm's rmem {want['rmem']} "
-                         f"gives shift {shift}")  # fmt: skip
+                    seen = (
+                        "no window scale"
+                        if p["wscale"] is None
+                        else f"window scale shift {p['wscale']}"
+                    )
+                    once(
+                        f"the {what} offered {seen}, but the arm's rmem {want['rmem']} "
+                        f"gives shift {shift}"
+                    )
             if want.get("tcp_fastopen") == 0 and p["tfo"]:
-                once(f"the {what} carried a TCP Fast Open option, but the arm sets "
-                     "tcp_fastopen: 0")  # fmt: skip
+                once(f"the {what} carried a TCP Fast Open option, but the arm sets tcp_fastopen: 0")
     kernel = facts.get("tcp_kernel") or {}
     for role in ENDS:
         got = kernel.get(role) or {}
         if "tcp_fastopen" in want and got.get("tcp_fastopen") != want["tcp_fastopen"]:
-            once(f"the {role}'s {SYSCTLS['tcp_fastopen']} was {got.get('tcp_fastopen')} after "
-                 f"this load, not {want['tcp_fastopen']}")  # fmt: skip
+            once(
+                f"the {role}'s {SYSCTLS['tcp_fastopen']} was {got.get('tcp_fastopen')} after "
+                f"this load, not {want['tcp_fastopen']}"
+            )
         if "initcwnd" in want and got.get("initcwnd") != want["initcwnd"]:
-            once(f"the {role}'s route to its peer had initcwnd {got.get('initcwnd')} after "
-                 f"this load, not {want['initcwnd']}")  # fmt: skip
+            once(
+                f"the {role}'s route to its peer had initcwnd {got.get('initcwnd')} after "
+                f"this load, not {want['initcwnd']}"
+            )
     return reasons
 
 
@@ -274,8 +307,9 @@ def _route(tb: Testbed, role: str) -> list[str]:
 
 
 def _host_route(tb: Testbed, role: str) -> str:
-    return tb.exec(role, ["ip", "-o", "route", "show", "exact", f"{_peer(tb, role)}/32"],
-                   check=False).stdout.strip()  # fmt: skip
+    return tb.exec(
+        role, ["ip", "-o", "route", "show", "exact", f"{_peer(tb, role)}/32"], check=False
+    ).stdout.strip()
 
 
 @contextmanager
@@ -302,11 +336,15 @@ def applied(tb: Testbed, params: dict[str, Any]) -> Iterator[None]:
                 metrics += ["window", str(RMEM_PRESETS[want["rmem"]][0])]
             if metrics:
                 if _host_route(tb, role):
-                    raise QuicbedError(f"{tb.name(role)} has a host route to "
-                                       f"{_peer(tb, role)} already; quicbed will not "
-                                       "replace it for initcwnd/rmem")  # fmt: skip
-                tb.exec(role, ["ip", "route", "add", f"{_peer(tb, role)}/32",
-                               *_route(tb, role), *metrics])  # fmt: skip
+                    raise QuicbedError(
+                        f"{tb.name(role)} has a host route to "
+                        f"{_peer(tb, role)} already; quicbed will not "
+                        "replace it for initcwnd/rmem"
+                    )
+                tb.exec(
+                    role,
+                    ["ip", "route", "add", f"{_peer(tb, role)}/32", *_route(tb, role), *metrics],
+                )
                 routes.append(role)
         yield
     finally:
@@ -326,8 +364,9 @@ def read_kernel(tb: Testbed, params: dict[str, Any]) -> dict[str, dict[str, Any]
             got["tcp_fastopen"] = int(tb.read_sysctl(role, SYSCTLS["tcp_fastopen"]))
         if "initcwnd" in want:
             words = _host_route(tb, role).split()
-            got["initcwnd"] = int(words[words.index("initcwnd") + 1]) \
-                if "initcwnd" in words else None  # fmt: skip
+            got["initcwnd"] = (
+                int(words[words.index("initcwnd") + 1]) if "initcwnd" in words else None
+            )
         if got:
             out[role] = got
     return out
@@ -352,10 +391,23 @@ class SynCapture:
         tb = self.tb
         tb.mkdir("client", self.pcap.parent)
         tb.remove("client", self.pcap)
-        argv = ["tcpdump", "-i", client_interface(tb), "-w", str(self.pcap),
-                "-s", str(SNAPLEN), "-c", "1000", "-U", "--immediate-mode", "-n", "-Z", "root",
-                f"tcp port {self.port} and host {tb.server_ip} and "
-                "tcp[tcpflags] & tcp-syn != 0"]  # fmt: skip
+        argv = [
+            "tcpdump",
+            "-i",
+            client_interface(tb),
+            "-w",
+            str(self.pcap),
+            "-s",
+            str(SNAPLEN),
+            "-c",
+            "1000",
+            "-U",
+            "--immediate-mode",
+            "-n",
+            "-Z",
+            "root",
+            f"tcp port {self.port} and host {tb.server_ip} and tcp[tcpflags] & tcp-syn != 0",
+        ]
         self.process, _ = start_tcpdump(tb, "client", argv, self.log)
 
     def end(self) -> dict[str, Any]:

@@ -220,9 +220,11 @@ def _sd(v: list[float]) -> float | None:
 
 
 def bulk_summary(
-    r: BulkResult, alpha: float = 0.01, test: str = "welch",
+    r: BulkResult,
+    alpha: float = 0.01,
+    test: str = "welch",
     extra_pairs: list[tuple[str, str]] | None = None,
-) -> BulkResult:  # fmt: skip
+) -> BulkResult:
     """``r`` with its per-arm summary and its comparisons, from its runs alone (the
     report and verify call this on a stored record, so the numbers have one home).
     Compared: each arm against the TCP reference, and the spec's ``statistics.pairs``
@@ -233,22 +235,38 @@ def bulk_summary(
         gp = [f.goodput_bps / 1e6 for f in ok if f.goodput_bps]
         rt = [float(f.retransmissions) for f in ok if f.retransmissions is not None]
         summary[a["name"]] = ArmBulk(
-            arm=a["name"], n=len(ok), goodput_mbit_mean=_mean(gp), goodput_mbit_sd=_sd(gp),
+            arm=a["name"],
+            n=len(ok),
+            goodput_mbit_mean=_mean(gp),
+            goodput_mbit_sd=_sd(gp),
             goodput_mbit_median=statistics.median(gp) if gp else None,
             completion_s_mean=_mean([f.completion_s for f in ok if f.completion_s]),
             retransmissions_mean=_mean(rt),
             of_ideal=(statistics.fmean(gp) * 1e6 / r.ideal_goodput_bps)
-            if gp and r.ideal_goodput_bps else None,
-        )  # fmt: skip
+            if gp and r.ideal_goodput_bps
+            else None,
+        )
     comparisons: dict[str, dict[str, Any]] = {}
     for ref, cand in _pairs(r.arms, extra_pairs):
         cmp: dict[str, Any] = {}
         for metric in ("completion_s", "goodput_bps"):
-            vals = {n: [float(getattr(x.flow, metric)) for x in r.runs
-                        if x.arm == n and x.flow.ok and getattr(x.flow, metric)]
-                    for n in (ref, cand)}  # fmt: skip
-            cmp[metric] = compare(vals[ref], vals[cand], planned=r.reps, alpha=alpha, test=test,
-                                  tcp_arm=ref, quic_arm=cand).model_dump()  # fmt: skip
+            vals = {
+                n: [
+                    float(getattr(x.flow, metric))
+                    for x in r.runs
+                    if x.arm == n and x.flow.ok and getattr(x.flow, metric)
+                ]
+                for n in (ref, cand)
+            }
+            cmp[metric] = compare(
+                vals[ref],
+                vals[cand],
+                planned=r.reps,
+                alpha=alpha,
+                test=test,
+                tcp_arm=ref,
+                quic_arm=cand,
+            ).model_dump()
         comparisons[f"{ref}/{cand}"] = cmp
     return r.model_copy(update={"summary": summary, "comparisons": comparisons})
 
@@ -263,9 +281,12 @@ def _pairs(
 
 
 def compete_run(
-    rep: int, flows: list[FlowResult], duration_s: float, queue: list[QueueSample],
+    rep: int,
+    flows: list[FlowResult],
+    duration_s: float,
+    queue: list[QueueSample],
     queue_note: str = "",
-) -> CompeteRun:  # fmt: skip
+) -> CompeteRun:
     """One repetition's numbers from its flows: the steady window, each flow's mean
     throughput and share in it, the arms' shares, Jain's index."""
     lo, hi = steady_window(flows, duration_s)
@@ -280,17 +301,25 @@ def compete_run(
         if f.flow in shares:
             arm_shares[f.arm] = arm_shares.get(f.arm, 0.0) + shares[f.flow]
     return CompeteRun(
-        rep=rep, flows=flows, steady_from_s=lo, steady_to_s=hi, shares=shares,
-        arm_shares=arm_shares, steady_bps=steady,
-        jain=jain(list(steady.values())) if steady else None, queue=queue,
+        rep=rep,
+        flows=flows,
+        steady_from_s=lo,
+        steady_to_s=hi,
+        shares=shares,
+        arm_shares=arm_shares,
+        steady_bps=steady,
+        jain=jain(list(steady.values())) if steady else None,
+        queue=queue,
         queue_note=queue_note,
-    )  # fmt: skip
+    )
 
 
 def compete_summary(
-    r: CompeteResult, alpha: float = 0.01, test: str = "welch",
+    r: CompeteResult,
+    alpha: float = 0.01,
+    test: str = "welch",
     extra_pairs: list[tuple[str, str]] | None = None,
-) -> CompeteResult:  # fmt: skip
+) -> CompeteResult:
     """``r`` with per-arm shares over its repetitions, Jain's index's mean, and per pair
     of arms the comparison of their flows' mean steady throughput per repetition (the
     report and verify call this on a stored record)."""
@@ -301,32 +330,59 @@ def compete_summary(
         if not run.steady_bps:
             continue
         for a in counts:
-            mine = [run.steady_bps[f.flow] for f in run.flows
-                    if f.arm == a and f.flow in run.steady_bps]  # fmt: skip
+            mine = [
+                run.steady_bps[f.flow] for f in run.flows if f.arm == a and f.flow in run.steady_bps
+            ]
             if mine:
                 per_flow[a].append(statistics.fmean(mine) / 1e6)
                 shares[a].append(run.arm_shares.get(a, 0.0))
     total = sum(counts.values())
-    summary = {a: ArmCompete(arm=a, n_flows=n, n=len(shares[a]), fair_share=n / total,
-                             share_mean=_mean(shares[a]), share_sd=_sd(shares[a]),
-                             per_flow_mbit_mean=_mean(per_flow[a]),
-                             per_flow_mbit_sd=_sd(per_flow[a]))
-               for a, n in counts.items()}  # fmt: skip
+    summary = {
+        a: ArmCompete(
+            arm=a,
+            n_flows=n,
+            n=len(shares[a]),
+            fair_share=n / total,
+            share_mean=_mean(shares[a]),
+            share_sd=_sd(shares[a]),
+            per_flow_mbit_mean=_mean(per_flow[a]),
+            per_flow_mbit_sd=_sd(per_flow[a]),
+        )
+        for a, n in counts.items()
+    }
     jains = [run.jain for run in r.runs if run.jain is not None]
     comparisons = {}
     for ref, cand in _pairs(r.arms, extra_pairs):
-        comparisons[f"{ref}/{cand}"] = {"per_flow_bps": compare(
-            [v * 1e6 for v in per_flow[ref]], [v * 1e6 for v in per_flow[cand]],
-            planned=len(r.runs), alpha=alpha, test=test, tcp_arm=ref, quic_arm=cand,
-        ).model_dump()}  # fmt: skip
-    return r.model_copy(update={"summary": summary, "jain_mean": _mean(jains),
-                                "jain_sd": _sd(jains), "comparisons": comparisons})  # fmt: skip
+        comparisons[f"{ref}/{cand}"] = {
+            "per_flow_bps": compare(
+                [v * 1e6 for v in per_flow[ref]],
+                [v * 1e6 for v in per_flow[cand]],
+                planned=len(r.runs),
+                alpha=alpha,
+                test=test,
+                tcp_arm=ref,
+                quic_arm=cand,
+            ).model_dump()
+        }
+    return r.model_copy(
+        update={
+            "summary": summary,
+            "jain_mean": _mean(jains),
+            "jain_sd": _sd(jains),
+            "comparisons": comparisons,
+        }
+    )
 
 
 def stored_transfer(
-    store: Store, cell_id: str, attempt: int, *, alpha: float = 0.01, test: str = "welch",
+    store: Store,
+    cell_id: str,
+    attempt: int,
+    *,
+    alpha: float = 0.01,
+    test: str = "welch",
     extra_pairs: list[tuple[str, str]] | None = None,
-) -> BulkResult | CompeteResult:  # fmt: skip
+) -> BulkResult | CompeteResult:
     """A transfer cell's record from the store, with its summary computed from its runs."""
     row = store.transfer(cell_id, attempt)
     if row is None:
@@ -337,8 +393,10 @@ def stored_transfer(
 
 
 # --- figures --------------------------------------------------------------------------
-_COLORS = {"tcp": ["#c0392b", "#e67e22", "#8e44ad", "#d35400", "#a93226", "#f39c12"],
-           "udp": ["#1f77b4", "#17becf", "#2ca02c", "#1abc9c", "#2471a3", "#27ae60"]}  # fmt: skip
+_COLORS = {
+    "tcp": ["#c0392b", "#e67e22", "#8e44ad", "#d35400", "#a93226", "#f39c12"],
+    "udp": ["#1f77b4", "#17becf", "#2ca02c", "#1abc9c", "#2471a3", "#27ae60"],
+}
 
 
 def _flow_colors(flows: list[FlowResult], arms: list[dict[str, Any]]) -> dict[str, str]:
@@ -362,16 +420,23 @@ def plot_compete(r: CompeteResult, run: CompeteRun, base: Path) -> list[Path]:
     from quicbed.plots import save_figure
 
     rows = 2 if run.queue else 1
-    fig, axes = plt.subplots(rows, 1, figsize=(8, 4.2 if rows == 1 else 6), sharex=True,
-                             squeeze=False, height_ratios=[3, 1.3][:rows])  # fmt: skip
+    fig, axes = plt.subplots(
+        rows,
+        1,
+        figsize=(8, 4.2 if rows == 1 else 6),
+        sharex=True,
+        squeeze=False,
+        height_ratios=[3, 1.3][:rows],
+    )
     ax = axes[0][0]
     colors = _flow_colors(run.flows, r.arms)
     for f in run.flows:
         tl = f.timeline()
         share = run.shares.get(f.flow)
         label = f.flow + (f" ({share * 100:.0f} %)" if share is not None else "")
-        ax.plot([t for t, _ in tl], [v / 1e6 for _, v in tl], lw=1.1, color=colors[f.flow],
-                label=label)  # fmt: skip
+        ax.plot(
+            [t for t, _ in tl], [v / 1e6 for _, v in tl], lw=1.1, color=colors[f.flow], label=label
+        )
     if r.condition.get("rate_mbit"):
         ax.axhline(r.condition["rate_mbit"], color="grey", lw=0.8, ls=":", label="link rate")
     if run.steady_to_s > run.steady_from_s:
@@ -380,8 +445,11 @@ def plot_compete(r: CompeteResult, run: CompeteRun, base: Path) -> list[Path]:
     jain_s = f", Jain {run.jain:.3f}" if run.jain is not None else ""
     c = r.condition
     who = " vs ".join(f"{n} {a}" for a, n in r.groups)
-    ax.set_title(f"{who}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, queue "
-                 f"{c.get('queue')}, repetition {run.rep}{jain_s}", fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"{who}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, queue "
+        f"{c.get('queue')}, repetition {run.rep}{jain_s}",
+        fontsize=10,
+    )
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
@@ -411,14 +479,23 @@ def plot_bulk(r: BulkResult, base: Path) -> list[Path]:
     for run in r.runs:
         tl = run.flow.timeline(offset=False)
         color = _COLORS[transport.get(run.arm, "tcp")][sorted(transport).index(run.arm) % 6]
-        ax.plot([t for t, _ in tl], [v / 1e6 for _, v in tl], lw=0.8, alpha=0.7, color=color,
-                label=None if run.arm in first else run.arm)  # fmt: skip
+        ax.plot(
+            [t for t, _ in tl],
+            [v / 1e6 for _, v in tl],
+            lw=0.8,
+            alpha=0.7,
+            color=color,
+            label=None if run.arm in first else run.arm,
+        )
         first.add(run.arm)
     if r.ideal_goodput_bps:
         ax.axhline(r.ideal_goodput_bps / 1e6, color="grey", lw=0.8, ls=":", label="ideal goodput")
     c = r.condition
-    ax.set_title(f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, "
-                 f"queue {c.get('queue')}", fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, "
+        f"queue {c.get('queue')}",
+        fontsize=10,
+    )
     ax.set_xlabel("time (s)")
     ax.set_ylabel("throughput (Mbit/s)")
     ax.set_ylim(bottom=0)

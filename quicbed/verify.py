@@ -88,8 +88,11 @@ def json_diff(a: Any, b: Any, where: str = "") -> list[str]:
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{where}: {len(a)} entries packaged, {len(b)} recomputed"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
-                for d in json_diff(x, y, f"{where}[{i}]")]  # fmt: skip
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in json_diff(x, y, f"{where}[{i}]")
+        ]
     return [] if same(a, b) else [f"{where or '.'}: packaged {a!r}, recomputed {b!r}"]
 
 
@@ -107,13 +110,16 @@ def csv_diff(packaged: Path, recomputed: Path, key: tuple[str, ...]) -> list[str
         return [f"columns differ: packaged {cols_a}, recomputed {cols_b}"]
     a = {tuple(r[k] for k in key): r for r in rows_a}
     b = {tuple(r[k] for k in key): r for r in rows_b}
-    out = [f"row {':'.join(k)}: only {'packaged' if k in a else 'recomputed'}"
-           for k in sorted(set(a) ^ set(b))]  # fmt: skip
+    out = [
+        f"row {':'.join(k)}: only {'packaged' if k in a else 'recomputed'}"
+        for k in sorted(set(a) ^ set(b))
+    ]
     for k in sorted(set(a) & set(b)):
         for col in cols_a:
             if not same(a[k][col], b[k][col]):
-                out.append(f"row {':'.join(k)} {col}: packaged {a[k][col]!r}, "
-                           f"recomputed {b[k][col]!r}")  # fmt: skip
+                out.append(
+                    f"row {':'.join(k)} {col}: packaged {a[k][col]!r}, recomputed {b[k][col]!r}"
+                )
     return out
 
 
@@ -158,8 +164,9 @@ def _recompute(res: VerifyResult, top: Path, again: Path) -> None:
     again.mkdir()
     report = build(results, out=again / "report", source=res.manifest.get("archive"))
     n_cells = len({r["cell_id"] for r in report.rows})
-    table = csv_diff(top / "report" / "table.csv", again / "report" / "table.csv",
-                     ("cell_id", "pair"))  # fmt: skip
+    table = csv_diff(
+        top / "report" / "table.csv", again / "report" / "table.csv", ("cell_id", "pair")
+    )
     _add(
         res,
         "report/table.csv",
@@ -168,23 +175,32 @@ def _recompute(res: VerifyResult, top: Path, again: Path) -> None:
     )
     if report.transfers.cells or (top / "report" / TRANSFERS).exists():
         n = len(report.transfers.cells)
-        _add(res, f"report/{TRANSFERS}",
-             csv_diff(top / "report" / TRANSFERS, again / "report" / TRANSFERS,
-                      ("cell_id", "arm")),
-             f"statistics: {n} transfer cells recomputed from results/, equal to "
-             f"report/{TRANSFERS}")  # fmt: skip
+        _add(
+            res,
+            f"report/{TRANSFERS}",
+            csv_diff(top / "report" / TRANSFERS, again / "report" / TRANSFERS, ("cell_id", "arm")),
+            f"statistics: {n} transfer cells recomputed from results/, equal to report/{TRANSFERS}",
+        )
     for fmt in ("csv", "parquet"):
         export(results, fmt, again / f"runs.{fmt}")
-    _add(res, "data/runs.csv",
-         csv_diff(top / "data" / "runs.csv", again / "runs.csv",
-                  ("cell_id", "attempt", "arm", "rep")),
-         "exports: data/runs.csv equal to the store")  # fmt: skip
+    _add(
+        res,
+        "data/runs.csv",
+        csv_diff(
+            top / "data" / "runs.csv", again / "runs.csv", ("cell_id", "attempt", "arm", "rep")
+        ),
+        "exports: data/runs.csv equal to the store",
+    )
     _compare_parquet(res, top / "data" / "runs.parquet", again / "runs.parquet")
     for name, obj in derived_data(results).items():
         packaged = json.loads((top / "data" / name).read_text())
         recomputed = json.loads(dump_json(obj))
-        _add(res, f"data/{name}", json_diff(packaged, recomputed),
-             f"exports: data/{name} equal to the store")  # fmt: skip
+        _add(
+            res,
+            f"data/{name}",
+            json_diff(packaged, recomputed),
+            f"exports: data/{name} equal to the store",
+        )
     _compare_hars(res, results)
     _compare_figures(res, top / "report", again / "report")
 
@@ -227,14 +243,19 @@ def _compare_hars(res: VerifyResult, results: Path) -> None:
         for k in HAR_FIELDS:
             stored = r[k]  # protocols: decoded by the store
             if not same(stored, m.get(k)):
-                diffs.append(f"{r['har_path']}: {k} is {stored!r} in the store, "
-                             f"{m.get(k)!r} from the HAR")  # fmt: skip
+                diffs.append(
+                    f"{r['har_path']}: {k} is {stored!r} in the store, {m.get(k)!r} from the HAR"
+                )
     if absent and not any("hars" in x["path"] for x in res.manifest.get("left_out", [])):
         diffs.append(f"{absent} HARs the store points at are not in the package")
     if checked or diffs:
-        _add(res, "results/hars", diffs,
-             f"raw data: {checked} loads' PLT, objects, bytes and protocols recomputed from "
-             "their HARs, equal to the store")  # fmt: skip
+        _add(
+            res,
+            "results/hars",
+            diffs,
+            f"raw data: {checked} loads' PLT, objects, bytes and protocols recomputed from "
+            "their HARs, equal to the store",
+        )
     elif absent:
         res.notes.append(f"HARs left out: the {absent} loads' figures were taken from the store")
 
@@ -242,9 +263,13 @@ def _compare_hars(res: VerifyResult, results: Path) -> None:
 def _compare_figures(res: VerifyResult, packaged: Path, again: Path) -> None:
     a = json.loads((packaged / "figures.json").read_text())
     b = json.loads((again / "figures.json").read_text())
-    _add(res, "report/figures.json", json_diff(a, b, "figures"),
-         f"figures: {len(b)} heatmap(s) redrawn from the recomputed statistics; every cell "
-         "shows the same number, colour and significance")  # fmt: skip
+    _add(
+        res,
+        "report/figures.json",
+        json_diff(a, b, "figures"),
+        f"figures: {len(b)} heatmap(s) redrawn from the recomputed statistics; every cell "
+        "shows the same number, colour and significance",
+    )
     names_a = sorted(p.name for p in (packaged / "figures").iterdir())
     names_b = sorted(p.name for p in (again / "figures").iterdir())
     if names_a != names_b:
@@ -259,24 +284,35 @@ def _compare_figures(res: VerifyResult, packaged: Path, again: Path) -> None:
             + ", ".join(f"{k} {here.get(k)}" for k in DRAWN_WITH if k != "pyarrow")
         )
         return
-    differ = [n for n in names_a if (packaged / "figures" / n).read_bytes()
-              != (again / "figures" / n).read_bytes()]  # fmt: skip
-    _add(res, "report/figures", [f"{n}: regenerated bytes differ" for n in differ],
-         f"figures: {len(names_a)} files (SVG, PNG) regenerated byte-equal")  # fmt: skip
+    differ = [
+        n
+        for n in names_a
+        if (packaged / "figures" / n).read_bytes() != (again / "figures" / n).read_bytes()
+    ]
+    _add(
+        res,
+        "report/figures",
+        [f"{n}: regenerated bytes differ" for n in differ],
+        f"figures: {len(names_a)} files (SVG, PNG) regenerated byte-equal",
+    )
 
 
 def lines(res: VerifyResult) -> list[str]:
     """What ``quicbed verify`` prints."""
     m = res.manifest
     git = ((m.get("quicbed") or {}).get("git") or {}).get("sha") or "?"
-    out = [f"{res.archive.name}: package format {m['format']}, made {m.get('created')} by "
-           f"quicbed {(m.get('quicbed') or {}).get('version')} (git {git[:12]})"]  # fmt: skip
+    out = [
+        f"{res.archive.name}: package format {m['format']}, made {m.get('created')} by "
+        f"quicbed {(m.get('quicbed') or {}).get('version')} (git {git[:12]})"
+    ]
     out += [f"  ok       {c}" for c in res.checked]
     out += [f"  DIFFERS  {p}" for p in res.problems]
     out += [f"  note     {n}" for n in res.notes]
     if res.ok:
-        out.append("verified: every file is intact, and every statistic and figure follows "
-                   "from the packaged runs")  # fmt: skip
+        out.append(
+            "verified: every file is intact, and every statistic and figure follows "
+            "from the packaged runs"
+        )
     else:
         out.append(f"NOT verified: {len(res.problems)} difference(s) above")
     return out

@@ -194,8 +194,9 @@ def generate(
         if p.parts is None:  # one image size (the entries made before parts existed)
             entry["image_bytes"] = sizes[0]
         else:
-            entry["parts"] = [{"image_bytes": size_bytes(x.size, ps.kb), "count": x.count}
-                              for x in p.parts]  # fmt: skip
+            entry["parts"] = [
+                {"image_bytes": size_bytes(x.size, ps.kb), "count": x.count} for x in p.parts
+            ]
         entry["files"] = {
             f: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for f, b in files.items()
         }

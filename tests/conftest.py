@@ -90,8 +90,7 @@ def cell_1mb_full(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         seen.clear()  # only the last attempt's tracer counts
         return run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2, traces="full")
 
-    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3,
-                    warmup=1)  # fmt: skip
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3, warmup=1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(quicbed.cell, "instruments", keep)
         try:

@@ -38,9 +38,7 @@ PYTHON = "ansible_python_interpreter=/usr/bin/python3"
 
 
 def _run(argv: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV
-    )  # fmt: skip
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
 def _playbook(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
@@ -56,9 +54,10 @@ def _changed(cp: subprocess.CompletedProcess[str]) -> int:
 def _changed_lines(cp: subprocess.CompletedProcess[str]) -> str:
     out = cp.stdout.splitlines()
     return "\n".join(
-        f"{out[i - 2] if i >= 2 else ''} {line}" for i, line in enumerate(out)
+        f"{out[i - 2] if i >= 2 else ''} {line}"
+        for i, line in enumerate(out)
         if line.startswith("changed")
-    )  # fmt: skip
+    )
 
 
 def _inventory(tmp_path: Path, text: str) -> Path:
@@ -83,14 +82,17 @@ def _local_play(tmp_path: Path, tasks: str) -> Path:
 
 def test_syntax_check_every_playbook(tmp_path: Path) -> None:
     """Every playbook parses against an inventory with the testbed's three groups."""
-    inv = _inventory(tmp_path, """
+    inv = _inventory(
+        tmp_path,
+        """
         [server]
         node-server ansible_host=192.0.2.1
         [client]
         node-client ansible_host=192.0.2.2
         [bridge]
         node-bridge ansible_host=192.0.2.3
-    """)  # fmt: skip
+    """,
+    )
     assert {p.name for p in PLAYBOOKS} >= {"site.yml", "local.yml"}
     for pb in PLAYBOOKS:
         cp = _playbook("-i", str(inv), "--syntax-check", str(pb))
@@ -160,8 +162,11 @@ def test_ssh_lab_marks_a_new_sshd_not_to_be_run(root: None, tmp_path: Path) -> N
     assert "ssh_lab_not_to_be_run" not in marker.read_text() and "ssh_lab" in marker.read_text()
     assert Path("/usr/sbin/sshd").exists()
     existing = tmp_path / "existing.yml"
-    existing.write_text(fresh.read_text().replace(str(tmp_path / "no-sshd"), "/usr/sbin/sshd")
-                        .replace(str(marker), str(tmp_path / "untouched")))  # fmt: skip
+    existing.write_text(
+        fresh.read_text()
+        .replace(str(tmp_path / "no-sshd"), "/usr/sbin/sshd")
+        .replace(str(marker), str(tmp_path / "untouched"))
+    )
     for _ in range(2):
         again = _playbook("-i", "localhost,", str(existing))
         assert again.returncode == 0, again.stdout[-3000:]
@@ -177,21 +182,32 @@ def test_go_install_of_the_pinned_release(root: None, tmp_path: Path) -> None:
 
     Its SHA-256 is checked by the role; the download is kept in /var/cache/quicbed.
     """
-    play = _local_play(tmp_path, """
+    play = _local_play(
+        tmp_path,
+        """
         - name: Install Go as on a fresh node
           ansible.builtin.include_role:
             name: quicbed_binaries
             tasks_from: go
-    """)  # fmt: skip
-    argv = ["-i", "localhost,", str(play), "-e", f"quicbed_binaries_go_root={tmp_path}/go",
-            "-e", f"quicbed_binaries_go_unpack_dir={tmp_path}/unpack"]  # fmt: skip
+    """,
+    )
+    argv = [
+        "-i",
+        "localhost,",
+        str(play),
+        "-e",
+        f"quicbed_binaries_go_root={tmp_path}/go",
+        "-e",
+        f"quicbed_binaries_go_unpack_dir={tmp_path}/unpack",
+    ]
     first = _playbook(*argv)
     assert first.returncode == 0, first.stdout[-3000:]
     second = _playbook(*argv)
     assert second.returncode == 0, second.stdout[-3000:]
     assert _changed(second) == 0, _changed_lines(second)
-    out = subprocess.run([tmp_path / "go" / "bin" / "go", "version"], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [tmp_path / "go" / "bin" / "go", "version"], capture_output=True, text=True, check=True
+    ).stdout
     assert "go1.26.8 linux/amd64" in out
 
 
@@ -222,7 +238,9 @@ def _node_tarball(path: Path, version: str) -> str:
 def _archive_play(tmp_path: Path, zip_path: Path, zip_sha: str, version: str = CFT_VERSION):
     tar = tmp_path / f"node-v{NODE_VERSION}-linux-x64.tar.xz"
     tar_sha = _node_tarball(tar, NODE_VERSION)
-    play = _local_play(tmp_path, """
+    play = _local_play(
+        tmp_path,
+        """
         - name: Chrome for Testing as on Ubuntu
           ansible.builtin.include_role:
             name: chromium_client
@@ -231,15 +249,19 @@ def _archive_play(tmp_path: Path, zip_path: Path, zip_sha: str, version: str = C
           ansible.builtin.include_role:
             name: chromium_client
             tasks_from: node_tarball
-    """)  # fmt: skip
+    """,
+    )
     ev = {
-        "chromium_client_cft_version": version, "chromium_client_cft_url": f"file://{zip_path}",
-        "chromium_client_cft_sha256": zip_sha, "chromium_client_node_version": NODE_VERSION,
-        "chromium_client_node_url": f"file://{tar}", "chromium_client_node_sha256": tar_sha,
+        "chromium_client_cft_version": version,
+        "chromium_client_cft_url": f"file://{zip_path}",
+        "chromium_client_cft_sha256": zip_sha,
+        "chromium_client_node_version": NODE_VERSION,
+        "chromium_client_node_url": f"file://{tar}",
+        "chromium_client_node_sha256": tar_sha,
         "chromium_client_install_dir": str(tmp_path / "opt"),
         "chromium_client_bin_dir": str(tmp_path / "bin"),
         "chromium_client_download_dir": str(tmp_path / "cache"),
-    }  # fmt: skip
+    }
     return ["-i", "localhost,", str(play), "-e", json.dumps(ev)]
 
 
@@ -253,8 +275,9 @@ def test_chromium_client_archive_installs(root: None, tmp_path: Path) -> None:
     second = _playbook(*argv)
     assert second.returncode == 0, second.stdout[-3000:]
     assert _changed(second) == 0, _changed_lines(second)
-    chromium = subprocess.run([tmp_path / "bin" / "chromium", "--version"], capture_output=True,
-                              text=True, check=True).stdout  # fmt: skip
+    chromium = subprocess.run(
+        [tmp_path / "bin" / "chromium", "--version"], capture_output=True, text=True, check=True
+    ).stdout
     assert CFT_VERSION in chromium
     node_tree = (tmp_path / "bin" / "npm").resolve().parent.parent
     assert node_tree.name == f"node-v{NODE_VERSION}-linux-x64"
@@ -281,8 +304,11 @@ def test_chromium_client_names_missing_libraries(root: None, tmp_path: Path) -> 
     subprocess.run(["cc", "-o", elf, main, f"-L{tmp_path}", "-lqbmissing"], check=True)
     (tmp_path / "libqbmissing.so").unlink()
     zip_path = tmp_path / "chrome-linux64.zip"
-    cp = _playbook(*_archive_play(tmp_path, zip_path, _zip(zip_path, "chrome-linux64/chrome",
-                                                           elf.read_bytes())))  # fmt: skip
+    cp = _playbook(
+        *_archive_play(
+            tmp_path, zip_path, _zip(zip_path, "chrome-linux64/chrome", elf.read_bytes())
+        )
+    )
     assert cp.returncode != 0
     assert "cannot run here; missing: libqbmissing.so => not found" in cp.stdout, cp.stdout[-3000:]
 
@@ -320,8 +346,15 @@ def _find_pipes(tmp_path: Path, mapping: str | None, *extra: str, **ipfw: str):
     path = tmp_path / "delay_mapping"
     if mapping is not None:
         path.write_text(mapping)
-    argv = [sys.executable, str(FIND_PIPES), "--mapping", str(path),
-            "--ipfw", str(_fake_ipfw(tmp_path, **ipfw)), *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(FIND_PIPES),
+        "--mapping",
+        str(path),
+        "--ipfw",
+        str(_fake_ipfw(tmp_path, **ipfw)),
+        *extra,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
 
@@ -335,15 +368,24 @@ def _find_pipes(tmp_path: Path, mapping: str | None, *extra: str, **ipfw: str):
         # only the client is named (Emulab prints foo/bar for unknown vnodes)
         ("link duplex client bar mce0 mce1 60120 60110\n", [], (60110, "mce1"), (60120, "mce0")),
         # names that say nothing: the interface facing the server decides
-        ("link duplex foo bar mce0 mce1 60120 60110\n", ["--server-iface", "mce1"],
-         (60110, "mce1"), (60120, "mce0")),
+        (
+            "link duplex foo bar mce0 mce1 60120 60110\n",
+            ["--server-iface", "mce1"],
+            (60110, "mce1"),
+            (60120, "mce0"),
+        ),
         # two shaped links: pick one by name
-        ("other duplex a b em0 em1 60130 60140\nlink duplex server client mce1 mce0 60110 60120\n",
-         ["--link", "link"], (60110, "mce1"), (60120, "mce0")),
+        (
+            "other duplex a b em0 em1 60130 60140\n"
+            "link duplex server client mce1 mce0 60110 60120\n",
+            ["--link", "link"],
+            (60110, "mce1"),
+            (60120, "mce0"),
+        ),
         # no delay_mapping: the pipe rules of `ipfw list`
         (None, ["--server-iface", "mce1"], (60110, "mce1"), (60120, "mce0")),
     ],
-)  # fmt: skip
+)
 def test_find_pipes(tmp_path: Path, mapping, extra, down, up) -> None:
     cp = _find_pipes(tmp_path, mapping, *extra)
     assert cp.returncode == 0, cp.stderr
@@ -361,20 +403,40 @@ def test_find_pipes(tmp_path: Path, mapping, extra, down, up) -> None:
 @pytest.mark.parametrize(
     ("mapping", "extra", "ipfw", "message"),
     [
-        ("link duplex server client mce1 mce0 60110 60120\n", [], {"pipe_show": ""},
-         "Dummynet has no pipes"),
-        ("link duplex foo bar mce0 mce1 60120 60110\n", [], {},
-         "cannot tell which side is the server"),
-        ("a duplex server client e0 e1 1 2\nb duplex server client e2 e3 3 4\n", [], {},
-         "lists several links (a, b)"),
-        ("link duplex server client mce1 mce0 60150 60160\n", [], {},
-         "Dummynet has no pipe 60150, 60160"),
-        ("link duplex server client mce1 mce0 60110 60120\n", ["--server-iface", "em9"], {},
-         "--server-iface em9 is neither"),
+        (
+            "link duplex server client mce1 mce0 60110 60120\n",
+            [],
+            {"pipe_show": ""},
+            "Dummynet has no pipes",
+        ),
+        (
+            "link duplex foo bar mce0 mce1 60120 60110\n",
+            [],
+            {},
+            "cannot tell which side is the server",
+        ),
+        (
+            "a duplex server client e0 e1 1 2\nb duplex server client e2 e3 3 4\n",
+            [],
+            {},
+            "lists several links (a, b)",
+        ),
+        (
+            "link duplex server client mce1 mce0 60150 60160\n",
+            [],
+            {},
+            "Dummynet has no pipe 60150, 60160",
+        ),
+        (
+            "link duplex server client mce1 mce0 60110 60120\n",
+            ["--server-iface", "em9"],
+            {},
+            "--server-iface em9 is neither",
+        ),
         (None, [], {"rules": "65534 allow ip from any to any\n"}, "no delay_mapping file"),
         ("garbage\n", [], {}, "not a delay_mapping line"),
     ],
-)  # fmt: skip
+)
 def test_find_pipes_names_what_is_missing(tmp_path: Path, mapping, extra, ipfw, message) -> None:
     cp = _find_pipes(tmp_path, mapping, *extra, **ipfw)
     assert cp.returncode == 2
@@ -385,8 +447,18 @@ def test_find_pipes_names_what_is_missing(tmp_path: Path, mapping, extra, ipfw, 
 def test_find_pipes_without_ipfw(tmp_path: Path) -> None:
     path = tmp_path / "delay_mapping"
     path.write_text("link duplex server client mce1 mce0 60110 60120\n")
-    cp = subprocess.run([sys.executable, str(FIND_PIPES), "--mapping", str(path), "--ipfw",
-                         str(tmp_path / "no-ipfw")], capture_output=True, text=True)  # fmt: skip
+    cp = subprocess.run(
+        [
+            sys.executable,
+            str(FIND_PIPES),
+            "--mapping",
+            str(path),
+            "--ipfw",
+            str(tmp_path / "no-ipfw"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert cp.returncode == 2
     assert "is this the FreeBSD bridge node?" in cp.stderr
 
@@ -395,25 +467,33 @@ def test_bridge_pipes_tasks_write_the_contract(tmp_path: Path) -> None:
     """The role's discovery tasks (installed finder, pipes.json) run here against fixtures."""
     mapping = tmp_path / "delay_mapping"
     mapping.write_text("link duplex client server mce0 mce1 60120 60110\n")
-    play = _local_play(tmp_path, """
+    play = _local_play(
+        tmp_path,
+        """
         - name: Discover the pipes as on the bridge
           ansible.builtin.include_role:
             name: bridge_dummynet
             tasks_from: pipes
-    """)  # fmt: skip
-    ev = {"bridge_dummynet_delay_mapping": str(mapping),
-          "bridge_dummynet_ipfw": str(_fake_ipfw(tmp_path)),
-          "bridge_dummynet_libexec_dir": str(tmp_path / "libexec"),
-          "bridge_dummynet_pipes_file": str(tmp_path / "db" / "pipes.json")}  # fmt: skip
+    """,
+    )
+    ev = {
+        "bridge_dummynet_delay_mapping": str(mapping),
+        "bridge_dummynet_ipfw": str(_fake_ipfw(tmp_path)),
+        "bridge_dummynet_libexec_dir": str(tmp_path / "libexec"),
+        "bridge_dummynet_pipes_file": str(tmp_path / "db" / "pipes.json"),
+    }
     argv = ["-i", "localhost,", str(play), "-e", json.dumps(ev)]
     first = _playbook(*argv)
     assert first.returncode == 0, first.stdout[-3000:]
     text = (tmp_path / "db" / "pipes.json").read_text()
     assert text.startswith('{\n  "format": 1,\n  "link": "link",'), text  # the finder's own text
     assert json.loads(text) == {
-        "format": 1, "link": "link", "pipes": {"down": 60110, "up": 60120},
-        "interfaces": {"down": "mce1", "up": "mce0"}, "source": str(mapping),
-    }  # fmt: skip
+        "format": 1,
+        "link": "link",
+        "pipes": {"down": 60110, "up": 60120},
+        "interfaces": {"down": "mce1", "up": "mce0"},
+        "source": str(mapping),
+    }
     second = _playbook(*argv)
     assert second.returncode == 0 and _changed(second) == 0, _changed_lines(second)
     (tmp_path / "pipe-show.txt").write_text("")  # a bridge without shaping
@@ -440,17 +520,21 @@ def test_site_q037_lists_the_gquic_build_and_the_chromium60_tasks(tmp_path: Path
     order: the platform checks first, the server's check
     of Q037 after its build, and Chromium 60 before the Chromium 72 tasks."""
     inv = _inventory(tmp_path, THREE_GROUPS)
-    cp = _playbook("-i", str(inv), "playbooks/site.yml", "-e", "quicbed_quic_version=Q037",
-                   "--list-tasks")  # fmt: skip
+    cp = _playbook(
+        "-i", str(inv), "playbooks/site.yml", "-e", "quicbed_quic_version=Q037", "--list-tasks"
+    )
     assert cp.returncode == 0, cp.stdout + cp.stderr
     lines = [line.strip().split("\t")[0] for line in cp.stdout.splitlines()]
     server = [x.split(" : ", 1)[1] for x in lines if x.startswith("quic_server_gquic : ")]
     assert server[0] == "Refuse any platform but Ubuntu 18.04 on x86-64"
-    for name in ("Check out the pinned proto-quic commit (about 1 GB)",
-                 "Download the Debian jessie amd64 sysroot (chrome-linux-sysroot bucket)",
-                 "Build quic_server and quic_client (ninja; tens of minutes)",
-                 "Record what was built, from what, and how long it took",
-                 "Point the stable paths at this build", "Require the answer"):  # fmt: skip
+    for name in (
+        "Check out the pinned proto-quic commit (about 1 GB)",
+        "Download the Debian jessie amd64 sysroot (chrome-linux-sysroot bucket)",
+        "Build quic_server and quic_client (ninja; tens of minutes)",
+        "Record what was built, from what, and how long it took",
+        "Point the stable paths at this build",
+        "Require the answer",
+    ):
         assert name in server, name
     assert server.index("Require the answer") > server.index("Point the stable paths at this build")
     client = [x.split(" : ", 1)[1] for x in lines if x.startswith("chromium_client_gquic : ")]
@@ -461,9 +545,10 @@ def test_site_q037_lists_the_gquic_build_and_the_chromium60_tasks(tmp_path: Path
         "Ask Launchpad for the published files and their SHA-256",
         "Download each .deb (checked by that SHA-256)",
         "Put it on PATH as chromium60 (on the Xvfb display unless DISPLAY is set)",
-        "Refuse a browser with missing libraries", "Start it now and at boot",
+        "Refuse a browser with missing libraries",
+        "Start it now and at boot",
         "Run Chromium 60 on the display for 10 s (it must still be running then)",
-    ):  # fmt: skip
+    ):
         assert client.index(name) < first72, name
 
 
@@ -473,7 +558,8 @@ def test_quic_server_gquic_build_paths_and_gn_args_render(tmp_path: Path) -> Non
     for version 37."""
     roles = ROOT / "roles" / "quic_server_gquic"
     play = tmp_path / "render.yml"
-    play.write_text(textwrap.dedent(f"""
+    play.write_text(
+        textwrap.dedent(f"""
         - name: Render quic_server_gquic's values
           hosts: localhost
           gather_facts: false
@@ -485,11 +571,19 @@ def test_quic_server_gquic_build_paths_and_gn_args_render(tmp_path: Path) -> Non
                   'args': __quic_server_gquic_args,
                   'v': quic_server_gquic_version | regex_replace('^QUIC_VERSION_0*', '')}}
                   | to_json }}}}"
-    """))  # fmt: skip
+    """)
+    )
     out = {}
     for toolchain in ("bundled", "host"):
-        cp = _playbook("-i", "localhost,", "-c", "local", str(play),
-                       "-e", f"quic_server_gquic_toolchain={toolchain}")  # fmt: skip
+        cp = _playbook(
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            str(play),
+            "-e",
+            f"quic_server_gquic_toolchain={toolchain}",
+        )
         assert cp.returncode == 0, cp.stdout[-2000:]
         m = re.search(r'"msg": "RENDER(.*)"', cp.stdout)
         assert m, cp.stdout[-2000:]
@@ -497,11 +591,17 @@ def test_quic_server_gquic_build_paths_and_gn_args_render(tmp_path: Path) -> Non
     base = ["is_debug = false", "is_component_build = false", "symbol_level = 1"]
     assert out["bundled"]["args"] == base
     assert out["host"]["args"] == [
-        *base, "use_sysroot = false", "linux_use_bundled_binutils = false", "use_gold = false",
-        "treat_warnings_as_errors = false", "fatal_linker_warnings = false"]  # fmt: skip
+        *base,
+        "use_sysroot = false",
+        "linux_use_bundled_binutils = false",
+        "use_gold = false",
+        "treat_warnings_as_errors = false",
+        "fatal_linker_warnings = false",
+    ]
     for toolchain, o in out.items():
-        assert re.fullmatch(rf"/opt/quicbed/proto-quic-9f1ab92724ce-{toolchain}-[0-9a-f]{{8}}",
-                            o["dir"]), o  # fmt: skip
+        assert re.fullmatch(
+            rf"/opt/quicbed/proto-quic-9f1ab92724ce-{toolchain}-[0-9a-f]{{8}}", o["dir"]
+        ), o
         assert o["v"] == "37"
     assert out["bundled"]["dir"][-8:] != out["host"]["dir"][-8:]
 
@@ -511,7 +611,8 @@ def _stub_quic_pair(tmp_path: Path) -> tuple[Path, Path]:
     cache directory) and quic_client (speaks only 37, prints what the real one prints
     on success, with the cached file's body)."""
     server, client = tmp_path / "quic_server", tmp_path / "quic_client"
-    server.write_text(textwrap.dedent(f"""\
+    server.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import socket, sys, time
         args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
@@ -519,14 +620,17 @@ def _stub_quic_pair(tmp_path: Path) -> tuple[Path, Path]:
         s.bind(("127.0.0.1", int(args["port"])))
         open("{tmp_path}/cache_dir", "w").write(args["quic_response_cache_dir"])
         time.sleep(60)
-    """))  # fmt: skip
-    client.write_text(textwrap.dedent(f"""\
+    """)
+    )
+    client.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         case "$*" in *--quic-version=37*) ;; *) echo "Failed to connect"; exit 1;; esac
         d=$(cat {tmp_path}/cache_dir)
         echo "Request succeeded (200)."
         echo "body: $(tail -n 1 "$d/quicbed-check.test/index.html")"
-    """))  # fmt: skip
+    """)
+    )
     server.chmod(0o755)
     client.chmod(0o755)
     return server, client
@@ -542,20 +646,24 @@ def test_quic_gquic_check_passes_only_when_the_version_is_answered(tmp_path: Pat
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         busy = s.getsockname()[1]
-        cases = [(server, "37", 0, "answered a request over gQUIC version 37"),
-                 (server, "36", 1, "quic_client --quic-version=36 failed"),
-                 (Path("/bin/false"), "37", 1, "quic_server exited at start")]  # fmt: skip
+        cases = [
+            (server, "37", 0, "answered a request over gQUIC version 37"),
+            (server, "36", 1, "quic_client --quic-version=36 failed"),
+            (Path("/bin/false"), "37", 1, "quic_server exited at start"),
+        ]
         for srv, version, rc, why in cases:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as free:
                 free.bind(("127.0.0.1", 0))
                 port = free.getsockname()[1]
-            cp = subprocess.run([check, srv, client, version, str(port)], capture_output=True,
-                                text=True, timeout=60)  # fmt: skip
+            cp = subprocess.run(
+                [check, srv, client, version, str(port)], capture_output=True, text=True, timeout=60
+            )
             result = json.loads(cp.stdout.strip().splitlines()[-1])
             assert (cp.returncode, result["ok"]) == (rc, rc == 0), cp.stdout + cp.stderr
             assert why in result["why"], result
-        cp = subprocess.run([check, server, client, "37", str(busy)], capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+        cp = subprocess.run(
+            [check, server, client, "37", str(busy)], capture_output=True, text=True, timeout=60
+        )
         assert cp.returncode == 2 and f"UDP port {busy} is in use" in cp.stdout
     assert set(Path("/tmp").glob("quic-gquic-check.*")) == before
 
@@ -565,33 +673,51 @@ def test_q037_client_refuses_other_platforms_before_changing_anything(
 ) -> None:
     """chromium_client_gquic with Q037 on this Debian machine: its first task stops,
     naming the platform; nothing of Chromium 60 or 72 is touched."""
-    play = _local_play(tmp_path, """
+    play = _local_play(
+        tmp_path,
+        """
         - name: The client role as site.yml applies it for Q037
           ansible.builtin.include_role:
             name: chromium_client_gquic
-    """)  # fmt: skip
+    """,
+    )
     cp = _playbook("-i", "localhost,", str(play), "-e", "quicbed_quic_version=Q037")
     assert cp.returncode != 0
-    assert "the Q037 client (Chromium 60.0.3112.113 under Xvfb) is not implemented for Debian" \
-        in cp.stdout, cp.stdout[-3000:]  # fmt: skip
+    assert (
+        "the Q037 client (Chromium 60.0.3112.113 under Xvfb) is not implemented for Debian"
+        in cp.stdout
+    ), cp.stdout[-3000:]
     assert _changed(cp) == 0
 
 
 def test_quic_server_google_refuses_an_unknown_quic_version(tmp_path: Path) -> None:
     """A version name the pinned quiche has not (here gQUIC Q050) is refused by name
     before anything is fetched, even with the build switched off."""
-    play = _local_play(tmp_path, """
+    play = _local_play(
+        tmp_path,
+        """
         - name: quic_server_google as the testbed applies it
           ansible.builtin.include_role:
             name: quic_server_google
-    """)  # fmt: skip
+    """,
+    )
     for enabled in ("true", "false"):
-        cp = _playbook("-i", "localhost,", str(play), "-e",
-                       json.dumps({"quic_server_google_quic_versions": ["RFCv1", "Q050"],
-                                   "quic_server_google_enabled": enabled == "true"}))  # fmt: skip
+        cp = _playbook(
+            "-i",
+            "localhost,",
+            str(play),
+            "-e",
+            json.dumps(
+                {
+                    "quic_server_google_quic_versions": ["RFCv1", "Q050"],
+                    "quic_server_google_enabled": enabled == "true",
+                }
+            ),
+        )
         assert cp.returncode != 0
-        assert "the pinned quiche commit's quic_server serves RFCv2, RFCv1, draft29, Q046" \
-            in cp.stdout, cp.stdout[-3000:]  # fmt: skip
+        assert (
+            "the pinned quiche commit's quic_server serves RFCv2, RFCv1, draft29, Q046" in cp.stdout
+        ), cp.stdout[-3000:]
         assert _changed(cp) == 0
 
 
@@ -599,8 +725,9 @@ def test_site_renders_quic_server_google_with_q046(tmp_path: Path) -> None:
     """RFCv1 with Q046 added to quiche's checked versions: the play parses and lists the
     version check after the build."""
     inv = _inventory(tmp_path, THREE_GROUPS)
-    ev = json.dumps({"quicbed_quic_version": "RFCv1",
-                     "quic_server_google_quic_versions": ["RFCv1", "Q046"]})  # fmt: skip
+    ev = json.dumps(
+        {"quicbed_quic_version": "RFCv1", "quic_server_google_quic_versions": ["RFCv1", "Q046"]}
+    )
     for mode in ("--syntax-check", "--list-tasks"):
         cp = _playbook("-i", str(inv), "playbooks/site.yml", "-e", ev, mode)
         assert cp.returncode == 0, cp.stdout + cp.stderr
@@ -622,11 +749,14 @@ def _fake_deb(tmp_path: Path, name: str, files: dict[str, str]) -> Path:
     (root / "DEBIAN" / "control").write_text(
         f"Package: {name}\nVersion: {DEB_VERSION}\nArchitecture: amd64\n"
         "Maintainer: quicbed test <test@example.invalid>\nDescription: stand-in\n"
-    )  # fmt: skip
+    )
     out = tmp_path / "debs" / f"{name}_{DEB_VERSION}_amd64.deb"
     out.parent.mkdir(exist_ok=True)
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(out)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "-b", str(root), str(out)],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -655,23 +785,38 @@ class _FakeLaunchpad:
                 url = urllib.parse.urlsplit(self.path)
                 q = dict(urllib.parse.parse_qsl(url.query))
                 body: bytes | None = None
-                if url.path == "/devel/ubuntu/+archive/primary" and \
-                        q.get("ws.op") == "getPublishedBinaries":  # fmt: skip
+                if (
+                    url.path == "/devel/ubuntu/+archive/primary"
+                    and q.get("ws.op") == "getPublishedBinaries"
+                ):
                     name = q.get("binary_name", "")
                     series = fake.base + "/devel/ubuntu/xenial/amd64"
-                    ok = (q.get("exact_match") == "true" and q.get("version") == DEB_VERSION
-                          and q.get("distro_arch_series") == series
-                          and name in fake.debs)  # fmt: skip
+                    ok = (
+                        q.get("exact_match") == "true"
+                        and q.get("version") == DEB_VERSION
+                        and q.get("distro_arch_series") == series
+                        and name in fake.debs
+                    )
                     link = f"{fake.base}/devel/ubuntu/+archive/primary/+binarypub/{name}"
                     body = json.dumps({"entries": [{"self_link": link}] if ok else []}).encode()
-                elif url.path.startswith("/devel/ubuntu/+archive/primary/+binarypub/") and \
-                        q == {"ws.op": "binaryFileUrls", "include_meta": "true"}:  # fmt: skip
+                elif url.path.startswith("/devel/ubuntu/+archive/primary/+binarypub/") and q == {
+                    "ws.op": "binaryFileUrls",
+                    "include_meta": "true",
+                }:
                     name = url.path.rsplit("/", 1)[1]
                     deb = fake.debs[name]
                     own = hashlib.sha256(deb.read_bytes()).hexdigest()
                     digest = fake.published.get(name) or own
-                    body = json.dumps([{"url": f"{fake.base}/files/{deb.name}", "size": 1,
-                                        "sha1": "x", "sha256": digest}]).encode()  # fmt: skip
+                    body = json.dumps(
+                        [
+                            {
+                                "url": f"{fake.base}/files/{deb.name}",
+                                "size": 1,
+                                "sha1": "x",
+                                "sha256": digest,
+                            }
+                        ]
+                    ).encode()
                 elif url.path.startswith("/files/"):
                     for deb in fake.debs.values():
                         if url.path == f"/files/{deb.name}":
@@ -692,18 +837,24 @@ class _FakeLaunchpad:
 
 
 def _chromium60_debs_play(tmp_path: Path, lp: _FakeLaunchpad, pins: dict[str, str]) -> list[str]:
-    play = _local_play(tmp_path, """
+    play = _local_play(
+        tmp_path,
+        """
         - name: Chromium 60's packages as on the Q037 client
           ansible.builtin.include_role:
             name: chromium_client_gquic
             tasks_from: chromium60_debs
-    """)  # fmt: skip
-    ev = {"chromium_client_gquic_q037_dir": str(tmp_path / "chromium-60"),
-          "chromium_client_gquic_download_dir": str(tmp_path / "cache"),
-          "chromium_client_gquic_q037_launchpad_api": lp.base + "/devel",
-          "chromium_client_gquic_q037_archive_url": lp.base + "/files",
-          "chromium_client_gquic_q037_debs": [{"name": n, "sha256": pins.get(n, "")}
-                                              for n in lp.debs]}  # fmt: skip
+    """,
+    )
+    ev = {
+        "chromium_client_gquic_q037_dir": str(tmp_path / "chromium-60"),
+        "chromium_client_gquic_download_dir": str(tmp_path / "cache"),
+        "chromium_client_gquic_q037_launchpad_api": lp.base + "/devel",
+        "chromium_client_gquic_q037_archive_url": lp.base + "/files",
+        "chromium_client_gquic_q037_debs": [
+            {"name": n, "sha256": pins.get(n, "")} for n in lp.debs
+        ],
+    }
     return ["-i", "localhost,", str(play), "-e", json.dumps(ev)]
 
 
@@ -711,13 +862,20 @@ def _chromium60_debs_play(tmp_path: Path, lp: _FakeLaunchpad, pins: dict[str, st
 def chromium60_debs(tmp_path: Path) -> dict[str, Path]:
     return {
         "chromium-codecs-ffmpeg-extra": _fake_deb(
-            tmp_path, "chromium-codecs-ffmpeg-extra",
-            {"usr/lib/chromium-browser/libffmpeg.so": "not a library\n"}),
+            tmp_path,
+            "chromium-codecs-ffmpeg-extra",
+            {"usr/lib/chromium-browser/libffmpeg.so": "not a library\n"},
+        ),
         "chromium-browser": _fake_deb(
-            tmp_path, "chromium-browser",
-            {"usr/lib/chromium-browser/chromium-browser":
-             "#!/bin/sh\necho Chromium 60.0.3112.113\n"}),
-    }  # fmt: skip
+            tmp_path,
+            "chromium-browser",
+            {
+                "usr/lib/chromium-browser/chromium-browser": (
+                    "#!/bin/sh\necho Chromium 60.0.3112.113\n"
+                )
+            },
+        ),
+    }
 
 
 @pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="needs dpkg-deb")
@@ -763,8 +921,9 @@ def test_chromium60_debs_refuse_a_digest_that_disagrees(tmp_path: Path, chromium
     try:
         cp = _playbook(*_chromium60_debs_play(tmp_path, lp, {"chromium-browser": "1" * 64}))
         assert cp.returncode != 0
-        assert "expected" in cp.stdout and f"with the pinned {'1' * 64}" in cp.stdout, \
-            cp.stdout[-3000:]  # fmt: skip
+        assert "expected" in cp.stdout and f"with the pinned {'1' * 64}" in cp.stdout, cp.stdout[
+            -3000:
+        ]
         assert not any("/files/" in r for r in lp.requests)
     finally:
         lp.close()

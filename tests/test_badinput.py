@@ -163,8 +163,10 @@ def package(folder_name: str = "pkg") -> Maker:
         listed = {"size": len(db), "sha256": hashlib.sha256(db).hexdigest()}
         manifest = {"kind": KIND, "format": PACKAGE_FORMAT, "files": {f"results/{DB_NAME}": listed}}
         with tarfile.open(path, "w:gz") as tar:
-            for name, data in ((MANIFEST, json.dumps(manifest).encode()),
-                               (f"results/{DB_NAME}", db)):  # fmt: skip
+            for name, data in (
+                (MANIFEST, json.dumps(manifest).encode()),
+                (f"results/{DB_NAME}", db),
+            ):
                 info = tarfile.TarInfo(f"{folder_name}/{name}")
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
@@ -208,22 +210,47 @@ def cases() -> list[Case]:
     add("no-such-command", ["nosuchcommand"], "No such command 'nosuchcommand'")
     add("no-such-subcommand", ["testbed", "sideways"], "No such command 'sideways'")
     add("no-such-link-command", ["link", "bend"], "No such command 'bend'")
-    for cmd in (["cell"], ["run", "s.yaml"], ["report", "r"], ["export", "r"], ["package", "r"],
-                ["verify", "p.tar.gz"], ["link", "check"], ["testbed", "up"],
-                ["testbed", "down"], ["testbed", "status"]):  # fmt: skip
-        add(f"bogus-option-{'-'.join(cmd[:2])}", [*cmd, "--bogus-option", "1"],
-            "No such option: --bogus-option")  # fmt: skip
+    for cmd in (
+        ["cell"],
+        ["run", "s.yaml"],
+        ["report", "r"],
+        ["export", "r"],
+        ["package", "r"],
+        ["verify", "p.tar.gz"],
+        ["link", "check"],
+        ["testbed", "up"],
+        ["testbed", "down"],
+        ["testbed", "status"],
+    ):
+        add(
+            f"bogus-option-{'-'.join(cmd[:2])}",
+            [*cmd, "--bogus-option", "1"],
+            "No such option: --bogus-option",
+        )
     for opt in ("--rtt", "--loss", "--jitter", "--receipt-tcp-seconds", "--max-hours"):
         for bad in ("abc", ""):
             add(f"cell{opt}={bad!r}", [*CELL, opt, bad], f"'{opt}'", repr(bad))
     for opt in ("--runs", "--warmup", "--seed"):
         for bad in ("abc", "1.5", "1e3", ""):
             add(f"cell{opt}={bad!r}", [*CELL, opt, bad], f"'{opt}'", repr(bad))
-    for opt in ("--rtt", "--delay-down", "--delay-up", "--loss", "--loss-down", "--loss-up",
-                "--jitter", "--tcp-seconds", "--seed"):  # fmt: skip
+    for opt in (
+        "--rtt",
+        "--delay-down",
+        "--delay-up",
+        "--loss",
+        "--loss-down",
+        "--loss-up",
+        "--jitter",
+        "--tcp-seconds",
+        "--seed",
+    ):
         add(f"check{opt}=abc", [*CHECK, opt, "abc"], f"'{opt}'", "'abc'")
-    add("run-max-hours-abc", ["run", "s.yaml", "--out", "o", "--max-hours", "abc"],
-        "'--max-hours'", "'abc'")  # fmt: skip
+    add(
+        "run-max-hours-abc",
+        ["run", "s.yaml", "--out", "o", "--max-hours", "abc"],
+        "'--max-hours'",
+        "'abc'",
+    )
     add("cell-option-needs-value", ["cell", "--rtt"], "'--rtt' requires an argument")
     add("export-format-needs-value", ["export", "r", "--format"], "'--format' requires")
     add("cell-extra-argument", [*CELL, "extra"], "unexpected extra argument", "extra")
@@ -246,12 +273,16 @@ def cases() -> list[Case]:
     }
     for opt, (name, values) in ranged.items():
         for v in values:
-            add(f"cell{opt}={v}", [*CELL, opt, v, "--jitter-kind", "reorder"], name,
-                f"got {_g(v)}")  # fmt: skip
-    for opt, name in (("--rtt", "rtt"), ("--delay-down", "delay_down"),
-                      ("--delay-up", "delay_up"), ("--loss-down", "loss_down"),
-                      ("--loss-up", "loss_up"), ("--jitter", "jitter"),
-                      ("--tcp-seconds", "--tcp-seconds")):  # fmt: skip
+            add(f"cell{opt}={v}", [*CELL, opt, v, "--jitter-kind", "reorder"], name, f"got {_g(v)}")
+    for opt, name in (
+        ("--rtt", "rtt"),
+        ("--delay-down", "delay_down"),
+        ("--delay-up", "delay_up"),
+        ("--loss-down", "loss_down"),
+        ("--loss-up", "loss_up"),
+        ("--jitter", "jitter"),
+        ("--tcp-seconds", "--tcp-seconds"),
+    ):
         for v in ("nan", "inf", "-1", "1e12"):
             argv = [*CHECK, opt, v, "--jitter-kind", "reorder"]
             if opt.startswith("--delay"):  # per-direction delays go without --rtt
@@ -266,8 +297,12 @@ def cases() -> list[Case]:
     add("cell-runs-negative", [*CELL, "--runs", "-5"], "runs", "got -5")
     add("cell-runs-1e9", [*CELL, "--runs", "1000000000"], "runs", "1000000000")
     add("cell-runs-over-budget", [*CELL, "--runs", "5000"], "about", "--max-hours 1", "--yes")
-    add("cell-runs-over-max-hours", [*CELL, "--runs", "100", "--max-hours", "0.001"],
-        "--max-hours 0.001", "--yes")  # fmt: skip
+    add(
+        "cell-runs-over-max-hours",
+        [*CELL, "--runs", "100", "--max-hours", "0.001"],
+        "--max-hours 0.001",
+        "--yes",
+    )
     add("cell-warmup-negative", [*CELL, "--warmup", "-1"], "warmup", "got -1")
     add("cell-warmup-huge", [*CELL, "--warmup", "1000000"], "warmup", "got 1000000")
     add("cell-seed-negative", [*CELL, "--seed", "-1"], "seed", "got -1")
@@ -284,29 +319,48 @@ def cases() -> list[Case]:
     add("cell-cc", [*CELL, "--cc", "bbr3"], "congestion control 'bbr3'", "apache")
     # arms as stacks (issue 11): every knob refused by name before anything starts
     add("cell-arm-stack-unknown", [*CELL, "--arms", "h2,x:stack=msquic"], "unknown stack 'msquic'")
-    add("cell-arm-without-stack", [*CELL, "--arms", "h2,h3-n2"], "unknown arm 'h3-n2'",
-        "stack=")  # fmt: skip
-    add("cell-arm-cc-lacking", [*CELL, "--arms", "h2,h3", "--cc", "bbr"],
-        "arm h3", "'bbr'", "quic-go", "h3:cc=cubic")  # fmt: skip
+    add("cell-arm-without-stack", [*CELL, "--arms", "h2,h3-n2"], "unknown arm 'h3-n2'", "stack=")
+    add(
+        "cell-arm-cc-lacking",
+        [*CELL, "--arms", "h2,h3", "--cc", "bbr"],
+        "arm h3",
+        "'bbr'",
+        "quic-go",
+        "h3:cc=cubic",
+    )
     add("cell-arm-own-cc-lacking", [*CELL, "--arms", "h2,h3:cc=bbr"], "arm h3", "'bbr'")
-    add("cell-arm-param-lacking", [*CELL, "--arms", "h2:cubic_n=2,h3"], "apache",
-        "no parameter cubic_n")  # fmt: skip
+    add(
+        "cell-arm-param-lacking",
+        [*CELL, "--arms", "h2:cubic_n=2,h3"],
+        "apache",
+        "no parameter cubic_n",
+    )
     for v in ("0", "-1"):
-        add(f"cell-arm-cubic-n={v}", [*CELL, "--arms", f"h2,h3:cubic_n={v}"], "cubic_n",
-            f"got {v}")  # fmt: skip
+        add(f"cell-arm-cubic-n={v}", [*CELL, "--arms", f"h2,h3:cubic_n={v}"], "cubic_n", f"got {v}")
     add("cell-arm-cubic-n-word", [*CELL, "--arms", "h2,h3:cubic_n=two"], "cubic_n", "'two'")
     for v in ("0", "1", "1.5", "-0.2", "nan"):
-        add(f"cell-arm-cubic-beta={v}", [*CELL, "--arms", f"h2,h3:cubic_beta={v}"],
-            "cubic_beta", v if v != "nan" else "nan")  # fmt: skip
+        add(
+            f"cell-arm-cubic-beta={v}",
+            [*CELL, "--arms", f"h2,h3:cubic_beta={v}"],
+            "cubic_beta",
+            v if v != "nan" else "nan",
+        )
     add("cell-arm-key", [*CELL, "--arms", "h2,h3:window=9"], "'window=9'", "KEY=VALUE")
     add("cell-arm-no-value", [*CELL, "--arms", "h2,h3:cc"], "'cc'", "KEY=VALUE")
     add("cell-two-tcp-arms", [*CELL, "--arms", "h2,h2b:stack=apache"], "one TCP arm")
-    add("cell-gquiche-local", [*CELL, "--arms", "h2,h3-gquiche"], "h3-gquiche",
-        "only on testbed nodes")  # fmt: skip
+    add(
+        "cell-gquiche-local",
+        [*CELL, "--arms", "h2,h3-gquiche"],
+        "h3-gquiche",
+        "only on testbed nodes",
+    )
     add("cell-jitter-kind", [*CELL, "--jitter-kind", "wobble"], "jitter kind", "'wobble'")
     add("cell-jitter-without-kind", [*CELL, "--jitter", "5"], "jitter 5 ms needs a jitter kind")
-    add("cell-smooth-jitter-over-delay", [*CELL, "--jitter", "30", "--jitter-kind", "smooth"],
-        "smooth jitter 30 ms")  # fmt: skip
+    add(
+        "cell-smooth-jitter-over-delay",
+        [*CELL, "--jitter", "30", "--jitter-kind", "smooth"],
+        "smooth jitter 30 ms",
+    )
     add("cell-bdp-queue-without-rtt", [*CELL, "--rtt", "0"], "queue '2bdp'", "RTT is 0")
     add("cell-page", [*CELL, "--page", "7kb"], "unknown page '7kb'")
     add("cell-no-page", ["cell", "--out", "o"], "give --page and --out")
@@ -411,29 +465,76 @@ def cases() -> list[Case]:
         add(f"spec-{name}", run, *needles, s__yaml=body)
     add("spec-missing", run, "s.yaml", "No such file")
     add("spec-is-folder", run, "s.yaml", "not a regular file", s__yaml=lambda p: p.mkdir())
-    add("spec-not-regular", ["run", "/dev/zero", "--out", "o", *PREFIX], "/dev/zero",
-        "not a regular file")  # fmt: skip
+    add(
+        "spec-not-regular",
+        ["run", "/dev/zero", "--out", "o", *PREFIX],
+        "/dev/zero",
+        "not a regular file",
+    )
     for v in ("nan", "inf", "0", "-1"):
-        add(f"run-max-hours={v}", [*run, "--max-hours", v], "--max-hours", f"got {_g(v)}",
-            s__yaml=spec(SPEC))  # fmt: skip
+        add(
+            f"run-max-hours={v}",
+            [*run, "--max-hours", v],
+            "--max-hours",
+            f"got {_g(v)}",
+            s__yaml=spec(SPEC),
+        )
     long_look = str(ROOT / "sweeps" / "long-look.yaml")
-    add("run-long-sweep-without-yes", ["run", long_look, "--out", "o", *PREFIX],
-        "156 cells", "--yes")  # fmt: skip
-    add("run-testbed-unknown", [*run, "--testbed", "emulab"], "--testbed", "'emulab'",
-        s__yaml=spec(SPEC))  # fmt: skip
-    add("run-out-file", [*run[:3], "f", *PREFIX], "--out", "f is a file", s__yaml=spec(SPEC),
-        f=b"x")  # fmt: skip
-    add("run-out-under-file", [*run[:3], "f/sub", *PREFIX], "--out", "f is a file",
-        s__yaml=spec(SPEC), f=b"x")  # fmt: skip
-    add("run-out-not-a-sweep", [*run[:3], "d", *PREFIX], "d is not empty", "no quicbed sweep",
-        s__yaml=spec(SPEC), d=folder_with("notes.txt", b"mine"))  # fmt: skip
-    add("run-out-damaged-sweep", [*run[:3], "d", "--resume", *PREFIX], "d/sweep.json",
-        s__yaml=spec(SPEC), d=sweep_folder(b"{not json"))  # fmt: skip
+    add(
+        "run-long-sweep-without-yes",
+        ["run", long_look, "--out", "o", *PREFIX],
+        "156 cells",
+        "--yes",
+    )
+    add(
+        "run-testbed-unknown",
+        [*run, "--testbed", "emulab"],
+        "--testbed",
+        "'emulab'",
+        s__yaml=spec(SPEC),
+    )
+    add(
+        "run-out-file", [*run[:3], "f", *PREFIX], "--out", "f is a file", s__yaml=spec(SPEC), f=b"x"
+    )
+    add(
+        "run-out-under-file",
+        [*run[:3], "f/sub", *PREFIX],
+        "--out",
+        "f is a file",
+        s__yaml=spec(SPEC),
+        f=b"x",
+    )
+    add(
+        "run-out-not-a-sweep",
+        [*run[:3], "d", *PREFIX],
+        "d is not empty",
+        "no quicbed sweep",
+        s__yaml=spec(SPEC),
+        d=folder_with("notes.txt", b"mine"),
+    )
+    add(
+        "run-out-damaged-sweep",
+        [*run[:3], "d", "--resume", *PREFIX],
+        "d/sweep.json",
+        s__yaml=spec(SPEC),
+        d=sweep_folder(b"{not json"),
+    )
     held = json.dumps({"spec": {"name": "other"}, "digest": "0", "software": {}}).encode()
-    add("run-out-other-sweep", [*run[:3], "d", *PREFIX], "holds sweep 'other'", "--resume",
-        s__yaml=spec(SPEC), d=sweep_folder(held))  # fmt: skip
-    add("run-out-other-spec", [*run[:3], "d", "--resume", *PREFIX], "holds another spec",
-        s__yaml=spec(SPEC), d=sweep_folder(held))  # fmt: skip
+    add(
+        "run-out-other-sweep",
+        [*run[:3], "d", *PREFIX],
+        "holds sweep 'other'",
+        "--resume",
+        s__yaml=spec(SPEC),
+        d=sweep_folder(held),
+    )
+    add(
+        "run-out-other-spec",
+        [*run[:3], "d", "--resume", *PREFIX],
+        "holds another spec",
+        s__yaml=spec(SPEC),
+        d=sweep_folder(held),
+    )
 
     # 5. results stores: readers never make, mend or half-read a damaged one
     kinds = ("empty", "truncated", "zeroed", "text", "random", "foreign", "schema9", "folder")
@@ -449,49 +550,115 @@ def cases() -> list[Case]:
     for rname, argv in readers.items():
         add(f"store-missing-folder-{rname}", argv, "r")
         add(f"store-no-db-{rname}", argv, "r", r=folder_with("notes.txt", b"x"))
-    add("export-o-missing-folder", ["export", "r", "-o", "no/such/runs.csv"], "-o", "no/such",
-        r=good_store)  # fmt: skip
-    add("export-o-folder", ["export", "r", "-o", "d"], "-o", "d is a folder", r=good_store,
-        d=folder_with("x", b"x"))  # fmt: skip
+    add(
+        "export-o-missing-folder",
+        ["export", "r", "-o", "no/such/runs.csv"],
+        "-o",
+        "no/such",
+        r=good_store,
+    )
+    add(
+        "export-o-folder",
+        ["export", "r", "-o", "d"],
+        "-o",
+        "d is a folder",
+        r=good_store,
+        d=folder_with("x", b"x"),
+    )
     add("export-format", ["export", "r", "--format", "xml"], "--format", "'xml'", r=good_store)
-    add("export-exists", ["export", "r", "-o", "f.csv"], "f.csv exists", "--replace",
-        r=good_store, f__csv=b"a,b\n")  # fmt: skip
+    add(
+        "export-exists",
+        ["export", "r", "-o", "f.csv"],
+        "f.csv exists",
+        "--replace",
+        r=good_store,
+        f__csv=b"a,b\n",
+    )
     add("package-o-name", ["package", "r", "-o", "x.zip"], "-o", "x.zip", r=good_store)
-    add("package-o-missing-folder", ["package", "r", "-o", "no/x.tar.gz"], "-o", "no",
-        r=good_store)  # fmt: skip
-    add("report-out-is-file", ["report", "r"], "r/report is a file",
-        r=store_with_report_file)  # fmt: skip
+    add("package-o-missing-folder", ["package", "r", "-o", "no/x.tar.gz"], "-o", "no", r=good_store)
+    add("report-out-is-file", ["report", "r"], "r/report is a file", r=store_with_report_file)
     from_r = ["cell", "--from", "r", *PREFIX]
-    add("from-unknown-cell", [*from_r, "--cell", "ffffff"], "no cell matches 'ffffff'",
-        r=good_store)  # fmt: skip
+    add(
+        "from-unknown-cell", [*from_r, "--cell", "ffffff"], "no cell matches 'ffffff'", r=good_store
+    )
     add("from-ambiguous-cell", [*from_r, "--cell", ""], "exactly one of --cell", r=good_store)
-    add("from-both-selectors", [*from_r, "--cell", "a", "--where", "rate=10"],
-        "exactly one of --cell", r=good_store)  # fmt: skip
-    add("from-where-unknown-key", [*from_r, "--where", "colour=red"], "--where",
-        "'colour'", r=good_store)  # fmt: skip
-    add("from-where-not-key-value", [*from_r, "--where", "rate"], "--where", "'rate'",
-        r=good_store)  # fmt: skip
-    add("from-where-no-match", [*from_r, "--where", "page=1mb"], "no cell matches 'page=1mb'",
-        r=good_store)  # fmt: skip
-    add("from-over-max-hours", [*from_r, "--cell", _cell_id(), "--max-hours", "1e-9"],
-        "--max-hours 1e-09", r=good_store)  # fmt: skip
-    add("from-out-file", [*from_r, "--cell", _cell_id(), "--out", "f"], "--out", "f is a file",
-        r=good_store, f=b"x")  # fmt: skip
+    add(
+        "from-both-selectors",
+        [*from_r, "--cell", "a", "--where", "rate=10"],
+        "exactly one of --cell",
+        r=good_store,
+    )
+    add(
+        "from-where-unknown-key",
+        [*from_r, "--where", "colour=red"],
+        "--where",
+        "'colour'",
+        r=good_store,
+    )
+    add("from-where-not-key-value", [*from_r, "--where", "rate"], "--where", "'rate'", r=good_store)
+    add(
+        "from-where-no-match",
+        [*from_r, "--where", "page=1mb"],
+        "no cell matches 'page=1mb'",
+        r=good_store,
+    )
+    add(
+        "from-over-max-hours",
+        [*from_r, "--cell", _cell_id(), "--max-hours", "1e-9"],
+        "--max-hours 1e-09",
+        r=good_store,
+    )
+    add(
+        "from-out-file",
+        [*from_r, "--cell", _cell_id(), "--out", "f"],
+        "--out",
+        "f is a file",
+        r=good_store,
+        f=b"x",
+    )
 
     # 6. replication packages: a refused rerun leaves nothing extracted
     from_p = ["cell", "--from", "p.tar.gz", *PREFIX]
-    add("pkg-unknown-cell", [*from_p, "--cell", "ffffff"], "no cell matches 'ffffff'",
-        p__tar__gz=package())  # fmt: skip
-    add("pkg-where-no-match", [*from_p, "--where", "rate=50"], "no cell matches 'rate=50'",
-        p__tar__gz=package())  # fmt: skip
-    add("pkg-over-max-hours", [*from_p, "--cell", _cell_id(), "--max-hours", "1e-9"],
-        "--max-hours 1e-09", p__tar__gz=package())  # fmt: skip
-    add("pkg-bad-receipt-seconds", [*from_p, "--cell", _cell_id(), "--receipt-tcp-seconds",
-        "nan"], "--receipt-tcp-seconds", "nan", p__tar__gz=package())  # fmt: skip
-    add("pkg-out-file", [*from_p, "--cell", _cell_id(), "--out", "f"], "--out", "f is a file",
-        p__tar__gz=package(), f=b"x")  # fmt: skip
-    add("pkg-rerun-folder-taken", [*from_p, "--cell", _cell_id(), "--out", "d"], "d exists",
-        p__tar__gz=package(), d=folder_with("notes.txt", b"x"))  # fmt: skip
+    add(
+        "pkg-unknown-cell",
+        [*from_p, "--cell", "ffffff"],
+        "no cell matches 'ffffff'",
+        p__tar__gz=package(),
+    )
+    add(
+        "pkg-where-no-match",
+        [*from_p, "--where", "rate=50"],
+        "no cell matches 'rate=50'",
+        p__tar__gz=package(),
+    )
+    add(
+        "pkg-over-max-hours",
+        [*from_p, "--cell", _cell_id(), "--max-hours", "1e-9"],
+        "--max-hours 1e-09",
+        p__tar__gz=package(),
+    )
+    add(
+        "pkg-bad-receipt-seconds",
+        [*from_p, "--cell", _cell_id(), "--receipt-tcp-seconds", "nan"],
+        "--receipt-tcp-seconds",
+        "nan",
+        p__tar__gz=package(),
+    )
+    add(
+        "pkg-out-file",
+        [*from_p, "--cell", _cell_id(), "--out", "f"],
+        "--out",
+        "f is a file",
+        p__tar__gz=package(),
+        f=b"x",
+    )
+    add(
+        "pkg-rerun-folder-taken",
+        [*from_p, "--cell", _cell_id(), "--out", "d"],
+        "d exists",
+        p__tar__gz=package(),
+        d=folder_with("notes.txt", b"x"),
+    )
     bad_pkgs = {
         "empty": b"",
         "text": b"not an archive\n",
@@ -603,8 +770,9 @@ def _run(argv: list[str], folder: Path, timeout: float = 60) -> subprocess.Compl
 def test_the_table_is_big_and_distinct() -> None:
     assert len(CASES) >= 150, len(CASES)
     assert len({c.id for c in CASES}) == len(CASES), "case ids repeat"
-    inputs = [(tuple(c.argv), tuple(sorted((k, str(v)) for k, v in c.files.items())))
-              for c in CASES]  # fmt: skip
+    inputs = [
+        (tuple(c.argv), tuple(sorted((k, str(v)) for k, v in c.files.items()))) for c in CASES
+    ]
     assert len(set(inputs)) == len(CASES), "two cases give the same input"
 
 

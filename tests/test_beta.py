@@ -19,13 +19,14 @@ QB = [sys.executable, "-m", "quicbed"]
 
 def test_beta_preset_plans_the_three_groups() -> None:
     cells = plan(load_spec(ROOT / "sweeps" / "beta.yaml"))
-    by = {s: [pc.config for pc in cells if pc.scenario == s]
-          for s in ("delay", "page-size", "buffer")}  # fmt: skip
+    by = {
+        s: [pc.config for pc in cells if pc.scenario == s] for s in ("delay", "page-size", "buffer")
+    }
     assert [len(v) for v in by.values()] == [20, 10, 15] and len(cells) == 45
     losses = [0.2, 0.5, 1, 2, 5]
     assert sorted({(c.condition.rtt_ms, c.condition.loss_down_pct) for c in by["delay"]}) == [
         (r, x) for r in (5, 10, 200, 400) for x in losses
-    ]  # fmt: skip
+    ]
     assert {(c.condition.rate_mbit, c.page) for c in by["delay"]} == {(100, "bme-3.3mb")}
     assert {(c.condition.rate_mbit, c.condition.rtt_ms) for c in by["page-size"]} == {(10, 10)}
     assert {c.page for c in by["page-size"]} == {"bme-1mb", "bme-300kb"}
@@ -38,12 +39,13 @@ def test_beta_preset_plans_the_three_groups() -> None:
         assert [(a.name, a.stack, a.params) for a in arms] == [
             ("h3-b07", "quic-go", {"cubic_n": 2, "cubic_beta": 0.7}),
             ("h3-b06", "quic-go", {"cubic_n": 2, "cubic_beta": 0.6}),
-        ]  # fmt: skip
+        ]
     # the buffer group's queues are about 0.5, 1 and 2 x its BDP (62.5 kB)
     bdp = by["buffer"][0].condition.bdp_bytes()
     assert bdp == 62500
-    held = [c.condition.queue_limit()[0] or 0 for c in by["buffer"]
-            if c.condition.loss_down_pct == 1]  # fmt: skip
+    held = [
+        c.condition.queue_limit()[0] or 0 for c in by["buffer"] if c.condition.loss_down_pct == 1
+    ]
     assert sorted(round(q / bdp, 2) for q in held) == [0.52, 1.05, 2.1]
 
 
@@ -51,9 +53,13 @@ def test_beta_preset_validates_and_flags_its_small_queue(tmp_path: Path) -> None
     """`quicbed run sweeps/beta.yaml --out X` plans it, prints the small-queue warning
     of the page-size group (10 Mbit/s x 10 ms) and stops at the budget, before any
     testbed is touched."""
-    cp = subprocess.run([*QB, "run", "sweeps/beta.yaml", "--out", str(tmp_path / "r"),
-                         "--max-hours", "0.01"], capture_output=True, text=True, timeout=120,
-                        cwd=ROOT)  # fmt: skip
+    cp = subprocess.run(
+        [*QB, "run", "sweeps/beta.yaml", "--out", str(tmp_path / "r"), "--max-hours", "0.01"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert cp.returncode == 2, cp.stderr
     assert "(45 cells), more than --max-hours 0.01" in cp.stderr
     text = " ".join(cp.stdout.split())
@@ -77,10 +83,13 @@ def test_queue_warning() -> None:
 
 
 def test_plan_warnings_one_line_per_small_queue() -> None:
-    spec = SweepSpec(name="s", scenarios={
-        "a": {"rate": [1, 100], "rtt": [36], "loss": [0, 1], "pages": ["5kb", "10kb"]},
-        "b": {"rate": [1], "rtt": [36], "pages": ["100kb"]},
-    })  # fmt: skip
+    spec = SweepSpec(
+        name="s",
+        scenarios={
+            "a": {"rate": [1, 100], "rtt": [36], "loss": [0, 1], "pages": ["5kb", "10kb"]},
+            "b": {"rate": [1], "rtt": [36], "pages": ["100kb"]},
+        },
+    )
     ws = plan_warnings(plan(spec))
     assert len(ws) == 1 and ws[0].startswith("small queue (a, b; 2 link conditions): 1 Mbit/s")
 

@@ -46,8 +46,15 @@ def test_ss_connections_per_peer_port() -> None:
     assert got[54321]["retrans"] == 2 and got[54321]["bytes_retrans"] == 2896
     assert got[54321]["rtt_ms"] == 36.5
     # no retrans field yet: none retransmitted
-    assert got[54400] == {"cc": "bbr", "retrans": 0, "bytes_retrans": 0, "bytes_sent": 5000,
-                          "data_segs_out": 4, "cwnd": 10, "rtt_ms": 40.0}  # fmt: skip
+    assert got[54400] == {
+        "cc": "bbr",
+        "retrans": 0,
+        "bytes_retrans": 0,
+        "bytes_sent": 5000,
+        "data_segs_out": 4,
+        "cwnd": 10,
+        "rtt_ms": 40.0,
+    }
 
 
 def test_jain_and_ideal() -> None:
@@ -65,8 +72,15 @@ def test_jain_and_ideal() -> None:
 def _flow(name: str, arm: str, rate_bps: float, start: float, dur: float) -> FlowResult:
     n = round(dur / 0.1)
     samples = [(round(0.1 * (i + 1), 3), int(rate_bps / 8 * 0.1 * (i + 1))) for i in range(n)]
-    return FlowResult(flow=name, arm=arm, protocol="h2" if arm == "h2" else "h3", ok=True,
-                      bytes=samples[-1][1], start_offset_s=start, samples=samples)  # fmt: skip
+    return FlowResult(
+        flow=name,
+        arm=arm,
+        protocol="h2" if arm == "h2" else "h3",
+        ok=True,
+        bytes=samples[-1][1],
+        start_offset_s=start,
+        samples=samples,
+    )
 
 
 def test_steady_window_shares_and_timeline() -> None:
@@ -139,8 +153,12 @@ def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> No
     spec = tmp_path / "transfers.yaml"
     spec.write_text(SPEC)
     out = tmp_path / "res"
-    cp = subprocess.run([*QB, "run", str(spec), "--out", str(out), "--prefix", prefix],
-                        capture_output=True, text=True, timeout=600)  # fmt: skip
+    cp = subprocess.run(
+        [*QB, "run", str(spec), "--out", str(out), "--prefix", prefix],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     assert not LocalTestbed(prefix).exists()
     store = Store.open_readonly(out)
@@ -210,8 +228,8 @@ def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> No
     rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr
     shown = json.loads((out / "report" / "figures.json").read_text())
-    assert sorted((f["shows"]["transfer"], f["shows"].get("rep")) for f in shown
-                  if f["shows"].get("transfer")) == [("bulk", None), ("compete", 0),
-                                                      ("compete", 1)]  # fmt: skip
+    assert sorted(
+        (f["shows"]["transfer"], f["shows"].get("rep")) for f in shown if f["shows"].get("transfer")
+    ) == [("bulk", None), ("compete", 0), ("compete", 1)]
     with open(out / "report" / "transfers.csv") as fh:
         assert len(list(csv.DictReader(fh))) == 4  # a row per cell and arm

@@ -22,8 +22,14 @@ QB = [sys.executable, "-m", "quicbed"]
 def _ours_running() -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     # binaries by their installed path: a `go build ./cmd/quicbed-h3server` is not ours
-    keys = ("/bin/quicbed-h3server", "/bin/quicbed-quiche-server", "/bin/quicbed-linkem",
-            "/etc/quicbed/apache", "client/load.js", "--enable-net-benchmarking")  # fmt: skip
+    keys = (
+        "/bin/quicbed-h3server",
+        "/bin/quicbed-quiche-server",
+        "/bin/quicbed-linkem",
+        "/etc/quicbed/apache",
+        "client/load.js",
+        "--enable-net-benchmarking",
+    )
     return [line for line in out.splitlines() if any(k in line for k in keys)]
 
 
@@ -38,8 +44,9 @@ def clean(prefix: str):
 def test_cell_at_112ms_h3_0rtt_beats_h2(
     prefix: str, tmp_path: Path, clean: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=112), page="5kb", runs=3,
-                    warmup=1)  # fmt: skip
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=112), page="5kb", runs=3, warmup=1
+    )
     monkeypatch.chdir(tmp_path)  # a relative results folder, as users type it
     r = run_cell(cfg, Path("res"), prefix=prefix, receipt_tcp_seconds=2)
     assert r.status == "done", r.problem
@@ -56,8 +63,14 @@ def test_cell_at_112ms_h3_0rtt_beats_h2(
         if x["arm"] == "h2" and not x["warmup"]:
             assert x["tls_resumed"] == 1
         assert (tmp_path / "res" / x["har_path"]).exists()
-    assert r.verified["h3"] == {"measured": 3, "valid": 3, "protocols": ["h3"], "used_0rtt": 3,
-                                "tls_resumed": 3, "cc": ["cubic"]}  # fmt: skip
+    assert r.verified["h3"] == {
+        "measured": 3,
+        "valid": 3,
+        "protocols": ["h3"],
+        "used_0rtt": 3,
+        "tls_resumed": 3,
+        "cc": ["cubic"],
+    }
     # the TCP arm's CC is the server kernel's word (ss -tin), not the config's
     assert r.verified["h2"]["cc"] == ["cubic"] and r.verified["h2"]["valid"] == 3
     assert r.verified["h2"]["tls_resumed"] == 3 and r.verified["h2"]["protocols"] == ["h2"]
@@ -74,15 +87,21 @@ def test_cell_at_112ms_h3_0rtt_beats_h2(
 def test_quic_server_stopped_mid_cell_gives_invalid_runs(
     prefix: str, tmp_path: Path, clean: None
 ) -> None:
-    cfg = make_cell(condition=make_condition(rate_mbit=50, rtt_ms=20), page="5kb", runs=4,
-                    warmup=1, load_timeout_s=10)  # fmt: skip
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=50, rtt_ms=20),
+        page="5kb",
+        runs=4,
+        warmup=1,
+        load_timeout_s=10,
+    )
 
     def stop_h3(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
         if arm == "h3" and rep == 2:
             servers["h3"].stop()
 
-    r = until_the_link_holds(lambda: run_cell(cfg, tmp_path / "res", prefix=prefix,
-                                              receipt_tcp_seconds=1, fault=stop_h3))  # fmt: skip
+    r = until_the_link_holds(
+        lambda: run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1, fault=stop_h3)
+    )
     assert r.status == "done"
     bad = r.invalid.get("h3", [])
     assert len(bad) == 3 and all("not running" in b for b in bad), bad
@@ -101,8 +120,12 @@ def test_cli_cell_bad_input_writes_nothing(prefix: str, tmp_path: Path) -> None:
         (["--page", "5kb", "--rate", "-1"], "rate must be > 0"),
         (["--page", "5kb", "--cc", "bbr"], "is not offered by quic-go"),
     ]:
-        cp = subprocess.run([*QB, "cell", "--out", str(tmp_path / "r"), "--prefix", prefix, *args],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+        cp = subprocess.run(
+            [*QB, "cell", "--out", str(tmp_path / "r"), "--prefix", prefix, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cp.returncode == 2, (args, cp.stdout, cp.stderr)
         assert needle in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
         assert not (tmp_path / "r").exists()
@@ -123,8 +146,12 @@ def test_cli_cell_into_a_sweep_of_other_software_is_refused(prefix: str, tmp_pat
     (out / SWEEP_FILE).write_text(json.dumps(held))
     (out / "sweep.lock").touch()  # as a sweep leaves its folder
     before = sorted(p.name for p in out.iterdir())
-    cp = subprocess.run([*QB, "cell", "--out", str(out), "--prefix", prefix, "--page", "5kb",
-                         "--runs", "2"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    cp = subprocess.run(
+        [*QB, "cell", "--out", str(out), "--prefix", prefix, "--page", "5kb", "--runs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert cp.returncode == 2, (cp.stdout, cp.stderr)
     assert "holds sweep 'old'" in cp.stderr and "chromium (Chromium 1.0 -> " in cp.stderr
     assert "--force" in cp.stderr
@@ -132,8 +159,14 @@ def test_cli_cell_into_a_sweep_of_other_software_is_refused(prefix: str, tmp_pat
 
 
 def test_1rtt_mode_uses_a_fresh_context_per_load(prefix: str, tmp_path: Path, clean: None) -> None:
-    cfg = make_cell(condition=make_condition(rate_mbit=50, rtt_ms=20), page="10kbx100", runs=2,
-                    warmup=0, mode="1rtt", arms=("h3",))  # fmt: skip
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=50, rtt_ms=20),
+        page="10kbx100",
+        runs=2,
+        warmup=0,
+        mode="1rtt",
+        arms=("h3",),
+    )
     r = until_the_link_holds(
         lambda: run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1)
     )

@@ -13,18 +13,32 @@ C = make_condition(rate_mbit=10, rtt_ms=36)
 
 def test_identity_is_stable_and_sensitive() -> None:
     a = make_cell(condition=C, page="5kb", runs=20)
-    assert a.cell_id() == make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36),
-                                    page="5kb", runs=20).cell_id()  # fmt: skip
+    assert (
+        a.cell_id()
+        == make_cell(
+            condition=make_condition(rate_mbit=10, rtt_ms=36), page="5kb", runs=20
+        ).cell_id()
+    )
     assert len(a.cell_id()) == 12
     assert a.cell_id() != make_cell(condition=C, page="5kb", runs=21).cell_id()
-    assert a.cell_id() != make_cell(condition=make_condition(rate_mbit=10, rtt_ms=37),
-                                    page="5kb").cell_id()  # fmt: skip
+    assert (
+        a.cell_id()
+        != make_cell(condition=make_condition(rate_mbit=10, rtt_ms=37), page="5kb").cell_id()
+    )
 
 
 def test_alternate_schedule_is_abba_with_warmups_first() -> None:
     s = make_cell(condition=C, page="5kb", runs=3, warmup=1).schedule()
-    assert s == [("h2", 0), ("h3", 0), ("h3", 1), ("h2", 1), ("h2", 2), ("h3", 2),
-                 ("h3", 3), ("h2", 3)]  # fmt: skip
+    assert s == [
+        ("h2", 0),
+        ("h3", 0),
+        ("h3", 1),
+        ("h2", 1),
+        ("h2", 2),
+        ("h3", 2),
+        ("h3", 3),
+        ("h2", 3),
+    ]
 
 
 def test_blocked_and_random_schedules_cover_every_load_once() -> None:

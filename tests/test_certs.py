@@ -24,8 +24,11 @@ def test_pki_and_pin_match_openssl(tmp_path: Path) -> None:
     )
     out = subprocess.run(["sh", "-c", pipeline], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == pki.spki_pin
-    verify = subprocess.run(["openssl", "verify", "-CAfile", str(pki.ca_cert), str(pki.cert)],
-                            capture_output=True, text=True)  # fmt: skip
+    verify = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(pki.ca_cert), str(pki.cert)],
+        capture_output=True,
+        text=True,
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 

@@ -45,10 +45,17 @@ GQUIC_SERVER = ROOT / "build" / "bin" / "quicbed-gquic-server"
 HOST = "quicbed.test"
 PAGE = "5kb"  # index.html and one 5 KB image
 
-SPEC = BrowserSpec(arm="gq", host=HOST, server_ip="10.10.1.1", spki_pin="PIN=",
-                   user_data_dir=RPath("/run/quicbed/x/profile-gq"), client="chromium72",
-                   protocol="gquic", quic_version="Q039",
-                   ca_cert=RPath("/run/quicbed/x/tls/ca.pem"))  # fmt: skip
+SPEC = BrowserSpec(
+    arm="gq",
+    host=HOST,
+    server_ip="10.10.1.1",
+    spki_pin="PIN=",
+    user_data_dir=RPath("/run/quicbed/x/profile-gq"),
+    client="chromium72",
+    protocol="gquic",
+    quic_version="Q039",
+    ca_cert=RPath("/run/quicbed/x/tls/ca.pem"),
+)
 
 
 # --- the command line and the refusals ------------------------------------------------------
@@ -104,22 +111,31 @@ def test_h2_argv_turns_quic_off_and_the_current_chromium_is_unchanged() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"protocol": "h3", "quic_version": None},
-         "arm gq: protocol 'h3' with client 'chromium72': Chromium 72 has no IETF QUIC v1"),
-        ({"client": "chromium"},
-         "arm gq: protocol 'gquic' with client 'chromium': the current Chromium has no gQUIC"),
-        ({"quic_version": "Q046"}, "arm gq: unknown quic_version 'Q046' (Chromium 72's gQUIC: "
-         "Q039, Q043, Q044)"),
+        (
+            {"protocol": "h3", "quic_version": None},
+            "arm gq: protocol 'h3' with client 'chromium72': Chromium 72 has no IETF QUIC v1",
+        ),
+        (
+            {"client": "chromium"},
+            "arm gq: protocol 'gquic' with client 'chromium': the current Chromium has no gQUIC",
+        ),
+        (
+            {"quic_version": "Q046"},
+            "arm gq: unknown quic_version 'Q046' (Chromium 72's gQUIC: Q039, Q043, Q044)",
+        ),
         ({"quic_version": "RFCv1"}, "unknown quic_version 'RFCv1'"),
         ({"quic_version": None}, "arm gq: protocol 'gquic' needs a quic_version"),
         ({"protocol": "h2"}, "arm gq: quic_version 'Q039' is for protocol gquic, not 'h2'"),
         ({"client": "firefox"}, "arm gq: unknown client 'firefox' (chromium or chromium72)"),
         ({"protocol": "spdy"}, "arm gq: unknown protocol 'spdy' (h2, h3 or gquic)"),
         ({"ca_cert": None}, "arm gq: client 'chromium72' needs ca_cert"),
-        ({"net_log": RPath("/tmp/n.json")}, "arm gq: net_log '/tmp/n.json' with client "
-         "'chromium72': Chromium 72's headless shell writes no NetLog"),
+        (
+            {"net_log": RPath("/tmp/n.json")},
+            "arm gq: net_log '/tmp/n.json' with client "
+            "'chromium72': Chromium 72's headless shell writes no NetLog",
+        ),
     ],
-)  # fmt: skip
+)
 def test_refusals_name_the_value(change: dict[str, Any], message: str) -> None:
     with pytest.raises(QuicbedError) as exc:
         command_line(replace(SPEC, **change))
@@ -128,8 +144,9 @@ def test_refusals_name_the_value(change: dict[str, Any], message: str) -> None:
 
 def test_a_refused_spec_touches_nothing(tmp_path: Path) -> None:
     tb = LocalTestbed("qb72x")  # never brought up: launch must refuse before using it
-    spec = replace(SPEC, protocol="h3", quic_version=None,
-                   user_data_dir=RPath(tmp_path / "profile"))  # fmt: skip
+    spec = replace(
+        SPEC, protocol="h3", quic_version=None, user_data_dir=RPath(tmp_path / "profile")
+    )
     with pytest.raises(QuicbedError, match="no IETF QUIC v1"):
         Browser(spec, tb, tmp_path / "logs").launch()
     assert not (tmp_path / "profile").exists() and not (tmp_path / "logs").exists()
@@ -149,8 +166,9 @@ class Served:
 def served(testbed: LocalTestbed, tmp_path: Path) -> Iterator[Served]:
     """A shaped link (50 Mbit/s, 20 ms), the page and the test PKI, Apache on 443."""
     if shutil.which("chromium72") is None or shutil.which("certutil") is None:
-        pytest.fail("chromium72 or certutil missing: apply roles/chromium_client_gquic "
-                    "(make setup)")  # fmt: skip
+        pytest.fail(
+            "chromium72 or certutil missing: apply roles/chromium_client_gquic (make setup)"
+        )
     tb = testbed
     with ExitStack() as stack:
         stack.enter_context(shaped_link(tb, make_condition(rate_mbit=50, rtt_ms=20), "userspace"))
@@ -161,8 +179,9 @@ def served(testbed: LocalTestbed, tmp_path: Path) -> Iterator[Served]:
         tb.push("client", pki.ca_cert, ca, mode=0o644)
         logs = tmp_path / "logs"
         logs.mkdir()
-        spec = ServeSpec(docroot=RPath(www), cert=RPath(pki.cert), key=RPath(pki.key),
-                         logdir=RPath(logs))  # fmt: skip
+        spec = ServeSpec(
+            docroot=RPath(www), cert=RPath(pki.cert), key=RPath(pki.key), logdir=RPath(logs)
+        )
         (arm,) = [a for a in resolve(("h2",), {}, "cubic")]
         apache = ApacheServer(tb, spec, arm)
         apache.start()
@@ -171,17 +190,26 @@ def served(testbed: LocalTestbed, tmp_path: Path) -> Iterator[Served]:
 
 
 def _browser(s: Served, **kw: Any) -> Browser:
-    spec = BrowserSpec(arm=kw.pop("arm", "c72"), host=HOST, server_ip=s.tb.server_ip,
-                       spki_pin=s.pki.spki_pin, ca_cert=s.ca_on_client, client="chromium72",
-                       user_data_dir=s.tb.workdir("client") / f"profile-{kw.get('protocol', 'h2')}",
-                       **kw)  # fmt: skip
+    spec = BrowserSpec(
+        arm=kw.pop("arm", "c72"),
+        host=HOST,
+        server_ip=s.tb.server_ip,
+        spki_pin=s.pki.spki_pin,
+        ca_cert=s.ca_on_client,
+        client="chromium72",
+        user_data_dir=s.tb.workdir("client") / f"profile-{kw.get('protocol', 'h2')}",
+        **kw,
+    )
     return Browser(spec, s.tb, s.logs)
 
 
 #: what every chromium72 load reports about the clearing before it
-CLEARING_72 = {"cache": "Network.setCacheDisabled (bypassed, not cleared)", "host_cache": None,
-               "predictor": None,
-               "connections": "ss -K (the browser's sockets destroyed by the kernel)"}  # fmt: skip
+CLEARING_72 = {
+    "cache": "Network.setCacheDisabled (bypassed, not cleared)",
+    "host_cache": None,
+    "predictor": None,
+    "connections": "ss -K (the browser's sockets destroyed by the kernel)",
+}
 SKIPPED_72 = ("cache", "host_cache", "predictor")
 
 
@@ -189,7 +217,9 @@ def _check_har(r: dict[str, Any], protocol: str) -> None:
     assert r["ok"], r["error"]
     entries = r["har"]["log"]["entries"]
     assert [e["request"]["url"] for e in entries] == [
-        f"https://{HOST}/{PAGE}/", f"https://{HOST}/{PAGE}/img-000.jpg"]  # fmt: skip
+        f"https://{HOST}/{PAGE}/",
+        f"https://{HOST}/{PAGE}/img-000.jpg",
+    ]
     assert [e["response"]["status"] for e in entries] == [200, 200]
     assert {e["response"]["httpVersion"] for e in entries} == {protocol}
     assert entries[1]["response"]["content"]["size"] == 5120
@@ -224,9 +254,11 @@ def test_h2_loads_from_apache_with_its_own_nss_db(served: Served) -> None:
     # handshake, the session resumed); the fresh context had no connection to close
     closed = second["connections_destroyed"]
     assert closed["still_held"] == 0
-    assert closed["destroyed"] == [f"tcp {served.tb.client_ip}:"
-                                   f"{closed['destroyed'][0].split(':')[1].split()[0]} -> "
-                                   f"{served.tb.server_ip}:443"]  # fmt: skip
+    assert closed["destroyed"] == [
+        f"tcp {served.tb.client_ip}:"
+        f"{closed['destroyed'][0].split(':')[1].split()[0]} -> "
+        f"{served.tb.server_ip}:443"
+    ]
     for r in (first, second, fresh):
         main = r["har"]["log"]["entries"][0]["timings"]
         assert main["connect"] > 0 and main["ssl"] > 0, main
@@ -234,17 +266,20 @@ def test_h2_loads_from_apache_with_its_own_nss_db(served: Served) -> None:
     lines = [ln.split() for ln in (served.logs / "access.log").read_text().splitlines()]
     # every object of every load from the server (the bypassed cache answered none)
     assert [f[4] for f in lines] == [f"/{PAGE}/index.html", f"/{PAGE}/img-000.jpg"] * 3
-    assert [f[8] for f in lines if f[4].endswith("index.html")] == [
-        "Initial", "Resumed", "Initial"]  # fmt: skip
+    assert [f[8] for f in lines if f[4].endswith("index.html")] == ["Initial", "Resumed", "Initial"]
     # the profile, its HOME and the NSS database went with the browser
     assert not Path(b.spec.user_data_dir).exists()
 
 
 def test_current_chromium_still_clears_with_chrome_benchmarking(served: Served) -> None:
     """The driver's strict path: every step by chrome.benchmarking, nothing falls back."""
-    spec = BrowserSpec(arm="cur", host=HOST, server_ip=served.tb.server_ip,
-                       spki_pin=served.pki.spki_pin,
-                       user_data_dir=served.tb.workdir("client") / "profile-cur")  # fmt: skip
+    spec = BrowserSpec(
+        arm="cur",
+        host=HOST,
+        server_ip=served.tb.server_ip,
+        spki_pin=served.pki.spki_pin,
+        user_data_dir=served.tb.workdir("client") / "profile-cur",
+    )
     b = Browser(spec, served.tb, served.logs)
     try:
         b.start()
@@ -252,10 +287,12 @@ def test_current_chromium_still_clears_with_chrome_benchmarking(served: Served) 
     finally:
         b.stop()
     _check_har(r, "h2")
-    assert r["clearing"] == {"cache": "chrome.benchmarking.clearCache",
-                             "host_cache": "chrome.benchmarking.clearHostResolverCache",
-                             "predictor": "chrome.benchmarking.clearPredictorCache",
-                             "connections": "chrome.benchmarking.closeConnections"}  # fmt: skip
+    assert r["clearing"] == {
+        "cache": "chrome.benchmarking.clearCache",
+        "host_cache": "chrome.benchmarking.clearHostResolverCache",
+        "predictor": "chrome.benchmarking.clearPredictorCache",
+        "connections": "chrome.benchmarking.closeConnections",
+    }
     assert "clearing_skipped" not in r and "connections_destroyed" not in r
 
 
@@ -277,15 +314,18 @@ def test_gquic_argv_takes_effect_on_the_wire(served: Served, version: str) -> No
     Chromium 72 would send its default, Q043, for a version it does not know."""
     tb = served.tb
     first = served.logs / f"first-{version}.bin"
-    catcher = tb.spawn("server", [sys.executable, "-c", CATCHER, tb.server_ip, "443",
-                                  str(first)])  # fmt: skip
+    catcher = tb.spawn("server", [sys.executable, "-c", CATCHER, tb.server_ip, "443", str(first)])
     b = _browser(served, protocol="gquic", quic_version=version)
     try:
         tb.wait_listening("server", "udp", 443)
         b.start()
         assert b.driver and b.driver.stdin
-        cmd = {"cmd": "load", "url": f"https://{HOST}/{PAGE}/", "fresh_context": False,
-               "timeout_ms": 10000}  # fmt: skip
+        cmd = {
+            "cmd": "load",
+            "url": f"https://{HOST}/{PAGE}/",
+            "fresh_context": False,
+            "timeout_ms": 10000,
+        }
         b.driver.stdin.write(json.dumps(cmd) + "\n")
         b.driver.stdin.flush()
         deadline = time.monotonic() + 10
@@ -309,16 +349,30 @@ def test_gquic_loads_0rtt_after_the_udp_socket_is_destroyed(served: Served, vers
         pytest.fail(f"{GQUIC_SERVER} is not built (make setup)")
     tb = served.tb
     log = served.logs / "gquic.jsonl"
-    argv = [str(GQUIC_SERVER), "-addr", f"{tb.server_ip}:443", "-docroot", str(served.www),
-            "-cert", str(served.pki.cert), "-key", str(served.pki.key), "-log", str(log),
-            "-versions", version]  # fmt: skip
+    argv = [
+        str(GQUIC_SERVER),
+        "-addr",
+        f"{tb.server_ip}:443",
+        "-docroot",
+        str(served.www),
+        "-cert",
+        str(served.pki.cert),
+        "-key",
+        str(served.pki.key),
+        "-log",
+        str(log),
+        "-versions",
+        version,
+    ]
     srv = tb.spawn("server", argv, log=RPath(served.logs / "gquic.stderr"))
     b = _browser(served, protocol="gquic", quic_version=version)
     try:
         tb.wait_listening("server", "udp", 443)
         b.start()
-        loads = [b.load(f"https://{HOST}/{PAGE}/", fresh_context=fresh, timeout_s=20)
-                 for fresh in (False, False, True)]  # fmt: skip
+        loads = [
+            b.load(f"https://{HOST}/{PAGE}/", fresh_context=fresh, timeout_s=20)
+            for fresh in (False, False, True)
+        ]
     finally:
         b.stop()
         srv.stop()
@@ -334,4 +388,6 @@ def test_gquic_loads_0rtt_after_the_udp_socket_is_destroyed(served: Served, vers
     assert [c["quic_version"] for c in conns] == [version] * 3
     assert [c["used_0rtt"] for c in conns] == [False, True, False], conns
     assert [e["path"] for e in events if e["event"] == "request"] == [
-        f"/{PAGE}/", f"/{PAGE}/img-000.jpg"] * 3  # fmt: skip
+        f"/{PAGE}/",
+        f"/{PAGE}/img-000.jpg",
+    ] * 3

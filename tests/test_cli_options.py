@@ -17,8 +17,14 @@ from quicbed.link.model import LinkCondition, make_condition
 from quicbed.spec import Defaults, Scenario, SweepSpec, plan
 
 #: CLI option -> the LinkCondition field whose default it must have
-LINK_FIELDS = {"loss": "loss_pct", "jitter": "jitter_ms", "jitter_kind": "jitter_kind",
-               "queue": "queue", "count": "count", "seed": "seed"}  # fmt: skip
+LINK_FIELDS = {
+    "loss": "loss_pct",
+    "jitter": "jitter_ms",
+    "jitter_kind": "jitter_kind",
+    "queue": "queue",
+    "count": "count",
+    "seed": "seed",
+}
 CELL_FIELDS = ("runs", "warmup", "mode", "order", "cc", "shaper")
 TESTBED = ("prefix", "kind", "hosts", "ssh_user", "ssh_key")
 
@@ -71,16 +77,27 @@ def test_spec_defaults_are_the_models() -> None:
 
 def test_every_testbed_command_has_the_same_testbed_options() -> None:
     """The five testbed options come from one group, with one help text each."""
-    paths = [("cell",), ("run",), ("link", "check"), ("testbed", "up"), ("testbed", "down"),
-             ("testbed", "status")]  # fmt: skip
+    paths = [
+        ("cell",),
+        ("run",),
+        ("link", "check"),
+        ("testbed", "up"),
+        ("testbed", "down"),
+        ("testbed", "status"),
+    ]
     seen: dict[str, set[str]] = {}
     for path in paths:
         params = _params(*path)
         for name in TESTBED:
             assert name in params, (path, name)
             seen.setdefault(name, set()).add(params[name].opts[0])
-    assert {k: v.pop() for k, v in seen.items()} == {"prefix": "--prefix", "kind": "--testbed",
-        "hosts": "--hosts", "ssh_user": "--ssh-user", "ssh_key": "--ssh-key"}  # fmt: skip
+    assert {k: v.pop() for k, v in seen.items()} == {
+        "prefix": "--prefix",
+        "kind": "--testbed",
+        "hosts": "--hosts",
+        "ssh_user": "--ssh-user",
+        "ssh_key": "--ssh-key",
+    }
 
 
 def test_testbed_options_refuse_ssh_flags_locally() -> None:
@@ -117,8 +134,9 @@ def test_rates_read_alike() -> None:
 
 def test_a_scenario_zero_is_not_the_default() -> None:
     """spec.py uses ``is None``: a scenario's runs 0 is refused, not read as 20."""
-    spec = SweepSpec(name="t", scenarios={"a": Scenario(rate=[10], rtt=[36], pages=["5kb"],
-                                                         runs=0)})  # fmt: skip
+    spec = SweepSpec(
+        name="t", scenarios={"a": Scenario(rate=[10], rtt=[36], pages=["5kb"], runs=0)}
+    )
     with pytest.raises(QuicbedError, match=r"scenarios.a: cell: runs: .* \(got 0\)"):
         plan(spec)
 

@@ -37,6 +37,14 @@ def test_docs_cli_is_current() -> None:
 
 def test_the_flags_the_issue_found_undocumented_are_documented() -> None:
     readme = ref.README.read_text()
-    for flag in ("--replace", "--force", "--max-hours", "--shaper", "--ssh-user", "--ssh-key",
-                 "--prefix", "--receipt-tcp-seconds"):  # fmt: skip
+    for flag in (
+        "--replace",
+        "--force",
+        "--max-hours",
+        "--shaper",
+        "--ssh-user",
+        "--ssh-key",
+        "--prefix",
+        "--receipt-tcp-seconds",
+    ):
         assert flag in readme, flag

@@ -37,14 +37,28 @@ def _iso(wall: float) -> str:
 
 
 def _har(page_wall: float, connect: float, wait: float, receive: float) -> dict[str, Any]:
-    timings = {"blocked": 1.0, "dns": -1, "connect": connect, "ssl": connect / 2,
-               "send": 0.1, "wait": wait, "receive": receive}  # fmt: skip
-    entry = {"startedDateTime": _iso(page_wall), "time": sum(max(0, v) for v in timings.values()),
-             "timings": timings, "request": {"url": "https://quicbed.test/1mb/"},
-             "response": {"status": 200, "httpVersion": "h2"}}  # fmt: skip
-    return {"log": {"pages": [{"startedDateTime": _iso(page_wall),
-                               "pageTimings": {"onLoad": 1000.0}}],
-                    "entries": [entry]}}  # fmt: skip
+    timings = {
+        "blocked": 1.0,
+        "dns": -1,
+        "connect": connect,
+        "ssl": connect / 2,
+        "send": 0.1,
+        "wait": wait,
+        "receive": receive,
+    }
+    entry = {
+        "startedDateTime": _iso(page_wall),
+        "time": sum(max(0, v) for v in timings.values()),
+        "timings": timings,
+        "request": {"url": "https://quicbed.test/1mb/"},
+        "response": {"status": 200, "httpVersion": "h2"},
+    }
+    return {
+        "log": {
+            "pages": [{"startedDateTime": _iso(page_wall), "pageTimings": {"onLoad": 1000.0}}],
+            "entries": [entry],
+        }
+    }
 
 
 def _samples(arm: str, start: float, rate: float, total: float, loss_at: float | None) -> list:
@@ -59,9 +73,19 @@ def _samples(arm: str, start: float, rate: float, total: float, loss_at: float |
         d = min(total, d + step)
         t += 2
         cwnd = min(cwnd * 1.06, rate * 36 * 1.5)
-        rows.append({"t_ms": t, "event": "sample", "conn": conn, "cwnd_bytes": round(cwnd),
-                     "in_flight_bytes": round(cwnd * 0.8), "delivered_bytes": round(d),
-                     "srtt_ms": 37.0, "rtt_sample_ms": 36.5, "source": src})  # fmt: skip
+        rows.append(
+            {
+                "t_ms": t,
+                "event": "sample",
+                "conn": conn,
+                "cwnd_bytes": round(cwnd),
+                "in_flight_bytes": round(cwnd * 0.8),
+                "delivered_bytes": round(d),
+                "srtt_ms": 37.0,
+                "rtt_sample_ms": 36.5,
+                "source": src,
+            }
+        )
         if loss_at is not None and abs(t - loss_at) < 1:
             ev = "retransmit" if arm == "h2" else "lost"
             rows.append({"t_ms": t, "event": ev, "conn": conn, "bytes": 1448, "source": src})
@@ -71,8 +95,7 @@ def _samples(arm: str, start: float, rate: float, total: float, loss_at: float |
 def synthetic(root: Path, *, traces: bool = True, h3_missing: bool = False) -> str:
     """A results folder with one done cell: three measured loads per arm, each with a
     HAR, trace.json and transport.csv.gz in the documented shape."""
-    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3,
-                    warmup=1)  # fmt: skip
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3, warmup=1)
     cid = cfg.cell_id()
     store = Store(root, create=True)
     store.add_cell(cid, cfg.model_dump(mode="json"))
@@ -99,14 +122,33 @@ def synthetic(root: Path, *, traces: bool = True, h3_missing: bool = False) -> s
                     rows = _samples(arm, start, 1200.0, 1_000_000, 400.0 if arm == "h2" else None)
                     write_samples(folder / "transport.csv.gz", rows)
                     files["transport"] = f"{key}/transport.csv.gz"
-                detail = {"traces": {"level": "light", "dir": key, "files": files,
-                                     "missing": missing, "notes": []},
-                          "transport": {"example_fact": 1}}  # fmt: skip
-            store.add_run({"cell_id": cid, "attempt": att, "arm": arm, "rep": rep, "seq": seq,
-                           "warmup": int(rep == 0), "valid": int(rep != 3 or arm != "h2"),
-                           "reason": "" if rep != 3 or arm != "h2" else "made invalid",
-                           "plt_ms": plt, "ttfb_ms": connect + 40, "protocols": [arm],
-                           "detail": detail}, har)  # fmt: skip
+                detail = {
+                    "traces": {
+                        "level": "light",
+                        "dir": key,
+                        "files": files,
+                        "missing": missing,
+                        "notes": [],
+                    },
+                    "transport": {"example_fact": 1},
+                }
+            store.add_run(
+                {
+                    "cell_id": cid,
+                    "attempt": att,
+                    "arm": arm,
+                    "rep": rep,
+                    "seq": seq,
+                    "warmup": int(rep == 0),
+                    "valid": int(rep != 3 or arm != "h2"),
+                    "reason": "" if rep != 3 or arm != "h2" else "made invalid",
+                    "plt_ms": plt,
+                    "ttfb_ms": connect + 40,
+                    "protocols": [arm],
+                    "detail": detail,
+                },
+                har,
+            )
             seq += 1
     store.finish_attempt(cid, att, "done")
     store.close()
@@ -118,8 +160,14 @@ def test_synthetic_components_and_files(tmp_path: Path) -> None:
     res = explain(tmp_path / "r", cid[:6], None, None, None)
     out = tmp_path / "r" / "report" / "explain" / cid
     assert res.out == out
-    for name in ("timeline.png", "timeline.svg", "summary.txt", "explain.json", "index.html",
-                 "transport.csv"):  # fmt: skip
+    for name in (
+        "timeline.png",
+        "timeline.svg",
+        "summary.txt",
+        "explain.json",
+        "index.html",
+        "transport.csv",
+    ):
         assert (out / name).stat().st_size > 500, name
     data = json.loads((out / "explain.json").read_text())
     h2, h3 = data["arms"]["h2"], data["arms"]["h3"]
@@ -177,8 +225,7 @@ def test_bad_inputs_one_line_nothing_written(tmp_path: Path, args: list[str], me
     cid = synthetic(tmp_path / "r")
     if "--cell" not in args and "--where" not in args:
         args = ["--cell", cid, *args]
-    p = subprocess.run([*QB, "explain", str(tmp_path / "r"), *args], capture_output=True,
-                       text=True)  # fmt: skip
+    p = subprocess.run([*QB, "explain", str(tmp_path / "r"), *args], capture_output=True, text=True)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("quicbed: error: ") and message in lines[0]
@@ -237,16 +284,24 @@ def _gz_rows(path: Path) -> int:
 
 def test_real_explain(real: tuple[Path, str]) -> None:
     root, cid = real
-    p = subprocess.run([*QB, "explain", str(root), "--where", "rate=10,rtt=36,page=1mb"],
-                       capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(
+        [*QB, "explain", str(root), "--where", "rate=10,rtt=36,page=1mb"],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     out = root / "report" / "explain" / cid
     print(p.stdout)  # the summary, for the record (pytest -s)
     for name, least in (("timeline.png", 40_000), ("timeline.svg", 40_000)):
         assert (out / name).stat().st_size > least, name
     assert "h2 (TCP+TLS)" in p.stdout and "h3 (QUIC)" in p.stdout
-    for label in ("handshake", "ramp-up", "loss recovery", "transfer at full rate",
-                  "PLT difference h2 - h3"):  # fmt: skip
+    for label in (
+        "handshake",
+        "ramp-up",
+        "loss recovery",
+        "transfer at full rate",
+        "PLT difference h2 - h3",
+    ):
         assert label in p.stdout, label
     assert str(out / "timeline.svg") in p.stdout
     data = json.loads((out / "explain.json").read_text())
@@ -278,8 +333,10 @@ def test_real_explain(real: tuple[Path, str]) -> None:
 
 def test_real_bad_inputs(real: tuple[Path, str], tmp_path: Path) -> None:
     root, cid = real
-    for args, message in ((["--rep", "99"], "no measured h2 load 99"),
-                          (["--rep", "0"], "no measured h2 load 0")):  # fmt: skip
+    for args, message in (
+        (["--rep", "99"], "no measured h2 load 99"),
+        (["--rep", "0"], "no measured h2 load 0"),
+    ):
         cmd = [*QB, "explain", str(root), "--cell", cid, *args, "--out", str(tmp_path / "x")]
         p = subprocess.run(cmd, capture_output=True, text=True)
         assert p.returncode == 2 and message in p.stderr, p.stderr

@@ -68,15 +68,26 @@ REGISTRY_VARS = re.compile(
 )
 # The host's package-manager and trust configuration, copied in where present.
 HOST_FILES = [
-    "/etc/resolv.conf", "/etc/hosts",
-    "/etc/apt/sources.list", "/etc/apt/sources.list.d", "/etc/apt/apt.conf.d",
-    "/etc/apt/preferences.d", "/etc/apt/trusted.gpg.d", "/etc/apt/keyrings",
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/apt/sources.list",
+    "/etc/apt/sources.list.d",
+    "/etc/apt/apt.conf.d",
+    "/etc/apt/preferences.d",
+    "/etc/apt/trusted.gpg.d",
+    "/etc/apt/keyrings",
     "/etc/apt/auth.conf.d",
-    "/etc/ssl/certs", "/usr/local/share/ca-certificates",
-    "/etc/pip.conf", "/etc/xdg/pip/pip.conf", "/root/.config/pip/pip.conf",
-    "/root/.pip/pip.conf", "/etc/npmrc", "/usr/etc/npmrc", "/root/.npmrc",
+    "/etc/ssl/certs",
+    "/usr/local/share/ca-certificates",
+    "/etc/pip.conf",
+    "/etc/xdg/pip/pip.conf",
+    "/root/.config/pip/pip.conf",
+    "/root/.pip/pip.conf",
+    "/etc/npmrc",
+    "/usr/etc/npmrc",
+    "/root/.npmrc",
     "/root/.config/go/env",
-]  # fmt: skip
+]
 # The download and build caches of the chroot's set-up, kept between runs of this test
 # in CACHE/warm (never this machine's own caches: the chroot installs its own Rust and
 # Go, whose builds must not mix with the host's). A machine that runs `make setup` a
@@ -92,8 +103,7 @@ WARM = {
     "/root/go": "root-go",  # Go's module cache
     "/root/.cache/go-build": "root-cache-go-build",  # Go's build cache
 }
-STEP_TIMEOUT = {"prerequisites": 300, "clone": 120, "setup": 900, "setup again": 300,
-                "cell": 300}  # fmt: skip
+STEP_TIMEOUT = {"prerequisites": 300, "clone": 120, "setup": 900, "setup again": 300, "cell": 300}
 
 
 # --- what the README says ---------------------------------------------------------
@@ -122,9 +132,21 @@ def _kernel_cannot() -> str | None:
     """Why this kernel cannot run a chroot with its own mounts, or None."""
     if not shutil.which("unshare") or not shutil.which("nsenter"):
         return "needs util-linux's unshare and nsenter"
-    cp = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                         "mount -t tmpfs none /mnt && mount -t proc proc /mnt && umount /mnt "
-                         "&& umount /mnt"], capture_output=True, text=True, timeout=30)  # fmt: skip
+    cp = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            "mount -t tmpfs none /mnt && mount -t proc proc /mnt && umount /mnt && umount /mnt",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if cp.returncode != 0:
         return f"this kernel refuses a private mount namespace with proc: {cp.stderr.strip()}"
     return None
@@ -159,17 +181,33 @@ def base_tarball(mirror: str) -> Path:
         if tarball.exists():
             return tarball
         if not shutil.which("debootstrap"):
-            _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "debootstrap"],
-                 timeout=300, what="apt-get install debootstrap")  # fmt: skip
+            _run(
+                ["apt-get", "install", "-y", "-q", "--no-install-recommends", "debootstrap"],
+                timeout=300,
+                what="apt-get install debootstrap",
+            )
         build = Path(f"{CACHE}/build-{os.getpid()}")
         shutil.rmtree(build, ignore_errors=True)
         try:
-            _run(["debootstrap", "--variant=minbase", "--arch=amd64", SUITE, str(build / "root"),
-                  mirror], timeout=600, what="debootstrap")  # fmt: skip
+            _run(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    "--arch=amd64",
+                    SUITE,
+                    str(build / "root"),
+                    mirror,
+                ],
+                timeout=600,
+                what="debootstrap",
+            )
             assert not _mounts_under(build), "debootstrap left mounts behind"
             part = tarball.with_suffix(".part")
-            _run(["tar", "-C", str(build / "root"), "--numeric-owner", "-czf", str(part), "."],
-                 timeout=300, what="tar")  # fmt: skip
+            _run(
+                ["tar", "-C", str(build / "root"), "--numeric-owner", "-czf", str(part), "."],
+                timeout=300,
+                what="tar",
+            )
             part.rename(tarball)
         finally:
             if not _mounts_under(build):
@@ -183,12 +221,20 @@ def _run(argv: list[str], *, timeout: float, what: str) -> str:
     return cp.stdout
 
 
-def _group_run(argv: list[str], *, timeout: float, env: dict | None = None,
-               cwd: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def _group_run(
+    argv: list[str], *, timeout: float, env: dict | None = None, cwd: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run in its own process group; on time-out the whole group is killed."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-                            cwd=cwd)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -246,8 +292,11 @@ class FreshMachine:
         fcntl.flock(self.lock, fcntl.LOCK_EX)  # tells _sweep_leftovers this root is in use
         self.root.mkdir(parents=True)
         t = time.monotonic()
-        _run(["tar", "-C", str(self.root), "--numeric-owner", "-xzf", str(tarball)],
-             timeout=300, what="unpack")  # fmt: skip
+        _run(
+            ["tar", "-C", str(self.root), "--numeric-owner", "-xzf", str(tarball)],
+            timeout=300,
+            what="unpack",
+        )
         self.times["unpack"] = time.monotonic() - t
 
     # -- configuration from the host ------------------------------------------------
@@ -273,10 +322,12 @@ class FreshMachine:
         policy.chmod(0o755)
         self.env = {
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb",
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
             "DEBIAN_FRONTEND": "noninteractive",
             **{k: v for k, v in os.environ.items() if REGISTRY_VARS.match(k)},
-        }  # fmt: skip
+        }
 
     # -- the namespace and its mounts ---------------------------------------------
 
@@ -286,8 +337,9 @@ class FreshMachine:
         # ends with the teardown, or by itself when a killed test run closes the pipe.
         self.holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "read _"],
-            start_new_session=True, stdin=subprocess.PIPE,
-        )  # fmt: skip
+            start_new_session=True,
+            stdin=subprocess.PIPE,
+        )
         r = self.root
         (r / ORIGIN.lstrip("/")).mkdir(parents=True, exist_ok=True)
         script = f"""set -e
@@ -324,20 +376,29 @@ class FreshMachine:
 
     def nsenter(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
         assert self.holder is not None
-        return _group_run(["nsenter", f"--target={self.holder.pid}", "--mount", "--", *argv],
-                          timeout=timeout)  # fmt: skip
+        return _group_run(
+            ["nsenter", f"--target={self.holder.pid}", "--mount", "--", *argv], timeout=timeout
+        )
 
     def sh(self, step: str, command: str, cwd: str = "/root") -> subprocess.CompletedProcess[str]:
         """One shell command in the chroot (as root, with only self.env), timed and logged."""
-        argv = ["chroot", str(self.root), "/usr/bin/env", "-i",
-                *(f"{k}={v}" for k, v in self.env.items()),
-                "/bin/sh", "-c", f"cd {cwd} && {command}"]  # fmt: skip
+        argv = [
+            "chroot",
+            str(self.root),
+            "/usr/bin/env",
+            "-i",
+            *(f"{k}={v}" for k, v in self.env.items()),
+            "/bin/sh",
+            "-c",
+            f"cd {cwd} && {command}",
+        ]
         t = time.monotonic()
         cp = self.nsenter(argv, timeout=STEP_TIMEOUT[step])
         took = time.monotonic() - t
         self.times[step] = self.times.get(step, 0) + took
-        self.log.append(f"===== {step}: {command} (rc {cp.returncode}, {took:.0f} s)\n"
-                        f"{cp.stdout[-6000:]}")  # fmt: skip
+        self.log.append(
+            f"===== {step}: {command} (rc {cp.returncode}, {took:.0f} s)\n{cp.stdout[-6000:]}"
+        )
         return cp
 
     # -- teardown -------------------------------------------------------------------
@@ -375,9 +436,16 @@ class FreshMachine:
         return forced
 
     def sh_quiet(self, command: str) -> None:
-        argv = ["chroot", str(self.root), "/usr/bin/env", "-i",
-                *(f"{k}={v}" for k, v in self.env.items()), "/bin/sh", "-c",
-                f"cd {CHROOT_REPO} 2>/dev/null || cd /; {command}"]  # fmt: skip
+        argv = [
+            "chroot",
+            str(self.root),
+            "/usr/bin/env",
+            "-i",
+            *(f"{k}={v}" for k, v in self.env.items()),
+            "/bin/sh",
+            "-c",
+            f"cd {CHROOT_REPO} 2>/dev/null || cd /; {command}",
+        ]
         self.nsenter(argv, timeout=120)
 
     def remove(self) -> None:
@@ -476,21 +544,30 @@ def test_readme_path_on_a_fresh_debian(machine: FreshMachine) -> None:
     cp = m.sh("prerequisites", prereq)
     assert cp.returncode == 0, log()
 
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()  # fmt: skip
-    cp = m.sh("clone", f"git clone -q file://{ORIGIN} {CHROOT_REPO} && "
-                       f"git -C {CHROOT_REPO} rev-parse HEAD")  # fmt: skip
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    cp = m.sh(
+        "clone",
+        f"git clone -q file://{ORIGIN} {CHROOT_REPO} && git -C {CHROOT_REPO} rev-parse HEAD",
+    )
     assert cp.returncode == 0 and head in cp.stdout, log()
 
     cp = m.sh("setup", setup, cwd=CHROOT_REPO)
     assert cp.returncode == 0, log()
-    assert re.search(r"localhost\s+:\s+ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0",
-                     cp.stdout), log()  # fmt: skip
+    assert re.search(
+        r"localhost\s+:\s+ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", cp.stdout
+    ), log()
     assert "quic_server_google_enabled is false" in cp.stdout, log()
     sums = m.sh("setup again", f"sha256sum {CHROOT_REPO}/build/bin/*").stdout
     built = {line.split("/")[-1] for line in sums.splitlines()}
-    assert built == {"quicbed-linkem", "quicbed-h3server", "quicbed-bulk",
-                     "quicbed-quiche-server", "quicbed-gquic-server"}, sums  # fmt: skip
+    assert built == {
+        "quicbed-linkem",
+        "quicbed-h3server",
+        "quicbed-bulk",
+        "quicbed-quiche-server",
+        "quicbed-gquic-server",
+    }, sums
     # the same playbook again (also `make setup`'s idempotence on this machine: the
     # one check of it, on the cleanest machine there is): nothing changes, and the Go
     # binaries, rebuilt, are the same bytes
@@ -501,12 +578,19 @@ def test_readme_path_on_a_fresh_debian(machine: FreshMachine) -> None:
     assert recap.group(1) == "0", "second set-up changed:\n" + _changed_tasks(cp.stdout)
     assert "Build the binaries into the scratch directory" in cp.stdout, log()  # rebuilt
     assert m.sh("setup again", f"sha256sum {CHROOT_REPO}/build/bin/*").stdout == sums
-    cp = m.sh("setup again", "command -v chromium iperf3 node && "
-              f"test -d {CHROOT_REPO}/client/node_modules/chrome-har-capturer")  # fmt: skip
+    cp = m.sh(
+        "setup again",
+        "command -v chromium iperf3 node && "
+        f"test -d {CHROOT_REPO}/client/node_modules/chrome-har-capturer",
+    )
     assert cp.returncode == 0, log()
 
-    cp = m.sh("cell", f".venv/bin/quicbed cell --rate 10 --rtt 36 --page 5kb --runs 3 "
-                      f"--prefix {m.prefix} --out /root/r --json", cwd=CHROOT_REPO)  # fmt: skip
+    cp = m.sh(
+        "cell",
+        f".venv/bin/quicbed cell --rate 10 --rtt 36 --page 5kb --runs 3 "
+        f"--prefix {m.prefix} --out /root/r --json",
+        cwd=CHROOT_REPO,
+    )
     assert cp.returncode == 0, log()
     found = re.search(r"^\{$.*^\}$", cp.stdout, re.S | re.M)
     assert found, log()
@@ -536,10 +620,21 @@ def test_teardown_after_a_failure_leaves_nothing(root: None) -> None:
             cp = m.nsenter(["sh", "-c", f"touch {netns} && unshare --net={netns} true"], 30)
             assert cp.returncode == 0, cp.stdout
             stray = subprocess.Popen(
-                ["nsenter", f"--target={m.holder.pid}", "--mount", "--", "nsenter",  # type: ignore[union-attr]
-                 f"--net={netns}", "chroot", str(m.root), "/bin/sleep", "600"],
-                start_new_session=True, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    "nsenter",
+                    f"--target={m.holder.pid}",
+                    "--mount",
+                    "--",
+                    "nsenter",  # type: ignore[union-attr]
+                    f"--net={netns}",
+                    "chroot",
+                    str(m.root),
+                    "/bin/sleep",
+                    "600",
+                ],
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+            )
             deadline = time.monotonic() + 10
             while not _pids_rooted_in(m.root):
                 assert time.monotonic() < deadline, "the stray process did not start"

@@ -27,8 +27,13 @@ from quicbed.testbed.local import LocalTestbed
 
 
 def test_a_gquic_cell_is_verified_per_load(testbed: LocalTestbed, tmp_path: Path) -> None:
-    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="100kb", runs=4,
-                    warmup=1, arms=("h2", "gquic"))  # fmt: skip
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="100kb",
+        runs=4,
+        warmup=1,
+        arms=("h2", "gquic"),
+    )
 
     def other_version(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
         if arm == "gquic" and rep == 4:
@@ -38,8 +43,9 @@ def test_a_gquic_cell_is_verified_per_load(testbed: LocalTestbed, tmp_path: Path
             srv.argv = lambda: [*argv[:-1], "Q043"]  # type: ignore[method-assign]
             srv.start()
 
-    r = until_the_link_holds(lambda: run_cell(cfg, tmp_path, testbed=testbed, receipt_tcp_seconds=1,
-                                              fault=other_version))  # fmt: skip
+    r = until_the_link_holds(
+        lambda: run_cell(cfg, tmp_path, testbed=testbed, receipt_tcp_seconds=1, fault=other_version)
+    )
     assert r.status == "done", r.problem
     assert r.verified["gquic"]["protocols"] == ["http/2+quic/39"]
     assert r.verified["gquic"]["valid"] == 3 and r.verified["gquic"]["used_0rtt"] >= 3
@@ -63,11 +69,13 @@ def test_a_gquic_cell_is_verified_per_load(testbed: LocalTestbed, tmp_path: Path
 
 @pytest.mark.parametrize(
     ("arms", "why"),
-    [("h2,h3,gquic", "cannot run in chromium72"),
-     ("h2,gquic:quic_version=Q037", "'Q037' is not one"),
-     ("h2:tls=1.1,gquic", "tls '1.1' is not one of 1.2, 1.3"),
-     ("h2,gquic:cc=bbr", "'bbr' is not offered by gquic")],
-)  # fmt: skip
+    [
+        ("h2,h3,gquic", "cannot run in chromium72"),
+        ("h2,gquic:quic_version=Q037", "'Q037' is not one"),
+        ("h2:tls=1.1,gquic", "tls '1.1' is not one of 1.2, 1.3"),
+        ("h2,gquic:cc=bbr", "'bbr' is not offered by gquic"),
+    ],
+)
 def test_gquic_arms_refused_by_name(arms: str, why: str) -> None:
     from quicbed.arms import parse_cli
 

@@ -71,10 +71,12 @@ from quicbed.testbed.ssh import Node, SshTestbed
 
 DATA = Path(__file__).parent / "data" / "gquiche"
 ARM = Arm("h3-gquiche", "gquiche", "h3", "udp", "cubic", {}, 4433)
-SPEC = ServeSpec(docroot=RPath("/var/tmp/quicbed/www"),
-                 cert=RPath("/var/tmp/quicbed/tls/server.pem"),
-                 key=RPath("/var/tmp/quicbed/tls/server.key"),
-                 logdir=RPath("/var/tmp/quicbed/outbox/0123456789abcdef"))  # fmt: skip
+SPEC = ServeSpec(
+    docroot=RPath("/var/tmp/quicbed/www"),
+    cert=RPath("/var/tmp/quicbed/tls/server.pem"),
+    key=RPath("/var/tmp/quicbed/tls/server.key"),
+    logdir=RPath("/var/tmp/quicbed/outbox/0123456789abcdef"),
+)
 
 
 def lines(*names: str) -> list[str]:
@@ -95,7 +97,12 @@ def test_registry_finds_the_stack_for_the_builtin_arm() -> None:
     cls = get_stack("gquiche")
     assert cls is GoogleQuicheServer
     assert (cls.protocol, cls.transport, cls.local, cls.ccs, cls.params) == (
-        "h3", "udp", False, ("cubic",), ())  # fmt: skip
+        "h3",
+        "udp",
+        False,
+        ("cubic",),
+        (),
+    )
     (arm,) = [a for a in resolve(("h2", "h3-gquiche"), {}, "cubic") if a.stack == "gquiche"]
     assert (arm.name, arm.cc, arm.port, arm.params) == ("h3-gquiche", "cubic", 443, {})
 
@@ -120,14 +127,19 @@ def test_argv_for_its_one_cc() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (ArmSettings(cc="bbr"), "arm h3-gquiche: congestion control 'bbr' is not offered by "
-         "gquiche (it has cubic; give the arm its own, e.g. h3-gquiche:cc=cubic)"),
+        (
+            ArmSettings(cc="bbr"),
+            "arm h3-gquiche: congestion control 'bbr' is not offered by "
+            "gquiche (it has cubic; give the arm its own, e.g. h3-gquiche:cc=cubic)",
+        ),
         (ArmSettings(cc="reno"), "'reno' is not offered by gquiche"),
-        (ArmSettings(cubic_n=2), "arm h3-gquiche: gquiche has no parameter cubic_n (it takes "
-         "none)"),
+        (
+            ArmSettings(cubic_n=2),
+            "arm h3-gquiche: gquiche has no parameter cubic_n (it takes none)",
+        ),
         (ArmSettings(cubic_beta=0.7), "gquiche has no parameter cubic_beta (it takes none)"),
     ],
-)  # fmt: skip
+)
 def test_other_ccs_and_every_parameter_refused_by_name(settings: ArmSettings, message: str) -> None:
     with pytest.raises(QuicbedError) as exc:
         resolve(("h2", "h3-gquiche"), {"h3-gquiche": settings}, "cubic")
@@ -137,8 +149,10 @@ def test_other_ccs_and_every_parameter_refused_by_name(settings: ArmSettings, me
 def test_local_testbed_refused_in_one_line_naming_the_arm() -> None:
     with pytest.raises(QuicbedError) as exc:
         GoogleQuicheServer.check_testbed(ARM, LocalTestbed("qbgq"))
-    assert str(exc.value) == ("arm h3-gquiche: gquiche runs only on testbed nodes "
-                              "(--testbed ssh), not on the local testbed")  # fmt: skip
+    assert str(exc.value) == (
+        "arm h3-gquiche: gquiche runs only on testbed nodes "
+        "(--testbed ssh), not on the local testbed"
+    )
 
 
 def test_start_refuses_without_the_clients_netlog() -> None:
@@ -187,14 +201,21 @@ def test_cache_serves_the_tree_with_the_other_servers_headers(tmp_path: Path) ->
     assert sorted(served) == ["/5kb/", *[f"/5kb/{n}" for n in sorted(files) if n != "index.html"]]
     host, heads, body = served["/5kb/"]
     assert host == "quicbed.test" and body == (www / "5kb" / "index.html").read_bytes()
-    assert heads == {":status": ["200"], "cache-control": ["no-store, no-cache"],
-                     "content-type": ["text/html"], "content-length": [str(len(body))],
-                     "x-original-url": ["https://quicbed.test/5kb/"]}  # fmt: skip
+    assert heads == {
+        ":status": ["200"],
+        "cache-control": ["no-store, no-cache"],
+        "content-type": ["text/html"],
+        "content-length": [str(len(body))],
+        "x-original-url": ["https://quicbed.test/5kb/"],
+    }
     _, heads, body = served["/5kb/img-000.jpg"]
     assert body == (www / "5kb" / "img-000.jpg").read_bytes()
-    assert heads == {":status": ["200"], "cache-control": ["no-store, no-cache"],
-                     "content-type": ["image/jpeg"],
-                     "content-length": [str(len(body))]}  # fmt: skip
+    assert heads == {
+        ":status": ["200"],
+        "cache-control": ["no-store, no-cache"],
+        "content-type": ["image/jpeg"],
+        "content-length": [str(len(body))],
+    }
 
 
 def test_cache_refusals_name_the_problem(
@@ -216,13 +237,22 @@ def test_hosts_are_the_certificates_dns_names(tmp_path: Path) -> None:
 
 
 # --- a load's facts, from recorded samples -------------------------------------------------
-KEYS = {"connections", "requests", "used_0rtt", "tls_resumed", "handshake_ms", "quic_versions",
-        "cc"}  # fmt: skip
+KEYS = {
+    "connections",
+    "requests",
+    "used_0rtt",
+    "tls_resumed",
+    "handshake_ms",
+    "quic_versions",
+    "cc",
+}
 
 
 def test_facts_have_quic_go_s_keys() -> None:
-    conn = ('{"event": "conn", "used_0rtt": true, "did_resume": true, "handshake_ms": 1, '
-            '"quic_version": "v1", "cc": "cubic"}')  # fmt: skip
+    conn = (
+        '{"event": "conn", "used_0rtt": true, "did_resume": true, "handshake_ms": 1, '
+        '"quic_version": "v1", "cc": "cubic"}'
+    )
     assert set(quic_load_facts([conn])) <= set(load_facts(lines("netlog-0rtt.json"), 4433))
     assert set(load_facts([], 4433)) >= KEYS
 
@@ -230,13 +260,21 @@ def test_facts_have_quic_go_s_keys() -> None:
 def test_0rtt_connection() -> None:
     f = load_facts(lines("netlog-0rtt.json", "quic_server-0rtt.log"), 4433)
     assert {k: f[k] for k in KEYS} == {
-        "connections": 1, "requests": 2, "used_0rtt": True, "tls_resumed": True,
-        "handshake_ms": [40], "quic_versions": ["RFCv1"], "cc": None,
-    }  # fmt: skip
+        "connections": 1,
+        "requests": 2,
+        "used_0rtt": True,
+        "tls_resumed": True,
+        "handshake_ms": [40],
+        "quic_versions": ["RFCv1"],
+        "cc": None,
+    }
     assert f["zero_rtt_states"] == ["AttemptedAndSucceeded"]
     assert (f["early_requests"], f["resumption_offered"], f["server_early_data"]) == (1, 1, 1)
     assert (f["connection_options"], f["cc_by_code"], f["statuses"]) == (
-        ["ORIG"], ["CUBIC_BYTES"], ["200"])  # fmt: skip
+        ["ORIG"],
+        ["CUBIC_BYTES"],
+        ["200"],
+    )
     assert "failed_handshakes" not in f and "netlog_problem" not in f
     # the previous load's session (begun before the window) and the cut line are not counted
     assert load_facts(lines("netlog-0rtt.json"), 443)["connections"] == 0
@@ -288,8 +326,9 @@ def test_evidence_refuses_every_load_on_its_cc() -> None:
 
 def test_evidence_refuses_0rtt_the_server_did_not_log() -> None:
     f = load_facts(lines("netlog-0rtt.json", "quic_server-1rtt-resumed.log"), 4433)
-    assert ("the client's NetLog shows 0-RTT on 1 connection(s), quic_server's log early "
-            "data on 0") in evidence(f)  # fmt: skip
+    assert (
+        "the client's NetLog shows 0-RTT on 1 connection(s), quic_server's log early data on 0"
+    ) in evidence(f)
 
 
 def test_evidence_without_a_netlog() -> None:
@@ -299,12 +338,20 @@ def test_evidence_without_a_netlog() -> None:
 
 
 def test_cc_by_code_follows_quiche_set_from_config() -> None:
-    tp = ("[Client [chosen_version 00000001 other_versions 00000001] max_idle_timeout 30000 "
-          "google_connection_options ORIG,TBBR]")  # fmt: skip
+    tp = (
+        "[Client [chosen_version 00000001 other_versions 00000001] max_idle_timeout 30000 "
+        "google_connection_options ORIG,TBBR]"
+    )
     assert connection_options(tp) == ["ORIG", "TBBR"]
-    cases = {(): "CUBIC_BYTES", ("ORIG",): "CUBIC_BYTES", ("TBBR",): "BBR", ("B2ON",): "BBRv2",
-             ("TBBR", "RENO"): "RENO_BYTES", ("BYTE",): "CUBIC_BYTES",
-             ("QBIC",): "CUBIC_BYTES"}  # fmt: skip
+    cases = {
+        (): "CUBIC_BYTES",
+        ("ORIG",): "CUBIC_BYTES",
+        ("TBBR",): "BBR",
+        ("B2ON",): "BBRv2",
+        ("TBBR", "RENO"): "RENO_BYTES",
+        ("BYTE",): "CUBIC_BYTES",
+        ("QBIC",): "CUBIC_BYTES",
+    }
     assert {o: cc_by_code(list(o)) for o in cases} == cases
 
 
@@ -326,10 +373,18 @@ class FilesTestbed:
         bare = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
         return ["env", f"PYTHONPATH={Path(__file__).parents[1]}", bare]
 
-    def exec(self, role: str, argv: Sequence[str], *, timeout: float = 30, check: bool = True,
-             input: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              check=check, input=input)  # fmt: skip
+    def exec(
+        self,
+        role: str,
+        argv: Sequence[str],
+        *,
+        timeout: float = 30,
+        check: bool = True,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=check, input=input
+        )
 
     def size(self, role: str, path: RPath) -> int:
         p = Path(path)
@@ -361,8 +416,9 @@ def test_since_mark_reads_the_load_from_both_ends(tmp_path: Path) -> None:
     assert got[0].startswith('{"constants": ')
     assert not any("Attempting to initialize" in x for x in got)  # before the mark
     assert not any('"type":342}' in x for x in got)  # packet events stay on the client
-    assert srv.load_facts(got) == load_facts(lines("netlog-0rtt.json", "quic_server-0rtt.log"),
-                                             4433)  # fmt: skip
+    assert srv.load_facts(got) == load_facts(
+        lines("netlog-0rtt.json", "quic_server-0rtt.log"), 4433
+    )
 
 
 def test_prepare_makes_the_cache_on_the_server_with_a_bare_python(tmp_path: Path) -> None:
@@ -387,6 +443,7 @@ def test_prepare_makes_the_cache_on_the_server_with_a_bare_python(tmp_path: Path
 
 
 def test_quic_server_path_is_the_roles() -> None:
-    defaults = (Path(__file__).parents[1] / "roles" / "quic_server_google" / "defaults"
-                / "main.yml").read_text()  # fmt: skip
+    defaults = (
+        Path(__file__).parents[1] / "roles" / "quic_server_google" / "defaults" / "main.yml"
+    ).read_text()
     assert f"quic_server_google_bin: {QUIC_SERVER}\n" in defaults

@@ -10,12 +10,14 @@ HOST = "quicbed.test"
 def _har(protos: list[str], sizes: list[int], status: int = 200, onload: float = 150.0) -> dict:
     entries = []
     for i, (p, n) in enumerate(zip(protos, sizes, strict=True)):
-        entries.append({
-            "request": {"url": f"https://{HOST}/5kb/{'' if i == 0 else 'img-000.jpg'}"},
-            "response": {"status": status, "httpVersion": p, "content": {"size": n}},
-            "timings": {"dns": -1, "connect": 10.0 if i == 0 else -1, "ssl": 5.0, "wait": 20},
-            "connection": "1",
-        })  # fmt: skip
+        entries.append(
+            {
+                "request": {"url": f"https://{HOST}/5kb/{'' if i == 0 else 'img-000.jpg'}"},
+                "response": {"status": status, "httpVersion": p, "content": {"size": n}},
+                "timings": {"dns": -1, "connect": 10.0 if i == 0 else -1, "ssl": 5.0, "wait": 20},
+                "connection": "1",
+            }
+        )
     return {"log": {"pages": [{"pageTimings": {"onLoad": onload}}], "entries": entries}}
 
 

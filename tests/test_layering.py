@@ -13,16 +13,26 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "quicbed"
 #: what starts processes, shapes links or drives a browser
-RUNNER = ("quicbed.sweep", "quicbed.cell", "quicbed.testbed", "quicbed.servers", "quicbed.client",
-          "quicbed.link.shapers", "quicbed.pool")  # fmt: skip
+RUNNER = (
+    "quicbed.sweep",
+    "quicbed.cell",
+    "quicbed.testbed",
+    "quicbed.servers",
+    "quicbed.client",
+    "quicbed.link.shapers",
+    "quicbed.pool",
+)
 
 
 def imported_by(*modules: str) -> list[str]:
     """The runner's modules that importing ``modules`` brings in, in a fresh interpreter."""
-    code = (f"import {', '.join(modules)}, sys; "
-            f"print('\\n'.join(m for m in sys.modules if m.startswith({RUNNER!r})))")  # fmt: skip
-    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                        cwd=PACKAGE.parent)  # fmt: skip
+    code = (
+        f"import {', '.join(modules)}, sys; "
+        f"print('\\n'.join(m for m in sys.modules if m.startswith({RUNNER!r})))"
+    )
+    cp = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent
+    )
     return cp.stdout.split()
 
 
@@ -31,8 +41,18 @@ def test_verify_and_the_results_layout_do_not_import_the_runner() -> None:
     the code that brings up testbeds, servers and browsers (nor must the modules that
     only read or guard a results folder)."""
     assert imported_by("quicbed.verify") == []
-    assert imported_by("quicbed.results", "quicbed.package", "quicbed.merge", "quicbed.rerun",
-                       "quicbed.export", "quicbed.store", "quicbed.identity") == []  # fmt: skip
+    assert (
+        imported_by(
+            "quicbed.results",
+            "quicbed.package",
+            "quicbed.merge",
+            "quicbed.rerun",
+            "quicbed.export",
+            "quicbed.store",
+            "quicbed.identity",
+        )
+        == []
+    )
 
 
 def test_no_sql_outside_the_store() -> None:

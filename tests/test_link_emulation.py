@@ -38,8 +38,9 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 def test_receipt_at_50mbit_36ms(testbed: LocalTestbed) -> None:
     cond = make_condition(rate_mbit=50, rtt_ms=36)
     with shaped_link(testbed, cond, "userspace") as link:
-        r = measure(testbed, cond, link.shaper, link.tuning, tcp_seconds=3, tcp_omit=1,
-                    ping_count=100)  # fmt: skip
+        r = measure(
+            testbed, cond, link.shaper, link.tuning, tcp_seconds=3, tcp_omit=1, ping_count=100
+        )
         pid = link.shaper.pid(testbed)
         assert pid is not None
     assert not os.path.exists(f"/proc/{pid}"), "emulator still running after the block"
@@ -74,8 +75,9 @@ def test_loss_is_random_and_per_direction(testbed: LocalTestbed) -> None:
 
 @pytest.mark.parametrize(("kind", "reorders"), [("reorder", True), ("smooth", False)])
 def test_jitter_kinds(testbed: LocalTestbed, kind: str, reorders: bool) -> None:
-    cond = make_condition(rate_mbit=20, rtt_ms=40, jitter_ms=10, jitter_kind=kind,
-                          jitter_interval_ms=20)  # fmt: skip
+    cond = make_condition(
+        rate_mbit=20, rtt_ms=40, jitter_ms=10, jitter_kind=kind, jitter_interval_ms=20
+    )
     with shaped_link(testbed, cond, "userspace"):
         r = probes.udp_probe(testbed, "down", count=2000, pps=2000)
     assert (r["reordered"] > 0) is reorders
@@ -86,8 +88,20 @@ def test_jitter_kinds(testbed: LocalTestbed, kind: str, reorders: bool) -> None:
 def test_netem_here_or_not(testbed: LocalTestbed) -> None:
     """On this CI kernel netem is missing and the error says so; elsewhere it shapes."""
     reason = NetemShaper().unavailable(testbed)
-    cp = _cli("link", "check", "--rate", "10", "--rtt", "20", "--shaper", "netem", "--prefix",
-              testbed.prefix + "n", "--tcp-seconds", "1")  # fmt: skip
+    cp = _cli(
+        "link",
+        "check",
+        "--rate",
+        "10",
+        "--rtt",
+        "20",
+        "--shaper",
+        "netem",
+        "--prefix",
+        testbed.prefix + "n",
+        "--tcp-seconds",
+        "1",
+    )
     if reason:
         assert cp.returncode == 2
         assert "netem" in cp.stderr and cp.stderr.count("\n") == 1
@@ -102,8 +116,9 @@ def test_netem_probes_of_two_testbeds_on_one_kernel_do_not_collide(testbed: Loca
     twin = LocalTestbed(testbed.prefix)
     expected = NetemShaper().unavailable(testbed)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        answers = list(pool.map(lambda tb: [NetemShaper().unavailable(tb) for _ in range(15)],
-                                (testbed, twin)))  # fmt: skip
+        answers = list(
+            pool.map(lambda tb: [NetemShaper().unavailable(tb) for _ in range(15)], (testbed, twin))
+        )
     assert {a for batch in answers for a in batch} == {expected}
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"{testbed.prefix}-probe" not in netns
@@ -140,9 +155,12 @@ def _wait_for_emulator(prefix: str, timeout: float = 30) -> None:
 
 def test_ctrl_c_during_link_check_tears_everything_down(prefix: str) -> None:
     before = set(_linkem_pids())
-    p = subprocess.Popen([*QB, "link", "check", "--rate", "10", "--rtt", "20",
-                          "--prefix", prefix], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)  # fmt: skip
+    p = subprocess.Popen(
+        [*QB, "link", "check", "--rate", "10", "--rtt", "20", "--prefix", prefix],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for_emulator(prefix)
     time.sleep(1.0)  # inside the measurements
     p.send_signal(signal.SIGINT)
@@ -154,9 +172,11 @@ def test_ctrl_c_during_link_check_tears_everything_down(prefix: str) -> None:
 
 def test_kill_9_leaves_nothing_running_and_down_cleans_up(prefix: str) -> None:
     before = set(_linkem_pids())
-    p = subprocess.Popen([*QB, "link", "check", "--rate", "10", "--rtt", "20",
-                          "--prefix", prefix], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)  # fmt: skip
+    p = subprocess.Popen(
+        [*QB, "link", "check", "--rate", "10", "--rtt", "20", "--prefix", prefix],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _wait_for_emulator(prefix)
     p.kill()
     p.wait(timeout=10)

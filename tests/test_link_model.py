@@ -39,9 +39,14 @@ def test_queue_has_a_floor_of_ten_frames() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "expected"),
-    [("2bdp", ("bdp", 2.0)), ("100pkts", ("packets", 100.0)), ("450kB", ("bytes", 450000.0)),
-     ("1MiB", ("bytes", 1048576.0)), ("64p", ("packets", 64.0))],
-)  # fmt: skip
+    [
+        ("2bdp", ("bdp", 2.0)),
+        ("100pkts", ("packets", 100.0)),
+        ("450kB", ("bytes", 450000.0)),
+        ("1MiB", ("bytes", 1048576.0)),
+        ("64p", ("packets", 64.0)),
+    ],
+)
 def test_parse_queue(spec: str, expected: tuple[str, float]) -> None:
     assert parse_queue(spec) == expected
 

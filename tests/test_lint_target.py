@@ -14,8 +14,12 @@ from quicbed.paths import REPO_ROOT
 
 def _lint_recipe() -> list[str]:
     # -n prints the recipe, expanded, without running it (nor its prerequisites)
-    cp = subprocess.run(["make", "-n", "-C", str(REPO_ROOT), "--no-print-directory", "lint"],
-                        capture_output=True, text=True, check=True)  # fmt: skip
+    cp = subprocess.run(
+        ["make", "-n", "-C", str(REPO_ROOT), "--no-print-directory", "lint"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return cp.stdout.splitlines()
 
 

@@ -30,8 +30,7 @@ time.sleep(600)
 
 
 def _holder_process(path: Path) -> subprocess.Popen[str]:
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE,
-                         text=True)  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "held"
     return p
 
@@ -94,8 +93,9 @@ def test_removing_the_file_on_release_keeps_the_claim_exclusive(tmp_path: Path) 
     lock on the removed file beside the next holder (every "in" is followed by its own
     "out"), and nothing is left behind."""
     path, log = tmp_path / "t.lock", tmp_path / "log"
-    procs = [subprocess.Popen([sys.executable, "-c", CONTEND, str(path), str(log)])
-             for _ in range(3)]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CONTEND, str(path), str(log)]) for _ in range(3)
+    ]
     for p in procs:
         assert p.wait(timeout=120) == 0
     lines = log.read_text().split("\n")[:-1]
@@ -138,8 +138,13 @@ def test_commands_on_a_busy_testbed_are_refused(prefix: str, tmp_path: Path) -> 
             ["testbed", "up"],
         ]
         for argv in commands:
-            cp = subprocess.run([*QB, *argv, "--prefix", prefix], capture_output=True, text=True,
-                                timeout=60, cwd=Path(__file__).parent.parent)  # fmt: skip
+            cp = subprocess.run(
+                [*QB, *argv, "--prefix", prefix],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=Path(__file__).parent.parent,
+            )
             assert cp.returncode == 2, (argv, cp.stdout, cp.stderr)
             assert f"testbed {prefix} is in use by 'quicbed test-owner' (PID {os.getpid()}" in (
                 cp.stderr
@@ -147,8 +152,12 @@ def test_commands_on_a_busy_testbed_are_refused(prefix: str, tmp_path: Path) -> 
             assert "Traceback" not in cp.stderr
         assert not (tmp_path / "c").exists() and not (tmp_path / "r").exists()
         assert _state(tb) == before
-        st = subprocess.run([*QB, "testbed", "status", "--prefix", prefix, "--json"],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+        st = subprocess.run(
+            [*QB, "testbed", "status", "--prefix", prefix, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert json.loads(st.stdout)["owner"]["command"] == "quicbed test-owner"
     tb.down()
 
@@ -177,11 +186,13 @@ with tb.claim("quicbed doomed"):
     p.wait()
     assert tb.exists()  # kill -9 leaves the namespaces ...
     time.sleep(0.2)
-    cp = subprocess.run([*QB, "testbed", "status", "--prefix", prefix], capture_output=True,
-                        text=True, timeout=60)  # fmt: skip
+    cp = subprocess.run(
+        [*QB, "testbed", "status", "--prefix", prefix], capture_output=True, text=True, timeout=60
+    )
     assert "in use" not in cp.stdout  # ... but no claim: the kernel dropped the lock
-    up = subprocess.run([*QB, "testbed", "up", "--prefix", prefix], capture_output=True,
-                        text=True, timeout=60)  # fmt: skip
+    up = subprocess.run(
+        [*QB, "testbed", "up", "--prefix", prefix], capture_output=True, text=True, timeout=60
+    )
     assert up.returncode == 0, up.stderr
     assert f"the previous owner 'quicbed doomed' (PID {p.pid}" in up.stderr
     assert f"{prefix}-bridge" in up.stderr
@@ -201,8 +212,11 @@ def _state(tb: LocalTestbed) -> dict[str, object]:
     (not the veths' operstate, which settles by itself after ``up``)."""
     out: dict[str, object] = {}
     for role, r in tb.status()["roles"].items():
-        out[role] = r and {"ifs": {k: v["addresses"] for k, v in r["interfaces"].items()},
-                           "qdiscs": r["qdiscs"], "pids": r["pids"]}  # fmt: skip
+        out[role] = r and {
+            "ifs": {k: v["addresses"] for k, v in r["interfaces"].items()},
+            "qdiscs": r["qdiscs"],
+            "pids": r["pids"],
+        }
     return out
 
 
@@ -213,9 +227,27 @@ def test_a_second_ctrl_c_cannot_leave_the_testbed_behind(
 ) -> None:
     """Ctrl-C during the receipt, and again ``gap`` s later: the command still removes
     everything, says so, and exits 130."""
-    p = subprocess.Popen([*QB, "cell", "--prefix", prefix, "--rate", "10", "--rtt", "36",
-                          "--page", "5kb", "--runs", "3", "--out", str(tmp_path / "r")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    p = subprocess.Popen(
+        [
+            *QB,
+            "cell",
+            "--prefix",
+            prefix,
+            "--rate",
+            "10",
+            "--rtt",
+            "36",
+            "--page",
+            "5kb",
+            "--runs",
+            "3",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     tb = LocalTestbed(prefix)
     deadline = time.monotonic() + 60
     while not (tb.exists() and _emulator_pid(tb)):

@@ -52,8 +52,9 @@ def qb(*args: object, home: Path, timeout: float = 120, **env: str) -> subproces
     """Run quicbed with HOME pointing at a test home: the secret scan never reads the
     real ~/.ssh."""
     env = {**os.environ, "HOME": str(home), **env}
-    return subprocess.run([*QB, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env)  # fmt: skip
+    return subprocess.run(
+        [*QB, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +77,7 @@ def sweep(base: Path, home: Path) -> Iterator[tuple[Path, str, str]]:
     (base / "one.yaml").write_text(SPEC)
     out = base / "res"
     try:
-        cp = qb("run", base / "one.yaml", "--out", out, "--prefix", prefix, home=home,
-                timeout=300)  # fmt: skip
+        cp = qb("run", base / "one.yaml", "--out", out, "--prefix", prefix, home=home, timeout=300)
         assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
         with closing(sqlite3.connect(out / DB_NAME)) as con:
             (cid,) = con.execute("SELECT cell_id FROM cells").fetchone()
@@ -102,9 +102,11 @@ def pkg(sweep: tuple[Path, str, str], base: Path, home: Path) -> Path:
 def _hashes(root: Path) -> dict[str, str]:
     """Every measured thing of a results folder: the files' bytes, the store's rows
     (SQLite may rewrite its file and WAL without changing a row)."""
-    out = {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-           for p in root.rglob("*") if p.is_file() and not p.name.startswith(DB_NAME)
-           and p.name != "sweep.lock"}  # fmt: skip
+    out = {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*")
+        if p.is_file() and not p.name.startswith(DB_NAME) and p.name != "sweep.lock"
+    }
     with closing(sqlite3.connect(root / DB_NAME)) as con:
         out[DB_NAME] = hashlib.sha256("\n".join(con.iterdump()).encode()).hexdigest()
     return out
@@ -140,13 +142,26 @@ def test_package_contents_and_verify(pkg: Path, sweep: tuple[Path, str, str], ho
         readme = t.extractfile("one/README.md").read().decode()  # type: ignore[union-attr]
     hars = {p.relative_to(res).as_posix() for p in (res / "hars").rglob("*.har.gz")}
     assert len(hars) == LOADS and {f"results/{h}" for h in hars} <= names
-    assert {"results/store.sqlite", "results/sweep.json", f"results/logs/{cid}/1/h3server.jsonl",
-            f"results/logs/{cid}/1/access.log", "report/index.html", "report/table.csv",
-            "report/figures.json", "report/figures/heatmap-base-0rtt-single-object.svg",
-            "data/runs.csv", "data/runs.parquet", "data/receipts.json", "data/cells.json",
-            "provenance/package.json", "repo/sweeps/demo.yaml", "repo/requirements.txt",
-            "repo/roles/apache_h2/defaults/main.yml", "SHA256SUMS",
-            "README.md"} <= names  # fmt: skip
+    assert {
+        "results/store.sqlite",
+        "results/sweep.json",
+        f"results/logs/{cid}/1/h3server.jsonl",
+        f"results/logs/{cid}/1/access.log",
+        "report/index.html",
+        "report/table.csv",
+        "report/figures.json",
+        "report/figures/heatmap-base-0rtt-single-object.svg",
+        "data/runs.csv",
+        "data/runs.parquet",
+        "data/receipts.json",
+        "data/cells.json",
+        "provenance/package.json",
+        "repo/sweeps/demo.yaml",
+        "repo/requirements.txt",
+        "repo/roles/apache_h2/defaults/main.yml",
+        "SHA256SUMS",
+        "README.md",
+    } <= names
     assert manifest["format"] == 1 and set(manifest["files"]) == names - {"MANIFEST.json"}
     counts = manifest["counts"]
     got = (counts["cells"], counts["attempts"], counts["runs"], counts["hars"])
@@ -278,10 +293,12 @@ def test_private_keys_and_tokens_are_refused(
     out = base / "secret.tar.gz"
     key = Ed25519PrivateKey.generate()
     nothing = serialization.NoEncryption()
-    openssh = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                nothing)  # fmt: skip
-    pkcs8 = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                              nothing)  # fmt: skip
+    openssh = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, nothing
+    )
+    pkcs8 = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, nothing
+    )
 
     def refused(why: str, where: Path, **env: str) -> None:
         cp = qb("package", res2, "-o", out, home=env.pop("home", home), **env)
@@ -308,8 +325,9 @@ def test_private_keys_and_tokens_are_refused(
     token = secrets.token_hex(20)
     (har,) = res2.glob("hars/*/1/h2-001.har.gz")
     cookie = f'"cookies": [{{"name": "s", "value": "{token}"}}]'.encode()
-    har.write_bytes(gzip.compress(gzip.decompress(har.read_bytes()).replace(
-        b'"cookies": []', cookie, 1)))  # fmt: skip
+    har.write_bytes(
+        gzip.compress(gzip.decompress(har.read_bytes()).replace(b'"cookies": []', cookie, 1))
+    )
     refused("the value of environment variable QB_TEST_API_TOKEN", har, QB_TEST_API_TOKEN=token)
 
 
@@ -355,11 +373,21 @@ def test_verify_without_root_or_browser(pkg: Path) -> None:
         setpriv = shutil.which("setpriv")
         assert setpriv, "setpriv (util-linux) is needed to drop root"
         drop = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
-        who = subprocess.run([*drop, "-c", "import os; print(os.geteuid(), os.getegid())"],
-                             capture_output=True, text=True, timeout=30, env=env)  # fmt: skip
+        who = subprocess.run(
+            [*drop, "-c", "import os; print(os.geteuid(), os.getegid())"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
         assert who.stdout.split() == ["65534", "65534"], who.stderr
-        cp = subprocess.run([*drop, "-m", "quicbed", "verify", str(d / pkg.name)],
-                            capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        cp = subprocess.run(
+            [*drop, "-m", "quicbed", "verify", str(d / pkg.name)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         assert cp.returncode == 0, cp.stdout + cp.stderr
         assert "verified:" in cp.stdout
     finally:
@@ -372,8 +400,21 @@ def test_rerun_a_cell_from_the_package(
     _, prefix, cid = sweep
     digest = hashlib.sha256(pkg.read_bytes()).hexdigest()
     rerun = base / "rerun"
-    cp = qb("cell", "--from", pkg, "--cell", cid, "--out", rerun, "--prefix", prefix,
-            "--receipt-tcp-seconds", 1, home=home, timeout=300)  # fmt: skip
+    cp = qb(
+        "cell",
+        "--from",
+        pkg,
+        "--cell",
+        cid,
+        "--out",
+        rerun,
+        "--prefix",
+        prefix,
+        "--receipt-tcp-seconds",
+        1,
+        home=home,
+        timeout=300,
+    )
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     assert f"cell {cid}: packaged attempt 1 (one.tar.gz) beside this rerun, attempt 2" in cp.stdout
     # (the stdout in full: it names every invalid load and why)

@@ -25,8 +25,10 @@ def test_masking_rules() -> None:
 
 
 def test_files_and_white_cell(tmp_path: Path) -> None:
-    cells = {("10 Mbit/s", "5kb"): HeatCell(90, True, "ok"),
-             ("10 Mbit/s", "1mb"): HeatCell(90, False, "ok")}  # fmt: skip
+    cells = {
+        ("10 Mbit/s", "5kb"): HeatCell(90, True, "ok"),
+        ("10 Mbit/s", "1mb"): HeatCell(90, False, "ok"),
+    }
     png, svg = draw_heatmap(["10 Mbit/s"], ["5kb", "1mb"], cells, "t", tmp_path / "h")
     assert png.exists() and svg.exists() and "<svg" in svg.read_text()[:500]
     img = mpimg.imread(png)

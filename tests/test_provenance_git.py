@@ -12,8 +12,7 @@ from quicbed import provenance
 
 
 def _git(repo: Path, *args: str) -> str:
-    cp = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                        check=True)  # fmt: skip
+    cp = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True)
     return cp.stdout.strip()
 
 
@@ -32,13 +31,19 @@ def test_git_state_is_the_checkout_at_start_and_says_where_it_moved(
     try:
         assert provenance.git_state() == {"sha": first, "dirty": False}
         (repo / "a.py").write_text("x = 2\n")  # an edit while the sweep runs
-        assert provenance.git_state() == {"sha": first, "dirty": False,
-                                          "now": {"sha": first, "dirty": True}}  # fmt: skip
+        assert provenance.git_state() == {
+            "sha": first,
+            "dirty": False,
+            "now": {"sha": first, "dirty": True},
+        }
         _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
         second = _git(repo, "rev-parse", "HEAD")
         assert second != first
-        assert provenance.git_state() == {"sha": first, "dirty": False,
-                                          "now": {"sha": second, "dirty": False}}  # fmt: skip
+        assert provenance.git_state() == {
+            "sha": first,
+            "dirty": False,
+            "now": {"sha": second, "dirty": False},
+        }
     finally:
         provenance._git_at_start.cache_clear()
 

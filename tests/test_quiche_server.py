@@ -115,8 +115,20 @@ class Server:
 
 def start(binary: Path, docroot: Path, pki: certs.TestPKI, tmp: Path, *extra: str) -> Server:
     log = tmp / f"quiche-{len(list(tmp.glob('quiche-*')))}.jsonl"
-    argv = [str(binary), "--addr", "127.0.0.1:0", "--docroot", str(docroot),
-            "--cert", str(pki.cert), "--key", str(pki.key), "--log", str(log), *extra]  # fmt: skip
+    argv = [
+        str(binary),
+        "--addr",
+        "127.0.0.1:0",
+        "--docroot",
+        str(docroot),
+        "--cert",
+        str(pki.cert),
+        "--key",
+        str(pki.key),
+        "--log",
+        str(log),
+        *extra,
+    ]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -176,9 +188,16 @@ class H3Client(QuicConnectionProtocol):
 
     async def request(self, method: str, path: str) -> Response:
         sid = self._quic.get_next_available_stream_id()
-        self.http.send_headers(sid, [(b":method", method.encode()), (b":scheme", b"https"),
-                                     (b":authority", b"localhost"), (b":path", path.encode())],
-                               end_stream=True)  # fmt: skip
+        self.http.send_headers(
+            sid,
+            [
+                (b":method", method.encode()),
+                (b":scheme", b"https"),
+                (b":authority", b"localhost"),
+                (b":path", path.encode()),
+            ],
+            end_stream=True,
+        )
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self.pending[sid] = (fut, Response(0, {}, b""))
         self.transmit()
@@ -192,16 +211,27 @@ class Session:
     tickets: list[SessionTicket] = field(default_factory=list)
 
 
-async def _fetch(port: int, pki: certs.TestPKI, reqs: list[tuple[str, str]], session: Session,
-                 resume: bool, stop: Server | None) -> tuple[list[Response], bool]:  # fmt: skip
+async def _fetch(
+    port: int,
+    pki: certs.TestPKI,
+    reqs: list[tuple[str, str]],
+    session: Session,
+    resume: bool,
+    stop: Server | None,
+) -> tuple[list[Response], bool]:
     cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
     cfg.load_verify_locations(str(pki.ca_cert))
     if resume:
         assert session.tickets, "no session ticket from the first connection"
         cfg.session_ticket = session.tickets[-1]
-    async with connect("127.0.0.1", port, configuration=cfg, create_protocol=H3Client,
-                       session_ticket_handler=session.tickets.append,
-                       wait_connected=not resume) as client:  # fmt: skip
+    async with connect(
+        "127.0.0.1",
+        port,
+        configuration=cfg,
+        create_protocol=H3Client,
+        session_ticket_handler=session.tickets.append,
+        wait_connected=not resume,
+    ) as client:
         assert isinstance(client, H3Client)
         out = [await client.request(m, p) for m, p in reqs]
         if not resume:  # NewSessionTicket follows the handshake: wait for it
@@ -219,9 +249,14 @@ async def _fetch(port: int, pki: certs.TestPKI, reqs: list[tuple[str, str]], ses
     return out, early
 
 
-def fetch(port: int, pki: certs.TestPKI, reqs: list[tuple[str, str]],
-          session: Session | None = None, resume: bool = False,
-          stop: Server | None = None) -> tuple[list[Response], bool]:  # fmt: skip
+def fetch(
+    port: int,
+    pki: certs.TestPKI,
+    reqs: list[tuple[str, str]],
+    session: Session | None = None,
+    resume: bool = False,
+    stop: Server | None = None,
+) -> tuple[list[Response], bool]:
     return asyncio.run(_fetch(port, pki, reqs, session or Session(), resume, stop))
 
 
@@ -229,10 +264,18 @@ def fetch(port: int, pki: certs.TestPKI, reqs: list[tuple[str, str]],
 
 
 def test_get_headers_404s_and_log(server: Server, docroot: Path, pki: certs.TestPKI) -> None:
-    reqs = [("GET", "/5kb/img-000.jpg"), ("GET", "/5kb/"), ("GET", "/big.json"),
-            ("GET", "/data.bin?x=1"), ("GET", "/missing.html"), ("GET", "/../secret"),
-            ("GET", "/%2e%2e/secret"), ("GET", "/5kb/../../secret"), ("GET", "/escape"),
-            ("POST", "/5kb/img-000.jpg")]  # fmt: skip
+    reqs = [
+        ("GET", "/5kb/img-000.jpg"),
+        ("GET", "/5kb/"),
+        ("GET", "/big.json"),
+        ("GET", "/data.bin?x=1"),
+        ("GET", "/missing.html"),
+        ("GET", "/../secret"),
+        ("GET", "/%2e%2e/secret"),
+        ("GET", "/5kb/../../secret"),
+        ("GET", "/escape"),
+        ("POST", "/5kb/img-000.jpg"),
+    ]
     before = time.time()
     resps, _ = fetch(server.port, pki, reqs)
     img, index, big, data, missing, dotdot, encoded, nested, escape, post = resps
@@ -260,10 +303,23 @@ def test_get_headers_404s_and_log(server: Server, docroot: Path, pki: certs.Test
     assert st["pid"] == server.proc.pid and st["cc"] == "cubic"
     assert st["quiche_version"] == "0.30.0" and st["rustc_version"].startswith("rustc ")
     assert st["docroot"] == str(docroot) and st["addr"] == f"127.0.0.1:{server.port}"
-    for flag in ("addr", "docroot", "cert", "key", "log", "qlog_dir", "cc", "idle_timeout",
-                 "initial_stream_window", "max_stream_window", "initial_conn_window",
-                 "max_conn_window", "max_incoming_streams", "max_incoming_uni_streams",
-                 "initial_cwnd_packets"):  # fmt: skip
+    for flag in (
+        "addr",
+        "docroot",
+        "cert",
+        "key",
+        "log",
+        "qlog_dir",
+        "cc",
+        "idle_timeout",
+        "initial_stream_window",
+        "max_stream_window",
+        "initial_conn_window",
+        "max_conn_window",
+        "max_incoming_streams",
+        "max_incoming_uni_streams",
+        "initial_cwnd_packets",
+    ):
         assert flag in st["config"], flag
 
     (conn,) = server.wait_for("conn")
@@ -287,8 +343,17 @@ def test_get_headers_404s_and_log(server: Server, docroot: Path, pki: certs.Test
     assert close["conn_id"] == conn["conn_id"] and close["cc"] == "cubic"
     assert close["duration_ms"] > 0 and close["reason"].startswith("peer closed")
     stats = close["stats"]
-    for k in ("sent", "recv", "lost", "retrans", "sent_bytes", "recv_bytes", "lost_bytes",
-              "cwnd", "rtt_ms"):  # fmt: skip
+    for k in (
+        "sent",
+        "recv",
+        "lost",
+        "retrans",
+        "sent_bytes",
+        "recv_bytes",
+        "lost_bytes",
+        "cwnd",
+        "rtt_ms",
+    ):
         assert isinstance(stats[k], int | float), k
     assert stats["sent_bytes"] > 300_000 and stats["rtt_ms"] > 0 and stats["cc"] == "cubic"
 
@@ -316,8 +381,9 @@ def test_resumption_with_0rtt(server: Server, docroot: Path, pki: certs.TestPKI)
     assert reqs[1]["early_data"] is True  # served before the handshake completed
 
 
-def test_every_congestion_control(binary: Path, docroot: Path, pki: certs.TestPKI,
-                                  tmp_path: Path) -> None:  # fmt: skip
+def test_every_congestion_control(
+    binary: Path, docroot: Path, pki: certs.TestPKI, tmp_path: Path
+) -> None:
     """Each name quiche offers starts, carries a transfer, and is logged; with a qlog."""
     want = (docroot / "big.json").read_bytes()
     for cc in SUPPORTED_CC:
@@ -339,13 +405,25 @@ def test_every_congestion_control(binary: Path, docroot: Path, pki: certs.TestPK
         assert {"quic:packet_sent", "quic:recovery_metrics_updated"} <= names, names
 
 
-def test_bad_flags_exit_2_naming_the_value(binary: Path, docroot: Path,
-                                           pki: certs.TestPKI) -> None:  # fmt: skip
-    base = [str(binary), "--docroot", str(docroot), "--cert", str(pki.cert), "--key",
-            str(pki.key), "--addr", "127.0.0.1:0"]  # fmt: skip
-    for extra, named in ((["--cc", "bbr3"], '"bbr3"'), (["--addr", "nowhere"], '"nowhere"'),
-                         (["--idle-timeout", "soon"], '"soon"'), (["--bogus", "1"], "--bogus"),
-                         (["--docroot", "/nonexistent"], '"/nonexistent"')):  # fmt: skip
+def test_bad_flags_exit_2_naming_the_value(binary: Path, docroot: Path, pki: certs.TestPKI) -> None:
+    base = [
+        str(binary),
+        "--docroot",
+        str(docroot),
+        "--cert",
+        str(pki.cert),
+        "--key",
+        str(pki.key),
+        "--addr",
+        "127.0.0.1:0",
+    ]
+    for extra, named in (
+        (["--cc", "bbr3"], '"bbr3"'),
+        (["--addr", "nowhere"], '"nowhere"'),
+        (["--idle-timeout", "soon"], '"soon"'),
+        (["--bogus", "1"], "--bogus"),
+        (["--docroot", "/nonexistent"], '"/nonexistent"'),
+    ):
         cp = subprocess.run(base + extra, capture_output=True, text=True, timeout=10)
         assert cp.returncode == 2, (extra, cp.stderr)
         assert len(cp.stderr.strip().splitlines()) == 1 and named in cp.stderr, cp.stderr
@@ -355,16 +433,22 @@ def test_bad_flags_exit_2_naming_the_value(binary: Path, docroot: Path,
         resolve(("h3-quiche",), {"h3-quiche": ArmSettings(cubic_n=2)}, "cubic")
 
 
-def test_stack_class_drives_the_binary(binary: Path, docroot: Path, pki: certs.TestPKI,
-                                       tmp_path: Path) -> None:  # fmt: skip
+def test_stack_class_drives_the_binary(
+    binary: Path, docroot: Path, pki: certs.TestPKI, tmp_path: Path
+) -> None:
     """quicbed.servers.quiche as a cell uses it: the arm resolved by the registry, the
     argv the class builds (run here on 127.0.0.1 instead of the server namespace's
     address), one load's facts read by the class from the lines after a mark."""
     assert get_stack("quiche") is QuicheServer
     (arm,) = resolve(("h3-quiche",), {"h3-quiche": ArmSettings(cc="bbr2")}, "cubic")
     assert (arm.stack, arm.protocol, arm.transport, arm.cc) == ("quiche", "h3", "udp", "bbr2")
-    spec = ServeSpec(RPath(docroot), RPath(pki.cert), RPath(pki.key), RPath(tmp_path),
-                     qlog_dirs={"h3-quiche": RPath(tmp_path / "qlog")})  # fmt: skip
+    spec = ServeSpec(
+        RPath(docroot),
+        RPath(pki.cert),
+        RPath(pki.key),
+        RPath(tmp_path),
+        qlog_dirs={"h3-quiche": RPath(tmp_path / "qlog")},
+    )
     stack = QuicheServer(LocalTestbed("tq"), spec, arm)
     argv = stack.argv()
     assert argv[0] == str(binary) and argv[argv.index("--cc") + 1] == "bbr2"

@@ -14,8 +14,13 @@ from quicbed.store import Store
 
 
 def _fill(root: Path, mode: str, h2: list[float], h3: list[float], runs: int = 0) -> str:
-    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="5kb",
-                    runs=runs or len(h3), warmup=0, mode=mode)  # fmt: skip
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="5kb",
+        runs=runs or len(h3),
+        warmup=0,
+        mode=mode,
+    )
     store = Store(root, create=True)
     cid = cfg.cell_id()
     store.add_cell(cid, cfg.model_dump(mode="json"))
@@ -24,12 +29,35 @@ def _fill(root: Path, mode: str, h2: list[float], h3: list[float], runs: int = 0
     seq = 0
     for arm, values in (("h2", h2), ("h3", h3)):
         for rep, v in enumerate(values):
-            store.add_run({"cell_id": cid, "attempt": att, "arm": arm, "rep": rep, "seq": seq,
-                           "warmup": 0, "valid": 1, "reason": "", "plt_ms": v}, None)  # fmt: skip
+            store.add_run(
+                {
+                    "cell_id": cid,
+                    "attempt": att,
+                    "arm": arm,
+                    "rep": rep,
+                    "seq": seq,
+                    "warmup": 0,
+                    "valid": 1,
+                    "reason": "",
+                    "plt_ms": v,
+                },
+                None,
+            )
             seq += 1
-    store.add_run({"cell_id": cid, "attempt": att, "arm": "h3", "rep": 99, "seq": seq,
-                   "warmup": 0, "valid": 0, "reason": "protocol h2 on the h3 arm",
-                   "plt_ms": 1.0}, None)  # fmt: skip
+    store.add_run(
+        {
+            "cell_id": cid,
+            "attempt": att,
+            "arm": "h3",
+            "rep": 99,
+            "seq": seq,
+            "warmup": 0,
+            "valid": 0,
+            "reason": "protocol h2 on the h3 arm",
+            "plt_ms": 1.0,
+        },
+        None,
+    )
     store.finish_attempt(cid, att, "done")
     store.close()
     return cid
@@ -52,8 +80,9 @@ def test_report_numbers_figures_and_html(tmp_path: Path) -> None:
     assert html.count('<figure class="heatmap">') == 3
     assert "protocol h2 on the h3 arm" in html and "quicbed cell --from" in html
     assert "http://" not in html and "https://" not in html  # self-contained, no CDN
-    assert (tmp_path / "report" / "figures" /
-            "heatmap-cells-h3-0rtt-vs-1rtt-single-object.svg").exists()  # fmt: skip
+    assert (
+        tmp_path / "report" / "figures" / "heatmap-cells-h3-0rtt-vs-1rtt-single-object.svg"
+    ).exists()
 
 
 def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:
@@ -64,29 +93,51 @@ def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:
     from quicbed.arms import ArmSettings
     from quicbed.results import SWEEP_FILE
 
-    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="5kb", runs=4,
-                    warmup=0, arms=("h2", "h3", "h3-n2"),
-                    arm_settings={"h3-n2": ArmSettings(stack="quic-go", cubic_n=2)})  # fmt: skip
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="5kb",
+        runs=4,
+        warmup=0,
+        arms=("h2", "h3", "h3-n2"),
+        arm_settings={"h3-n2": ArmSettings(stack="quic-go", cubic_n=2)},
+    )
     store = Store(tmp_path, create=True)
     cid = cfg.cell_id()
     store.add_cell(cid, cfg.model_dump(mode="json"))
     att = store.new_attempt(cid, {"git": {"sha": "x"}})
     store.set_receipt(cid, att, {"passed": True, "checks": []})
-    plts = {"h2": [200.0, 210, 220, 230], "h3": [100.0, 101, 102, 103],
-            "h3-n2": [90.0, 91, 92, 93]}  # fmt: skip
+    plts = {"h2": [200.0, 210, 220, 230], "h3": [100.0, 101, 102, 103], "h3-n2": [90.0, 91, 92, 93]}
     seq = 0
     for arm, values in plts.items():
         for rep, v in enumerate(values):
-            store.add_run({"cell_id": cid, "attempt": att, "arm": arm, "rep": rep, "seq": seq,
-                           "warmup": 0, "valid": 1, "reason": "", "plt_ms": v}, None)  # fmt: skip
+            store.add_run(
+                {
+                    "cell_id": cid,
+                    "attempt": att,
+                    "arm": arm,
+                    "rep": rep,
+                    "seq": seq,
+                    "warmup": 0,
+                    "valid": 1,
+                    "reason": "",
+                    "plt_ms": v,
+                },
+                None,
+            )
             seq += 1
     store.finish_attempt(cid, att, "done")
     store.close()
-    spec = {"format": 1, "name": "p", "statistics": {"pairs": ["h3/h3-n2"]},
-            "defaults": {"runs": 4, "warmup": 0,
-                         "arms": {"h2": None, "h3": None, "h3-n2": {"stack": "quic-go",
-                                                                     "cubic_n": 2}}},
-            "scenarios": {"cells": {"rate": [10], "rtt": [36], "pages": ["5kb"]}}}  # fmt: skip
+    spec = {
+        "format": 1,
+        "name": "p",
+        "statistics": {"pairs": ["h3/h3-n2"]},
+        "defaults": {
+            "runs": 4,
+            "warmup": 0,
+            "arms": {"h2": None, "h3": None, "h3-n2": {"stack": "quic-go", "cubic_n": 2}},
+        },
+        "scenarios": {"cells": {"rate": [10], "rtt": [36], "pages": ["5kb"]}},
+    }
     (tmp_path / SWEEP_FILE).write_text(json.dumps({"spec": spec}))
     rep = build(tmp_path)
     rows = list(csv.DictReader((tmp_path / "report" / "table.csv").read_text().splitlines()))
@@ -110,9 +161,13 @@ def _spec(tmp_path: Path, statistics: dict) -> None:
 
     from quicbed.results import SWEEP_FILE
 
-    spec = {"format": 1, "name": "s", "statistics": statistics,
-            "defaults": {"warmup": 0},
-            "scenarios": {"cells": {"rate": [10], "rtt": [36], "pages": ["5kb"]}}}  # fmt: skip
+    spec = {
+        "format": 1,
+        "name": "s",
+        "statistics": statistics,
+        "defaults": {"warmup": 0},
+        "scenarios": {"cells": {"rate": [10], "rtt": [36], "pages": ["5kb"]}},
+    }
     (tmp_path / SWEEP_FILE).write_text(json.dumps({"spec": spec}))
 
 
@@ -178,9 +233,15 @@ def test_provenance_of_every_attempt_at_the_top(tmp_path: Path) -> None:
     _fill(tmp_path, "0rtt", [200.0, 210, 220, 230], [100.0, 101, 102, 103])
     cid = _fill(tmp_path, "1rtt", [200.0, 210, 220, 230], [150.0, 151, 152, 153])
     store = Store(tmp_path)
-    store.db.execute("UPDATE attempts SET provenance=? WHERE cell_id=?",
-                     (json.dumps({"git": {"sha": "y" * 40, "dirty": True},
-                                  "collected": "2026-11-24T10:00:00"}), cid))  # fmt: skip
+    store.db.execute(
+        "UPDATE attempts SET provenance=? WHERE cell_id=?",
+        (
+            json.dumps(
+                {"git": {"sha": "y" * 40, "dirty": True}, "collected": "2026-11-24T10:00:00"}
+            ),
+            cid,
+        ),
+    )
     store.db.commit()
     store.close()
     build(tmp_path)
@@ -212,17 +273,32 @@ def test_a_cell_two_scenarios_plan_is_in_both(tmp_path: Path) -> None:
     assert html.count(f"cell <code>{cid}</code>") == 1  # one receipt section
 
 
-def _beta_cell(root: Path, scenario: str, rate: float, rtt: float, loss_down: float, page: str,
-               plts: dict[str, list[float]]) -> str:  # fmt: skip
+def _beta_cell(
+    root: Path,
+    scenario: str,
+    rate: float,
+    rtt: float,
+    loss_down: float,
+    page: str,
+    plts: dict[str, list[float]],
+) -> str:
     """A cell of the beta study's kind: two quic-go arms, beta 0.7 (reference) and 0.6,
     loss on the downlink only."""
     from quicbed.arms import ArmSettings
 
     cond = make_condition(rate_mbit=rate, rtt_ms=rtt, loss_down_pct=loss_down, loss_up_pct=0)
-    settings = {"h3-b07": ArmSettings(stack="quic-go", cubic_n=2, cubic_beta=0.7),
-                "h3-b06": ArmSettings(stack="quic-go", cubic_n=2, cubic_beta=0.6)}  # fmt: skip
-    cfg = make_cell(condition=cond, page=page, runs=4, warmup=0, arms=("h3-b07", "h3-b06"),
-                    arm_settings=settings)  # fmt: skip
+    settings = {
+        "h3-b07": ArmSettings(stack="quic-go", cubic_n=2, cubic_beta=0.7),
+        "h3-b06": ArmSettings(stack="quic-go", cubic_n=2, cubic_beta=0.6),
+    }
+    cfg = make_cell(
+        condition=cond,
+        page=page,
+        runs=4,
+        warmup=0,
+        arms=("h3-b07", "h3-b06"),
+        arm_settings=settings,
+    )
     store = Store(root, create=True)
     cid = cfg.cell_id()
     store.add_cell(cid, cfg.model_dump(mode="json"))
@@ -232,8 +308,20 @@ def _beta_cell(root: Path, scenario: str, rate: float, rtt: float, loss_down: fl
     seq = 0
     for arm, values in plts.items():
         for rep, v in enumerate(values):
-            store.add_run({"cell_id": cid, "attempt": att, "arm": arm, "rep": rep, "seq": seq,
-                           "warmup": 0, "valid": 1, "reason": "", "plt_ms": v}, None)  # fmt: skip
+            store.add_run(
+                {
+                    "cell_id": cid,
+                    "attempt": att,
+                    "arm": arm,
+                    "rep": rep,
+                    "seq": seq,
+                    "warmup": 0,
+                    "valid": 1,
+                    "reason": "",
+                    "plt_ms": v,
+                },
+                None,
+            )
             seq += 1
     store.finish_attempt(cid, att, "done")
     store.close()
@@ -286,9 +374,17 @@ def test_heat_axes_follow_what_a_scenario_varies() -> None:
     across, the first other varying dimension down, and any further one splits."""
     from quicbed.report import heat_axes
 
-    base = {"rate_mbit": 10.0, "rtt_ms": 36.0, "loss_pct": 0.0, "loss_down_pct": None,
-            "loss_up_pct": None, "jitter_ms": 0.0, "jitter_kind": "none", "queue": "2bdp",
-            "page": "5kb"}  # fmt: skip
+    base = {
+        "rate_mbit": 10.0,
+        "rtt_ms": 36.0,
+        "loss_pct": 0.0,
+        "loss_down_pct": None,
+        "loss_up_pct": None,
+        "jitter_ms": 0.0,
+        "jitter_kind": "none",
+        "queue": "2bdp",
+        "page": "5kb",
+    }
 
     def grid(**values: list[object]) -> list[dict[str, object]]:
         rows = [dict(base)]
@@ -301,6 +397,12 @@ def test_heat_axes_follow_what_a_scenario_varies() -> None:
     assert heat_axes(grid(rtt_ms=[5, 400], loss_down_pct=[0.2, 5])) == ("rtt", "loss", [])
     assert heat_axes(grid(queue=["32KiB", "64KiB"], loss_down_pct=[1, 2])) == ("queue", "loss", [])
     assert heat_axes(grid(page=["bme-1mb", "bme-300kb"], loss_down_pct=[1, 2])) == (
-        "page", "loss", [])  # fmt: skip
+        "page",
+        "loss",
+        [],
+    )
     assert heat_axes(grid(rate_mbit=[10, 50], rtt_ms=[36, 112], page=["5kb", "1mb"])) == (
-        "rate", "page", ["rtt"])  # fmt: skip
+        "rate",
+        "page",
+        ["rtt"],
+    )

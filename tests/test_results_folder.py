@@ -107,8 +107,12 @@ def test_a_damaged_sweep_file_is_named(tmp_path: Path) -> None:
 
 def test_only_the_links_failures_are_retried() -> None:
     retried = {r for r in FailureReason if r.link}
-    assert retried == {FailureReason.LINK_OUT_OF_TOLERANCE, FailureReason.LINK_OPENING_CHECK,
-                       FailureReason.LINK_CLOSING_CHECK, FailureReason.LINK_CHANGED}  # fmt: skip
+    assert retried == {
+        FailureReason.LINK_OUT_OF_TOLERANCE,
+        FailureReason.LINK_OPENING_CHECK,
+        FailureReason.LINK_CLOSING_CHECK,
+        FailureReason.LINK_CHANGED,
+    }
 
 
 def test_a_stop_request_needs_a_running_sweep_and_outlives_only_its_own_run(

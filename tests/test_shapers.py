@@ -22,8 +22,10 @@ def test_dummynet_lines_for_the_reference_loss_scenario() -> None:
 def test_dummynet_packet_queue_and_unlimited_rate() -> None:
     assert DummynetShaper.commands(
         make_condition(rate_mbit=10, rtt_ms=112, queue="100pkts"), {"down": 1, "up": 2}
-    ) == ["ipfw pipe 1 config bw 10Mbit/s delay 56 queue 100",
-          "ipfw pipe 2 config bw 10Mbit/s delay 56 queue 100"]  # fmt: skip
+    ) == [
+        "ipfw pipe 1 config bw 10Mbit/s delay 56 queue 100",
+        "ipfw pipe 2 config bw 10Mbit/s delay 56 queue 100",
+    ]
     assert DummynetShaper.commands(make_condition(rtt_ms=2), {"down": 1, "up": 2})[0] == (
         "ipfw pipe 1 config bw 0 delay 1"
     )
@@ -35,14 +37,28 @@ def test_dummynet_jitter_is_split_between_bridge_and_endpoint_netem() -> None:
     lines = DummynetShaper.commands(c, {"down": 1, "up": 2})
     assert [x.split(" delay ")[1].split()[0] for x in lines] == ["6", "6"]
     tc = DummynetShaper.jitter_commands(c, {"server": "eno2", "client": "eno3"})
-    assert tc["server"] == ["tc", "qdisc", "replace", "dev", "eno2", "root", "netem", "limit",
-                            "100000", "delay", "50000us", "50000us"]  # fmt: skip
+    assert tc["server"] == [
+        "tc",
+        "qdisc",
+        "replace",
+        "dev",
+        "eno2",
+        "root",
+        "netem",
+        "limit",
+        "100000",
+        "delay",
+        "50000us",
+        "50000us",
+    ]
     assert tc["client"][4] == "eno3"
     # a jitter larger than the delay: nothing left for Dummynet, netem clamps at zero
     small = make_condition(rtt_ms=36, jitter_ms=25, jitter_kind="reorder")
     assert " delay 0" in DummynetShaper.commands(small, {"down": 1, "up": 2})[0]
     assert DummynetShaper.jitter_commands(small, {"server": "a", "client": "b"})["server"][-2:] == [
-        "18000us", "25000us"]  # fmt: skip
+        "18000us",
+        "25000us",
+    ]
     assert DummynetShaper.jitter_commands(make_condition(rtt_ms=36), {"server": "a"}) == {}
 
 
@@ -93,7 +109,13 @@ def test_userspace_config_contract() -> None:
     assert (cfg["server_if"], cfg["client_if"]) == ("srv", "cli")
     d = cfg["directions"]["down"]
     assert d == {
-        "rate_bps": 100_000_000, "delay_us": 56000, "jitter_us": 50000, "jitter_kind": "reorder",
-        "jitter_interval_us": 100000, "loss": 0.0, "queue_bytes": 2_800_000, "queue_packets": 0,
+        "rate_bps": 100_000_000,
+        "delay_us": 56000,
+        "jitter_us": 50000,
+        "jitter_kind": "reorder",
+        "jitter_interval_us": 100000,
+        "loss": 0.0,
+        "queue_bytes": 2_800_000,
+        "queue_packets": 0,
         "count": "ethernet",
-    }  # fmt: skip
+    }

@@ -47,8 +47,9 @@ scenarios:
 
 def qb(*args: object, home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOME": str(home)}
-    return subprocess.run([*QB, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env)  # fmt: skip
+    return subprocess.run(
+        [*QB, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.mark.parametrize("preset", ["long-look.yaml", "demo.yaml", "quic-stacks.yaml"])
@@ -79,9 +80,14 @@ def test_shards_cover_the_plan_once_and_keep_conditions_together(preset: str) ->
 
 @pytest.mark.parametrize(
     ("text", "why"),
-    [("3/2", "i must be 1..K"), ("0/2", "i must be 1..K"), ("1", "is not i/K"),
-     ("a/b", "is not i/K"), ("1/0", "i must be 1..K")],
-)  # fmt: skip
+    [
+        ("3/2", "i must be 1..K"),
+        ("0/2", "i must be 1..K"),
+        ("1", "is not i/K"),
+        ("a/b", "is not i/K"),
+        ("1/0", "i must be 1..K"),
+    ],
+)
 def test_bad_shards_are_named(text: str, why: str) -> None:
     with pytest.raises(QuicbedError, match=why) as e:
         parse_shard(text)
@@ -100,8 +106,10 @@ def _stats(root: Path) -> dict[str, dict[str, tuple]]:
         for cid, att in store.latest_attempts().items():
             cfg = make_cell(**store.cell_config(cid))
             comps = compare_cell(store, cid, att["attempt"], cfg)
-            out[cid] = {p: (c.tcp.n, c.tcp.mean, c.quic.n, c.quic.mean, c.pct_diff, c.welch_p)
-                        for p, c in comps.items()}  # fmt: skip
+            out[cid] = {
+                p: (c.tcp.n, c.tcp.mean, c.quic.n, c.quic.mean, c.pct_diff, c.welch_p)
+                for p, c in comps.items()
+            }
         return out
     finally:
         store.close()
@@ -118,8 +126,17 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
     prefix = "m" + secrets.token_hex(3)
     try:
         for out, shard in (("s1", "1/2"), ("s2", "2/2")):
-            cp = qb("run", base / "halves.yaml", "--out", base / out, "--prefix", prefix,
-                    "--shard", shard, home=base / "home")  # fmt: skip
+            cp = qb(
+                "run",
+                base / "halves.yaml",
+                "--out",
+                base / out,
+                "--prefix",
+                prefix,
+                "--shard",
+                shard,
+                home=base / "home",
+            )
             assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
             assert f"shard {shard} of sweep 'halves': 1 cells" in cp.stdout
         yield base, base / "home"
@@ -132,8 +149,11 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
 def _planned_run_ids(spec: Path) -> set[str]:
     """What one run of the whole spec stores: every planned cell's first attempt, each
     arm and repetition (warm-ups included)."""
-    return {f"{pc.config.cell_id()}:1:{arm}:{rep}" for pc in plan(load_spec(spec))
-            for arm, rep in pc.config.schedule()}  # fmt: skip
+    return {
+        f"{pc.config.cell_id()}:1:{arm}:{rep}"
+        for pc in plan(load_spec(spec))
+        for arm, rep in pc.config.schedule()
+    }
 
 
 def test_shards_merge_into_the_sweep_run_once(folders: tuple[Path, Path]) -> None:
@@ -161,8 +181,9 @@ def test_shards_merge_into_the_sweep_run_once(folders: tuple[Path, Path]) -> Non
     ver = qb("verify", base / "merged.tar.gz", home=home)
     assert ver.returncode == 0, ver.stdout + ver.stderr
     # the merged folder is a sweep of the spec: resuming it has nothing left to do
-    again = qb("run", base / "halves.yaml", "--out", merged, "--resume", "--prefix", "mx",
-               home=home)  # fmt: skip
+    again = qb(
+        "run", base / "halves.yaml", "--out", merged, "--resume", "--prefix", "mx", home=home
+    )
     assert again.returncode == 0 and "0 cells measured, 2 kept" in again.stdout, again.stderr
 
 
@@ -231,8 +252,12 @@ def test_merge_refuses_what_is_not_one_sweep(folders: tuple[Path, Path]) -> None
 
 def _row(cid: str, testbed: dict, rtt: float = 36) -> dict:
     cond = {"rate_mbit": 10, "rtt_ms": rtt, "loss_pct": 0, "jitter_ms": 0, "queue": "2bdp"}
-    return {"cell_id": cid, "_first": True, "_testbed": testbed,
-            "_condition": json.dumps(cond, sort_keys=True)}  # fmt: skip
+    return {
+        "cell_id": cid,
+        "_first": True,
+        "_testbed": testbed,
+        "_condition": json.dumps(cond, sort_keys=True),
+    }
 
 
 def test_each_attempt_names_its_testbed_and_the_report_warns_on_mixed_hardware() -> None:
@@ -241,27 +266,42 @@ def test_each_attempt_names_its_testbed_and_the_report_warns_on_mixed_hardware()
 
     def ssh(source: str, hw: str) -> dict:
         roles = ("server", "client", "bridge")
-        nodes = {r: {"host": f"{r}.{source}", "port": 22, "hardware_type": hw,
-                     "image": "UBUNTU22-64-STD"} for r in roles}  # fmt: skip
-        machines = {r: {"machine": {"kernel": "5.15.0-91-generic", "cpu": "Xeon"}}
-                    for r in nodes}  # fmt: skip
+        nodes = {
+            r: {
+                "host": f"{r}.{source}",
+                "port": 22,
+                "hardware_type": hw,
+                "image": "UBUNTU22-64-STD",
+            }
+            for r in roles
+        }
+        machines = {r: {"machine": {"kernel": "5.15.0-91-generic", "cpu": "Xeon"}} for r in nodes}
         return {"testbed": {"kind": "ssh", "source": source, "nodes": nodes}, "nodes": machines}
 
-    a, b, c = (measured_on(ssh(s, hw)) for s, hw in (("e1.xml", "d430"), ("e2.xml", "m510"),
-                                                       ("e3.xml", "d430")))  # fmt: skip
+    a, b, c = (
+        measured_on(ssh(s, hw))
+        for s, hw in (("e1.xml", "d430"), ("e2.xml", "m510"), ("e3.xml", "d430"))
+    )
     assert (a["label"], a["hardware"], a["kernel"], a["image"]) == (
         "e1.xml",
         "d430",
         "5.15.0-91-generic",
         "UBUNTU22-64-STD",
     )
-    local = measured_on({"testbed": {"kind": "local", "prefix": "qb"},
-                         "machine": {"cpu": "EPYC", "kernel": "6.1.0"}})  # fmt: skip
+    local = measured_on(
+        {
+            "testbed": {"kind": "local", "prefix": "qb"},
+            "machine": {"cpu": "EPYC", "kernel": "6.1.0"},
+        }
+    )
     assert local["label"] == "local qb" and local["hardware"] == "EPYC"
     rows = [_row("x1", a), _row("x2", b), _row("x3", c, rtt=112), _row("x4", a, rtt=112)]
     found, warnings = testbeds(rows)
-    assert [(t["label"], t["cells"]) for t in found] == [("e1.xml", 2), ("e2.xml", 1),
-                                                         ("e3.xml", 1)]  # fmt: skip
+    assert [(t["label"], t["cells"]) for t in found] == [
+        ("e1.xml", 2),
+        ("e2.xml", 1),
+        ("e3.xml", 1),
+    ]
     assert len({t["colour"] for t in found}) == 3
     (w,) = warnings  # 36 ms ran on d430 and m510; 112 ms on two d430 testbeds: fine
     assert "RTT 36 ms" in w and "d430: 1 cell(s); m510: 1 cell(s)" in w

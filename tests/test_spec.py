@@ -107,14 +107,17 @@ def test_stack_presets_plan_with_their_arms() -> None:
     assert bbr and all(c.tcp_cc() == "bbr" for c in bbr)
     assert all([a.cc for a in c.resolved_arms()] == ["bbr", "bbr"] for c in bbr)
     cubic = [pc.config for pc in cc if pc.scenario.endswith("-cubic")]
-    assert all([a.stack for a in c.resolved_arms()] == ["apache", "quic-go", "quiche"]
-               for c in cubic)  # fmt: skip
+    assert all(
+        [a.stack for a in c.resolved_arms()] == ["apache", "quic-go", "quiche"] for c in cubic
+    )
     stacks = plan(load_spec(ROOT / "sweeps" / "quic-stacks.yaml"))
     arms = stacks[0].config.resolved_arms()
     assert [(a.name, a.stack, a.params) for a in arms] == [
-        ("h2", "apache", {}), ("h3", "quic-go", {}), ("h3-n2", "quic-go", {"cubic_n": 2}),
+        ("h2", "apache", {}),
+        ("h3", "quic-go", {}),
+        ("h3-n2", "quic-go", {"cubic_n": 2}),
         ("h3-quiche", "quiche", {}),
-    ]  # fmt: skip
+    ]
     assert len({a.port for a in arms if a.transport == "udp"}) == 3  # one socket each
 
 
@@ -135,9 +138,11 @@ def test_too_few_runs_for_mann_whitney_is_refused() -> None:
     from quicbed.spec import SweepSpec
 
     def spec(runs: int, test: str) -> dict:
-        return {"name": "s", "statistics": {"test": test},
-                "scenarios": {"few": {"rate": [10], "rtt": [36], "pages": ["5kb"],
-                                      "runs": runs}}}  # fmt: skip
+        return {
+            "name": "s",
+            "statistics": {"test": test},
+            "scenarios": {"few": {"rate": [10], "rtt": [36], "pages": ["5kb"], "runs": runs}},
+        }
 
     SweepSpec(**spec(6, "mannwhitney"))
     SweepSpec(**spec(2, "welch"))
@@ -147,8 +152,15 @@ def test_too_few_runs_for_mann_whitney_is_refused() -> None:
 
 #: wall seconds per cell of sweeps/beta.yaml's delay group as measured here (2026-11-24,
 #: 20 runs per arm + 1 warm-up, the 3.3 MB page; a receipt each), by (RTT ms, loss %)
-BETA_DELAY_MEASURED = {(5, 0.2): 50, (5, 5): 101, (10, 0.2): 55, (10, 5): 154,
-                       (200, 0.2): 223, (200, 1): 715, (200, 2): 1086}  # fmt: skip
+BETA_DELAY_MEASURED = {
+    (5, 0.2): 50,
+    (5, 5): 101,
+    (10, 0.2): 55,
+    (10, 5): 154,
+    (200, 0.2): 223,
+    (200, 1): 715,
+    (200, 2): 1086,
+}
 
 
 def test_the_estimate_errs_long_on_lossy_long_paths() -> None:
@@ -157,8 +169,11 @@ def test_the_estimate_errs_long_on_lossy_long_paths() -> None:
     not the rate, sets a download's pace there. Now each cell's estimate is at least what
     it took and within about 4x of it."""
     spec = load_spec(Path("sweeps/beta.yaml"))
-    cells = {(pc.config.condition.rtt_ms, pc.config.condition.loss_down_pct): pc
-             for pc in plan(spec) if pc.scenario == "delay"}  # fmt: skip
+    cells = {
+        (pc.config.condition.rtt_ms, pc.config.condition.loss_down_pct): pc
+        for pc in plan(spec)
+        if pc.scenario == "delay"
+    }
     for key, took in BETA_DELAY_MEASURED.items():
         est = estimate_seconds([cells[key]], spec.receipt_tcp_seconds)
         assert took <= est <= 4 * took, (key, est, took)
@@ -189,14 +204,25 @@ def test_a_resume_prices_only_the_cells_still_to_measure(tmp_path: Path) -> None
         store.finish_attempt(cid, att, "done" if pc is not cells[-1] else "failed")
     store.close()
     run = [sys.executable, "-m", "quicbed", "run", str(spec_file), "--out", str(out)]
-    cp = subprocess.run([*run, "--resume", "--max-hours", "0.0001"], capture_output=True,
-                        text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    cp = subprocess.run(
+        [*run, "--resume", "--max-hours", "0.0001"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert cp.returncode == 2 and "h (1 cell), more than --max-hours" in cp.stderr, cp.stderr
     # --retry-failed measures the failed cell again: two cells to price
-    cp = subprocess.run([*run, "--resume", "--retry-failed", "--max-hours", "0.0001"],
-                        capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    cp = subprocess.run(
+        [*run, "--resume", "--retry-failed", "--max-hours", "0.0001"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert cp.returncode == 2 and "h (2 cells), more than --max-hours" in cp.stderr, cp.stderr
-    cp = subprocess.run([*run, "--retry-failed"], capture_output=True, text=True, timeout=60,
-                        cwd=ROOT)  # fmt: skip
+    cp = subprocess.run(
+        [*run, "--retry-failed"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert cp.returncode == 2 and "--retry-failed" in cp.stderr and "--resume" in cp.stderr
     assert cp.stderr.count("\n") == 1, cp.stderr

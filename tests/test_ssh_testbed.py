@@ -33,8 +33,9 @@ from quicbed.testbed.sshlab import CONTROL_NETS, SshLab, control_bridge
 
 
 def _quicbed(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "quicbed", *args], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "quicbed", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def _link_exists(name: str) -> bool:
@@ -106,8 +107,9 @@ def test_files_and_daemons(tb: SshTestbed, tmp_path: Path) -> None:
     assert not tb.has_file("client", box)
     # a daemon: runs, logs, stops by PID
     log = tb.workdir("bridge") / "t" / "sleep.log"
-    p = tb.spawn("bridge", ["sh", "-c", "echo started $QB_X; exec sleep 300"], log=log,
-                 env={"QB_X": "42"})  # fmt: skip
+    p = tb.spawn(
+        "bridge", ["sh", "-c", "echo started $QB_X; exec sleep 300"], log=log, env={"QB_X": "42"}
+    )
     assert p.poll() is None
     assert tb.read_text("bridge", log).startswith("started 42")
     p.stop()
@@ -133,8 +135,9 @@ def test_a_crashed_run_leaves_nothing_running_after_up(lab: tuple[str, Path]) ->
 def test_a_cell_over_ssh_stores_what_a_local_cell_stores(
     lab: tuple[str, Path], tb: SshTestbed, tmp_path: Path
 ) -> None:
-    cfg = make_cell(condition=make_condition(rate_mbit=20, rtt_ms=36), page="10kb", runs=2,
-                    warmup=1)  # fmt: skip
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=20, rtt_ms=36), page="10kb", runs=2, warmup=1
+    )
     remote = run_cell(cfg, tmp_path / "ssh", testbed=tb, receipt_tcp_seconds=1)
     local = run_cell(cfg, tmp_path / "local", testbed=LocalTestbed(lab[0]), receipt_tcp_seconds=1)
     for r in (remote, local):
@@ -235,8 +238,9 @@ def test_bad_hosts_files_name_the_problem(lab: tuple[str, Path], tmp_path: Path)
     server = hosts.load(lab[1]).nodes["server"].host
     assert server.endswith(".0.1")
     refused = tmp_path / "refused.ini"
-    refused.write_text(inv.replace(f"ansible_host={server} ", f"ansible_host={server} "
-                                   "ansible_port=2222 "))  # fmt: skip
+    refused.write_text(
+        inv.replace(f"ansible_host={server} ", f"ansible_host={server} ansible_port=2222 ")
+    )
     t = hosts.load(refused)
     unreachable = rf"cannot reach server \(root@{re.escape(server)}:2222\)"
     with pytest.raises(QuicbedError, match=unreachable):

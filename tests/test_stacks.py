@@ -23,12 +23,14 @@ COND = make_condition(rate_mbit=50, rtt_ms=20)
 
 
 def test_ss_detail_lines_name_each_connection_cc() -> None:
-    text = ("0 0 10.10.1.1:443 10.10.2.2:50000\n"
-            "\t ts sack cubic wscale:7,7 rto:204 rtt:20.3/10 mss:1448\n"
-            "0 0 10.10.1.1:443 10.10.2.2:50002\n"
-            "\t bbr wscale:10,10 rto:201 bbr:(bw:1Mbps,mrtt:20)\n"
-            "0 0 10.10.1.1:443 10.10.2.2:50004\n"
-            "\t ecn reno wscale:7,7 rto:204\n")  # fmt: skip
+    text = (
+        "0 0 10.10.1.1:443 10.10.2.2:50000\n"
+        "\t ts sack cubic wscale:7,7 rto:204 rtt:20.3/10 mss:1448\n"
+        "0 0 10.10.1.1:443 10.10.2.2:50002\n"
+        "\t bbr wscale:10,10 rto:201 bbr:(bw:1Mbps,mrtt:20)\n"
+        "0 0 10.10.1.1:443 10.10.2.2:50004\n"
+        "\t ecn reno wscale:7,7 rto:204\n"
+    )
     assert ss_congestion(text) == ["cubic", "bbr", "reno"]
     assert ss_congestion("") == []
 
@@ -37,9 +39,10 @@ def test_arms_resolve_ports_ccs_and_pairs() -> None:
     names, settings = parse_cli("h2:cc=bbr,h3:cc=cubic,h3-n2:stack=quic-go:cubic_n=2:cc=cubic")
     arms = resolve(names, settings, "bbr")
     assert [(a.name, a.stack, a.cc, a.port) for a in arms] == [
-        ("h2", "apache", "bbr", 443), ("h3", "quic-go", "cubic", 443),
+        ("h2", "apache", "bbr", 443),
+        ("h3", "quic-go", "cubic", 443),
         ("h3-n2", "quic-go", "cubic", 4433),
-    ]  # fmt: skip
+    ]
     cfg = make_cell(condition=COND, page="5kb", arms=names, arm_settings=settings, cc="bbr")
     assert (
         cfg.tcp_cc() == "bbr" and cfg.cell_id() != make_cell(condition=COND, page="5kb").cell_id()
@@ -85,16 +88,14 @@ def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(prefix: str, tmp_path
     cost the suite another receipt and bring-up.)"""
     before = Path(hostparam.TCP_CUBIC_BETA).read_text().strip()
     names, settings = parse_cli("h2:cubic_beta=0.5,h3")
-    cfg = make_cell(condition=COND, page="5kb", runs=4, warmup=1, arms=names,
-                    arm_settings=settings)  # fmt: skip
+    cfg = make_cell(condition=COND, page="5kb", runs=4, warmup=1, arms=names, arm_settings=settings)
     tb = LocalTestbed(prefix)
 
     def fault(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
         if arm == "h2" and rep == 3:
             _switch_tcp_cc(tb, "reno")
 
-    r = run_cell(cfg, tmp_path / "a", testbed=tb, receipt_tcp_seconds=1, traces="none",
-                 fault=fault)  # fmt: skip
+    r = run_cell(cfg, tmp_path / "a", testbed=tb, receipt_tcp_seconds=1, traces="none", fault=fault)
     assert r.status == "done", r.problem
     bad = r.invalid.get("h2", [])
     assert [b.split(":")[0] for b in bad] == ["#3", "#4"], bad
@@ -119,8 +120,7 @@ def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> Non
     names, settings = parse_cli(
         "h2,h3:cc=reno,h3-cubic:stack=quic-go,h3-n2:stack=quic-go:cubic_n=2:cubic_beta=0.5"
     )
-    cfg = make_cell(condition=COND, page="5kb", runs=2, warmup=1, arms=names,
-                    arm_settings=settings)  # fmt: skip
+    cfg = make_cell(condition=COND, page="5kb", runs=2, warmup=1, arms=names, arm_settings=settings)
     r = run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1, traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     assert {a: v["cc"] for a, v in r.verified.items()} == {
@@ -137,8 +137,11 @@ def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> Non
     assert facts["h3-cubic"]["cubic_n"] == [1] and facts["h3-cubic"]["cubic_beta"] == [0.7]
     assert facts["h3-n2"]["cubic_n"] == [2] and facts["h3-n2"]["cubic_beta"] == [0.5]
     # each QUIC arm's qlog went to its own folder and came home with its loads
-    assert all(any(k.startswith("qlog:") for k in x["detail"]["traces"]["files"])
-               for x in traced if not x["warmup"])  # fmt: skip
+    assert all(
+        any(k.startswith("qlog:") for k in x["detail"]["traces"]["files"])
+        for x in traced
+        if not x["warmup"]
+    )
 
 
 def test_quiche_arm_with_bbr_verified_and_traced(prefix: str, tmp_path: Path) -> None:
@@ -146,13 +149,16 @@ def test_quiche_arm_with_bbr_verified_and_traced(prefix: str, tmp_path: Path) ->
     CUBIC: it has no BBR); every load verified (protocol, 0-RTT, CC from the server
     side), quiche's qlog (the newer "quic:" event names) read into transport samples."""
     names, settings = parse_cli("h2,h3:cc=cubic,h3-quiche")
-    cfg = make_cell(condition=COND, page="100kb", runs=2, warmup=1, arms=names,
-                    arm_settings=settings, cc="bbr")  # fmt: skip
+    cfg = make_cell(
+        condition=COND, page="100kb", runs=2, warmup=1, arms=names, arm_settings=settings, cc="bbr"
+    )
     r = run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1, traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     assert {a: (v["cc"], v["protocols"], v["used_0rtt"]) for a, v in r.verified.items()} == {
-        "h2": (["bbr"], ["h2"], 0), "h3": (["cubic"], ["h3"], 2),
-        "h3-quiche": (["bbr"], ["h3"], 2)}  # fmt: skip
+        "h2": (["bbr"], ["h2"], 0),
+        "h3": (["cubic"], ["h3"], 2),
+        "h3-quiche": (["bbr"], ["h3"], 2),
+    }
     assert r.verified["h2"]["tls_resumed"] == 2
     assert set(r.comparisons) == {"h2/h3", "h2/h3-quiche"}
     store = Store(tmp_path / "r")

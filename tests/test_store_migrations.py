@@ -141,8 +141,9 @@ def test_a_failed_migration_leaves_the_store_as_it_was(
 def test_scenarios_are_kept_per_cell_and_carried_by_merge(tmp_path: Path) -> None:
     src = Store(tmp_path / "a", create=True)
     try:
-        src.add_scenarios([("c1", "baseline"), ("c2", "baseline"), ("c1", "lossy"),
-                           ("c1", "baseline")])  # fmt: skip
+        src.add_scenarios(
+            [("c1", "baseline"), ("c2", "baseline"), ("c1", "lossy"), ("c1", "baseline")]
+        )
         assert src.scenarios("c1") == ["baseline", "lossy"]
         assert src.scenarios("nope") == []
         assert src.cell_scenarios() == {"c1": ["baseline", "lossy"], "c2": ["baseline"]}

@@ -58,8 +58,9 @@ KILL = random.Random(KILL_SEED).randrange(11, 19)
 
 def _run_until(argv: list[str], out: Path, stored: int) -> subprocess.Popen[bytes]:
     """Start ``quicbed run`` and kill -9 it once ``stored`` loads are in the store."""
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         start_new_session=True)  # fmt: skip
+    p = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 240
     while len(_runs(out)) < stored:
         assert p.poll() is None, p.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
@@ -79,15 +80,15 @@ def test_stop_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
     try:
         # `quicbed stop` mid-cell: that cell is measured to the end, the next is not
         # started, and the run exits 3 saying how to continue
-        p = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)  # fmt: skip
+        p = subprocess.Popen(
+            run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         deadline = time.monotonic() + 240
         while not _runs(out):
             assert p.poll() is None, p.communicate()
             assert time.monotonic() < deadline, "no load stored in time"
             time.sleep(0.1)
-        asked = subprocess.run([*QB, "stop", str(out)], capture_output=True, text=True,
-                               timeout=60)  # fmt: skip
+        asked = subprocess.run([*QB, "stop", str(out)], capture_output=True, text=True, timeout=60)
         assert asked.returncode == 0 and f"(PID {p.pid})" in asked.stdout, asked.stderr
         stdout, stderr = p.communicate(timeout=300)
         text = " ".join(stdout.split())
@@ -128,16 +129,22 @@ def test_stop_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
         with sqlite3.connect(out / DB_NAME) as con:
             con.row_factory = sqlite3.Row
             spans = [dict(r) for r in con.execute("SELECT * FROM link_spans ORDER BY started")]
-            details = {r[0]: json.loads(r[1]) for r in con.execute("SELECT seq || ':' || "
-                       "cell_id || ':' || attempt, detail FROM runs")}  # fmt: skip
+            details = {
+                r[0]: json.loads(r[1])
+                for r in con.execute(
+                    "SELECT seq || ':' || cell_id || ':' || attempt, detail FROM runs"
+                )
+            }
             receipts = {
                 (r[0], r[1], r[2])
                 for r in con.execute(
                     "SELECT cell_id, attempt, json_extract(receipt, '$.created') FROM receipts"
                 )
             }
-            link = {(r[0], r[1], *json.loads(r[2])["link"].values()) for r in con.execute(
-                "SELECT cell_id, attempt, detail FROM runs")}  # fmt: skip
+            link = {
+                (r[0], r[1], *json.loads(r[2])["link"].values())
+                for r in con.execute("SELECT cell_id, attempt, detail FROM runs")
+            }
         assert spans and all(sp["passed"] == 1 for sp in spans), spans
         # every load names the receipt it ran under, and that receipt is stored for its attempt
         assert {(c, a, rc) for c, a, _, rc in link} <= receipts, f"seed {KILL_SEED}"
@@ -151,8 +158,7 @@ def test_stop_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
                 if d is not None and d["link"]["receipt"] == sp["receipt_created"]:
                     assert d["link"]["generation"] == sp["generation"]
 
-        rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True,
-                             timeout=120)  # fmt: skip
+        rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=120)
         assert rep.returncode == 0, rep.stderr
         index = out / "report" / "index.html"
         assert (out / "report" / "table.csv").read_text().count("\n") == 3
@@ -161,24 +167,41 @@ def test_stop_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
             "heatmap-base-0rtt-single-object.png",
             "heatmap-base-0rtt-single-object.svg",
         ]
-        chrome = ["chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run",
-                  f"--user-data-dir={tmp_path / 'ud'}"]  # fmt: skip
+        chrome = [
+            "chromium",
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'ud'}",
+        ]
         shot = tmp_path / "report.png"
-        subprocess.run([*chrome, f"--screenshot={shot}", "--window-size=1200,1600",
-                        index.as_uri()], capture_output=True, timeout=120, check=True)  # fmt: skip
+        subprocess.run(
+            [*chrome, f"--screenshot={shot}", "--window-size=1200,1600", index.as_uri()],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
         assert shot.stat().st_size > 20000
-        dom = subprocess.run([*chrome, "--dump-dom", index.as_uri()], capture_output=True,
-                             text=True, timeout=120, check=True).stdout  # fmt: skip
+        dom = subprocess.run(
+            [*chrome, "--dump-dom", index.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
         assert dom.count('<figure class="heatmap">') == 1
         assert '<table id="cells">' in dom and dom.count("<tr class=") >= 2
         assert "data:image/png;base64," in dom and "Provenance" in dom
     finally:
         if p is not None and p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
-        subprocess.run([*QB, "testbed", "down", "--prefix", prefix], capture_output=True,
-                       timeout=60)  # fmt: skip
+        subprocess.run(
+            [*QB, "testbed", "down", "--prefix", prefix], capture_output=True, timeout=60
+        )
 
 
 @pytest.mark.parametrize("bad", ["rate=50,rtt", "speed=3"])

@@ -34,10 +34,25 @@ def wscale(shift: int) -> bytes:
 def tcp_packet(src: str, dst: str, sport: int, dport: int, flags: int, opts: bytes) -> bytes:
     """IPv4 + TCP with ``opts`` (padded to 32 bits), checksums left zero."""
     opts += bytes(-len(opts) % 4)
-    tcp = struct.pack("!HHIIBBHHH", sport, dport, 1000, 0, (5 + len(opts) // 4) << 4, flags,
-                      64240, 0, 0) + opts  # fmt: skip
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 1, 0x4000, 64, 6, 0,
-                     bytes(map(int, src.split("."))), bytes(map(int, dst.split("."))))  # fmt: skip
+    tcp = (
+        struct.pack(
+            "!HHIIBBHHH", sport, dport, 1000, 0, (5 + len(opts) // 4) << 4, flags, 64240, 0, 0
+        )
+        + opts
+    )
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + len(tcp),
+        1,
+        0x4000,
+        64,
+        6,
+        0,
+        bytes(map(int, src.split("."))),
+        bytes(map(int, dst.split("."))),
+    )
     return ip + tcp
 
 
@@ -64,17 +79,34 @@ LINUX_SYN = MSS + SACK_PERM + TS + NOP + wscale(7)  # what Linux sends by defaul
 
 
 def test_parser_reads_linux_syn_and_synack() -> None:
-    data = pcap([syn(LINUX_SYN, SYN | ECE | CWR), synack(MSS + NOP + NOP + SACK_PERM + NOP
-                                                         + wscale(10), SYN | ACK | ECE),
-                 ether(tcp_packet(CLIENT, SERVER, 50000, 443, ACK, b""))])  # fmt: skip
+    data = pcap(
+        [
+            syn(LINUX_SYN, SYN | ECE | CWR),
+            synack(MSS + NOP + NOP + SACK_PERM + NOP + wscale(10), SYN | ACK | ECE),
+            ether(tcp_packet(CLIENT, SERVER, 50000, 443, ACK, b"")),
+        ]
+    )
     got = tcpopts.read_pcap(data)
     assert len(got) == 2  # the bare ACK is not a SYN
     s, a = got
     assert (s.src, s.sport, s.dst, s.dport, s.ack) == (CLIENT, 50000, SERVER, 443, False)
     assert (s.mss, s.wscale, s.sack, s.timestamps, s.ece, s.cwr, s.tfo) == (
-        1460, 7, True, True, True, True, False)  # fmt: skip
-    assert (a.ack, a.wscale, a.sack, a.timestamps, a.ece, a.cwr) == (True, 10, True, False,
-                                                                     True, False)  # fmt: skip
+        1460,
+        7,
+        True,
+        True,
+        True,
+        True,
+        False,
+    )
+    assert (a.ack, a.wscale, a.sack, a.timestamps, a.ece, a.cwr) == (
+        True,
+        10,
+        True,
+        False,
+        True,
+        False,
+    )
     # big-endian files, Linux cooked capture (v1) and raw IP read the same
     assert tcpopts.read_pcap(pcap([syn(LINUX_SYN)], order=">"))[0].wscale == 7
     sll = bytes(14) + b"\x08\x00" + tcp_packet(CLIENT, SERVER, 1, 443, SYN, SACK_PERM)
@@ -87,8 +119,7 @@ def test_parser_fast_open_and_bad_input() -> None:
     cookie_req = bytes([34, 2])
     with_cookie = bytes([34, 10]) + bytes(8)
     exp = bytes([254, 4, 0xF9, 0x89])
-    got = tcpopts.read_pcap(pcap([syn(MSS + cookie_req), synack(MSS + with_cookie),
-                                  syn(exp)]))  # fmt: skip
+    got = tcpopts.read_pcap(pcap([syn(MSS + cookie_req), synack(MSS + with_cookie), syn(exp)]))
     assert [(p.tfo, p.tfo_cookie) for p in got] == [(True, 0), (True, 8), (True, 0)]
     # a truncated option list keeps what came before it; a zero length does not loop
     s = tcpopts.Syn(CLIENT, 1, SERVER, 443, False, False, False)
@@ -113,7 +144,8 @@ def test_evidence_accepts_a_matching_handshake_and_names_a_mismatched_syn() -> N
     # offers SACK, the server (still off) does not echo it
     bad = facts_of(syn(LINUX_SYN), synack(MSS + TS + NOP + wscale(7)))
     assert tcpopts.evidence(no_sack, bad) == [
-        "the SYN offered SACK, but the arm sets tcp_sack: false"]  # fmt: skip
+        "the SYN offered SACK, but the arm sets tcp_sack: false"
+    ]
     assert tcpopts.evidence({"tcp_sack": True}, good) == [
         "the SYN offered no SACK, but the arm sets tcp_sack: true",
         "the SYN-ACK offered no SACK, but the arm sets tcp_sack: true",
@@ -125,10 +157,9 @@ def test_evidence_accepts_a_matching_handshake_and_names_a_mismatched_syn() -> N
     ]
     # a load without SYNs in its capture (a reused connection, a capture gone wrong)
     assert tcpopts.evidence(no_sack, {"tcp_syn": []}) == [
-        "the capture holds 0 SYN(s) and 0 SYN-ACK(s) of this load: its TCP options are "
-        "not verified"]  # fmt: skip
-    assert tcpopts.evidence(no_sack, {"tcp_syn_problem": "x"}) == [
-        "TCP options not verified: x"]  # fmt: skip
+        "the capture holds 0 SYN(s) and 0 SYN-ACK(s) of this load: its TCP options are not verified"
+    ]
+    assert tcpopts.evidence(no_sack, {"tcp_syn_problem": "x"}) == ["TCP options not verified: x"]
     assert tcpopts.evidence({}, bad) == []  # no options set: nothing to check
 
 
@@ -151,25 +182,31 @@ def test_evidence_ecn_rmem_and_kernel_readbacks() -> None:
         "the SYN-ACK offered window scale shift 7, but the arm's rmem ws2 gives shift 2",
     ]
     tfo = facts_of(syn(LINUX_SYN + bytes([34, 2])), synack(LINUX_SYN))
-    kernel = {"server": {"tcp_fastopen": 0, "initcwnd": 10},
-              "client": {"tcp_fastopen": 1, "initcwnd": None}}  # fmt: skip
-    assert tcpopts.evidence({"tcp_fastopen": 0, "initcwnd": 10},
-                            {**tfo, "tcp_kernel": kernel}) == [
+    kernel = {
+        "server": {"tcp_fastopen": 0, "initcwnd": 10},
+        "client": {"tcp_fastopen": 1, "initcwnd": None},
+    }
+    assert tcpopts.evidence({"tcp_fastopen": 0, "initcwnd": 10}, {**tfo, "tcp_kernel": kernel}) == [
         "the SYN carried a TCP Fast Open option, but the arm sets tcp_fastopen: 0",
         "the client's net.ipv4.tcp_fastopen was 1 after this load, not 0",
         "the client's route to its peer had initcwnd None after this load, not 10",
-    ]  # fmt: skip
+    ]
 
 
 def test_settings_checked_refused_on_quic_and_left_out_of_dumps() -> None:
     names, settings = parse_cli("h2:tcp_sack=false:tcp_ecn=1:initcwnd=10:rmem=ws4,h3")
     arms = resolve(names, settings, "cubic")
     assert arms[0].params == {"tcp_sack": False, "tcp_ecn": 1, "initcwnd": 10, "rmem": "ws4"}
-    assert arms[0].describe() == ("h2 (apache, cubic, tcp_sack false, tcp_ecn 1, initcwnd 10, "
-                                  "rmem ws4)")  # fmt: skip
+    assert arms[0].describe() == (
+        "h2 (apache, cubic, tcp_sack false, tcp_ecn 1, initcwnd 10, rmem ws4)"
+    )
     # unset options are not in a dump: a cell without them keeps its ID
-    assert ArmSettings(cc="bbr").model_dump() == {"stack": None, "cc": "bbr", "cubic_n": None,
-                                                  "cubic_beta": None}  # fmt: skip
+    assert ArmSettings(cc="bbr").model_dump() == {
+        "stack": None,
+        "cc": "bbr",
+        "cubic_n": None,
+        "cubic_beta": None,
+    }
     cond = make_condition(rate_mbit=10, rtt_ms=36)
     plain = make_cell(condition=cond, page="5kb", arm_settings={"h2": ArmSettings(cc="cubic")})
     assert "tcp_sack" not in str(plain.model_dump(mode="json"))
@@ -196,9 +233,13 @@ def test_tcp_options_preset_plans_the_tum_scenarios() -> None:
     ALL on; the TCP arm carries them, the QUIC arm nothing; a few bulk cells."""
     cells = plan(load_spec(ROOT / "sweeps" / "tcp-options.yaml"))
     off = {"tcp_sack": False, "tcp_ecn": 0, "tcp_window_scaling": False}
-    want = {"BL": off, "ECN": {**off, "tcp_ecn": 1}, "SACK": {**off, "tcp_sack": True},
-            "WS": {**off, "tcp_window_scaling": True},
-            "ALL": {"tcp_sack": True, "tcp_ecn": 1, "tcp_window_scaling": True}}  # fmt: skip
+    want = {
+        "BL": off,
+        "ECN": {**off, "tcp_ecn": 1},
+        "SACK": {**off, "tcp_sack": True},
+        "WS": {**off, "tcp_window_scaling": True},
+        "ALL": {"tcp_sack": True, "tcp_ecn": 1, "tcp_window_scaling": True},
+    }
     assert {pc.scenario for pc in cells} == set(want) and len(cells) <= 12
     for pc in cells:
         assert pc.config.kind == "bulk" and pc.config.page == "bulk/20MB.bin"

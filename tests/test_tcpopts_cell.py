@@ -44,24 +44,25 @@ def test_tcp_options_verified_per_load_and_a_mismatched_syn_invalid(
     before load 3: those loads' SYNs offer SACK and are invalid, naming the option.
     (One cell for both: make test's time.)"""
     names, settings = parse_cli("h2:tcp_sack=false:tcp_ecn=1:initcwnd=20:rmem=ws2,h3")
-    cfg = make_cell(condition=COND, page="5kb", runs=4, warmup=1, arms=names,
-                    arm_settings=settings)  # fmt: skip
+    cfg = make_cell(condition=COND, page="5kb", runs=4, warmup=1, arms=names, arm_settings=settings)
     tb = LocalTestbed(prefix)
 
     def fault(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
         if arm == "h2" and rep == 3:
             tb.exec("client", ["sysctl", "-q", "-w", "net.ipv4.tcp_sack=1"])
 
-    r = run_cell(cfg, tmp_path / "a", testbed=tb, receipt_tcp_seconds=1, traces="none",
-                 fault=fault)  # fmt: skip
+    r = run_cell(cfg, tmp_path / "a", testbed=tb, receipt_tcp_seconds=1, traces="none", fault=fault)
     assert r.status == "done", r.problem
     bad = r.invalid.get("h2", [])
     assert [b.split(":")[0] for b in bad] == ["#3", "#4"], bad
     assert all("the SYN offered SACK, but the arm sets tcp_sack: false" in b for b in bad), bad
     assert "h3" not in r.invalid
     store = Store(tmp_path / "a")
-    runs = [x for x in store.runs(r.cell_id, r.attempt)
-            if x["arm"] == "h2" and x["valid"] and not x["warmup"]]  # fmt: skip
+    runs = [
+        x
+        for x in store.runs(r.cell_id, r.attempt)
+        if x["arm"] == "h2" and x["valid"] and not x["warmup"]
+    ]
     store.close()
     assert len(runs) == 2
     for x in runs:

@@ -31,22 +31,36 @@ SERVER = "10.10.1.1"
 
 
 # --- tcp_probe -------------------------------------------------------------------------
-def _probe(ts: float, *, dport: int = 51000, nxt: int, una: int, cwnd: int = 10,
-           ssthresh: int = 2147483647, wnd: int = 65535, srtt_us: int = 36100,
-           data_len: int = 0, src: str = SERVER) -> str:  # fmt: skip
+def _probe(
+    ts: float,
+    *,
+    dport: int = 51000,
+    nxt: int,
+    una: int,
+    cwnd: int = 10,
+    ssthresh: int = 2147483647,
+    wnd: int = 65535,
+    srtt_us: int = 36100,
+    data_len: int = 0,
+    src: str = SERVER,
+) -> str:
     """A line as the kernel prints it in the ``trace`` file (6.x format)."""
-    return (f"          <idle>-0       [001] ..s2.  {ts:.6f}: tcp_probe: family=AF_INET "
-            f"src={src}:443 dest=10.10.2.2:{dport} mark=0x0 data_len={data_len} "
-            f"snd_nxt={nxt:#x} snd_una={una:#x} snd_cwnd={cwnd} ssthresh={ssthresh} "
-            f"snd_wnd={wnd} srtt={srtt_us} rcv_wnd=65160 sock_cookie=2a "
-            f"skbaddr=00000000aa skaddr=00000000bb")  # fmt: skip
+    return (
+        f"          <idle>-0       [001] ..s2.  {ts:.6f}: tcp_probe: family=AF_INET "
+        f"src={src}:443 dest=10.10.2.2:{dport} mark=0x0 data_len={data_len} "
+        f"snd_nxt={nxt:#x} snd_una={una:#x} snd_cwnd={cwnd} ssthresh={ssthresh} "
+        f"snd_wnd={wnd} srtt={srtt_us} rcv_wnd=65160 sock_cookie=2a "
+        f"skbaddr=00000000aa skaddr=00000000bb"
+    )
 
 
 def _retx(ts: float, dport: int = 51000) -> str:
-    return (f"  <idle>-0 [000] ..s2. {ts:.6f}: tcp_retransmit_skb: skbaddr=0000000 "
-            f"skaddr=0000000 family=AF_INET sport=443 dport={dport} saddr={SERVER} "
-            f"daddr=10.10.2.2 saddrv6=::ffff:10.10.1.1 daddrv6=::ffff:10.10.2.2 "
-            f"state=TCP_ESTABLISHED err=0")  # fmt: skip
+    return (
+        f"  <idle>-0 [000] ..s2. {ts:.6f}: tcp_retransmit_skb: skbaddr=0000000 "
+        f"skaddr=0000000 family=AF_INET sport=443 dport={dport} saddr={SERVER} "
+        f"daddr=10.10.2.2 saddrv6=::ffff:10.10.1.1 daddrv6=::ffff:10.10.2.2 "
+        f"state=TCP_ESTABLISHED err=0"
+    )
 
 
 def test_probe_lines_become_samples_with_wrap_units_and_handshake() -> None:
@@ -79,11 +93,11 @@ def test_probe_lines_become_samples_with_wrap_units_and_handshake() -> None:
     hs = [r for r in rows if r["event"] == "handshake_done"]
     assert [r["t_ms"] for r in hs] == [50.0]
     retx = [r for r in rows if r["event"] == "retransmit"]
-    assert retx == [{"t_ms": 100.0, "event": "retransmit", "conn": "51000",
-                     "source": "tcp_probe"}]  # fmt: skip
+    assert retx == [{"t_ms": 100.0, "event": "retransmit", "conn": "51000", "source": "tcp_probe"}]
     # only our namespace's client ports, when known
-    rows, kept = parse_probe_lines(lines, began_mono=99.99, server_ip=SERVER, port=443,
-                                   client_ports={40000})  # fmt: skip
+    rows, kept = parse_probe_lines(
+        lines, began_mono=99.99, server_ip=SERVER, port=443, client_ports={40000}
+    )
     assert rows == [] and kept == []
     # a connection of the previous load has no handshake in this one
     assert not [r for r in tcp.drop_handshakes_of(rows, {51000}) if r["event"] == "handshake_done"]
@@ -101,8 +115,9 @@ def test_client_ports_from_the_namespace_tcp_table() -> None:
 
 def test_tcp_tracer_says_why_it_cannot_run(tmp_path: Path) -> None:
     ssh = SshTestbed(nodes={r: Node(r, f"{r}.example") for r in ROLES})
-    ctx = TraceContext(level="light", testbed=ssh, results=tmp_path, cell_id="c", attempt=1,
-                       arms=("h2", "h3"))  # fmt: skip
+    ctx = TraceContext(
+        level="light", testbed=ssh, results=tmp_path, cell_id="c", attempt=1, arms=("h2", "h3")
+    )
     assert TcpTracer().unavailable(ctx) == (
         "not on the ssh testbed yet (tcp_probe runs in the server's kernel)"
     )
@@ -120,35 +135,64 @@ REF = "2025-03-01T10:00:00.123456789Z"
 def _qlog(events: list[dict[str, Any]], *, header: dict[str, Any] | None = None) -> bytes:
     h = header or {
         "file_schema": "urn:ietf:params:qlog:file:sequential",
-        "serialization_format": "application/qlog+json-seq", "title": "quic-go qlog",
+        "serialization_format": "application/qlog+json-seq",
+        "title": "quic-go qlog",
         "code_version": "v0.65.0",
-        "trace": {"event_schemas": ["urn:ietf:params:qlog:events:quic-14"],
-                  "vantage_point": {"type": "server"},
-                  "common_fields": {"group_id": "abcd", "reference_time": {
-                      "clock_type": "monotonic", "epoch": "unknown", "wall_clock_time": REF}}},
-        "qlog_format": "JSON-SEQ", "qlog_version": "0.3",
-    }  # fmt: skip
+        "trace": {
+            "event_schemas": ["urn:ietf:params:qlog:events:quic-14"],
+            "vantage_point": {"type": "server"},
+            "common_fields": {
+                "group_id": "abcd",
+                "reference_time": {
+                    "clock_type": "monotonic",
+                    "epoch": "unknown",
+                    "wall_clock_time": REF,
+                },
+            },
+        },
+        "qlog_format": "JSON-SEQ",
+        "qlog_version": "0.3",
+    }
     return b"".join(b"\x1e" + json.dumps(r).encode() + b"\n" for r in [h, *events])
 
 
 def _sent(t: float, pn: int, size: int, kind: str = "1RTT") -> dict[str, Any]:
-    return {"time": t, "name": "transport:packet_sent",
-            "data": {"header": {"packet_type": kind, "packet_number": pn},
-                     "raw": {"length": size, "payload_length": size - 20}}}  # fmt: skip
+    return {
+        "time": t,
+        "name": "transport:packet_sent",
+        "data": {
+            "header": {"packet_type": kind, "packet_number": pn},
+            "raw": {"length": size, "payload_length": size - 20},
+        },
+    }
 
 
 def _ack(t: float, ranges: list[list[int]], kind: str = "1RTT") -> dict[str, Any]:
-    return {"time": t, "name": "transport:packet_received",
-            "data": {"header": {"packet_type": kind, "packet_number": 1},
-                     "raw": {"length": 40}, "frames": [
-                         {"frame_type": "ack", "acked_ranges": ranges}]}}  # fmt: skip
+    return {
+        "time": t,
+        "name": "transport:packet_received",
+        "data": {
+            "header": {"packet_type": kind, "packet_number": 1},
+            "raw": {"length": 40},
+            "frames": [{"frame_type": "ack", "acked_ranges": ranges}],
+        },
+    }
 
 
 def _metrics(t: float, cwnd: int, inflight: int, srtt: float = 36.5) -> dict[str, Any]:
-    return {"time": t, "name": "recovery:metrics_updated",
-            "data": {"min_rtt": 36.1, "smoothed_rtt": srtt, "latest_rtt": 36.2,
-                     "rtt_variance": 1.0, "congestion_window": cwnd,
-                     "bytes_in_flight": inflight, "packets_in_flight": 2}}  # fmt: skip
+    return {
+        "time": t,
+        "name": "recovery:metrics_updated",
+        "data": {
+            "min_rtt": 36.1,
+            "smoothed_rtt": srtt,
+            "latest_rtt": 36.2,
+            "rtt_variance": 1.0,
+            "congestion_window": cwnd,
+            "bytes_in_flight": inflight,
+            "packets_in_flight": 2,
+        },
+    }
 
 
 EVENTS = [
@@ -156,15 +200,24 @@ EVENTS = [
     _sent(1.0, 0, 1252, "initial"),
     {"time": 37.0, "name": "quic:connection_state_updated", "data": {"new": "handshake_complete"}},
     {"time": 37.0, "name": "quic:connection_state_updated", "data": {"new": "handshake_confirmed"}},
-    _sent(37.1, 0, 1400), _sent(37.2, 1, 1400), _sent(37.3, 3, 1400), _sent(37.4, 4, 1400),
+    _sent(37.1, 0, 1400),
+    _sent(37.2, 1, 1400),
+    _sent(37.3, 3, 1400),
+    _sent(37.4, 4, 1400),
     _ack(73.0, [[0, 1]]),  # packet 2 was skipped on purpose (quic-go does that)
     _metrics(73.0, 20000, 2800),
-    {"time": 80.0, "name": "recovery:packet_lost",
-     "data": {"header": {"packet_type": "1RTT", "packet_number": 3}, "trigger": "time_threshold"}},
+    {
+        "time": 80.0,
+        "name": "recovery:packet_lost",
+        "data": {
+            "header": {"packet_type": "1RTT", "packet_number": 3},
+            "trigger": "time_threshold",
+        },
+    },
     _ack(110.0, [[0, 1], [4]]),
     _metrics(110.0, 10000, 0),
     {"time": 110.0, "name": "recovery:metrics_updated", "data": {"pto_count": 1}},
-]  # fmt: skip
+]
 
 
 def test_qlog_validator_passes_a_good_file_and_names_what_is_broken() -> None:
@@ -183,7 +236,9 @@ def test_qlog_validator_passes_a_good_file_and_names_what_is_broken() -> None:
     back = validate_qlog(_qlog([EVENTS[5], EVENTS[1]]))
     assert back == ["record 2: time 1.0 goes backwards (after 37.2)"]
     assert validate_qlog(_qlog([{"time": 1, "name": "x", "data": []}])) == [
-        "record 1: no 'category:event' name", "record 1: no data object"]  # fmt: skip
+        "record 1: no 'category:event' name",
+        "record 1: no data object",
+    ]
     assert validate_qlog(_qlog([])) == ["no events"]
 
 
@@ -195,12 +250,21 @@ def test_qlog_events_become_samples_on_the_load_clock() -> None:
     by = {e: [r for r in rows if r["event"] == e] for e in ("sample", "lost", "handshake_done")}
     assert [r["t_ms"] for r in by["handshake_done"]] == [537.0]  # one, though two states
     s1, s2 = by["sample"]  # the pto_count update is no sample
-    assert s1 == {"t_ms": 573.0, "event": "sample", "conn": "abcd", "cwnd_bytes": 20000,
-                  "in_flight_bytes": 2800, "delivered_bytes": 2800, "srtt_ms": 36.5,
-                  "rtt_sample_ms": 36.2, "source": "qlog"}  # fmt: skip
+    assert s1 == {
+        "t_ms": 573.0,
+        "event": "sample",
+        "conn": "abcd",
+        "cwnd_bytes": 20000,
+        "in_flight_bytes": 2800,
+        "delivered_bytes": 2800,
+        "srtt_ms": 36.5,
+        "rtt_sample_ms": 36.2,
+        "source": "qlog",
+    }
     assert s2["delivered_bytes"] == 2800 + 1400  # pn 4; pn 3 was lost, never delivered
-    assert by["lost"] == [{"t_ms": 580.0, "event": "lost", "conn": "abcd", "bytes": 1400,
-                           "source": "qlog"}]  # fmt: skip
+    assert by["lost"] == [
+        {"t_ms": 580.0, "event": "lost", "conn": "abcd", "bytes": 1400, "source": "qlog"}
+    ]
     # events after the next load began stay out of this one
     rows, notes = qlog_samples(_qlog(EVENTS), began_wall=ref, conn="abcd", until_wall=ref + 0.1)
     assert max(r["t_ms"] for r in rows) < 100 and notes == [
@@ -213,22 +277,37 @@ def _flow(
     n: int, *, cwnd: int = 30000, inflight: int = 29000, wnd: int | None = None
 ) -> list[dict[str, Any]]:
     """``n`` ACKs 10 ms apart, 3000 bytes delivered by each."""
-    return [{"t_ms": 100 + i * 10.0, "event": "sample", "conn": "1", "cwnd_bytes": cwnd,
-             "in_flight_bytes": inflight, "delivered_bytes": i * 3000, "srtt_ms": 36 + i % 3,
-             "snd_wnd_bytes": wnd, "source": "tcp_probe"} for i in range(n)]  # fmt: skip
+    return [
+        {
+            "t_ms": 100 + i * 10.0,
+            "event": "sample",
+            "conn": "1",
+            "cwnd_bytes": cwnd,
+            "in_flight_bytes": inflight,
+            "delivered_bytes": i * 3000,
+            "srtt_ms": 36 + i % 3,
+            "snd_wnd_bytes": wnd,
+            "source": "tcp_probe",
+        }
+        for i in range(n)
+    ]
 
 
 def test_derive_says_no_samples_instead_of_numbers() -> None:
     f = derive([], arm="h3", ttfb_ms=80.0, plt_ms=300.0)
     assert set(f) == set(KEYS) and f["status"] == "no samples" and f["samples"] == 0
     assert f["ttfb_ms"] == 80.0 and f["plt_ms"] == 300.0
-    assert all(f[k] is None for k in KEYS if k not in ("status", "samples", "ttfb_ms",
-                                                       "plt_ms", "notes"))  # fmt: skip
+    assert all(
+        f[k] is None for k in KEYS if k not in ("status", "samples", "ttfb_ms", "plt_ms", "notes")
+    )
 
 
 def test_derive_cwnd_limited_flow_with_a_loss() -> None:
-    rows = [*_flow(11), {"t_ms": 90.0, "event": "handshake_done", "conn": "1"},
-            {"t_ms": 125.0, "event": "retransmit", "conn": "1", "source": "tcp_probe"}]  # fmt: skip
+    rows = [
+        *_flow(11),
+        {"t_ms": 90.0, "event": "handshake_done", "conn": "1"},
+        {"t_ms": 125.0, "event": "retransmit", "conn": "1", "source": "tcp_probe"},
+    ]
     f = derive(rows, arm="h2", ttfb_ms=144.0, plt_ms=400.0)
     assert f["status"] == "ok" and f["source"] == "tcp_probe" and f["samples"] == 11
     assert f["srtt_min_ms"] == 36 and f["srtt_max_ms"] == 38
@@ -245,15 +324,15 @@ def test_derive_cwnd_limited_flow_with_a_loss() -> None:
 
 
 def test_derive_rwnd_and_app_limited() -> None:
-    f = derive(_flow(6, cwnd=90000, inflight=20000, wnd=21000), arm="h2", ttfb_ms=None,
-               plt_ms=None)  # fmt: skip
+    f = derive(_flow(6, cwnd=90000, inflight=20000, wnd=21000), arm="h2", ttfb_ms=None, plt_ms=None)
     assert f["window_limit"] == "rwnd" and f["rwnd_limited_share"] == 1.0
     assert f["cwnd_limited_share"] == 0.0 and f["ttfb_rtts"] is None
-    f = derive(_flow(6, cwnd=90000, inflight=5000, wnd=500000), arm="h2", ttfb_ms=None,
-               plt_ms=None)  # fmt: skip
+    f = derive(_flow(6, cwnd=90000, inflight=5000, wnd=500000), arm="h2", ttfb_ms=None, plt_ms=None)
     assert f["window_limit"] == "app"
-    lost = [{"t_ms": t, "event": "lost", "conn": "q", "bytes": b, "source": "qlog"}
-            for t, b in ((120.0, 1400), (121.0, 1252))]  # fmt: skip
+    lost = [
+        {"t_ms": t, "event": "lost", "conn": "q", "bytes": b, "source": "qlog"}
+        for t, b in ((120.0, 1400), (121.0, 1252))
+    ]
     q = [dict(r, conn="q", source="qlog", snd_wnd_bytes=None) for r in _flow(5)]
     f = derive(q + lost, arm="h3", ttfb_ms=None, plt_ms=None)
     assert f["losses"] == 2 and f["lost_bytes"] == 2652 and f["retransmissions"] is None
@@ -271,8 +350,9 @@ def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
     trace.json says, h2 has tcp_probe samples whose srtt is the emulated RTT, h3 a
     valid qlog with metrics, and every run has its facts."""
     rtt = 36.0
-    cfg = make_cell(condition=make_condition(rate_mbit=20, rtt_ms=rtt), page="1mb", runs=3,
-                    warmup=1)  # fmt: skip
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=20, rtt_ms=rtt), page="1mb", runs=3, warmup=1
+    )
     out = tmp_path / "res"
     r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=1, traces="light")
     assert r.status == "done", r.problem
@@ -288,8 +368,11 @@ def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
         for name, rel in tr["files"].items():
             p = out / rel
             assert p.exists(), rel
-            assert manifest["files"][name] == {"path": rel, "bytes": p.stat().st_size,
-                                               "sha256": sha256_file(p)}  # fmt: skip
+            assert manifest["files"][name] == {
+                "path": rel,
+                "bytes": p.stat().st_size,
+                "sha256": sha256_file(p),
+            }
         samples = read_samples(out / tr["files"]["transport"])
         pts = [s for s in samples if s["event"] == "sample"]
         assert set(facts) == set(KEYS) and facts["status"] == "ok", facts
@@ -317,8 +400,18 @@ def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
             # srtt is unknown only before the connection's first RTT sample
             assert sum(1 for s in pts if s["srtt_ms"]) >= 0.9 * len(pts)
         sizes = sum(v["bytes"] for v in manifest["files"].values())
-        report.append((arm, run["rep"], len(pts), facts["srtt_min_ms"], facts["handshake_rtts"],
-                       facts["window_limit"], sizes, tr["notes"]))  # fmt: skip
+        report.append(
+            (
+                arm,
+                run["rep"],
+                len(pts),
+                facts["srtt_min_ms"],
+                facts["handshake_rtts"],
+                facts["window_limit"],
+                sizes,
+                tr["notes"],
+            )
+        )
     for line in report:
         print(line)
     # nothing left behind: the tracefs instance and the server's qlog folder are gone
@@ -334,8 +427,9 @@ def test_without_tracefs_the_load_is_stored_and_the_trace_missing(
     tcp trace, and the qlog of the h3 loads is unaffected."""
     assert os.geteuid() == 0
     monkeypatch.setattr(tcp, "TRACEFS", tmp_path / "no-tracefs")
-    cfg = make_cell(condition=make_condition(rate_mbit=50, rtt_ms=36), page="100kb", runs=2,
-                    warmup=1)  # fmt: skip
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=50, rtt_ms=36), page="100kb", runs=2, warmup=1
+    )
     r = run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1, traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     runs = {x["arm"]: x for x in Store(tmp_path / "res").runs(r.cell_id, r.attempt)}

@@ -41,8 +41,18 @@ def _tshark(*args: str) -> str:
 def _fields(capture: Path, keylog: Path | None, display: str, field: str) -> list[str]:
     """One field of the packets ``display`` matches, decrypted with ``keylog`` (or with
     no key log at all: an empty ``tls.keylog_file``)."""
-    out = _tshark("-r", str(capture), "-o", f"tls.keylog_file:{keylog or ''}",
-                  "-Y", display, "-T", "fields", "-e", field)  # fmt: skip
+    out = _tshark(
+        "-r",
+        str(capture),
+        "-o",
+        f"tls.keylog_file:{keylog or ''}",
+        "-Y",
+        display,
+        "-T",
+        "fields",
+        "-e",
+        field,
+    )
     return [ln for ln in out.splitlines() if ln.strip()]
 
 
@@ -74,9 +84,11 @@ def test_every_load_has_its_capture(full_cell: dict[str, Any]) -> None:
     stats = full_cell["capture"].stats
     assert len(stats) == 8 and all(s.dropped == 0 for s in stats), stats
     for s in stats:
-        print(f"{s.load}: {s.packets} packets, {s.raw_bytes} B raw, {s.gz_bytes} B gz, "
-              f"start {s.start_s * 1000:.0f} ms, stop {s.stop_s * 1000:.0f} ms, "
-              f"cpu {(s.cpu_s or 0) * 1000:.0f} ms")  # fmt: skip
+        print(
+            f"{s.load}: {s.packets} packets, {s.raw_bytes} B raw, {s.gz_bytes} B gz, "
+            f"start {s.start_s * 1000:.0f} ms, stop {s.stop_s * 1000:.0f} ms, "
+            f"cpu {(s.cpu_s or 0) * 1000:.0f} ms"
+        )
 
 
 def test_h2_capture_opens_decrypted_with_the_key_log(full_cell: dict[str, Any]) -> None:
@@ -128,8 +140,7 @@ def test_an_unfinished_netlog_is_closed_after_its_last_whole_event(
     n = len(log["events"])
     # as Chromium writes it: constants, then one event per line, each with a comma
     head = b'{"constants":' + json.dumps(log["constants"]).encode() + b',\n"events": [\n'
-    lines = b"".join(json.dumps(e, separators=(",", ":")).encode() + b",\n"
-                     for e in log["events"])  # fmt: skip
+    lines = b"".join(json.dumps(e, separators=(",", ":")).encode() + b",\n" for e in log["events"])
     for cut, keep in ((head + lines, n), (head + lines[:-10], n - 1)):
         fixed, closed = complete_netlog(cut)
         assert closed and len(json.loads(fixed)["events"]) == keep
@@ -140,11 +151,25 @@ def test_a_capture_over_the_cap_is_cut_and_says_so(testbed: LocalTestbed, tmp_pa
     """tcpdump stops at the cap's packet count; the load's notes say the capture is cut.
     Traffic: pings to a made-up neighbour, so they leave eth0 without a link behind it."""
     tb = testbed
-    tb.exec("client", ["ip", "neigh", "replace", tb.server_ip, "lladdr", "02:00:00:00:00:01",
-                       "dev", "eth0", "nud", "permanent"])  # fmt: skip
+    tb.exec(
+        "client",
+        [
+            "ip",
+            "neigh",
+            "replace",
+            tb.server_ip,
+            "lladdr",
+            "02:00:00:00:00:01",
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ],
+    )
     tracer = CaptureTracer(cap_bytes=20 * (1514 + 16))
-    ctx = TraceContext(level="full", testbed=tb, results=tmp_path, cell_id="cap", attempt=1,
-                       arms=("h2",))  # fmt: skip
+    ctx = TraceContext(
+        level="full", testbed=tb, results=tmp_path, cell_id="cap", attempt=1, arms=("h2",)
+    )
     ts = TraceSet(ctx, [tracer])
     ts.start()
     try:
@@ -197,8 +222,7 @@ def test_package_traces_without_keys_then_with_keys(
     left = _manifest(plain.path)["left_out"]
     assert {"path": "results/traces", "why": "not asked for (--traces)"} in left
 
-    no_keys = build_package(out, tmp_path / "nokeys.tar.gz", traces=True, home=tmp_path,
-                            environ={})  # fmt: skip
+    no_keys = build_package(out, tmp_path / "nokeys.tar.gz", traces=True, home=tmp_path, environ={})
     names = _members(no_keys.path)
     assert sum(n.endswith("/capture.pcap.gz") for n in names) == 8
     assert sum(n.endswith("-netlog.json.gz") for n in names) == 2
@@ -208,8 +232,11 @@ def test_package_traces_without_keys_then_with_keys(
     assert any(x["path"].endswith("-keys.log") and x["count"] == 2 for x in left), left
 
     with_keys = tmp_path / "keys.tar.gz"
-    cp = subprocess.run([*QB, "package", str(out), "--traces", "--keys", "-o", str(with_keys)],
-                        capture_output=True, text=True)  # fmt: skip
+    cp = subprocess.run(
+        [*QB, "package", str(out), "--traces", "--keys", "-o", str(with_keys)],
+        capture_output=True,
+        text=True,
+    )
     assert cp.returncode == 0, cp.stderr
     assert "(2 TLS key logs)" in cp.stdout, cp.stdout
     names = _members(with_keys)
@@ -244,8 +271,9 @@ def test_a_key_log_that_was_not_asked_for_is_refused(
     stray.write_bytes(gzip.compress(keylog) if stray.suffix == ".gz" else keylog)
     said = re.escape(f"refusing to package: {stray}: {KEYLOG_RULE};")
     with pytest.raises(QuicbedError, match=said):
-        build_package(src, tmp_path / "p.tar.gz", traces=traces, keys=keys, home=tmp_path,
-                      environ={})  # fmt: skip
+        build_package(
+            src, tmp_path / "p.tar.gz", traces=traces, keys=keys, home=tmp_path, environ={}
+        )
     assert not (tmp_path / "p.tar.gz").exists()
 
 
@@ -259,8 +287,12 @@ def test_the_scan_knows_a_key_log_by_name_and_by_content(
     (tmp_path / "sslkeylog.txt").write_text("# nothing yet\n")
     name = "TLS key log file name"
     found = {(f.path, f.rule) for f in scan_tree(tmp_path)}
-    assert found == {("h2-keys.log", KEYLOG_RULE), ("h2-keys.log", name),
-                     ("plain.txt", KEYLOG_RULE), ("sslkeylog.txt", name)}  # fmt: skip
+    assert found == {
+        ("h2-keys.log", KEYLOG_RULE),
+        ("h2-keys.log", name),
+        ("plain.txt", KEYLOG_RULE),
+        ("sslkeylog.txt", name),
+    }
     excused = {"h2-keys.log": frozenset({KEYLOG_RULE, name})}
     found = {(f.path, f.rule) for f in scan_tree(tmp_path, allow=excused)}
     assert found == {("plain.txt", KEYLOG_RULE), ("sslkeylog.txt", name)}

@@ -34,24 +34,42 @@ COND = LinkCondition(rate_mbit=10, rtt_ms=36)
 def _flow(name: str, arm: str, rate_bps: float, dur: float, start: float = 0.0) -> FlowResult:
     n = round(dur / 0.1)
     samples = [(round(0.1 * (i + 1), 3), int(rate_bps / 8 * 0.1 * (i + 1))) for i in range(n)]
-    return FlowResult(flow=name, arm=arm, protocol="h2" if arm.startswith("h2") else "h3",
-                      ok=True, bytes=samples[-1][1], start_offset_s=start, samples=samples,
-                      completion_s=dur, goodput_bps=rate_bps)  # fmt: skip
+    return FlowResult(
+        flow=name,
+        arm=arm,
+        protocol="h2" if arm.startswith("h2") else "h3",
+        ok=True,
+        bytes=samples[-1][1],
+        start_offset_s=start,
+        samples=samples,
+        completion_s=dur,
+        goodput_bps=rate_bps,
+    )
 
 
 def test_flows_are_spelled_one_way() -> None:
     assert parse_flows("h3x1,h2x4") == (("h3", 1), ("h2", 4))
     assert parse_flows("h3, h2") == (("h3", 1), ("h2", 1))
-    for bad, why in (("h3x0", "N >= 1"), ("h3xtwo", "ARMxN"), ("x2", "ARMxN"),
-                     ("h3x1,h3x2", "named twice")):  # fmt: skip
+    for bad, why in (
+        ("h3x0", "N >= 1"),
+        ("h3xtwo", "ARMxN"),
+        ("x2", "ARMxN"),
+        ("h3x1,h3x2", "named twice"),
+    ):
         with pytest.raises(QuicbedError, match=why):
             parse_flows(bad)
 
 
 def test_a_transfer_cell_says_everything_it_needs() -> None:
-    ok = make_cell(condition=COND, page="bulk/10MB.bin", kind="compete", runs=2, warmup=0,
-                   arms=("h3", "h2"), transfer={"size": "10MB", "duration_s": 20,
-                                                "flows": "h3x1,h2x2"})  # fmt: skip
+    ok = make_cell(
+        condition=COND,
+        page="bulk/10MB.bin",
+        kind="compete",
+        runs=2,
+        warmup=0,
+        arms=("h3", "h2"),
+        transfer={"size": "10MB", "duration_s": 20, "flows": "h3x1,h2x2"},
+    )
     assert ok.transfer is not None and ok.transfer.flows == (("h3", 1), ("h2", 2))
     page = make_cell(condition=COND, page="5kb")
     assert "kind" not in page.model_dump(exclude_defaults=True)
@@ -59,18 +77,37 @@ def test_a_transfer_cell_says_everything_it_needs() -> None:
     bad = [
         ({"kind": "bulk"}, "needs its transfer"),
         ({"kind": "bulk", "transfer": {"size": "10MB"}, "warmup": 1}, "no warm-up"),
-        ({"kind": "bulk", "transfer": {"size": "10MB", "flows": "h3x1,h2x1"}},
-         "flows and stagger are for compete"),
+        (
+            {"kind": "bulk", "transfer": {"size": "10MB", "flows": "h3x1,h2x1"}},
+            "flows and stagger are for compete",
+        ),
         ({"kind": "bulk", "transfer": {"size": "11MB"}}, "page is its object 'bulk/11MB.bin'"),
         ({"kind": "bulk", "transfer": {"size": "10TB"}}, "10TB"),
-        ({"kind": "compete", "transfer": {"size": "10MB", "flows": "h3x1,h2x1"},
-          "arms": ("h3", "h2")}, "needs a duration"),
-        ({"kind": "compete", "transfer": {"size": "10MB", "duration_s": 5, "flows": "h3x1"},
-          "arms": ("h3",)}, "2 to 32 flows"),
-        ({"kind": "compete", "transfer": {"size": "10MB", "duration_s": 5,
-                                          "flows": "h3x1,h2x1"}}, "flows' arms in order"),
+        (
+            {
+                "kind": "compete",
+                "transfer": {"size": "10MB", "flows": "h3x1,h2x1"},
+                "arms": ("h3", "h2"),
+            },
+            "needs a duration",
+        ),
+        (
+            {
+                "kind": "compete",
+                "transfer": {"size": "10MB", "duration_s": 5, "flows": "h3x1"},
+                "arms": ("h3",),
+            },
+            "2 to 32 flows",
+        ),
+        (
+            {
+                "kind": "compete",
+                "transfer": {"size": "10MB", "duration_s": 5, "flows": "h3x1,h2x1"},
+            },
+            "flows' arms in order",
+        ),
         ({"page": "5kb", "transfer": {"size": "10MB"}}, "for bulk and compete cells"),
-    ]  # fmt: skip
+    ]
     for extra, why in bad:
         with pytest.raises(QuicbedError, match=why):
             make_cell(**(base | extra))
@@ -78,16 +115,25 @@ def test_a_transfer_cell_says_everything_it_needs() -> None:
 
 SPEC = {
     "name": "t",
-    "defaults": {"runs": 3, "arms": {"h2": None, "h3": None, "h3-n1": {"stack": "quic-go",
-                                                                       "cubic_n": 1}}},
+    "defaults": {
+        "runs": 3,
+        "arms": {"h2": None, "h3": None, "h3-n1": {"stack": "quic-go", "cubic_n": 1}},
+    },
     "scenarios": {
         "pages": {"rate": [10], "rtt": [36], "pages": ["5kb"]},
         "goodput": {"kind": "bulk", "rate": [10, 50], "rtt": [36], "objects": ["10MB"]},
-        "fair": {"kind": "compete", "rate": [5], "rtt": [36], "queue": ["30kB", "2bdp"],
-                 "objects": ["100MB"], "duration": [20],
-                 "flows": ["h3x1,h2x1", {"h3-n1": 1, "h2": 4}], "runs": 2},
+        "fair": {
+            "kind": "compete",
+            "rate": [5],
+            "rtt": [36],
+            "queue": ["30kB", "2bdp"],
+            "objects": ["100MB"],
+            "duration": [20],
+            "flows": ["h3x1,h2x1", {"h3-n1": 1, "h2": 4}],
+            "runs": 2,
+        },
     },
-}  # fmt: skip
+}
 
 
 def test_a_spec_plans_transfer_cells_beside_page_cells() -> None:
@@ -117,21 +163,55 @@ def test_a_spec_plans_transfer_cells_beside_page_cells() -> None:
 @pytest.mark.parametrize(
     ("scenario", "why"),
     [
-        ({"kind": "bulk", "rate": [10], "rtt": [36], "pages": ["5kb"], "objects": ["1MB"]},
-         "pages: for page loads, not a bulk scenario"),
+        (
+            {"kind": "bulk", "rate": [10], "rtt": [36], "pages": ["5kb"], "objects": ["1MB"]},
+            "pages: for page loads, not a bulk scenario",
+        ),
         ({"kind": "bulk", "rate": [10], "rtt": [36]}, "objects: a bulk scenario needs"),
-        ({"kind": "compete", "rate": [10], "rtt": [36], "objects": ["1MB"], "flows": ["h3,h2"]},
-         "needs flows .* and duration"),
-        ({"rate": [10], "rtt": [36], "pages": ["5kb"], "objects": ["1MB"]},
-         "objects: for kind bulk or compete"),
-        ({"kind": "compete", "rate": [10], "rtt": [36], "objects": ["1MB"], "duration": [5],
-          "flows": ["h3x1,h9x1"]}, "h9"),
-        ({"kind": "compete", "rate": [10], "rtt": [36], "objects": ["1MB"], "duration": [5],
-          "flows": ["h3x1,h2x1"], "warmup": 2}, "no warm-up"),
-        ({"kind": "compete", "rate": [10], "rtt": [36], "objects": ["1MB"], "duration": [5],
-          "flows": yaml.safe_load("[h3x1,h2x1]")}, "'h3x1' is one flow.*quote it in YAML"),
+        (
+            {"kind": "compete", "rate": [10], "rtt": [36], "objects": ["1MB"], "flows": ["h3,h2"]},
+            "needs flows .* and duration",
+        ),
+        (
+            {"rate": [10], "rtt": [36], "pages": ["5kb"], "objects": ["1MB"]},
+            "objects: for kind bulk or compete",
+        ),
+        (
+            {
+                "kind": "compete",
+                "rate": [10],
+                "rtt": [36],
+                "objects": ["1MB"],
+                "duration": [5],
+                "flows": ["h3x1,h9x1"],
+            },
+            "h9",
+        ),
+        (
+            {
+                "kind": "compete",
+                "rate": [10],
+                "rtt": [36],
+                "objects": ["1MB"],
+                "duration": [5],
+                "flows": ["h3x1,h2x1"],
+                "warmup": 2,
+            },
+            "no warm-up",
+        ),
+        (
+            {
+                "kind": "compete",
+                "rate": [10],
+                "rtt": [36],
+                "objects": ["1MB"],
+                "duration": [5],
+                "flows": yaml.safe_load("[h3x1,h2x1]"),
+            },
+            "'h3x1' is one flow.*quote it in YAML",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_transfer_scenarios_name_the_key(scenario: dict, why: str, tmp_path: Path) -> None:
     """Each error names the key; a YAML list that split a mix at its comma says so."""
 
@@ -147,23 +227,42 @@ def _compete_record() -> CompeteResult:
         flows = [_flow("h3-0", "h3", q, 8.0), _flow("h2-0", "h2", t, 8.0)]
         runs.append(compete_run(rep, flows, 8.0, []))
     return CompeteResult(
-        created="now", condition=COND.model_dump(mode="json"), groups=[("h3", 1), ("h2", 1)],
+        created="now",
+        condition=COND.model_dump(mode="json"),
+        groups=[("h3", 1), ("h2", 1)],
         arms=[{"name": "h3", "transport": "udp"}, {"name": "h2", "transport": "tcp"}],
-        duration_s=8, stagger_s=0, object="bulk/10MB.bin", runs=runs,
-    )  # fmt: skip
+        duration_s=8,
+        stagger_s=0,
+        object="bulk/10MB.bin",
+        runs=runs,
+    )
 
 
 def _bulk_record() -> BulkResult:
-    runs = [BulkRun(arm=arm, rep=rep, seq=i, flow=_flow(f"{arm}-{rep}", arm, rate, 4.0))
-            for i, (arm, rep, rate) in enumerate([("h2", 0, 9.1e6), ("h3", 0, 8.0e6),
-                                                  ("h3", 1, 8.2e6), ("h2", 1, 9.3e6),
-                                                  ("h2", 2, 9.0e6), ("h3", 2, 7.9e6)])]  # fmt: skip
+    runs = [
+        BulkRun(arm=arm, rep=rep, seq=i, flow=_flow(f"{arm}-{rep}", arm, rate, 4.0))
+        for i, (arm, rep, rate) in enumerate(
+            [
+                ("h2", 0, 9.1e6),
+                ("h3", 0, 8.0e6),
+                ("h3", 1, 8.2e6),
+                ("h2", 1, 9.3e6),
+                ("h2", 2, 9.0e6),
+                ("h3", 2, 7.9e6),
+            ]
+        )
+    ]
     return BulkResult(
-        created="now", condition=COND.model_dump(mode="json"),
+        created="now",
+        condition=COND.model_dump(mode="json"),
         arms=[{"name": "h2", "transport": "tcp"}, {"name": "h3", "transport": "udp"}],
-        object="bulk/10MB.bin", object_bytes=10**7, duration_s=None, reps=3,
-        ideal_goodput_bps=10e6 * 1448 / 1514, runs=runs,
-    )  # fmt: skip
+        object="bulk/10MB.bin",
+        object_bytes=10**7,
+        duration_s=None,
+        reps=3,
+        ideal_goodput_bps=10e6 * 1448 / 1514,
+        runs=runs,
+    )
 
 
 def test_compete_summary_from_its_repetitions() -> None:
@@ -181,11 +280,15 @@ def test_compete_summary_from_its_repetitions() -> None:
 def _store_cell(
     root: Path, kind: str, record: BulkResult | CompeteResult, cond: LinkCondition = COND
 ) -> str:
-    t = {"size": "10MB"} if kind == "bulk" else {"size": "10MB", "duration_s": 8,
-                                                   "flows": "h3x1,h2x1"}  # fmt: skip
+    t = (
+        {"size": "10MB"}
+        if kind == "bulk"
+        else {"size": "10MB", "duration_s": 8, "flows": "h3x1,h2x1"}
+    )
     arms = ("h2", "h3") if kind == "bulk" else ("h3", "h2")
-    cfg = make_cell(condition=cond, page="bulk/10MB.bin", kind=kind, runs=3, warmup=0,
-                    arms=arms, transfer=t)  # fmt: skip
+    cfg = make_cell(
+        condition=cond, page="bulk/10MB.bin", kind=kind, runs=3, warmup=0, arms=arms, transfer=t
+    )
     store = Store(root, create=True)
     cid = cfg.cell_id()
     store.add_cell(cid, cfg.model_dump(mode="json"))
@@ -212,8 +315,9 @@ def test_the_report_shows_transfer_cells_from_the_store(tmp_path: Path) -> None:
     by = {(r["cell_id"], r["arm"]): r for r in rows}
     assert set(by) == {(bulk, "h2"), (bulk, "h3"), (comp, "h3"), (comp, "h2")}
     assert float(by[(bulk, "h2")]["goodput_mbit_mean"]) == pytest.approx(9.1333, rel=1e-3)
-    assert float(by[(bulk, "h2")]["of_ideal"]) == pytest.approx(9.1333e6 / (10e6 * 1448 / 1514),
-                                                                rel=1e-3)  # fmt: skip
+    assert float(by[(bulk, "h2")]["of_ideal"]) == pytest.approx(
+        9.1333e6 / (10e6 * 1448 / 1514), rel=1e-3
+    )
     assert by[(bulk, "h3")]["reference"] == "h2" and by[(bulk, "h3")]["significant"] == "True"
     assert by[(bulk, "h2")]["reference"] == ""  # the reference has no comparison of its own
     assert by[(comp, "h3")]["flows"] == "h3x1,h2x1" and float(by[(comp, "h3")]["share_mean"]) > 0.6
@@ -234,18 +338,31 @@ def test_a_specs_pairs_compare_two_settings_of_one_protocol(tmp_path: Path) -> N
     """Arm A vs arm B (issue 14): a bulk cell of TCP and two QUIC stacks. Each arm is
     compared with the TCP reference, and the spec's pair (the two QUIC stacks) too, as
     for page cells; a pair naming an arm the cell lacks is another cell's."""
-    rates = {"h2": (9.1e6, 9.3e6, 9.0e6), "h3": (8.5e6, 8.6e6, 8.4e6),
-             "h3-quiche": (8.0e6, 8.1e6, 7.9e6)}  # fmt: skip
-    runs = [BulkRun(arm=arm, rep=rep, seq=i * 3 + rep, flow=_flow(f"{arm}-{rep}", arm, v, 4))
-            for i, (arm, vals) in enumerate(rates.items())
-            for rep, v in enumerate(vals)]  # fmt: skip
+    rates = {
+        "h2": (9.1e6, 9.3e6, 9.0e6),
+        "h3": (8.5e6, 8.6e6, 8.4e6),
+        "h3-quiche": (8.0e6, 8.1e6, 7.9e6),
+    }
+    runs = [
+        BulkRun(arm=arm, rep=rep, seq=i * 3 + rep, flow=_flow(f"{arm}-{rep}", arm, v, 4))
+        for i, (arm, vals) in enumerate(rates.items())
+        for rep, v in enumerate(vals)
+    ]
     rec = BulkResult(
-        created="now", condition=COND.model_dump(mode="json"),
-        arms=[{"name": "h2", "transport": "tcp"}, {"name": "h3", "transport": "udp"},
-              {"name": "h3-quiche", "transport": "udp"}],
-        object="bulk/10MB.bin", object_bytes=10**7, duration_s=None, reps=3,
-        ideal_goodput_bps=10e6 * 1448 / 1514, runs=runs,
-    )  # fmt: skip
+        created="now",
+        condition=COND.model_dump(mode="json"),
+        arms=[
+            {"name": "h2", "transport": "tcp"},
+            {"name": "h3", "transport": "udp"},
+            {"name": "h3-quiche", "transport": "udp"},
+        ],
+        object="bulk/10MB.bin",
+        object_bytes=10**7,
+        duration_s=None,
+        reps=3,
+        ideal_goodput_bps=10e6 * 1448 / 1514,
+        runs=runs,
+    )
     assert set(bulk_summary(rec).comparisons) == {"h2/h3", "h2/h3-quiche"}
     both = bulk_summary(rec, extra_pairs=[("h3", "h3-quiche"), ("h3", "h3-n2")])
     assert set(both.comparisons) == {"h2/h3", "h2/h3-quiche", "h3/h3-quiche"}
@@ -253,8 +370,15 @@ def test_a_specs_pairs_compare_two_settings_of_one_protocol(tmp_path: Path) -> N
     assert c["tcp"]["arm"] == "h3" and c["quic"]["arm"] == "h3-quiche" and c["p"] < 0.01
     # the report: one row per arm and comparison, the spec's pair among them
     root = tmp_path / "res"
-    cfg = make_cell(condition=COND, page="bulk/10MB.bin", kind="bulk", runs=3, warmup=0,
-                    arms=("h2", "h3", "h3-quiche"), transfer={"size": "10MB"})  # fmt: skip
+    cfg = make_cell(
+        condition=COND,
+        page="bulk/10MB.bin",
+        kind="bulk",
+        runs=3,
+        warmup=0,
+        arms=("h2", "h3", "h3-quiche"),
+        transfer={"size": "10MB"},
+    )
     store = Store(root, create=True)
     cid = cfg.cell_id()
     store.add_cell(cid, cfg.model_dump(mode="json"))
@@ -294,8 +418,9 @@ def test_a_transfer_cell_prints_its_flows_not_plts(
     store = Store.open_readonly(tmp_path / "c")
     cfg = CellConfig(**store.cell_config(comp))
     store.close()
-    print_cell(SimpleNamespace(cell_id=comp, attempt=1, out=tmp_path / "c", status="done",
-                               problem=""), cfg)  # fmt: skip
+    print_cell(
+        SimpleNamespace(cell_id=comp, attempt=1, out=tmp_path / "c", status="done", problem=""), cfg
+    )
     text = " ".join(capsys.readouterr().out.split())
     assert "h3 x1: share 67" in text and "(fair 50 %)" in text and "Jain's index 0.89" in text
 
@@ -360,16 +485,35 @@ def test_bad_compete_options_are_refused_before_anything_runs(tmp_path: Path) ->
 
     out = tmp_path / "o"
     # an error names the option as typed, not the cell's field behind it
-    for cmd, args, why in (("compete", ["--flows", "h3x0"], "'h3x0' is not ARMxN"),
-                           ("compete", ["--size", "10TB"], "'10TB' is not like 10MB"),
-                           ("compete", ["--reps", "1"], "error: --reps: runs must be >= 2"),
-                           ("compete", ["--duration", "0"], "error: --duration: "),
-                           ("compete", ["--stagger", "-1"], "error: --stagger: "),
-                           ("bulk", ["--reps", "0"], "error: --reps: runs must be >= 2"),
-                           ("bulk", ["--duration", "-3"], "error: --duration: ")):  # fmt: skip
-        cp = subprocess.run([sys.executable, "-m", "quicbed", cmd, "--out", str(out),
-                             "--rate", "10", "--rtt", "36", "--prefix", "tbad", *args],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    for cmd, args, why in (
+        ("compete", ["--flows", "h3x0"], "'h3x0' is not ARMxN"),
+        ("compete", ["--size", "10TB"], "'10TB' is not like 10MB"),
+        ("compete", ["--reps", "1"], "error: --reps: runs must be >= 2"),
+        ("compete", ["--duration", "0"], "error: --duration: "),
+        ("compete", ["--stagger", "-1"], "error: --stagger: "),
+        ("bulk", ["--reps", "0"], "error: --reps: runs must be >= 2"),
+        ("bulk", ["--duration", "-3"], "error: --duration: "),
+    ):
+        cp = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "quicbed",
+                cmd,
+                "--out",
+                str(out),
+                "--rate",
+                "10",
+                "--rtt",
+                "36",
+                "--prefix",
+                "tbad",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert cp.returncode == 2 and why in cp.stderr, (args, cp.stderr)
         assert "transfer." not in cp.stderr and "cell:" not in cp.stderr, cp.stderr
     assert not out.exists()

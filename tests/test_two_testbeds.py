@@ -60,8 +60,17 @@ def _attempts(out: Path) -> list[dict]:
     out_rows = []
     for cid, att, status, started, finished, prov, loads in rows:
         src = ((json.loads(prov) if prov else {}).get("testbed") or {}).get("source")
-        out_rows.append({"cell": cid, "attempt": att, "status": status, "started": started,
-                         "finished": finished, "source": src, "loads": loads})  # fmt: skip
+        out_rows.append(
+            {
+                "cell": cid,
+                "attempt": att,
+                "status": status,
+                "started": started,
+                "finished": finished,
+                "source": src,
+                "loads": loads,
+            }
+        )
     return out_rows
 
 
@@ -76,8 +85,9 @@ def _crash(prefix: str) -> None:
     e.g. pyenv's rehash lock, and hang every later login.)"""
     tb = LocalTestbed(prefix)
     for role in ("server", "client", "bridge"):
-        pids = subprocess.run(["ip", "netns", "pids", tb.ns(role)], capture_output=True,
-                              text=True).stdout.split()  # fmt: skip
+        pids = subprocess.run(
+            ["ip", "netns", "pids", tb.ns(role)], capture_output=True, text=True
+        ).stdout.split()
         for pid in pids:
             try:
                 if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
@@ -109,9 +119,13 @@ def test_a_sweep_spreads_over_two_testbeds_and_survives_one(
     spec = tmp_path / "two.yaml"
     spec.write_text(SPEC)
     out = tmp_path / "res"
-    p = subprocess.Popen([*QB, "run", str(spec), "--out", str(out), "--hosts", inv_a,
-                          "--hosts", inv_b], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)  # fmt: skip
+    p = subprocess.Popen(
+        [*QB, "run", str(spec), "--out", str(out), "--hosts", inv_a, "--hosts", inv_b],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while not any(x["source"] == inv_b and x["loads"] > 0 for x in _attempts(out)):

@@ -101,12 +101,14 @@ def test_existing_pages_keep_their_bytes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "body, match",
-    [("{size: 5KB, count: 1, parts: [{size: 5KB, count: 1}]}", "not both"),
-     ("{parts: []}", "parts is empty"),
-     ("{size: 5KB}", "needs size and count"),
-     ("{parts: [{size: 5kilo, count: 1}]}", "size '5kilo'"),
-     ("{parts: [{size: 5KB, count: 0}]}", "count must be >= 1")],
-)  # fmt: skip
+    [
+        ("{size: 5KB, count: 1, parts: [{size: 5KB, count: 1}]}", "not both"),
+        ("{parts: []}", "parts is empty"),
+        ("{size: 5KB}", "needs size and count"),
+        ("{parts: [{size: 5kilo, count: 1}]}", "size '5kilo'"),
+        ("{parts: [{size: 5KB, count: 0}]}", "count must be >= 1"),
+    ],
+)
 def test_bad_parts_name_the_value(tmp_path: Path, body: str, match: str) -> None:
     bad = tmp_path / "pages.yaml"
     bad.write_text(f"kb: 1024\npages:\n  x: {body}\n")

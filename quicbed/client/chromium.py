@@ -117,30 +117,43 @@ def check_spec(spec: BrowserSpec) -> None:
     if spec.protocol not in ("h2", "h3", "gquic"):
         raise QuicbedError(f"arm {a}: unknown protocol {spec.protocol!r} (h2, h3 or gquic)")
     if spec.client == "chromium72" and spec.protocol == "h3":
-        raise QuicbedError(f"arm {a}: protocol 'h3' with client 'chromium72': Chromium 72 has "
-                           f"no IETF QUIC v1 (it speaks gQUIC: protocol gquic)")  # fmt: skip
+        raise QuicbedError(
+            f"arm {a}: protocol 'h3' with client 'chromium72': Chromium 72 has "
+            f"no IETF QUIC v1 (it speaks gQUIC: protocol gquic)"
+        )
     if spec.client == "chromium" and spec.protocol == "gquic":
-        raise QuicbedError(f"arm {a}: protocol 'gquic' with client 'chromium': the current "
-                           f"Chromium has no gQUIC (use client chromium72)")  # fmt: skip
+        raise QuicbedError(
+            f"arm {a}: protocol 'gquic' with client 'chromium': the current "
+            f"Chromium has no gQUIC (use client chromium72)"
+        )
     if spec.protocol == "gquic":
         if spec.quic_version is None:
-            raise QuicbedError(f"arm {a}: protocol 'gquic' needs a quic_version "
-                               f"({', '.join(GQUIC_VERSIONS)})")  # fmt: skip
+            raise QuicbedError(
+                f"arm {a}: protocol 'gquic' needs a quic_version ({', '.join(GQUIC_VERSIONS)})"
+            )
         if spec.quic_version not in GQUIC_VERSIONS:
-            raise QuicbedError(f"arm {a}: unknown quic_version {spec.quic_version!r} "
-                               f"(Chromium 72's gQUIC: {', '.join(GQUIC_VERSIONS)})")  # fmt: skip
+            raise QuicbedError(
+                f"arm {a}: unknown quic_version {spec.quic_version!r} "
+                f"(Chromium 72's gQUIC: {', '.join(GQUIC_VERSIONS)})"
+            )
     elif spec.quic_version is not None:
-        raise QuicbedError(f"arm {a}: quic_version {spec.quic_version!r} is for protocol "
-                           f"gquic, not {spec.protocol!r}")  # fmt: skip
+        raise QuicbedError(
+            f"arm {a}: quic_version {spec.quic_version!r} is for protocol "
+            f"gquic, not {spec.protocol!r}"
+        )
     if spec.client == "chromium72":
         if spec.ca_cert is None:
-            raise QuicbedError(f"arm {a}: client 'chromium72' needs ca_cert (it trusts the test "
-                               f"CA from its own NSS database; it ignores the SPKI pin for "
-                               f"QUIC)")  # fmt: skip
+            raise QuicbedError(
+                f"arm {a}: client 'chromium72' needs ca_cert (it trusts the test "
+                f"CA from its own NSS database; it ignores the SPKI pin for "
+                f"QUIC)"
+            )
         if spec.net_log is not None:
-            raise QuicbedError(f"arm {a}: net_log {str(spec.net_log)!r} with client "
-                               f"'chromium72': Chromium 72's headless shell writes no "
-                               f"NetLog")  # fmt: skip
+            raise QuicbedError(
+                f"arm {a}: net_log {str(spec.net_log)!r} with client "
+                f"'chromium72': Chromium 72's headless shell writes no "
+                f"NetLog"
+            )
 
 
 def quic_version_switch(version: str) -> str:
@@ -153,18 +166,24 @@ def command_line(spec: BrowserSpec) -> list[str]:
     """The full Chromium argv for one arm (stored with the results)."""
     check_spec(spec)
     old = spec.client == "chromium72"
-    argv = [CHROMIUM72 if old else CHROMIUM, *(QUIET72 if old else QUIET),
-            f"--user-data-dir={spec.user_data_dir}",
-            "--remote-debugging-port=0",
-            f"--host-resolver-rules=MAP {spec.host} {spec.server_ip}, MAP * ~NOTFOUND",
-            f"--ignore-certificate-errors-spki-list={spec.spki_pin}",
-            "--enable-net-benchmarking"]  # fmt: skip
+    argv = [
+        CHROMIUM72 if old else CHROMIUM,
+        *(QUIET72 if old else QUIET),
+        f"--user-data-dir={spec.user_data_dir}",
+        "--remote-debugging-port=0",
+        f"--host-resolver-rules=MAP {spec.host} {spec.server_ip}, MAP * ~NOTFOUND",
+        f"--ignore-certificate-errors-spki-list={spec.spki_pin}",
+        "--enable-net-benchmarking",
+    ]
     if spec.protocol == "h3":
         argv += ["--enable-quic", f"--origin-to-force-quic-on={spec.host}:{spec.port}"]
     elif spec.protocol == "gquic":
         assert spec.quic_version is not None  # check_spec
-        argv += ["--enable-quic", f"--origin-to-force-quic-on={spec.host}:{spec.port}",
-                 f"--quic-version={quic_version_switch(spec.quic_version)}"]  # fmt: skip
+        argv += [
+            "--enable-quic",
+            f"--origin-to-force-quic-on={spec.host}:{spec.port}",
+            f"--quic-version={quic_version_switch(spec.quic_version)}",
+        ]
     else:
         argv += ["--disable-quic"]
     if spec.net_log:
@@ -189,15 +208,18 @@ def seed_nss_db(tb: Testbed, spec: BrowserSpec) -> None:
     assert spec.ca_cert is not None  # check_spec
     db = f"sql:{spec.nss_db}"
     tb.mkdir("client", spec.nss_db)
-    for argv in (["certutil", "-N", "-d", db, "--empty-password"],
-                 ["certutil", "-A", "-d", db, "-n", CA_NICKNAME, "-t", "C,,",
-                  "-i", str(spec.ca_cert)]):  # fmt: skip
+    for argv in (
+        ["certutil", "-N", "-d", db, "--empty-password"],
+        ["certutil", "-A", "-d", db, "-n", CA_NICKNAME, "-t", "C,,", "-i", str(spec.ca_cert)],
+    ):
         cp = tb.exec("client", argv, check=False)
         if cp.returncode != 0:
             why = (cp.stderr or cp.stdout).strip()[:300]
-            raise QuicbedError(f"arm {spec.arm}: {' '.join(argv[:2])} failed on "
-                               f"{tb.name('client')}: {why} (is libnss3-tools installed? "
-                               f"roles/chromium_client_gquic)")  # fmt: skip
+            raise QuicbedError(
+                f"arm {spec.arm}: {' '.join(argv[:2])} failed on "
+                f"{tb.name('client')}: {why} (is libnss3-tools installed? "
+                f"roles/chromium_client_gquic)"
+            )
 
 
 class Browser:
@@ -256,10 +278,13 @@ class Browser:
         fallbacks = ["--fallbacks"] if self.spec.client == "chromium72" else []
         self.driver = subprocess.Popen(
             tb.argv("client", ["node", str(load_js), str(port), *fallbacks]),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             stderr=open(self.log_dir / f"driver-{self.spec.arm}.log", "ab"),  # noqa: SIM115
-            text=True, bufsize=1, preexec_fn=proc._die_with_parent,
-        )  # fmt: skip
+            text=True,
+            bufsize=1,
+            preexec_fn=proc._die_with_parent,
+        )
 
     def ready(self, timeout: float = 30) -> None:
         """The driver's hello: it reached Chromium and is ready for loads."""
@@ -270,9 +295,11 @@ class Browser:
         self.version = hello.get("browser", "")
         if self.spec.client == "chromium72" and self.version != CHROMIUM72_BUILD:
             self.stop()
-            raise QuicbedError(f"arm {self.spec.arm}: {CHROMIUM72} on {self.tb.name('client')} "
-                               f"is {self.version!r}, not {CHROMIUM72_BUILD} "
-                               f"(roles/chromium_client_gquic)")  # fmt: skip
+            raise QuicbedError(
+                f"arm {self.spec.arm}: {CHROMIUM72} on {self.tb.name('client')} "
+                f"is {self.version!r}, not {CHROMIUM72_BUILD} "
+                f"(roles/chromium_client_gquic)"
+            )
 
     def _read(self, timeout: float) -> dict[str, Any]:
         assert self.driver and self.driver.stdout
@@ -290,8 +317,12 @@ class Browser:
         if self.driver is None or self.driver.poll() is not None:
             return {"ok": False, "error": "driver not running", "har": None, "nav": None}
         assert self.driver.stdin
-        cmd = {"cmd": "load", "url": url, "fresh_context": fresh_context,
-               "timeout_ms": int(timeout_s * 1000)}  # fmt: skip
+        cmd = {
+            "cmd": "load",
+            "url": url,
+            "fresh_context": fresh_context,
+            "timeout_ms": int(timeout_s * 1000),
+        }
         self.driver.stdin.write(json.dumps(cmd) + "\n")
         self.driver.stdin.flush()
         try:

@@ -30,18 +30,23 @@ def metrics(har: dict[str, Any] | None, nav: dict[str, Any] | None, host: str) -
     entries = []
     for e in log.get("entries", []):
         t = e.get("timings", {})
-        entries.append({
-            "url": e["request"]["url"],
-            "host": urlsplit(e["request"]["url"]).hostname,
-            "status": e["response"]["status"],
-            "protocol": normalize_protocol(e["response"].get("httpVersion")),
-            "body_bytes": e["response"].get("content", {}).get("size", -1),
-            "transfer_bytes": e["response"].get("_transferSize", -1),
-            "connection": e.get("connection"),
-            "dns": t.get("dns", -1), "connect": t.get("connect", -1), "ssl": t.get("ssl", -1),
-            "wait": t.get("wait", -1), "receive": t.get("receive", -1),
-            "time": e.get("time"),
-        })  # fmt: skip
+        entries.append(
+            {
+                "url": e["request"]["url"],
+                "host": urlsplit(e["request"]["url"]).hostname,
+                "status": e["response"]["status"],
+                "protocol": normalize_protocol(e["response"].get("httpVersion")),
+                "body_bytes": e["response"].get("content", {}).get("size", -1),
+                "transfer_bytes": e["response"].get("_transferSize", -1),
+                "connection": e.get("connection"),
+                "dns": t.get("dns", -1),
+                "connect": t.get("connect", -1),
+                "ssl": t.get("ssl", -1),
+                "wait": t.get("wait", -1),
+                "receive": t.get("receive", -1),
+                "time": e.get("time"),
+            }
+        )
     dns = sum(x["dns"] for x in entries if x["dns"] and x["dns"] > 0)
     onload = page.get("pageTimings", {}).get("onLoad")
     plt = None if onload is None or onload < 0 else onload - dns

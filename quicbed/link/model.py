@@ -94,8 +94,10 @@ def parse_queue(spec: str) -> tuple[str, float]:
     else:
         kind, value = "bytes", num * _QUEUE_BYTES[unit]
     if value > _QUEUE_MAX[kind]:
-        raise QuicbedError(f"queue: {spec!r} is more than any real buffer holds "
-                           f"(at most {_QUEUE_MAX[kind]:g} {kind})")  # fmt: skip
+        raise QuicbedError(
+            f"queue: {spec!r} is more than any real buffer holds "
+            f"(at most {_QUEUE_MAX[kind]:g} {kind})"
+        )
     return kind, value
 
 
@@ -130,8 +132,10 @@ class LinkCondition(BaseModel):
         ):
             raise ValueError(f"rate must be > 0 Mbit/s (got {self.rate_mbit:g})")
         if self.rate_mbit is not None and not (MIN_RATE_MBIT <= self.rate_mbit <= MAX_RATE_MBIT):
-            raise ValueError(f"rate must be in [{MIN_RATE_MBIT:g}, {MAX_RATE_MBIT:g}] Mbit/s "
-                             f"or unlimited (got {self.rate_mbit:g})")  # fmt: skip
+            raise ValueError(
+                f"rate must be in [{MIN_RATE_MBIT:g}, {MAX_RATE_MBIT:g}] Mbit/s "
+                f"or unlimited (got {self.rate_mbit:g})"
+            )
         if self.rtt_ms is not None and (
             self.delay_down_ms is not None or self.delay_up_ms is not None
         ):
@@ -141,8 +145,9 @@ class LinkCondition(BaseModel):
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name.removesuffix('_ms')} must be >= 0 ms (got {v:g})")
             if v is not None and v > MAX_DELAY_MS:
-                raise ValueError(f"{name.removesuffix('_ms')} must be at most "
-                                 f"{MAX_DELAY_MS:g} ms (got {v:g})")  # fmt: skip
+                raise ValueError(
+                    f"{name.removesuffix('_ms')} must be at most {MAX_DELAY_MS:g} ms (got {v:g})"
+                )
         for name in ("loss_pct", "loss_down_pct", "loss_up_pct"):
             v = getattr(self, name)
             if v is not None and not (0 <= v < 100):
@@ -152,8 +157,10 @@ class LinkCondition(BaseModel):
         if self.jitter_ms > 0 and self.jitter_kind == JitterKind.none:
             raise ValueError(f"jitter {self.jitter_ms:g} ms needs a jitter kind: reorder or smooth")
         if not (0 < self.jitter_interval_ms <= MAX_DELAY_MS):
-            raise ValueError(f"jitter interval must be in (0, {MAX_DELAY_MS:g}] ms "
-                             f"(got {self.jitter_interval_ms:g})")  # fmt: skip
+            raise ValueError(
+                f"jitter interval must be in (0, {MAX_DELAY_MS:g}] ms "
+                f"(got {self.jitter_interval_ms:g})"
+            )
         if not (0 <= self.seed <= MAX_SEED):
             raise ValueError(f"seed must be in [0, {MAX_SEED}] (got {self.seed})")
         for direction, d in (("down", self.delay_down()), ("up", self.delay_up())):

@@ -69,19 +69,41 @@ def udp_probe(
     tb.remove(receiver, out)
     rx = tb.spawn(
         receiver,
-        [*tb.python(receiver), "-m", "quicbed.link.udpprobe", "recv", "--bind", f"{dst}:{port}",
-         "--count", str(count), "--out", str(out), "--idle", str(idle)],
-    )  # fmt: skip
+        [
+            *tb.python(receiver),
+            "-m",
+            "quicbed.link.udpprobe",
+            "recv",
+            "--bind",
+            f"{dst}:{port}",
+            "--count",
+            str(count),
+            "--out",
+            str(out),
+            "--idle",
+            str(idle),
+        ],
+    )
     seconds = count / pps
     try:
         tb.wait_listening(receiver, "udp", port)
         resolve_neighbours(tb, sender, dst)
         tb.exec(
             sender,
-            [*tb.python(sender), "-m", "quicbed.link.udpprobe", "send", "--to", f"{dst}:{port}",
-             "--count", str(count), "--pps", f"{pps:g}"],
+            [
+                *tb.python(sender),
+                "-m",
+                "quicbed.link.udpprobe",
+                "send",
+                "--to",
+                f"{dst}:{port}",
+                "--count",
+                str(count),
+                "--pps",
+                f"{pps:g}",
+            ],
             timeout=seconds + 30,
-        )  # fmt: skip
+        )
         rx.wait(timeout=seconds + idle + 60)
     finally:
         rx.stop()

@@ -87,8 +87,17 @@ class ProvenLink:
 
 
 #: the emulator's counters that only ever grow (its percentiles and maxima need not)
-MONOTONIC = ("rx_packets", "rx_bytes", "loss_drops", "queue_drops", "tx_packets", "tx_bytes",
-             "send_errors", "socket_drops", "reordered")  # fmt: skip
+MONOTONIC = (
+    "rx_packets",
+    "rx_bytes",
+    "loss_drops",
+    "queue_drops",
+    "tx_packets",
+    "tx_bytes",
+    "send_errors",
+    "socket_drops",
+    "reordered",
+)
 
 
 def _grew(now: dict[str, Any] | None, then: dict[str, Any] | None) -> list[str]:
@@ -113,10 +122,13 @@ def opening_check(proven: ProvenLink) -> SpotCheck:
         age = time.monotonic() - at
         gen = proven.current_generation()
         if age <= REUSE_CLOSING_S and gen == proven.generation:
-            return closing.model_copy(update={
-                "kind": "opening", "generation": gen,
-                "reused": {"check": "closing", "created": closing.created, "age_s": age},
-            })  # fmt: skip
+            return closing.model_copy(
+                update={
+                    "kind": "opening",
+                    "generation": gen,
+                    "reused": {"check": "closing", "created": closing.created, "age_s": age},
+                }
+            )
     return spot_check(proven, "opening")
 
 
@@ -126,21 +138,31 @@ def spot_check(proven: ProvenLink, kind: str, since: dict[str, Any] | None = Non
     problems = []
     gen = shaper.generation(tb)
     if gen != proven.generation:
-        problems.append(f"the link changed since its receipt (generation {proven.generation} "
-                        f"-> {gen})")  # fmt: skip
+        problems.append(
+            f"the link changed since its receipt (generation {proven.generation} -> {gen})"
+        )
     rtt = rtt_check(tb, cond, SPOT_PINGS, spot=True)
     if rtt.passed is False:
         got = "nothing" if rtt.measured is None else f"{rtt.measured:.2f} ms"
-        problems.append(f"RTT {got}, expected {rtt.expected:.2f} ms +/- "
-                        f"{(rtt.high or 0) - (rtt.expected or 0):.2f}")  # fmt: skip
+        problems.append(
+            f"RTT {got}, expected {rtt.expected:.2f} ms +/- "
+            f"{(rtt.high or 0) - (rtt.expected or 0):.2f}"
+        )
     counters = shaper.counters(tb)
     floor = since or (proven.receipt.emulator or {}).get("counters_after")
     went_down = _grew(counters, floor)
     if went_down:
         problems.append(f"the emulator's counters went down ({', '.join(went_down[:3])})")
-    check = SpotCheck(kind=kind, created=datetime.now(UTC).isoformat(), generation=gen,
-                      expected_generation=proven.generation, rtt=rtt, counters=counters,
-                      problems=problems, passed=not problems)  # fmt: skip
+    check = SpotCheck(
+        kind=kind,
+        created=datetime.now(UTC).isoformat(),
+        generation=gen,
+        expected_generation=proven.generation,
+        rtt=rtt,
+        counters=counters,
+        problems=problems,
+        passed=not problems,
+    )
     if kind == "closing" and check.passed:
         proven.last_closing = (time.monotonic(), check)
     return check
@@ -148,6 +170,12 @@ def spot_check(proven: ProvenLink, kind: str, since: dict[str, Any] | None = Non
 
 def prove(shaped: ShapedLink, tcp_seconds: float, cc: str) -> ProvenLink:
     """A full receipt of ``shaped`` as it is now."""
-    receipt = measure(shaped.testbed, shaped.condition, shaped.shaper, shaped.tuning,
-                      tcp_seconds=tcp_seconds, cc=cc)  # fmt: skip
+    receipt = measure(
+        shaped.testbed,
+        shaped.condition,
+        shaped.shaper,
+        shaped.tuning,
+        tcp_seconds=tcp_seconds,
+        cc=cc,
+    )
     return ProvenLink(shaped, receipt, time.monotonic())

@@ -45,6 +45,8 @@ UDP_RATE_PAYLOAD = 1200
 PROBE_PACKETS = 20000
 PROBE_MAX_PPS = 5000
 IP_UDP_HEADERS = 28
+#: why a lossy or jittery link's TCP goodput is recorded but not judged
+UNJUDGED_TCP = "not judged: with loss or jitter TCP does not reach the rate by design"
 
 
 class Check(BaseModel):
@@ -128,10 +130,16 @@ def _delay_check(
     passed = measured is not None and abs(measured - expected) <= tol
     detail = {k: v for k, v in data.items() if k != "samples_ms"}
     return Check(
-        name=name, unit="ms", expected=expected, measured=measured,
-        low=expected - tol, high=expected + tol, passed=passed, detail=detail,
+        name=name,
+        unit="ms",
+        expected=expected,
+        measured=measured,
+        low=expected - tol,
+        high=expected + tol,
+        passed=passed,
+        detail=detail,
         note="" if measured is not None else "no probe came back",
-    )  # fmt: skip
+    )
 
 
 #: Confidence of the loss check's interval. The emulators draw their losses from a
@@ -148,16 +156,28 @@ def _loss_check(direction: str, p: float, data: dict[str, Any]) -> Check:
     n, k = int(data["sent"]), int(data["lost"])
     k = max(0, min(k, n))
     if n == 0:
-        return Check(name=f"loss_{direction}", unit="%", expected=p * 100, measured=None,
-                     passed=False, note="no packets", detail=data)  # fmt: skip
+        return Check(
+            name=f"loss_{direction}",
+            unit="%",
+            expected=p * 100,
+            measured=None,
+            passed=False,
+            note="no packets",
+            detail=data,
+        )
     ci = binomtest(k, n).proportion_ci(confidence_level=LOSS_CONFIDENCE, method="exact")
     passed = ci.low <= p <= ci.high
     return Check(
-        name=f"loss_{direction}", unit="%", expected=p * 100, measured=k / n * 100,
-        low=ci.low * 100, high=ci.high * 100, passed=passed,
+        name=f"loss_{direction}",
+        unit="%",
+        expected=p * 100,
+        measured=k / n * 100,
+        low=ci.low * 100,
+        high=ci.high * 100,
+        passed=passed,
         note=f"configured loss must lie inside the measured {LOSS_CONFIDENCE:.1%} interval",
         detail=data,
-    )  # fmt: skip
+    )
 
 
 def udp_delivery(link_bps: float, sent_bps: float, loss: float, before_queue: bool) -> float:
@@ -185,8 +205,17 @@ def rtt_check(tb: Testbed, cond: LinkCondition, count: int, *, spot: bool = Fals
     from the measured one; the generation tells any change exactly)."""
     pr = probes.ping(tb, count=count, interval=0.01)
     if spot:
-        return _delay_check("rtt", cond, expected_rtt(cond), pr, 2, count * 0.01,
-                            floor_ms=2.0, rel=0.05, stat="median_ms")  # fmt: skip
+        return _delay_check(
+            "rtt",
+            cond,
+            expected_rtt(cond),
+            pr,
+            2,
+            count * 0.01,
+            floor_ms=2.0,
+            rel=0.05,
+            stat="median_ms",
+        )
     return _delay_check("rtt", cond, expected_rtt(cond), pr, 2, count * 0.01)
 
 
@@ -240,54 +269,89 @@ def measure(
             frame_bits = _frame(cond, OWD_FRAME) * 8
             pps = min(PROBE_MAX_PPS, 0.3 * rate_bps / frame_bits) if rate_bps else PROBE_MAX_PPS
             want = PROBE_PACKETS if pipe.loss == 0 else max(PROBE_PACKETS, int(50 / pipe.loss))
-            lo = probes.udp_probe(tb, direction, count=want, pps=pps,
-                                  idle=max(2.0, 4 * (delay + cond.jitter_ms) / 1000))  # fmt: skip
+            lo = probes.udp_probe(
+                tb,
+                direction,
+                count=want,
+                pps=pps,
+                idle=max(2.0, 4 * (delay + cond.jitter_ms) / 1000),
+            )
             exp = _mean_delay(delay, cond.jitter_ms, cond.jitter_kind) + _ser_ms(cond, OWD_FRAME)
             owd = _delay_check(f"owd_{direction}", cond, exp, lo, 1, want / pps)
             if not shared_clock:
                 # separate hosts: their monotonic clocks differ by an unknown offset
-                owd = Check(name=owd.name, unit="ms", expected=exp, measured=None, passed=None,
-                            note="not judged: server and client do not share a clock "
-                            "(different hosts); the RTT check covers the delay")  # fmt: skip
+                owd = Check(
+                    name=owd.name,
+                    unit="ms",
+                    expected=exp,
+                    measured=None,
+                    passed=None,
+                    note="not judged: server and client do not share a clock "
+                    "(different hosts); the RTT check covers the delay",
+                )
             checks.append(owd)
             checks.append(_loss_check(direction, pipe.loss, lo))
             ooo = lo["reordered"]
             if cond.jitter_kind == JitterKind.reorder and cond.jitter_ms > 0:
-                checks.append(Check(
-                    name=f"reorder_{direction}", unit="packets", expected=None, measured=ooo,
-                    low=1, passed=ooo > 0,
-                    note="jitter kind 'reorder': packets are expected to overtake",
-                ))  # fmt: skip
+                checks.append(
+                    Check(
+                        name=f"reorder_{direction}",
+                        unit="packets",
+                        expected=None,
+                        measured=ooo,
+                        low=1,
+                        passed=ooo > 0,
+                        note="jitter kind 'reorder': packets are expected to overtake",
+                    )
+                )
             else:
-                checks.append(Check(
-                    name=f"reorder_{direction}", unit="packets", expected=0, measured=ooo,
-                    low=0, high=0, passed=ooo == 0,
-                    note="no reordering unless the jitter kind is 'reorder'",
-                ))  # fmt: skip
+                checks.append(
+                    Check(
+                        name=f"reorder_{direction}",
+                        unit="packets",
+                        expected=0,
+                        measured=ooo,
+                        low=0,
+                        high=0,
+                        passed=ooo == 0,
+                        note="no reordering unless the jitter kind is 'reorder'",
+                    )
+                )
 
             # UDP delivery at 1.2 x the rate
             if rate_bps:
                 frame = _frame(cond, UDP_RATE_PAYLOAD + IP_UDP_HEADERS + ETH_HEADER)
                 offered = 1.2 * rate_bps * UDP_RATE_PAYLOAD / frame
-                ud = probes.udp(tb, direction, bitrate_bps=offered, seconds=4,
-                                length=UDP_RATE_PAYLOAD)  # fmt: skip
+                ud = probes.udp(
+                    tb, direction, bitrate_bps=offered, seconds=4, length=UDP_RATE_PAYLOAD
+                )
                 sent_bps = ud["packets"] * UDP_RATE_PAYLOAD * 8 / ud["seconds"]
-                ideal = udp_delivery(rate_bps * UDP_RATE_PAYLOAD / frame, sent_bps, pipe.loss,
-                                     shaper.loss_before_queue)  # fmt: skip
+                ideal = udp_delivery(
+                    rate_bps * UDP_RATE_PAYLOAD / frame,
+                    sent_bps,
+                    pipe.loss,
+                    shaper.loss_before_queue,
+                )
                 judged = sent_bps >= 1.1 * rate_bps * UDP_RATE_PAYLOAD / frame
                 why = f"not judged: the sender reached only {sent_bps / 1e6:.1f} Mbit/s"
                 if cond.jitter_ms:
                     # a varying delay compresses and stretches arrivals: no steady rate
                     judged, why = False, "not judged: jitter makes the arrival rate vary"
-                checks.append(Check(
-                    name=f"udp_rate_{direction}", unit="Mbit/s", expected=ideal / 1e6,
-                    measured=ud["steady_received_bps"] / 1e6, low=0.97 * ideal / 1e6,
-                    high=1.03 * ideal / 1e6,
-                    passed=(0.97 * ideal <= ud["steady_received_bps"] <= 1.03 * ideal)
-                    if judged else None,
-                    note="payload rate at 1.2 x the link rate" if judged else why,
-                    detail=ud,
-                ))  # fmt: skip
+                checks.append(
+                    Check(
+                        name=f"udp_rate_{direction}",
+                        unit="Mbit/s",
+                        expected=ideal / 1e6,
+                        measured=ud["steady_received_bps"] / 1e6,
+                        low=0.97 * ideal / 1e6,
+                        high=1.03 * ideal / 1e6,
+                        passed=(0.97 * ideal <= ud["steady_received_bps"] <= 1.03 * ideal)
+                        if judged
+                        else None,
+                        note="payload rate at 1.2 x the link rate" if judged else why,
+                        detail=ud,
+                    )
+                )
 
             # TCP goodput
             c0 = shaper.cpu_seconds(tb)
@@ -300,20 +364,30 @@ def measure(
             if rate_bps:
                 ideal = rate_bps * TCP_MSS / _frame(cond, TCP_MSS + 52 + ETH_HEADER)
                 judged = pipe.loss == 0 and cond.jitter_ms == 0
-                checks.append(Check(
-                    name=f"tcp_{direction}", unit="Mbit/s", expected=ideal / 1e6,
-                    measured=tcp["goodput_bps"] / 1e6, low=0.97 * ideal / 1e6,
-                    passed=(tcp["goodput_bps"] >= 0.97 * ideal) if judged else None,
-                    note=f"steady state, {tcp['sender_cc']}" if judged else
-                    "not judged: with loss or jitter TCP does not reach the rate by design",
-                    detail=tcp,
-                ))  # fmt: skip
+                checks.append(
+                    Check(
+                        name=f"tcp_{direction}",
+                        unit="Mbit/s",
+                        expected=ideal / 1e6,
+                        measured=tcp["goodput_bps"] / 1e6,
+                        low=0.97 * ideal / 1e6,
+                        passed=(tcp["goodput_bps"] >= 0.97 * ideal) if judged else None,
+                        note=(f"steady state, {tcp['sender_cc']}" if judged else UNJUDGED_TCP),
+                        detail=tcp,
+                    )
+                )
             else:
-                checks.append(Check(
-                    name=f"tcp_{direction}", unit="Mbit/s", expected=None,
-                    measured=tcp["goodput_bps"] / 1e6, passed=None,
-                    note="unlimited rate: reported, not judged", detail=tcp,
-                ))  # fmt: skip
+                checks.append(
+                    Check(
+                        name=f"tcp_{direction}",
+                        unit="Mbit/s",
+                        expected=None,
+                        measured=tcp["goodput_bps"] / 1e6,
+                        passed=None,
+                        note="unlimited rate: reported, not judged",
+                        detail=tcp,
+                    )
+                )
 
     after = shaper.counters(tb)
     emulator: dict[str, Any] | None = None
@@ -325,8 +399,10 @@ def measure(
         for d in ("down", "up"):
             a = after["directions"][d]
             b = (before or {"directions": {d: {}}})["directions"][d]
-            dirs[d] = {k: a[k] - b.get(k, 0) for k in ("rx_packets", "loss_drops",
-                                                        "queue_drops", "tx_packets")}  # fmt: skip
+            dirs[d] = {
+                k: a[k] - b.get(k, 0)
+                for k in ("rx_packets", "loss_drops", "queue_drops", "tx_packets")
+            }
         emulator["during_receipt"] = dirs
     passed = all(c.passed is not False for c in checks)
     if shaper.generation(tb) != generation:

@@ -140,11 +140,18 @@ class UserspaceShaper(Shaper):
         tb.write_text("bridge", f["config"], json.dumps(self.config(cond), indent=2))
         p = tb.spawn(
             "bridge",
-            [str(exe), "--config", str(f["config"]), "--stats", str(f["stats"]),
-             "--ready-file", str(f["ready"])],
+            [
+                str(exe),
+                "--config",
+                str(f["config"]),
+                "--stats",
+                str(f["stats"]),
+                "--ready-file",
+                str(f["ready"]),
+            ],
             log=f["log"],
             die_with_parent=not persistent,
-        )  # fmt: skip
+        )
         tb.write_text("bridge", f["pid"], str(p.pid))
         deadline = time.monotonic() + 10
         while not tb.has_file("bridge", f["ready"]):
@@ -289,11 +296,15 @@ class NetemShaper(Shaper):
 
     def state(self, tb: Testbed) -> str:
         """The qdiscs as tc reports them (without counters) and the bridge's ifindex."""
-        parts = [tb.exec("bridge", ["ip", "-o", "link", "show", "br0"], check=False).stdout
-                 .partition(":")[0]]  # fmt: skip
+        parts = [
+            tb.exec("bridge", ["ip", "-o", "link", "show", "br0"], check=False).stdout.partition(
+                ":"
+            )[0]
+        ]
         for dev in ("srv", "cli"):
-            parts.append(tb.exec("bridge", ["tc", "qdisc", "show", "dev", dev],
-                                 check=False).stdout.strip())  # fmt: skip
+            parts.append(
+                tb.exec("bridge", ["tc", "qdisc", "show", "dev", dev], check=False).stdout.strip()
+            )
         return "\n".join(parts)
 
     def clear(self, tb: Testbed) -> dict[str, Any] | None:
@@ -336,14 +347,18 @@ class DummynetShaper(Shaper):
 
     def unavailable(self, tb: Testbed) -> str | None:
         if tb.kind == "local":
-            return ("shaper dummynet runs on a FreeBSD bridge node of an Emulab/CloudLab "
-                    "experiment (ssh testbed), not on the local testbed; use --shaper "
-                    "userspace")  # fmt: skip
+            return (
+                "shaper dummynet runs on a FreeBSD bridge node of an Emulab/CloudLab "
+                "experiment (ssh testbed), not on the local testbed; use --shaper "
+                "userspace"
+            )
         if tb.exec("bridge", ["sh", "-c", "command -v ipfw"], check=False).returncode != 0:
             return f"the bridge {tb.name('bridge')} has no ipfw (it is not a Dummynet bridge)"
         if not tb.has_file("bridge", PIPES_FILE):
-            return (f"the bridge {tb.name('bridge')} has no {PIPES_FILE}: provision it with "
-                    "playbooks/site.yml (role bridge_dummynet finds Emulab's pipes)")  # fmt: skip
+            return (
+                f"the bridge {tb.name('bridge')} has no {PIPES_FILE}: provision it with "
+                "playbooks/site.yml (role bridge_dummynet finds Emulab's pipes)"
+            )
         return None
 
     @staticmethod
@@ -386,8 +401,10 @@ class DummynetShaper(Shaper):
                     f"{p.delay_us / 1000:g} ms, jitter {p.jitter_us / 1000:g} ms)"
                 )
             bw = "0" if not p.rate_bps else _ipfw_bw(p.rate_bps)
-            parts = [f"ipfw pipe {pipe_numbers[direction]} config bw {bw}",
-                     f"delay {delay_us // 1000}"]  # fmt: skip
+            parts = [
+                f"ipfw pipe {pipe_numbers[direction]} config bw {bw}",
+                f"delay {delay_us // 1000}",
+            ]
             if p.loss:
                 parts.append(f"plr {p.loss:.6g}")
             if p.queue_packets:
@@ -406,8 +423,20 @@ class DummynetShaper(Shaper):
                 continue
             role = JITTER_ROLE[direction]
             netem_us = DummynetShaper.split_jitter(p)[1]
-            out[role] = ["tc", "qdisc", "replace", "dev", devices[role], "root", "netem", "limit",
-                         "100000", "delay", f"{netem_us}us", f"{p.jitter_us}us"]  # fmt: skip
+            out[role] = [
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                devices[role],
+                "root",
+                "netem",
+                "limit",
+                "100000",
+                "delay",
+                f"{netem_us}us",
+                f"{p.jitter_us}us",
+            ]
         return out
 
     def _devices(self, tb: Testbed) -> dict[str, str]:
@@ -451,8 +480,9 @@ class DummynetShaper(Shaper):
         if self.unavailable(tb) is not None:
             return None
         for n in self.pipe_numbers(tb).values():
-            tb.exec("bridge", ["ipfw", "pipe", str(n), "config", "bw", "0", "delay", "0"],
-                    check=False)  # fmt: skip
+            tb.exec(
+                "bridge", ["ipfw", "pipe", str(n), "config", "bw", "0", "delay", "0"], check=False
+            )
         for role, dev in self._devices(tb).items():
             qd = tb.exec(role, ["tc", "qdisc", "show", "dev", dev], check=False).stdout
             if " netem " in f" {qd} ":

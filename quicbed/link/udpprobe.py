@@ -66,8 +66,13 @@ def recv(bind: str, count: int, out: str, idle: float) -> None:
     except TimeoutError:
         pass
     vals = list(delays.values())
-    result: dict[str, Any] = {"sent": count, "received": len(vals), "lost": count - len(vals),
-              "reordered": reordered, "duplicates": duplicates}  # fmt: skip
+    result: dict[str, Any] = {
+        "sent": count,
+        "received": len(vals),
+        "lost": count - len(vals),
+        "reordered": reordered,
+        "duplicates": duplicates,
+    }
     if vals:
         result.update(
             mean_ms=statistics.fmean(vals),

@@ -66,8 +66,9 @@ class ApacheServer(WebServer):
         if "cubic_beta" in params and cc != "cubic":
             raise QuicbedError(f"arm {arm}: cubic_beta is CUBIC's; this arm runs {cc}")
         if "tls" in params and params["tls"] not in TLS_VERSIONS:
-            raise QuicbedError(f"arm {arm}: tls {params['tls']!r} is not one of "
-                               f"{', '.join(TLS_VERSIONS)}")  # fmt: skip
+            raise QuicbedError(
+                f"arm {arm}: tls {params['tls']!r} is not one of {', '.join(TLS_VERSIONS)}"
+            )
         tcpopts.check(arm, params)
 
     @classmethod
@@ -188,8 +189,10 @@ class ApacheServer(WebServer):
             want_beta = int(hostparam.beta_to_kernel(self.arm.params["cubic_beta"]))
             got_beta = facts.get("cubic_beta_kernel")
             if got_beta != want_beta:
-                reasons.append(f"the server host's TCP CUBIC beta was {got_beta}/1024 after this "
-                               f"load, not {want_beta}/1024")  # fmt: skip
+                reasons.append(
+                    f"the server host's TCP CUBIC beta was {got_beta}/1024 after this "
+                    f"load, not {want_beta}/1024"
+                )
         return reasons
 
     def version(self) -> dict[str, Any]:

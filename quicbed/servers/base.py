@@ -78,9 +78,11 @@ class WebServer(ABC):
             )
         for key in params:
             if key in TCP_OPTIONS and cls.transport != "tcp":
-                raise QuicbedError(f"arm {arm}: {key} is a TCP option, and {cls.name} runs QUIC "
-                                   f"over UDP (set it on the cell's TCP arm, e.g. "
-                                   f"h2:{key}=...)")  # fmt: skip
+                raise QuicbedError(
+                    f"arm {arm}: {key} is a TCP option, and {cls.name} runs QUIC "
+                    f"over UDP (set it on the cell's TCP arm, e.g. "
+                    f"h2:{key}=...)"
+                )
             if key not in cls.params:
                 has = f"it takes {', '.join(cls.params)}" if cls.params else "it takes none"
                 raise QuicbedError(f"arm {arm}: {cls.name} has no parameter {key} ({has})")
@@ -138,8 +140,9 @@ class WebServer(ABC):
                 err = self.tb.read_text("server", stderr)
                 self.stop()
                 tail = " | ".join(err.strip().splitlines()[-3:])
-                raise QuicbedError(f"{self.name} ({self.arm.name}) did not start: "
-                                   f"{tail or 'no output'}")  # fmt: skip
+                raise QuicbedError(
+                    f"{self.name} ({self.arm.name}) did not start: {tail or 'no output'}"
+                )
             time.sleep(0.05)
 
     def running(self) -> bool:
@@ -174,8 +177,9 @@ class WebServer(ABC):
         if seen is None:
             reasons.append(f"{self.name} reported no congestion control for this load")
         elif seen != [self.arm.cc]:
-            reasons.append(f"the server's connections ran {','.join(seen) or 'nothing'}, "
-                           f"not {self.arm.cc}")  # fmt: skip
+            reasons.append(
+                f"the server's connections ran {','.join(seen) or 'nothing'}, not {self.arm.cc}"
+            )
         return reasons + self.param_evidence(facts)
 
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:

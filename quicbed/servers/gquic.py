@@ -45,8 +45,10 @@ class GquicServer(OwnH3Server):
         super().check_arm(arm, cc, params)
         v = params.get("quic_version", VERSIONS[0])
         if v not in VERSIONS:
-            raise QuicbedError(f"arm {arm}: quic_version {v!r} is not one quicbed's gQUIC server "
-                               f"and Chromium 72 speak ({', '.join(VERSIONS)})")  # fmt: skip
+            raise QuicbedError(
+                f"arm {arm}: quic_version {v!r} is not one quicbed's gQUIC server "
+                f"and Chromium 72 speak ({', '.join(VERSIONS)})"
+            )
 
     @property
     def quic_version(self) -> str:
@@ -60,17 +62,25 @@ class GquicServer(OwnH3Server):
         s, a = self.spec, self.arm
         return [
             str(self.tb.bin_path("server", self.binary)),
-            "-addr", f"{self.tb.server_ip}:{a.port}",
-            "-docroot", str(s.docroot),
-            "-cert", str(s.cert),
-            "-key", str(s.key),
-            "-log", str(self.log),
-            "-versions", self.quic_version,
-        ]  # fmt: skip
+            "-addr",
+            f"{self.tb.server_ip}:{a.port}",
+            "-docroot",
+            str(s.docroot),
+            "-cert",
+            str(s.cert),
+            "-key",
+            str(s.key),
+            "-log",
+            str(self.log),
+            "-versions",
+            self.quic_version,
+        ]
 
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
         seen = facts.get("quic_versions")
         if seen != [self.quic_version]:
-            return [f"the server's connections negotiated {','.join(seen or []) or 'nothing'}, "
-                    f"not {self.quic_version}"]  # fmt: skip
+            return [
+                f"the server's connections negotiated {','.join(seen or []) or 'nothing'}, "
+                f"not {self.quic_version}"
+            ]
         return []

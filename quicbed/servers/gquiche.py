@@ -99,8 +99,11 @@ _ABSL = re.compile(r"^([IWEF])(\d{4}) (\d\d:\d\d:\d\d\.\d{6})\s+(\d+) ([^\s:\]]+
 EARLY_DATA_LINE = "SSL_do_handshake returned when entering early data"
 HANDSHAKE_FAILED_LINE = "SSL_do_handshake failed"
 #: quic_memory_cache_backend.cc, ResourceFile::Read / InitializeBackend
-CACHE_PROBLEMS = ("Headers invalid or empty", "Failed to read file for the memory cache",
-                  "Can't read QuicMemoryCacheBackend directory")  # fmt: skip
+CACHE_PROBLEMS = (
+    "Headers invalid or empty",
+    "Failed to read file for the memory cache",
+    "Can't read QuicMemoryCacheBackend directory",
+)
 
 
 # --- the NetLog -------------------------------------------------------------------------
@@ -220,8 +223,13 @@ def sessions(lines: list[str], port: int | None = None) -> tuple[list[Session], 
         p = ev.get("params") or {}
         t = int(ev.get("time", 0))
         if name == "QUIC_SESSION" and ev.get("phase") == begin:
-            out[sid] = Session(sid, str(p.get("connection_id", "")), str(p.get("host", "")),
-                               p.get("port"), begin_ms=t)  # fmt: skip
+            out[sid] = Session(
+                sid,
+                str(p.get("connection_id", "")),
+                str(p.get("host", "")),
+                p.get("port"),
+                begin_ms=t,
+            )
             continue
         s = out.get(sid)
         if s is None:
@@ -246,8 +254,15 @@ def sessions(lines: list[str], port: int | None = None) -> tuple[list[Session], 
         elif name == "QUIC_CHROMIUM_CLIENT_STREAM_READ_RESPONSE_HEADERS":
             st = [h.split(": ", 1)[1] for h in p.get("headers", []) if h.startswith(":status: ")]
             s.statuses += st[:1]
-        elif name in ("QUIC_SESSION_CLOSED", "QUIC_SESSION_CONNECTION_CLOSE_FRAME_RECEIVED",
-                      "QUIC_SESSION_CONNECTION_CLOSE_FRAME_SENT") and s.close is None:  # fmt: skip
+        elif (
+            name
+            in (
+                "QUIC_SESSION_CLOSED",
+                "QUIC_SESSION_CONNECTION_CLOSE_FRAME_RECEIVED",
+                "QUIC_SESSION_CONNECTION_CLOSE_FRAME_SENT",
+            )
+            and s.close is None
+        ):
             s.close = {k: p[k] for k in ("quic_error", "details", "from_peer") if k in p}
             if name != "QUIC_SESSION_CLOSED":
                 s.close["from_peer"] = name.endswith("RECEIVED")
@@ -286,8 +301,11 @@ def load_facts(lines: list[str], port: int | None = None) -> dict[str, Any]:
         "requests": sum(s.requests for s in found),
         "used_0rtt": bool(conns) and all(s.used_0rtt for s in conns),
         "tls_resumed": bool(conns) and all(s.tls_resumed for s in conns),
-        "handshake_ms": [s.complete_ms - s.begin_ms for s in conns
-                         if s.complete_ms is not None and s.begin_ms is not None],
+        "handshake_ms": [
+            s.complete_ms - s.begin_ms
+            for s in conns
+            if s.complete_ms is not None and s.begin_ms is not None
+        ],
         "quic_versions": sorted({s.version for s in conns if s.version}),
         "cc": None,
         "facts_source": "client NetLog (Chromium) + quic_server stderr (--v=1)",
@@ -301,12 +319,16 @@ def load_facts(lines: list[str], port: int | None = None) -> dict[str, Any]:
         "server_early_data": sum(EARLY_DATA_LINE in m for _, m in srv),
         "server_handshake_failures": sum(HANDSHAKE_FAILED_LINE in m for _, m in srv),
         "server_problems": [m for sev, m in srv if sev in "EF"][:5],
-    }  # fmt: skip
+    }
     if failed:
         facts["failed_handshakes"] = [
-            {"connection_id": s.connection_id, "cert_verify_failed": s.cert_verify_failed,
-             **(s.close or {})} for s in failed
-        ]  # fmt: skip
+            {
+                "connection_id": s.connection_id,
+                "cert_verify_failed": s.cert_verify_failed,
+                **(s.close or {}),
+            }
+            for s in failed
+        ]
     if problem:
         facts["netlog_problem"] = problem
     return facts
@@ -323,13 +345,17 @@ def evidence(facts: dict[str, Any]) -> list[str]:
         if facts.get("cc_by_code"):
             opts = ",".join(facts.get("connection_options") or [])
             sent = f"connection options {opts}" if opts else "no connection options"
-            why += (f" (the client sent {sent}, for which QUICHE's code runs "
-                    f"{','.join(facts['cc_by_code'])}: inferred, not read back)")  # fmt: skip
+            why += (
+                f" (the client sent {sent}, for which QUICHE's code runs "
+                f"{','.join(facts['cc_by_code'])}: inferred, not read back)"
+            )
         reasons.append(why)
     zr, srv = facts.get("zero_rtt_connections", 0), facts.get("server_early_data", 0)
     if facts.get("connections") and zr != srv:
-        reasons.append(f"the client's NetLog shows 0-RTT on {zr} connection(s), quic_server's "
-                       f"log early data on {srv}")  # fmt: skip
+        reasons.append(
+            f"the client's NetLog shows 0-RTT on {zr} connection(s), quic_server's "
+            f"log early data on {srv}"
+        )
     return reasons
 
 
@@ -386,15 +412,25 @@ class GoogleQuicheServer(WebServer):
         (quicbed.servers.gquiche_cache) under each DNS name of the cell's certificate."""
         hosts = cert_dns_names(self.tb.read_bytes("server", self.spec.cert))
         if not hosts:
-            raise QuicbedError(f"{self.name} ({self.arm.name}): the certificate "
-                               f"{self.spec.cert} names no DNS host to serve")  # fmt: skip
-        cmd = [*self.tb.python("server"), "-m", "quicbed.servers.gquiche_cache",
-               str(self.spec.docroot), str(self.cache_dir), *hosts]  # fmt: skip
+            raise QuicbedError(
+                f"{self.name} ({self.arm.name}): the certificate "
+                f"{self.spec.cert} names no DNS host to serve"
+            )
+        cmd = [
+            *self.tb.python("server"),
+            "-m",
+            "quicbed.servers.gquiche_cache",
+            str(self.spec.docroot),
+            str(self.cache_dir),
+            *hosts,
+        ]
         cp = self.tb.exec("server", cmd, timeout=300, check=False)
         if cp.returncode != 0:
             tail = " | ".join((cp.stderr or cp.stdout).strip().splitlines()[-2:])
-            raise QuicbedError(f"{self.name} ({self.arm.name}): could not make quic_server's "
-                               f"response cache: {tail or 'no output'}")  # fmt: skip
+            raise QuicbedError(
+                f"{self.name} ({self.arm.name}): could not make quic_server's "
+                f"response cache: {tail or 'no output'}"
+            )
         try:
             return dict(json.loads(cp.stdout.strip().splitlines()[-1]))
         except (IndexError, ValueError):
@@ -415,8 +451,10 @@ class GoogleQuicheServer(WebServer):
         problems = cache_problems(self.tb.read_text("server", self.log).splitlines())
         if problems:
             self.stop()
-            raise QuicbedError(f"{self.name} ({self.arm.name}): quic_server refused its "
-                               f"response cache: {problems[0]}")  # fmt: skip
+            raise QuicbedError(
+                f"{self.name} ({self.arm.name}): quic_server refused its "
+                f"response cache: {problems[0]}"
+            )
 
     # --- per load: the server's stderr and the client's NetLog ----------------------------
     def _netlog_size(self) -> int:
@@ -426,8 +464,9 @@ class GoogleQuicheServer(WebServer):
     def _netlog_header(self) -> str | None:
         """A one-line constants header (event and source maps), read once."""
         if self._constants_line is None and self.client_netlog is not None:
-            first = self.tb.exec("client", ["head", "-n", "1", str(self.client_netlog)],
-                                 check=False).stdout  # fmt: skip
+            first = self.tb.exec(
+                "client", ["head", "-n", "1", str(self.client_netlog)], check=False
+            ).stdout
             consts = netlog_constants(first)
             if consts is not None:
                 self._constants_line = json.dumps({"constants": consts})

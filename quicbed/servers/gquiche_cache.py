@@ -51,8 +51,12 @@ class CacheError(Exception):
 def headers(rel: Path, size: int, host: str) -> list[str]:
     """The status line and headers of the response for ``rel`` (a path in the tree)."""
     ctype = CONTENT_TYPES.get(rel.suffix.lower(), DEFAULT_TYPE)
-    out = ["HTTP/1.1 200 OK", f"cache-control: {CACHE_CONTROL}", f"content-type: {ctype}",
-           f"content-length: {size}"]  # fmt: skip
+    out = [
+        "HTTP/1.1 200 OK",
+        f"cache-control: {CACHE_CONTROL}",
+        f"content-type: {ctype}",
+        f"content-length: {size}",
+    ]
     if rel.name == INDEX:
         folder = rel.parent.as_posix()
         url_path = "/" if folder == "." else f"/{folder}/"
@@ -63,8 +67,9 @@ def headers(rel: Path, size: int, host: str) -> list[str]:
 def _check_name(rel: Path) -> None:
     # ResourceFile::SetHostPathFromBase cuts a path at its first ',' (a query)
     if "," in rel.as_posix() or "\n" in rel.as_posix():
-        raise CacheError(f"{rel.as_posix()!r}: quic_server's cache cannot serve a name "
-                         "with ',' or a newline")  # fmt: skip
+        raise CacheError(
+            f"{rel.as_posix()!r}: quic_server's cache cannot serve a name with ',' or a newline"
+        )
 
 
 def build(docroot: Path, out: Path, hosts: list[str]) -> dict[str, int]:
@@ -100,8 +105,9 @@ def build(docroot: Path, out: Path, hosts: list[str]) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m quicbed.servers.gquiche_cache",
-                                 description=__doc__.splitlines()[0])  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python3 -m quicbed.servers.gquiche_cache", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("docroot", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("hosts", nargs="+")

@@ -91,14 +91,19 @@ class QuicGoServer(OwnH3Server):
         s, a = self.spec, self.arm
         return [
             str(self.tb.bin_path("server", self.binary)),
-            "-addr", f"{self.tb.server_ip}:{a.port}",
-            "-docroot", str(s.docroot),
-            "-cert", str(s.cert),
-            "-key", str(s.key),
-            "-log", str(self.log),
-            "-cc", a.cc,
+            "-addr",
+            f"{self.tb.server_ip}:{a.port}",
+            "-docroot",
+            str(s.docroot),
+            "-cert",
+            str(s.cert),
+            "-key",
+            str(s.key),
+            "-log",
+            str(self.log),
+            "-cc",
+            a.cc,
             *(["-cubic-n", str(a.params["cubic_n"])] if "cubic_n" in a.params else []),
-            *(["-cubic-beta", f"{a.params['cubic_beta']:g}"] if "cubic_beta" in a.params
-              else []),
+            *(["-cubic-beta", f"{a.params['cubic_beta']:g}"] if "cubic_beta" in a.params else []),
             *(["-qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
-        ]  # fmt: skip
+        ]

@@ -38,11 +38,17 @@ class QuicheServer(OwnH3Server):
         s, a = self.spec, self.arm
         return [
             str(self.tb.bin_path("server", self.binary)),
-            "--addr", f"{self.tb.server_ip}:{a.port}",
-            "--docroot", str(s.docroot),
-            "--cert", str(s.cert),
-            "--key", str(s.key),
-            "--log", str(self.log),
-            "--cc", a.cc,
+            "--addr",
+            f"{self.tb.server_ip}:{a.port}",
+            "--docroot",
+            str(s.docroot),
+            "--cert",
+            str(s.cert),
+            "--key",
+            str(s.key),
+            "--log",
+            str(self.log),
+            "--cc",
+            a.cc,
             *(["--qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
-        ]  # fmt: skip
+        ]

@@ -151,9 +151,12 @@ class Testbed(ABC):
         """Remove what a killed owner left before a new owner starts."""
         removed = self.teardown()
         if removed:
-            print(f"quicbed: testbed {self.describe_short()}: the previous owner "
-                  f"{owner.describe(stale)} is gone; removed what it left: "
-                  f"{', '.join(removed)}", file=sys.stderr)  # fmt: skip
+            print(
+                f"quicbed: testbed {self.describe_short()}: the previous owner "
+                f"{owner.describe(stale)} is gone; removed what it left: "
+                f"{', '.join(removed)}",
+                file=sys.stderr,
+            )
         return removed
 
     @abstractmethod
@@ -307,8 +310,10 @@ class Testbed(ABC):
     def shares_clock(self) -> bool:
         """True if server and client read one CLOCK_MONOTONIC, so one-way delays can be
         measured by subtracting timestamps (one kernel: the same boot id)."""
-        ids = {self.read_text(r, RPath("/proc/sys/kernel/random/boot_id")).strip()
-               for r in ("server", "client")}  # fmt: skip
+        ids = {
+            self.read_text(r, RPath("/proc/sys/kernel/random/boot_id")).strip()
+            for r in ("server", "client")
+        }
         return len(ids) == 1 and "" not in ids
 
     def on_bridge_host(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -328,8 +333,23 @@ class Testbed(ABC):
             made = self.on_bridge_host(["ip", "netns", "add", ns])
             if made.returncode != 0:
                 return f"cannot make a network namespace to try netem: {made.stderr.strip()}"
-            cp = self.on_bridge_host(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev",
-                                      "lo", "root", "netem", "delay", "1ms"])  # fmt: skip
+            cp = self.on_bridge_host(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    "lo",
+                    "root",
+                    "netem",
+                    "delay",
+                    "1ms",
+                ]
+            )
         finally:
             self.on_bridge_host(["ip", "netns", "del", ns])
         if cp.returncode != 0:

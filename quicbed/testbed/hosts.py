@@ -61,8 +61,10 @@ def _inventory_tool() -> str:
 def from_inventory(path: Path, *, user: str | None, key: Path | None) -> dict[str, Node]:
     cp = proc.run([_inventory_tool(), "-i", str(path), "--list"], timeout=60, check=False)
     if cp.returncode != 0:
-        raise QuicbedError(f"{path}: not an inventory Ansible can read: "
-                           f"{cp.stderr.strip().splitlines()[-1:] or cp.returncode}")  # fmt: skip
+        raise QuicbedError(
+            f"{path}: not an inventory Ansible can read: "
+            f"{cp.stderr.strip().splitlines()[-1:] or cp.returncode}"
+        )
     data = json.loads(cp.stdout)
     hostvars = data.get("_meta", {}).get("hostvars", {})
     nodes = {}
@@ -128,20 +130,30 @@ def from_manifest(text: str, where: str, *, user: str | None, key: Path | None) 
     for role in ROLES:
         el = next((by_id[i] for i in MANIFEST_NODES[role] if i in by_id), None)
         if el is None:
-            raise QuicbedError(f"{where}: no node {' or '.join(MANIFEST_NODES[role])!r} "
-                               "(is this a quicbed experiment?)")  # fmt: skip
+            raise QuicbedError(
+                f"{where}: no node {' or '.join(MANIFEST_NODES[role])!r} "
+                "(is this a quicbed experiment?)"
+            )
         logins = [e for e in el.iter() if _local(e.tag) == "login"]
         if user:
             logins = [e for e in logins if e.get("username") == user] or logins
         if not logins:
-            raise QuicbedError(f"{where}: node {el.get('client_id')} has no login (not booted "
-                               "yet? save the manifest once the experiment is ready)")  # fmt: skip
+            raise QuicbedError(
+                f"{where}: node {el.get('client_id')} has no login (not booted "
+                "yet? save the manifest once the experiment is ready)"
+            )
         login = logins[0]
         ips = [e.get("address") for e in el.iter() if _local(e.tag) == "ip" and e.get("address")]
         exp_ip = next((a for a in ips if a and a.startswith("10.")), None)
         hw = next((e.get("name") for e in el.iter() if _local(e.tag) == "hardware_type"), None)
-        hw = hw or next((e.get("hardware_type") for e in el.iter()
-                         if _local(e.tag) == "vnode" and e.get("hardware_type")), None)  # fmt: skip
+        hw = hw or next(
+            (
+                e.get("hardware_type")
+                for e in el.iter()
+                if _local(e.tag) == "vnode" and e.get("hardware_type")
+            ),
+            None,
+        )
         image = next((e.get("name") for e in el.iter() if _local(e.tag) == "disk_image"), None)
         try:
             nodes[role] = Node(

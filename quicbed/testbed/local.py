@@ -152,10 +152,40 @@ class LocalTestbed(Testbed):
         for role in ROLES:
             proc.run(["ip", "netns", "add", self.ns(role)])
         s, b, c = (self.ns(r) for r in ROLES)
-        proc.run(["ip", "link", "add", "eth0", "netns", s, "type", "veth",
-                  "peer", "name", "srv", "netns", b])  # fmt: skip
-        proc.run(["ip", "link", "add", "eth0", "netns", c, "type", "veth",
-                  "peer", "name", "cli", "netns", b])  # fmt: skip
+        proc.run(
+            [
+                "ip",
+                "link",
+                "add",
+                "eth0",
+                "netns",
+                s,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "srv",
+                "netns",
+                b,
+            ]
+        )
+        proc.run(
+            [
+                "ip",
+                "link",
+                "add",
+                "eth0",
+                "netns",
+                c,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "cli",
+                "netns",
+                b,
+            ]
+        )
         for role in ROLES:
             ns = self.ns(role)
             # No IPv6: router solicitations and DAD would be stray packets on the link.
@@ -164,8 +194,25 @@ class LocalTestbed(Testbed):
             proc.run(["ip", "-n", ns, "link", "set", "lo", "up"])
             for dev in IFACES[role]:
                 self.sysctl(role, f"net.ipv6.conf.{dev}.disable_ipv6", "1")
-                proc.run(["ip", "netns", "exec", ns, "ethtool", "-K", dev,
-                          "tso", "off", "gso", "off", "gro", "off", "tx", "off"])  # fmt: skip
+                proc.run(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "ethtool",
+                        "-K",
+                        dev,
+                        "tso",
+                        "off",
+                        "gso",
+                        "off",
+                        "gro",
+                        "off",
+                        "tx",
+                        "off",
+                    ]
+                )
                 proc.run(["ip", "-n", ns, "link", "set", dev, "up"])
         proc.run(["ip", "-n", s, "addr", "add", f"{self.server_ip}/{PREFIX_LEN}", "dev", "eth0"])
         proc.run(["ip", "-n", c, "addr", "add", f"{self.client_ip}/{PREFIX_LEN}", "dev", "eth0"])
@@ -246,8 +293,9 @@ class LocalTestbed(Testbed):
                 roles[role] = None
                 continue
             links = json.loads(proc.run(["ip", "-n", ns, "-json", "addr"]).stdout or "[]")
-            qd = json.loads(proc.run(["ip", "netns", "exec", ns, "tc", "-json", "qdisc"]).stdout
-                            or "[]")  # fmt: skip
+            qd = json.loads(
+                proc.run(["ip", "netns", "exec", ns, "tc", "-json", "qdisc"]).stdout or "[]"
+            )
             roles[role] = {
                 "namespace": ns,
                 "interfaces": {
@@ -281,10 +329,15 @@ class LocalTestbed(Testbed):
         """Start a daemon on ``role``; ``ip netns exec`` execs, so the PID is the daemon's."""
         path = Path(log) if log else None
         full_env = {**os.environ, **env} if env else None
-        return LocalProcess(proc.spawn(
-            self.argv(role, argv), stdout=path, stderr=path, die_with_parent=die_with_parent,
-            env=full_env,
-        ))  # fmt: skip
+        return LocalProcess(
+            proc.spawn(
+                self.argv(role, argv),
+                stdout=path,
+                stderr=path,
+                die_with_parent=die_with_parent,
+                env=full_env,
+            )
+        )
 
     def alive(self, role: str, pid: int) -> bool:
         return proc.pid_alive(pid)

@@ -113,8 +113,12 @@ def acquire(path: Path, name: str, what: str) -> Claim:
     stale = _record(fd)
     if stale is not None and stale.get("pid") == os.getpid():
         stale = None  # our own record from an earlier claim in this process
-    rec = {"pid": os.getpid(), "command": what, "argv": sys.argv[1:],
-           "since": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
+    rec = {
+        "pid": os.getpid(),
+        "command": what,
+        "argv": sys.argv[1:],
+        "since": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
     os.write(fd, json.dumps(rec).encode())

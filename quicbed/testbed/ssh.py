@@ -153,23 +153,48 @@ class SshTestbed(Testbed):
             "prefix": self.prefix,
             "source": self.source,
             "nodes": {
-                r: {"host": n.host, "port": n.port, "user": n.user, "exp_ip": n.exp_ip,
-                    "repo_dir": str(n.repo_dir), "workdir": str(n.workdir), "sudo": n.sudo,
-                    "hardware_type": n.hardware_type, "image": n.image}
+                r: {
+                    "host": n.host,
+                    "port": n.port,
+                    "user": n.user,
+                    "exp_ip": n.exp_ip,
+                    "repo_dir": str(n.repo_dir),
+                    "workdir": str(n.workdir),
+                    "sudo": n.sudo,
+                    "hardware_type": n.hardware_type,
+                    "image": n.image,
+                }
                 for r, n in self.nodes.items()
             },
-        }  # fmt: skip
+        }
 
     # --- ssh --------------------------------------------------------------------------
     def _ssh(self, role: str, *, stdin: bool) -> list[str]:
         n = self.nodes[check_role(role)]
         self._control.mkdir(mode=0o700, exist_ok=True)
         # the user's own options first: for ssh the first value of an option wins
-        argv = ["ssh", *n.ssh_args, "-o", "BatchMode=yes", "-o", "ControlMaster=auto",
-                "-o", f"ControlPath={self._control}/%C", "-o", "ControlPersist=60",
-                "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=15",
-                "-o", "StrictHostKeyChecking=accept-new", "-o", "LogLevel=ERROR",
-                "-p", str(n.port)]  # fmt: skip
+        argv = [
+            "ssh",
+            *n.ssh_args,
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={self._control}/%C",
+            "-o",
+            "ControlPersist=60",
+            "-o",
+            f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+            "-o",
+            "ServerAliveInterval=15",
+            "-o",
+            "StrictHostKeyChecking=accept-new",
+            "-o",
+            "LogLevel=ERROR",
+            "-p",
+            str(n.port),
+        ]
         if n.key is not None:
             argv += ["-i", str(n.key), "-o", "IdentitiesOnly=yes"]
         if not stdin:
@@ -212,8 +237,9 @@ class SshTestbed(Testbed):
     def _sh_bytes(
         self, role: str, script: str, *, input: bytes | None = None, timeout: float = 60
     ) -> bytes:
-        cp = proc.run_bytes(self._sh(role, script, stdin=input is not None), input=input,
-                            timeout=timeout)  # fmt: skip
+        cp = proc.run_bytes(
+            self._sh(role, script, stdin=input is not None), input=input, timeout=timeout
+        )
         if cp.returncode != 0:
             err = cp.stderr.decode(errors="replace")
             where = "cannot reach" if cp.returncode == 255 else "failed on"
@@ -224,8 +250,16 @@ class SshTestbed(Testbed):
         """End the shared connections (they would otherwise linger for ControlPersist)."""
         for role in ROLES:
             with contextlib.suppress(QuicbedError):
-                proc.run([*self._ssh(role, stdin=False)[:-1], "-O", "exit",
-                          self._ssh(role, stdin=False)[-1]], timeout=10, check=False)  # fmt: skip
+                proc.run(
+                    [
+                        *self._ssh(role, stdin=False)[:-1],
+                        "-O",
+                        "exit",
+                        self._ssh(role, stdin=False)[-1],
+                    ],
+                    timeout=10,
+                    check=False,
+                )
 
     # --- lifecycle --------------------------------------------------------------------
     def up(self) -> bool:
@@ -255,11 +289,18 @@ class SshTestbed(Testbed):
             try:
                 host = self.exec(role, ["uname", "-snr"]).stdout.strip()
                 pids = [p for p in self._recorded(role) if self.alive(role, p)]
-                roles[role] = {"address": self.nodes[role].address, "reachable": True,
-                               "system": host, "pids": pids}  # fmt: skip
+                roles[role] = {
+                    "address": self.nodes[role].address,
+                    "reachable": True,
+                    "system": host,
+                    "pids": pids,
+                }
             except QuicbedError as exc:
-                roles[role] = {"address": self.nodes[role].address, "reachable": False,
-                               "error": str(exc)}  # fmt: skip
+                roles[role] = {
+                    "address": self.nodes[role].address,
+                    "reachable": False,
+                    "error": str(exc),
+                }
         info["roles"] = roles
         info["complete"] = all(r["reachable"] for r in roles.values())
         return info
@@ -274,8 +315,12 @@ class SshTestbed(Testbed):
             feats = {}
             for line in out.splitlines():
                 key, _, val = line.strip().partition(":")
-                if key in ("tcp-segmentation-offload", "generic-segmentation-offload",
-                           "generic-receive-offload", "tx-checksumming"):  # fmt: skip
+                if key in (
+                    "tcp-segmentation-offload",
+                    "generic-segmentation-offload",
+                    "generic-receive-offload",
+                    "tx-checksumming",
+                ):
                     feats[key] = val.strip().split()[0] if val.strip() else ""
             report[f"{role}:{dev}"] = feats
         return report
@@ -329,8 +374,10 @@ class SshTestbed(Testbed):
         made = f"mkdir -p {shlex.quote(str(log.parent))} && " if log else ""
         # only nohup goes to the background (an &-ed list would be a subshell's PID)
         name = shlex.quote(argv[0])
-        script = (f"{made}mkdir -p {pids} && cd / || exit 1; nohup {cmd} >{out} 2>&1 "
-                  f"</dev/null & p=$!; echo {name} >{pids}/$p; echo $p")  # fmt: skip
+        script = (
+            f"{made}mkdir -p {pids} && cd / || exit 1; nohup {cmd} >{out} 2>&1 "
+            f"</dev/null & p=$!; echo {name} >{pids}/$p; echo $p"
+        )
         pid = self._sh_bytes(role, script).decode().strip()
         if not pid.isdigit():
             raise QuicbedError(f"could not start {argv[0]} on {self.name(role)}: {pid!r}")
@@ -382,8 +429,10 @@ class SshTestbed(Testbed):
         else:
             data = local.read_bytes()
             chmod = f" && chmod {mode:o} {r}.tmp" if mode is not None else ""
-            script = (f"mkdir -p {shlex.quote(str(remote.parent))} && cat >{r}.tmp{chmod} "
-                      f"&& mv {r}.tmp {r}")  # fmt: skip
+            script = (
+                f"mkdir -p {shlex.quote(str(remote.parent))} && cat >{r}.tmp{chmod} "
+                f"&& mv {r}.tmp {r}"
+            )
         self._sh_bytes(role, script, input=data, timeout=300)
 
     def pull(self, role: str, remote: RPath, local: Path) -> None:
@@ -406,8 +455,11 @@ class SshTestbed(Testbed):
 
     def write_text(self, role: str, path: RPath, text: str) -> None:
         p = shlex.quote(str(path))
-        self._sh_bytes(role, f"mkdir -p {shlex.quote(str(path.parent))} && cat >{p}.tmp && "
-                       f"mv {p}.tmp {p}", input=text.encode())  # fmt: skip
+        self._sh_bytes(
+            role,
+            f"mkdir -p {shlex.quote(str(path.parent))} && cat >{p}.tmp && mv {p}.tmp {p}",
+            input=text.encode(),
+        )
 
     def has_file(self, role: str, path: RPath) -> bool:
         return self.exec(role, ["test", "-e", str(path)], check=False).returncode == 0

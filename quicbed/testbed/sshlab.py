@@ -106,11 +106,23 @@ class SshLab:
         proc.run(["ip", "link", "set", br, "up"])
         for i, (role, ip) in enumerate(ips.items()):
             root_end = f"{self.tb.prefix}c{i}"
-            proc.run(["ip", "link", "add", root_end, "type", "veth", "peer", "name", "ctl0",
-                      "netns", self.tb.ns(role)])  # fmt: skip
+            proc.run(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    root_end,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "ctl0",
+                    "netns",
+                    self.tb.ns(role),
+                ]
+            )
             proc.run(["ip", "link", "set", root_end, "master", br, "up"])
-            self.tb.exec(role, ["ip", "addr", "add", f"{ip}/{net.prefixlen}", "dev",
-                                "ctl0"])  # fmt: skip
+            self.tb.exec(role, ["ip", "addr", "add", f"{ip}/{net.prefixlen}", "dev", "ctl0"])
             self.tb.exec(role, ["ip", "link", "set", "ctl0", "up"])
         return ips
 
@@ -119,8 +131,20 @@ class SshLab:
         self.dir.chmod(0o700)
         for name in ("id_ed25519", "ssh_host_ed25519_key"):
             if not (self.dir / name).exists():
-                proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "quicbed-lab",
-                          "-f", str(self.dir / name)])  # fmt: skip
+                proc.run(
+                    [
+                        "ssh-keygen",
+                        "-q",
+                        "-t",
+                        "ed25519",
+                        "-N",
+                        "",
+                        "-C",
+                        "quicbed-lab",
+                        "-f",
+                        str(self.dir / name),
+                    ]
+                )
         (self.dir / "authorized_keys").write_text((self.dir / "id_ed25519.pub").read_text())
 
     def _sshd(self, role: str, ip: str) -> None:
@@ -135,17 +159,26 @@ class SshLab:
             "MaxSessions 50\nMaxStartups 50:30:100\n"
         )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
-        self.tb.spawn(role, [SSHD, "-D", "-e", "-f", str(conf)],
-                      log=RPath(self.dir / f"sshd-{role}.log"), die_with_parent=False)  # fmt: skip
+        self.tb.spawn(
+            role,
+            [SSHD, "-D", "-e", "-f", str(conf)],
+            log=RPath(self.dir / f"sshd-{role}.log"),
+            die_with_parent=False,
+        )
 
     def _write_inventory(self, ips: dict[str, str]) -> None:
-        lines = [f"# quicbed ssh lab {self.tb.prefix}: the local testbed's namespaces as three "
-                 "hosts (made by `quicbed testbed up --sshd`)"]  # fmt: skip
+        lines = [
+            f"# quicbed ssh lab {self.tb.prefix}: the local testbed's namespaces as three "
+            "hosts (made by `quicbed testbed up --sshd`)"
+        ]
         for role, ip in ips.items():
             work = self.tb.state_dir / "sshlab-work" / role
             exp = {"server": self.tb.server_ip, "client": self.tb.client_ip}.get(role)
-            lines += [f"[{role}]", f"{role} ansible_host={ip} quicbed_workdir={work}"
-                      + (f" quicbed_exp_ip={exp}" if exp else "")]  # fmt: skip
+            lines += [
+                f"[{role}]",
+                f"{role} ansible_host={ip} quicbed_workdir={work}"
+                + (f" quicbed_exp_ip={exp}" if exp else ""),
+            ]
         lines += [
             "[all:vars]",
             "ansible_user=root",

@@ -59,9 +59,19 @@ from quicbed.testbed.base import RPath, Testbed
 
 LEVELS = ("none", "light", "full")
 SAMPLE_COLUMNS = (
-    "t_ms", "event", "conn", "cwnd_bytes", "ssthresh_bytes", "in_flight_bytes",
-    "delivered_bytes", "srtt_ms", "rtt_sample_ms", "snd_wnd_bytes", "bytes", "source",
-)  # fmt: skip
+    "t_ms",
+    "event",
+    "conn",
+    "cwnd_bytes",
+    "ssthresh_bytes",
+    "in_flight_bytes",
+    "delivered_bytes",
+    "srtt_ms",
+    "rtt_sample_ms",
+    "snd_wnd_bytes",
+    "bytes",
+    "source",
+)
 #: one load's trace files together may not exceed this; a larger one is cut and says so
 MAX_LOAD_BYTES = 64 * 1024 * 1024
 
@@ -273,8 +283,13 @@ class TraceSet:
 
     def detail(self, trace: LoadTrace) -> dict[str, Any]:
         """What a run row records about its traces (before ``finish``: the plan)."""
-        return {"level": self.ctx.level, "dir": str(trace.key.rel()), "files": trace.files,
-                "missing": trace.missing, "notes": trace.notes}  # fmt: skip
+        return {
+            "level": self.ctx.level,
+            "dir": str(trace.key.rel()),
+            "files": trace.files,
+            "missing": trace.missing,
+            "notes": trace.notes,
+        }
 
     @staticmethod
     def _guard(t: Tracer, trace: LoadTrace, fn: Any) -> None:
@@ -299,12 +314,19 @@ class TraceSet:
                 total += size
                 manifest[name] = {"path": rel, "bytes": size, "sha256": sha256_file(p)}
         if total > MAX_LOAD_BYTES:
-            trace.notes.append(f"trace files of this load total {total} bytes, over the cap "
-                               f"of {MAX_LOAD_BYTES}")  # fmt: skip
+            trace.notes.append(
+                f"trace files of this load total {total} bytes, over the cap of {MAX_LOAD_BYTES}"
+            )
         folder.mkdir(parents=True, exist_ok=True)
-        body = {"format": 1, "load": trace.key.__dict__, "level": self.ctx.level,
-                "began_wall": trace.began_wall, "files": manifest, "missing": trace.missing,
-                "notes": trace.notes}  # fmt: skip
+        body = {
+            "format": 1,
+            "load": trace.key.__dict__,
+            "level": self.ctx.level,
+            "began_wall": trace.began_wall,
+            "files": manifest,
+            "missing": trace.missing,
+            "notes": trace.notes,
+        }
         tmp = folder / "trace.json.tmp"
         tmp.write_text(json.dumps(body, indent=2, sort_keys=True))
         tmp.replace(folder / "trace.json")

@@ -116,8 +116,10 @@ class CaptureTracer(Tracer):
         tb = ctx.testbed
         cp = tb.exec("client", ["sh", "-c", "command -v tcpdump"], check=False)
         if cp.returncode != 0 or not cp.stdout.strip():
-            return (f"tcpdump is not installed on {tb.name('client')}; `make setup` (the "
-                    "tools role) installs it")  # fmt: skip
+            return (
+                f"tcpdump is not installed on {tb.name('client')}; `make setup` (the "
+                "tools role) installs it"
+            )
         return None
 
     def start(self, ctx: TraceContext) -> None:
@@ -137,10 +139,26 @@ class CaptureTracer(Tracer):
         pcap = self._dir(tb) / f"{stem}.pcap"  # .pcap: what AppArmor's tcpdump profile allows
         log = self._dir(tb) / f"{stem}.log"
         tb.remove("client", pcap)
-        argv = ["tcpdump", "-i", self.iface, "-w", str(pcap), "-s", str(self.snaplen),
-                "-c", str(self.max_packets), "-U", "--immediate-mode", "-B", "8192",
-                "-n", "-Z", "root",  # keep root: the file is made after privileges drop
-                "host", tb.server_ip]  # fmt: skip
+        argv = [
+            "tcpdump",
+            "-i",
+            self.iface,
+            "-w",
+            str(pcap),
+            "-s",
+            str(self.snaplen),
+            "-c",
+            str(self.max_packets),
+            "-U",
+            "--immediate-mode",
+            "-B",
+            "8192",
+            "-n",
+            "-Z",
+            "root",  # keep root: the file is made after privileges drop
+            "host",
+            tb.server_ip,
+        ]
         p, started_s = start_tcpdump(tb, "client", argv, log)
         self.running[stem] = _Running(p, pcap, log, started_s)
 
@@ -187,8 +205,18 @@ class CaptureTracer(Tracer):
             rel = trace.key.rel() / "capture.pcap.gz"
             gz = write_gz(root / rel, data)
             trace.files["capture"] = str(rel)
-            self.stats.append(CaptureStats(str(trace.key.rel()), packets, dropped, len(data),
-                                           gz, run.started_s, stop_s, cpu))  # fmt: skip
+            self.stats.append(
+                CaptureStats(
+                    str(trace.key.rel()),
+                    packets,
+                    dropped,
+                    len(data),
+                    gz,
+                    run.started_s,
+                    stop_s,
+                    cpu,
+                )
+            )
             tb.remove("client", run.pcap)
             tb.remove("client", run.log)
         self.pending.clear()
@@ -226,8 +254,9 @@ def start_tcpdump(tb: Testbed, role: str, argv: list[str], log: RPath) -> tuple[
             said = tb.read_text(role, log).strip().splitlines()[-1:] or ["nothing"]
             p.stop()
             iface = argv[argv.index("-i") + 1] if "-i" in argv else "its interface"
-            raise QuicbedError(f"tcpdump did not start listening on {iface} of "
-                               f"{tb.name(role)}: {said[0]}")  # fmt: skip
+            raise QuicbedError(
+                f"tcpdump did not start listening on {iface} of {tb.name(role)}: {said[0]}"
+            )
         time.sleep(0.01)
     return p, time.monotonic() - t0
 

@@ -57,14 +57,33 @@ LIMITED_SHARE = 0.5
 MIN_RATE_WINDOW_MS = 20.0
 
 KEYS = (
-    "status", "source", "samples", "connections", "ttfb_ms", "plt_ms", "ttfb_rtts",
-    "handshake_done_ms", "page_start_ms", "handshake_rtts", "losses", "lost_bytes",
+    "status",
+    "source",
+    "samples",
+    "connections",
+    "ttfb_ms",
+    "plt_ms",
+    "ttfb_rtts",
+    "handshake_done_ms",
+    "page_start_ms",
+    "handshake_rtts",
+    "losses",
+    "lost_bytes",
     "retransmissions",
-    "first_loss_ms", "cwnd_at_first_loss_bytes", "in_flight_at_first_loss_bytes",
-    "delivered_bytes", "delivery_rate_mean_mbit", "delivery_rate_peak_mbit",
-    "window_limit", "cwnd_limited_share", "rwnd_limited_share", "max_cwnd_bytes",
-    "srtt_min_ms", "srtt_max_ms", "notes",
-)  # fmt: skip
+    "first_loss_ms",
+    "cwnd_at_first_loss_bytes",
+    "in_flight_at_first_loss_bytes",
+    "delivered_bytes",
+    "delivery_rate_mean_mbit",
+    "delivery_rate_peak_mbit",
+    "window_limit",
+    "cwnd_limited_share",
+    "rwnd_limited_share",
+    "max_cwnd_bytes",
+    "srtt_min_ms",
+    "srtt_max_ms",
+    "notes",
+)
 
 
 def _num(v: Any) -> float | None:
@@ -99,8 +118,12 @@ def derive(
         out["notes"].append(f"{arm}: no transport samples for this load")
         return out
     sources = sorted({str(r["source"]) for r in pts if r.get("source")})
-    out.update(status="ok", source=",".join(sources), samples=len(pts),
-               connections=len({r.get("conn") for r in rows}))  # fmt: skip
+    out.update(
+        status="ok",
+        source=",".join(sources),
+        samples=len(pts),
+        connections=len({r.get("conn") for r in rows}),
+    )
 
     srtts = [v for r in pts if (v := _num(r.get("srtt_ms"))) is not None and v > 0]
     srtt_min = min(srtts) if srtts else None
@@ -129,8 +152,9 @@ def derive(
         sizes = [_num(r.get("bytes")) for r in lost]
         out["lost_bytes"] = int(sum(s for s in sizes if s is not None))
         if any(s is None for s in sizes):
-            out["notes"].append("some lost packets' sizes are unknown (their packet_sent "
-                                "was not in the log)")  # fmt: skip
+            out["notes"].append(
+                "some lost packets' sizes are unknown (their packet_sent was not in the log)"
+            )
     else:
         out["losses"] = out["retransmissions"] = len(retx)
     signals = lost or retx
@@ -138,8 +162,9 @@ def derive(
         first = signals[0]
         t1 = _num(first["t_ms"]) or 0.0
         out["first_loss_ms"] = t1
-        before = [r for r in pts if r.get("conn") == first.get("conn")
-                  and (_num(r["t_ms"]) or 0.0) <= t1]  # fmt: skip
+        before = [
+            r for r in pts if r.get("conn") == first.get("conn") and (_num(r["t_ms"]) or 0.0) <= t1
+        ]
         if before:
             out["cwnd_at_first_loss_bytes"] = _int(before[-1].get("cwnd_bytes"))
             out["in_flight_at_first_loss_bytes"] = _int(before[-1].get("in_flight_bytes"))
@@ -180,8 +205,9 @@ def _delivery(
         first_t, base = seq[0]
         total += seq[-1][1] - base
         start = min(start, first_t)
-        last_inc = max((t for (t, d), (_, dp) in zip(seq[1:], seq[:-1], strict=True) if d > dp),
-                       default=None)  # fmt: skip
+        last_inc = max(
+            (t for (t, d), (_, dp) in zip(seq[1:], seq[:-1], strict=True) if d > dp), default=None
+        )
         if last_inc is not None:
             stop = max(stop, last_inc)
         j = 0
@@ -222,10 +248,28 @@ def _limits(pts: list[dict[str, Any]], out: dict[str, Any]) -> None:
         return
     cw = [r for r in transfer if _num(r.get("cwnd_bytes")) is not None]
     rw = [r for r in transfer if _num(r.get("snd_wnd_bytes")) is not None]
-    cshare = (sum(1 for r in cw if float(r["in_flight_bytes"]) >= float(r["cwnd_bytes"])
-                  - SLACK_BYTES) / len(cw)) if cw else None  # fmt: skip
-    rshare = (sum(1 for r in rw if float(r["in_flight_bytes"]) >= float(r["snd_wnd_bytes"])
-                  - SLACK_BYTES) / len(rw)) if rw else None  # fmt: skip
+    cshare = (
+        (
+            sum(
+                1 for r in cw if float(r["in_flight_bytes"]) >= float(r["cwnd_bytes"]) - SLACK_BYTES
+            )
+            / len(cw)
+        )
+        if cw
+        else None
+    )
+    rshare = (
+        (
+            sum(
+                1
+                for r in rw
+                if float(r["in_flight_bytes"]) >= float(r["snd_wnd_bytes"]) - SLACK_BYTES
+            )
+            / len(rw)
+        )
+        if rw
+        else None
+    )
     out["cwnd_limited_share"] = None if cshare is None else round(cshare, 3)
     out["rwnd_limited_share"] = None if rshare is None else round(rshare, 3)
     if rshare is not None and rshare >= LIMITED_SHARE and rshare > (cshare or 0):

@@ -34,10 +34,12 @@ SPACE = {"initial": "initial", "handshake": "handshake", "0RTT": "app", "1RTT": 
 _HS_DONE = ("handshake_complete", "handshake_confirmed")
 #: the qlog QUIC event schema's newer names (quiche writes draft 12's "quic:" events) for
 #: the ones quic-go writes; the data fields read here are the same in both
-ALIASES = {"quic:packet_sent": "transport:packet_sent",
-           "quic:packet_received": "transport:packet_received",
-           "quic:recovery_metrics_updated": "recovery:metrics_updated",
-           "quic:packet_lost": "recovery:packet_lost"}  # fmt: skip
+ALIASES = {
+    "quic:packet_sent": "transport:packet_sent",
+    "quic:packet_received": "transport:packet_received",
+    "quic:recovery_metrics_updated": "recovery:metrics_updated",
+    "quic:packet_lost": "recovery:packet_lost",
+}
 _FRACTION = re.compile(r"^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 
 
@@ -82,8 +84,11 @@ def validate_qlog(data: bytes) -> list[str]:
     if not parsed or not isinstance(parsed[0], dict):
         return [*problems, "no header record"]
     h = parsed[0]
-    for k, want in (("qlog_version", None), ("qlog_format", "JSON-SEQ"),
-                    ("serialization_format", "application/qlog+json-seq")):  # fmt: skip
+    for k, want in (
+        ("qlog_version", None),
+        ("qlog_format", "JSON-SEQ"),
+        ("serialization_format", "application/qlog+json-seq"),
+    ):
         if k not in h:
             problems.append(f"header: no {k}")
         elif want and h[k] != want:
@@ -209,25 +214,41 @@ def qlog_samples(
                 cwnd = d["congestion_window"]
             if "bytes_in_flight" in d:
                 in_flight = d["bytes_in_flight"]
-            if cwnd is None or not ({"congestion_window", "bytes_in_flight", "smoothed_rtt",
-                                     "latest_rtt"} & d.keys()):  # fmt: skip
+            if cwnd is None or not (
+                {"congestion_window", "bytes_in_flight", "smoothed_rtt", "latest_rtt"} & d.keys()
+            ):
                 continue  # pto_count only, or nothing known yet
-            rows.append({
-                "t_ms": t_ms, "event": "sample", "conn": conn,
-                "cwnd_bytes": cwnd, "in_flight_bytes": in_flight,
-                "delivered_bytes": delivered, "srtt_ms": srtt,
-                "rtt_sample_ms": d.get("latest_rtt"), "source": "qlog",
-            })  # fmt: skip
+            rows.append(
+                {
+                    "t_ms": t_ms,
+                    "event": "sample",
+                    "conn": conn,
+                    "cwnd_bytes": cwnd,
+                    "in_flight_bytes": in_flight,
+                    "delivered_bytes": delivered,
+                    "srtt_ms": srtt,
+                    "rtt_sample_ms": d.get("latest_rtt"),
+                    "source": "qlog",
+                }
+            )
         elif name == "recovery:packet_lost":
             hd = d.get("header", {})
             sp, pn = SPACE.get(hd.get("packet_type", "")), hd.get("packet_number")
             size = sent[sp].pop(pn, None) if sp and isinstance(pn, int) else None
-            rows.append({"t_ms": t_ms, "event": "lost", "conn": conn, "bytes": size,
-                         "source": "qlog"})  # fmt: skip
+            rows.append(
+                {"t_ms": t_ms, "event": "lost", "conn": conn, "bytes": size, "source": "qlog"}
+            )
         elif name == "quic:connection_state_updated" and not hs and d.get("new") in _HS_DONE:
             hs = True
-            rows.append({"t_ms": t_ms, "event": "handshake_done", "conn": conn,
-                         "srtt_ms": srtt, "source": "qlog"})  # fmt: skip
+            rows.append(
+                {
+                    "t_ms": t_ms,
+                    "event": "handshake_done",
+                    "conn": conn,
+                    "srtt_ms": srtt,
+                    "source": "qlog",
+                }
+            )
     if cut:
         notes.append(f"{cut} events after the next load began left out")
     if bad:
@@ -293,8 +314,9 @@ class QlogTracer(Tracer):
         seen |= now
         self._owned[id(trace)] = new
         if not new:
-            trace.missing["qlog"] = ("no new QUIC connection during this load (the server "
-                                     "wrote no qlog file)")  # fmt: skip
+            trace.missing["qlog"] = (
+                "no new QUIC connection during this load (the server wrote no qlog file)"
+            )
 
     def finish(self, traces: list[LoadTrace]) -> None:
         if not self.dirs or self.ctx is None:
@@ -309,8 +331,9 @@ class QlogTracer(Tracer):
                         self._collect(tb, arm, root, trace, fname, until)
                 orphans = sorted(self._list(arm) - self._seen.get(arm, set()))
                 if orphans and mine:
-                    mine[-1].notes.append(f"qlog: {len(orphans)} file(s) made outside any "
-                                          f"load, not kept")  # fmt: skip
+                    mine[-1].notes.append(
+                        f"qlog: {len(orphans)} file(s) made outside any load, not kept"
+                    )
         finally:
             self.stop()
 
@@ -325,8 +348,7 @@ class QlogTracer(Tracer):
         problems = validate_qlog(data)
         if problems:
             trace.notes.append(f"qlog {odcid}: {'; '.join(problems[:5])}")
-        rows, notes = qlog_samples(data, began_wall=trace.began_wall, conn=odcid,
-                                   until_wall=until)  # fmt: skip
+        rows, notes = qlog_samples(data, began_wall=trace.began_wall, conn=odcid, until_wall=until)
         trace.samples.extend(rows)
         trace.notes.extend(f"qlog {odcid}: {n}" for n in notes)
 

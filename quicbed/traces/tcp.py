@@ -75,9 +75,14 @@ def tracefs_problem(root: Path | None = None) -> str | None:
 
 
 def parse_probe_lines(
-    lines: list[str], *, began_mono: float, server_ip: str, port: int,
-    client_ports: set[int] | None = None, mss: int = MSS,
-) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    lines: list[str],
+    *,
+    began_mono: float,
+    server_ip: str,
+    port: int,
+    client_ports: set[int] | None = None,
+    mss: int = MSS,
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Sample rows (base.SAMPLE_COLUMNS) from tracepoint lines, and the lines kept.
 
     Keeps the flows from ``server_ip:port`` (and, given ``client_ports``, only to those
@@ -116,18 +121,29 @@ def parse_probe_lines(
             ssthresh = int(kv["ssthresh"])
             srtt_ms = int(kv["srtt"]) / 1000.0
             row = {
-                "t_ms": t_ms, "event": "sample", "conn": str(cport),
+                "t_ms": t_ms,
+                "event": "sample",
+                "conn": str(cport),
                 "cwnd_bytes": int(kv["snd_cwnd"]) * mss,
                 "ssthresh_bytes": None if ssthresh >= INFINITE_SSTHRESH else ssthresh * mss,
-                "in_flight_bytes": (nxt - una) % (1 << 32), "delivered_bytes": delivered,
+                "in_flight_bytes": (nxt - una) % (1 << 32),
+                "delivered_bytes": delivered,
                 "srtt_ms": srtt_ms if srtt_ms > 0 else None,
-                "snd_wnd_bytes": int(kv["snd_wnd"]), "source": "tcp_probe",
-            }  # fmt: skip
+                "snd_wnd_bytes": int(kv["snd_wnd"]),
+                "source": "tcp_probe",
+            }
             rows.append(row)
             if cport not in hs_done and int(kv.get("data_len", 0)) > 0 and nxt != first:
                 hs_done.add(cport)
-                rows.append({"t_ms": t_ms, "event": "handshake_done", "conn": str(cport),
-                             "srtt_ms": row["srtt_ms"], "source": "tcp_probe"})  # fmt: skip
+                rows.append(
+                    {
+                        "t_ms": t_ms,
+                        "event": "handshake_done",
+                        "conn": str(cport),
+                        "srtt_ms": row["srtt_ms"],
+                        "source": "tcp_probe",
+                    }
+                )
         else:
             if kv.get("saddr") != server_ip or int(kv.get("sport", -1)) != port:
                 continue
@@ -135,8 +151,9 @@ def parse_probe_lines(
             if client_ports is not None and cport not in client_ports:
                 continue
             kept.append(line)
-            rows.append({"t_ms": t_ms, "event": "retransmit", "conn": str(cport),
-                         "source": "tcp_probe"})  # fmt: skip
+            rows.append(
+                {"t_ms": t_ms, "event": "retransmit", "conn": str(cport), "source": "tcp_probe"}
+            )
     return rows, kept
 
 
@@ -247,19 +264,26 @@ class TcpTracer(Tracer):
         lines = text.splitlines()
         ports = self._client_ports()
         if ports is None:
-            trace.notes.append("tcp: the server namespace's TCP table could not be read: "
-                               "another testbed's flows to this address would mix in")  # fmt: skip
+            trace.notes.append(
+                "tcp: the server namespace's TCP table could not be read: "
+                "another testbed's flows to this address would mix in"
+            )
         rows, kept = parse_probe_lines(
-            lines, began_mono=trace.began_mono, server_ip=self.ctx.testbed.server_ip,
-            port=self.ctx.server_port, client_ports=ports,
-        )  # fmt: skip
+            lines,
+            began_mono=trace.began_mono,
+            server_ip=self.ctx.testbed.server_ip,
+            port=self.ctx.server_port,
+            client_ports=ports,
+        )
         before = self._before.pop(id(trace), None)
         if before:
             rows = drop_handshakes_of(rows, before)
         m = _ENTRIES.search(text)
         if m and int(m.group(2)) > int(m.group(1)):
-            trace.notes.append(f"tcp: {int(m.group(2)) - int(m.group(1))} tracepoint events "
-                               f"lost (ring buffer full)")  # fmt: skip
+            trace.notes.append(
+                f"tcp: {int(m.group(2)) - int(m.group(1))} tracepoint events "
+                f"lost (ring buffer full)"
+            )
         header = [ln for ln in lines if ln.startswith("#")]
         rel = trace.key.rel() / "tcp_probe.txt.gz"
         write_gz(self.ctx.results / rel, "\n".join(header + kept + [""]).encode())
