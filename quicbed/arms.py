@@ -14,156 +14,160 @@ per host: a cell's TCP arms must agree on it (``CellConfig.tcp_cc``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    create_model,
+    model_serializer,
+    model_validator,
+)
 
 from quicbed.errors import QuicbedError, from_validation
+from quicbed.servers import get_stack, stacks
+from quicbed.servers.base import Arm, Kind
 
-#: the built-in arms and their stacks (quicbed.servers registry names)
-BUILTIN_ARMS = {
-    "h2": "apache",
-    "h3": "quic-go",
-    "h3-quiche": "quiche",
-    "h3-gquiche": "gquiche",
-    "gquic": "gquic",
-}
-#: parameters an arm may set besides its stack and CC; a stack lists which it takes
-#: (the TCP options, tcp_sack ... rmem, are a TCP arm's: quicbed.tcpopts)
-TCP_OPTIONS = ("tcp_sack", "tcp_ecn", "tcp_window_scaling", "tcp_fastopen", "initcwnd", "rmem")
-PARAMS = ("cubic_n", "cubic_beta", "quic_version", "tls", *TCP_OPTIONS)
-#: settings added after cells were first stored: left out of a dump while unset, so
-#: cells and specs that do not use them keep their IDs and digests
-_LATER = ("quic_version", "tls", *TCP_OPTIONS)
+#: arm settings that every stored cell and spec writes, set or not (format 1); every
+#: other parameter is left out of a dump while unset, so cells that do not use it keep
+#: their IDs and digests
+_FORMAT_1 = ("cubic_n", "cubic_beta")
+_OWN = ("stack", "cc")
 #: QUIC arms of one cell listen on these UDP ports, in arm order (one socket per port)
 QUIC_PORTS = (443, 4433, 4434, 4435, 4436, 4437)
 TCP_PORT = 443
 
 
-class ArmSettings(BaseModel):
-    """What a spec or the CLI may set for one arm (unset: the stack's own default)."""
+def builtin_arms() -> dict[str, str]:
+    """Arm name -> stack, for arms a spec may name without saying their stack: each
+    stack says which names mean it."""
+    return {arm: cls.name for cls in stacks().values() for arm in cls.arms}
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+def arm_colour(name: str) -> str | None:
+    """A built-in arm's colour in figures (its stack's); other arms take a cycle."""
+    stack = builtin_arms().get(name)
+    return get_stack(stack).colour if stack else None
+
+
+@cache
+def param_model() -> type[BaseModel]:
+    """Every stack's parameters in one model, each typed as its stacks declare it: what
+    a spec or ``--arms`` may set before the arm's own stack checks it (which stack an
+    arm runs is only known once every setting is read)."""
+    fields: dict[str, Any] = {}
+    owner: dict[str, str] = {}
+    for cls in stacks().values():
+        for key, info in cls.Params.model_fields.items():
+            if key in fields and fields[key][0] != info.annotation:
+                raise QuicbedError(
+                    f"stacks {owner[key]} and {cls.name} type parameter {key} differently"
+                )
+            fields.setdefault(key, (info.annotation, None))
+            owner.setdefault(key, cls.name)
+    config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    return create_model("ArmParams", __config__=config, **fields)
+
+
+def param_names() -> tuple[str, ...]:
+    return tuple(param_model().model_fields)
+
+
+class ArmSettings(BaseModel):
+    """What a spec or the CLI may set for one arm: its stack, its CC and any stack's
+    parameters (unset: the stack's own default). Values are typed here; whether the
+    arm's stack takes them is its own check (``resolve``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     stack: str | None = None
     cc: str | None = None
-    cubic_n: int | None = Field(default=None, description="CUBIC's emulated connections N")
-    cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
-    quic_version: str | None = Field(default=None, description="gQUIC version, e.g. Q039")
-    tls: str | None = Field(default=None, description="TLS version of a TCP arm: 1.2 or 1.3")
-    # TCP options of a TCP arm, on both ends (quicbed.tcpopts); unset: the host's default
-    tcp_sack: bool | None = Field(default=None, description="net.ipv4.tcp_sack")
-    tcp_ecn: int | None = Field(default=None, description="net.ipv4.tcp_ecn: 0, 1 or 2")
-    tcp_window_scaling: bool | None = Field(default=None, description="net.ipv4.tcp_window_scaling")
-    tcp_fastopen: int | None = Field(default=None, description="net.ipv4.tcp_fastopen (bits)")
-    initcwnd: int | None = Field(default=None, description="initial window (route), segments")
-    rmem: str | None = Field(default=None, description="receive-buffer preset, e.g. ws2")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        given = {k: v for k, v in data.items() if k not in _OWN and v is not None}
+        model = param_model()
+        unknown = sorted(set(given) - set(model.model_fields))
+        if unknown:
+            raise ValueError(
+                f"{unknown[0]} is no stack's parameter (stack, cc, {', '.join(param_names())})"
+            )
+        try:
+            typed = model.model_validate(given).model_dump()
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise ValueError(f"{where} {err['input']!r}: {err['msg']}") from None
+        return {**{k: data[k] for k in _OWN if k in data}, **{k: typed[k] for k in given}}
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
-        for key in _LATER:
-            if out.get(key) is None:
-                out.pop(key, None)
-        return out
+        return {**dict.fromkeys(_FORMAT_1), **out}
 
     def params(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in PARAMS if getattr(self, k) is not None}
+        return dict(self.model_extra or {})
 
 
-@dataclass(frozen=True)
-class Arm:
-    """One arm of one cell, resolved: every knob named, where it listens."""
-
-    name: str
-    stack: str
-    protocol: str  # what the browser must see: h2 or h3
-    transport: str  # tcp or udp
-    cc: str
-    params: dict[str, Any] = field(default_factory=dict)
-    port: int = 443
-
-    def describe(self) -> str:
-        extra = "".join(
-            f", {k} {str(v).lower()}"
-            if isinstance(v, bool)
-            else f", {k} {v:g}"
-            if isinstance(v, float | int)
-            else f", {k} {v}"
-            for k, v in self.params.items()
-        )
-        return f"{self.name} ({self.stack}, {self.cc}{extra})"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "stack": self.stack,
-            "protocol": self.protocol,
-            "transport": self.transport,
-            "cc": self.cc,
-            "params": self.params,
-            "port": self.port,
-        }
-
-
-def check_settings(name: str, s: ArmSettings) -> None:
-    """Bounds that hold for every stack (a stack's own limits are its check's)."""
-    if s.cubic_n is not None and s.cubic_n < 1:
-        raise QuicbedError(f"arm {name}: cubic_n must be >= 1 (got {s.cubic_n})")
-    if s.cubic_beta is not None and not 0 < s.cubic_beta < 1:
-        raise QuicbedError(f"arm {name}: cubic_beta must be in (0, 1) (got {s.cubic_beta:g})")
-
-
-def resolve(names: tuple[str, ...], settings: dict[str, ArmSettings], default_cc: str) -> list[Arm]:
-    """The arms of a cell in order, each checked against its stack; errors name the value."""
-    from quicbed.servers import get_stack
-
+def resolve(
+    names: tuple[str, ...],
+    settings: dict[str, ArmSettings],
+    default_cc: str,
+    kind: Kind = "page",
+) -> list[Arm]:
+    """The arms of a cell in order, each checked against its stack (what it takes and
+    which cells it can be measured in); errors name the value."""
     extra = sorted(set(settings) - set(names))
     if extra:
         raise QuicbedError(
             f"settings for arm {extra[0]!r}, which is not one of the cell's "
             f"arms ({', '.join(names)})"
         )
+    builtin = builtin_arms()
     out: list[Arm] = []
     quic_ports = iter(QUIC_PORTS)
     for name in names:
         s = settings.get(name, ArmSettings())
-        check_settings(name, s)
-        stack_name = s.stack or BUILTIN_ARMS.get(name)
+        stack_name = s.stack or builtin.get(name)
         if stack_name is None:
             raise QuicbedError(
-                f"unknown arm {name!r} (built in: {', '.join(BUILTIN_ARMS)}; a new arm "
-                f"names its stack, e.g. {name}:stack=quic-go)"
+                f"unknown arm {name!r} (built in: {', '.join(builtin)}; a new arm "
+                f"names its stack, e.g. {name}:stack={next(iter(builtin.values()))})"
             )
         stack = get_stack(stack_name)
         cc = s.cc or default_cc
-        stack.check_arm(name, cc, s.params())
+        params = stack.check_arm(name, cc, s.params())
+        stack.check_kind(name, kind)
         if stack.transport == "udp":
             port = next(quic_ports, None)
             if port is None:
                 raise QuicbedError(f"at most {len(QUIC_PORTS)} QUIC arms per cell")
         else:
             port = TCP_PORT
-        out.append(Arm(name, stack.name, stack.protocol, stack.transport, cc, s.params(), port))
-    tcp = [a for a in out if a.transport == "tcp"]
-    stacks = {a.name: get_stack(a.stack) for a in out}
+        out.append(Arm(name, stack.name, stack.protocol, stack.transport, cc, params, port))
+    stacks_of = {a.name: get_stack(a.stack) for a in out}
     # one browser per cell: the one an arm's stack needs (TCP arms run in any)
-    need = sorted({s.client for s in stacks.values() if s.client != "chromium"})
+    need = sorted({s.client for s in stacks_of.values() if s.client != "chromium"})
     if len(need) > 1:
         raise QuicbedError(
             f"arms {', '.join(names)} need different browsers ({', '.join(need)}); "
             "one cell runs in one browser"
         )
     if need:
-        odd = [a.name for a in out if a.transport == "udp" and stacks[a.name].client != need[0]]
+        odd = [a.name for a in out if a.transport == "udp" and stacks_of[a.name].client != need[0]]
         if odd:
             raise QuicbedError(
                 f"arm(s) {', '.join(odd)} cannot run in {need[0]}, the browser of this cell's "
-                f"{', '.join(a.name for a in out if stacks[a.name].client == need[0])} arm: "
+                f"{', '.join(a.name for a in out if stacks_of[a.name].client == need[0])} arm: "
                 "compare them in cells of their own"
             )
-    tls = next((s.tcp_tls for s in stacks.values() if s.tcp_tls), None)
+    tls = next((s.tcp_tls for s in stacks_of.values() if s.tcp_tls), None)
     if tls:
         out = [
             replace(a, params={**a.params, "tls": a.params.get("tls", tls)})
@@ -171,7 +175,6 @@ def resolve(names: tuple[str, ...], settings: dict[str, ArmSettings], default_cc
             else a
             for a in out
         ]
-        tcp = [a for a in out if a.transport == "tcp"]
     tcp = [a for a in out if a.transport == "tcp"]
     if len(tcp) > 1:
         raise QuicbedError(
@@ -196,10 +199,10 @@ def parse_cli(text: str) -> tuple[tuple[str, ...], dict[str, ArmSettings]]:
         for p in pairs:
             key, eq, value = p.partition("=")
             key = key.strip()
-            if not eq or key not in ("stack", "cc", *PARAMS):
+            if not eq or key not in (*_OWN, *param_names()):
                 raise QuicbedError(
                     f"--arms: {item!r}: {p!r} is not KEY=VALUE with KEY one of "
-                    f"stack, cc, {', '.join(PARAMS)}"
+                    f"stack, cc, {', '.join(param_names())}"
                 )
             kv[key] = value.strip()
         if kv:

@@ -23,9 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from quicbed.arms import Arm, ArmSettings, resolve
+from quicbed.arms import ArmSettings, resolve
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.model import LinkCondition
+from quicbed.servers.base import Arm, Kind
 
 ARMS = ("h2", "h3")
 #: fields added after stores existed: left out of the cell ID while at their default,
@@ -70,10 +71,6 @@ def _rate_field(value: object) -> object:
 #: a rate field of a model (e.g. a sweep spec's ``rate`` list), read by parse_rate
 Rate = Annotated[float | None, BeforeValidator(_rate_field)]
 
-#: what a cell measures: page loads in the browser, or transfers by quicbed-bulk
-#: (quicbed.bulk): ``bulk`` one flow at a time per arm, ``compete`` flows of several
-#: arms at once on one bottleneck
-Kind = Literal["page", "bulk", "compete"]
 #: a bound on typos: flows at once in a compete cell, seconds of one transfer
 MAX_FLOWS = 32
 MAX_TRANSFER_S = 3600.0
@@ -249,7 +246,7 @@ class CellConfig(BaseModel):
             )
 
     def resolved_arms(self) -> list[Arm]:
-        return resolve(self.arms, self.arm_settings, self.cc)
+        return resolve(self.arms, self.arm_settings, self.cc, self.kind)
 
     def tcp_cc(self) -> str:
         """The hosts' TCP congestion control: the TCP arm's, else the cell's CC where the

@@ -608,7 +608,7 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
     """Four panels over one time axis (ms since page start); h2 blue, h3 red."""
     import matplotlib.pyplot as plt
 
-    from quicbed.plots import ARM_COLOURS
+    from quicbed.arms import arm_colour
 
     fig, axes = plt.subplots(
         4, 1, figsize=(9, 9.5), sharex=True, gridspec_kw={"height_ratios": [1.1, 2, 2, 1.6]}
@@ -617,7 +617,7 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
     arms = list(loads)
     xmax = max(ld.plt_ms for ld in loads.values()) * 1.08
     for i, (arm, ld) in enumerate(loads.items()):
-        col = ARM_COLOURS.get(arm, "black")
+        col = arm_colour(arm) or "black"
         y = len(arms) - 1 - i
         for e in ld.entries:
             if e["connect_ms"] > 0:

@@ -26,13 +26,6 @@ from matplotlib.colors import TwoSlopeNorm, to_hex
 from matplotlib.figure import Figure
 
 CMAP = "RdBu_r"  # low = blue (TCP faster), high = red (QUIC faster)
-#: the arms in every figure as in the heatmaps: TCP (h2) at the blue end, QUIC (h3) red
-ARM_COLOURS = {
-    "h2": to_hex(plt.get_cmap(CMAP)(0.1)),
-    "h3": to_hex(plt.get_cmap(CMAP)(0.9)),
-    "h3-quiche": to_hex(plt.get_cmap("Dark2")(2)),
-    "h3-gquiche": to_hex(plt.get_cmap("Dark2")(3)),
-}
 #: rc settings that make the saved files byte-reproducible for one matplotlib version
 DETERMINISTIC: dict[Any, Any] = {"svg.hashsalt": "quicbed"}
 
@@ -75,9 +68,9 @@ def figure_data(
                     "pct": cell.pct,
                     "significant": cell.significant,
                     "text": text,
-                    "fill": to_hex(colour),
+                    "fill": to_hex(colour),  # type: ignore[arg-type]
                 }
-            )  # type: ignore[arg-type]
+            )
     return {"title": title, "rows": rows, "cols": cols, "cells": out}
 
 

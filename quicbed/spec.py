@@ -18,9 +18,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quicbed.arms import ArmSettings, own_pairs, pairs, parse_pairs
-from quicbed.cellconfig import CellConfig, Kind, Rate, cell_default, make_cell
+from quicbed.cellconfig import CellConfig, Rate, cell_default, make_cell
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.model import MAX_TCP_SECONDS, LinkCondition, make_condition, parse_queue
+from quicbed.servers.base import Kind
 from quicbed.yamlfile import read_yaml
 
 SPEC_FORMAT = 1

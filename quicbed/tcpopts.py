@@ -31,10 +31,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from quicbed.arms import TCP_OPTIONS as OPTIONS
 from quicbed.errors import QuicbedError
 from quicbed.testbed.base import Process, RPath, Testbed
 
+#: the TCP options a TCP arm may set (the TCP stack's parameters of the same names), on
+#: both ends while its server runs
+OPTIONS = ("tcp_sack", "tcp_ecn", "tcp_window_scaling", "tcp_fastopen", "initcwnd", "rmem")
 #: the sysctl behind each boolean/integer option (per network namespace)
 SYSCTLS = {
     "tcp_sack": "net.ipv4.tcp_sack",

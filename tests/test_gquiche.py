@@ -48,10 +48,10 @@ from typing import Any
 import pytest
 
 from quicbed import certs, workloads
-from quicbed.arms import Arm, ArmSettings, resolve
+from quicbed.arms import ArmSettings, resolve
 from quicbed.errors import QuicbedError
 from quicbed.servers import get_stack
-from quicbed.servers.base import ServeSpec
+from quicbed.servers.base import Arm, ServeSpec
 from quicbed.servers.gquiche import (
     QUIC_SERVER,
     GoogleQuicheServer,
@@ -96,13 +96,14 @@ def ssh_testbed() -> SshTestbed:
 def test_registry_finds_the_stack_for_the_builtin_arm() -> None:
     cls = get_stack("gquiche")
     assert cls is GoogleQuicheServer
-    assert (cls.protocol, cls.transport, cls.local, cls.ccs, cls.params) == (
+    assert (cls.protocol, cls.transport, cls.local, cls.ccs, cls.kinds) == (
         "h3",
         "udp",
         False,
         ("cubic",),
-        (),
+        ("page",),
     )
+    assert cls.Params.model_fields == {}
     (arm,) = [a for a in resolve(("h2", "h3-gquiche"), {}, "cubic") if a.stack == "gquiche"]
     assert (arm.name, arm.cc, arm.port, arm.params) == ("h3-gquiche", "cubic", 443, {})
 

@@ -13,10 +13,11 @@ import re
 from contextlib import ExitStack
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from quicbed import hostparam, tcpopts
-from quicbed.arms import TCP_OPTIONS, Arm
 from quicbed.errors import QuicbedError
-from quicbed.servers.base import WebServer
+from quicbed.servers.base import Arm, Params, WebServer, cubic_beta_bound
 from quicbed.testbed.base import RPath, Testbed
 
 CONF = "/etc/quicbed/apache/httpd.conf"
@@ -48,21 +49,37 @@ def ss_congestion(text: str) -> list[str]:
     return out
 
 
+class TcpParams(Params):
+    """What a TCP arm may set. cubic_beta is Linux CUBIC's, host-wide
+    (quicbed.hostparam) while the server runs; tls is the one TLS version Apache offers
+    (default: the apache_h2 role's, TLS 1.3); the TCP options (quicbed.tcpopts) apply on
+    both ends while the server runs, verified per load from the SYN and SYN-ACK."""
+
+    cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
+    tls: str | None = Field(default=None, description="TLS version of a TCP arm: 1.2 or 1.3")
+    tcp_sack: bool | None = Field(default=None, description="net.ipv4.tcp_sack")
+    tcp_ecn: int | None = Field(default=None, description="net.ipv4.tcp_ecn: 0, 1 or 2")
+    tcp_window_scaling: bool | None = Field(default=None, description="net.ipv4.tcp_window_scaling")
+    tcp_fastopen: int | None = Field(default=None, description="net.ipv4.tcp_fastopen (bits)")
+    initcwnd: int | None = Field(default=None, description="initial window (route), segments")
+    rmem: str | None = Field(default=None, description="receive-buffer preset, e.g. ws2")
+
+    _beta = field_validator("cubic_beta")(cubic_beta_bound)
+
+
 class ApacheServer(WebServer):
     name = "apache"
     protocol = "h2"
     transport = "tcp"
     log_name = "access.log"
+    arms = ("h2",)
     ccs = TCP_CCS
-    #: Linux CUBIC's beta: host-wide (quicbed.hostparam), set while the server runs;
-    #: tls: the one TLS version Apache offers (default: the apache_h2 role's, TLS 1.3);
-    #: the TCP options (quicbed.tcpopts), on both ends while the server runs, verified
-    #: per load from the SYN and SYN-ACK
-    params = ("cubic_beta", "tls", *TCP_OPTIONS)
+    Params = TcpParams
+    colour = "#2065ab"
 
     @classmethod
-    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:
-        super().check_arm(arm, cc, params)
+    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:
+        params = super().check_arm(arm, cc, params)
         if "cubic_beta" in params and cc != "cubic":
             raise QuicbedError(f"arm {arm}: cubic_beta is CUBIC's; this arm runs {cc}")
         if "tls" in params and params["tls"] not in TLS_VERSIONS:
@@ -70,6 +87,7 @@ class ApacheServer(WebServer):
                 f"arm {arm}: tls {params['tls']!r} is not one of {', '.join(TLS_VERSIONS)}"
             )
         tcpopts.check(arm, params)
+        return params
 
     @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:

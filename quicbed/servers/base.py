@@ -3,21 +3,94 @@
 A server runs on the testbed's ``server`` role, serves one document tree with one
 certificate, and keeps a log from which quicbed reads what happened per load (TLS
 resumption for Apache, 0-RTT for QUIC, the congestion control in effect). The class
-also says what an arm of its stack may ask for (``ccs``, ``params``) and what a
-valid load must show (``evidence``): cell.py knows no stack by name. Knobs a stack
-does not support are errors that name the stack, never silently ignored.
+owns everything quicbed knows of its stack: the arm names that mean it (``arms``),
+what an arm of it may ask for (``ccs`` and its own validated ``Params`` model), which
+cell kinds and clients it serves (``kinds``, ``client``), what a valid load must show
+(``evidence``), and how it is drawn (``colour``). Nothing outside this package names a
+stack. Knobs a stack does not support are errors that name the stack, never silently
+ignored.
+
+This module sits below the spec (quicbed.arms asks the stacks what an arm may be), so
+it imports nothing of the spec: :class:`Arm`, the resolved arm every server is given,
+is defined here.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
-from quicbed.arms import TCP_OPTIONS, Arm
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from quicbed.errors import QuicbedError
+from quicbed.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.base import Process, RPath, Testbed
+
+#: what a cell measures: page loads in the browser, or transfers by quicbed-bulk
+#: (quicbed.bulk): ``bulk`` one flow at a time per arm, ``compete`` flows of several
+#: arms at once on one bottleneck (quicbed.cellconfig.CellConfig.kind)
+Kind = Literal["page", "bulk", "compete"]
+KINDS: tuple[Kind, ...] = ("page", "bulk", "compete")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of one cell, resolved: every knob named, where it listens."""
+
+    name: str
+    stack: str
+    protocol: str  # what the browser must see: h2 or h3
+    transport: str  # tcp or udp
+    cc: str
+    params: dict[str, Any] = field(default_factory=dict)
+    port: int = 443
+
+    def describe(self) -> str:
+        extra = "".join(
+            f", {k} {str(v).lower()}"
+            if isinstance(v, bool)
+            else f", {k} {v:g}"
+            if isinstance(v, float | int)
+            else f", {k} {v}"
+            for k, v in self.params.items()
+        )
+        return f"{self.name} ({self.stack}, {self.cc}{extra})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "stack": self.stack,
+            "protocol": self.protocol,
+            "transport": self.transport,
+            "cc": self.cc,
+            "params": self.params,
+            "port": self.port,
+        }
+
+
+class Params(BaseModel):
+    """A stack's arm parameters: each stack subclasses this with its own fields, every
+    one optional (unset: the stack's own default). A field's annotation is its type
+    wherever the key is given (a spec, or ``--arms`` as text); its description is the
+    one-line help."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def cubic_n_bound(v: int | None) -> int | None:
+    """CUBIC's emulated connections: at least one (a stack's own upper limit is its own)."""
+    if v is not None and v < 1:
+        raise ValueError(f"cubic_n must be >= 1 (got {v})")
+    return v
+
+
+def cubic_beta_bound(v: float | None) -> float | None:
+    """CUBIC's multiplicative decrease: a fraction, whichever stack runs it."""
+    if v is not None and not 0 < v < 1:
+        raise ValueError(f"cubic_beta must be in (0, 1) (got {v:g})")
+    return v
 
 
 @dataclass
@@ -38,10 +111,17 @@ class WebServer(ABC):
     protocol: str  # what a browser must see: h2 or h3
     transport: str  # tcp or udp: what "accepts connections" means
     log_name: str
+    #: arm names that mean this stack when a spec names no stack (``h3`` is quic-go)
+    arms: ClassVar[tuple[str, ...]] = ()
     #: congestion controls an arm of this stack may name, exactly as the stack names them
     ccs: tuple[str, ...] = ()
-    #: per-arm parameters (quicbed.arms.PARAMS) the stack can apply
-    params: tuple[str, ...] = ()
+    #: the per-arm parameters the stack can apply, with their types and bounds
+    Params: ClassVar[type[Params]] = Params
+    #: what cells an arm of this stack can be measured in (page loads, transfers)
+    kinds: ClassVar[tuple[Kind, ...]] = KINDS
+    #: the arm's colour in figures (an arm of this stack that is not its built-in one
+    #: takes the figures' cycle)
+    colour: ClassVar[str | None] = None
     #: False: the stack only runs on testbed nodes (its server is not built locally)
     local: bool = True
     #: True: the load's evidence is the arm's browser NetLog (quicbed.servers.gquiche):
@@ -69,23 +149,46 @@ class WebServer(ABC):
         return None
 
     @classmethod
-    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:
-        """Refuse, naming the value, what this stack cannot do for arm ``arm``."""
+    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Refuse, naming the value, what this stack cannot do for arm ``arm``; return the
+        parameters typed and in the order the stack declares them."""
         if cc not in cls.ccs:
             raise QuicbedError(
                 f"arm {arm}: congestion control {cc!r} is not offered by {cls.name} "
                 f"(it has {', '.join(cls.ccs)}; give the arm its own, e.g. {arm}:cc={cls.ccs[0]})"
             )
+        own = cls.Params.model_fields
         for key in params:
+            if key in own:
+                continue
             if key in TCP_OPTIONS and cls.transport != "tcp":
                 raise QuicbedError(
                     f"arm {arm}: {key} is a TCP option, and {cls.name} runs QUIC "
                     f"over UDP (set it on the cell's TCP arm, e.g. "
                     f"h2:{key}=...)"
                 )
-            if key not in cls.params:
-                has = f"it takes {', '.join(cls.params)}" if cls.params else "it takes none"
-                raise QuicbedError(f"arm {arm}: {cls.name} has no parameter {key} ({has})")
+            has = f"it takes {', '.join(own)}" if own else "it takes none"
+            raise QuicbedError(f"arm {arm}: {cls.name} has no parameter {key} ({has})")
+        try:
+            typed = cls.Params(**params)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            if err["type"] == "value_error":
+                msg = str(err["ctx"]["error"])
+            else:
+                where = ".".join(str(x) for x in err["loc"])
+                msg = f"{where} {err['input']!r}: {err['msg']} ({cls.name})"
+            raise QuicbedError(f"arm {arm}: {msg}") from None
+        return {k: v for k, v in typed.model_dump().items() if k in params and v is not None}
+
+    @classmethod
+    def check_kind(cls, arm: str, kind: Kind) -> None:
+        """Refuse, before anything starts, a cell kind this stack cannot be measured in."""
+        if kind not in cls.kinds:
+            raise QuicbedError(
+                f"arm {arm}: {cls.name} cannot be measured in a {kind} cell "
+                f"(it serves {', '.join(cls.kinds)} cells)"
+            )
 
     @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:

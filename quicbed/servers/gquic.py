@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from quicbed.errors import QuicbedError
+from quicbed.servers.base import Params
 from quicbed.servers.quic_go import OwnH3Server
 
 #: the versions quic-go v0.10.2 and Chromium 72 both speak, default first
@@ -29,26 +32,34 @@ VERSIONS = ("Q039", "Q043", "Q044")
 TCP_TLS = "1.2"
 
 
+class GquicParams(Params):
+    quic_version: str | None = Field(default=None, description="gQUIC version, e.g. Q039")
+
+
 class GquicServer(OwnH3Server):
     name = "gquic"
     protocol = "gquic"
     transport = "udp"
     log_name = "gquic-server.jsonl"
     binary = "quicbed-gquic-server"
+    arms = ("gquic",)
     ccs = ("cubic",)
-    params = ("quic_version",)
+    Params = GquicParams
+    #: Chromium 72 loads pages; no transfer client speaks gQUIC
+    kinds = ("page",)
     client = "chromium72"
     tcp_tls = TCP_TLS
 
     @classmethod
-    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:
-        super().check_arm(arm, cc, params)
+    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:
+        params = super().check_arm(arm, cc, params)
         v = params.get("quic_version", VERSIONS[0])
         if v not in VERSIONS:
             raise QuicbedError(
                 f"arm {arm}: quic_version {v!r} is not one quicbed's gQUIC server "
                 f"and Chromium 72 speak ({', '.join(VERSIONS)})"
             )
+        return params
 
     @property
     def quic_version(self) -> str:

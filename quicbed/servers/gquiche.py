@@ -56,9 +56,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from quicbed.arms import Arm
 from quicbed.errors import QuicbedError
-from quicbed.servers.base import WebServer
+from quicbed.servers.base import Arm, WebServer
 from quicbed.testbed.base import RPath, Testbed
 
 #: roles/quic_server_google's ``quic_server_google_bin`` (a link to the pinned build)
@@ -368,9 +367,13 @@ class GoogleQuicheServer(WebServer):
     #: quicbed's name for QUICHE's kCubicBytes ("CUBIC_BYTES"), its only CC without
     #: client connection options (module docstring); N = 2 emulated connections
     #: (quic_constants.h kDefaultNumConnections), not settable at run time
+    arms = ("h3-gquiche",)
     ccs = ("cubic",)
-    params = ()
     local = False
+    #: a load's evidence is the browser's NetLog (``wants_client_netlog``): a transfer
+    #: client keeps none, so this stack serves page cells only
+    kinds = ("page",)
+    colour = "#e7298a"
     #: the runner must give this arm's browser a NetLog and set ``client_netlog``
     wants_client_netlog = True
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from quicbed.errors import QuicbedError
-from quicbed.servers.base import WebServer
+from quicbed.servers.base import Params, WebServer, cubic_beta_bound, cubic_n_bound
 
 
 def json_events(lines: list[str]) -> list[dict[str, Any]]:
@@ -64,12 +66,23 @@ class OwnH3Server(WebServer):
     reading of a load's facts and of the start record."""
 
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
-        return quic_load_facts(lines, self.params)
+        return quic_load_facts(lines, tuple(self.Params.model_fields))
 
     def version(self) -> dict[str, Any]:
         lines = self.tb.read_text("server", self.log).splitlines()
         start = [e for e in json_events(lines) if e.get("event") == "start"]
         return {"server": self.name, "start": start[-1] if start else None}
+
+
+class QuicGoParams(Params):
+    """quic-go's CUBIC knobs (quicbed's patch, go/patches): N emulated connections and
+    the loss backoff, both read back from the server's start record per load."""
+
+    cubic_n: int | None = Field(default=None, description="CUBIC's emulated connections N")
+    cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
+
+    _n = field_validator("cubic_n")(cubic_n_bound)
+    _beta = field_validator("cubic_beta")(cubic_beta_bound)
 
 
 class QuicGoServer(OwnH3Server):
@@ -78,14 +91,17 @@ class QuicGoServer(OwnH3Server):
     transport = "udp"
     log_name = "h3server.jsonl"
     binary = "quicbed-h3server"
+    arms = ("h3",)
     ccs = ("cubic", "reno")
-    params = ("cubic_n", "cubic_beta")
+    Params = QuicGoParams
+    colour = "#b1182b"
 
     @classmethod
-    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> None:
-        super().check_arm(arm, cc, params)
+    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:
+        params = super().check_arm(arm, cc, params)
         if params and cc != "cubic":
             raise QuicbedError(f"arm {arm}: {', '.join(params)} are CUBIC's; this arm runs {cc}")
+        return params
 
     def argv(self) -> list[str]:
         s, a = self.spec, self.arm

@@ -31,8 +31,9 @@ class QuicheServer(OwnH3Server):
     transport = "udp"
     log_name = "quiche-server.jsonl"
     binary = "quicbed-quiche-server"
+    arms = ("h3-quiche",)
     ccs = SUPPORTED_CC
-    params = ()
+    colour = "#7570b3"
 
     def argv(self) -> list[str]:
         s, a = self.spec, self.arm

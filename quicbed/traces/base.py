@@ -145,10 +145,10 @@ class TraceContext:
     def transport(self, arm: str) -> str:
         if arm in self.transports:
             return self.transports[arm]
-        from quicbed.arms import BUILTIN_ARMS
+        from quicbed.arms import builtin_arms
         from quicbed.servers import get_stack
 
-        return get_stack(BUILTIN_ARMS[arm]).transport
+        return get_stack(builtin_arms()[arm]).transport
 
     def quic_arms(self) -> list[str]:
         return [a for a in self.arms if self.transport(a) == "udp"]
