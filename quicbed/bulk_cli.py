@@ -16,7 +16,10 @@ from quicbed.errors import QuicbedError
 
 OutOpt = Annotated[
     Path,
-    typer.Option("--out", help="Results folder (a store, as a cell's); its report is built there."),
+    typer.Option(
+        "--out",
+        help="Results folder (a store, as a cell's); its report is built there (not with --json).",
+    ),
 ]
 ArmsOpt = Annotated[
     str,
@@ -82,8 +85,12 @@ def bulk(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Bulk goodput per arm: N downloads each, one flow at a time, on a proven link (a
-    bulk cell, stored and reported as a sweep's)."""
+    """Measure one bulk cell: goodput per arm, --reps downloads each, one flow at a time, on
+    a link its receipt proves.
+
+    The arms are interleaved, and each is compared with the TCP arm. The cell is stored
+    in --out as a sweep's cells are, and the folder's report is built (not with --json).
+    """
     from quicbed.bulk import run_bulk
     from quicbed.console import print_json, print_transfer
 
@@ -132,8 +139,12 @@ def compete(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """K flows of one arm against M of another on one bottleneck: shares, Jain's index (a
-    compete cell, stored and reported as a sweep's)."""
+    """Measure one compete cell: K flows of one arm against M of another on one bottleneck.
+
+    Each flow's throughput and share, Jain's fairness index and the bottleneck's queue,
+    --reps times. The cell is stored in --out as a sweep's cells are, and the folder's
+    report is built (not with --json).
+    """
     from quicbed.bulk import run_compete
     from quicbed.cellconfig import parse_flows
     from quicbed.console import print_json, print_transfer

@@ -8,10 +8,15 @@ The options several commands share are typed groups (quicbed.cli_options) whose
 defaults are the models' (CellConfig, LinkCondition, SweepSpec); what a command
 prints is quicbed.console's. docs/cli.md lists every flag (python -m
 quicbed.cli_reference writes it).
+
+A command's help is its docstring, paragraphs apart by a blank line; flowing() makes
+each paragraph one line for every command, so that the terminal wraps the sentences.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 import signal
 import sys
 from contextlib import ExitStack
@@ -60,7 +65,9 @@ app = typer.Typer(
     add_completion=False,
     help="quicbed: testbed-as-code for QUIC vs TCP web performance research.",
 )
-testbed_app = typer.Typer(no_args_is_help=True, help="The local testbed (network namespaces).")
+testbed_app = typer.Typer(
+    no_args_is_help=True, help="The testbed: network namespaces here, or three ssh hosts."
+)
 link_app = typer.Typer(no_args_is_help=True, help="Link emulation and its fidelity receipt.")
 app.add_typer(testbed_app, name="testbed")
 app.add_typer(link_app, name="link")
@@ -78,8 +85,11 @@ def testbed_up(
 ) -> None:
     """Create the server, bridge and client namespaces (idempotent), or reach the ssh hosts.
 
-    With --sshd the namespaces become three ssh hosts with a control network and
-    an inventory file, to run the ssh testbed on this machine.
+    With --testbed ssh: reach each host, make its work folder and stop what a crashed
+    run left there.
+
+    With --sshd the namespaces become three ssh hosts with a control network and an
+    inventory file, to run the ssh testbed on this machine.
     """
     if sshd:
         if tb.kind != "local":
@@ -104,7 +114,11 @@ def testbed_up(
 @testbed_app.command("down")
 @options("tb", TestbedOptions)
 def testbed_down(tb: TestbedOptions) -> None:
-    """Remove everything of the testbed, also after a crash (idempotent)."""
+    """Remove everything quicbed made on the testbed, also after a crash (idempotent).
+
+    The link's shaping and any host-wide setting it held; locally the namespaces and
+    their processes, on ssh hosts the daemons quicbed started and its work folders.
+    """
     bed = tb.open("quicbed testbed down")
     try:
         with bed.claim("quicbed testbed down"):
@@ -124,7 +138,7 @@ def testbed_status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     tb: TestbedOptions,
 ) -> None:
-    """What exists now, read from the kernel (or from the ssh hosts)."""
+    """What exists now, read from the kernel (or from the ssh hosts), and who is using it."""
     bed = tb.open("quicbed testbed status")
     try:
         info = bed.status()
@@ -155,7 +169,10 @@ def link_check(
         str | None, typer.Option("--out", help="Also write the receipt here.")
     ] = None,
 ) -> None:
-    """Apply a condition, measure what the link delivers, judge it (exit 1 if out of tolerance)."""
+    """Apply a condition, measure what the link delivers, judge it (exit 1 if out of tolerance).
+
+    The receipt is printed (--json: as JSON) and, with --out, written to a new file.
+    """
     import json
     from pathlib import Path
 
@@ -199,20 +216,29 @@ def cell_cmd(
     *,
     page: Annotated[str | None, typer.Option(help="Page name from workloads/pages.yaml.")] = None,
     out_dir: Annotated[
-        str | None, typer.Option("--out", help="Results folder (created or added to).")
+        str | None,
+        typer.Option(
+            "--out",
+            help="Results folder (created or added to); with --from, default: that folder "
+            "(a package's: NAME-rerun beside it).",
+        ),
     ] = None,
     from_dir: Annotated[
-        str | None, typer.Option("--from", help="Rerun a stored cell of this results folder.")
+        str | None,
+        typer.Option(
+            "--from", help="Rerun a stored cell of this results folder or replication package."
+        ),
     ] = None,
     cell_id: Annotated[str | None, typer.Option("--cell", help="With --from: cell ID.")] = None,
     where: Annotated[
-        str | None, typer.Option(help="With --from: e.g. rate=50,rtt=36,page=10kbx100.")
+        str | None,
+        typer.Option(help="With --from: the cell's settings, e.g. rate=50,rtt=36,page=10kbx100."),
     ] = None,
     link: LinkOptions,
     cell: CellOptions,
     tb: TestbedOptions,
     receipt_tcp_seconds: Annotated[
-        float, typer.Option(help="Receipt iperf3 seconds.")
+        float, typer.Option(help="iperf3 TCP seconds per direction of the link's receipt.")
     ] = RECEIPT_TCP_SECONDS,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     keep_testbed: KeepOpt = False,
@@ -223,14 +249,18 @@ def cell_cmd(
         bool, typer.Option(help="Add to a folder whose runs were made with other software.")
     ] = False,
 ) -> None:
-    """Measure one cell: the page over h2 and h3 under one condition, verified and stored.
+    """Measure one cell: a page loaded over each arm (--arms) under one condition, on a link
+    its receipt proves; stored as a new attempt.
 
-    With --from DIR and --cell/--where: rerun a stored cell with its exact stored
-    configuration, as a new attempt beside the old ones (reports use the latest). Into a
-    folder whose sweep or whose cell's latest attempt ran other software (Chromium,
-    Apache, the servers, quicbed): refused unless --force. A package's rerun folder is
-    the exception: its new attempt is there to be compared with the packaged one, and
-    the comparison printed names what differs.
+    With --from DIR and --cell or --where: rerun a stored cell (a page, bulk or compete
+    cell) with its exact stored configuration, as a new attempt beside the old ones
+    (reports use the latest).
+
+    Into a folder whose sweep or whose cell's latest attempt ran other software
+    (Chromium, Apache, the servers, quicbed): refused unless --force. A replication
+    package given to --from is the exception: it is extracted to --out (default: NAME-rerun
+    beside the archive), the new attempt is there to be compared with the packaged one,
+    and the comparison printed names what differs.
     """
     from pathlib import Path
 
@@ -346,12 +376,17 @@ def run_cmd(
 
     Where: the local testbed (namespaces here, as root), or the ssh testbed of the
     hosts --hosts names (an inventory, or the portal's manifest). --testbed overrides
-    the spec's ``testbed``; --hosts alone means ssh. The stored spec says which ran.
+    the spec's testbed; --hosts alone means ssh. The stored spec says which ran.
+
     Several --hosts: the cells are spread over those testbeds, one cell at a time on
     each; a testbed that fails is taken out and its cells go to the others.
-    --shard i/K: only the i-th of K parts of the plan (the same split on any machine).
-    `quicbed stop DIR` ends it after the cell in progress (exit status 3; --resume
-    continues); --retry-failed measures the failed cells again, as new attempts.
+
+    --shard i/K: only the i-th of K parts of the plan (the same split on any machine);
+    quicbed merge makes the parts' folders one.
+
+    quicbed stop DIR ends the sweep after its cell in progress (exit status 3).
+    --resume continues it; with --retry-failed the failed cells are measured again, as
+    new attempts.
     """
     from pathlib import Path
 
@@ -453,8 +488,12 @@ def run_cmd(
 def stop_cmd(
     results: Annotated[str, typer.Argument(help="Results folder of a running sweep.")],
 ) -> None:
-    """Ask the sweep running into a results folder to stop once its cell in progress
-    ends (Ctrl-C would lose that cell). It exits with status 3; --resume continues."""
+    """Ask the sweep running into a results folder to stop once its cell in progress ends.
+
+    Ctrl-C would lose that cell. The sweep exits with status 3; run --resume continues
+    it. Refused where no sweep is running, e.g. in a folder a single cell or a merge is
+    writing.
+    """
     from pathlib import Path
 
     from quicbed.results import request_stop
@@ -475,8 +514,13 @@ def merge_cmd(
         bool, typer.Option(help="Merge other specs, software or cells measured twice anyway.")
     ] = False,
 ) -> None:
-    """Merge the results folders of one sweep (its --shard parts, or runs on several
-    machines) into one folder that reports, packages and verifies as a single sweep."""
+    """Merge the results folders of one sweep into one that reports, packages and verifies
+    as a single sweep.
+
+    The folders are its --shard parts or its runs on several machines. Folders of
+    another spec or other software, or a cell measured in two folders, are refused
+    unless --force; every attempt is kept.
+    """
     from pathlib import Path
 
     from quicbed.merge import merge
@@ -495,7 +539,11 @@ def merge_cmd(
 def report_cmd(
     results: Annotated[str, typer.Argument(help="Results folder (a sweep or cells).")],
 ) -> None:
-    """Statistics, heatmaps (PNG, SVG), table.csv and report/index.html, from the store only."""
+    """Build DIR/report from the store alone: statistics, table.csv, heatmaps, index.html.
+
+    Per cell the latest attempt is reported. Page cells: table.csv and heatmaps (PNG,
+    SVG); bulk and compete cells: transfers.csv and their figures.
+    """
     from pathlib import Path
 
     from quicbed.report import build
@@ -524,8 +572,12 @@ def explain_cmd(
         str | None, typer.Option("--out", help="Folder (default DIR/report/explain/CELL).")
     ] = None,
 ) -> None:
-    """Why a load took its time: one load per arm on one time axis (PNG, SVG), where the
-    PLT difference comes from (summary.txt, explain.json), the loads' samples as CSV."""
+    """Why a load took its time: one load per arm of a traced cell, on one time axis.
+
+    Of the cell's latest finished attempt, the load closest to its arm's median PLT (or
+    --rep N): a figure (PNG, SVG), where the PLT difference comes from (summary.txt,
+    explain.json) and the loads' transport samples (transport.csv).
+    """
     from pathlib import Path
 
     from quicbed.explain import explain
@@ -545,7 +597,12 @@ def export_cmd(
     ] = None,
     replace: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
 ) -> None:
-    """One tidy row per load (every parameter, PLT, validity, timings)."""
+    """One tidy row per page load: its cell's condition and settings, validity, PLT, timings.
+
+    Every attempt's loads, warm-ups included (the columns attempt_status, latest_attempt
+    and warmup say which). Bulk and compete cells have no page loads: their numbers are
+    in the report's transfers.csv.
+    """
     from pathlib import Path
 
     from quicbed.export import export
@@ -582,7 +639,10 @@ def package_cmd(
     ] = False,
     replace: Annotated[bool, typer.Option(help="Overwrite an existing archive.")] = False,
 ) -> None:
-    """A replication package: runs, raw data, provenance, figures, report, README."""
+    """Make a replication package: runs, raw data, provenance, figures, report, README.
+
+    One .tar.gz with checksums, which quicbed verify checks on any machine.
+    """
     from pathlib import Path
 
     from quicbed.package import build_package
@@ -604,7 +664,7 @@ def verify_cmd(
 ) -> None:
     """Check a package's files, recompute its statistics and figures from its runs alone.
 
-    Exit 0 if everything matches, 1 listing what differs. Needs no root, no browser.
+    Exit status 0 if everything matches, 1 listing what differs. Needs no root, no browser.
     """
     from pathlib import Path
 
@@ -660,6 +720,31 @@ def usage_error_line(exc: Any) -> str:
 
 # --- bulk transfers and flows sharing a bottleneck (quicbed.bulk; one-shot for now) -----
 bulk_cli.register(app)
+
+
+# --- help -----------------------------------------------------------------------------
+def flowing(text: str) -> str:
+    """``text`` as the terminal should wrap it: each paragraph on one line, paragraphs
+    apart by a blank line. typer's rich help keeps the newlines inside a paragraph (all
+    but the first paragraph's, and those too in a group's command list), so a docstring
+    wrapped at the source's width would break sentences in mid-line."""
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text))
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+
+
+def _flow_help(group: typer.Typer) -> None:
+    """Every command's help in ``group`` and its sub-groups (its docstring, or its
+    help=) through :func:`flowing`: docstrings stay wrapped for the source's reader."""
+    for info in group.registered_commands:
+        text = info.help or inspect.getdoc(info.callback)
+        if text:
+            info.help = flowing(text)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _flow_help(sub.typer_instance)
+
+
+_flow_help(app)  # after the last command is registered
 
 
 def main() -> None:

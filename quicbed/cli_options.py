@@ -229,7 +229,7 @@ LossOpt = Annotated[float, typer.Option(help="End-to-end loss in %, split evenly
 LossDownOpt = Annotated[float | None, typer.Option(help="Server->client loss, %.")]
 LossUpOpt = Annotated[float | None, typer.Option(help="Client->server loss, %.")]
 JitterOpt = Annotated[float, typer.Option(help="Jitter, +/- ms per direction.")]
-JitterKindOpt = Annotated[str, typer.Option(help="reorder or smooth.")]
+JitterKindOpt = Annotated[str, typer.Option(help="none, reorder or smooth.")]
 QueueOpt = Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")]
 CountOpt = Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")]
 SeedOpt = Annotated[int, typer.Option(help="RNG seed of loss and jitter.")]
@@ -292,7 +292,9 @@ CC: str = CELL["cc"]
 ARMS = ",".join(CELL["arms"])
 RunsOpt = Annotated[int, typer.Option(help="Measured loads per arm.")]
 WarmupOpt = Annotated[int, typer.Option(help="Warm-up loads per arm (not in the stats).")]
-ModeOpt = Annotated[str, typer.Option(help="0rtt (one context) or 1rtt (fresh each).")]
+ModeOpt = Annotated[
+    str, typer.Option(help="0rtt (one browser context per arm) or 1rtt (a fresh one per load).")
+]
 ArmsOpt = Annotated[
     str,
     typer.Option(
@@ -354,10 +356,15 @@ MAX_HOURS = 1.0
 #: iperf3 TCP seconds per direction of a receipt (a sweep spec's default)
 RECEIPT_TCP_SECONDS: float = spec_default("receipt_tcp_seconds")
 YesOpt = Annotated[bool, typer.Option("--yes", help="Run even if longer than --max-hours.")]
-MaxHoursOpt = Annotated[float, typer.Option(help="Ask for --yes above this estimate.")]
+MaxHoursOpt = Annotated[
+    float, typer.Option(help="Ask for --yes if the time estimate exceeds this many hours.")
+]
 TracesOpt = Annotated[
     str | None,
-    typer.Option("--traces", help="Transport traces per load: none, light (default) or full."),
+    typer.Option(
+        "--traces",
+        help="Transport traces per load: none, light or full (default: light; run: the spec's).",
+    ),
 ]
 KeepOpt = Annotated[
     bool,

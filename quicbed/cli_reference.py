@@ -39,6 +39,7 @@ class Command:
     path: str  # "link check"
     summary: str
     flags: tuple[Flag, ...]
+    details: tuple[str, ...] = ()  # the help's further paragraphs
 
 
 def _default(p: Any) -> str:
@@ -101,8 +102,11 @@ def commands() -> list[Command]:
                             repeated=repeated,
                         )
                     )
-            summary = " ".join((cmd.help or "").split("\n\n")[0].split())
-            yield Command(" ".join([*path, name]), summary, tuple(flags))
+            paragraphs = [" ".join(p.split()) for p in (cmd.help or "").split("\n\n")]
+            paragraphs = [p for p in paragraphs if p] or [""]
+            yield Command(
+                " ".join([*path, name]), paragraphs[0], tuple(flags), tuple(paragraphs[1:])
+            )
 
     with Context(root, info_name="quicbed") as ctx:
         return list(walk(root, [], ctx))
@@ -147,6 +151,7 @@ def doc() -> str:
     ]
     for c in commands():
         parts.append(f"## quicbed {c.path}\n\n{c.summary}\n")
+        parts.extend(f"{paragraph}\n" for paragraph in c.details)
         parts.append("| flag | default | meaning |\n|---|---|---|")
         for f in c.flags:
             name = ", ".join(f"`{n}`" for n in f.names)
