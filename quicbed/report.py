@@ -19,7 +19,7 @@ import textwrap
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -31,6 +31,9 @@ from quicbed.results import SWEEP_FILE, measured_on
 from quicbed.spec import stored_queue_warning
 from quicbed.stats import Comparison, adjust, compare
 from quicbed.store import Store
+
+if TYPE_CHECKING:
+    from quicbed.servers.base import WebServer
 
 COLUMNS = [
     "scenario",
@@ -425,15 +428,25 @@ def _heat_groups(
     return groups
 
 
+def _stack(name: str) -> type[WebServer] | None:
+    """A stored arm's stack, if this quicbed has it (a folder may come from another)."""
+    from quicbed.servers import get_stack
+
+    try:
+        return get_stack(name)
+    except QuicbedError:
+        return None
+
+
 def _arm_label(row: dict[str, Any], key: str, params: bool = False) -> str:
-    """``h2 (TCP)``, ``h3 (QUIC)`` as the reference study wrote them; other arms by stack
-    and CC, so a figure says what it compares; with ``params`` also the arm's settings
+    """A built-in arm by its transport, as the reference study wrote them (``h2 (TCP)``,
+    ``h3 (QUIC)``: its stack's ``label``); other arms by stack and CC, so a figure says
+    what it compares; with ``params`` also the arm's settings
     (``h3-b06 (quic-go, cubic) [cubic_n 2, cubic_beta 0.6]``)."""
     arm, stack = row[key], row[f"{key}_stack"]
-    if arm == "h2" and stack == "apache":
-        return "h2 (TCP)"
-    if arm == "h3" and stack == "quic-go":
-        return "h3 (QUIC)"
+    cls = _stack(stack)
+    if cls is not None and cls.label and arm in cls.arms:
+        return f"{arm} ({cls.label})"
     label = f"{arm} ({stack}, {row[f'{key}_cc']})"
     a = (row.get("_arms") or {}).get(arm)
     if params and a is not None and a.params:
@@ -451,31 +464,14 @@ def _arm_label(row: dict[str, Any], key: str, params: bool = False) -> str:
 def software_label(components: dict[str, Any] | None, arms: list[Any]) -> str:
     """The browser, each arm's server and its protocol version, as one caption line: a
     heatmap says what software produced it (Chrome 72 with gQUIC Q039 is not Chromium
-    of today with QUIC v1)."""
-    from quicbed.servers.gquic import VERSIONS as GQUIC_VERSIONS
-
+    of today with QUIC v1). Each stack words its own part."""
     comp = components or {}
     parts = [str(comp.get("browser") or "browser ?").replace("HeadlessChrome/", "Chrome ")]
     for a in arms:
+        cls = _stack(a.stack)
         c = comp.get(a.name) or {}
-        start = c.get("start") or {}
-        if c.get("version"):  # Apache: "Server version: Apache/2.4.71 (Debian)"
-            server = str(c["version"]).split(": ")[-1].split(" ")[0]
-        elif start.get("quic_go_version"):
-            server = f"quic-go {start['quic_go_version']}" + (
-                " patched" if start.get("quic_go_patch") else ""
-            )
-        else:
-            server = str(start.get("server") or c.get("server") or a.stack)
-        if a.transport == "tcp":
-            proto = f"TLS {a.params.get('tls', '1.3')}"
-        else:
-            proto = (
-                f"gQUIC {a.params.get('quic_version', GQUIC_VERSIONS[0])}"
-                if a.protocol == "gquic"
-                else "QUIC v1"
-            )
-        parts.append(f"{a.name}: {server}, {proto}")
+        text = cls.caption(a, c) if cls else f"{c.get('server') or a.stack}"
+        parts.append(f"{a.name}: {text}")
     return "; ".join(parts)
 
 

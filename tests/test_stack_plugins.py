@@ -35,7 +35,8 @@ def toy() -> Iterator[type]:
     list every stack's arms and parameters)."""
     _forget()
     # reloaded, so each test defines the class afresh (the last one was taken out)
-    ToyServer = importlib.reload(importlib.import_module("toystack")).ToyServer
+    mod = sys.modules.get("toystack")
+    ToyServer = (importlib.reload(mod) if mod else importlib.import_module("toystack")).ToyServer
 
     yield ToyServer
     # a class outlives its module while anything refers to it; the registry lists only

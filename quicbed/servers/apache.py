@@ -75,7 +75,14 @@ class ApacheServer(WebServer):
     arms = ("h2",)
     ccs = TCP_CCS
     Params = TcpParams
+    label = "TCP"
     colour = "#2065ab"
+
+    @classmethod
+    def caption(cls, arm: Arm, component: dict[str, Any]) -> str:
+        # "Server version: Apache/2.4.71 (Debian)"
+        version = str(component.get("version") or "apache").split(": ")[-1].split(" ")[0]
+        return f"{version}, TLS {arm.params.get('tls', '1.3')}"
 
     @classmethod
     def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:

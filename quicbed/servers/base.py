@@ -119,6 +119,9 @@ class WebServer(ABC):
     Params: ClassVar[type[Params]] = Params
     #: what cells an arm of this stack can be measured in (page loads, transfers)
     kinds: ClassVar[tuple[Kind, ...]] = KINDS
+    #: how figures name the transport of the stack's built-in arm, as the reference
+    #: study did (``h2 (TCP)``); None: by stack and CC
+    label: ClassVar[str | None] = None
     #: the arm's colour in figures (an arm of this stack that is not its built-in one
     #: takes the figures' cycle)
     colour: ClassVar[str | None] = None
@@ -189,6 +192,19 @@ class WebServer(ABC):
                 f"arm {arm}: {cls.name} cannot be measured in a {kind} cell "
                 f"(it serves {', '.join(cls.kinds)} cells)"
             )
+
+    @classmethod
+    def caption(cls, arm: Arm, component: dict[str, Any]) -> str:
+        """The arm's server and protocol version for a figure's caption, from what the
+        attempt recorded of it (``version()``): a heatmap says what software made it."""
+        start = component.get("start") or {}
+        server = str(start.get("server") or component.get("server") or arm.stack)
+        return f"{server}, {cls.wire(arm)}"
+
+    @classmethod
+    def wire(cls, arm: Arm) -> str:
+        """The protocol version on the wire, as a caption names it."""
+        return "QUIC v1"
 
     @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:

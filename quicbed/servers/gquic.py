@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import Field
 
 from quicbed.errors import QuicbedError
-from quicbed.servers.base import Params
+from quicbed.servers.base import Arm, Params
 from quicbed.servers.quic_go import OwnH3Server
 
 #: the versions quic-go v0.10.2 and Chromium 72 both speak, default first
@@ -60,6 +60,10 @@ class GquicServer(OwnH3Server):
                 f"and Chromium 72 speak ({', '.join(VERSIONS)})"
             )
         return params
+
+    @classmethod
+    def wire(cls, arm: Arm) -> str:
+        return f"gQUIC {arm.params.get('quic_version', VERSIONS[0])}"
 
     @property
     def quic_version(self) -> str:

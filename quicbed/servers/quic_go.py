@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from quicbed.errors import QuicbedError
-from quicbed.servers.base import Params, WebServer, cubic_beta_bound, cubic_n_bound
+from quicbed.servers.base import Arm, Params, WebServer, cubic_beta_bound, cubic_n_bound
 
 
 def json_events(lines: list[str]) -> list[dict[str, Any]]:
@@ -68,6 +68,14 @@ class OwnH3Server(WebServer):
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
         return quic_load_facts(lines, tuple(self.Params.model_fields))
 
+    @classmethod
+    def caption(cls, arm: Arm, component: dict[str, Any]) -> str:
+        start = component.get("start") or {}
+        if not start.get("quic_go_version"):
+            return super().caption(arm, component)
+        patched = " patched" if start.get("quic_go_patch") else ""
+        return f"quic-go {start['quic_go_version']}{patched}, {cls.wire(arm)}"
+
     def version(self) -> dict[str, Any]:
         lines = self.tb.read_text("server", self.log).splitlines()
         start = [e for e in json_events(lines) if e.get("event") == "start"]
@@ -94,6 +102,7 @@ class QuicGoServer(OwnH3Server):
     arms = ("h3",)
     ccs = ("cubic", "reno")
     Params = QuicGoParams
+    label = "QUIC"
     colour = "#b1182b"
 
     @classmethod
