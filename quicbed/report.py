@@ -29,7 +29,7 @@ from quicbed.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report_transfers import is_transfer
 from quicbed.results import SWEEP_FILE, measured_on
 from quicbed.spec import stored_queue_warning
-from quicbed.stats import Comparison, adjust, compare
+from quicbed.stats import DEFAULT_ALPHA, Comparison, adjust, compare
 from quicbed.store import Store
 
 if TYPE_CHECKING:
@@ -311,7 +311,7 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
 
     sweep = json.loads((root / SWEEP_FILE).read_text()) if (root / SWEEP_FILE).exists() else None
     stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
-    alpha = stats_cfg.get("alpha", 0.01)
+    alpha = stats_cfg.get("alpha", DEFAULT_ALPHA)
     test = stats_cfg.get("test", "welch")
     extra = parse_pairs(stats_cfg.get("pairs"))
     store = Store(root)
@@ -552,7 +552,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     root = Path(root)
     rows, sweep = cell_rows(root)
     stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
-    alpha = stats_cfg.get("alpha", 0.01)
+    alpha = stats_cfg.get("alpha", DEFAULT_ALPHA)
     correction = stats_cfg.get("correction", "none")
     test = stats_cfg.get("test", "welch")
     store = Store.open_readonly(root)

@@ -22,6 +22,7 @@ from quicbed.cellconfig import CellConfig, Rate, cell_default, make_cell
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.model import MAX_TCP_SECONDS, LinkCondition, make_condition, parse_queue
 from quicbed.servers.base import Kind
+from quicbed.stats import DEFAULT_ALPHA
 from quicbed.yamlfile import read_yaml
 
 SPEC_FORMAT = 1
@@ -87,7 +88,7 @@ class Defaults(BaseModel):
 class Statistics(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     test: Literal["welch", "mannwhitney"] = "welch"
-    alpha: float = Field(default=0.01, gt=0, lt=1)
+    alpha: float = Field(default=DEFAULT_ALPHA, gt=0, lt=1)
     correction: Literal["none", "holm", "bh"] = "none"
     #: comparisons besides every arm against the reference, e.g. ["h3/h3-quiche"]
     pairs: list[str] = []

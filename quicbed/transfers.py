@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
-from quicbed.stats import compare
+from quicbed.stats import DEFAULT_ALPHA, compare
 from quicbed.store import Store
 
 #: the steady part of a compete run starts this long after the last flow started,
@@ -221,7 +221,7 @@ def _sd(v: list[float]) -> float | None:
 
 def bulk_summary(
     r: BulkResult,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     test: str = "welch",
     extra_pairs: list[tuple[str, str]] | None = None,
 ) -> BulkResult:
@@ -316,7 +316,7 @@ def compete_run(
 
 def compete_summary(
     r: CompeteResult,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     test: str = "welch",
     extra_pairs: list[tuple[str, str]] | None = None,
 ) -> CompeteResult:
@@ -379,7 +379,7 @@ def stored_transfer(
     cell_id: str,
     attempt: int,
     *,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     test: str = "welch",
     extra_pairs: list[tuple[str, str]] | None = None,
 ) -> BulkResult | CompeteResult:

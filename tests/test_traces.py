@@ -116,7 +116,13 @@ def test_client_ports_from_the_namespace_tcp_table() -> None:
 def test_tcp_tracer_says_why_it_cannot_run(tmp_path: Path) -> None:
     ssh = SshTestbed(nodes={r: Node(r, f"{r}.example") for r in ROLES})
     ctx = TraceContext(
-        level="light", testbed=ssh, results=tmp_path, cell_id="c", attempt=1, arms=("h2", "h3")
+        level="light",
+        testbed=ssh,
+        results=tmp_path,
+        cell_id="c",
+        attempt=1,
+        arms=("h2", "h3"),
+        transports={"h2": "tcp", "h3": "udp"},
     )
     assert TcpTracer().unavailable(ctx) == (
         "not on the ssh testbed yet (tcp_probe runs in the server's kernel)"
@@ -345,6 +351,9 @@ def _gunzip(p: Path) -> bytes:
     return gzip.decompress(p.read_bytes())
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
     """A real 1 MB cell at 20 Mbit/s, 36 ms: every load's traces are on disk as
     trace.json says, h2 has tcp_probe samples whose srtt is the emulated RTT, h3 a
@@ -419,6 +428,9 @@ def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
     assert not (Path("/run/quicbed") / prefix / "qlog" / f"{r.cell_id}-{r.attempt}").exists()
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_without_tracefs_the_load_is_stored_and_the_trace_missing(
     prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,6 +27,8 @@ from quicbed.traces.base import TraceContext, TraceSet
 from quicbed.traces.capture import CaptureTracer, _cut, complete_netlog
 from quicbed.verify import verify
 
+pytestmark = pytest.mark.root
+
 QB = [sys.executable, "-m", "quicbed"]
 
 
@@ -69,6 +71,8 @@ def _load(cell: dict[str, Any], arm: str) -> tuple[dict[str, Any], Path]:
     return run, cell["out"] / "traces" / r.cell_id / str(r.attempt) / f"{arm}-{run['rep']:03d}"
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_every_load_has_its_capture(full_cell: dict[str, Any]) -> None:
     out = full_cell["out"]
     assert len(full_cell["runs"]) == 8
@@ -91,6 +95,8 @@ def test_every_load_has_its_capture(full_cell: dict[str, Any]) -> None:
         )
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_h2_capture_opens_decrypted_with_the_key_log(full_cell: dict[str, Any]) -> None:
     _, folder = _load(full_cell, "h2")
     keys = folder.parent / "h2-keys.log"
@@ -102,6 +108,8 @@ def test_h2_capture_opens_decrypted_with_the_key_log(full_cell: dict[str, Any]) 
     assert _fields(cap, None, "tls", "tls.record.content_type")  # only records
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_h3_capture_opens_decrypted_with_the_key_log(full_cell: dict[str, Any]) -> None:
     _, folder = _load(full_cell, "h3")
     keys = folder.parent / "h3-keys.log"
@@ -115,6 +123,8 @@ def test_h3_capture_opens_decrypted_with_the_key_log(full_cell: dict[str, Any]) 
     assert _fields(cap, None, "quic", "quic.long.packet_type")
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_netlog_of_each_arm_is_json_with_events(full_cell: dict[str, Any]) -> None:
     r: CellResult = full_cell["result"]
     base = full_cell["out"] / "traces" / r.cell_id / str(r.attempt)
@@ -127,6 +137,8 @@ def test_netlog_of_each_arm_is_json_with_events(full_cell: dict[str, Any]) -> No
         assert run["detail"]["traces"]["files"]["keys"].endswith(f"{arm}-keys.log")
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_an_unfinished_netlog_is_closed_after_its_last_whole_event(
     full_cell: dict[str, Any],
 ) -> None:
@@ -168,7 +180,13 @@ def test_a_capture_over_the_cap_is_cut_and_says_so(testbed: LocalTestbed, tmp_pa
     )
     tracer = CaptureTracer(cap_bytes=20 * (1514 + 16))
     ctx = TraceContext(
-        level="full", testbed=tb, results=tmp_path, cell_id="cap", attempt=1, arms=("h2",)
+        level="full",
+        testbed=tb,
+        results=tmp_path,
+        cell_id="cap",
+        attempt=1,
+        arms=("h2",),
+        transports={"h2": "tcp"},
     )
     ts = TraceSet(ctx, [tracer])
     ts.start()
@@ -189,6 +207,8 @@ def test_a_capture_over_the_cap_is_cut_and_says_so(testbed: LocalTestbed, tmp_pa
     assert json.loads((cap.parent / "trace.json").read_text())["notes"] == lt.notes
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_cut_keeps_whole_records(full_cell: dict[str, Any], tmp_path: Path) -> None:
     """The byte cap's fallback (a frame larger than the MTU) cuts between records, so the
     cut file is still a capture tshark reads."""
@@ -213,6 +233,8 @@ def _manifest(archive: Path) -> dict[str, Any]:
         return json.loads(f.read())
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_package_traces_without_keys_then_with_keys(
     full_cell: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -245,12 +267,16 @@ def test_package_traces_without_keys_then_with_keys(
     assert res.ok, res.problems
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_keys_need_traces(full_cell: dict[str, Any], tmp_path: Path) -> None:
     with pytest.raises(QuicbedError, match=r"--keys .* give --traces too"):
         build_package(full_cell["out"], tmp_path / "x.tar.gz", keys=True)
     assert not (tmp_path / "x.tar.gz").exists()
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "traces", "keys"),
     [
@@ -277,6 +303,8 @@ def test_a_key_log_that_was_not_asked_for_is_refused(
     assert not (tmp_path / "p.tar.gz").exists()
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_the_scan_knows_a_key_log_by_name_and_by_content(
     full_cell: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -139,16 +139,15 @@ class TraceContext:
     server_port: int = 443
     #: per arm, a folder on the server role where the QUIC server writes its qlog files
     qlog_dirs: dict[str, RPath] = field(default_factory=dict)
-    #: per arm, its transport (tcp or udp); an arm not named: its built-in stack's
+    #: per arm, its transport (tcp or udp), as its resolved arm says (the runner knows
+    #: every arm's stack; tracers sit below the spec and ask nothing of it)
     transports: dict[str, str] = field(default_factory=dict)
 
     def transport(self, arm: str) -> str:
-        if arm in self.transports:
+        try:
             return self.transports[arm]
-        from quicbed.arms import builtin_arms
-        from quicbed.servers import get_stack
-
-        return get_stack(builtin_arms()[arm]).transport
+        except KeyError:
+            raise QuicbedError(f"tracing: arm {arm} has no transport in the context") from None
 
     def quic_arms(self) -> list[str]:
         return [a for a in self.arms if self.transport(a) == "udp"]
