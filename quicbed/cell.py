@@ -185,6 +185,12 @@ def run_cell(
                     job.measure_on(prove(shaped, receipt_tcp_seconds, cfg.tcp_cc()), shared=False)
             else:
                 job.measure_on(link, shared=link.uses > 0)
+            empty = arms_without_valid_runs(store, cell_id, attempt, cfg)
+            if empty:
+                raise QuicbedError(
+                    f"arm(s) {', '.join(empty)} ended with no valid run: nothing to compare "
+                    "(each run's reason is stored with it)"
+                )
             status = "done"
         except LinkFailure as exc:
             problem = str(exc)
@@ -217,6 +223,23 @@ def run_cell(
         verify_summary(runs),
         reason,
     )
+
+
+def arms_without_valid_runs(store: Store, cell_id: str, attempt: int, cfg: CellConfig) -> list[str]:
+    """The cell's arms that no valid measured run of this attempt speaks for: such an
+    attempt has measured nothing it can compare, so it is failed, never done."""
+    if cfg.kind == "page":
+        return [a for a in cfg.arms if not store.plts(cell_id, attempt, a)]
+    from quicbed.transfers import BulkResult, stored_transfer
+
+    result = stored_transfer(store, cell_id, attempt)
+    flows = (
+        [r.flow for r in result.runs]
+        if isinstance(result, BulkResult)
+        else [f for r in result.runs for f in r.flows]
+    )
+    ok = {f.arm for f in flows if f.ok}
+    return [a for a in cfg.arms if a not in ok]
 
 
 class LinkFailed(LinkFailure):

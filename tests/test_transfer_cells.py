@@ -479,6 +479,7 @@ def test_a_package_of_transfer_cells_verifies(tmp_path: Path) -> None:
     assert "h3 share 6" in body and "Mbit/s" in body
 
 
+@pytest.mark.root
 def test_bad_compete_options_are_refused_before_anything_runs(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -517,3 +518,64 @@ def test_bad_compete_options_are_refused_before_anything_runs(tmp_path: Path) ->
         assert cp.returncode == 2 and why in cp.stderr, (args, cp.stderr)
         assert "transfer." not in cp.stderr and "cell:" not in cp.stderr, cp.stderr
     assert not out.exists()
+
+
+def test_an_arm_with_no_valid_run_fails_the_attempt(tmp_path: Path) -> None:
+    """An attempt that ends with an arm at 0 valid runs has measured nothing it can
+    compare: the runner's rule (cell.arms_without_valid_runs) names that arm, for a
+    transfer cell (every flow of h3 failed) and for a page cell (only h3's warm-up and
+    an invalid load), and passes one with a valid run per arm."""
+    from quicbed.cell import arms_without_valid_runs
+
+    rec = _bulk_record()
+    bad = rec.model_copy(
+        update={
+            "runs": [
+                r.model_copy(update={"flow": r.flow.model_copy(update={"ok": False})})
+                if r.arm == "h3"
+                else r
+                for r in rec.runs
+            ]
+        }
+    )
+    cfg = make_cell(
+        condition=COND,
+        page="bulk/10MB.bin",
+        kind="bulk",
+        runs=3,
+        warmup=0,
+        arms=("h2", "h3"),
+        transfer={"size": "10MB"},
+    )
+    store = Store(tmp_path / "t", create=True)
+    cid = cfg.cell_id()
+    store.add_cell(cid, cfg.model_dump(mode="json"))
+    for record, want in ((rec, []), (bad, ["h3"])):
+        att = store.new_attempt(cid, {"quicbed": "test"})
+        store.set_transfer(cid, att, "bulk", record.model_dump(mode="json"))
+        assert arms_without_valid_runs(store, cid, att, cfg) == want
+    store.close()
+
+    page = make_cell(condition=COND, page="5kb", runs=2, warmup=1)
+    store = Store(tmp_path / "p", create=True)
+    cid = page.cell_id()
+    store.add_cell(cid, page.model_dump(mode="json"))
+    att = store.new_attempt(cid, {"quicbed": "test"})
+    rows = [("h2", 0, 1, 0), ("h2", 1, 0, 1), ("h3", 0, 1, 1), ("h3", 1, 0, 0)]
+    for seq, (arm, rep, warmup, valid) in enumerate(rows):
+        store.add_run(
+            {
+                "cell_id": cid,
+                "attempt": att,
+                "arm": arm,
+                "rep": rep,
+                "seq": seq,
+                "warmup": warmup,
+                "valid": valid,
+                "reason": "" if valid else "protocol h2 on the h3 arm",
+                "plt_ms": 100.0,
+            },
+            None,
+        )
+    assert arms_without_valid_runs(store, cid, att, page) == ["h3"]
+    store.close()
