@@ -10,6 +10,9 @@
 A shaper keeps its state in files under the testbed's state directory, not in
 Python objects, so ``clear`` in one process (``quicbed testbed down``, or the next
 ``quicbed link check``) undoes ``apply`` in another.
+
+A shaper needs a testbed's roles only (quicbed.testbed.roles), not its life: the
+testbed's teardown (quicbed.testbed.base) is what calls ``clear_all``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import ETH_HEADER, MAX_FRAME, JitterKind, LinkCondition, Pipe
-from quicbed.testbed.base import RPath, Testbed
+from quicbed.testbed.roles import Roles, RPath
 
 SHAPERS = ("auto", "userspace", "netem", "dummynet")
 #: egress port in the bridge namespace for each direction
@@ -37,22 +40,22 @@ class Shaper(ABC):
     name: str
 
     @abstractmethod
-    def unavailable(self, tb: Testbed) -> str | None:
+    def unavailable(self, tb: Roles) -> str | None:
         """Why this shaper cannot run here, or None if it can."""
 
     @abstractmethod
-    def apply(self, tb: Testbed, cond: LinkCondition, *, persistent: bool = False) -> None:
+    def apply(self, tb: Roles, cond: LinkCondition, *, persistent: bool = False) -> None:
         """Shape the link; replaces whatever condition was in force."""
 
     @abstractmethod
-    def clear(self, tb: Testbed) -> dict[str, Any] | None:
+    def clear(self, tb: Roles) -> dict[str, Any] | None:
         """Remove the shaping (the link stops forwarding); returns final counters if any."""
 
-    def counters(self, tb: Testbed) -> dict[str, Any] | None:
+    def counters(self, tb: Roles) -> dict[str, Any] | None:
         """The emulator's own per-direction counters, if it has any."""
         return None
 
-    def cpu_seconds(self, tb: Testbed) -> float | None:
+    def cpu_seconds(self, tb: Roles) -> float | None:
         """CPU time the emulator has used so far, if it is a process of ours."""
         return None
 
@@ -69,7 +72,7 @@ class Shaper(ABC):
         return {"shaper": self.name}
 
     @abstractmethod
-    def state(self, tb: Testbed) -> str:
+    def state(self, tb: Roles) -> str:
         """The shaping in force now, as read back from the bridge (not from memory).
 
         Its digest is the link's *generation*: a receipt records it, every load is
@@ -77,7 +80,7 @@ class Shaper(ABC):
         (by another process, a crash and restart, anything) is caught.
         """
 
-    def generation(self, tb: Testbed) -> str:
+    def generation(self, tb: Roles) -> str:
         return hashlib.sha256(self.state(tb).encode()).hexdigest()[:16]
 
 
@@ -88,14 +91,14 @@ class UserspaceShaper(Shaper):
     name = "userspace"
     binary = "quicbed-linkem"
 
-    def unavailable(self, tb: Testbed) -> str | None:
+    def unavailable(self, tb: Roles) -> str | None:
         try:
             tb.bin_path("bridge", self.binary)
         except QuicbedError as exc:
             return str(exc)
         return None
 
-    def _files(self, tb: Testbed) -> dict[str, RPath]:
+    def _files(self, tb: Roles) -> dict[str, RPath]:
         d = tb.workdir("bridge") / "linkem"
         return {
             "dir": d,
@@ -130,7 +133,7 @@ class UserspaceShaper(Shaper):
             "directions": dirs,
         }
 
-    def apply(self, tb: Testbed, cond: LinkCondition, *, persistent: bool = False) -> None:
+    def apply(self, tb: Roles, cond: LinkCondition, *, persistent: bool = False) -> None:
         exe = tb.bin_path("bridge", self.binary)
         self.clear(tb)
         f = self._files(tb)
@@ -164,18 +167,18 @@ class UserspaceShaper(Shaper):
                 )
             time.sleep(0.02)
 
-    def pid(self, tb: Testbed) -> int | None:
+    def pid(self, tb: Roles) -> int | None:
         try:
             pid = int(tb.read_text("bridge", self._files(tb)["pid"]))
         except ValueError:
             return None
         return pid if tb.alive("bridge", pid) else None
 
-    def cpu_seconds(self, tb: Testbed) -> float | None:
+    def cpu_seconds(self, tb: Roles) -> float | None:
         pid = self.pid(tb)
         return None if pid is None else tb.cpu_seconds("bridge", pid)
 
-    def counters(self, tb: Testbed) -> dict[str, Any] | None:
+    def counters(self, tb: Roles) -> dict[str, Any] | None:
         pid = self.pid(tb)
         if pid is None:
             return None
@@ -191,7 +194,7 @@ class UserspaceShaper(Shaper):
             time.sleep(0.01)
         raise QuicbedError(f"{self.binary} (pid {pid}) did not write its counters")
 
-    def state(self, tb: Testbed) -> str:
+    def state(self, tb: Roles) -> str:
         """The emulator process (PID and start time: a restart is a new link) and the
         config file it was started with."""
         pid = self.pid(tb)
@@ -202,7 +205,7 @@ class UserspaceShaper(Shaper):
         config = tb.read_text("bridge", self._files(tb)["config"])
         return f"{self.binary} pid {pid} started {started}\n{config}"
 
-    def clear(self, tb: Testbed) -> dict[str, Any] | None:
+    def clear(self, tb: Roles) -> dict[str, Any] | None:
         f = self._files(tb)
         pid = self.pid(tb)
         if pid is None:
@@ -234,7 +237,7 @@ class NetemShaper(Shaper):
     name = "netem"
     loss_before_queue = False  # netem's loss is drawn after tbf's rate
 
-    def unavailable(self, tb: Testbed) -> str | None:
+    def unavailable(self, tb: Roles) -> str | None:
         return tb.netem_unavailable()
 
     @staticmethod
@@ -277,7 +280,7 @@ class NetemShaper(Shaper):
             ["tc", "qdisc", "replace", "dev", dev, "parent", "1:1", "handle", "10:", *netem],
         ]
 
-    def apply(self, tb: Testbed, cond: LinkCondition, *, persistent: bool = False) -> None:
+    def apply(self, tb: Roles, cond: LinkCondition, *, persistent: bool = False) -> None:
         reason = self.unavailable(tb)
         if reason:
             raise QuicbedError(f"shaper netem: {reason}")
@@ -294,7 +297,7 @@ class NetemShaper(Shaper):
             self.clear(tb)
             raise
 
-    def state(self, tb: Testbed) -> str:
+    def state(self, tb: Roles) -> str:
         """The qdiscs as tc reports them (without counters) and the bridge's ifindex."""
         parts = [
             tb.exec("bridge", ["ip", "-o", "link", "show", "br0"], check=False).stdout.partition(
@@ -307,7 +310,7 @@ class NetemShaper(Shaper):
             )
         return "\n".join(parts)
 
-    def clear(self, tb: Testbed) -> dict[str, Any] | None:
+    def clear(self, tb: Roles) -> dict[str, Any] | None:
         for dev in ("srv", "cli"):
             tb.exec("bridge", ["tc", "qdisc", "del", "dev", dev, "root"], check=False)
         tb.exec("bridge", ["ip", "link", "del", "br0"], check=False)
@@ -345,7 +348,7 @@ class DummynetShaper(Shaper):
 
     name = "dummynet"
 
-    def unavailable(self, tb: Testbed) -> str | None:
+    def unavailable(self, tb: Roles) -> str | None:
         if tb.kind == "local":
             return (
                 "shaper dummynet runs on a FreeBSD bridge node of an Emulab/CloudLab "
@@ -362,7 +365,7 @@ class DummynetShaper(Shaper):
         return None
 
     @staticmethod
-    def pipe_numbers(tb: Testbed) -> dict[str, int]:
+    def pipe_numbers(tb: Roles) -> dict[str, int]:
         text = tb.read_text("bridge", PIPES_FILE)
         try:
             data = json.loads(text)
@@ -439,13 +442,13 @@ class DummynetShaper(Shaper):
             ]
         return out
 
-    def _devices(self, tb: Testbed) -> dict[str, str]:
+    def _devices(self, tb: Roles) -> dict[str, str]:
         find = getattr(tb, "experiment_interface", None)
         if find is None:
             raise QuicbedError(f"shaper dummynet needs an ssh testbed (this one is {tb.kind})")
         return {"server": find("server", tb.server_ip), "client": find("client", tb.client_ip)}
 
-    def apply(self, tb: Testbed, cond: LinkCondition, *, persistent: bool = False) -> None:
+    def apply(self, tb: Roles, cond: LinkCondition, *, persistent: bool = False) -> None:
         reason = self.unavailable(tb)
         if reason:
             raise QuicbedError(f"shaper dummynet: {reason}")
@@ -461,7 +464,7 @@ class DummynetShaper(Shaper):
             self.clear(tb)
             raise
 
-    def state(self, tb: Testbed) -> str:
+    def state(self, tb: Roles) -> str:
         """Each pipe's configuration line (``NNNNN: bw delay ...``; ipfw prints counters
         on the lines below it) and the endpoints' netem qdiscs."""
         if self.unavailable(tb) is not None:
@@ -475,7 +478,7 @@ class DummynetShaper(Shaper):
             parts.append(f"{role}: {qd}")
         return "\n".join(parts)
 
-    def clear(self, tb: Testbed) -> dict[str, Any] | None:
+    def clear(self, tb: Roles) -> dict[str, Any] | None:
         """Pipes back to no shaping (Emulab's own values are not restored), no netem."""
         if self.unavailable(tb) is not None:
             return None
@@ -503,7 +506,7 @@ def _ipfw_bw(bps: int) -> str:
     return f"{bps}bit/s"
 
 
-def get_shaper(name: str, tb: Testbed) -> Shaper:
+def get_shaper(name: str, tb: Roles) -> Shaper:
     """Resolve ``--shaper``: ``auto`` takes Dummynet where the bridge has it (Emulab),
     else netem where the bridge's kernel has it, else our userspace emulator.
 
@@ -528,8 +531,9 @@ def get_shaper(name: str, tb: Testbed) -> Shaper:
     return shaper
 
 
-def clear_all(tb: Testbed) -> None:
-    """Remove whatever shaping a crashed run may have left (``quicbed testbed down``)."""
+def clear_all(tb: Roles) -> None:
+    """Remove whatever shaping a crashed run may have left (every testbed's teardown:
+    ``quicbed testbed down``, a dead owner's leftovers)."""
     UserspaceShaper().clear(tb)
     if tb.kind != "local":  # locally the namespaces go, and their qdiscs with them
         for cls in (DummynetShaper, NetemShaper):

@@ -1,81 +1,52 @@
-"""What the runner needs from a testbed, whichever machines play the three roles.
+"""A testbed's life: made, owned, torn down; the roles themselves are quicbed.testbed.roles.
 
-A testbed gives the runner three roles (``server``, ``bridge``, ``client``) it can
-run a command on, start a daemon on, and move files to and from. The runner, the
-shapers, the probes, the servers and the browser use nothing else, so one cell
-runs the same way on the local testbed (network namespaces on this machine) and on
-the ssh testbed (three hosts: Emulab/CloudLab nodes, or the local namespaces with
-sshd, which is how the ssh path is tested here).
-
-Paths on a role are :class:`PurePosixPath` (``RPath``): they name files on that
-role's machine, which is not the controller's for the ssh testbed. Local paths of
-the controller (the results folder) are :class:`pathlib.Path`.
+:class:`Testbed` is what the runner and the commands hold: the roles' operations
+(:class:`~quicbed.testbed.roles.Roles`) and the testbed's lifecycle, whose teardown
+removes everything quicbed made on it, the link's shaping included
+(quicbed.link.shapers, which act on the roles alone).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import secrets
-import subprocess
 import sys
 import tempfile
-import time
-from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from abc import abstractmethod
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
-from quicbed import proc
-from quicbed.errors import QuicbedError
 from quicbed.identity import testbed_id
 from quicbed.testbed import owner
+from quicbed.testbed.roles import (
+    CLIENT_IP,
+    PREFIX_LEN,
+    ROLES,
+    SERVER_IP,
+    Process,
+    Roles,
+    RPath,
+    check_role,
+)
 
-ROLES = ("server", "bridge", "client")
-#: the experiment network's fixed addresses (also in profile.py, which cannot import us)
-SERVER_IP = "10.10.1.1"
-CLIENT_IP = "10.10.1.2"
-PREFIX_LEN = 24
-
-RPath = PurePosixPath
-
-
-def check_role(role: str) -> str:
-    if role not in ROLES:
-        raise QuicbedError(f"unknown testbed role {role!r} (one of {', '.join(ROLES)})")
-    return role
-
-
-class Process(ABC):
-    """A daemon started on a role, stopped by its own PID (never a global pkill)."""
-
-    pid: int
-
-    @abstractmethod
-    def poll(self) -> int | None:
-        """None while it runs, else its exit code (-1 where the code is unknown)."""
-
-    def wait(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while (rc := self.poll()) is None:
-            if time.monotonic() > deadline:
-                raise QuicbedError(f"process {self.pid} still runs after {timeout:g} s")
-            time.sleep(0.05)
-        return rc
-
-    @abstractmethod
-    def stop(self, timeout: float = 5.0) -> None:
-        """SIGTERM, wait, then SIGKILL; a no-op once it has exited."""
+#: the roles' names, re-exported: the runner's modules import them with Testbed
+__all__ = [
+    "CLIENT_IP",
+    "PREFIX_LEN",
+    "ROLES",
+    "SERVER_IP",
+    "Process",
+    "RPath",
+    "Testbed",
+    "check_role",
+]
 
 
-class Testbed(ABC):
-    """Three roles, and the few operations the runner needs on them."""
+class Testbed(Roles):
+    """Three roles, the few operations the runner needs on them, and their life."""
 
-    kind: ClassVar[str]
-    prefix: str
-    server_ip: str
-    client_ip: str
     #: why a sweep over several testbeds took this one out (quicbed.pool); its teardown
     #: may then fail without failing the command
     lost: str | None = None
@@ -96,10 +67,6 @@ class Testbed(ABC):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """The testbed as data, for receipts and provenance."""
-
-    @abstractmethod
-    def name(self, role: str) -> str:
-        """How error messages name a role (a namespace, or a host)."""
 
     def close(self) -> None:
         """Release what talking to the testbed holds (connections); the testbed stays."""
@@ -139,6 +106,8 @@ class Testbed(ABC):
 
     def teardown(self) -> list[str]:
         """Shaping, daemons and (locally) namespaces gone, uninterruptibly; what was removed."""
+        # loaded by a teardown, not by every module that names a Testbed (quicbed verify
+        # imports none of the runner: tests/test_layering.py)
         from quicbed import hostparam
         from quicbed.link.shapers import clear_all
 
@@ -163,108 +132,7 @@ class Testbed(ABC):
     def check_offloads(self) -> dict[str, dict[str, str]]:
         """NIC offloads of the experiment interfaces (``ethtool -k``), for the record."""
 
-    # --- running things ---------------------------------------------------------------
-    @abstractmethod
-    def argv(self, role: str, argv: Sequence[str]) -> list[str]:
-        """The controller's command line that runs ``argv`` on ``role`` (stdin/stdout pass)."""
-
-    def exec(
-        self,
-        role: str,
-        argv: Sequence[str],
-        *,
-        timeout: float = 30.0,
-        check: bool = True,
-        input: str | None = None,
-    ) -> subprocess.CompletedProcess[str]:
-        return proc.run(self.argv(role, argv), timeout=timeout, check=check, input=input)
-
-    @abstractmethod
-    def spawn(
-        self,
-        role: str,
-        argv: Sequence[str],
-        *,
-        log: RPath | None = None,
-        env: dict[str, str] | None = None,
-        die_with_parent: bool = True,
-    ) -> Process:
-        """Start a daemon on ``role``; stdout and stderr go to ``log`` on that role.
-
-        ``env`` holds only the variables to add. ``die_with_parent`` asks that the
-        daemon ends with quicbed (locally by PR_SET_PDEATHSIG; a remote daemon is
-        found again by ``down`` instead).
-        """
-
-    @abstractmethod
-    def alive(self, role: str, pid: int) -> bool: ...
-
-    @abstractmethod
-    def kill(self, role: str, pid: int, signal_name: str = "TERM") -> None: ...
-
-    def stop_pid(self, role: str, pid: int, timeout: float = 5.0) -> None:
-        """Stop one process on ``role`` by PID: SIGTERM, wait, then SIGKILL."""
-        self.kill(role, pid, "TERM")
-        deadline = time.monotonic() + timeout
-        while self.alive(role, pid):
-            if time.monotonic() > deadline:
-                self.kill(role, pid, "KILL")
-                break
-            time.sleep(0.05)
-
-    @abstractmethod
-    def cpu_seconds(self, role: str, pid: int) -> float:
-        """User + system CPU time of a process on ``role`` (emulator CPU in receipts)."""
-
-    @abstractmethod
-    def workdir(self, role: str) -> RPath:
-        """A directory of this testbed's on ``role``'s machine for state and scratch files."""
-
-    @abstractmethod
-    def repo_dir(self, role: str) -> RPath:
-        """The quicbed checkout on ``role``'s machine (client/load.js, build/bin)."""
-
-    @abstractmethod
-    def bin_path(self, role: str, name: str) -> RPath:
-        """One of quicbed's Go binaries on ``role``; raises if it is not built there."""
-
-    @abstractmethod
-    def python(self, role: str) -> list[str]:
-        """argv prefix that runs a quicbed module with ``-m`` on ``role``."""
-
-    # --- files ------------------------------------------------------------------------
-    @abstractmethod
-    def push(self, role: str, local: Path, remote: RPath, *, mode: int | None = None) -> None:
-        """Copy a local file or folder to ``remote`` on ``role`` (replacing it)."""
-
-    @abstractmethod
-    def pull(self, role: str, remote: RPath, local: Path) -> None:
-        """Copy a folder of ``role`` into the local folder ``local`` (merging)."""
-
-    @abstractmethod
-    def read_bytes(self, role: str, path: RPath, offset: int = 0) -> bytes:
-        """A file's content from ``offset``; empty if the file does not exist."""
-
-    @abstractmethod
-    def write_text(self, role: str, path: RPath, text: str) -> None:
-        """Write a file atomically (parents made as needed)."""
-
-    @abstractmethod
-    def has_file(self, role: str, path: RPath) -> bool: ...
-
-    @abstractmethod
-    def remove(self, role: str, path: RPath) -> None:
-        """Remove a file or folder; no error if it is not there."""
-
-    def read_text(self, role: str, path: RPath) -> str:
-        return self.read_bytes(role, path).decode(errors="replace")
-
-    def size(self, role: str, path: RPath) -> int:
-        return len(self.read_bytes(role, path))
-
-    def mkdir(self, role: str, path: RPath) -> None:
-        self.exec(role, ["mkdir", "-p", str(path)])
-
+    # --- files on the controller -----------------------------------------------------
     def local_stage(self, role: str, name: str) -> Path:
         """A folder on the controller whose files ``push`` puts at ``workdir(role) / name``.
 
@@ -278,98 +146,3 @@ class Testbed(ABC):
         d = d / role / name
         d.mkdir(parents=True, exist_ok=True)
         return d
-
-    def outbox(self, role: str, local: Path) -> RPath:
-        """Where ``role`` writes files that belong in the local folder ``local``.
-
-        Locally the role writes there directly (a crash loses nothing); on a remote
-        host they wait in the outbox until :meth:`collect` brings them home.
-        """
-        local.mkdir(parents=True, exist_ok=True)
-        return RPath(local)
-
-    def collect(self, role: str, local: Path) -> None:
-        """Bring ``role``'s outbox for ``local`` home (a no-op where it is ``local``)."""
-        return None
-
-    # --- kernel settings --------------------------------------------------------------
-    def sysctl(self, role: str, key: str, value: str) -> None:
-        """A per-namespace (per-host) sysctl on ``role``."""
-        self.exec(role, ["sysctl", "-q", "-w", f"{key}={value}"])
-
-    def read_sysctl(self, role: str, key: str) -> str:
-        return self.exec(role, ["sysctl", "-n", key]).stdout.strip()
-
-    def host_sysctl(self, role: str, key: str, value: str | None = None) -> str:
-        """Read (and with ``value`` set) a sysctl that is global to ``role``'s host, not
-        per network namespace (``net.core.rmem_max``, the allowed CC list)."""
-        if value is not None:
-            self.sysctl(role, key, value)
-        return self.read_sysctl(role, key)
-
-    def shares_clock(self) -> bool:
-        """True if server and client read one CLOCK_MONOTONIC, so one-way delays can be
-        measured by subtracting timestamps (one kernel: the same boot id)."""
-        ids = {
-            self.read_text(r, RPath("/proc/sys/kernel/random/boot_id")).strip()
-            for r in ("server", "client")
-        }
-        return len(ids) == 1 and "" not in ids
-
-    def on_bridge_host(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` in the bridge machine's own (root) namespace, unchecked."""
-        return self.exec("bridge", argv, check=False)
-
-    def netem_unavailable(self) -> str | None:
-        """Why the bridge's kernel cannot run netem, or None (tried in a throwaway netns).
-
-        The throwaway's name is unique per call: two testbeds of one prefix can share a
-        kernel (two ssh labs on one machine, both ``ssh``), and a fixed name let one
-        probe delete the other's namespace mid-try, which took a healthy testbed out.
-        """
-        ns = f"{self.prefix}-probe-{os.getpid()}-{secrets.token_hex(3)}"
-        self.on_bridge_host(["ip", "netns", "del", ns])
-        try:
-            made = self.on_bridge_host(["ip", "netns", "add", ns])
-            if made.returncode != 0:
-                return f"cannot make a network namespace to try netem: {made.stderr.strip()}"
-            cp = self.on_bridge_host(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
-                    "tc",
-                    "qdisc",
-                    "add",
-                    "dev",
-                    "lo",
-                    "root",
-                    "netem",
-                    "delay",
-                    "1ms",
-                ]
-            )
-        finally:
-            self.on_bridge_host(["ip", "netns", "del", ns])
-        if cp.returncode != 0:
-            why = (cp.stderr.strip().splitlines() or ["tc failed"])[0]
-            return f"this kernel cannot run netem ({why}); use --shaper userspace"
-        return None
-
-    def listening(self, role: str, proto: str, port: int) -> bool:
-        """True if something listens on ``proto``/``port`` on ``role`` (asks ss)."""
-        flag = "-lnu" if proto == "udp" else "-lnt"
-        out = self.exec(role, ["ss", "-H", flag, f"sport = :{port}"], check=False).stdout
-        return bool(out.strip())
-
-    def wait_listening(self, role: str, proto: str, port: int, timeout: float = 10) -> None:
-        """Wait until something listens on ``port`` on ``role`` (ss, not sleep)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.listening(role, proto, port):
-                return
-            time.sleep(0.02)
-        raise QuicbedError(
-            f"nothing listened on {proto}/{port} on {self.name(role)} after {timeout:g} s"
-        )
