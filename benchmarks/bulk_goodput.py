@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from quicbed.bulk import run_bulk
+from quicbed.bulk_cli import run_bulk
 from quicbed.link.model import make_condition
 from quicbed.testbed.local import LocalTestbed
 

@@ -6,7 +6,9 @@ link out of tolerance never measured on, the link checked around the transfers),
 same attempts, store, sweeps, reports and packages. This module does the transfers
 (run_transfer), with the arms' own servers
 (quicbed.servers, the stacks of quicbed.arms) serving a generated bulk object
-(quicbed.bulkobjects) with the testbed's certificate (quicbed.certs).
+(quicbed.bulkobjects) with the testbed's certificate (quicbed.certs). It sits below the
+runner that calls it (quicbed.cell) and imports none of it: the one-shot ``quicbed bulk``
+and ``quicbed compete``, which measure one such cell as a sweep does, are quicbed.bulk_cli's.
 
 The client of every flow, whatever its arm, is ``quicbed-bulk`` (go/cmd/quicbed-bulk):
 Go's net/http with its bundled HTTP/2 over TCP+TLS 1.3 for h2 arms, quic-go's http3
@@ -42,16 +44,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from quicbed.arms import Arm
-from quicbed.cellconfig import CellConfig, make_cell
+from quicbed.cellconfig import CellConfig
 from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition
 from quicbed.link.proof import ProvenLink
 from quicbed.servers import get_stack
-from quicbed.servers.base import ServeSpec, WebServer
-from quicbed.store import Store, now
+from quicbed.servers.base import Arm, ServeSpec, WebServer
+from quicbed.store import now
 from quicbed.testbed.base import Process, RPath, Testbed
-from quicbed.testbed.local import LocalTestbed
 from quicbed.transfers import (
     BulkResult,
     BulkRun,
@@ -61,7 +60,6 @@ from quicbed.transfers import (
     QueueSample,
     compete_run,
     ideal_goodput_bps,
-    stored_transfer,
 )
 
 CLIENT = "quicbed-bulk"
@@ -578,116 +576,3 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
         receipt=proven.receipt.model_dump(mode="json"),
         versions=rig.versions(),
     )
-
-
-def run_bulk(
-    cond: LinkCondition,
-    out: Path,
-    *,
-    arms: list[str] | None = None,
-    reps: int = 5,
-    size: str = "100MB",
-    duration_s: float | None = None,
-    cc: str = "cubic",
-    testbed: Testbed | None = None,
-    shaper: str = "auto",
-    receipt_tcp_seconds: float = 10,
-    progress: Progress | None = None,
-    force: bool = False,
-) -> BulkResult:
-    """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
-    a page cell: a new attempt, its receipt, the link checked around it), its record
-    read back with its summary. ``arms`` as ``--arms`` spells them (``h2:tcp_sack=false``)."""
-    from quicbed.arms import parse_cli
-    from quicbed.bulkobjects import object_path
-
-    names, settings = parse_cli(",".join(arms or ("h2", "h3")))  # "h2:tcp_sack=false", ...
-    cfg = make_cell(
-        condition=cond,
-        page=object_path(size),
-        kind="bulk",
-        runs=reps,
-        warmup=0,
-        arms=names,
-        arm_settings=settings,
-        cc=cc,
-        shaper=shaper,
-        transfer={"size": size, "duration_s": duration_s},
-    )
-    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
-    assert isinstance(r, BulkResult)
-    return r
-
-
-def run_compete(
-    cond: LinkCondition,
-    out: Path,
-    *,
-    groups: list[tuple[str, int]],
-    reps: int = 2,
-    duration_s: float = 30.0,
-    stagger_s: float = 0.0,
-    size: str = "100MB",
-    cc: str = "cubic",
-    testbed: Testbed | None = None,
-    shaper: str = "auto",
-    receipt_tcp_seconds: float = 10,
-    progress: Progress | None = None,
-    force: bool = False,
-) -> CompeteResult:
-    """One compete cell (``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)], ``reps``
-    repetitions) measured into the results folder ``out``, its record read back."""
-    from quicbed.bulkobjects import object_path
-
-    cfg = make_cell(
-        condition=cond,
-        page=object_path(size),
-        kind="compete",
-        runs=reps,
-        warmup=0,
-        arms=tuple(a for a, _ in groups),
-        cc=cc,
-        shaper=shaper,
-        transfer={
-            "size": size,
-            "duration_s": duration_s,
-            "flows": tuple(groups),
-            "stagger_s": stagger_s,
-        },
-    )
-    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
-    assert isinstance(r, CompeteResult)
-    return r
-
-
-def _measure(
-    cfg: CellConfig,
-    out: Path,
-    testbed: Testbed | None,
-    receipt_tcp_seconds: float,
-    progress: Progress | None,
-    force: bool,
-) -> BulkResult | CompeteResult:
-    from quicbed.sweep import run_cell_into
-
-    tb = testbed or LocalTestbed("qb")
-    for _ in range(2):  # one retry on a freshly applied link, as a sweep gives a cell
-        res = run_cell_into(
-            cfg,
-            out,
-            testbed=tb,
-            force=force,
-            receipt_tcp_seconds=receipt_tcp_seconds,
-            progress=progress,
-        )
-        if not res.link_failed:
-            break
-    if res.status != "done":
-        raise QuicbedError(
-            f"{cfg.kind} cell {res.cell_id} attempt {res.attempt} failed: {res.problem}"
-        )
-    store = Store.open_readonly(out)
-    try:
-        return stored_transfer(store, res.cell_id, res.attempt)
-    finally:
-        store.close()

@@ -7,12 +7,19 @@ Not registered by itself: quicbed/cli.py adds them with ``bulk_cli.register(app)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from quicbed.cellconfig import CellConfig, make_cell
 from quicbed.cli_options import LinkOptions, TestbedOptions, options
 from quicbed.errors import QuicbedError
+from quicbed.link.model import LinkCondition
+from quicbed.testbed.base import Testbed
+
+if TYPE_CHECKING:  # the runner loads when a command runs, not when the CLI starts
+    from quicbed.bulk import Progress
+    from quicbed.transfers import BulkResult, CompeteResult
 
 OutOpt = Annotated[
     Path,
@@ -66,6 +73,125 @@ def _report(out: Path) -> None:
     typer.echo(f"report: {rep.out / 'index.html'} (numbers: {rep.out / 'transfers.csv'})")
 
 
+# --- one transfer cell, measured as a sweep measures a cell (quicbed.sweep) -----------
+def run_bulk(
+    cond: LinkCondition,
+    out: Path,
+    *,
+    arms: list[str] | None = None,
+    reps: int = 5,
+    size: str = "100MB",
+    duration_s: float | None = None,
+    cc: str = "cubic",
+    testbed: Testbed | None = None,
+    shaper: str = "auto",
+    receipt_tcp_seconds: float = 10,
+    progress: Progress | None = None,
+    force: bool = False,
+) -> BulkResult:
+    """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
+    a page cell: a new attempt, its receipt, the link checked around it), its record
+    read back with its summary. ``arms`` as ``--arms`` spells them (``h2:tcp_sack=false``)."""
+    from quicbed.arms import parse_cli
+    from quicbed.bulkobjects import object_path
+    from quicbed.transfers import BulkResult
+
+    names, settings = parse_cli(",".join(arms or ("h2", "h3")))  # "h2:tcp_sack=false", ...
+    cfg = make_cell(
+        condition=cond,
+        page=object_path(size),
+        kind="bulk",
+        runs=reps,
+        warmup=0,
+        arms=names,
+        arm_settings=settings,
+        cc=cc,
+        shaper=shaper,
+        transfer={"size": size, "duration_s": duration_s},
+    )
+    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
+    assert isinstance(r, BulkResult)
+    return r
+
+
+def run_compete(
+    cond: LinkCondition,
+    out: Path,
+    *,
+    groups: list[tuple[str, int]],
+    reps: int = 2,
+    duration_s: float = 30.0,
+    stagger_s: float = 0.0,
+    size: str = "100MB",
+    cc: str = "cubic",
+    testbed: Testbed | None = None,
+    shaper: str = "auto",
+    receipt_tcp_seconds: float = 10,
+    progress: Progress | None = None,
+    force: bool = False,
+) -> CompeteResult:
+    """One compete cell (``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)], ``reps``
+    repetitions) measured into the results folder ``out``, its record read back."""
+    from quicbed.bulkobjects import object_path
+    from quicbed.transfers import CompeteResult
+
+    cfg = make_cell(
+        condition=cond,
+        page=object_path(size),
+        kind="compete",
+        runs=reps,
+        warmup=0,
+        arms=tuple(a for a, _ in groups),
+        cc=cc,
+        shaper=shaper,
+        transfer={
+            "size": size,
+            "duration_s": duration_s,
+            "flows": tuple(groups),
+            "stagger_s": stagger_s,
+        },
+    )
+    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
+    assert isinstance(r, CompeteResult)
+    return r
+
+
+def _measure(
+    cfg: CellConfig,
+    out: Path,
+    testbed: Testbed | None,
+    receipt_tcp_seconds: float,
+    progress: Progress | None,
+    force: bool,
+) -> BulkResult | CompeteResult:
+    from quicbed.store import Store
+    from quicbed.sweep import run_cell_into
+    from quicbed.testbed.local import LocalTestbed
+    from quicbed.transfers import stored_transfer
+
+    tb = testbed or LocalTestbed("qb")
+    for _ in range(2):  # one retry on a freshly applied link, as a sweep gives a cell
+        res = run_cell_into(
+            cfg,
+            out,
+            testbed=tb,
+            force=force,
+            receipt_tcp_seconds=receipt_tcp_seconds,
+            progress=progress,
+        )
+        if not res.link_failed:
+            break
+    if res.status != "done":
+        raise QuicbedError(
+            f"{cfg.kind} cell {res.cell_id} attempt {res.attempt} failed: {res.problem}"
+        )
+    store = Store.open_readonly(out)
+    try:
+        return stored_transfer(store, res.cell_id, res.attempt)
+    finally:
+        store.close()
+
+
 @options("link", LinkOptions)
 @options("tb", TestbedOptions)
 def bulk(
@@ -91,7 +217,6 @@ def bulk(
     The arms are interleaved, and each is compared with the TCP arm. The cell is stored
     in --out as a sweep's cells are, and the folder's report is built (not with --json).
     """
-    from quicbed.bulk import run_bulk
     from quicbed.console import print_json, print_transfer
 
     bed = tb.open("quicbed bulk")
@@ -145,7 +270,6 @@ def compete(
     --reps times. The cell is stored in --out as a sweep's cells are, and the folder's
     report is built (not with --json).
     """
-    from quicbed.bulk import run_compete
     from quicbed.cellconfig import parse_flows
     from quicbed.console import print_json, print_transfer
 
