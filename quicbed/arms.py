@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -28,8 +28,9 @@ from pydantic import (
 )
 
 from quicbed.errors import QuicbedError, from_validation
-from quicbed.servers import get_stack, stacks
-from quicbed.servers.base import Arm, Kind
+
+if TYPE_CHECKING:
+    from quicbed.servers.base import Arm, Kind
 
 #: arm settings that every stored cell and spec writes, set or not (format 1); every
 #: other parameter is left out of a dump while unset, so cells that do not use it keep
@@ -41,14 +42,20 @@ QUIC_PORTS = (443, 4433, 4434, 4435, 4436, 4437)
 TCP_PORT = 443
 
 
+# The stacks are asked, not imported, at module level: reading a results folder
+# (verify, the report) reads arms' pairs and must not load the servers' runtime.
 def builtin_arms() -> dict[str, str]:
     """Arm name -> stack, for arms a spec may name without saying their stack: each
     stack says which names mean it."""
+    from quicbed.servers import stacks
+
     return {arm: cls.name for cls in stacks().values() for arm in cls.arms}
 
 
 def arm_colour(name: str) -> str | None:
     """A built-in arm's colour in figures (its stack's); other arms take a cycle."""
+    from quicbed.servers import get_stack
+
     stack = builtin_arms().get(name)
     return get_stack(stack).colour if stack else None
 
@@ -58,6 +65,8 @@ def param_model() -> type[BaseModel]:
     """Every stack's parameters in one model, each typed as its stacks declare it: what
     a spec or ``--arms`` may set before the arm's own stack checks it (which stack an
     arm runs is only known once every setting is read)."""
+    from quicbed.servers import stacks
+
     fields: dict[str, Any] = {}
     owner: dict[str, str] = {}
     for cls in stacks().values():
@@ -123,6 +132,9 @@ def resolve(
 ) -> list[Arm]:
     """The arms of a cell in order, each checked against its stack (what it takes and
     which cells it can be measured in); errors name the value."""
+    from quicbed.servers import get_stack
+    from quicbed.servers.base import Arm
+
     extra = sorted(set(settings) - set(names))
     if extra:
         raise QuicbedError(
@@ -223,7 +235,8 @@ def pairs(
     is faster. ``arms`` may be stored records (``Arm.as_dict``): a transfer cell's
     record is compared as its page cell would be."""
     named = [
-        (a.name, a.transport) if isinstance(a, Arm) else (a["name"], a["transport"]) for a in arms
+        (a["name"], a["transport"]) if isinstance(a, Mapping) else (a.name, a.transport)
+        for a in arms
     ]
     names = [n for n, _ in named]
     if len(names) < 2:
