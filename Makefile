@@ -46,7 +46,7 @@ mkdir -p $(dir $(3)) && { grep '^go ' $(1)/go.mod; echo 'use $(CURDIR)/$(1)'; \
   sed -n 's|^replace \(.*\) => \(\.\./.*\)$$|replace \1 => $(CURDIR)/$(1)/\2|p' $(2)/quicbed.mod; } > $(3)
 endef
 
-.PHONY: setup venv provision quic-go build test lint unit demo bench clean
+.PHONY: setup venv provision quic-go build test lint check unit demo bench clean
 
 setup: provision
 
@@ -85,6 +85,16 @@ lint: venv quic-go $(GOLANGCI_LINT)
 	cd go && GOWORK=$(CURDIR)/build/lint/quicbed.work $(GOLANGCI_RUN) ./...
 	$(call lint-work,$(GQUIC),$(GQUIC_QUICGO),build/lint/gquic.work)
 	cd $(GQUIC) && GOWORK=$(CURDIR)/build/lint/gquic.work $(GOLANGCI_RUN) ./...
+
+# The quick loop while changing code (under 2 minutes; any user, only the venv): the
+# Python linters and the tests marked neither root, browser, slow nor built (markers in
+# pyproject.toml; tests/conftest.py fails a test that uses a testbed fixture unmarked).
+# `make test` stays the whole suite, the one CI runs.
+check: venv
+	$(VENV)/bin/ruff check quicbed tests benchmarks tools profile.py
+	$(VENV)/bin/ruff format --check quicbed tests benchmarks tools profile.py
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -q -m "not root and not browser and not slow and not built"
 
 test: setup lint
 	cd go && $(GO) test $(GOMODFILE) ./... $(QUICGO_TESTED)

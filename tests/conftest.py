@@ -1,4 +1,20 @@
-"""Shared fixtures: real namespaces with a unique prefix, proven gone afterwards."""
+"""Shared fixtures: real namespaces with a unique prefix, proven gone afterwards; and the
+marks that sort the tests into tiers, enforced here rather than trusted.
+
+The marks (declared in pyproject.toml, where --strict-markers refuses any other):
+``root`` (root, network namespaces, sysctls, tc, or servers and emulators on the
+testbed), ``browser`` (starts Chromium or Chromium 72), ``slow`` (more than a few
+seconds), ``built`` (what ``make setup`` builds or installs beyond the venv, such as the
+binaries in build/bin). ``make check`` runs the tests that have none of them.
+
+A test that uses a fixture of ``NEEDS`` (directly or through another fixture) without
+each of that fixture's marks fails before any fixture runs, naming the mark to add; the
+``root`` fixture also checks its requesting test's mark itself (a fixture fetched with
+``request.getfixturevalue`` is not in a test's signature). So an unmarked test that
+would bring up a testbed cannot slip into ``make check``: it fails there, having done
+nothing. A test that is not marked ``slow`` yet takes over ``SLOW_SECONDS`` is named in
+the summary (named, not failed: a busy machine stretches any test).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +29,82 @@ import pytest
 from quicbed.cell import CellResult
 from quicbed.testbed.local import LocalTestbed
 
+ROOT, BROWSER, SLOW, BUILT = "root", "browser", "slow", "built"
+
+#: The marks a test needs for using a fixture: by name for this file's fixtures, by
+#: (test module, name) for a module's own fixture that brings something up without
+#: going through this file's (the module's tests are the only ones that can use it).
+NEEDS: dict[str | tuple[str, str], frozenset[str]] = {
+    "root": frozenset({ROOT}),
+    "prefix": frozenset({ROOT}),
+    "testbed": frozenset({ROOT}),
+    "cell_1mb_full": frozenset({ROOT, BROWSER, SLOW}),
+    ("test_chromium72.py", "served"): frozenset({ROOT, BROWSER}),
+    ("test_package.py", "sweep"): frozenset({ROOT, BROWSER, SLOW}),
+    ("test_shard_merge.py", "folders"): frozenset({ROOT, BROWSER, SLOW}),
+    ("test_ssh_testbed.py", "lab"): frozenset({ROOT, SLOW}),
+    ("test_two_testbeds.py", "labs"): frozenset({ROOT, BROWSER, SLOW}),
+    ("test_fresh_machine.py", "machine"): frozenset({ROOT, SLOW}),
+    ("test_quiche_server.py", "binary"): frozenset({BUILT}),
+}
+#: a test not marked slow that takes longer (setup and call) is named in the summary
+SLOW_SECONDS = 5.0
+
+_UNMARKED = pytest.StashKey[str]()
+_TOOK = pytest.StashKey[dict[str, float]]()
+
+
+def _missing_marks(item: pytest.Item) -> str | None:
+    """What ``item`` lacks for the fixtures it uses, as the message it fails with."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    lacking: dict[str, set[str]] = {}
+    for name in getattr(item, "fixturenames", ()):
+        if name in params:
+            continue  # a parameter of the test, not a fixture
+        need = NEEDS.get(name, frozenset()) | NEEDS.get((item.path.name, name), frozenset())
+        for mark in need:
+            if item.get_closest_marker(mark) is None:
+                lacking.setdefault(mark, set()).add(name)
+    if not lacking:
+        return None
+    each = "; ".join(
+        f"uses {', '.join(sorted(lacking[m]))}, so it must be marked @pytest.mark.{m}"
+        for m in sorted(lacking)
+    )
+    return f"{each} (tests/conftest.py NEEDS: make check must not select it)"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        why = _missing_marks(item)
+        if why:
+            item.stash[_UNMARKED] = why
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    why = item.stash.get(_UNMARKED, None)
+    if why:
+        pytest.fail(f"{item.nodeid}: {why}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.when in ("setup", "call") and item.get_closest_marker(SLOW) is None:
+        took = item.config.stash.setdefault(_TOOK, {})
+        took[item.nodeid] = took.get(item.nodeid, 0.0) + call.duration
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    took = config.stash.get(_TOOK, {})
+    over = sorted(((s, n) for n, s in took.items() if s > SLOW_SECONDS), reverse=True)
+    if over:
+        terminalreporter.section(f"not marked slow, yet over {SLOW_SECONDS:g} s")
+        for seconds, nodeid in over:
+            terminalreporter.line(f"{seconds:6.1f} s  {nodeid}")
+
 
 def _netns() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -20,7 +112,13 @@ def _netns() -> set[str]:
 
 
 @pytest.fixture
-def root() -> None:
+def root(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker(ROOT) is None:
+        pytest.fail(
+            f"{request.node.nodeid} uses the testbed (fixture root) but is not marked "
+            "@pytest.mark.root: make check would select it",
+            pytrace=False,
+        )
     if os.geteuid() != 0:
         pytest.fail("this test needs root (network namespaces); CI runs as root")
 

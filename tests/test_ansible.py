@@ -80,6 +80,7 @@ def _local_play(tmp_path: Path, tasks: str) -> Path:
 # --- syntax and lint -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_syntax_check_every_playbook(tmp_path: Path) -> None:
     """Every playbook parses against an inventory with the testbed's three groups."""
     inv = _inventory(
@@ -99,6 +100,7 @@ def test_syntax_check_every_playbook(tmp_path: Path) -> None:
         assert cp.returncode == 0, cp.stdout + cp.stderr
 
 
+@pytest.mark.slow
 def test_ansible_lint_production_profile() -> None:
     cp = _run([str(BIN / "ansible-lint"), "--profile", "production", "playbooks", "roles"])
     assert cp.returncode == 0, cp.stdout + cp.stderr
@@ -114,6 +116,8 @@ LOCAL_INVENTORY = """
 """
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_site_refuses_a_run_without_quic_version(tmp_path: Path) -> None:
     inv = _inventory(tmp_path, LOCAL_INVENTORY)
     cp = _playbook("-i", str(inv), "playbooks/site.yml")
@@ -122,6 +126,8 @@ def test_site_refuses_a_run_without_quic_version(tmp_path: Path) -> None:
     assert _changed(cp) == 0
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_site_q037_stops_at_once_naming_what_is_missing(root: None, tmp_path: Path) -> None:
     """The gQUIC roles are placeholders: they must fail first, before changing anything."""
     inv = _inventory(tmp_path, LOCAL_INVENTORY)
@@ -140,6 +146,8 @@ def test_site_q037_stops_at_once_naming_what_is_missing(root: None, tmp_path: Pa
 # --- ssh_lab: sshd for the ssh lab, never a system sshd -------------------------
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_ssh_lab_marks_a_new_sshd_not_to_be_run(root: None, tmp_path: Path) -> None:
     """Where there was no sshd before, Debian's "do not run" marker is written first;
     where there was one, the machine is left as it was. Twice: the second run changes
@@ -177,6 +185,8 @@ def test_ssh_lab_marks_a_new_sshd_not_to_be_run(root: None, tmp_path: Path) -> N
 # --- quicbed_binaries: the Go release a fresh node gets --------------------------
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_go_install_of_the_pinned_release(root: None, tmp_path: Path) -> None:
     """The real pinned toolchain from the Go module proxy, into a scratch Go root.
 
@@ -265,6 +275,8 @@ def _archive_play(tmp_path: Path, zip_path: Path, zip_sha: str, version: str = C
     return ["-i", "localhost,", str(play), "-e", json.dumps(ev)]
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_chromium_client_archive_installs(root: None, tmp_path: Path) -> None:
     """Download with checksum, unpack, link, ldd and version checks; then idempotent."""
     fake_chrome = f'#!/bin/sh\necho "Google Chrome for Testing {CFT_VERSION} "\n'.encode()
@@ -283,6 +295,8 @@ def test_chromium_client_archive_installs(root: None, tmp_path: Path) -> None:
     assert node_tree.name == f"node-v{NODE_VERSION}-linux-x64"
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_chromium_client_refuses_a_wrong_checksum(root: None, tmp_path: Path) -> None:
     zip_path = tmp_path / "chrome-linux64.zip"
     _zip(zip_path, "chrome-linux64/chrome", b"#!/bin/sh\n")
@@ -292,6 +306,8 @@ def test_chromium_client_refuses_a_wrong_checksum(root: None, tmp_path: Path) ->
     assert not (tmp_path / "bin" / "chromium").exists()
 
 
+@pytest.mark.root
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("cc"), reason="needs a C compiler to make a broken ELF")
 def test_chromium_client_names_missing_libraries(root: None, tmp_path: Path) -> None:
     """A browser whose libraries do not resolve (as Chrome on a too-old glibc) stops the role."""
@@ -463,6 +479,7 @@ def test_find_pipes_without_ipfw(tmp_path: Path) -> None:
     assert "is this the FreeBSD bridge node?" in cp.stderr
 
 
+@pytest.mark.slow
 def test_bridge_pipes_tasks_write_the_contract(tmp_path: Path) -> None:
     """The role's discovery tasks (installed finder, pipes.json) run here against fixtures."""
     mapping = tmp_path / "delay_mapping"
@@ -514,6 +531,7 @@ THREE_GROUPS = """
 """
 
 
+@pytest.mark.slow
 def test_site_q037_lists_the_gquic_build_and_the_chromium60_tasks(tmp_path: Path) -> None:
     """site.yml for Q037 renders every task of the Q037 server and client (imported, so
     --list-tasks shows them; chromium_client's Node, an include_role, is not listed), in
@@ -552,6 +570,7 @@ def test_site_q037_lists_the_gquic_build_and_the_chromium60_tasks(tmp_path: Path
         assert client.index(name) < first72, name
 
 
+@pytest.mark.slow
 def test_quic_server_gquic_build_paths_and_gn_args_render(tmp_path: Path) -> None:
     """The role's derived values for both toolchains: one install directory per
     commit, toolchain and gn arguments; host adds its five arguments; the check asks
@@ -668,6 +687,8 @@ def test_quic_gquic_check_passes_only_when_the_version_is_answered(tmp_path: Pat
     assert set(Path("/tmp").glob("quic-gquic-check.*")) == before
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_q037_client_refuses_other_platforms_before_changing_anything(
     root: None, tmp_path: Path
 ) -> None:
@@ -690,6 +711,8 @@ def test_q037_client_refuses_other_platforms_before_changing_anything(
     assert _changed(cp) == 0
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_quic_server_google_refuses_an_unknown_quic_version(tmp_path: Path) -> None:
     """A version name the pinned quiche has not (here gQUIC Q050) is refused by name
     before anything is fetched, even with the build switched off."""
@@ -721,6 +744,7 @@ def test_quic_server_google_refuses_an_unknown_quic_version(tmp_path: Path) -> N
         assert _changed(cp) == 0
 
 
+@pytest.mark.slow
 def test_site_renders_quic_server_google_with_q046(tmp_path: Path) -> None:
     """RFCv1 with Q046 added to quiche's checked versions: the play parses and lists the
     version check after the build."""
@@ -878,6 +902,7 @@ def chromium60_debs(tmp_path: Path) -> dict[str, Path]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="needs dpkg-deb")
 def test_chromium60_debs_unpack_with_launchpads_published_sha256(
     tmp_path: Path, chromium60_debs
@@ -912,6 +937,7 @@ def test_chromium60_debs_unpack_with_launchpads_published_sha256(
         lp.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="needs dpkg-deb")
 def test_chromium60_debs_refuse_a_digest_that_disagrees(tmp_path: Path, chromium60_debs) -> None:
     """A pin that differs from Launchpad's published digest is refused before any

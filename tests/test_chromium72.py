@@ -227,6 +227,9 @@ def _check_har(r: dict[str, Any], protocol: str) -> None:
     assert r["nav"]["nextHopProtocol"] == protocol
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_h2_loads_from_apache_with_its_own_nss_db(served: Served) -> None:
     tb = served.tb
     b = _browser(served, protocol="h2")
@@ -271,6 +274,9 @@ def test_h2_loads_from_apache_with_its_own_nss_db(served: Served) -> None:
     assert not Path(b.spec.user_data_dir).exists()
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_current_chromium_still_clears_with_chrome_benchmarking(served: Served) -> None:
     """The driver's strict path: every step by chrome.benchmarking, nothing falls back."""
     spec = BrowserSpec(
@@ -307,6 +313,9 @@ __import__("os").rename(sys.argv[3] + ".part", sys.argv[3])
 """
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 @pytest.mark.parametrize("version", ["Q039", "Q043", "Q044"])
 def test_gquic_argv_takes_effect_on_the_wire(served: Served, version: str) -> None:
     """Without a gQUIC server: the version tag of the browser's first QUIC packet (in
@@ -340,6 +349,9 @@ def test_gquic_argv_takes_effect_on_the_wire(served: Served, version: str) -> No
     assert re.findall(rb"Q0\d\d", data[:14]) == [version.encode()], data[:16].hex()
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 @pytest.mark.parametrize("version", ["Q039", "Q043", "Q044"])
 def test_gquic_loads_0rtt_after_the_udp_socket_is_destroyed(served: Served, version: str) -> None:
     """Real gQUIC loads from quicbed-gquic-server: the kept tab's second load finds its

@@ -282,6 +282,9 @@ def _gz_rows(path: Path) -> int:
         return sum(1 for _ in f) - 1
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_real_explain(real: tuple[Path, str]) -> None:
     root, cid = real
     p = subprocess.run(
@@ -331,6 +334,9 @@ def test_real_explain(real: tuple[Path, str]) -> None:
         assert sum(1 for _ in f) - 1 == rows
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_real_bad_inputs(real: tuple[Path, str], tmp_path: Path) -> None:
     root, cid = real
     for args, message in (
@@ -344,6 +350,9 @@ def test_real_bad_inputs(real: tuple[Path, str], tmp_path: Path) -> None:
         assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_real_rep_and_report_link(real: tuple[Path, str], tmp_path: Path) -> None:
     from quicbed.report import build
 

@@ -527,6 +527,7 @@ def _changed_tasks(out: str) -> str:
     return "\n".join(shown)
 
 
+@pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.root
 def test_readme_path_on_a_fresh_debian(machine: FreshMachine) -> None:
@@ -601,6 +602,7 @@ def test_readme_path_on_a_fresh_debian(machine: FreshMachine) -> None:
         assert v["measured"] == 3 and v["valid"] >= 2, (arm, v, result.get("invalid"))
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_teardown_after_a_failure_leaves_nothing(root: None) -> None:
     """A step that fails with a process still running in the chroot and a network

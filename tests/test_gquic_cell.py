@@ -26,6 +26,9 @@ from quicbed.store import Store
 from quicbed.testbed.local import LocalTestbed
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_a_gquic_cell_is_verified_per_load(testbed: LocalTestbed, tmp_path: Path) -> None:
     cfg = make_cell(
         condition=make_condition(rate_mbit=10, rtt_ms=36),

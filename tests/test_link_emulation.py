@@ -23,6 +23,8 @@ from quicbed.link.session import shaped_link
 from quicbed.link.shapers import NetemShaper, UserspaceShaper
 from quicbed.testbed.local import LocalTestbed
 
+pytestmark = pytest.mark.root
+
 QB = [sys.executable, "-m", "quicbed"]
 
 
@@ -35,6 +37,7 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*QB, *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_receipt_at_50mbit_36ms(testbed: LocalTestbed) -> None:
     cond = make_condition(rate_mbit=50, rtt_ms=36)
     with shaped_link(testbed, cond, "userspace") as link:
@@ -61,6 +64,7 @@ def test_receipt_at_50mbit_36ms(testbed: LocalTestbed) -> None:
     json.dumps(r.model_dump(mode="json"))  # a receipt is data
 
 
+@pytest.mark.slow
 def test_loss_is_random_and_per_direction(testbed: LocalTestbed) -> None:
     cond = make_condition(rate_mbit=20, rtt_ms=10, loss_down_pct=5, loss_up_pct=0)
     with shaped_link(testbed, cond, "userspace") as link:
@@ -73,6 +77,7 @@ def test_loss_is_random_and_per_direction(testbed: LocalTestbed) -> None:
     assert counters["directions"]["up"]["loss_drops"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "reorders"), [("reorder", True), ("smooth", False)])
 def test_jitter_kinds(testbed: LocalTestbed, kind: str, reorders: bool) -> None:
     cond = make_condition(
@@ -85,6 +90,7 @@ def test_jitter_kinds(testbed: LocalTestbed, kind: str, reorders: bool) -> None:
     assert r["max_ms"] - r["min_ms"] > 5  # the delay really varied
 
 
+@pytest.mark.slow
 def test_netem_here_or_not(testbed: LocalTestbed) -> None:
     """On this CI kernel netem is missing and the error says so; elsewhere it shapes."""
     reason = NetemShaper().unavailable(testbed)
@@ -109,6 +115,7 @@ def test_netem_here_or_not(testbed: LocalTestbed) -> None:
         assert cp.returncode in (0, 1), cp.stderr
 
 
+@pytest.mark.slow
 def test_netem_probes_of_two_testbeds_on_one_kernel_do_not_collide(testbed: LocalTestbed) -> None:
     """Two ssh labs on one machine share the prefix ``ssh``: their netem probes run at
     once at a sweep's start, and each must get its own answer (CI lost a healthy
@@ -153,6 +160,7 @@ def _wait_for_emulator(prefix: str, timeout: float = 30) -> None:
     pytest.fail("the emulator never started")
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_link_check_tears_everything_down(prefix: str) -> None:
     before = set(_linkem_pids())
     p = subprocess.Popen(
@@ -170,6 +178,7 @@ def test_ctrl_c_during_link_check_tears_everything_down(prefix: str) -> None:
     assert set(_linkem_pids()) <= before
 
 
+@pytest.mark.slow
 def test_kill_9_leaves_nothing_running_and_down_cleans_up(prefix: str) -> None:
     before = set(_linkem_pids())
     p = subprocess.Popen(

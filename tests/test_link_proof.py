@@ -18,8 +18,6 @@ from quicbed.servers.base import WebServer
 from quicbed.store import Store
 from quicbed.testbed.local import LocalTestbed
 
-pytestmark = pytest.mark.root
-
 COND = make_condition(rate_mbit=50, rtt_ms=20)
 OTHER = make_condition(rate_mbit=10, rtt_ms=60)
 
@@ -32,6 +30,8 @@ def test_counters_that_go_down_mean_another_emulator() -> None:
     ]
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_spot_check_passes_on_the_measured_link_and_names_a_change(testbed: LocalTestbed) -> None:
     with shaped_link(testbed, COND, "userspace") as link:
         proven = prove(link, tcp_seconds=1, cc="cubic")
@@ -49,6 +49,9 @@ def test_spot_check_passes_on_the_measured_link_and_names_a_change(testbed: Loca
         assert link.shaper.generation(testbed) not in (proven.generation, changed.generation)
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_a_link_changed_mid_cell_fails_the_attempt(prefix: str, tmp_path: Path) -> None:
     cfg = make_cell(condition=COND, page="5kb", runs=4, warmup=1, shaper="userspace")
     tb = LocalTestbed(prefix)

@@ -122,6 +122,7 @@ def test_reentrant_within_a_process_and_not_inherited(tmp_path: Path) -> None:
         child.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_commands_on_a_busy_testbed_are_refused(prefix: str, tmp_path: Path) -> None:
     """While this test owns the testbed, every command that would change or measure it
@@ -162,6 +163,7 @@ def test_commands_on_a_busy_testbed_are_refused(prefix: str, tmp_path: Path) -> 
     tb.down()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_the_next_command_removes_what_a_killed_one_left(prefix: str) -> None:
     """kill -9 of an owner leaves namespaces and an emulator; the next claim removes them."""
@@ -220,6 +222,7 @@ def _state(tb: LocalTestbed) -> dict[str, object]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("gap", [0.05, 0.15, 0.3])
 def test_a_second_ctrl_c_cannot_leave_the_testbed_behind(

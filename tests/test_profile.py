@@ -531,6 +531,7 @@ def _bootstrap(local_dir: Path, *args: str) -> tuple[int, str, str]:
     )
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -552,6 +553,7 @@ def test_bootstrap_refuses_bad_arguments_with_the_failed_marker(
     assert not (tmp_path / "quicbed-bootstrap.done").exists()
 
 
+@pytest.mark.root
 def test_bootstrap_accepts_what_the_profile_passes(root: None, tmp_path: Path) -> None:
     """Every role and QUIC version the profile can pass gets past the script's checks.
 

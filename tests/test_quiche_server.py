@@ -44,6 +44,8 @@ from quicbed.servers.quiche import SUPPORTED_CC, QuicheServer
 from quicbed.testbed.base import RPath
 from quicbed.testbed.local import LocalTestbed
 
+pytestmark = pytest.mark.built
+
 BINARY = "quicbed-quiche-server"
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
 HTTP_DATE = "%a, %d %b %Y %H:%M:%S GMT"

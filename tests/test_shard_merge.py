@@ -156,6 +156,9 @@ def _planned_run_ids(spec: Path) -> set[str]:
     }
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_shards_merge_into_the_sweep_run_once(folders: tuple[Path, Path]) -> None:
     base, home = folders
     s1, s2 = base / "s1", base / "s2"
@@ -187,6 +190,9 @@ def test_shards_merge_into_the_sweep_run_once(folders: tuple[Path, Path]) -> Non
     assert again.returncode == 0 and "0 cells measured, 2 kept" in again.stdout, again.stderr
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_every_shard_records_the_scenarios_of_the_whole_plan(folders: tuple[Path, Path]) -> None:
     """Each cell's scenarios (store schema 2): written by the sweep for every cell of the
     spec, whichever shard measures it, and kept through merge and package."""
@@ -205,6 +211,9 @@ def test_every_shard_records_the_scenarios_of_the_whole_plan(folders: tuple[Path
         assert got == want, folder
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_merge_refuses_what_is_not_one_sweep(folders: tuple[Path, Path]) -> None:
     base, home = folders
     s1, s2 = base / "s1", base / "s2"

@@ -183,6 +183,7 @@ def test_the_estimate_errs_long_on_lossy_long_paths() -> None:
     assert loss_bound_mbit(cells[(200, 2)].config.condition) == pytest.approx(0.4997, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_a_resume_prices_only_the_cells_still_to_measure(tmp_path: Path) -> None:
     """``run --resume`` estimates (and asks --yes for) the cells it will measure, not
     the whole plan: the beta sweep's resume announced 514 min for 5 cells left of 20."""

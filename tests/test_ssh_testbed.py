@@ -68,6 +68,8 @@ def tb(lab: tuple[str, Path]) -> Iterator[SshTestbed]:
     t.close()
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_the_lab_is_three_reachable_hosts(lab: tuple[str, Path], tb: SshTestbed) -> None:
     status = tb.status()
     assert status["complete"], status
@@ -82,6 +84,8 @@ def test_the_lab_is_three_reachable_hosts(lab: tuple[str, Path], tb: SshTestbed)
     assert json.loads(cli.stdout)["complete"] is True
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_files_and_daemons(tb: SshTestbed, tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     (tree / "a").mkdir(parents=True)
@@ -118,6 +122,8 @@ def test_files_and_daemons(tb: SshTestbed, tmp_path: Path) -> None:
         tb.remove(role, tb.workdir(role) / "t")
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_a_crashed_run_leaves_nothing_running_after_up(lab: tuple[str, Path]) -> None:
     """A daemon whose controller died (no stop) is stopped by the next ``up``."""
     first = hosts.load(lab[1])
@@ -132,6 +138,9 @@ def test_a_crashed_run_leaves_nothing_running_after_up(lab: tuple[str, Path]) ->
         second.close()
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_a_cell_over_ssh_stores_what_a_local_cell_stores(
     lab: tuple[str, Path], tb: SshTestbed, tmp_path: Path
 ) -> None:
@@ -175,12 +184,16 @@ def test_a_cell_over_ssh_stores_what_a_local_cell_stores(
     assert tb._recorded("server") == [] and tb._recorded("client") == []  # all stopped
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_dummynet_refuses_a_bridge_without_it(tb: SshTestbed) -> None:
     with pytest.raises(QuicbedError, match="has no ipfw"):
         get_shaper("dummynet", tb)
     assert get_shaper("auto", tb).name in ("netem", "userspace")  # a Linux bridge
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_dummynet_over_ssh_is_all_or_nothing(tb: SshTestbed, tmp_path: Path) -> None:
     """The Dummynet path over SSH with a stand-in for FreeBSD's ``ipfw`` (Linux has none):
     auto picks Dummynet where the bridge has ipfw and pipes.json, the pipe lines arrive
@@ -223,6 +236,8 @@ def test_dummynet_over_ssh_is_all_or_nothing(tb: SshTestbed, tmp_path: Path) -> 
             pipes.parent.rmdir()
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_bad_hosts_files_name_the_problem(lab: tuple[str, Path], tmp_path: Path) -> None:
     inv = lab[1].read_text()
     no_bridge = tmp_path / "no-bridge.ini"

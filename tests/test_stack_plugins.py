@@ -88,6 +88,7 @@ def test_gquic_in_a_bulk_cell_is_refused_by_name() -> None:
         )
 
 
+@pytest.mark.root
 def test_quicbed_bulk_refuses_gquic_before_anything_starts(tmp_path: Path) -> None:
     out = tmp_path / "bulk"
     cp = subprocess.run(

@@ -71,6 +71,9 @@ def _run_until(argv: list[str], out: Path, stored: int) -> subprocess.Popen[byte
     return p
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_stop_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
     spec = tmp_path / "tiny.yaml"
     spec.write_text(SPEC)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from quicbed import tcpopts
 from quicbed.arms import parse_cli
 from quicbed.cell import run_cell
@@ -13,6 +15,8 @@ from quicbed.link.model import make_condition
 from quicbed.servers.base import WebServer
 from quicbed.store import Store
 from quicbed.testbed.local import LocalTestbed
+
+pytestmark = pytest.mark.root
 
 COND = make_condition(rate_mbit=50, rtt_ms=20)
 KEYS = ("net.ipv4.tcp_sack", "net.ipv4.tcp_ecn", "net.ipv4.tcp_rmem")
@@ -36,6 +40,8 @@ def test_options_applied_on_both_ends_and_restored(testbed: LocalTestbed) -> Non
     assert tcpopts.read_kernel(tb, {"initcwnd": 20})["server"] == {"initcwnd": None}
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_tcp_options_verified_per_load_and_a_mismatched_syn_invalid(
     prefix: str, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*QB, *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.root
 def test_up_is_idempotent_and_offloads_are_off(testbed: LocalTestbed) -> None:
     assert testbed.exists()
     assert testbed.up() is False  # already complete: nothing made
@@ -32,12 +33,14 @@ def test_up_is_idempotent_and_offloads_are_off(testbed: LocalTestbed) -> None:
     assert st["roles"]["bridge"]["interfaces"]["srv"]["addresses"] == []
 
 
+@pytest.mark.root
 def test_bridge_without_shaper_forwards_nothing(testbed: LocalTestbed) -> None:
     """The bridge is only a link when a shaper runs: no accidental unshaped path."""
     cp = testbed.exec("client", ["ping", "-c", "1", "-W", "1", testbed.server_ip], check=False)
     assert cp.returncode != 0
 
 
+@pytest.mark.root
 def test_down_after_a_crash_mid_setup(prefix: str) -> None:
     """A partial leftover (one namespace, a stray process) is cleaned by up and by down."""
     subprocess.run(["ip", "netns", "add", f"{prefix}-bridge"], check=True)
@@ -53,6 +56,8 @@ def test_down_after_a_crash_mid_setup(prefix: str) -> None:
     assert tb.down() == []  # idempotent
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_two_prefixes_coexist(prefix: str) -> None:
     a, b = LocalTestbed(prefix), LocalTestbed(prefix[:-1] + "z")
     try:
@@ -66,6 +71,8 @@ def test_two_prefixes_coexist(prefix: str) -> None:
         b.down()
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_cli_up_status_down(prefix: str) -> None:
     cp = _cli("testbed", "up", "--prefix", prefix)
     assert cp.returncode == 0, cp.stderr
@@ -80,6 +87,7 @@ def test_cli_up_status_down(prefix: str) -> None:
     assert st["complete"] is False and not any(st["roles"].values())
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("bad", ["", "Qb", "1ab", "abcdefghi", "a-b"])
 def test_bad_prefix(bad: str) -> None:
     with pytest.raises(QuicbedError, match="prefix"):

@@ -29,6 +29,8 @@ from quicbed.store import DB_NAME
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.sshlab import SshLab
 
+pytestmark = [pytest.mark.root, pytest.mark.browser, pytest.mark.slow]
+
 QB = [sys.executable, "-m", "quicbed"]
 SPEC = """
 format: 1
