@@ -14,9 +14,9 @@ from quicbed.cell import run_cell
 from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
-from quicbed.servers.apache import ss_congestion
 from quicbed.servers.base import WebServer
 from quicbed.store import Store
+from quicbed.tcpinfo import ss_congestion
 from quicbed.testbed.local import LocalTestbed
 
 COND = make_condition(rate_mbit=50, rtt_ms=20)
@@ -54,6 +54,7 @@ def test_arms_resolve_ports_ccs_and_pairs() -> None:
         resolve(("h2",), {"h2": ArmSettings(cc="bbr", cubic_beta=0.5)}, "cubic")
 
 
+@pytest.mark.root
 def test_host_wide_beta_is_shared_refused_and_restored() -> None:
     tb = LocalTestbed("tbeta")
     path = hostparam.TCP_CUBIC_BETA
@@ -81,6 +82,9 @@ def _switch_tcp_cc(tb: LocalTestbed, cc: str) -> None:
         tb.exec(role, ["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={cc}"])
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(prefix: str, tmp_path: Path) -> None:
     """h2 with CUBIC beta 0.5: its loads show cubic (ss -tin) and beta 512/1024 on the
     host, restored afterwards; from load 3 on the TCP CC is switched to reno behind the
@@ -113,6 +117,9 @@ def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(prefix: str, tmp_path
     assert Path(hostparam.TCP_CUBIC_BETA).read_text().strip() == before
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> None:
     """Three quic-go arms side by side on their own ports: NewReno, CUBIC N = 1 and CUBIC
     N = 2 with beta 0.5; each load's CC and parameters as the server read them back from
@@ -144,6 +151,9 @@ def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> Non
     )
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_quiche_arm_with_bbr_verified_and_traced(prefix: str, tmp_path: Path) -> None:
     """The issue's cell in small: h2, h3 and h3-quiche under --cc bbr (quic-go keeps
     CUBIC: it has no BBR); every load verified (protocol, 0-RTT, CC from the server
