@@ -19,8 +19,8 @@ client side equal. It samples the bytes received every 100 ms.
 
 - ``bulk``: N repetitions per arm, arms interleaved, one flow at a time: goodput
   (application bytes / time), completion time, retransmissions (TCP: the server
-  kernel's ``ss -ti`` for the flow's connection; QUIC: the server's ``conn_close``
-  counters: quiche's retransmitted packets, quic-go's lost packets), the packets the
+  kernel's ``ss -ti`` for the flow's connection; QUIC: the counters the arm's stack
+  reads from its server's log, WebServer.flow_facts), the packets the
   bottleneck dropped (the emulator's counters, protocol neutral), Welch's t-test and
   Mann-Whitney U per arm against the TCP arm (quicbed.stats.compare).
 - ``compete``: K flows of arm A and M of arm B started together (or staggered) on one
@@ -37,7 +37,6 @@ it when read (bulk_summary, compete_summary), figures drawn by the report.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -46,10 +45,12 @@ from typing import Any
 
 from quicbed.cellconfig import CellConfig
 from quicbed.errors import QuicbedError
+from quicbed.jsonlines import json_events
 from quicbed.link.proof import ProvenLink
 from quicbed.servers import get_stack
-from quicbed.servers.base import Arm, ServeSpec, WebServer
+from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
 from quicbed.store import now
+from quicbed.tcpinfo import ss_connections
 from quicbed.testbed.base import Process, RPath, Testbed
 from quicbed.transfers import (
     BulkResult,
@@ -70,56 +71,6 @@ LINGER_S = 1.5
 
 #: (what, done, total), as quicbed.cell reports a cell's loads
 Progress = Callable[[str, int, int], None]
-
-
-# --- ss -------------------------------------------------------------------------------
-_KV = re.compile(r"([a-z_]+):(\S+)")
-
-
-def ss_connections(text: str) -> dict[int, dict[str, Any]]:
-    """Per peer port, what ``ss -tinH`` says of a connection: its CC (quicbed.servers.
-    apache.ss_congestion, as the cells verify it), ``retrans`` (total retransmitted
-    segments, the second number of ``retrans:a/b``), ``bytes_retrans``, ``bytes_sent``,
-    ``bytes_acked``, ``data_segs_out``, ``cwnd``, ``rtt_ms``."""
-    from quicbed.servers.apache import ss_congestion
-
-    out: dict[int, dict[str, Any]] = {}
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line[:1].isspace() or not line.strip():
-            continue
-        addrs = [tok for tok in line.split() if ":" in tok]
-        if len(addrs) < 2:
-            continue
-        try:
-            port = int(addrs[1].rsplit(":", 1)[1])
-        except ValueError:
-            continue
-        detail = lines[i + 1] if i + 1 < len(lines) and lines[i + 1][:1].isspace() else ""
-        kv = dict(_KV.findall(detail))
-        ccs = ss_congestion(line + "\n" + detail)
-        rec: dict[str, Any] = {"cc": ccs[0] if ccs else None}
-        if "retrans" in kv:
-            rec["retrans"] = int(kv["retrans"].split("/")[-1])
-        else:
-            rec["retrans"] = 0  # ss omits the field until the first retransmission
-        for k in ("bytes_retrans", "bytes_sent", "bytes_acked", "data_segs_out", "cwnd"):
-            if k in kv and kv[k].isdigit():
-                rec[k] = int(kv[k])
-        rec.setdefault("bytes_retrans", 0)
-        if "rtt" in kv:
-            rec["rtt_ms"] = float(kv["rtt"].split("/")[0])
-        out[port] = rec
-    return out
-
-
-def _port(addr: str | None) -> int | None:
-    if not addr or ":" not in addr:
-        return None
-    try:
-        return int(addr.rsplit(":", 1)[1])
-    except ValueError:
-        return None
 
 
 # --- the run --------------------------------------------------------------------------
@@ -198,8 +149,6 @@ class _Rig:
         return self.tb.spawn("client", argv, log=log), log
 
     def records(self, log: RPath) -> list[dict[str, Any]]:
-        from quicbed.servers.quic_go import json_events
-
         return json_events(self.tb.read_text("client", log).splitlines())
 
     def wait_done(self, logs: list[RPath], procs: list[Process], timeout: float) -> None:
@@ -272,7 +221,7 @@ class _Rig:
         want = {"h2": "HTTP/2.0", "h3": "HTTP/3.0"}[a.protocol]
         if f.ok and f.http_proto != want:
             f.ok, f.error = False, f"the response came over {f.http_proto}, not {want}"
-        port = _port(f.local_addr)
+        port = port_of(f.local_addr)
         if a.transport == "tcp":
             conn = tcp.get(port) if port is not None else None
             if conn is None:
@@ -284,52 +233,10 @@ class _Rig:
                 if conn.get("cc") not in (None, a.cc):
                     f.ok, f.error = False, f"the server's kernel ran {conn.get('cc')}, not {a.cc}"
         else:
-            self._quic_server_facts(f, quic_log or [], port)
+            facts = self.servers[arm].flow_facts(quic_log or [], port)
+            f.server, f.retrans_source = facts.server, facts.source
+            f.retransmissions, f.retrans_bytes = facts.retransmissions, facts.retrans_bytes
         return f
-
-    @staticmethod
-    def _quic_server_facts(f: FlowResult, lines: list[str], port: int | None) -> None:
-        from quicbed.servers.quic_go import json_events
-
-        ev = json_events(lines)
-        conn = next(
-            (e for e in ev if e.get("event") == "conn" and _port(str(e.get("remote"))) == port),
-            None,
-        )
-        if conn is None:
-            f.retrans_source = "the server's log has no connection from this flow"
-            return
-        f.server = {
-            k: conn.get(k)
-            for k in ("cc", "quic_version", "handshake_ms", "cubic_n")
-            if conn.get(k) is not None
-        }
-        close = next(
-            (
-                e
-                for e in ev
-                if e.get("event") == "conn_close" and e.get("conn_id") == conn.get("conn_id")
-            ),
-            None,
-        )
-        stats = (close or {}).get("stats")
-        if isinstance(stats, dict) and "retrans" in stats:  # quiche
-            f.server["stats"] = stats
-            f.retransmissions = int(stats["retrans"])
-            f.retrans_bytes = stats.get("stream_retrans_bytes")
-            f.retrans_source = "the server's conn_close stats (retrans packets)"
-        elif isinstance(stats, dict) and "lost" in stats:  # quic-go counts no retransmissions
-            f.server["stats"] = stats
-            f.retransmissions = int(stats["lost"])
-            f.retrans_bytes = stats.get("lost_bytes")
-            f.retrans_source = (
-                "the server's conn_close stats (lost packets: their data is "
-                "sent again; quic-go counts no retransmitted packets)"
-            )
-        elif close is None:
-            f.retrans_source = "the server had not logged the connection's close"
-        else:
-            f.retrans_source = "this stack's server logs no loss counters"
 
     def evidence(self, arm: str) -> tuple[dict[str, Any], list[str]]:
         """The arm's server's facts since its mark (its log, its kernel: CC, parameters,
@@ -390,20 +297,10 @@ def _quic_wait(
     rig: _Rig, arm: str, offset: int, port: int | None, timeout: float = 3.0
 ) -> list[str]:
     """The QUIC server's log lines since ``offset`` once it has logged the flow's close."""
-    from quicbed.servers.quic_go import json_events
-
     deadline = time.monotonic() + timeout
     while True:
         lines = rig.quic_lines(arm, offset)
-        ev = json_events(lines)
-        ids = {
-            e.get("conn_id")
-            for e in ev
-            if e.get("event") == "conn" and _port(str(e.get("remote"))) == port
-        }
-        if any(e.get("event") == "conn_close" and e.get("conn_id") in ids for e in ev):
-            return lines
-        if time.monotonic() > deadline:
+        if rig.servers[arm].flow_closed(lines, port) or time.monotonic() > deadline:
             return lines
         time.sleep(0.05)
 
@@ -451,7 +348,7 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
         after = link.shaper.counters(tb)
         recs = rig.records(log)
         final = next((r for r in recs if r.get("event") == "done"), {})
-        port = _port(final.get("local_addr"))
+        port = port_of(final.get("local_addr"))
         rc = p.wait(LINGER_S + 10)
         quic = _quic_wait(rig, arm, offsets.get(arm, 0), port) if arm in offsets else None
         f = _verified(
@@ -556,7 +453,7 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
             recs = rig.records(log)
             final = next((r for r in recs if r.get("event") == "done"), {})
             quic = (
-                _quic_wait(rig, arm, offsets[arm], _port(final.get("local_addr")))
+                _quic_wait(rig, arm, offsets[arm], port_of(final.get("local_addr")))
                 if arm in offsets
                 else None
             )

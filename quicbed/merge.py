@@ -25,6 +25,7 @@ from quicbed.results import (
     folder_lock,
     is_running,
     read_sweep,
+    sweep_software,
     write_sweep,
 )
 from quicbed.store import Store, now
@@ -61,6 +62,7 @@ def check_sources(sources: list[_Source], force: bool) -> list[str]:
     """Refuse folders that are not parts of one sweep (unless ``force``); the warnings
     about the set (shards missing) otherwise."""
     first = sources[0]
+    uses = sweep_software(first.sweep["spec"])  # what the sweep's cells run
     for s in sources[1:]:
         check_spec(
             s.sweep,
@@ -75,6 +77,7 @@ def check_sources(sources: list[_Source], force: bool) -> list[str]:
             s.sweep["software"],
             force=force,
             what=f"{s.path} was measured with other software than {first.path}",
+            uses=uses,
         )
     warnings = []
     shards = [s.shard for s in sources if s.shard]

@@ -1,10 +1,21 @@
-"""Where quicbed finds its own built programs and data, and what a file's bytes hash to."""
+"""Where quicbed finds its own built programs and data, and what a file's bytes hash to.
+
+Also what identifies a program's build on the machine that runs it (program_build: the
+SHA-256 of its file, and a Go program's module versions): a program rebuilt from
+changed code keeps its version, so the version alone cannot tell two builds apart. The
+stacks and browsers probe their own programs with it (quicbed.servers.base.WebServer
+.software, quicbed.client.chromium.BrowserSpec.software), provenance records every one
+and the software check compares them (quicbed.provenance, quicbed.results). It knows
+no testbed, only ``run``, which asks the right machine.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from quicbed.errors import QuicbedError
 
@@ -41,3 +52,58 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# --- a program's build, where it runs ---------------------------------------------------
+#: runs a command where a component lives (a testbed's role, or this machine); its
+#: output, or None if it failed
+Run = Callable[[list[str]], str | None]
+
+
+def sha256_of(run: Run, paths: list[str]) -> dict[str, str] | None:
+    """The SHA-256 of each file where ``run`` asks, by path (a link is followed); None if
+    one is missing. One command for all of them: on an ssh testbed each is a round trip."""
+    text = run(["sha256sum", *paths])
+    out = {}
+    for line in (text or "").splitlines():
+        digest, _, name = line.partition(" ")
+        out[name[1:]] = digest  # "<hex>  <path>", or "<hex> *<path>" read as binary
+    return out if text and set(out) == set(paths) else None
+
+
+def go_info(path: str, run: Run) -> dict[str, Any]:
+    """The Go and module versions compiled into a Go program; {} for any other file."""
+    text = run(["go", "version", "-m", path]) or run(
+        ["/usr/local/go/bin/go", "version", "-m", path]
+    )
+    if not text:
+        return {}
+    first, *rest = text.splitlines()
+    info: dict[str, Any] = {"go": first.rsplit(":", 1)[-1].strip(), "deps": {}}
+    last = None
+    for line in rest:
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "dep":
+            info["deps"][parts[1]] = parts[2]
+            last = parts[1]
+        elif len(parts) >= 2 and parts[0] == "=>" and last:
+            # a replaced module (quic-go with go/patches): the patched copy is another
+            # program than the release, so attempts built from each never pool
+            info["deps"][last] += f" => {PurePosixPath(parts[1]).name}"
+        elif len(parts) >= 2 and parts[0] == "build" and parts[1].startswith("vcs."):
+            key, _, val = parts[1].partition("=")
+            info[key.replace(".", "_")] = val
+    return info
+
+
+def program_build(run: Run, path: str) -> dict[str, Any] | None:
+    """One program's build where ``run`` asks: its path, the SHA-256 of its file and, for
+    a Go program, the Go and module versions compiled into it; None where it is not
+    installed. The digest is what tells a rebuild: a program rebuilt from changed code
+    keeps its version (our servers' is quicbed's), and only Go's say their modules.
+    Our builds are reproducible (roles/quicbed_binaries: -trimpath, no VCS stamp; Cargo
+    --locked), so the same code built again has the same digest."""
+    sums = sha256_of(run, [path])
+    if sums is None:
+        return None
+    return {"path": path, **go_info(path, run), "sha256": sums[path]}

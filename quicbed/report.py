@@ -26,6 +26,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from quicbed import __version__, report_transfers
 from quicbed.errors import QuicbedError
 from quicbed.plots import HeatCell, draw_heatmap, figure_data
+from quicbed.provenance import component_identity, setup_identity
 from quicbed.report_transfers import is_transfer
 from quicbed.results import SWEEP_FILE, measured_on
 from quicbed.spec import stored_queue_warning
@@ -819,28 +820,49 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
-#: provenance keys that differ between attempts of one set-up (when, and the command)
+#: provenance keys that say when and how an attempt ran, not what measured it: the group's
+#: record shown in full is its first attempt's, without them
 PER_ATTEMPT = ("collected", "argv")
 
 
-def provenance_groups(provs: dict[tuple[str, int], dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """The provenance of every attempt the report uses, grouped by set-up: attempts whose
-    provenance is the same but for when they were collected and the command that ran
-    them share a group. Each group says what matters first (quicbed's commit, testbed,
-    kernel, browser and servers) and which cells it measured; a report drawn from
-    attempts of different set-ups shows that at its top (Pantheon puts it there)."""
+def provenance_groups(
+    provs: dict[tuple[str, int], dict[str, Any] | None],
+    receipts: dict[tuple[str, int], dict[str, Any] | None] | None = None,
+) -> list[dict[str, Any]]:
+    """The provenance of every attempt the report uses, grouped by set-up: attempts of
+    one set-up identity (quicbed.provenance.setup_identity: software builds, kernel,
+    hardware, sysctls, offloads, shaper; never PIDs, times or paths) share a group, its
+    record shown in full being its first attempt's. An attempt without a receipt (it
+    failed before its link was measured: nothing of it is compared) joins the first
+    set-up that agrees on everything else. Each group says what matters first
+    (quicbed's commit, testbed, kernel, browser and servers) and which cells it
+    measured; a report drawn from attempts of different set-ups shows that at its top
+    (Pantheon puts it there), with what tells them apart (setup_differences)."""
+    receipts = receipts or {}
+    idents = {k: setup_identity(p, receipts.get(k)) for k, p in provs.items()}
+
+    def key(ident: dict[str, Any]) -> str:
+        return json.dumps(ident, sort_keys=True, default=str)
+
+    measured: dict[str, str] = {}  # identity without the link's part -> the first one with it
+    for ident in idents.values():
+        if "link" in ident:
+            rest = {k: v for k, v in ident.items() if k != "link"}
+            measured.setdefault(key(rest), key(ident))
     groups: dict[str, dict[str, Any]] = {}
     for (cid, attempt), prov in provs.items():
         p = prov or {}
-        same = {k: v for k, v in p.items() if k not in PER_ATTEMPT}
-        key = json.dumps(same, sort_keys=True, default=str)
-        g = groups.get(key)
+        ident = idents[(cid, attempt)]
+        gk = key(ident) if "link" in ident else measured.get(key(ident), key(ident))
+        g = groups.get(gk)
         if g is None:
             sw, git = p.get("software") or {}, p.get("git") or {}
             tb = measured_on(prov)
-            g = groups[key] = {
+            browser = (component_identity(sw.get("chromium")) or {}).get("version")
+            g = groups[gk] = {
                 "id": f"P{len(groups) + 1}",
-                "provenance": same,
+                "provenance": {k: v for k, v in p.items() if k not in PER_ATTEMPT},
+                "setup": ident,
                 "attempts": [],
                 "collected": [],
                 "commands": [],
@@ -849,7 +871,7 @@ def provenance_groups(provs: dict[tuple[str, int], dict[str, Any] | None]) -> li
                 "testbed": tb["label"],
                 "hardware": tb["hardware"],
                 "kernel": tb["kernel"],
-                "browser": (p.get("components") or {}).get("browser") or sw.get("chromium"),
+                "browser": (p.get("components") or {}).get("browser") or browser,
             }
         g["attempts"].append(f"{cid}#{attempt}")
         if p.get("collected"):
@@ -861,6 +883,26 @@ def provenance_groups(provs: dict[tuple[str, int], dict[str, Any] | None]) -> li
     for g in out:
         g["collected"] = [min(g["collected"]), max(g["collected"])] if g["collected"] else []
     return out
+
+
+def setup_differences(groups: list[dict[str, Any]]) -> list[str]:
+    """What tells the set-ups of ``groups`` apart, by part of the set-up identity and its
+    first level (``software quicbed-quiche-server``, ``machine kernel``, ``sysctls
+    net.ipv4.tcp_ecn``): the warning says where to look, not only that they differ."""
+    idents = [g["setup"] for g in groups]
+    out: dict[str, None] = {}
+    for part in dict.fromkeys(k for i in idents for k in i):
+        vals = [i.get(part) for i in idents]
+        if all(v == vals[0] for v in vals):
+            continue
+        subs = [v for v in vals if isinstance(v, dict)]
+        if len(subs) != len(vals):
+            out[part] = None
+            continue
+        for sub in dict.fromkeys(k for v in subs for k in v):
+            if any(v.get(sub) != subs[0].get(sub) for v in subs):
+                out[f"{part} {sub}"] = None
+    return list(out)
 
 
 def _write_html(
@@ -892,9 +934,10 @@ def _write_html(
         for c in report.transfers.cells:
             key = (c["cell_id"], c["attempt"])
             provs[key] = store.attempt(*key)["provenance"]
+        receipts = {key: store.attempt(*key)["receipt"] for key in provs}
     finally:
         store.close()
-    groups = provenance_groups(provs)
+    groups = provenance_groups(provs, receipts)
     (report.out / "provenance.json").write_text(json.dumps(groups, indent=1, sort_keys=True) + "\n")
     for g in groups:
         g["json"] = json.dumps(g["provenance"], indent=1, sort_keys=True)
@@ -905,6 +948,7 @@ def _write_html(
         alpha=alpha,
         correction=correction,
         provenances=groups,
+        setup_differences=setup_differences(groups),
         testbeds=report.testbeds,
         testbed_warnings=report.testbed_warnings,
         queue_warnings=report.queue_warnings,

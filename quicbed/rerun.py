@@ -20,7 +20,12 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.package import SUFFIX, check_files, open_package
 from quicbed.paths import check_folder_target, sha256_file
-from quicbed.results import CHECKED_SOFTWARE, checked_software, describe_changes, software_changes
+from quicbed.results import (
+    checked_software,
+    describe_changes,
+    software_changes,
+    used_software,
+)
 from quicbed.stats import summarize
 from quicbed.store import Store
 
@@ -139,13 +144,16 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
         out = _transfers_beside(folder, cell_id, old_att, attempt, held["archive"], f)
     else:
         out = _loads_beside(folder, cfg, cell_id, old_att, attempt, held["archive"], plts, f)
-    changed = software_changes(
-        *(checked_software((x["provenance"] or {}).get("software")) for x in (old, new))
+    packaged, rerun = (
+        checked_software((x["provenance"] or {}).get("software")) for x in (old, new)
     )
+    uses = _used_software(cfg)
+    changed = software_changes(packaged, rerun, uses)
+    compared = [k for k in (uses or packaged) if k in packaged]
     out.append(
         "software: "
         + (
-            "the same " + ", ".join(CHECKED_SOFTWARE)
+            "the same builds of " + ", ".join(compared)
             if not changed
             else "differs from the packaged runs in " + describe_changes(changed)
         )
@@ -162,6 +170,17 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
     if new["status"] != "done":
         out.append(f"the rerun failed: {new['problem']}")
     return out
+
+
+def _used_software(cfg: dict[str, Any]) -> tuple[str, ...] | None:
+    """The components the software check compares for a stored cell (used_software);
+    None where this quicbed cannot read the cell's arms: then every recorded one."""
+    from quicbed.cellconfig import make_cell
+
+    try:
+        return used_software([make_cell(**cfg)])
+    except (QuicbedError, ValueError, TypeError):
+        return None
 
 
 def _loads_beside(

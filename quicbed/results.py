@@ -14,8 +14,10 @@ Layout of a results folder (the store's own files: quicbed.store)::
     DIR/store.sqlite, DIR/hars/, DIR/logs/, DIR/traces/   quicbed.store
 
 Runs are comparable only when they were made from one spec (its digest) with the
-same versions of CHECKED_SOFTWARE; adding other runs to a folder is refused unless
-forced (pyperf refuses to add runs whose checked metadata differ).
+same builds of the software they ran: quicbed, the link emulator, the cell's browser
+and its arms' stacks (used_software), each by its version and digest; adding other
+runs to a folder is refused unless forced (pyperf refuses to add runs whose checked
+metadata differ). What a record lacks is not checked (software_changes).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import enum
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,17 +35,29 @@ from quicbed.arms import pairs
 from quicbed.errors import QuicbedError
 from quicbed.identity import testbed_id
 from quicbed.paths import check_folder_target
+from quicbed.provenance import (
+    BULK_CLIENT,
+    LINK_EMULATOR,
+    component_identity,
+    setup_identity,
+)
 from quicbed.stats import DEFAULT_ALPHA, Comparison, compare
 from quicbed.store import Store, now
 
-if TYPE_CHECKING:  # only compare_cell's annotation: cellconfig imports the shapers' names
+if TYPE_CHECKING:  # annotations only: cellconfig imports the shapers' names
     from quicbed.cellconfig import CellConfig
+    from quicbed.spec import SweepSpec
 
 SWEEP_FILE = "sweep.json"
 LOCK_FILE = "sweep.lock"
 STOP_FILE = "stop.request"
-#: software whose version change makes old and new runs not comparable
-CHECKED_SOFTWARE = ("chromium", "apache", "quicbed-h3server", "quicbed-linkem", "quicbed")
+#: the software every cell runs, whatever its arms: quicbed itself and the link emulator
+#: (a cell's browser and its arms' stacks are the cell's: used_software)
+BASE_SOFTWARE = ("quicbed", LINK_EMULATOR)
+#: recorded with every attempt but not checked: no load runs them (the controller's
+#: Python; iperf3 measures the link for the receipt, which judges it by its own rules;
+#: node drives the browser, which times the load)
+UNCHECKED = ("python", "iperf3", "node")
 
 
 class FailureReason(enum.Enum):
@@ -192,38 +206,125 @@ def write_sweep(folder: Path, body: Mapping[str, Any]) -> None:
 
 # --- comparability --------------------------------------------------------------------
 def checked_software(software: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The CHECKED_SOFTWARE part of what provenance.software reported (or an attempt's
-    provenance recorded): a component's version, or the dependencies it was built from."""
-    sw = software or {}
-    return {
-        k: (v.get("deps") if isinstance(v, dict) else v)
-        for k in CHECKED_SOFTWARE
-        for v in [sw.get(k)]
-    }
+    """What the software check compares of a software record (provenance.software's, or
+    an attempt's recorded one): the software part of the set-up identity (quicbed
+    .provenance.setup_identity: each component's version, digests and module versions,
+    never its path) but UNCHECKED's. A sweep file keeps this for all components; a check
+    compares those a cell uses (used_software)."""
+    identity = setup_identity({"software": software or {}})["software"]
+    return {k: v for k, v in identity.items() if k not in UNCHECKED}
+
+
+def used_software(cells: Iterable[CellConfig]) -> tuple[str, ...]:
+    """The components ``cells`` run, by the names provenance.software records them under:
+    BASE_SOFTWARE, each cell's client (the browser its stacks ask for, as quicbed.cell
+    picks it; the transfer client for bulk and compete cells) and every arm's stack (its
+    class names its program: WebServer.software_name)."""
+    from quicbed.servers import get_stack
+    from quicbed.servers.base import WebServer
+
+    out = dict.fromkeys(BASE_SOFTWARE)
+    for cfg in cells:
+        stacks = [get_stack(a.stack) for a in cfg.resolved_arms()]
+        if cfg.kind == "page":
+            default = WebServer.client
+            out[next((s.client for s in stacks if s.client != default), default)] = None
+        else:
+            out[BULK_CLIENT] = None
+        out.update(dict.fromkeys(s.software_name for s in stacks if s.software_name))
+    return tuple(out)
+
+
+def sweep_software(spec: SweepSpec | Mapping[str, Any]) -> tuple[str, ...] | None:
+    """used_software of every cell of a spec (a sweep file's stored one too); None where
+    a stored spec no longer plans (an older quicbed's): then every component is checked."""
+    from quicbed.spec import SweepSpec, plan
+
+    try:
+        held = spec if isinstance(spec, SweepSpec) else SweepSpec(**spec)
+        return used_software(pc.config for pc in plan(held))
+    except (QuicbedError, ValueError, TypeError):
+        return None
 
 
 def software_changes(
-    recorded: Mapping[str, Any], current: Mapping[str, Any]
+    recorded: Mapping[str, Any],
+    current: Mapping[str, Any],
+    uses: Iterable[str] | None = None,
 ) -> dict[str, tuple[Any, Any]]:
-    """key -> (recorded, current) for every CHECKED_SOFTWARE key whose version differs."""
-    return {
-        k: (recorded.get(k), current.get(k))
-        for k in CHECKED_SOFTWARE
-        if recorded.get(k) != current.get(k)
-    }
+    """component -> (recorded, current) for every component ``uses`` names (None: every
+    checked one) whose recorded build differs from the current one, each side shown by
+    the fields that differ.
+
+    Only what the record holds is compared. A component it lacks was never checked (a
+    folder measured before quicbed probed it stays resumable); one it holds that is not
+    installed now has changed. Of a component both hold, the fields both hold are
+    compared (an older record has a version or module versions but no digest: those
+    are compared, the digest cannot be); two that share no field cannot be shown to be
+    one build, and count as changed."""
+    names = [k for k in recorded if k not in UNCHECKED] if uses is None else list(uses)
+    out: dict[str, tuple[Any, Any]] = {}
+    for k in dict.fromkeys(names):
+        if k not in recorded:
+            continue
+        old, new = component_identity(recorded[k]), component_identity(current.get(k))
+        common = [f for f in old or () if f in (new or ())]
+        if old is None or new is None or not common:
+            if old != new:
+                out[k] = (old, new)
+            continue
+        diff = {f: _differing(old[f], new[f]) for f in common if old[f] != new[f]}
+        if diff:
+            out[k] = ({f: d[0] for f, d in diff.items()}, {f: d[1] for f, d in diff.items()})
+    return out
+
+
+def _differing(old: Any, new: Any) -> tuple[Any, Any]:
+    """Two values of one field, of module versions or file digests only the entries that
+    differ (a message names the module that changed, not the forty that did not)."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
+        return {k: old.get(k) for k in keys}, {k: new.get(k) for k in keys}
+    return old, new
+
+
+def _shown(side: Any) -> str:
+    """One side of a change: a version as itself, digests cut to 12 characters (as git
+    cuts commits), a component that is not there as "not installed"."""
+    if side is None:
+        return "not installed"
+    if not isinstance(side, Mapping):
+        return str(side)
+    if set(side) == {"version"}:
+        return str(side["version"])
+
+    def value(v: Any) -> str:
+        if isinstance(v, Mapping):
+            return "{" + ", ".join(f"{k} {value(x)}" for k, x in v.items()) + "}"
+        text = str(v)
+        return text[:12] if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text
+
+    return ", ".join(f"{f} {value(v)}" for f, v in side.items())
 
 
 def describe_changes(changes: Mapping[str, tuple[Any, Any]]) -> str:
-    """``chromium (72.0 -> 73.0), quicbed (0.1.0 -> 0.2.0)``."""
-    return ", ".join(f"{k} ({old} -> {new})" for k, (old, new) in changes.items())
+    """``chromium (72.0 -> 73.0), quicbed-quiche-server (sha256 0f1e2d3c4b5a -> 9a8b7c6d5e4f)``."""
+    return ", ".join(f"{k} ({_shown(old)} -> {_shown(new)})" for k, (old, new) in changes.items())
 
 
 def check_software(
-    recorded: Mapping[str, Any], current: Mapping[str, Any], *, force: bool, what: str
+    recorded: Mapping[str, Any],
+    current: Mapping[str, Any],
+    *,
+    force: bool,
+    what: str,
+    uses: Iterable[str] | None = None,
 ) -> None:
     """Refuse, unless ``force``, to put runs of ``current`` software beside runs of
-    ``recorded`` software. ``what`` says whose software differs from what."""
-    changes = software_changes(recorded, current)
+    ``recorded`` software: of the components ``uses`` names (a cell's or a sweep's,
+    used_software; None: every checked one), by the rule of software_changes. ``what``
+    says whose software differs from what."""
+    changes = software_changes(recorded, current, uses)
     if changes and not force:
         raise QuicbedError(
             f"{what} ({describe_changes(changes)}): the runs would not be "

@@ -42,6 +42,8 @@ from quicbed.results import (
     folder_lock,
     read_sweep,
     stop_requested,
+    sweep_software,
+    used_software,
     write_sweep,
 )
 from quicbed.shard import Shard, select
@@ -69,7 +71,7 @@ class SweepOutcome:
 
 
 def _software(tb: Testbed | None) -> dict[str, Any]:
-    """The CHECKED_SOFTWARE versions where ``tb`` runs them (the rule: quicbed.results)."""
+    """The builds of the checked software where ``tb`` runs it (the rule: quicbed.results)."""
     return checked_software(provenance.software(tb))
 
 
@@ -91,13 +93,14 @@ def run_cell_into(
         recorded = _recorded_software(out, cfg.cell_id())
         if recorded:
             current = _software(testbed)
+            uses = used_software([cfg])  # quicbed, the link emulator, its browser and stacks
             for what, software in recorded:
-                check_software(software, current, force=force, what=what)
+                check_software(software, current, force=force, what=what, uses=uses)
         return run_cell(cfg, out, testbed=testbed, **kwargs)
 
 
 def _recorded_software(out: Path, cell_id: str) -> list[tuple[str, dict[str, Any]]]:
-    """(who, CHECKED_SOFTWARE versions) of the runs a new attempt of ``cell_id`` in
+    """(who, checked software builds) of the runs a new attempt of ``cell_id`` in
     ``out`` would join: the folder's sweep, the cell's latest attempt (where it
     recorded its software)."""
     found = []
@@ -153,6 +156,7 @@ def prepare_folder(
             software,
             force=force,
             what="software changed since this sweep started",
+            uses=sweep_software(spec),
         )
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -468,9 +472,11 @@ def _gone(tb: Testbed) -> str | None:
 
 def _same_software(out: Path, tb: Testbed, force: bool) -> None:
     """A second testbed of one sweep must run the software the folder records."""
+    held = read_sweep(out)
     check_software(
-        read_sweep(out)["software"],
+        held["software"],
         _software(tb),
         force=force,
         what=f"testbed {tb.describe_short()} runs other software than this sweep records",
+        uses=sweep_software(held["spec"]),
     )

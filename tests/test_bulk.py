@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from quicbed import bulkobjects
-from quicbed.bulk import ss_connections
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.store import Store
+from quicbed.tcpinfo import ss_connections
 from quicbed.testbed.local import LocalTestbed
 from quicbed.transfers import (
     BulkResult,

@@ -16,6 +16,8 @@ from quicbed.link.model import make_condition
 from quicbed.servers.base import WebServer
 from quicbed.store import Store
 
+pytestmark = pytest.mark.root
+
 QB = [sys.executable, "-m", "quicbed"]
 
 
@@ -41,6 +43,8 @@ def clean(prefix: str):
     assert not left, f"left running: {left}"
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_cell_at_112ms_h3_0rtt_beats_h2(
     prefix: str, tmp_path: Path, clean: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,6 +88,8 @@ def test_cell_at_112ms_h3_0rtt_beats_h2(
     assert att["receipt"]["passed"] is True
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_quic_server_stopped_mid_cell_gives_invalid_runs(
     prefix: str, tmp_path: Path, clean: None
 ) -> None:
@@ -111,6 +117,7 @@ def test_quic_server_stopped_mid_cell_gives_invalid_runs(
     assert c.pct_diff is None and "too few valid runs in h3" in c.problem
 
 
+@pytest.mark.slow
 def test_cli_cell_bad_input_writes_nothing(prefix: str, tmp_path: Path) -> None:
     for args, needle in [
         (["--page", "7kb"], "unknown page '7kb'"),
@@ -131,17 +138,20 @@ def test_cli_cell_bad_input_writes_nothing(prefix: str, tmp_path: Path) -> None:
         assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.browser
 def test_cli_cell_into_a_sweep_of_other_software_is_refused(prefix: str, tmp_path: Path) -> None:
     """``quicbed cell --out`` into a sweep's folder whose runs were made with another
     Chromium: refused naming the versions (the software is read from the real testbed),
     nothing measured, the folder as it was."""
     import json
 
-    from quicbed.results import CHECKED_SOFTWARE, SWEEP_FILE
+    from quicbed.results import SWEEP_FILE
 
     out = tmp_path / "sweep"
     out.mkdir()
-    software = {**dict.fromkeys(CHECKED_SOFTWARE), "chromium": "Chromium 1.0"}
+    # as a sweep file before digests recorded it: one version per component
+    old = ("chromium", "apache", "quicbed-h3server", "quicbed-linkem", "quicbed")
+    software = {**dict.fromkeys(old), "chromium": "Chromium 1.0"}
     held = {"format": 1, "digest": "d", "spec": {"name": "old"}, "software": software}
     (out / SWEEP_FILE).write_text(json.dumps(held))
     (out / "sweep.lock").touch()  # as a sweep leaves its folder
@@ -158,6 +168,8 @@ def test_cli_cell_into_a_sweep_of_other_software_is_refused(prefix: str, tmp_pat
     assert sorted(p.name for p in out.iterdir()) == before
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_1rtt_mode_uses_a_fresh_context_per_load(prefix: str, tmp_path: Path, clean: None) -> None:
     cfg = make_cell(
         condition=make_condition(rate_mbit=50, rtt_ms=20),

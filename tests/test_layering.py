@@ -28,7 +28,7 @@ LAYERS = [
     (
         "foundation",
         "quicbed errors paths proc tarsafe yamlfile identity hostparam certs stats plots "
-        "progress bulkobjects workloads",
+        "progress bulkobjects workloads jsonlines tcpinfo",
     ),
     # what runs on a testbed's three roles, without the testbed's life
     ("testbed roles", "testbed testbed.roles"),

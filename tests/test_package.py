@@ -133,6 +133,9 @@ def _fix_checksum(top: Path, rel: str) -> None:
     (top / "MANIFEST.json").write_text(json.dumps(m))
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_package_contents_and_verify(pkg: Path, sweep: tuple[Path, str, str], home: Path) -> None:
     res, _, cid = sweep
     with tarfile.open(pkg) as t:
@@ -169,7 +172,11 @@ def test_package_contents_and_verify(pkg: Path, sweep: tuple[Path, str, str], ho
     # what this quicbed records with every run is all there, nothing is a gap
     rec = prov["recorded"]
     assert not prov["gaps"], prov["gaps"]
-    assert "Chromium" in rec["software"][0]["value"]["chromium"]
+    software = rec["software"][0]["value"]
+    assert "Chromium" in software["chromium"]["version"]
+    # every stack's server is recorded by the digest of its build (the software check's)
+    assert len(software["quicbed-h3server"]["sha256"]) == 64
+    assert len(software["apache"]["files"]["mod_http2.so"]) == 64
     assert rec["testbed"][0]["value"]["kind"] == "local"
     offloads = rec["nic_offloads"][0]["value"]
     assert offloads and all(v == "off" for f in offloads.values() for v in f.values())
@@ -189,6 +196,9 @@ def test_package_contents_and_verify(pkg: Path, sweep: tuple[Path, str, str], ho
     assert qb("package", res, "-o", pkg, "--replace", home=home).returncode == 0
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_one_tampered_byte_is_named(pkg: Path, base: Path, home: Path) -> None:
     work = Path(tempfile.mkdtemp(dir=base))
     top = _unpack(pkg, work)
@@ -210,6 +220,9 @@ def test_one_tampered_byte_is_named(pkg: Path, base: Path, home: Path) -> None:
     assert "not a readable .tar.gz" in cp.stderr or ": changed" in cp.stdout
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_forged_numbers_and_figures_are_recomputed(pkg: Path, base: Path, home: Path) -> None:
     """Checksums made to agree: only recomputing from the runs can catch these."""
     work = Path(tempfile.mkdtemp(dir=base))
@@ -235,6 +248,9 @@ def test_forged_numbers_and_figures_are_recomputed(pkg: Path, base: Path, home: 
     assert "checksums: all" in cp.stdout  # the forger fixed those
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_missing_and_added_files_are_named(pkg: Path, base: Path, home: Path) -> None:
     work = Path(tempfile.mkdtemp(dir=base))
     top = _unpack(pkg, work)
@@ -247,6 +263,9 @@ def test_missing_and_added_files_are_named(pkg: Path, base: Path, home: Path) ->
     assert "DIFFERS  results/extra.txt: not listed in MANIFEST.json" in cp.stdout
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_bad_packages_are_clear_errors(pkg: Path, base: Path, home: Path) -> None:
     work = Path(tempfile.mkdtemp(dir=base))
     top = _unpack(pkg, work)
@@ -268,6 +287,9 @@ def test_bad_packages_are_clear_errors(pkg: Path, base: Path, home: Path) -> Non
     assert cp.returncode == 2 and "is a folder; give the package file" in cp.stderr
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_refuses_running_sweep_and_non_results(
     sweep: tuple[Path, str, str], base: Path, home: Path
 ) -> None:
@@ -283,6 +305,9 @@ def test_refuses_running_sweep_and_non_results(
     assert cp.returncode == 2 and "must be a file name ending in .tar.gz" in cp.stderr
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_private_keys_and_tokens_are_refused(
     sweep: tuple[Path, str, str], base: Path, home: Path
 ) -> None:
@@ -346,6 +371,9 @@ def test_scanner_rules(tmp_path: Path) -> None:
     assert user_needles(tmp_path, {"MY_TOKEN": "short", "PATH": "x" * 40}) == []
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_no_har_package_still_verifies(
     sweep: tuple[Path, str, str], pkg: Path, base: Path, home: Path
 ) -> None:
@@ -362,6 +390,9 @@ def test_no_har_package_still_verifies(
     assert "statistics: 1 cells recomputed" in cp.stdout and "HARs left out" in cp.stdout
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_verify_without_root_or_browser(pkg: Path) -> None:
     """As user nobody, with no PATH at all (so no Chromium, no git): still verified."""
     d = Path(tempfile.mkdtemp(prefix="qb-verify-"))
@@ -394,6 +425,9 @@ def test_verify_without_root_or_browser(pkg: Path) -> None:
         shutil.rmtree(d)
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
 def test_rerun_a_cell_from_the_package(
     sweep: tuple[Path, str, str], pkg: Path, base: Path, home: Path
 ) -> None:

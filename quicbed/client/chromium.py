@@ -34,6 +34,7 @@ from typing import Any
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
+from quicbed.paths import Run, program_build
 from quicbed.testbed.base import Process, RPath, Testbed
 
 CHROMIUM = "chromium"
@@ -97,6 +98,19 @@ class BrowserSpec:
     #: the test CA on the client's machine; chromium72 needs it (imported into its
     #: own NSS database); the current Chromium trusts the leaf by SPKI pin instead
     ca_cert: RPath | None = None
+
+    @classmethod
+    def software(cls, client: str, run: Run) -> dict[str, Any] | None:
+        """The build of ``client`` on the client's machine (``run`` asks there), for the
+        software check (quicbed.provenance): chromium by the version it prints (Debian's
+        ``chromium`` on PATH is a wrapper script, whose digest says nothing of the
+        browser), chromium72, which prints none, by the SHA-256 of the headless shell its
+        link names (the role's pinned build). None where it is not installed."""
+        if client == CHROMIUM72:
+            where = run(["sh", "-c", f'readlink -f "$(command -v {CHROMIUM72})"'])
+            return program_build(run, where) if where else None
+        version = run([CHROMIUM, "--version"])
+        return {"version": version} if version else None
 
     @property
     def home(self) -> RPath:

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import re
 from contextlib import ExitStack
+from pathlib import PurePosixPath
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from quicbed import hostparam, tcpopts
 from quicbed.errors import QuicbedError
+from quicbed.paths import Run, sha256_of
 from quicbed.servers.base import Arm, Params, WebServer, cubic_beta_bound
+from quicbed.tcpinfo import ss_congestion
 from quicbed.testbed.base import RPath, Testbed
 
 CONF = "/etc/quicbed/apache/httpd.conf"
@@ -28,25 +31,6 @@ APACHE = "/usr/sbin/apache2"
 TCP_CCS = ("cubic", "bbr", "reno")
 #: TLS versions an arm may pin Apache to (``tls``), as mod_ssl's SSLProtocol names them
 TLS_VERSIONS = {"1.2": "TLSv1.2", "1.3": "TLSv1.3"}
-#: ss's flags before the CC name on a connection's detail line
-_SS_FLAGS = {"ts", "sack", "ecn", "ecnseen", "fastopen", "noqueue"}
-_WORD = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def ss_congestion(text: str) -> list[str]:
-    """The congestion control of each connection in ``ss -tinH`` output, in order: on a
-    connection's (indented) detail line, the first bare word that is not a flag."""
-    out = []
-    for line in text.splitlines():
-        if not line[:1].isspace():
-            continue  # the address line
-        for tok in line.split():
-            if ":" in tok or tok in _SS_FLAGS:
-                continue
-            if _WORD.match(tok):
-                out.append(tok)
-            break
-    return out
 
 
 class TcpParams(Params):
@@ -77,6 +61,26 @@ class ApacheServer(WebServer):
     Params = TcpParams
     label = "TCP"
     colour = "#2065ab"
+    software_name = "apache"
+    program = APACHE
+
+    @classmethod
+    def software(cls, run: Run, bindir: RPath) -> dict[str, Any] | None:
+        """Apache's version (``Apache/2.4.62``) and the SHA-256 of the binary, of the role's
+        config and of every module it loads (``files``): HTTP/2 and TLS are modules, and a
+        new mod_http2 under the same Apache version is another server."""
+        build = super().software(run, bindir)
+        if build is None:
+            return None
+        text = run([APACHE, "-v"]) or ""
+        found = re.search(r"Apache/[\d.]+", text)
+        modules = re.findall(r"^\s*LoadModule\s+\S+\s+(\S+)", run(["cat", CONF]) or "", re.M)
+        files = sha256_of(run, [CONF, *modules]) or {}
+        return {
+            **build,
+            "version": found.group(0) if found else None,
+            "files": {PurePosixPath(k).name: v for k, v in files.items()},
+        }
 
     @classmethod
     def caption(cls, arm: Arm, component: dict[str, Any]) -> str:

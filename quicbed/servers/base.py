@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quicbed.errors import QuicbedError
+from quicbed.paths import Run, program_build
 from quicbed.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.base import Process, RPath, Testbed
 
@@ -93,6 +94,27 @@ def cubic_beta_bound(v: float | None) -> float | None:
     return v
 
 
+def port_of(addr: str | None) -> int | None:
+    """The port of ``host:port`` (a flow's address in a client's or a server's log)."""
+    if not addr or ":" not in addr:
+        return None
+    try:
+        return int(addr.rsplit(":", 1)[1])
+    except ValueError:
+        return None
+
+
+@dataclass
+class FlowFacts:
+    """What a server's own log says of one transfer flow (quicbed.bulk): its connection's
+    facts, and its loss counters in the stack's own terms (``source`` says which)."""
+
+    server: dict[str, Any] = field(default_factory=dict)
+    retransmissions: int | None = None
+    retrans_bytes: int | None = None
+    source: str = ""
+
+
 @dataclass
 class ServeSpec:
     """What every server of a cell serves, identically (paths on the server's machine)."""
@@ -136,6 +158,22 @@ class WebServer(ABC):
     #: the TLS version a cell's TCP arm speaks beside an arm of this stack, unless the
     #: TCP arm sets ``tls`` itself (None: the TCP stack's own default)
     tcp_tls: str | None = None
+    #: the software check's name of the stack's server program (quicbed.provenance
+    #: records its build under it; None: the stack has none to probe), and where it is on
+    #: the server: a file in quicbed's build/bin, or an absolute path (None: the name)
+    software_name: ClassVar[str | None] = None
+    program: ClassVar[str | None] = None
+
+    @classmethod
+    def software(cls, run: Run, bindir: RPath) -> dict[str, Any] | None:
+        """The build of this stack's program on the server (``run`` asks there; ``bindir``
+        is quicbed's build/bin there): its file's SHA-256 and, for a Go program, the
+        module versions in it; None where it is not installed. A digest, because a
+        rebuild from changed code keeps its version: attempts of two builds must not
+        pool in one cell unnoticed (quicbed.results.check_software)."""
+        if cls.software_name is None:
+            return None
+        return program_build(run, str(bindir / (cls.program or cls.software_name)))
 
     def __init__(self, tb: Testbed, spec: ServeSpec, arm: Arm) -> None:
         self.tb = tb
@@ -284,6 +322,17 @@ class WebServer(ABC):
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
         """What the server's own log says about one load (connections, resumption, 0-RTT,
         ``cc``: the sorted congestion controls its connections ran)."""
+
+    def flow_closed(self, lines: list[str], port: int | None) -> bool:
+        """True once ``lines`` (the log since a flow began) record the close of the flow's
+        connection from client ``port``, so its counters are final. A stack whose log
+        keeps no connections has nothing to wait for."""
+        return True
+
+    def flow_facts(self, lines: list[str], port: int | None) -> FlowFacts:
+        """One transfer flow's facts from the log since it began (the flow's client port
+        says which connection): a TCP stack's come from the kernel, not from here."""
+        return FlowFacts(source="this stack's server logs no loss counters")
 
     def observe(self) -> dict[str, Any]:
         """Facts about the load just done from outside the server's log (the kernel)."""

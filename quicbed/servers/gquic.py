@@ -42,6 +42,7 @@ class GquicServer(OwnH3Server):
     transport = "udp"
     log_name = "gquic-server.jsonl"
     binary = "quicbed-gquic-server"
+    software_name = binary  # its build in build/bin is what the software check reads
     arms = ("gquic",)
     ccs = ("cubic",)
     Params = GquicParams

@@ -376,6 +376,9 @@ class GoogleQuicheServer(WebServer):
     colour = "#e7298a"
     #: the runner must give this arm's browser a NetLog and set ``client_netlog``
     wants_client_netlog = True
+    #: the pinned Bazel build the role links there (its digest names the build)
+    software_name = "quic_server"
+    program = str(QUIC_SERVER)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

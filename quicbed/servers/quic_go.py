@@ -15,26 +15,21 @@ provenance) ran NewReno although their cells say cubic: see docs/stacks.md.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from quicbed.errors import QuicbedError
-from quicbed.servers.base import Arm, Params, WebServer, cubic_beta_bound, cubic_n_bound
-
-
-def json_events(lines: list[str]) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines log; a line cut by a concurrent write is skipped."""
-    out = []
-    for line in lines:
-        try:
-            ev = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(ev, dict):
-            out.append(ev)
-    return out
+from quicbed.jsonlines import json_events
+from quicbed.servers.base import (
+    Arm,
+    FlowFacts,
+    Params,
+    WebServer,
+    cubic_beta_bound,
+    cubic_n_bound,
+    port_of,
+)
 
 
 def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -69,6 +64,52 @@ class OwnH3Server(WebServer):
         return quic_load_facts(lines, tuple(self.Params.model_fields))
 
     @classmethod
+    def loss_counters(cls, stats: dict[str, Any]) -> FlowFacts | None:
+        """The retransmission counters of a ``conn_close`` record's stats, as this stack
+        counts them (None: it keeps none)."""
+        return None
+
+    def _flow_conn(self, ev: list[dict[str, Any]], port: int | None) -> dict[str, Any] | None:
+        return next(
+            (e for e in ev if e.get("event") == "conn" and port_of(str(e.get("remote"))) == port),
+            None,
+        )
+
+    def flow_closed(self, lines: list[str], port: int | None) -> bool:
+        ev = json_events(lines)
+        conn = self._flow_conn(ev, port)
+        return conn is not None and any(
+            e.get("event") == "conn_close" and e.get("conn_id") == conn.get("conn_id") for e in ev
+        )
+
+    def flow_facts(self, lines: list[str], port: int | None) -> FlowFacts:
+        ev = json_events(lines)
+        conn = self._flow_conn(ev, port)
+        if conn is None:
+            return FlowFacts(source="the server's log has no connection from this flow")
+        server = {
+            k: conn.get(k)
+            for k in ("cc", "quic_version", "handshake_ms", "cubic_n")
+            if conn.get(k) is not None
+        }
+        close = next(
+            (
+                e
+                for e in ev
+                if e.get("event") == "conn_close" and e.get("conn_id") == conn.get("conn_id")
+            ),
+            None,
+        )
+        if close is None:
+            return FlowFacts(server, source="the server had not logged the connection's close")
+        stats = close.get("stats")
+        counted = self.loss_counters(stats) if isinstance(stats, dict) else None
+        if counted is None:
+            return FlowFacts(server, source="this stack's server logs no loss counters")
+        counted.server = {**server, "stats": stats}
+        return counted
+
+    @classmethod
     def caption(cls, arm: Arm, component: dict[str, Any]) -> str:
         start = component.get("start") or {}
         if not start.get("quic_go_version"):
@@ -99,11 +140,23 @@ class QuicGoServer(OwnH3Server):
     transport = "udp"
     log_name = "h3server.jsonl"
     binary = "quicbed-h3server"
+    software_name = binary  # its build in build/bin is what the software check reads
     arms = ("h3",)
     ccs = ("cubic", "reno")
     Params = QuicGoParams
     label = "QUIC"
     colour = "#b1182b"
+
+    @classmethod
+    def loss_counters(cls, stats: dict[str, Any]) -> FlowFacts | None:
+        if "lost" not in stats:
+            return None
+        return FlowFacts(
+            retransmissions=int(stats["lost"]),
+            retrans_bytes=stats.get("lost_bytes"),
+            source="the server's conn_close stats (lost packets: their data is "
+            "sent again; quic-go counts no retransmitted packets)",
+        )
 
     @classmethod
     def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,9 @@ quiche's CUBIC has no N.
 
 from __future__ import annotations
 
+from typing import Any
+
+from quicbed.servers.base import FlowFacts
 from quicbed.servers.quic_go import OwnH3Server
 
 #: quiche 0.30.0's names (src/recovery/mod.rs), default first; the binary refuses any
@@ -31,9 +34,20 @@ class QuicheServer(OwnH3Server):
     transport = "udp"
     log_name = "quiche-server.jsonl"
     binary = "quicbed-quiche-server"
+    software_name = binary  # its build in build/bin is what the software check reads
     arms = ("h3-quiche",)
     ccs = SUPPORTED_CC
     colour = "#7570b3"
+
+    @classmethod
+    def loss_counters(cls, stats: dict[str, Any]) -> FlowFacts | None:
+        if "retrans" not in stats:
+            return None
+        return FlowFacts(
+            retransmissions=int(stats["retrans"]),
+            retrans_bytes=stats.get("stream_retrans_bytes"),
+            source="the server's conn_close stats (retrans packets)",
+        )
 
     def argv(self) -> list[str]:
         s, a = self.spec, self.arm
