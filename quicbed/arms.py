@@ -133,7 +133,7 @@ def resolve(
     """The arms of a cell in order, each checked against its stack (what it takes and
     which cells it can be measured in); errors name the value."""
     from quicbed.servers import get_stack
-    from quicbed.servers.base import Arm
+    from quicbed.servers.base import Arm, WebServer
 
     extra = sorted(set(settings) - set(names))
     if extra:
@@ -165,7 +165,7 @@ def resolve(
         out.append(Arm(name, stack.name, stack.protocol, stack.transport, cc, params, port))
     stacks_of = {a.name: get_stack(a.stack) for a in out}
     # one browser per cell: the one an arm's stack needs (TCP arms run in any)
-    need = sorted({s.client for s in stacks_of.values() if s.client != "chromium"})
+    need = sorted({s.client for s in stacks_of.values() if s.client != WebServer.client})
     if len(need) > 1:
         raise QuicbedError(
             f"arms {', '.join(names)} need different browsers ({', '.join(need)}); "

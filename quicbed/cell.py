@@ -26,7 +26,7 @@ from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, sp
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
 from quicbed.results import FailureReason, compare_cell
-from quicbed.servers.base import ServeSpec, WebServer
+from quicbed.servers.base import ServeSpec, WebServer, browser_of
 from quicbed.stats import Comparison
 from quicbed.store import Store, now
 from quicbed.testbed.base import RPath, Testbed
@@ -345,9 +345,7 @@ class _Job:
                     srv.client_netlog = extra[name]["net_log"]
             for s in servers.values():
                 s.start()
-            client = next(
-                (s.client for s in servers.values() if s.client != "chromium"), "chromium"
-            )  # one browser for every arm (arms.resolve checked)
+            client = browser_of(type(s) for s in servers.values())
             for a in cfg.resolved_arms():
                 profile = tb.workdir("client") / f"profile-{a.name}"
                 bspec = BrowserSpec(

@@ -221,14 +221,13 @@ def used_software(cells: Iterable[CellConfig]) -> tuple[str, ...]:
     picks it; the transfer client for bulk and compete cells) and every arm's stack (its
     class names its program: WebServer.software_name)."""
     from quicbed.servers import get_stack
-    from quicbed.servers.base import WebServer
+    from quicbed.servers.base import browser_of
 
     out = dict.fromkeys(BASE_SOFTWARE)
     for cfg in cells:
         stacks = [get_stack(a.stack) for a in cfg.resolved_arms()]
         if cfg.kind == "page":
-            default = WebServer.client
-            out[next((s.client for s in stacks if s.client != default), default)] = None
+            out[browser_of(stacks)] = None
         else:
             out[BULK_CLIENT] = None
         out.update(dict.fromkeys(s.software_name for s in stacks if s.software_name))

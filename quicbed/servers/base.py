@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -365,3 +366,9 @@ class WebServer(ABC):
 
     @abstractmethod
     def version(self) -> dict[str, Any]: ...
+
+
+def browser_of(stacks: Iterable[type[WebServer]]) -> str:
+    """The one browser a page cell runs in: the one an arm's stack needs, else the
+    default (TCP arms run in any; quicbed.arms refuses arms that need two)."""
+    return next((s.client for s in stacks if s.client != WebServer.client), WebServer.client)

@@ -75,12 +75,20 @@ class OwnH3Server(WebServer):
             None,
         )
 
+    def _flow_close(self, ev: list[dict[str, Any]], conn: dict[str, Any]) -> dict[str, Any] | None:
+        return next(
+            (
+                e
+                for e in ev
+                if e.get("event") == "conn_close" and e.get("conn_id") == conn.get("conn_id")
+            ),
+            None,
+        )
+
     def flow_closed(self, lines: list[str], port: int | None) -> bool:
         ev = json_events(lines)
         conn = self._flow_conn(ev, port)
-        return conn is not None and any(
-            e.get("event") == "conn_close" and e.get("conn_id") == conn.get("conn_id") for e in ev
-        )
+        return conn is not None and self._flow_close(ev, conn) is not None
 
     def flow_facts(self, lines: list[str], port: int | None) -> FlowFacts:
         ev = json_events(lines)
@@ -92,14 +100,7 @@ class OwnH3Server(WebServer):
             for k in ("cc", "quic_version", "handshake_ms", "cubic_n")
             if conn.get(k) is not None
         }
-        close = next(
-            (
-                e
-                for e in ev
-                if e.get("event") == "conn_close" and e.get("conn_id") == conn.get("conn_id")
-            ),
-            None,
-        )
+        close = self._flow_close(ev, conn)
         if close is None:
             return FlowFacts(server, source="the server had not logged the connection's close")
         stats = close.get("stats")
