@@ -26,13 +26,17 @@ type DirectionConfig struct {
 	RateBps uint64 `json:"rate_bps"`
 	// DelayUs is the one-way propagation delay in microseconds.
 	DelayUs int64 `json:"delay_us"`
-	// JitterUs is the +/- jitter amplitude in microseconds; 0 means none.
+	// JitterUs is the jitter in microseconds; 0 means none. For "reorder" and
+	// "smooth" it is the +/- amplitude; for "step" the whole range (+/- JitterUs/2).
 	JitterUs int64 `json:"jitter_us"`
-	// JitterKind is "none", "reorder" (i.i.d. per packet, packets overtake) or
-	// "smooth" (a random delay curve, order kept).
+	// JitterKind is "none", "reorder" (i.i.d. per packet, packets overtake),
+	// "smooth" (a random delay curve, order kept) or "step" (the reference study's:
+	// a level re-drawn every interval, decreases in two half-steps, packets overtake
+	// only where the delay drops).
 	JitterKind string `json:"jitter_kind"`
-	// JitterIntervalUs is the time between the knots of the smooth delay curve, in
-	// microseconds (only for "smooth"; must be > 0 then).
+	// JitterIntervalUs is the time between the knots of the smooth delay curve, or
+	// between the step kind's re-draws, in microseconds (> 0 for smooth, >= 1000 for
+	// step).
 	JitterIntervalUs int64 `json:"jitter_interval_us"`
 	// Loss is the probability in [0, 1) that a packet is dropped at entry.
 	Loss float64 `json:"loss"`
@@ -105,8 +109,10 @@ func (d DirectionConfig) Params() (Params, error) {
 		p.Kind = JitterReorder
 	case "smooth":
 		p.Kind = JitterSmooth
+	case "step":
+		p.Kind = JitterStep
 	default:
-		return p, fmt.Errorf("jitter_kind: unknown %q (none, reorder or smooth)", d.JitterKind)
+		return p, fmt.Errorf("jitter_kind: unknown %q (none, reorder, smooth or step)", d.JitterKind)
 	}
 	switch d.Count {
 	case "ethernet", "":

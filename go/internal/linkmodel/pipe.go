@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// JitterKind names the two jitter experiments, which differ in reordering.
+// JitterKind names the jitter experiments, which differ in reordering.
 type JitterKind int
 
 const (
@@ -19,11 +19,22 @@ const (
 	// uniform in delay +/- jitter, linearly interpolated) and no packet is released
 	// before its predecessor, so the order is kept.
 	JitterSmooth
+	// JitterStep: the reference study's jitter. The delay is piecewise constant: a
+	// level is drawn every JitterInterval, uniform in delay +/- jitter/2 (Jitter is
+	// the whole range here, not the amplitude), an increase applies at once and a
+	// decrease in two half-steps (halfway at the period's start, the rest half an
+	// interval later). Packets are released at their own time, so they overtake
+	// each other only where the delay drops, by at most a half-step.
+	JitterStep
 )
 
 func (k JitterKind) String() string {
-	return [...]string{"none", "reorder", "smooth"}[k]
+	return [...]string{"none", "reorder", "smooth", "step"}[k]
 }
+
+// MinStepInterval is the shortest re-draw interval of the step kind: below it a
+// "step" is per-packet noise, and the emulator's release timers are not finer.
+const MinStepInterval = time.Millisecond
 
 // Params is one direction of the link in model units.
 type Params struct {
@@ -31,11 +42,13 @@ type Params struct {
 	RateBps uint64
 	// Delay is the one-way propagation delay.
 	Delay time.Duration
-	// Jitter is the +/- amplitude of the delay variation.
+	// Jitter is the +/- amplitude of the delay variation (reorder, smooth), or its
+	// whole range (step: the delay stays within Delay +/- Jitter/2).
 	Jitter time.Duration
 	// Kind selects how the delay varies.
 	Kind JitterKind
-	// JitterInterval is the knot spacing of the smooth curve.
+	// JitterInterval is the knot spacing of the smooth curve, or the time between
+	// the step kind's re-draws.
 	JitterInterval time.Duration
 	// Loss is the entry drop probability in [0, 1).
 	Loss float64
@@ -64,8 +77,18 @@ func (p Params) Validate() error {
 		return fmt.Errorf("jitter_us: smooth jitter %d is larger than delay_us %d", p.Jitter.Microseconds(), p.Delay.Microseconds())
 	case p.Kind == JitterSmooth && p.Jitter > 0 && p.JitterInterval <= 0:
 		return fmt.Errorf("jitter_interval_us: must be > 0 for smooth jitter (got %d)", p.JitterInterval.Microseconds())
+	case p.Kind == JitterStep && p.Jitter/2 > p.Delay:
+		return fmt.Errorf("jitter_us: step jitter %d (delay_us +/- %d) is larger than delay_us %d can absorb",
+			p.Jitter.Microseconds(), (p.Jitter / 2).Microseconds(), p.Delay.Microseconds())
+	case p.Kind == JitterStep && p.Jitter > 0 && p.JitterInterval < MinStepInterval:
+		return fmt.Errorf("jitter_interval_us: must be >= %d for step jitter (got %d)",
+			MinStepInterval.Microseconds(), p.JitterInterval.Microseconds())
+	case p.Kind == JitterStep && p.Jitter > p.JitterInterval:
+		return fmt.Errorf("jitter_interval_us: step jitter %d needs an interval of at least %d "+
+			"(a half-step's drop must pass before the next one; got %d)",
+			p.Jitter.Microseconds(), p.Jitter.Microseconds(), p.JitterInterval.Microseconds())
 	case p.Kind == JitterNone && p.Jitter != 0:
-		return fmt.Errorf("jitter_kind: jitter_us %d needs kind reorder or smooth", p.Jitter.Microseconds())
+		return fmt.Errorf("jitter_kind: jitter_us %d needs kind reorder, smooth or step", p.Jitter.Microseconds())
 	}
 	return nil
 }
@@ -107,6 +130,12 @@ type Pipe struct {
 	curveInit bool
 	ta, tb    time.Duration
 	va, vb    time.Duration
+
+	// step levels: period stepK (of JitterInterval, counted on the clock) has level
+	// stepCur, the period before it stepPrev
+	stepInit          bool
+	stepK             int64
+	stepPrev, stepCur time.Duration
 
 	// MaxQueueBytes and MaxQueuePackets are the largest occupancy seen.
 	MaxQueueBytes, MaxQueuePackets int64
@@ -154,8 +183,13 @@ func (q *Pipe) String() string {
 	if q.p.CountIP {
 		count = "ip"
 	}
-	return fmt.Sprintf("loss %g -> fifo %s -> rate %s (%s bytes) -> delay %v +/- %v (%s)",
-		q.p.Loss, queue, rate, count, q.p.Delay, q.p.Jitter, q.p.Kind)
+	jitter := fmt.Sprintf("+/- %v (%s)", q.p.Jitter, q.p.Kind)
+	if q.p.Kind == JitterStep {
+		jitter = fmt.Sprintf("+/- %v (step: range %v, re-drawn every %v, decreases in two half-steps)",
+			q.p.Jitter/2, q.p.Jitter, q.p.JitterInterval)
+	}
+	return fmt.Sprintf("loss %g -> fifo %s -> rate %s (%s bytes) -> delay %v %s",
+		q.p.Loss, queue, rate, count, q.p.Delay, jitter)
 }
 
 // Occupancy is what the FIFO holds at now: the bytes (counted as Params.CountIP
@@ -235,6 +269,8 @@ func (q *Pipe) Offer(now time.Duration, frameLen int) (time.Duration, Verdict) {
 		if release < q.lastRelease {
 			release = q.lastRelease
 		}
+	case JitterStep:
+		release = departure + q.StepDelay(departure)
 	default:
 		release = departure + q.p.Delay
 	}
@@ -273,4 +309,43 @@ func (q *Pipe) curve(t time.Duration) time.Duration {
 	}
 	frac := float64(t-q.ta) / float64(q.p.JitterInterval)
 	return q.va + time.Duration(frac*float64(q.vb-q.va))
+}
+
+// level is one step level: uniform in Delay +/- Jitter/2.
+func (q *Pipe) level() time.Duration {
+	return q.p.Delay + time.Duration((q.jitRng.Float64()-0.5)*float64(q.p.Jitter))
+}
+
+// StepDelay is the step kind's delay at time t (t never earlier than the previous
+// call's). Periods are JitterInterval long, counted from the clock's zero; the
+// first call draws its period's level. The levels are i.i.d., so after an idle gap
+// of more than two periods only the last two are drawn: same distribution, no
+// burst of draws for a long idle link.
+func (q *Pipe) StepDelay(t time.Duration) time.Duration {
+	if q.p.Jitter == 0 {
+		return q.p.Delay
+	}
+	iv := q.p.JitterInterval
+	k := int64(t / iv)
+	if t < 0 && t%iv != 0 {
+		k--
+	}
+	if !q.stepInit {
+		q.stepInit = true
+		q.stepK = k
+		q.stepCur = q.level()
+		q.stepPrev = q.stepCur
+	}
+	if k-q.stepK > 2 {
+		q.stepK = k - 2
+	}
+	for q.stepK < k {
+		q.stepK++
+		q.stepPrev, q.stepCur = q.stepCur, q.level()
+	}
+	// a decrease: halfway for the first half of the period
+	if q.stepCur < q.stepPrev && t-time.Duration(q.stepK)*iv < iv/2 {
+		return (q.stepPrev + q.stepCur) / 2
+	}
+	return q.stepCur
 }

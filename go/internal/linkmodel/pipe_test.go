@@ -130,6 +130,10 @@ func TestSameSeedSameDropsWhateverTheJitter(t *testing.T) {
 	if b := drops(t, withJitter, 7, "down", 5000); !equal(a, b) {
 		t.Fatal("jitter changed the loss pattern")
 	}
+	withJitter.Kind, withJitter.JitterInterval = JitterStep, 100*time.Millisecond
+	if b := drops(t, withJitter, 7, "down", 5000); !equal(a, b) {
+		t.Fatal("step jitter changed the loss pattern")
+	}
 	if b := drops(t, base, 7, "down", 5000); !equal(a, b) {
 		t.Fatal("same seed, different drops")
 	}
@@ -159,14 +163,14 @@ func reorderings(t *testing.T, p Params) int {
 	return n
 }
 
-func TestReorderingOnlyInTheReorderKind(t *testing.T) {
+func TestReorderingOnlyInTheOvertakingKinds(t *testing.T) {
 	base := Params{RateBps: 100e6, QueuePackets: 1000, Delay: 50 * time.Millisecond,
 		Jitter: 20 * time.Millisecond, JitterInterval: 20 * time.Millisecond}
-	for _, k := range []JitterKind{JitterReorder, JitterSmooth} {
+	for _, k := range []JitterKind{JitterReorder, JitterSmooth, JitterStep} {
 		p := base
 		p.Kind = k
 		n := reorderings(t, p)
-		if (n > 0) != (k == JitterReorder) {
+		if (n > 0) != (k != JitterSmooth) {
 			t.Fatalf("%v: %d reorderings", k, n)
 		}
 	}
@@ -203,7 +207,13 @@ func TestValidationNamesTheKey(t *testing.T) {
 		"count: unknown \"bits\"":                     {Count: "bits"},
 		"exactly one must be > 0":                     {RateBps: 1000},
 		"smooth jitter 20 is larger than delay_us 10": {DelayUs: 10, JitterUs: 20, JitterKind: "smooth", JitterIntervalUs: 1},
-		"needs kind reorder or smooth":                {DelayUs: 10, JitterUs: 5},
+		"needs kind reorder, smooth or step":          {DelayUs: 10, JitterUs: 5},
+		"step jitter 30 (delay_us +/- 15) is larger than delay_us 10 can absorb": {
+			DelayUs: 10, JitterUs: 30, JitterKind: "step", JitterIntervalUs: 100000},
+		"jitter_interval_us: must be >= 1000 for step jitter (got 999)": {
+			DelayUs: 56000, JitterUs: 500, JitterKind: "step", JitterIntervalUs: 999},
+		"jitter_interval_us: step jitter 50000 needs an interval of at least 50000": {
+			DelayUs: 56000, JitterUs: 50000, JitterKind: "step", JitterIntervalUs: 40000},
 	}
 	for want, dc := range cases {
 		_, err := dc.Params()
@@ -257,5 +267,206 @@ func TestOccupancyCountsWhatHasNotLeft(t *testing.T) {
 	}
 	if q.MaxQueuePackets != 3 {
 		t.Fatalf("max %d packets", q.MaxQueuePackets)
+	}
+}
+
+// the study's "50 ms jitter" at 112 ms: 56 ms each way, re-drawn every 100 ms
+var studyStep = Params{Delay: 56 * time.Millisecond, Jitter: 50 * time.Millisecond, Kind: JitterStep,
+	JitterInterval: 100 * time.Millisecond}
+
+func TestStepLevelsAreUniformInTheRange(t *testing.T) {
+	q := mustPipe(t, studyStep, 11, "down")
+	const periods = 20000
+	iv := studyStep.JitterInterval
+	lo, hi := studyStep.Delay-studyStep.Jitter/2, studyStep.Delay+studyStep.Jitter/2
+	var bins [10]int
+	sum := 0.0
+	for k := 0; k < periods; k++ {
+		// the second half of a period always holds its own level
+		d := q.StepDelay(time.Duration(k)*iv + 3*iv/4)
+		if d < lo || d > hi {
+			t.Fatalf("period %d: level %v outside %v..%v", k, d, lo, hi)
+		}
+		sum += float64(d)
+		bins[min(9, int(float64(d-lo)/float64(hi-lo)*10))]++
+	}
+	mean := time.Duration(sum / periods)
+	se := float64(studyStep.Jitter) / math.Sqrt(12) / math.Sqrt(periods)
+	if math.Abs(float64(mean-studyStep.Delay)) > 4*se {
+		t.Fatalf("mean level %v, want %v +/- %v", mean, studyStep.Delay, time.Duration(4*se))
+	}
+	// each tenth of the range holds a tenth of the levels (binomial, 5 sd)
+	sd := math.Sqrt(periods * 0.1 * 0.9)
+	for i, n := range bins {
+		if math.Abs(float64(n)-periods/10) > 5*sd {
+			t.Fatalf("tenth %d of the range holds %d of %d levels: %v", i, n, periods, bins)
+		}
+	}
+}
+
+func TestStepDecreasesInTwoHalfStepsIncreasesAtOnce(t *testing.T) {
+	q := mustPipe(t, studyStep, 5, "up")
+	iv := studyStep.JitterInterval
+	const periods = 2000
+	levels := make([]time.Duration, periods)
+	firstHalf := make([]time.Duration, periods)
+	for k := 0; k < periods; k++ {
+		start := time.Duration(k) * iv
+		// constant within each half of the period
+		firstHalf[k] = q.StepDelay(start)
+		for _, at := range []time.Duration{start + iv/8, start + iv/2 - 1} {
+			if d := q.StepDelay(at); d != firstHalf[k] {
+				t.Fatalf("period %d: %v at its start, %v at %v", k, firstHalf[k], d, at)
+			}
+		}
+		levels[k] = q.StepDelay(start + iv/2)
+		if d := q.StepDelay(start + iv - 1); d != levels[k] {
+			t.Fatalf("period %d: second half %v then %v", k, levels[k], d)
+		}
+	}
+	if firstHalf[0] != levels[0] {
+		t.Fatalf("the first period has no previous level, but a half-step: %v then %v", firstHalf[0], levels[0])
+	}
+	ups, downs := 0, 0
+	for k := 1; k < periods; k++ {
+		switch {
+		case levels[k] >= levels[k-1]:
+			ups++
+			if firstHalf[k] != levels[k] {
+				t.Fatalf("period %d: increase %v -> %v applied as %v first", k, levels[k-1], levels[k], firstHalf[k])
+			}
+		default:
+			downs++
+			if want := (levels[k-1] + levels[k]) / 2; firstHalf[k] != want {
+				t.Fatalf("period %d: decrease %v -> %v, first half %v, want %v", k, levels[k-1], levels[k], firstHalf[k], want)
+			}
+		}
+	}
+	if ups < periods/3 || downs < periods/3 {
+		t.Fatalf("%d increases and %d decreases of %d", ups, downs, periods)
+	}
+}
+
+func TestStepIntervalSetsTheRedrawRate(t *testing.T) {
+	for _, iv := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond} {
+		p := studyStep
+		p.JitterInterval = iv
+		q := mustPipe(t, p, 3, "down")
+		changes := map[time.Duration]bool{} // where the delay changed, relative to a period's start
+		prev := q.StepDelay(0)
+		const span = 100 * time.Second
+		n := 0
+		for at := time.Millisecond; at < span; at += time.Millisecond {
+			if d := q.StepDelay(at); d != prev {
+				changes[at%iv] = true
+				prev = d
+				n++
+			}
+		}
+		for off := range changes {
+			if off != 0 && off != iv/2 {
+				t.Fatalf("interval %v: the delay changed %v into a period", iv, off)
+			}
+		}
+		// one change per period, plus the half-steps of the decreasing half of them
+		want := 1.5 * float64(span/iv)
+		if math.Abs(float64(n)-want) > 0.1*want {
+			t.Fatalf("interval %v: %d changes in %v, want about %g", iv, n, span, want)
+		}
+	}
+}
+
+func TestStepSameSeedSameLevels(t *testing.T) {
+	a, b := mustPipe(t, studyStep, 9, "down"), mustPipe(t, studyStep, 9, "down")
+	c := mustPipe(t, studyStep, 9, "up")
+	same := true
+	for k := 0; k < 100; k++ {
+		at := time.Duration(k) * studyStep.JitterInterval
+		if a.StepDelay(at) != b.StepDelay(at) {
+			t.Fatalf("period %d: same seed, different levels", k)
+		}
+		same = same && a.StepDelay(at) == c.StepDelay(at)
+	}
+	if same {
+		t.Fatal("both directions share one jitter stream")
+	}
+}
+
+// Packets overtake only where the delay drops: every overtaken packet departed
+// within one half-step before a drop, and the overtaken packets number the drops'
+// sizes times the packet rate.
+func TestStepOvertakesOnlyAtDrops(t *testing.T) {
+	q := mustPipe(t, studyStep, 4, "down")
+	const gap = 100 * time.Microsecond // 10,000 packets/s
+	const n = 400000                   // 40 s, 400 periods
+	dep := make([]time.Duration, n)
+	rel := make([]time.Duration, n)
+	for i := range dep {
+		dep[i] = time.Duration(i) * gap
+		r, v := q.Offer(dep[i], 100)
+		if v != Forward {
+			t.Fatal("dropped without loss or rate")
+		}
+		rel[i] = r
+	}
+	// the drops, read from the model: where and by how much the delay went down
+	type drop struct{ at, by time.Duration }
+	var drops []drop
+	ref := mustPipe(t, studyStep, 4, "down")
+	prev := ref.StepDelay(0)
+	total := time.Duration(0)
+	for at := gap; at < time.Duration(n)*gap; at += gap {
+		d := ref.StepDelay(at)
+		if d < prev {
+			drops = append(drops, drop{at, prev - d})
+			total += prev - d
+			if prev-d > studyStep.Jitter/2 {
+				t.Fatalf("a drop of %v at %v: more than a half-step of the range", prev-d, at)
+			}
+		}
+		prev = d
+	}
+	// overtaken: a later packet was released earlier
+	minLater := time.Duration(math.MaxInt64)
+	overtaken := 0
+	var maxLate time.Duration
+	for i := n - 1; i >= 0; i-- {
+		if rel[i] > minLater {
+			overtaken++
+			maxLate = max(maxLate, rel[i]-minLater)
+			near := false
+			for _, d := range drops {
+				if dep[i] < d.at && dep[i] >= d.at-d.by {
+					near = true
+					break
+				}
+			}
+			if !near {
+				t.Fatalf("packet %d (departed %v) overtaken away from any drop", i, dep[i])
+			}
+		}
+		minLater = min(minLater, rel[i])
+	}
+	want := int(total / gap)
+	if math.Abs(float64(overtaken-want)) > float64(len(drops)) {
+		t.Fatalf("%d packets overtaken, want %d (drops total %v) +/- %d", overtaken, want, total, len(drops))
+	}
+	if maxLate > studyStep.Jitter/2 {
+		t.Fatalf("a packet arrived %v after one sent later: more than a half-step", maxLate)
+	}
+	// the study's expectation: per period the drops add up to E[(L1-L2)+] = range/6
+	perPeriod := float64(total) / float64(n*gap/studyStep.JitterInterval)
+	if exp := float64(studyStep.Jitter) / 6; math.Abs(perPeriod-exp) > 0.2*exp {
+		t.Fatalf("drops add up to %v per period, want about %v", time.Duration(perPeriod), time.Duration(exp))
+	}
+}
+
+func TestStepIdleGapKeepsTheBand(t *testing.T) {
+	q := mustPipe(t, studyStep, 2, "up")
+	lo, hi := studyStep.Delay-studyStep.Jitter/2, studyStep.Delay+studyStep.Jitter/2
+	for _, at := range []time.Duration{0, time.Hour, time.Hour + 50*time.Millisecond, 1000 * time.Hour} {
+		if d := q.StepDelay(at); d < lo || d > hi {
+			t.Fatalf("at %v after an idle gap: %v outside %v..%v", at, d, lo, hi)
+		}
 	}
 }
