@@ -5,12 +5,12 @@ Run as root after `make setup`, with nothing else running on the machine:
     .venv/bin/python benchmarks/bulk_goodput.py [--rates 10,50,100] [--rtt 36]
         [--reps 3] [--duration 10] [--arms h2,h3,h3-quiche] [--json FILE]
 
-Per rate: one shaped, proven link (quicbed.bulk: the receipt first), then ``--reps``
+Per rate: one shaped, proven link (quicbed.run.bulk: the receipt first), then ``--reps``
 downloads of ``--duration`` seconds per arm, interleaved, one flow at a time, each
 with quicbed-bulk (the same Go client for every arm). Prints per arm the mean
 goodput (application bytes / time, the handshake and slow start included), its
 share of the link's ideal (the rate's TCP payload share, 1448 of 1514 bytes per
-frame: quicbed.bulk.ideal_goodput_bps), completion time and retransmissions.
+frame: quicbed.run.bulk.ideal_goodput_bps), completion time and retransmissions.
 
 The check: TCP CUBIC (h2, Apache) reaches >= 95 % of the ideal at every rate; it
 exits 1 if not. The QUIC stacks are reported as measured, without a threshold.
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from quicbed.bulk_cli import run_bulk
+from quicbed.cli.bulk import run_bulk
 from quicbed.link.model import make_condition
 from quicbed.testbed.local import LocalTestbed
 

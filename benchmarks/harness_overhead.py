@@ -40,11 +40,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from quicbed import workloads
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
-from quicbed.store import Store
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
+from quicbed.spec import workloads
+from quicbed.spec.cellconfig import make_cell
 
 RTTS = {"h3": 2, "h2": 4}
 FRAME_OVERHEAD = 1514 / 1448  # wire bytes per payload byte of a full-sized segment

@@ -27,12 +27,12 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from quicbed.arms import ArmSettings
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
 from quicbed.link.proof import prove
 from quicbed.link.session import shaped_link
+from quicbed.run.cell import run_cell
+from quicbed.spec.arms import ArmSettings
+from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 
 ARMS = ("h2", "h3-reno", "h3", "h3-n2", "h3-quiche")

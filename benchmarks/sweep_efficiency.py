@@ -29,10 +29,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from quicbed.report import build
-from quicbed.spec import load_spec, plan
-from quicbed.store import Store
-from quicbed.sweep import run_sweep
+from quicbed.report.build import build
+from quicbed.results.store import Store
+from quicbed.run.sweep import run_sweep
+from quicbed.spec.sweepspec import load_spec, plan
 from quicbed.testbed.local import LocalTestbed
 
 OVERHEAD_TARGET_MS = 250.0

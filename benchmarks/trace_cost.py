@@ -26,12 +26,12 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
 from quicbed.link.proof import prove
 from quicbed.link.session import shaped_link
-from quicbed.store import Store
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
+from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 
 LEVELS = ("none", "light", "full")

@@ -1,5 +1,5 @@
 """``python -m quicbed``: the same as the ``quicbed`` command."""
 
-from quicbed.cli import main
+from quicbed.cli.main import main
 
 main()

@@ -113,8 +113,8 @@ def print_cell(result: Any, cfg: Any) -> None:
         out.print(f"[red]failed:[/] {result.problem}")
         return
     if cfg.kind != "page":  # a bulk or compete cell: its flows' numbers, not PLTs
-        from quicbed.store import Store
-        from quicbed.transfers import stored_transfer
+        from quicbed.results.store import Store
+        from quicbed.results.transfers import stored_transfer
 
         store = Store.open_readonly(result.out)
         try:

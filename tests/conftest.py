@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from quicbed.cell import CellResult
+from quicbed.run.cell import CellResult
 from quicbed.testbed.local import LocalTestbed
 
 ROOT, BROWSER, SLOW, BUILT = "root", "browser", "slow", "built"
@@ -147,7 +147,7 @@ def until_the_link_holds(run: Callable[[], CellResult], tries: int = 3) -> CellR
     was out of tolerance (here up to ``tries`` attempts): on a busy 2-core machine a
     short receipt's TCP probe is sometimes spoiled by another process, which the
     receipt rightly refuses; any other outcome is returned at once."""
-    from quicbed.results import FailureReason
+    from quicbed.results.folder import FailureReason
 
     for _ in range(tries):
         r = run()
@@ -165,11 +165,11 @@ def cell_1mb_full(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     tracers of the returned attempt are kept to read what each capture cost; a receipt
     spoiled on a busy machine is retried (``until_the_link_holds``). Readers that write
     into a results folder copy it first: ``out`` is shared."""
-    import quicbed.cell
-    from quicbed.cell import run_cell
-    from quicbed.cellconfig import make_cell
+    import quicbed.run.cell
     from quicbed.link.model import make_condition
-    from quicbed.store import Store
+    from quicbed.results.store import Store
+    from quicbed.run.cell import run_cell
+    from quicbed.spec.cellconfig import make_cell
     from quicbed.traces import instruments
     from quicbed.traces.capture import CaptureTracer
 
@@ -190,7 +190,7 @@ def cell_1mb_full(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 
     cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3, warmup=1)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(quicbed.cell, "instruments", keep)
+        mp.setattr(quicbed.run.cell, "instruments", keep)
         try:
             r = until_the_link_holds(once)
         finally:

@@ -33,11 +33,11 @@ from pathlib import Path
 
 import pytest
 
-from quicbed import cli
-from quicbed.cellconfig import make_cell
+from quicbed.cli import main as cli
 from quicbed.link.model import make_condition
-from quicbed.package import KIND, MANIFEST, PACKAGE_FORMAT
-from quicbed.store import DB_NAME, Store
+from quicbed.package.build import KIND, MANIFEST, PACKAGE_FORMAT
+from quicbed.results.store import DB_NAME, Store
+from quicbed.spec.cellconfig import make_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = ["--prefix", "tbad"]

@@ -11,7 +11,7 @@ import pytest
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
-from quicbed.spec import SweepSpec, load_spec, plan, plan_warnings, queue_warning
+from quicbed.spec.sweepspec import SweepSpec, load_spec, plan, plan_warnings, queue_warning
 
 ROOT = Path(__file__).resolve().parent.parent
 QB = [sys.executable, "-m", "quicbed"]

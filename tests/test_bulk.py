@@ -1,4 +1,4 @@
-"""Bulk and compete cells (quicbed.bulk, quicbed.transfers): the numbers from made-up
+"""Bulk and compete cells (quicbed.run.bulk, quicbed.results.transfers): the numbers from made-up
 flows, and real runs on the local testbed (short, at 10 Mbit/s: structure and sanity):
 a sweep of a bulk and a compete cell on one link (tests/test_transfer_cells.py has the
 configs, specs, report and package from made-up records)."""
@@ -14,13 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from quicbed import bulkobjects
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
-from quicbed.store import Store
-from quicbed.tcpinfo import ss_connections
-from quicbed.testbed.local import LocalTestbed
-from quicbed.transfers import (
+from quicbed.results.store import Store
+from quicbed.results.transfers import (
     BulkResult,
     CompeteResult,
     FlowResult,
@@ -30,6 +27,9 @@ from quicbed.transfers import (
     steady_window,
     stored_transfer,
 )
+from quicbed.spec import bulkobjects
+from quicbed.tcpinfo import ss_connections
+from quicbed.testbed.local import LocalTestbed
 
 SS = """\
 ESTAB 0      0      10.10.1.1:443 10.10.1.2:54321

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import until_the_link_holds
 
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer
-from quicbed.store import Store
+from quicbed.spec.cellconfig import make_cell
 
 pytestmark = pytest.mark.root
 
@@ -145,7 +145,7 @@ def test_cli_cell_into_a_sweep_of_other_software_is_refused(prefix: str, tmp_pat
     nothing measured, the folder as it was."""
     import json
 
-    from quicbed.results import SWEEP_FILE
+    from quicbed.results.folder import SWEEP_FILE
 
     out = tmp_path / "sweep"
     out.mkdir()

@@ -23,8 +23,7 @@ from typing import Any
 
 import pytest
 
-from quicbed import certs, workloads
-from quicbed.arms import resolve
+from quicbed import certs
 from quicbed.client.chromium import (
     CA_NICKNAME,
     CHROMIUM72_BUILD,
@@ -37,6 +36,8 @@ from quicbed.link.model import make_condition
 from quicbed.link.session import shaped_link
 from quicbed.servers.apache import ApacheServer
 from quicbed.servers.base import ServeSpec
+from quicbed.spec import workloads
+from quicbed.spec.arms import resolve
 from quicbed.testbed.base import RPath
 from quicbed.testbed.local import LocalTestbed
 

@@ -17,8 +17,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from quicbed import cli_reference
-from quicbed.cli import app
+from quicbed.cli import reference as cli_reference
+from quicbed.cli.main import app
 
 WIDTH = 200
 #: the groups and every command, as ``quicbed`` spells them

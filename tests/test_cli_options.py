@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import typer
 
-from quicbed.cellconfig import UNLIMITED, CellConfig, make_cell, parse_rate
-from quicbed.cli import app
-from quicbed.cli_options import LinkOptions, TestbedOptions
+from quicbed.cli.main import app
+from quicbed.cli.options import LinkOptions, TestbedOptions
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition, make_condition
-from quicbed.spec import Defaults, Scenario, SweepSpec, plan
+from quicbed.spec.cellconfig import UNLIMITED, CellConfig, make_cell, parse_rate
+from quicbed.spec.sweepspec import Defaults, Scenario, SweepSpec, plan
 
 #: CLI option -> the LinkCondition field whose default it must have
 LINK_FIELDS = {
@@ -59,7 +59,7 @@ def test_cli_defaults_are_the_models(path: tuple[str, ...]) -> None:
 def test_cell_arms_default_and_cell_built_from_defaults() -> None:
     params = _params("cell")
     assert params["arms"].default == ",".join(_model_default(CellConfig, "arms"))
-    from quicbed.cli_options import CellOptions
+    from quicbed.cli.options import CellOptions
 
     cond = LinkOptions(rate="10", rtt=36).condition()
     assert CellOptions().config(cond, "5kb") == make_cell(condition=cond, page="5kb")
@@ -142,7 +142,7 @@ def test_a_scenario_zero_is_not_the_default() -> None:
 
 
 def _store_with(folder: Path, *rates: float | None) -> dict[float | None, str]:
-    from quicbed.store import Store
+    from quicbed.results.store import Store
 
     store = Store(folder, create=True)
     ids = {}
@@ -156,8 +156,8 @@ def _store_with(folder: Path, *rates: float | None) -> dict[float | None, str]:
 
 
 def test_where_rate_unlimited_matches_unlimited_cells(tmp_path: Path) -> None:
-    from quicbed.select import find_cell
-    from quicbed.store import Store
+    from quicbed.analysis.select import find_cell
+    from quicbed.results.store import Store
 
     ids = _store_with(tmp_path / "r", None, 10.0)
     store = Store(tmp_path / "r")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quicbed import cli_reference as ref
+from quicbed.cli import reference as ref
 
 
 def test_readme_names_every_flag_of_every_command() -> None:
@@ -22,17 +22,17 @@ def test_readme_names_every_flag_of_every_command() -> None:
     assert not missing, (
         "README.md does not document: "
         + ", ".join(missing)
-        + "; run python -m quicbed.cli_reference"
+        + "; run python -m quicbed.cli.reference"
     )
 
 
 def test_readme_reference_is_current() -> None:
     text = ref.README.read_text()
-    assert ref.with_readme_block(text) == text, "run python -m quicbed.cli_reference"
+    assert ref.with_readme_block(text) == text, "run python -m quicbed.cli.reference"
 
 
 def test_docs_cli_is_current() -> None:
-    assert ref.DOC.read_text() == ref.doc(), "run python -m quicbed.cli_reference"
+    assert ref.DOC.read_text() == ref.doc(), "run python -m quicbed.cli.reference"
 
 
 def test_the_flags_the_issue_found_undocumented_are_documented() -> None:

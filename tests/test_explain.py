@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from quicbed.cellconfig import make_cell
+from quicbed.analysis.explain import COMPONENTS, explain
 from quicbed.errors import QuicbedError
-from quicbed.explain import COMPONENTS, explain
 from quicbed.link.model import make_condition
-from quicbed.store import Store
+from quicbed.results.store import Store
+from quicbed.spec.cellconfig import make_cell
 from quicbed.traces.base import SAMPLE_COLUMNS, write_samples
 
 QB = [sys.executable, "-m", "quicbed"]
@@ -240,7 +240,7 @@ def test_cell_without_traces_refused(tmp_path: Path) -> None:
 
 
 def test_report_links_explain_pages(tmp_path: Path) -> None:
-    from quicbed.report import build
+    from quicbed.report.build import build
 
     cid = synthetic(tmp_path / "r")
     plain = synthetic(tmp_path / "p", traces=False)
@@ -354,7 +354,7 @@ def test_real_bad_inputs(real: tuple[Path, str], tmp_path: Path) -> None:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_real_rep_and_report_link(real: tuple[Path, str], tmp_path: Path) -> None:
-    from quicbed.report import build
+    from quicbed.report.build import build
 
     root, cid = real
     res = explain(root, cid, None, 2, tmp_path / "rep2")

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from conftest import until_the_link_holds
 
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer
-from quicbed.store import Store
+from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 
 
@@ -80,7 +80,7 @@ def test_a_gquic_cell_is_verified_per_load(testbed: LocalTestbed, tmp_path: Path
     ],
 )
 def test_gquic_arms_refused_by_name(arms: str, why: str) -> None:
-    from quicbed.arms import parse_cli
+    from quicbed.spec.arms import parse_cli
 
     names, settings = parse_cli(arms)
     with pytest.raises(QuicbedError, match=why):

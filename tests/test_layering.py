@@ -24,11 +24,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "quicbed"
 #: quicbed ("quicbed" itself is the package's __init__); "x.*" is every module under x.
 #: Every module is in exactly one layer, so a new module must be placed here.
 LAYERS = [
-    # what everything uses: errors, files, processes, workload pages, statistics, figures
+    # what everything uses: errors, files, processes, hashing, progress; the statistics
+    # (analysis.stats: a spec's alpha) and the figure style (report.plots) sit here too
     (
         "foundation",
-        "quicbed errors paths proc tarsafe yamlfile identity hostparam certs stats plots "
-        "progress bulkobjects workloads jsonlines tcpinfo",
+        "quicbed errors paths proc tarsafe yamlfile identity hostparam certs progress "
+        "jsonlines tcpinfo analysis.stats report.plots spec.workloads spec.bulkobjects",
     ),
     # what runs on a testbed's three roles, without the testbed's life
     ("testbed roles", "testbed testbed.roles"),
@@ -44,29 +45,27 @@ LAYERS = [
     # instruments over a cell's loads (tcpdump, qlog, TCP state)
     ("traces", "traces traces.*"),
     # the stacks (each owns its arms' settings) and the browsers
-    ("servers and browsers", "tcpopts servers servers.* client client.*"),
+    ("servers and browsers", "spec.tcpopts servers servers.* client client.*"),
     # what a sweep or cell asks for: arms, cells, specs
-    ("spec", "arms cellconfig spec"),
+    ("spec", "spec spec.arms spec.cellconfig spec.sweepspec"),
     # a results folder: its store, provenance, records; merge and export read it
-    ("results", "store results transfers provenance merge export"),
+    ("results", "results results.*"),
     # measuring: a transfer's or page's cell, a sweep over testbeds
-    ("run", "bulk cell pool shard sweep console"),
+    ("run", "console run run.*"),
     # from the store: which cells, why a load was slow
-    ("analysis", "select explain"),
-    ("report", "report_transfers report"),
+    ("analysis", "analysis analysis.select analysis.explain"),
+    ("report", "report report.build report.transfers"),
     # a replication package, checked and rerun
-    ("package", "package pkgreadme secretscan rerun verify"),
-    ("cli", "cli_options bulk_cli cli cli_reference __main__"),
+    ("package", "package package.*"),
+    ("cli", "cli cli.* __main__"),
 ]
 #: what starts processes, shapes links or drives a browser
 RUNNER = (
-    "quicbed.sweep",
-    "quicbed.cell",
+    "quicbed.run",
     "quicbed.testbed",
     "quicbed.servers",
     "quicbed.client",
     "quicbed.link.shapers",
-    "quicbed.pool",
 )
 
 
@@ -86,15 +85,15 @@ def test_verify_and_the_results_layout_do_not_import_the_runner() -> None:
     """``quicbed verify`` runs on any machine, without root: it must not even import
     the code that brings up testbeds, servers and browsers (nor must the modules that
     only read or guard a results folder)."""
-    assert imported_by("quicbed.verify") == []
+    assert imported_by("quicbed.package.verify") == []
     assert (
         imported_by(
-            "quicbed.results",
-            "quicbed.package",
-            "quicbed.merge",
-            "quicbed.rerun",
-            "quicbed.export",
-            "quicbed.store",
+            "quicbed.results.folder",
+            "quicbed.package.build",
+            "quicbed.results.merge",
+            "quicbed.package.rerun",
+            "quicbed.results.export",
+            "quicbed.results.store",
             "quicbed.identity",
         )
         == []
@@ -102,11 +101,11 @@ def test_verify_and_the_results_layout_do_not_import_the_runner() -> None:
 
 
 def test_no_sql_outside_the_store() -> None:
-    """Every read and write of the results database goes through quicbed.store."""
+    """Every read and write of the results database goes through quicbed.results.store."""
     sql = re.compile(r"execute\(|SELECT|INSERT")
     found = []
     for p in sorted(PACKAGE.rglob("*.py")):
-        if p == PACKAGE / "store.py":
+        if p == PACKAGE / "results" / "store.py":
             continue
         for n, line in enumerate(p.read_text().splitlines(), 1):
             if sql.search(line):

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
 from quicbed.link.proof import _grew, prove, spot_check
 from quicbed.link.session import shaped_link
 from quicbed.link.shapers import UserspaceShaper
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer
-from quicbed.store import Store
+from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 
 COND = make_condition(rate_mbit=50, rtt_ms=20)

@@ -25,9 +25,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from quicbed.results import folder_lock
-from quicbed.secretscan import scan_file, user_needles
-from quicbed.store import DB_NAME
+from quicbed.package.secretscan import scan_file, user_needles
+from quicbed.results.folder import folder_lock
+from quicbed.results.store import DB_NAME
 from quicbed.tarsafe import safe_extract
 from quicbed.testbed.local import LocalTestbed
 

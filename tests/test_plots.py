@@ -8,7 +8,7 @@ import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
 from matplotlib.colors import TwoSlopeNorm
 
-from quicbed.plots import CMAP, HeatCell, cell_look, draw_heatmap
+from quicbed.report.plots import CMAP, HeatCell, cell_look, draw_heatmap
 
 NORM = TwoSlopeNorm(vmin=-100, vcenter=0, vmax=100)
 

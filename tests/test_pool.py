@@ -1,9 +1,9 @@
-"""Several testbeds off one queue (quicbed.pool), with fake testbeds whose steps the test
+"""Several testbeds off one queue (quicbed.run.pool), with fake testbeds whose steps the test
 orders by Events, so each race is run the same way every time.
 
 Fakes, because a real testbed cannot be made to die at a chosen moment. What the test
 sees of the pool's threads comes from thin subclasses of the real ``threading.Condition``
-and ``threading.Thread`` put in ``quicbed.pool``'s view of ``threading``: they only set
+and ``threading.Thread`` put in ``quicbed.run.pool``'s view of ``threading``: they only set
 Events (a worker waits for work, a worker ended); the real classes do the work. A worker's
 end is read from there, not from ``Thread.is_alive``: on Python 3.11 a KeyboardInterrupt
 in ``join`` can mark the thread joined as stopped although it still runs.
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-import quicbed.pool as pool
+import quicbed.run.pool as pool
 from quicbed.errors import QuicbedError
-from quicbed.pool import PoolOutcome
+from quicbed.run.pool import PoolOutcome
 
 #: how long a step may wait for the one before it; reached only if the pool is broken
 STEP_S = 10.0

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quicbed.arms import parse_cli
-from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
-from quicbed.spec import load_spec, plan
+from quicbed.spec.arms import parse_cli
+from quicbed.spec.cellconfig import make_cell
+from quicbed.spec.sweepspec import load_spec, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "data" / "preset_identity.json"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quicbed import provenance
+from quicbed.results import provenance
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -49,7 +49,7 @@ def test_git_state_is_the_checkout_at_start_and_says_where_it_moved(
 
 
 def test_the_report_labels_a_moved_checkout() -> None:
-    from quicbed.report import _git_label
+    from quicbed.report.build import _git_label
 
     assert _git_label({"sha": "a" * 40, "dirty": False}) == "a" * 12
     moved = {"sha": "a" * 40, "dirty": False, "now": {"sha": "b" * 40, "dirty": True}}

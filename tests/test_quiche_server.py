@@ -35,12 +35,12 @@ from aioquic.quic.events import QuicEvent
 from aioquic.tls import SessionTicket
 
 from quicbed import certs
-from quicbed.arms import ArmSettings, resolve
 from quicbed.errors import QuicbedError
 from quicbed.paths import bin_path
 from quicbed.servers import get_stack
 from quicbed.servers.base import ServeSpec
 from quicbed.servers.quiche import SUPPORTED_CC, QuicheServer
+from quicbed.spec.arms import ArmSettings, resolve
 from quicbed.testbed.base import RPath
 from quicbed.testbed.local import LocalTestbed
 

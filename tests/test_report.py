@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
-from quicbed.report import build
-from quicbed.store import Store
+from quicbed.report.build import build
+from quicbed.results.store import Store
+from quicbed.spec.cellconfig import make_cell
 
 
 def _fill(root: Path, mode: str, h2: list[float], h3: list[float], runs: int = 0) -> str:
@@ -90,8 +90,8 @@ def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:
     one table row and one heatmap per pair, each saying which stacks it compares."""
     import json
 
-    from quicbed.arms import ArmSettings
-    from quicbed.results import SWEEP_FILE
+    from quicbed.results.folder import SWEEP_FILE
+    from quicbed.spec.arms import ArmSettings
 
     cfg = make_cell(
         condition=make_condition(rate_mbit=10, rtt_ms=36),
@@ -159,7 +159,7 @@ def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:
 def _spec(tmp_path: Path, statistics: dict) -> None:
     import json
 
-    from quicbed.results import SWEEP_FILE
+    from quicbed.results.folder import SWEEP_FILE
 
     spec = {
         "format": 1,
@@ -178,7 +178,7 @@ def test_too_few_runs_for_the_test_is_untested_not_white(tmp_path: Path) -> None
     the same numbers feed the table, the heatmap and the 0-RTT/1-RTT heatmap."""
     import json
 
-    from quicbed.stats import compare
+    from quicbed.analysis.stats import compare
 
     _fill(tmp_path, "0rtt", [200.0, 210, 220], [100.0, 101, 102])
     _fill(tmp_path, "1rtt", [200.0, 210, 220], [150.0, 151, 152])
@@ -219,7 +219,7 @@ def test_mode_heatmap_uses_the_valid_share_rule_and_welch(tmp_path: Path) -> Non
 
 
 def test_page_kind_counts_objects() -> None:
-    from quicbed.report import page_kind
+    from quicbed.report.build import page_kind
 
     assert page_kind("1mbx1") == "single-object" and page_kind("5kb") == "single-object"
     assert page_kind("10kbx100") == "multi-object"
@@ -284,7 +284,7 @@ def _beta_cell(
 ) -> str:
     """A cell of the beta study's kind: two quic-go arms, beta 0.7 (reference) and 0.6,
     loss on the downlink only."""
-    from quicbed.arms import ArmSettings
+    from quicbed.spec.arms import ArmSettings
 
     cond = make_condition(rate_mbit=rate, rtt_ms=rtt, loss_down_pct=loss_down, loss_up_pct=0)
     settings = {
@@ -372,7 +372,7 @@ def test_report_of_the_beta_study(tmp_path: Path) -> None:
 def test_heat_axes_follow_what_a_scenario_varies() -> None:
     """Rates x pages where only they vary (the reference study's heatmaps); else loss
     across, the first other varying dimension down, and any further one splits."""
-    from quicbed.report import heat_axes
+    from quicbed.report.build import heat_axes
 
     base = {
         "rate_mbit": 10.0,

@@ -1,4 +1,4 @@
-"""The results folder's rules (quicbed.results), without a testbed: who may add runs.
+"""The results folder's rules (quicbed.results.folder), without a testbed: who may add runs.
 
 ``cell --out`` into a folder that holds runs follows the rule ``run --resume``
 follows: under the folder's lock, and only with the software those runs were made
@@ -13,11 +13,9 @@ from typing import Any
 
 import pytest
 
-from quicbed import sweep
-from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
-from quicbed.results import (
+from quicbed.results.folder import (
     STOP_FILE,
     FailureReason,
     clear_stop,
@@ -27,7 +25,9 @@ from quicbed.results import (
     stop_requested,
     write_sweep,
 )
-from quicbed.store import Store
+from quicbed.results.store import Store
+from quicbed.run import sweep
+from quicbed.spec.cellconfig import make_cell
 
 #: what the check compares for CFG (an h2 and an h3 arm in Chromium), as records before
 #: digests named it: a version per component

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
-from quicbed.results import compare_cell
-from quicbed.shard import Shard, assign, parse_shard, select
-from quicbed.spec import load_spec, plan
-from quicbed.store import DB_NAME, Store
+from quicbed.results.folder import compare_cell
+from quicbed.results.store import DB_NAME, Store
+from quicbed.run.shard import Shard, assign, parse_shard, select
+from quicbed.spec.cellconfig import make_cell
+from quicbed.spec.sweepspec import load_spec, plan
 from quicbed.testbed.local import LocalTestbed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -270,8 +270,8 @@ def _row(cid: str, testbed: dict, rtt: float = 36) -> dict:
 
 
 def test_each_attempt_names_its_testbed_and_the_report_warns_on_mixed_hardware() -> None:
-    from quicbed.report import testbeds
-    from quicbed.results import measured_on
+    from quicbed.report.build import testbeds
+    from quicbed.results.folder import measured_on
 
     def ssh(source: str, hw: str) -> dict:
         roles = ("server", "client", "bridge")

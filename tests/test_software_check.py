@@ -2,8 +2,8 @@
 
 Issue 25, items 3 and 4. A cell's runs pool only when they were measured with the same
 builds of what the cell runs: quicbed, the link emulator, the cell's browser and every
-arm's stack, each by its version and the SHA-256 of its program (quicbed.results,
-quicbed.provenance). The report counts set-ups by quicbed.provenance.setup_identity:
+arm's stack, each by its version and the SHA-256 of its program (quicbed.results.folder,
+quicbed.results.provenance). The report counts set-ups by quicbed.results.provenance.setup_identity:
 builds, kernel, hardware, sysctls, offloads and shaper; never PIDs, times or paths.
 
 No testbed and no measurement: the software is this machine's, probed for real (a
@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from quicbed import provenance, sweep
 from quicbed.errors import QuicbedError
-from quicbed.report import build, provenance_groups, setup_differences
-from quicbed.results import (
+from quicbed.report.build import build, provenance_groups, setup_differences
+from quicbed.results import provenance
+from quicbed.results.folder import (
     BASE_SOFTWARE,
     check_software,
     checked_software,
@@ -35,8 +35,9 @@ from quicbed.results import (
     used_software,
     write_sweep,
 )
-from quicbed.spec import SweepSpec, plan
-from quicbed.store import Store
+from quicbed.results.store import Store
+from quicbed.run import sweep
+from quicbed.spec.sweepspec import SweepSpec, plan
 
 QUICHE = "quicbed-quiche-server"
 #: a build no machine has: the digest the first run "recorded"
@@ -226,9 +227,9 @@ def test_what_a_cell_uses_is_its_stacks_and_its_browser() -> None:
 def test_the_probes_belong_to_the_stacks_and_name_what_the_runners_run() -> None:
     """Every stack and browser is recorded under its own name; the constants the check
     names are the ones the runner uses (the link emulator, the transfer client)."""
-    from quicbed.bulk import CLIENT
     from quicbed.client.chromium import CLIENTS
     from quicbed.link.shapers import UserspaceShaper
+    from quicbed.run.bulk import CLIENT
     from quicbed.servers import stacks
 
     names = [s.software_name for s in stacks().values()]
@@ -368,8 +369,8 @@ def test_pids_times_and_paths_are_one_set_up_a_kernel_or_a_digest_another() -> N
 def test_the_report_warns_only_of_set_ups_that_differ(tmp_path: Path, probed: None) -> None:
     """The report's count and warning: two attempts of one set-up (other PIDs, times and
     paths) are one; another kernel makes two, and the warning names it."""
-    from quicbed.cellconfig import make_cell
     from quicbed.link.model import make_condition
+    from quicbed.spec.cellconfig import make_cell
 
     a = _attempt_record(101, "2026-11-24T10:00:00", "e1")
     b = _attempt_record(202, "2026-11-25T18:30:00", "e2")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.spec import estimate_seconds, load_spec, loss_bound_mbit, plan
-from quicbed.sweep import check_budget, prepare_folder
+from quicbed.run.sweep import check_budget, prepare_folder
+from quicbed.spec.sweepspec import estimate_seconds, load_spec, loss_bound_mbit, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = """
@@ -135,7 +135,7 @@ def test_too_few_runs_for_mann_whitney_is_refused() -> None:
     """Mann-Whitney U from 5 valid runs per arm (runs 6: 80 % of 6 is 5) can reach
     p = 0.0079 at best, below 0.01; from 4 (runs 5) only 0.029: such a spec could never
     show a significant cell, so it is refused naming the scenario, not run."""
-    from quicbed.spec import SweepSpec
+    from quicbed.spec.sweepspec import SweepSpec
 
     def spec(runs: int, test: str) -> dict:
         return {
@@ -190,7 +190,7 @@ def test_a_resume_prices_only_the_cells_still_to_measure(tmp_path: Path) -> None
     import subprocess
     import sys
 
-    from quicbed.store import Store
+    from quicbed.results.store import Store
 
     spec_file = _spec(tmp_path, GOOD)
     spec = load_spec(spec_file)

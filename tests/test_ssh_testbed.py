@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
 from quicbed.link.shapers import PIPES_FILE, DummynetShaper, get_shaper
-from quicbed.store import Store
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
+from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed import hosts
 from quicbed.testbed.base import RPath
 from quicbed.testbed.local import LocalTestbed

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.arms import ArmSettings, arm_colour, builtin_arms, param_model, parse_cli, resolve
-from quicbed.bulkobjects import object_path
-from quicbed.cellconfig import Transfer, make_cell
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
 from quicbed.servers import get_stack, stacks
 from quicbed.servers.base import WebServer
+from quicbed.spec.arms import ArmSettings, arm_colour, builtin_arms, param_model, parse_cli, resolve
+from quicbed.spec.bulkobjects import object_path
+from quicbed.spec.cellconfig import Transfer, make_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 COND = make_condition(rate_mbit=10, rtt_ms=36)

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from quicbed import hostparam
-from quicbed.arms import ArmSettings, parse_cli, resolve
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer
-from quicbed.store import Store
+from quicbed.spec.arms import ArmSettings, parse_cli, resolve
+from quicbed.spec.cellconfig import make_cell
 from quicbed.tcpinfo import ss_congestion
 from quicbed.testbed.local import LocalTestbed
 
@@ -47,7 +47,7 @@ def test_arms_resolve_ports_ccs_and_pairs() -> None:
     assert (
         cfg.tcp_cc() == "bbr" and cfg.cell_id() != make_cell(condition=COND, page="5kb").cell_id()
     )
-    from quicbed.arms import pairs
+    from quicbed.spec.arms import pairs
 
     assert pairs(arms, [("h3", "h3-n2")]) == [("h2", "h3"), ("h2", "h3-n2"), ("h3", "h3-n2")]
     with pytest.raises(QuicbedError, match="cubic_beta is CUBIC's; this arm runs bbr"):

@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy.stats import t as student_t
 
-from quicbed.stats import compare, min_valid, summarize
+from quicbed.analysis.stats import compare, min_valid, summarize
 
 
 def test_summary_by_hand() -> None:
@@ -53,7 +53,7 @@ def test_unstable_samples_warn() -> None:
 
 
 def test_holm_and_bh_by_hand() -> None:
-    from quicbed.stats import adjust
+    from quicbed.analysis.stats import adjust
 
     p = [0.01, 0.04, 0.03, None, 0.005]
     # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1, made monotone
@@ -64,7 +64,7 @@ def test_holm_and_bh_by_hand() -> None:
 
 
 def test_holm_and_bh_match_r_p_adjust() -> None:
-    from quicbed.stats import adjust
+    from quicbed.analysis.stats import adjust
 
     # R: p.adjust(c(0.01, 0.02, 0.03, 0.04, 0.05), "holm") / "BH"
     p = [0.01, 0.02, 0.03, 0.04, 0.05]
@@ -75,7 +75,7 @@ def test_holm_and_bh_match_r_p_adjust() -> None:
 
 
 def test_mann_whitney_and_bootstrap_come_with_the_comparison() -> None:
-    from quicbed.stats import bootstrap_diff_ci
+    from quicbed.analysis.stats import bootstrap_diff_ci
 
     # complete separation of 5 vs 5 (exact test): two-sided p = 2 / C(10, 5)
     c = compare([6.0, 7, 8, 9, 10], [1.0, 2, 3, 4, 5], planned=5, test="mannwhitney", alpha=0.05)

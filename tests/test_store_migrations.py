@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.store import DB_NAME, MIGRATIONS, SCHEMA_VERSION, Store
+from quicbed.results.store import DB_NAME, MIGRATIONS, SCHEMA_VERSION, Store
 
 FIXTURE = Path(__file__).parent / "fixtures" / "store-v1"
 V1_TABLES = ("meta", "cells", "attempts", "runs", "receipts", "link_spans")
@@ -128,7 +128,7 @@ def test_a_failed_migration_leaves_the_store_as_it_was(
     before = raw(v1 / DB_NAME)
     broken = dict(MIGRATIONS)
     broken[SCHEMA_VERSION - 1] = MIGRATIONS[SCHEMA_VERSION - 1] + "\nSELECT no_such_function();\n"
-    monkeypatch.setattr("quicbed.store.MIGRATIONS", broken)
+    monkeypatch.setattr("quicbed.results.store.MIGRATIONS", broken)
     with pytest.raises(sqlite3.OperationalError, match="no_such_function"):
         Store(v1)
     assert version(v1 / DB_NAME) == "1"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.store import DB_NAME
+from quicbed.results.store import DB_NAME
 
 QB = [sys.executable, "-m", "quicbed"]
 SPEC = """
@@ -209,8 +209,8 @@ def test_stop_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["rate=50,rtt", "speed=3"])
 def test_where_filter_errors(bad: str) -> None:
+    from quicbed.analysis.select import parse_where
     from quicbed.errors import QuicbedError
-    from quicbed.select import parse_where
 
     with pytest.raises(QuicbedError, match="--where"):
         parse_where(bad)

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from quicbed import tcpopts
-from quicbed.arms import ArmSettings, parse_cli, resolve
-from quicbed.cellconfig import make_cell
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
-from quicbed.spec import load_spec, plan
+from quicbed.spec import tcpopts
+from quicbed.spec.arms import ArmSettings, parse_cli, resolve
+from quicbed.spec.cellconfig import make_cell
+from quicbed.spec.sweepspec import load_spec, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER, CLIENT = "10.10.1.1", "10.10.1.2"

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from quicbed import tcpopts
-from quicbed.arms import parse_cli
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer
-from quicbed.store import Store
+from quicbed.spec import tcpopts
+from quicbed.spec.arms import parse_cli
+from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 
 pytestmark = pytest.mark.root

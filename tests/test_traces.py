@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from quicbed.cell import run_cell
-from quicbed.cellconfig import make_cell
 from quicbed.link.model import make_condition
 from quicbed.paths import sha256_file
-from quicbed.store import Store
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
+from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.base import ROLES
 from quicbed.testbed.ssh import Node, SshTestbed
 from quicbed.traces import tcp

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from quicbed.cell import CellResult
 from quicbed.errors import QuicbedError
-from quicbed.package import build_package
-from quicbed.secretscan import KEYLOG_RULE, scan_tree
+from quicbed.package.build import build_package
+from quicbed.package.secretscan import KEYLOG_RULE, scan_tree
+from quicbed.package.verify import verify
+from quicbed.run.cell import CellResult
 from quicbed.testbed.local import LocalTestbed
 from quicbed.traces.base import TraceContext, TraceSet
 from quicbed.traces.capture import CaptureTracer, _cut, complete_netlog
-from quicbed.verify import verify
 
 pytestmark = pytest.mark.root
 

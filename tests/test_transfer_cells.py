@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from quicbed import report, report_transfers
-from quicbed.cellconfig import make_cell, parse_flows
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
-from quicbed.spec import SweepSpec, estimate_seconds, load_spec, plan
-from quicbed.store import Store
-from quicbed.transfers import (
+from quicbed.report import build as report
+from quicbed.report import transfers as report_transfers
+from quicbed.results.store import Store
+from quicbed.results.transfers import (
     BulkResult,
     BulkRun,
     CompeteResult,
@@ -27,6 +26,8 @@ from quicbed.transfers import (
     compete_summary,
     stored_transfer,
 )
+from quicbed.spec.cellconfig import make_cell, parse_flows
+from quicbed.spec.sweepspec import SweepSpec, estimate_seconds, load_spec, plan
 
 COND = LinkCondition(rate_mbit=10, rtt_ms=36)
 
@@ -400,8 +401,8 @@ def test_a_transfer_cell_prints_its_flows_not_plts(
     goodput per arm and the comparisons, not an empty page-load table."""
     from types import SimpleNamespace
 
-    from quicbed.cellconfig import CellConfig
     from quicbed.console import print_cell
+    from quicbed.spec.cellconfig import CellConfig
 
     root = tmp_path / "res"
     cid = _store_cell(root, "bulk", _bulk_record())
@@ -428,7 +429,7 @@ def test_a_transfer_cell_prints_its_flows_not_plts(
 def test_a_small_queue_of_a_transfer_cell_is_flagged_in_the_report(tmp_path: Path) -> None:
     """The seeds' warning (issue 14): 10 Mbit/s x 10 ms is a BDP of 8.3 packets; a
     compete cell there says more about the buffer than the transports, and the report
-    says so, as for page cells (quicbed.spec.queue_warning)."""
+    says so, as for page cells (quicbed.spec.sweepspec.queue_warning)."""
     root = tmp_path / "res"
     small = LinkCondition(rate_mbit=10, rtt_ms=10)
     cid = _store_cell(root, "compete", _compete_record(), cond=small)
@@ -459,8 +460,8 @@ def test_the_fairness_preset_plans_the_long_look_grid() -> None:
 def test_a_package_of_transfer_cells_verifies(tmp_path: Path) -> None:
     """Packaged, its README lists the transfer cells with their rerun commands, and
     verify recomputes transfers.csv from the packaged store alone."""
-    from quicbed.package import build_package
-    from quicbed.verify import lines, verify
+    from quicbed.package.build import build_package
+    from quicbed.package.verify import lines, verify
 
     root = tmp_path / "res"
     bulk = _store_cell(root, "bulk", _bulk_record())
@@ -525,7 +526,7 @@ def test_an_arm_with_no_valid_run_fails_the_attempt(tmp_path: Path) -> None:
     compare: the runner's rule (cell.arms_without_valid_runs) names that arm, for a
     transfer cell (every flow of h3 failed) and for a page cell (only h3's warm-up and
     an invalid load), and passes one with a valid run per arm."""
-    from quicbed.cell import arms_without_valid_runs
+    from quicbed.run.cell import arms_without_valid_runs
 
     rec = _bulk_record()
     bad = rec.model_copy(

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.store import DB_NAME
+from quicbed.results.store import DB_NAME
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.sshlab import SshLab
 

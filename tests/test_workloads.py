@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from quicbed import workloads
 from quicbed.errors import QuicbedError
+from quicbed.spec import workloads
 
 
 def test_reference_page_sets() -> None:

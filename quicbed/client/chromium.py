@@ -102,7 +102,7 @@ class BrowserSpec:
     @classmethod
     def software(cls, client: str, run: Run) -> dict[str, Any] | None:
         """The build of ``client`` on the client's machine (``run`` asks there), for the
-        software check (quicbed.provenance): chromium by the version it prints (Debian's
+        software check (quicbed.results.provenance): chromium by the version it prints (Debian's
         ``chromium`` on PATH is a wrapper script, whose digest says nothing of the
         browser), chromium72, which prints none, by the SHA-256 of the headless shell its
         link names (the role's pinned build). None where it is not installed."""

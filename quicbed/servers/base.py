@@ -10,7 +10,7 @@ cell kinds and clients it serves (``kinds``, ``client``), what a valid load must
 stack. Knobs a stack does not support are errors that name the stack, never silently
 ignored.
 
-This module sits below the spec (quicbed.arms asks the stacks what an arm may be), so
+This module sits below the spec (quicbed.spec.arms asks the stacks what an arm may be), so
 it imports nothing of the spec: :class:`Arm`, the resolved arm every server is given,
 is defined here.
 """
@@ -27,12 +27,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run, program_build
-from quicbed.tcpopts import OPTIONS as TCP_OPTIONS
+from quicbed.spec.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.base import Process, RPath, Testbed
 
 #: what a cell measures: page loads in the browser, or transfers by quicbed-bulk
-#: (quicbed.bulk): ``bulk`` one flow at a time per arm, ``compete`` flows of several
-#: arms at once on one bottleneck (quicbed.cellconfig.CellConfig.kind)
+#: (quicbed.run.bulk): ``bulk`` one flow at a time per arm, ``compete`` flows of several
+#: arms at once on one bottleneck (quicbed.spec.cellconfig.CellConfig.kind)
 Kind = Literal["page", "bulk", "compete"]
 KINDS: tuple[Kind, ...] = ("page", "bulk", "compete")
 
@@ -107,7 +107,7 @@ def port_of(addr: str | None) -> int | None:
 
 @dataclass
 class FlowFacts:
-    """What a server's own log says of one transfer flow (quicbed.bulk): its connection's
+    """What a server's own log says of one transfer flow (quicbed.run.bulk): its connection's
     facts, and its loss counters in the stack's own terms (``source`` says which)."""
 
     server: dict[str, Any] = field(default_factory=dict)
@@ -159,7 +159,7 @@ class WebServer(ABC):
     #: the TLS version a cell's TCP arm speaks beside an arm of this stack, unless the
     #: TCP arm sets ``tls`` itself (None: the TCP stack's own default)
     tcp_tls: str | None = None
-    #: the software check's name of the stack's server program (quicbed.provenance
+    #: the software check's name of the stack's server program (quicbed.results.provenance
     #: records its build under it; None: the stack has none to probe), and where it is on
     #: the server: a file in quicbed's build/bin, or an absolute path (None: the name)
     software_name: ClassVar[str | None] = None
@@ -171,7 +171,7 @@ class WebServer(ABC):
         is quicbed's build/bin there): its file's SHA-256 and, for a Go program, the
         module versions in it; None where it is not installed. A digest, because a
         rebuild from changed code keeps its version: attempts of two builds must not
-        pool in one cell unnoticed (quicbed.results.check_software)."""
+        pool in one cell unnoticed (quicbed.results.folder.check_software)."""
         if cls.software_name is None:
             return None
         return program_build(run, str(bindir / (cls.program or cls.software_name)))
@@ -370,5 +370,5 @@ class WebServer(ABC):
 
 def browser_of(stacks: Iterable[type[WebServer]]) -> str:
     """The one browser a page cell runs in: the one an arm's stack needs, else the
-    default (TCP arms run in any; quicbed.arms refuses arms that need two)."""
+    default (TCP arms run in any; quicbed.spec.arms refuses arms that need two)."""
     return next((s.client for s in stacks if s.client != WebServer.client), WebServer.client)

@@ -47,7 +47,7 @@ __all__ = [
 class Testbed(Roles):
     """Three roles, the few operations the runner needs on them, and their life."""
 
-    #: why a sweep over several testbeds took this one out (quicbed.pool); its teardown
+    #: why a sweep over several testbeds took this one out (quicbed.run.pool); its teardown
     #: may then fail without failing the command
     lost: str | None = None
 

@@ -1,0 +1,1 @@
+"""From the store: statistics, finding cells, explaining a load's time."""

@@ -1,0 +1,1 @@
+"""The ``quicbed`` command line: its commands, shared options and flag reference."""

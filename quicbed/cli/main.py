@@ -1,0 +1,776 @@
+"""The ``quicbed`` command line.
+
+Errors a user can cause end as one line, ``quicbed: error: ...``, exit status 2;
+Ctrl-C and SIGTERM unwind through the same ``finally`` blocks as errors, so a
+shaped link, an emulator or a testbed made by the command is always removed.
+
+The options several commands share are typed groups (quicbed.cli.options) whose
+defaults are the models' (CellConfig, LinkCondition, SweepSpec); what a command
+prints is quicbed.console's. docs/cli.md lists every flag (python -m
+quicbed.cli.reference writes it).
+
+A command's help is its docstring, paragraphs apart by a blank line; flowing() makes
+each paragraph one line for every command, so that the terminal wraps the sentences.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import signal
+import sys
+from contextlib import ExitStack
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from quicbed.cli import bulk as bulk_cli
+from quicbed.cli.options import (
+    CC,
+    CELL_LINK,
+    MAX_HOURS,
+    RECEIPT_TCP_SECONDS,
+    SHAPER,
+    CellOptions,
+    KeepOpt,
+    LinkOptions,
+    MaxHoursOpt,
+    ShaperOpt,
+    SweepTestbedOptions,
+    TestbedOptions,
+    TracesOpt,
+    YesOpt,
+    need_root,
+    options,
+    owned,
+    refuse_early,
+)
+from quicbed.console import (
+    note,
+    out,
+    print_cell,
+    print_json,
+    print_package,
+    print_receipt,
+    print_sweep_result,
+    print_testbed_status,
+    progress,
+    warn,
+)
+from quicbed.errors import QuicbedError
+from quicbed.testbed.base import Testbed
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="quicbed: testbed-as-code for QUIC vs TCP web performance research.",
+)
+testbed_app = typer.Typer(
+    no_args_is_help=True, help="The testbed: network namespaces here, or three ssh hosts."
+)
+link_app = typer.Typer(no_args_is_help=True, help="Link emulation and its fidelity receipt.")
+app.add_typer(testbed_app, name="testbed")
+app.add_typer(link_app, name="link")
+
+
+# --- testbed --------------------------------------------------------------------------
+@testbed_app.command("up")
+@options("tb", TestbedOptions)
+def testbed_up(
+    *,
+    sshd: Annotated[
+        bool, typer.Option("--sshd", help="Also sshd in each namespace (an ssh lab).")
+    ] = False,
+    tb: TestbedOptions,
+) -> None:
+    """Create the server, bridge and client namespaces (idempotent), or reach the ssh hosts.
+
+    With --testbed ssh: reach each host, make its work folder and stop what a crashed
+    run left there.
+
+    With --sshd the namespaces become three ssh hosts with a control network and an
+    inventory file, to run the ssh testbed on this machine.
+    """
+    if sshd:
+        if tb.kind != "local":
+            raise QuicbedError("--sshd makes a local ssh lab; it goes with --testbed local")
+        from quicbed.testbed.sshlab import SshLab
+
+        need_root("quicbed testbed up --sshd")
+        inv = SshLab(tb.prefix).up()
+        out.print(f"testbed {tb.prefix}: up with sshd; hosts: {inv}")
+        out.print(f"next: quicbed link check --testbed ssh --hosts {inv} --rate 10 --rtt 36")
+        return
+    bed = tb.open("quicbed testbed up")
+    try:
+        with bed.claim("quicbed testbed up"):
+            made = bed.up()
+    finally:
+        bed.close()
+    state = "created" if made else "already up" if tb.kind == "local" else "reachable"
+    out.print(f"testbed {tb.name()}: {state}")
+
+
+@testbed_app.command("down")
+@options("tb", TestbedOptions)
+def testbed_down(tb: TestbedOptions) -> None:
+    """Remove everything quicbed made on the testbed, also after a crash (idempotent).
+
+    The link's shaping and any host-wide setting it held; locally the namespaces and
+    their processes, on ssh hosts the daemons quicbed started and its work folders.
+    """
+    bed = tb.open("quicbed testbed down")
+    try:
+        with bed.claim("quicbed testbed down"):
+            removed = bed.teardown()
+    finally:
+        bed.close()
+    out.print(
+        f"testbed {tb.name()}: "
+        + (f"removed {', '.join(removed)}" if removed else "nothing to remove")
+    )
+
+
+@testbed_app.command("status")
+@options("tb", TestbedOptions)
+def testbed_status(
+    *,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    tb: TestbedOptions,
+) -> None:
+    """What exists now, read from the kernel (or from the ssh hosts), and who is using it."""
+    bed = tb.open("quicbed testbed status")
+    try:
+        info = bed.status()
+        info["owner"] = bed.holder()
+    finally:
+        bed.close()
+    if as_json:
+        print_json(info)
+    else:
+        print_testbed_status(info, tb.kind, tb.name())
+
+
+# --- link -----------------------------------------------------------------------------
+@link_app.command("check", context_settings={"ignore_unknown_options": False})
+@options("link", LinkOptions)
+@options("tb", TestbedOptions)
+def link_check(
+    *,
+    link: LinkOptions,
+    shaper: ShaperOpt = SHAPER,
+    tb: TestbedOptions,
+    tcp_seconds: Annotated[
+        float, typer.Option(help="iperf3 TCP seconds per direction.")
+    ] = RECEIPT_TCP_SECONDS,
+    cc: Annotated[str, typer.Option(help="TCP congestion control.")] = CC,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the receipt as JSON.")] = False,
+    out_file: Annotated[
+        str | None, typer.Option("--out", help="Also write the receipt here.")
+    ] = None,
+) -> None:
+    """Apply a condition, measure what the link delivers, judge it (exit 1 if out of tolerance).
+
+    The receipt is printed (--json: as JSON) and, with --out, written to a new file.
+    """
+    import json
+    from pathlib import Path
+
+    from quicbed.link.model import check_tcp_seconds
+    from quicbed.link.receipt import measure
+    from quicbed.link.session import shaped_link
+
+    cond = link.condition()
+    check_tcp_seconds(tcp_seconds, "--tcp-seconds")
+    if out_file:  # refused now, not after the measurement
+        if Path(out_file).exists() or Path(out_file).is_symlink():
+            raise QuicbedError(f"--out: {out_file} exists; the receipt is never written over")
+        if not Path(out_file).parent.is_dir():
+            raise QuicbedError(f"--out: folder {Path(out_file).parent} does not exist")
+    bed = tb.open("quicbed link check")
+    try:
+        with shaped_link(bed, cond, shaper, cc=cc) as shaped:
+            receipt = measure(
+                bed, cond, shaped.shaper, shaped.tuning, tcp_seconds=tcp_seconds, cc=cc
+            )
+    finally:
+        bed.close()
+    data = receipt.model_dump(mode="json")
+    if out_file:
+        with open(out_file, "x") as f:
+            json.dump(data, f, indent=2)
+    if as_json:
+        print_json(data)
+    else:
+        print_receipt(receipt)
+    if not receipt.passed:
+        raise typer.Exit(1)
+
+
+# --- cell -----------------------------------------------------------------------------
+@app.command("cell")
+@options("link", LinkOptions, only=CELL_LINK)
+@options("cell", CellOptions)
+@options("tb", TestbedOptions)
+def cell_cmd(
+    *,
+    page: Annotated[str | None, typer.Option(help="Page name from workloads/pages.yaml.")] = None,
+    out_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--out",
+            help="Results folder (created or added to); with --from, default: that folder "
+            "(a package's: NAME-rerun beside it).",
+        ),
+    ] = None,
+    from_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--from", help="Rerun a stored cell of this results folder or replication package."
+        ),
+    ] = None,
+    cell_id: Annotated[str | None, typer.Option("--cell", help="With --from: cell ID.")] = None,
+    where: Annotated[
+        str | None,
+        typer.Option(help="With --from: the cell's settings, e.g. rate=50,rtt=36,page=10kbx100."),
+    ] = None,
+    link: LinkOptions,
+    cell: CellOptions,
+    tb: TestbedOptions,
+    receipt_tcp_seconds: Annotated[
+        float, typer.Option(help="iperf3 TCP seconds per direction of the link's receipt.")
+    ] = RECEIPT_TCP_SECONDS,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    keep_testbed: KeepOpt = False,
+    traces: TracesOpt = None,
+    yes: YesOpt = False,
+    max_hours: MaxHoursOpt = MAX_HOURS,
+    force: Annotated[
+        bool, typer.Option(help="Add to a folder whose runs were made with other software.")
+    ] = False,
+) -> None:
+    """Measure one cell: a page loaded over each arm (--arms) under one condition, on a link
+    its receipt proves; stored as a new attempt.
+
+    With --from DIR and --cell or --where: rerun a stored cell (a page, bulk or compete
+    cell) with its exact stored configuration, as a new attempt beside the old ones
+    (reports use the latest).
+
+    Into a folder whose sweep or whose cell's latest attempt ran other software
+    (Chromium, Apache, the servers, quicbed): refused unless --force. A replication
+    package given to --from is the exception: it is extracted to --out (default: NAME-rerun
+    beside the archive), the new attempt is there to be compared with the packaged one,
+    and the comparison printed names what differs.
+    """
+    from pathlib import Path
+
+    from quicbed.link.model import check_tcp_seconds
+    from quicbed.paths import check_folder_target
+    from quicbed.results.store import DB_NAME, Store
+    from quicbed.run.cell import validate
+    from quicbed.run.sweep import check_budget, run_cell_into
+    from quicbed.spec.cellconfig import make_cell
+    from quicbed.spec.sweepspec import PlannedCell
+
+    check_tcp_seconds(receipt_tcp_seconds, "--receipt-tcp-seconds")
+    packaged = None
+    with ExitStack() as refused:  # a rerun refused here leaves no extracted package
+        if from_dir:
+            from quicbed.analysis.select import find_cell
+            from quicbed.package.rerun import is_package, rerun_workspace
+
+            if is_package(from_dir):  # a replication package: rerun beside its runs
+                folder, packaged = refused.enter_context(
+                    rerun_workspace(Path(from_dir), Path(out_dir) if out_dir else None)
+                )
+                from_dir = out_dir = str(folder)
+            store = Store(Path(from_dir))
+            try:
+                cid = find_cell(store, cell_id=cell_id, where=where)
+                cfg = make_cell(**store.cell_config(cid))
+            finally:
+                store.close()
+            if cell_id and cid != cell_id:
+                note(f"--cell {cell_id} matched cell {cid}")
+            out_dir = out_dir or from_dir
+        else:
+            if cell_id or where:
+                raise QuicbedError("--cell and --where need --from DIR")
+            if not page or not out_dir:
+                raise QuicbedError(
+                    "give --page and --out (or --from DIR --cell ID to rerun a cell)"
+                )
+            cfg = cell.config(link.condition(), page)
+        check_folder_target(Path(out_dir), "--out")
+        if (Path(out_dir) / DB_NAME).exists():  # a damaged store: refused before the testbed
+            Store(Path(out_dir)).close()
+        validate(cfg)
+        check_budget(
+            [PlannedCell(scenario="cell", config=cfg)], receipt_tcp_seconds, max_hours, yes
+        )
+    if traces is not None:
+        from quicbed.traces import check_level
+
+        check_level(traces)
+    bed = tb.open("quicbed cell")
+    refuse_early(bed, lambda: validate(cfg, bed))  # e.g. its shaper cannot run on bed
+    with owned(bed, "quicbed cell", keep_testbed), progress(transient=True) as bar:
+        task = bar.add_task(f"cell {cfg.cell_id()}: receipt, then loads", total=len(cfg.schedule()))
+
+        def step(arm: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, description=f"cell {cfg.cell_id()}: {arm}")
+
+        result = run_cell_into(
+            cfg,
+            Path(out_dir),
+            testbed=bed,
+            force=force or packaged is not None,
+            traces=traces or "light",
+            receipt_tcp_seconds=receipt_tcp_seconds,
+            progress=step,
+        )
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        print_cell(result, cfg)
+    if packaged is not None and not as_json:
+        from quicbed.package.rerun import beside
+
+        print("\n".join(beside(Path(out_dir), packaged, result.cell_id, result.attempt)))
+    if result.status != "done":
+        raise typer.Exit(1)
+
+
+# --- sweeps ---------------------------------------------------------------------------
+#: ``quicbed run``'s exit status when ``quicbed stop`` ended it between cells
+STOPPED_EXIT = 3
+
+
+@app.command("run")
+@options("tb", SweepTestbedOptions)
+def run_cmd(
+    *,
+    spec_file: Annotated[str, typer.Argument(help="Sweep spec (YAML), e.g. sweeps/demo.yaml.")],
+    out_dir: Annotated[str, typer.Option("--out", help="Results folder of this sweep.")],
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted sweep in --out.")] = False,
+    retry_failed: Annotated[
+        bool,
+        typer.Option("--retry-failed", help="With --resume: measure failed cells again."),
+    ] = False,
+    force: Annotated[bool, typer.Option(help="Resume despite a changed spec or software.")] = False,
+    yes: YesOpt = False,
+    max_hours: MaxHoursOpt = MAX_HOURS,
+    tb: SweepTestbedOptions,
+    keep_testbed: KeepOpt = False,
+    traces: TracesOpt = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            help="Run only shard i of K (i/K), e.g. 1/2; merge the "
+            "shards' folders with `quicbed merge`.",
+        ),
+    ] = None,
+) -> None:
+    """Run every cell of a sweep spec into one results folder; resumable after any stop.
+
+    Where: the local testbed (namespaces here, as root), or the ssh testbed of the
+    hosts --hosts names (an inventory, or the portal's manifest). --testbed overrides
+    the spec's testbed; --hosts alone means ssh. The stored spec says which ran.
+
+    Several --hosts: the cells are spread over those testbeds, one cell at a time on
+    each; a testbed that fails is taken out and its cells go to the others.
+
+    --shard i/K: only the i-th of K parts of the plan (the same split on any machine);
+    quicbed merge makes the parts' folders one.
+
+    quicbed stop DIR ends the sweep after its cell in progress (exit status 3).
+    --resume continues it; with --retry-failed the failed cells are measured again, as
+    new attempts.
+    """
+    from pathlib import Path
+
+    from quicbed.link.shapers import get_shaper
+    from quicbed.run.shard import parse_shard, select
+    from quicbed.run.sweep import check_budget, check_folder, kept_cells, run_sweep
+    from quicbed.spec.sweepspec import load_spec, plan
+
+    if retry_failed and not resume:
+        raise QuicbedError(
+            "--retry-failed measures a sweep's failed cells again: it needs "
+            "--resume (and the sweep's --out)"
+        )
+    part = parse_shard(shard) if shard is not None else None
+    spec = load_spec(Path(spec_file))
+    hosts = tb.host_list()
+    kind = tb.kind or ("ssh" if hosts else None)
+    if kind is not None and kind != spec.testbed:
+        if kind not in ("local", "ssh"):
+            raise QuicbedError(f"--testbed: unknown {kind!r} (local or ssh)")
+        spec = spec.model_copy(update={"testbed": kind})
+    if traces is not None:  # overrides the spec's level (not part of its digest)
+        from quicbed.traces import check_level
+
+        spec = spec.model_copy(update={"traces": check_level(traces)})
+    cells = plan(spec)
+    if part is not None:
+        cells = select(cells, part)
+    held = check_folder(Path(out_dir), spec, resume=resume, force=force, shard=part)
+    kept = kept_cells(Path(out_dir), retry_failed=retry_failed) if held is not None else set()
+    todo = [pc for pc in cells if pc.config.cell_id() not in kept]
+    est = check_budget(todo, spec.receipt_tcp_seconds, max_hours, yes)
+    beds: list[Testbed] = []
+    try:  # every testbed opened and able to shape, or none kept open
+        for h in hosts or [None]:  # type: ignore[list-item]  # None: the local testbed
+            beds.append(tb.open("quicbed run", kind=spec.testbed, hosts=h))
+            get_shaper(spec.shaper, beds[-1])
+    except BaseException:
+        for bed in beds:
+            bed.close()
+        raise
+    where = f" on {len(beds)} testbeds" if len(beds) > 1 else ""
+    what = f"shard {part} of sweep" if part else "sweep"
+    before = f" ({len(cells) - len(todo)} kept from before)" if len(todo) < len(cells) else ""
+    out.print(
+        f"{what} {spec.name!r}: {len(cells)} cells{before}, about "
+        f"{est / 60 / len(beds):.0f} min{where}; results in {out_dir}"
+    )
+    with ExitStack() as owning, progress() as bar:
+        for bed in beds:
+            owning.enter_context(owned(bed, "quicbed run", keep_testbed))
+        cells_task = bar.add_task("cells", total=len(cells))
+        loads_task = bar.add_task("loads", total=1)
+
+        seen: set[str] = set()
+
+        def on_cell(i: int, n: int, pc: Any, what: str) -> None:
+            c = pc.config
+            seen.add(c.cell_id())  # several testbeds: cells start out of plan order
+            done = i if len(beds) == 1 else max(0, len(seen) - len(beds))
+            bar.update(
+                cells_task,
+                completed=done,
+                description=f"{pc.scenario}: {c.page}, {c.condition.label()} ({what})",
+            )
+
+        def on_load(arm: str, done: int, total: int) -> None:
+            bar.update(loads_task, completed=done, total=total, description=f"loads ({arm})")
+
+        def on_lost(bed: Testbed, why: str) -> None:
+            out.print(f"[red]testbed {bed.describe_short()} taken out of the sweep:[/] {why}")
+
+        result = run_sweep(
+            spec,
+            Path(out_dir),
+            testbeds=beds,
+            resume=resume,
+            retry_failed=retry_failed,
+            force=force,
+            shard=part,
+            on_cell=on_cell,
+            on_load=on_load,
+            on_lost=on_lost,
+        )
+        if not result.stopped:
+            bar.update(cells_task, completed=len(cells))
+    print_sweep_result(result, what, spec.name, out_dir)
+    if result.stopped:
+        out.print(
+            f"stopped on request with {result.stopped} cell(s) not started; continue: "
+            f"quicbed run {spec_file} --out {out_dir} --resume"
+        )
+        raise typer.Exit(STOPPED_EXIT)
+    if result.failed:
+        raise typer.Exit(1)
+
+
+@app.command("stop")
+def stop_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder of a running sweep.")],
+) -> None:
+    """Ask the sweep running into a results folder to stop once its cell in progress ends.
+
+    Ctrl-C would lose that cell. The sweep exits with status 3; run --resume continues
+    it. Refused where no sweep is running, e.g. in a folder a single cell or a merge is
+    writing.
+    """
+    from pathlib import Path
+
+    from quicbed.results.folder import request_stop
+
+    pid = request_stop(Path(results))
+    who = f" (PID {pid})" if pid else ""
+    out.print(
+        f"asked the sweep in {results}{who} to stop after its cell in progress; "
+        "it exits when that cell ends"
+    )
+
+
+@app.command("merge")
+def merge_cmd(
+    folders: Annotated[list[str], typer.Argument(help="Results folders of one sweep's shards.")],
+    out_dir: Annotated[str, typer.Option("--out", help="The merged folder (new).")],
+    force: Annotated[
+        bool, typer.Option(help="Merge other specs, software or cells measured twice anyway.")
+    ] = False,
+) -> None:
+    """Merge the results folders of one sweep into one that reports, packages and verifies
+    as a single sweep.
+
+    The folders are its --shard parts or its runs on several machines. Folders of
+    another spec or other software, or a cell measured in two folders, are refused
+    unless --force; every attempt is kept.
+    """
+    from pathlib import Path
+
+    from quicbed.results.merge import merge
+
+    result = merge([Path(f) for f in folders], Path(out_dir), force=force)
+    for w in result.warnings:
+        warn(w)
+    out.print(
+        f"merged {len(folders)} folders: {result.cells} cells, {result.attempts} "
+        f"attempts in {out_dir}"
+    )
+    out.print(f"next: quicbed report {out_dir}")
+
+
+@app.command("report")
+def report_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder (a sweep or cells).")],
+) -> None:
+    """Build DIR/report from the store alone: statistics, table.csv, heatmaps, index.html.
+
+    Per cell the latest attempt is reported. Page cells: table.csv and heatmaps (PNG,
+    SVG); bulk and compete cells: transfers.csv and their figures.
+    """
+    from pathlib import Path
+
+    from quicbed.report.build import build
+
+    r = build(Path(results))
+    pages = len({row["cell_id"] for row in r.rows})
+    transfers = len(r.transfers.cells)
+    heatmaps = len(r.figures) - len(r.transfers.drawn)
+    what = f"{pages} page cells, {heatmaps} heatmaps" + (
+        f"; {transfers} transfer cells, {len(r.transfers.drawn)} figures" if transfers else ""
+    )
+    out.print(f"{what}; report: {r.out / 'index.html'}")
+
+
+@app.command("explain")
+def explain_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder.")],
+    cell: Annotated[str | None, typer.Option("--cell", help="Cell ID (or a prefix).")] = None,
+    where: Annotated[
+        str | None, typer.Option("--where", help="Or a filter: rate=10,rtt=36,page=1mb.")
+    ] = None,
+    rep: Annotated[
+        int | None, typer.Option("--rep", help="Explain load N of each arm (default: median).")
+    ] = None,
+    dest: Annotated[
+        str | None, typer.Option("--out", help="Folder (default DIR/report/explain/CELL).")
+    ] = None,
+) -> None:
+    """Why a load took its time: one load per arm of a traced cell, on one time axis.
+
+    Of the cell's latest finished attempt, the load closest to its arm's median PLT (or
+    --rep N): a figure (PNG, SVG), where the PLT difference comes from (summary.txt,
+    explain.json) and the loads' transport samples (transport.csv).
+    """
+    from pathlib import Path
+
+    from quicbed.analysis.explain import explain
+
+    r = explain(Path(results), cell, where, rep, Path(dest) if dest else None)
+    print(r.summary)  # plain: paths and tables must not be wrapped at the terminal width
+    for f in r.files:
+        print(f"wrote {f}")
+
+
+@app.command("export")
+def export_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder.")],
+    fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
+    dest: Annotated[
+        str | None, typer.Option("-o", help="Output file (default DIR/runs.FMT).")
+    ] = None,
+    replace: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+) -> None:
+    """One tidy row per page load: its cell's condition and settings, validity, PLT, timings.
+
+    Every attempt's loads, warm-ups included (the columns attempt_status, latest_attempt
+    and warmup say which). Bulk and compete cells have no page loads: their numbers are
+    in the report's transfers.csv.
+    """
+    from pathlib import Path
+
+    from quicbed.results.export import export
+
+    path = export(Path(results), fmt, Path(dest) if dest else None, replace)
+    out.print(f"wrote {path}")
+
+
+# --- replication packages -------------------------------------------------------------
+@app.command("package")
+def package_cmd(
+    results: Annotated[str, typer.Argument(help="Results folder of a finished sweep.")],
+    dest: Annotated[
+        str | None, typer.Option("-o", "--output", help="Archive (default DIR.tar.gz).")
+    ] = None,
+    no_har: Annotated[
+        bool, typer.Option("--no-har", help="Leave out the HARs (statistics still verify).")
+    ] = False,
+    traces: Annotated[
+        bool,
+        typer.Option(
+            "--traces",
+            help="Include DIR/traces (captures, qlog, NetLogs), never the TLS key logs "
+            "unless --keys.",
+        ),
+    ] = False,
+    keys: Annotated[
+        bool,
+        typer.Option(
+            "--keys",
+            help="With --traces: include the TLS key logs too (secrets: they decrypt the "
+            "captures).",
+        ),
+    ] = False,
+    replace: Annotated[bool, typer.Option(help="Overwrite an existing archive.")] = False,
+) -> None:
+    """Make a replication package: runs, raw data, provenance, figures, report, README.
+
+    One .tar.gz with checksums, which quicbed verify checks on any machine.
+    """
+    from pathlib import Path
+
+    from quicbed.package.build import build_package
+
+    r = build_package(
+        Path(results),
+        Path(dest) if dest else None,
+        no_har=no_har,
+        traces=traces,
+        keys=keys,
+        replace=replace,
+    )
+    print_package(r)
+
+
+@app.command("verify")
+def verify_cmd(
+    archive: Annotated[str, typer.Argument(help="A replication package (.tar.gz).")],
+) -> None:
+    """Check a package's files, recompute its statistics and figures from its runs alone.
+
+    Exit status 0 if everything matches, 1 listing what differs. Needs no root, no browser.
+    """
+    from pathlib import Path
+
+    from quicbed.package.verify import lines, verify
+
+    res = verify(Path(archive))
+    print("\n".join(lines(res)))
+    if not res.ok:
+        raise typer.Exit(1)
+
+
+# --- main ---------------------------------------------------------------------------
+def _on_signal(signum: int, frame: object) -> None:
+    """The first Ctrl-C or SIGTERM unwinds the command through its clean-ups; any later
+    one only says so, so it cannot cut a clean-up short between its shielded steps."""
+    global _interrupted
+    _interrupted = True
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _while_cleaning)
+    raise KeyboardInterrupt
+
+
+_interrupted = False
+
+
+def _while_cleaning(signum: int, frame: object) -> None:
+    print("quicbed: cleaning up what this command set up; please wait", file=sys.stderr)
+
+
+def _error(text: str) -> NoReturn:
+    """The one way a user's error ends: one line on stderr, exit status 2."""
+    print(f"quicbed: error: {' '.join(text.split())}", file=sys.stderr)
+    sys.exit(2)
+
+
+def usage_error_line(exc: Any) -> str:
+    """A click/typer usage error as one line naming the option and the value given.
+
+    typer (0.2x) raises its own vendored copy of click's exceptions, so ``click``'s
+    classes do not catch them. Their message names the option ("Invalid value for
+    '--rtt': ..."); typer's pydantic coercion keeps the rejected value in the cause.
+    No "Usage:" block: the line says where to look instead.
+    """
+    msg: str = exc.format_message().rstrip(".")
+    errors = getattr(exc.__cause__, "errors", None)
+    if callable(errors) and errors():
+        msg = f"{msg} (got {errors()[0].get('input')!r})"
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        msg = f"{msg}; see '{ctx.command_path} --help'"
+    return msg
+
+
+# --- bulk transfers and flows sharing a bottleneck (quicbed.run.bulk; one-shot for now) -----
+bulk_cli.register(app)
+
+
+# --- help -----------------------------------------------------------------------------
+def flowing(text: str) -> str:
+    """``text`` as the terminal should wrap it: each paragraph on one line, paragraphs
+    apart by a blank line. typer's rich help keeps the newlines inside a paragraph (all
+    but the first paragraph's, and those too in a group's command list), so a docstring
+    wrapped at the source's width would break sentences in mid-line."""
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text))
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+
+
+def _flow_help(group: typer.Typer) -> None:
+    """Every command's help in ``group`` and its sub-groups (its docstring, or its
+    help=) through :func:`flowing`: docstrings stay wrapped for the source's reader."""
+    for info in group.registered_commands:
+        text = info.help or inspect.getdoc(info.callback)
+        if text:
+            info.help = flowing(text)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _flow_help(sub.typer_instance)
+
+
+_flow_help(app)  # after the last command is registered
+
+
+def main() -> None:
+    """The ``quicbed`` entry point: every way a command ends becomes an exit status
+    (0, 1 for a measured failure, 2 for a user's error, 130 when interrupted)."""
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_signal)
+    try:
+        rc = app(prog_name="quicbed", standalone_mode=False)
+    except QuicbedError as exc:
+        _error(str(exc))
+    except (KeyboardInterrupt, typer.Abort):  # click turns Ctrl-C into Abort
+        print("quicbed: interrupted; what this command set up was removed", file=sys.stderr)
+        sys.exit(130)
+    except NoArgsIsHelpError as exc:  # `quicbed` alone: the help, not an error line
+        exc.show()
+        sys.exit(2)
+    except ClickException as exc:  # usage errors: unknown option or command, bad value
+        _error(usage_error_line(exc))
+    if _interrupted:  # typer turns the KeyboardInterrupt into a return code of 130
+        # cleaned up: a late Ctrl-C must not kill the exit itself (CPython restores the
+        # default SIGINT action while it shuts down, unless the signal is ignored)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        print("quicbed: interrupted; what this command set up was removed", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,372 @@
+"""The options several ``quicbed`` commands share, each group declared once.
+
+A group is a frozen dataclass whose fields carry their typer option (name, help) and
+their default; ``@options("tb", TestbedOptions)`` shows the fields to typer as the
+command's options and hands the command one ``TestbedOptions`` object instead of five
+loose parameters. Defaults come from the pydantic models (CellConfig, LinkCondition,
+SweepSpec), so the CLI, a sweep spec and a stored cell cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, TypeVar, get_type_hints
+
+import typer
+
+from quicbed.errors import QuicbedError
+from quicbed.link.model import JitterKind, LinkCondition, make_condition
+from quicbed.spec.cellconfig import UNLIMITED, CellConfig, cell_default, make_cell, parse_rate
+from quicbed.testbed.base import Testbed
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+#: the defaults of a condition and of a cell: the models' fields, read once (every
+#: value is immutable), so that no default is restated here
+LINK = {n: f.default for n, f in LinkCondition.model_fields.items() if not f.is_required()}
+CELL = {n: cell_default(n) for n, f in CellConfig.model_fields.items() if not f.is_required()}
+
+
+def spec_default(name: str) -> Any:
+    """A SweepSpec field's default (e.g. the receipt's iperf3 seconds)."""
+    from quicbed.spec.sweepspec import SweepSpec
+
+    return SweepSpec.model_fields[name].get_default(call_default_factory=True)
+
+
+def options(name: str, group: type, *, only: Collection[str] | None = None) -> Callable[[F], F]:
+    """Give the decorated command the fields of ``group`` as options, in the place of
+    its parameter ``name``, and one ``group`` object in that parameter; ``only`` picks
+    some fields (the others keep their defaults). Typer reads a command's signature,
+    so the wrapper shows it the command's parameters with the group's spliced in."""
+    hints = get_type_hints(group, include_extras=True)
+    keyword = inspect.Parameter.KEYWORD_ONLY  # typer passes every value by name
+    params = [
+        inspect.Parameter(f.name, keyword, default=f.default, annotation=hints[f.name])
+        for f in fields(group)
+        if only is None or f.name in only
+    ]
+
+    def decorate(func: F) -> F:
+        sig = inspect.signature(func, eval_str=True)
+        clash = set(sig.parameters) & {p.name for p in params}
+        if name not in sig.parameters or clash:
+            raise TypeError(
+                f"{func.__name__}: needs a parameter {name!r} and no {', '.join(sorted(clash))}"
+            )
+        every: list[inspect.Parameter] = []
+        for p in sig.parameters.values():
+            every += params if p.name == name else [p.replace(kind=keyword)]
+
+        @functools.wraps(func)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = group(**{p.name: kwargs.pop(p.name) for p in params})
+            return func(*args, **kwargs)
+
+        command.__signature__ = sig.replace(parameters=every)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in every}
+        return command  # type: ignore[return-value]
+
+    return decorate
+
+
+# --- the testbed a command opens ------------------------------------------------------
+PrefixOpt = Annotated[
+    str, typer.Option("--prefix", help="Name prefix of the testbed's namespaces.")
+]
+TestbedOpt = Annotated[
+    str, typer.Option("--testbed", help="local (namespaces here) or ssh (three hosts).")
+]
+HostsOpt = Annotated[
+    str | None,
+    typer.Option("--hosts", help="ssh testbed: an Ansible inventory or the portal's manifest."),
+]
+SshUserOpt = Annotated[str | None, typer.Option("--ssh-user", help="ssh testbed: login name.")]
+SshKeyOpt = Annotated[str | None, typer.Option("--ssh-key", help="ssh testbed: private key.")]
+
+
+def need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise QuicbedError(f"{what} needs root (network namespaces); run it with sudo")
+
+
+@dataclass(frozen=True)
+class TestbedOptions:
+    """Where a command runs: the local namespaces ``prefix``-*, or the ssh hosts."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    prefix: PrefixOpt = "qb"
+    kind: TestbedOpt = "local"
+    hosts: HostsOpt = None
+    ssh_user: SshUserOpt = None
+    ssh_key: SshKeyOpt = None
+
+    def one_host(self) -> str | None:
+        return self.hosts
+
+    def name(self) -> str:
+        """How the command's output names the testbed."""
+        return self.prefix if self.kind == "local" else str(self.hosts)
+
+    def open(self, what: str, *, kind: str | None = None, hosts: str | None = None) -> Testbed:
+        """The testbed the options name (``kind`` and ``hosts`` override them, as a
+        sweep's spec and each of its --hosts do); every inconsistency is an error
+        naming the option."""
+        kind = kind or self.kind
+        hosts = hosts or self.one_host()
+        if kind == "local":
+            if hosts or self.ssh_user or self.ssh_key:
+                raise QuicbedError("--hosts, --ssh-user and --ssh-key go with --testbed ssh")
+            need_root(what)
+            from quicbed.testbed.local import LocalTestbed
+
+            return LocalTestbed(self.prefix)
+        if kind == "ssh":
+            from quicbed.testbed.hosts import load
+
+            if not hosts:
+                raise QuicbedError("--testbed ssh needs --hosts (an inventory or a manifest)")
+            return load(
+                Path(hosts),
+                user=self.ssh_user,
+                key=Path(self.ssh_key).expanduser() if self.ssh_key else None,
+            )
+        raise QuicbedError(f"testbed: unknown {kind!r} (local or ssh)")
+
+
+@dataclass(frozen=True)
+class SweepTestbedOptions(TestbedOptions):
+    """``quicbed run``: the spec names the testbed unless --testbed does, and --hosts
+    may name several (the sweep is spread over them)."""
+
+    kind: Annotated[
+        str | None,
+        typer.Option("--testbed", help="local or ssh; default: the spec's (ssh with --hosts)."),
+    ] = None  # type: ignore[assignment]
+    hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--hosts",
+            help="ssh testbed: an inventory or the portal's manifest; "
+            "give it once per testbed to spread the sweep over several.",
+        ),
+    ] = None  # type: ignore[assignment]
+
+    def one_host(self) -> str | None:
+        return None  # each testbed is opened with its own: open(hosts=...)
+
+    def host_list(self) -> list[str]:
+        hosts = list(self.hosts or [])
+        if len(set(hosts)) < len(hosts):
+            raise QuicbedError(f"--hosts: a testbed is named twice ({', '.join(hosts)})")
+        return hosts
+
+
+@contextmanager
+def owned(tb: Testbed, what: str, keep: bool) -> Iterator[None]:
+    """``what`` owns ``tb`` throughout; at the end, also after an error or Ctrl-C, the
+    testbed is torn down (unless ``keep``) and the user is told what was removed."""
+    removed: list[str] | None
+    try:
+        with tb.claim(what):
+            if keep:
+                tb.up()  # so the runner does not remove what it finds made
+            try:
+                yield
+            finally:
+                if not keep:
+                    try:
+                        removed = tb.teardown()
+                    except QuicbedError as exc:
+                        if tb.lost is None:
+                            raise
+                        print(
+                            f"quicbed: testbed {tb.describe_short()} (taken out: {tb.lost}) "
+                            f"could not be torn down: {exc}",
+                            file=sys.stderr,
+                        )
+                        removed = None
+                    if removed is not None:
+                        print(
+                            f"quicbed: testbed {tb.describe_short()} torn down"
+                            + (
+                                f" (removed {len(removed)}: {', '.join(removed)})"
+                                if removed
+                                else ""
+                            ),
+                            file=sys.stderr,
+                        )
+    finally:
+        tb.close()
+
+
+def refuse_early(tb: Testbed, check: Callable[[], object]) -> None:
+    """Run ``check`` against the opened testbed before the command claims it (as
+    ``link check`` asks its shaper before shaping); ``tb`` is closed if it refuses,
+    so a refusal makes, claims and tears down nothing."""
+    try:
+        check()
+    except BaseException:
+        tb.close()
+        raise
+
+
+# --- the link condition ---------------------------------------------------------------
+RateOpt = Annotated[str, typer.Option(help=f"Rate in Mbit/s each way, or '{UNLIMITED[0]}'.")]
+RttOpt = Annotated[float | None, typer.Option(help="Base RTT in ms, split evenly.")]
+DelayDownOpt = Annotated[float | None, typer.Option(help="Server->client delay, ms.")]
+DelayUpOpt = Annotated[float | None, typer.Option(help="Client->server delay, ms.")]
+LossOpt = Annotated[float, typer.Option(help="End-to-end loss in %, split evenly.")]
+LossDownOpt = Annotated[float | None, typer.Option(help="Server->client loss, %.")]
+LossUpOpt = Annotated[float | None, typer.Option(help="Client->server loss, %.")]
+JitterOpt = Annotated[float, typer.Option(help="Jitter, +/- ms per direction.")]
+JitterKindOpt = Annotated[str, typer.Option(help="none, reorder or smooth.")]
+QueueOpt = Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")]
+CountOpt = Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")]
+SeedOpt = Annotated[int, typer.Option(help="RNG seed of loss and jitter.")]
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    """A network condition as the options state it; ``condition()`` validates it."""
+
+    rate: RateOpt = UNLIMITED[0]
+    rtt: RttOpt = None
+    delay_down: DelayDownOpt = None
+    delay_up: DelayUpOpt = None
+    loss: LossOpt = LINK["loss_pct"]
+    loss_down: LossDownOpt = None
+    loss_up: LossUpOpt = None
+    jitter: JitterOpt = LINK["jitter_ms"]
+    jitter_kind: JitterKindOpt = LINK["jitter_kind"].value
+    queue: QueueOpt = LINK["queue"]
+    count: CountOpt = LINK["count"]
+    seed: SeedOpt = LINK["seed"]
+
+    def condition(self) -> LinkCondition:
+        """The LinkCondition; every bad value is one error naming it."""
+        if self.count not in ("ethernet", "ip"):
+            raise QuicbedError(f"count: unknown {self.count!r} (ethernet or ip)")
+        rate = parse_rate(self.rate)
+        try:
+            jitter_kind = JitterKind(self.jitter_kind)
+        except ValueError:
+            raise QuicbedError(
+                f"jitter kind: unknown {self.jitter_kind!r} (one of none, reorder, smooth)"
+            ) from None
+        kw = dict(
+            rate_mbit=rate,
+            rtt_ms=self.rtt,
+            delay_down_ms=self.delay_down,
+            delay_up_ms=self.delay_up,
+            loss_pct=self.loss,
+            loss_down_pct=self.loss_down,
+            loss_up_pct=self.loss_up,
+            jitter_ms=self.jitter,
+            jitter_kind=jitter_kind,
+            queue=self.queue,
+            count=self.count,
+            seed=self.seed,
+        )
+        return make_condition(**{k: v for k, v in kw.items() if v is not None})
+
+
+#: the link options ``quicbed cell`` offers (no per-direction values: a cell's
+#: condition is stated as a paper states it)
+CELL_LINK = ("rate", "rtt", "loss", "jitter", "jitter_kind", "queue", "seed")
+
+
+# --- a cell's own settings -----------------------------------------------------------
+ShaperOpt = Annotated[str, typer.Option("--shaper", help="auto, userspace, netem or dummynet.")]
+SHAPER: str = CELL["shaper"]
+CC: str = CELL["cc"]
+ARMS = ",".join(CELL["arms"])
+RunsOpt = Annotated[int, typer.Option(help="Measured loads per arm.")]
+WarmupOpt = Annotated[int, typer.Option(help="Warm-up loads per arm (not in the stats).")]
+ModeOpt = Annotated[
+    str, typer.Option(help="0rtt (one browser context per arm) or 1rtt (a fresh one per load).")
+]
+ArmsOpt = Annotated[
+    str,
+    typer.Option(
+        help=(
+            "Comma-separated arms: h2 (Apache), h3 (quic-go), h3-quiche (quiche), gquic, "
+            "each with optional :KEY=VALUE settings (stack, cc, cubic_n, cubic_beta, "
+            "quic_version, tls; on a TCP arm tcp_sack, tcp_ecn, tcp_window_scaling, "
+            "tcp_fastopen, initcwnd, rmem), e.g. h2:tcp_sack=false,h3:cubic_n=2,"
+            "h3-quiche:cc=bbr2, or a new arm h3-n2:stack=quic-go:cubic_n=2."
+        )
+    ),
+]
+OrderOpt = Annotated[str, typer.Option(help="alternate (ABBA), random or blocked.")]
+CellCcOpt = Annotated[
+    str,
+    typer.Option(
+        help=(
+            "Congestion control of every arm that names none (TCP: the kernel's cubic, bbr, "
+            "reno; each QUIC stack its own names)."
+        )
+    ),
+]
+
+
+@dataclass(frozen=True)
+class CellOptions:
+    """What ``quicbed cell`` measures besides the link: CellConfig's fields, with its
+    defaults; ``config()`` validates them as a stored cell is validated."""
+
+    runs: RunsOpt = CELL["runs"]
+    warmup: WarmupOpt = CELL["warmup"]
+    mode: ModeOpt = CELL["mode"]
+    arms: ArmsOpt = ARMS
+    order: OrderOpt = CELL["order"]
+    cc: CellCcOpt = CC
+    shaper: ShaperOpt = SHAPER
+
+    def config(self, condition: LinkCondition, page: str) -> CellConfig:
+        from quicbed.spec.arms import parse_cli
+
+        names, settings = parse_cli(self.arms)
+        return make_cell(
+            condition=condition,
+            page=page,
+            runs=self.runs,
+            warmup=self.warmup,
+            mode=self.mode,
+            arms=names,
+            arm_settings=settings,
+            order=self.order,
+            cc=self.cc,
+            shaper=self.shaper,
+        )
+
+
+# --- options more than one command has ------------------------------------------------
+#: the time budget above which a cell or a sweep asks for --yes
+MAX_HOURS = 1.0
+#: iperf3 TCP seconds per direction of a receipt (a sweep spec's default)
+RECEIPT_TCP_SECONDS: float = spec_default("receipt_tcp_seconds")
+YesOpt = Annotated[bool, typer.Option("--yes", help="Run even if longer than --max-hours.")]
+MaxHoursOpt = Annotated[
+    float, typer.Option(help="Ask for --yes if the time estimate exceeds this many hours.")
+]
+TracesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--traces",
+        help="Transport traces per load: none, light or full (default: light; run: the spec's).",
+    ),
+]
+KeepOpt = Annotated[
+    bool,
+    typer.Option("--keep-testbed", help="Leave the testbed up at the end (default: tear down)."),
+]

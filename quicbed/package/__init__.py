@@ -1,0 +1,1 @@
+"""Replication packages: built, checked for secrets, verified and rerun."""

@@ -1,0 +1,1 @@
+"""The report: HTML page, tables and figures, drawn from the store only."""

@@ -1,0 +1,962 @@
+"""The report: statistics, tables, heatmaps and an HTML page, from the store only.
+
+A pure function of the results folder: it never reads the memory of a run, so a
+replication package can regenerate it. ``DIR/report/`` (or another folder) is
+rebuilt from scratch. Per cell the latest attempt is used (the report says so and
+counts attempts). ``figures.json`` holds what each heatmap shows, cell by cell, so
+regenerated figures can be compared by their numbers as well as by their bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import functools
+import itertools
+import json
+import shutil
+import textwrap
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from quicbed import __version__
+from quicbed.analysis.stats import DEFAULT_ALPHA, Comparison, adjust, compare
+from quicbed.errors import QuicbedError
+from quicbed.report import transfers as report_transfers
+from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
+from quicbed.report.transfers import is_transfer
+from quicbed.results.folder import SWEEP_FILE, measured_on
+from quicbed.results.provenance import component_identity, setup_identity
+from quicbed.results.store import Store
+from quicbed.spec.sweepspec import stored_queue_warning
+
+if TYPE_CHECKING:
+    from quicbed.servers.base import WebServer
+
+COLUMNS = [
+    "scenario",
+    "cell_id",
+    "attempt",
+    "attempts",
+    "status",
+    "page",
+    "rate_mbit",
+    "rtt_ms",
+    "loss_pct",
+    "loss_down_pct",
+    "loss_up_pct",
+    "jitter_ms",
+    "jitter_kind",
+    "queue",
+    "mode",
+    "runs",
+    "cc",
+    "pair",
+    "ref",
+    "cand",
+    "ref_stack",
+    "cand_stack",
+    "ref_cc",
+    "cand_cc",
+    "n_ref",
+    "mean_ref",
+    "sd_ref",
+    "median_ref",
+    "n_cand",
+    "mean_cand",
+    "sd_cand",
+    "median_cand",
+    "pct_diff",
+    "pltc",
+    "welch_p",
+    "mannwhitney_p",
+    "p_used",
+    "p_adjusted",
+    "significant",
+    "testable",
+    "boot_diff_low",
+    "boot_diff_high",
+    "receipt_passed",
+    "invalid_ref",
+    "invalid_cand",
+    "problem",
+    "queue_warning",
+]
+#: the per-group counts (groups.csv): per scenario, pair and mode, how many cells have
+#: a number and how many are positive (the candidate faster), significantly or not
+GROUP_COLUMNS = [
+    "scenario",
+    "pair",
+    "mode",
+    "cells",
+    "with_number",
+    "positive",
+    "positive_significant",
+    "negative_significant",
+]
+#: the pair of the reference study: its heatmaps keep the names they always had
+CLASSIC_PAIR = "h2/h3"
+
+
+@dataclass
+class Report:
+    out: Path
+    rows: list[dict[str, Any]]
+    figures: list[dict[str, Any]] = field(default_factory=list)
+    #: the testbeds that measured the reported attempts, and what to beware of
+    testbeds: list[dict[str, Any]] = field(default_factory=list)
+    testbed_warnings: list[str] = field(default_factory=list)
+    #: per scenario, pair and mode: how many cells favour the candidate (groups.csv)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    #: one line per small queue of the reported cells (quicbed.spec.sweepspec.queue_warning)
+    queue_warnings: list[str] = field(default_factory=list)
+    #: the bulk and compete cells (quicbed.report.transfers)
+    transfers: report_transfers.TransferSection = field(
+        default_factory=report_transfers.TransferSection
+    )
+
+
+def testbeds(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The testbeds behind the reported attempts (each with a colour and its cells), and
+    a warning for every link condition measured on more than one hardware type: its
+    cells differ by machine as well as by arm, page or setting."""
+    cells = [r for r in rows if r["_first"]]
+    found: dict[str, dict[str, Any]] = {}
+    for r in cells:
+        t = r["_testbed"]
+        entry = found.setdefault(t["id"], dict(t, cells=0))
+        entry["cells"] += 1
+    for i, t in enumerate(found.values()):
+        t["colour"] = TESTBED_COLOURS[i % len(TESTBED_COLOURS)]
+    for r in rows:
+        r["_testbed_colour"] = found[r["_testbed"]["id"]]["colour"]
+    by_cond: dict[str, dict[str, list[str]]] = {}
+    for r in cells:
+        by_cond.setdefault(r["_condition"], {}).setdefault(r["_testbed"]["hardware"], []).append(
+            r["cell_id"]
+        )
+    warnings = []
+    for cond, hw in by_cond.items():
+        if len(hw) > 1:
+            c = json.loads(cond)
+            what = (
+                f"{_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']} ms, loss {c['loss_pct']} %"
+                f", jitter {c['jitter_ms']} ms, queue {c['queue']}"
+            )
+            on = "; ".join(f"{h}: {len(ids)} cell(s)" for h, ids in hw.items())
+            warnings.append(
+                f"the condition {what} was measured on different hardware ({on}): "
+                "compare its cells with care"
+            )
+    return list(found.values()), warnings
+
+
+#: one background per testbed in the report's cell table (light, readable under text)
+TESTBED_COLOURS = ("#e8f0fe", "#fce8e6", "#e6f4ea", "#fef7e0", "#f3e8fd", "#e4f7fb")
+
+
+def comparison_columns(c: Comparison) -> dict[str, Any]:
+    """The table's columns of one comparison (quicbed.analysis.stats.compare computed them all;
+    ``p_adjusted`` and the final ``significant`` come per heatmap, in ``build``)."""
+    out: dict[str, Any] = {}
+    for key, s in (("ref", c.tcp), ("cand", c.quic)):
+        out.update(
+            {f"n_{key}": s.n, f"mean_{key}": s.mean, f"sd_{key}": s.sd, f"median_{key}": s.median}
+        )
+    # PLTC (the beta study's metric): the change relative to the reference arm,
+    # (mean ref - mean cand) / mean ref x 100; from compare()'s summaries, and only where
+    # compare() gave its own difference (enough valid runs)
+    ref, cand = c.tcp.mean, c.quic.mean
+    pltc = None
+    if c.pct_diff is not None and ref is not None and cand is not None and ref > 0:
+        pltc = (ref - cand) / ref * 100
+    out.update(
+        pct_diff=c.pct_diff,
+        pltc=pltc,
+        welch_p=c.welch_p,
+        mannwhitney_p=c.mannwhitney_p,
+        p_used=c.p,
+        testable=c.testable,
+        significant=c.significant,
+        boot_diff_low=c.boot_diff_low,
+        boot_diff_high=c.boot_diff_high,
+    )
+    return out
+
+
+def _git_label(git: dict[str, Any]) -> str:
+    """``abc123456789 (dirty)``, and where the checkout had moved to while it ran."""
+
+    def one(g: dict[str, Any]) -> str:
+        return (g.get("sha") or "?")[:12] + (" (dirty)" if g.get("dirty") else "")
+
+    now = git.get("now")
+    return one(git) + (f"; checkout at {one(now)} by then" if isinstance(now, dict) else "")
+
+
+def queue_warnings(rows: list[dict[str, Any]]) -> list[str]:
+    """A line per link condition of the reported cells whose queue is small."""
+    found: dict[str, list[str]] = {}
+    for r in rows:
+        if r["queue_warning"]:
+            found.setdefault(r["_condition"], [r["queue_warning"]])
+            if r["scenario"] not in found[r["_condition"]]:
+                found[r["_condition"]].append(r["scenario"])
+    out = []
+    for cond, (w, *scenarios) in found.items():
+        c = json.loads(cond)
+        out.append(
+            f"small queue at {_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']:g} ms, loss "
+            f"{_label_loss(c)} ({', '.join(scenarios)}): {w}; its cells may say more "
+            "about the buffer than about the transports"
+        )
+    return out
+
+
+def group_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario, pair and mode: the cells, those with a number, and how many favour
+    the candidate (PLTC and the difference > 0), significantly (after the heatmap's
+    correction) or not, and how many favour the reference significantly."""
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows:
+        if not r["pair"]:
+            continue
+        g = groups.setdefault(
+            (r["scenario"], r["pair"], r["mode"]),
+            {
+                "scenario": r["scenario"],
+                "pair": r["pair"],
+                "mode": r["mode"],
+                "cells": 0,
+                "with_number": 0,
+                "positive": 0,
+                "positive_significant": 0,
+                "negative_significant": 0,
+            },
+        )
+        g["cells"] += 1
+        if r["status"] != "done" or r.get("pltc") is None:
+            continue
+        g["with_number"] += 1
+        g["positive"] += int(r["pltc"] > 0)
+        g["positive_significant"] += int(r["pltc"] > 0 and r["significant"] is True)
+        g["negative_significant"] += int(r["pltc"] < 0 and r["significant"] is True)
+    return list(groups.values())
+
+
+def page_kind(page: str) -> str:
+    """``single-object`` or ``multi-object``, by the page's object count in
+    workloads/pages.yaml (``1mbx1`` is one object), as the reference study split them."""
+    pages = _pages()
+    if page not in pages:
+        return "multi-object"  # not a page of ours (an old folder): the HAR-less default
+    return "single-object" if pages[page].images == 1 else "multi-object"
+
+
+@functools.cache
+def _pages() -> dict[str, Any]:
+    from quicbed.spec import workloads
+
+    return dict(workloads.load().pages)
+
+
+def heat_state(row: dict[str, Any]) -> str:
+    """How a heatmap draws a cell (quicbed.report.plots.cell_look): ``fail`` the attempt failed,
+    ``n/a`` too few valid runs for a number, ``untested`` too few runs for the test to
+    reach alpha, ``ok`` a number and a verdict."""
+    if row["status"] == "failed":
+        return "fail"
+    if row["pct_diff"] is None:
+        return "n/a"
+    if row.get("testable") is False:
+        return "untested"
+    return "ok"
+
+
+def correct(rows: list[dict[str, Any]], correction: str, alpha: float) -> None:
+    """Adjust the p-values of one heatmap's rows and set their verdicts: a cell too small
+    for its test is not a test and does not count in the correction."""
+    adj = adjust([r["p_used"] if r.get("testable") else None for r in rows], correction)
+    for r, p in zip(rows, adj, strict=True):
+        r["p_adjusted"] = p
+        r["significant"] = None if p is None else p < alpha
+
+
+def _planned_scenarios(spec: dict[str, Any]) -> dict[str, list[str]]:
+    """cell_id -> scenarios, by planning the folder's spec again (folders of schema 1).
+    A spec this quicbed no longer accepts (a rule added since) plans nothing: its cells
+    are reported under "cells" rather than not at all."""
+    from pydantic import ValidationError
+
+    from quicbed.spec.sweepspec import SweepSpec, plan
+
+    out: dict[str, list[str]] = {}
+    try:
+        planned = plan(SweepSpec(**spec))
+    except (ValidationError, QuicbedError):
+        return out
+    for pc in planned:
+        out.setdefault(pc.config.cell_id(), []).append(pc.scenario)
+    return out
+
+
+def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """One row per cell (latest attempt) and pair of arms compared in it (a cell of one
+    arm: one row without a pair), with every statistic; corrections not yet applied."""
+    from quicbed.results.folder import compare_cell
+    from quicbed.spec.arms import own_pairs, parse_pairs
+    from quicbed.spec.cellconfig import make_cell
+
+    sweep = json.loads((root / SWEEP_FILE).read_text()) if (root / SWEEP_FILE).exists() else None
+    stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
+    alpha = stats_cfg.get("alpha", DEFAULT_ALPHA)
+    test = stats_cfg.get("test", "welch")
+    extra = parse_pairs(stats_cfg.get("pairs"))
+    store = Store(root)
+    rows: list[dict[str, Any]] = []
+    try:
+        scenarios = store.cell_scenarios()
+        if sweep and not scenarios:  # a folder of schema 1: its scenarios were not stored
+            scenarios = _planned_scenarios(sweep["spec"])
+        latest = store.latest_attempts()
+        for cid in store.cells():
+            if cid not in latest:
+                continue
+            first = len(rows)
+            cfg = store.cell_config(cid)
+            if is_transfer(cfg):  # bulk and compete cells: quicbed.report.transfers
+                continue
+            att = latest[cid]
+            cond = cfg["condition"]
+            row: dict[str, Any] = {
+                "scenario": (scenarios.get(cid) or ["cells"])[0],
+                "cell_id": cid,
+                "attempt": att["attempt"],
+                "attempts": att["attempt"],
+                "status": att["status"],
+                "page": cfg["page"],
+                "rate_mbit": cond["rate_mbit"],
+                "rtt_ms": (
+                    cond["rtt_ms"]
+                    if cond["rtt_ms"] is not None
+                    else (cond["delay_down_ms"] or 0) + (cond["delay_up_ms"] or 0)
+                ),
+                "loss_pct": cond["loss_pct"],
+                "loss_down_pct": cond.get("loss_down_pct"),
+                "loss_up_pct": cond.get("loss_up_pct"),
+                "jitter_ms": cond["jitter_ms"],
+                "jitter_kind": cond["jitter_kind"],
+                "queue": cond["queue"],
+                "mode": cfg["mode"],
+                "runs": cfg["runs"],
+                "problem": att["problem"] or "",
+            }
+            row["queue_warning"] = stored_queue_warning(cond)
+            receipt = att["receipt"]
+            row["receipt_passed"] = None if receipt is None else receipt["passed"]
+            runs = store.runs(cid, att["attempt"])
+            cell = make_cell(**cfg)
+            arms = {a.name: a for a in cell.resolved_arms()}
+            row["cc"] = cell.tcp_cc()
+            invalid = {
+                a: sum(1 for r in runs if r["arm"] == a and not r["valid"] and not r["warmup"])
+                for a in arms
+            }
+            row["_software"] = software_label(
+                (att["provenance"] or {}).get("components"), list(arms.values())
+            )
+            row.update(
+                _runs=runs,
+                _receipt=receipt,
+                _invalid=invalid,
+                _warnings=[],
+                _arms=arms,
+                _first=True,
+                pair="",
+                _testbed=measured_on(att["provenance"]),
+                _condition=json.dumps(cond, sort_keys=True),
+            )
+            comps = compare_cell(
+                store, cid, att["attempt"], cell, own_pairs(extra, arms), alpha, test
+            )
+            if not comps:
+                rows.append(row)
+            for i, (pair, c) in enumerate(comps.items()):
+                ref, cand = pair.split("/")
+                prow = dict(
+                    row,
+                    _first=i == 0,
+                    pair=pair,
+                    ref=ref,
+                    cand=cand,
+                    ref_stack=arms[ref].stack,
+                    cand_stack=arms[cand].stack,
+                    ref_cc=arms[ref].cc,
+                    cand_cc=arms[cand].cc,
+                    invalid_ref=invalid[ref],
+                    invalid_cand=invalid[cand],
+                    _warnings=c.warnings,
+                )
+                prow.update(comparison_columns(c))
+                if att["status"] == "done" and c.problem:
+                    prow["problem"] = c.problem
+                rows.append(prow)
+            # a cell two scenarios plan is in both (its heatmaps, table rows); its receipt,
+            # testbed and explain page once (_first: the cell's first row)
+            own = rows[first:]
+            for r in own:
+                r["_first_in_scenario"] = r["_first"]
+            for other in (scenarios.get(cid) or [])[1:]:
+                rows += [dict(r, scenario=other, _first=False) for r in own]
+    finally:
+        store.close()
+    return rows, sweep
+
+
+def _heat_groups(
+    rows: list[dict[str, Any]],
+) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+    """(scenario, pair, mode, single|multi) -> its rows: one heatmap each."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if not r["pair"]:
+            continue
+        kind = page_kind(r["page"])
+        groups.setdefault((r["scenario"], r["pair"], r["mode"], kind), []).append(r)
+    return groups
+
+
+def _stack(name: str) -> type[WebServer] | None:
+    """A stored arm's stack, if this quicbed has it (a folder may come from another)."""
+    from quicbed.servers import get_stack
+
+    try:
+        return get_stack(name)
+    except QuicbedError:
+        return None
+
+
+def _arm_label(row: dict[str, Any], key: str, params: bool = False) -> str:
+    """A built-in arm by its transport, as the reference study wrote them (``h2 (TCP)``,
+    ``h3 (QUIC)``: its stack's ``label``); other arms by stack and CC, so a figure says
+    what it compares; with ``params`` also the arm's settings
+    (``h3-b06 (quic-go, cubic) [cubic_n 2, cubic_beta 0.6]``)."""
+    arm, stack = row[key], row[f"{key}_stack"]
+    cls = _stack(stack)
+    if cls is not None and cls.label and arm in cls.arms:
+        return f"{arm} ({cls.label})"
+    label = f"{arm} ({stack}, {row[f'{key}_cc']})"
+    a = (row.get("_arms") or {}).get(arm)
+    if params and a is not None and a.params:
+        label += (
+            " ["
+            + ", ".join(
+                f"{k} {v:g}" if isinstance(v, float | int) else f"{k} {v}"
+                for k, v in a.params.items()
+            )
+            + "]"
+        )
+    return label
+
+
+def software_label(components: dict[str, Any] | None, arms: list[Any]) -> str:
+    """The browser, each arm's server and its protocol version, as one caption line: a
+    heatmap says what software produced it (Chrome 72 with gQUIC Q039 is not Chromium
+    of today with QUIC v1). Each stack words its own part."""
+    comp = components or {}
+    parts = [str(comp.get("browser") or "browser ?").replace("HeadlessChrome/", "Chrome ")]
+    for a in arms:
+        cls = _stack(a.stack)
+        c = comp.get(a.name) or {}
+        text = cls.caption(a, c) if cls else f"{c.get('server') or a.stack}"
+        parts.append(f"{a.name}: {text}")
+    return "; ".join(parts)
+
+
+def _label_rate(v: float | None) -> str:
+    return "unlimited" if v is None else f"{v:g} Mbit/s"
+
+
+def _label_loss(r: dict[str, Any]) -> str:
+    """``1 %`` (end to end, split evenly), ``1 % down`` (the downlink only) or
+    ``1/0.5 % down/up``."""
+    down, up = r.get("loss_down_pct"), r.get("loss_up_pct")
+    if down is None and up is None:
+        return f"{r['loss_pct']:g} %"
+    d = r["loss_pct"] / 2 if down is None else down
+    u = r["loss_pct"] / 2 if up is None else up
+    return f"{d:g} % down" if not u else f"{d:g}/{u:g} % down/up"
+
+
+def _sort_queue(q: str) -> tuple[str, float]:
+    from quicbed.link.model import parse_queue
+
+    try:
+        return parse_queue(q)
+    except QuicbedError:
+        return ("~", 0.0)
+
+
+#: what a heatmap's rows or columns may be: (axis label, cell label, sort key); the
+#: reference study's heatmaps are rates x pages, a scenario varying more gets other axes
+_DIMS: dict[str, tuple[str, Any, Any]] = {
+    "rate": (
+        "rate",
+        lambda r: _label_rate(r["rate_mbit"]),
+        lambda r: (r["rate_mbit"] is None, r["rate_mbit"] or 0),
+    ),
+    "rtt": ("RTT", lambda r: f"{r['rtt_ms']:g} ms", lambda r: r["rtt_ms"]),
+    "loss": (
+        "loss",
+        _label_loss,
+        lambda r: (r["loss_pct"], r.get("loss_down_pct") or 0, r.get("loss_up_pct") or 0),
+    ),
+    "jitter": (
+        "jitter",
+        lambda r: f"{r['jitter_ms']:g} ms {r['jitter_kind']}",
+        lambda r: (r["jitter_kind"], r["jitter_ms"]),
+    ),
+    "queue": ("queue", lambda r: r["queue"], lambda r: _sort_queue(r["queue"])),
+    "page": ("page", lambda r: r["page"], lambda r: _page_index(r["page"])),
+}
+
+
+def _page_index(page: str) -> int:
+    order = list(_pages())
+    return order.index(page) if page in order else len(order)
+
+
+def heat_axes(grp: list[dict[str, Any]]) -> tuple[str, str, list[str]]:
+    """(rows, columns, the dimensions left that vary) of one heatmap group: rates x pages
+    where nothing else varies (the reference study's); else loss (or the page) across
+    and the first other dimension that varies down; any further one splits the group."""
+    varying = [d for d, (_, label, _) in _DIMS.items() if len({label(r) for r in grp}) > 1]
+    if set(varying) <= {"rate", "page"}:
+        return "rate", "page", []
+    cols = next((d for d in ("loss", "page") if d in varying), varying[-1])
+    rest = [d for d in varying if d != cols]
+    rows = rest[0] if rest else "rate"
+    return rows, cols, rest[1:]
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch == "." else "-" for ch in text).strip("-")
+
+
+def build(root: Path, out: Path | None = None, source: str | None = None) -> Report:
+    """Rebuild the report of the results folder ``root`` into ``out`` (default
+    ``root/report``). ``source`` is how the report names the results in its text and
+    its rerun commands (default: the folder's path; a package names its archive)."""
+    root = Path(root)
+    rows, sweep = cell_rows(root)
+    stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
+    alpha = stats_cfg.get("alpha", DEFAULT_ALPHA)
+    correction = stats_cfg.get("correction", "none")
+    test = stats_cfg.get("test", "welch")
+    store = Store.open_readonly(root)
+    try:
+        transfer_cells = any(is_transfer(c) for c in store.cell_configs().values())
+    finally:
+        store.close()
+    if not rows and not transfer_cells:
+        raise QuicbedError(f"{root} has no measured cells to report")
+    from quicbed.spec import workloads
+
+    page_order = list(workloads.load().pages)
+    out = Path(out) if out else root / "report"
+    if out.exists() and not out.is_dir():
+        raise QuicbedError(f"{out} is a file; the report is a folder (move the file away)")
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "figures").mkdir(parents=True)
+    report = Report(out=out, rows=rows)
+    for (scenario, pair, mode, kind), group in sorted(_heat_groups(rows).items()):
+        rdim, cdim, split = heat_axes(group)
+        parts: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for r in sorted(group, key=lambda r: tuple(_DIMS[d][2](r) for d in split)):
+            parts.setdefault(tuple(_DIMS[d][1](r) for d in split), []).append(r)
+        for values, grp in parts.items():
+            axes = (rdim, cdim, values)
+            fig = _pair_heatmap(grp, scenario, pair, mode, kind, axes, alpha, correction, out)
+            report.figures.append(fig)
+    report.figures += _mode_heatmaps(root, rows, page_order, alpha, test, correction, out)
+    _explain_pages(root, rows, out)
+    from quicbed.spec.arms import parse_pairs
+
+    report.transfers = report_transfers.build(
+        root, out, alpha, test, parse_pairs(stats_cfg.get("pairs"))
+    )
+    report.figures += [_figure(*d) for d in report.transfers.drawn]
+    with open(out / "table.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    report.testbeds, report.testbed_warnings = testbeds(rows)
+    report.queue_warnings = queue_warnings(rows + report.transfers.rows)
+    report.groups = group_counts(rows)
+    with open(out / "groups.csv", "w", newline="") as f:
+        gw = csv.DictWriter(f, fieldnames=GROUP_COLUMNS)
+        gw.writeheader()
+        gw.writerows(report.groups)
+    with open(out / "testbeds.csv", "w", newline="") as f:
+        tw = csv.writer(f)
+        tw.writerow(["cell_id", "attempt", "testbed", "hardware", "kernel", "image"])
+        for r in rows:
+            if r["_first"]:
+                t = r["_testbed"]
+                tw.writerow(
+                    [r["cell_id"], r["attempt"], t["label"], t["hardware"], t["kernel"], t["image"]]
+                )
+    shown = [{k: f[k] for k in ("png", "svg", "shows")} for f in report.figures]
+    (out / "figures.json").write_text(json.dumps(shown, indent=1) + "\n")
+    _write_html(report, sweep, root, alpha, correction, source or str(root))
+    return report
+
+
+def _pair_heatmap(
+    grp: list[dict[str, Any]],
+    scenario: str,
+    pair: str,
+    mode: str,
+    kind: str,
+    axes: tuple[str, str, tuple[str, ...]],
+    alpha: float,
+    correction: str,
+    out: Path,
+) -> dict[str, Any]:
+    """One heatmap of one pair's cells (its correction across them): rates x pages with
+    the reference study's title and name, or the axes ``heat_axes`` chose."""
+    rdim, cdim, values = axes
+    correct(grp, correction, alpha)
+    classic = (rdim, cdim) == ("rate", "page")
+
+    def ordered(dim: str) -> list[str]:
+        label, key = _DIMS[dim][1], _DIMS[dim][2]
+        return [label(r) for r in sorted({label(r): r for r in grp}.values(), key=key)]
+
+    rows_, cols = ordered(rdim), ordered(cdim)
+    cells = {
+        (_DIMS[rdim][1](r), _DIMS[cdim][1](r)): HeatCell(
+            pct=r["pct_diff"], significant=r["significant"], state=heat_state(r)
+        )
+        for r in grp
+    }
+    cond = grp[0]
+    if classic:
+        where = f"{cond['rtt_ms']:g} ms, loss {_label_loss(cond)}" + (
+            f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}" if cond["jitter_ms"] else ""
+        )
+    else:  # what every cell of it shares
+        fixed = [d for d in _DIMS if d not in (rdim, cdim)]
+        where = ", ".join(
+            (f"{_DIMS[d][0]} " if d in ("loss", "queue", "jitter") else "") + _DIMS[d][1](cond)
+            for d in fixed
+            if d != "jitter" or cond["jitter_ms"]
+        )
+    arms = f"{_arm_label(cond, 'ref')} vs {_arm_label(cond, 'cand')}"
+    if not classic:  # arms of one stack differ by their settings: name them, and wrap
+        arms = f"{_arm_label(cond, 'ref', True)} vs {_arm_label(cond, 'cand', True)}"
+        where = textwrap.fill(where, 70, break_on_hyphens=False)
+        arms = textwrap.fill(arms, 70, break_on_hyphens=False)
+    title = (
+        f"{scenario}: {where}"
+        + f"\n{arms}, {mode}, {kind}; white: p >= {alpha:g}"
+        + "\n"
+        + textwrap.fill(" | ".join(sorted({r["_software"] for r in grp})), 78)
+    )
+    tag = "" if pair == CLASSIC_PAIR else f"{pair.replace('/', '-vs-')}-"
+    name = f"heatmap-{scenario}-{tag}{mode}-{kind}"
+    if classic:
+        paths = draw_heatmap(rows_, cols, cells, title, out / "figures" / name)
+    else:
+        name += f"-{rdim}-by-{cdim}" + "".join(f"-{_slug(v)}" for v in values)
+        ref, cand = pair.split("/")
+        paths = draw_heatmap(
+            rows_,
+            cols,
+            cells,
+            title,
+            out / "figures" / name,
+            xlabel=_DIMS[cdim][0],
+            ylabel=_DIMS[rdim][0],
+            cbar=f"({ref} - {cand}) / {cand} [%]",
+        )
+    return _figure(title, paths, figure_data(rows_, cols, cells, title))
+
+
+def _figure(title: str, paths: list[Path], shows: dict[str, Any]) -> dict[str, Any]:
+    """A figure of the HTML report: the PNG inlined (works offline, in a package)."""
+    data = base64.b64encode(paths[0].read_bytes()).decode()
+    return {
+        "title": title,
+        "png": paths[0].name,
+        "svg": paths[1].name,
+        "data": data,
+        "shows": shows,
+    }
+
+
+def _mode_heatmaps(
+    root: Path,
+    rows: list[dict[str, Any]],
+    page_order: list[str],
+    alpha: float,
+    test: str,
+    correction: str,
+    out: Path,
+) -> list[dict[str, Any]]:
+    """QUIC 0-RTT against QUIC 1-RTT where a scenario ran both modes.
+
+    Colour = (mean 1-RTT - mean 0-RTT) / mean 0-RTT x 100 (red: 0-RTT faster): the
+    comparison of the two cells' samples of one QUIC arm by quicbed.analysis.stats.compare, with
+    the spec's test, alpha and correction and the same masking as the protocol heatmaps.
+    """
+    by_key: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if not r["_first_in_scenario"]:
+            continue
+        key = (r["scenario"], r["rate_mbit"], r["rtt_ms"], r["loss_pct"], r["jitter_ms"], r["page"])
+        by_key.setdefault(key, {})[r["mode"]] = r
+    pairs = {k: v for k, v in by_key.items() if {"0rtt", "1rtt"} <= set(v)}
+    if not pairs:
+        return []
+    store = Store(root)
+    figures = []
+    try:
+        quic = sorted(
+            {
+                a.name
+                for v in pairs.values()
+                for r in v.values()
+                for a in r["_arms"].values()
+                if a.transport == "udp"
+            }
+        )
+        for scenario, arm, kind in itertools.product(
+            sorted({k[0] for k in pairs}), quic, ("single-object", "multi-object")
+        ):
+            keys = [
+                k
+                for k in pairs
+                if k[0] == scenario
+                and page_kind(k[5]) == kind
+                and all(arm in pairs[k][m]["_arms"] for m in ("0rtt", "1rtt"))
+            ]
+            if not keys:
+                continue
+            grp = []
+            for k in keys:
+                zero, one = pairs[k]["0rtt"], pairs[k]["1rtt"]
+                c = compare(
+                    store.plts(one["cell_id"], one["attempt"], arm),
+                    store.plts(zero["cell_id"], zero["attempt"], arm),
+                    planned=(one["runs"], zero["runs"]),
+                    alpha=alpha,
+                    test=test,
+                    tcp_arm=f"{arm} 1-RTT",
+                    quic_arm=f"{arm} 0-RTT",
+                )
+                failed = "failed" in (zero["status"], one["status"])
+                grp.append(
+                    {"_key": k, "status": "failed" if failed else "done", **comparison_columns(c)}
+                )
+            correct(grp, correction, alpha)
+            cells = {
+                (_label_rate(g["_key"][1]), g["_key"][5]): HeatCell(
+                    pct=g["pct_diff"], significant=g["significant"], state=heat_state(g)
+                )
+                for g in grp
+            }
+            rates = sorted({k[1] for k in keys}, key=lambda v: (v is None, v or 0))
+            pages = [p for p in page_order if any(k[5] == p for k in keys)]
+            who = "QUIC" if arm == "h3" else arm
+            title = (
+                f"{scenario}: {who} 1-RTT vs 0-RTT, {kind}\n(1-RTT - 0-RTT) / 0-RTT; "
+                f"red: 0-RTT faster; white: p >= {alpha:g}"
+            )
+            base = out / "figures" / f"heatmap-{scenario}-{arm}-0rtt-vs-1rtt-{kind}"
+            labels = [_label_rate(v) for v in rates]
+            paths = draw_heatmap(labels, pages, cells, title, base)
+            figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
+    finally:
+        store.close()
+    return figures
+
+
+def _explain_pages(root: Path, rows: list[dict[str, Any]], out: Path) -> None:
+    """``out/explain/<cell>/``: the explain page (quicbed.analysis.explain, default loads) of
+    every finished cell whose loads were traced, so the report's links always resolve
+    and need nothing but the results folder. Drawn deterministically; verify does not
+    compare them (they are not heatmaps, and traces may be left out of a package)."""
+    from quicbed.analysis.explain import choose, traced, write
+
+    store = Store(root)
+    try:
+        for r in rows:
+            if not r["_first"] or r["status"] != "done" or not traced(r["_runs"]):
+                continue
+            try:
+                loads, attempt, cfg = choose(store, r["cell_id"], None)
+            except QuicbedError as exc:  # e.g. an arm without a valid load
+                r["_explain_problem"] = str(exc)
+                continue
+            write(out / "explain" / r["cell_id"], r["cell_id"], attempt, cfg, loads)
+            for other in rows:
+                if other["cell_id"] == r["cell_id"]:
+                    other["_explain"] = f"explain/{r['cell_id']}/index.html"
+    finally:
+        store.close()
+
+
+def _fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+#: provenance keys that say when and how an attempt ran, not what measured it: the group's
+#: record shown in full is its first attempt's, without them
+PER_ATTEMPT = ("collected", "argv")
+
+
+def provenance_groups(
+    provs: dict[tuple[str, int], dict[str, Any] | None],
+    receipts: dict[tuple[str, int], dict[str, Any] | None] | None = None,
+) -> list[dict[str, Any]]:
+    """The provenance of every attempt the report uses, grouped by set-up: attempts of
+    one set-up identity (quicbed.results.provenance.setup_identity: software builds, kernel,
+    hardware, sysctls, offloads, shaper; never PIDs, times or paths) share a group, its
+    record shown in full being its first attempt's. An attempt without a receipt (it
+    failed before its link was measured: nothing of it is compared) joins the first
+    set-up that agrees on everything else. Each group says what matters first
+    (quicbed's commit, testbed, kernel, browser and servers) and which cells it
+    measured; a report drawn from attempts of different set-ups shows that at its top
+    (Pantheon puts it there), with what tells them apart (setup_differences)."""
+    receipts = receipts or {}
+    idents = {k: setup_identity(p, receipts.get(k)) for k, p in provs.items()}
+
+    def key(ident: dict[str, Any]) -> str:
+        return json.dumps(ident, sort_keys=True, default=str)
+
+    measured: dict[str, str] = {}  # identity without the link's part -> the first one with it
+    for ident in idents.values():
+        if "link" in ident:
+            rest = {k: v for k, v in ident.items() if k != "link"}
+            measured.setdefault(key(rest), key(ident))
+    groups: dict[str, dict[str, Any]] = {}
+    for (cid, attempt), prov in provs.items():
+        p = prov or {}
+        ident = idents[(cid, attempt)]
+        gk = key(ident) if "link" in ident else measured.get(key(ident), key(ident))
+        g = groups.get(gk)
+        if g is None:
+            sw, git = p.get("software") or {}, p.get("git") or {}
+            tb = measured_on(prov)
+            browser = (component_identity(sw.get("chromium")) or {}).get("version")
+            g = groups[gk] = {
+                "id": f"P{len(groups) + 1}",
+                "provenance": {k: v for k, v in p.items() if k not in PER_ATTEMPT},
+                "setup": ident,
+                "attempts": [],
+                "collected": [],
+                "commands": [],
+                "quicbed": sw.get("quicbed"),
+                "git": _git_label(git),
+                "testbed": tb["label"],
+                "hardware": tb["hardware"],
+                "kernel": tb["kernel"],
+                "browser": (p.get("components") or {}).get("browser") or browser,
+            }
+        g["attempts"].append(f"{cid}#{attempt}")
+        if p.get("collected"):
+            g["collected"].append(p["collected"])
+        cmd = " ".join(map(str, p.get("argv") or []))
+        if cmd and cmd not in g["commands"]:
+            g["commands"].append(cmd)
+    out = list(groups.values())
+    for g in out:
+        g["collected"] = [min(g["collected"]), max(g["collected"])] if g["collected"] else []
+    return out
+
+
+def setup_differences(groups: list[dict[str, Any]]) -> list[str]:
+    """What tells the set-ups of ``groups`` apart, by part of the set-up identity and its
+    first level (``software quicbed-quiche-server``, ``machine kernel``, ``sysctls
+    net.ipv4.tcp_ecn``): the warning says where to look, not only that they differ."""
+    idents = [g["setup"] for g in groups]
+    out: dict[str, None] = {}
+    for part in dict.fromkeys(k for i in idents for k in i):
+        vals = [i.get(part) for i in idents]
+        if all(v == vals[0] for v in vals):
+            continue
+        subs = [v for v in vals if isinstance(v, dict)]
+        if len(subs) != len(vals):
+            out[part] = None
+            continue
+        for sub in dict.fromkeys(k for v in subs for k in v):
+            if any(v.get(sub) != subs[0].get(sub) for v in subs):
+                out[f"{part} {sub}"] = None
+    return list(out)
+
+
+def _write_html(
+    report: Report,
+    sweep: dict[str, Any] | None,
+    root: Path,
+    alpha: float,
+    correction: str,
+    source: str,
+) -> None:
+    env = Environment(
+        loader=PackageLoader("quicbed", "templates"), autoescape=select_autoescape(["html"])
+    )
+    env.filters["f"] = _fmt
+    env.filters["p"] = lambda v: "-" if v is None else f"{v:.3g}"
+    store = Store(root)
+    try:
+        provs: dict[tuple[str, int], dict[str, Any] | None] = {}
+        for r in report.rows:
+            att = store.attempt(r["cell_id"], r["attempt"])
+            provs[(r["cell_id"], r["attempt"])] = att["provenance"]
+            r["_invalid_reasons"] = sorted(
+                {x["reason"] for x in r["_runs"] if not x["valid"] and not x["warmup"]}
+            )
+            r["_rerun"] = f"quicbed cell --from {source} --cell {r['cell_id']}"
+            tb = (att["provenance"] or {}).get("testbed") or {}
+            if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind
+                r["_rerun"] += f" --testbed ssh --hosts {tb.get('source') or 'HOSTS'}"
+        for c in report.transfers.cells:
+            key = (c["cell_id"], c["attempt"])
+            provs[key] = store.attempt(*key)["provenance"]
+        receipts = {key: store.attempt(*key)["receipt"] for key in provs}
+    finally:
+        store.close()
+    groups = provenance_groups(provs, receipts)
+    (report.out / "provenance.json").write_text(json.dumps(groups, indent=1, sort_keys=True) + "\n")
+    for g in groups:
+        g["json"] = json.dumps(g["provenance"], indent=1, sort_keys=True)
+    html = env.get_template("report.html.j2").render(
+        rows=report.rows,
+        figures=report.figures,
+        sweep=sweep,
+        alpha=alpha,
+        correction=correction,
+        provenances=groups,
+        setup_differences=setup_differences(groups),
+        testbeds=report.testbeds,
+        testbed_warnings=report.testbed_warnings,
+        queue_warnings=report.queue_warnings,
+        groups=report.groups,
+        transfers=report.transfers,
+        version=__version__,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        root=source,
+    )
+    (report.out / "index.html").write_text(html)

@@ -1,0 +1,221 @@
+"""The report's transfer cells (bulk, compete): their table, figures and statistics.
+
+A transfer cell's numbers are computed from its stored record (quicbed.results.transfers'
+bulk_summary and compete_summary, the same functions ``quicbed bulk``/``compete``
+print from), never kept beside it, so a package's verify recomputes them the same way.
+``transfers.csv`` has one row per cell, arm and comparison, ``transfers.json`` the summaries and
+comparisons; each bulk cell has a throughput figure, each compete repetition its
+flows' timelines and the queue.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quicbed.results.store import Store
+from quicbed.results.transfers import (
+    BulkResult,
+    CompeteResult,
+    plot_bulk,
+    plot_compete,
+    stored_transfer,
+)
+from quicbed.spec.cellconfig import flows_text
+from quicbed.spec.sweepspec import stored_queue_warning
+
+FILE = "transfers.csv"
+COLUMNS = [
+    "kind",
+    "scenario",
+    "cell_id",
+    "attempt",
+    "status",
+    "problem",
+    "receipt_passed",
+    "rate_mbit",
+    "rtt_ms",
+    "loss_pct",
+    "loss_down_pct",
+    "queue",
+    "queue_warning",
+    "object",
+    "duration_s",
+    "flows",
+    "stagger_s",
+    "runs",
+    "arm",
+    "stack",
+    "cc",
+    "n",
+    # bulk
+    "goodput_mbit_mean",
+    "goodput_mbit_sd",
+    "of_ideal",
+    "completion_s_mean",
+    "retransmissions_mean",
+    # compete
+    "fair_share",
+    "share_mean",
+    "share_sd",
+    "per_flow_mbit_mean",
+    "per_flow_mbit_sd",
+    "jain_mean",
+    "jain_sd",
+    # against the reference arm (the first TCP arm): goodput (bulk), per-flow
+    # throughput (compete)
+    "reference",
+    "metric",
+    "pct_diff",
+    "p",
+    "welch_p",
+    "mannwhitney_p",
+    "significant",
+]
+
+
+@dataclass
+class TransferSection:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    #: (title, [png, svg], what it shows): the report makes them its figures
+    drawn: list[tuple[str, list[Path], dict[str, Any]]] = field(default_factory=list)
+
+
+def is_transfer(config: dict[str, Any]) -> bool:
+    return bool(config.get("kind", "page") != "page")
+
+
+def build(
+    root: Path,
+    out: Path,
+    alpha: float,
+    test: str,
+    pairs: list[tuple[str, str]] | None = None,
+) -> TransferSection:
+    """Every transfer cell's latest attempt: rows, per-cell summaries, figures (in
+    ``out/figures``), ``out/transfers.csv`` and ``out/transfers.json``."""
+    sec = TransferSection()
+    store = Store.open_readonly(root)
+    try:
+        scenarios = store.cell_scenarios()
+        latest = store.latest_attempts()
+        for cid, cfg in store.cell_configs().items():
+            if not is_transfer(cfg) or cid not in latest:
+                continue
+            att = latest[cid]
+            cell = _cell(cfg, cid, att, (scenarios.get(cid) or ["cells"])[0])
+            if store.transfer(cid, att["attempt"]) is not None:
+                r = stored_transfer(
+                    store, cid, att["attempt"], alpha=alpha, test=test, extra_pairs=pairs
+                )
+                cell["summary"] = {k: v.model_dump() for k, v in r.summary.items()}
+                cell["comparisons"] = r.comparisons
+                if isinstance(r, CompeteResult):
+                    cell.update(jain_mean=r.jain_mean, jain_sd=r.jain_sd)
+                cell["figures"] = _figures(r, cid, out, sec)
+            sec.cells.append(cell)
+            sec.rows += _rows(cell, alpha)
+    finally:
+        store.close()
+    if sec.cells:
+        with open(out / FILE, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(sec.rows)
+        public = [{k: v for k, v in c.items() if not k.startswith("_")} for c in sec.cells]
+        (out / "transfers.json").write_text(json.dumps(public, indent=1, sort_keys=True) + "\n")
+    return sec
+
+
+def _cell(cfg: dict[str, Any], cid: str, att: dict[str, Any], scenario: str) -> dict[str, Any]:
+    cond, t = cfg["condition"], cfg["transfer"]
+    flows = [tuple(x) for x in t.get("flows") or []]
+    receipt = att["receipt"]
+    return {
+        "kind": cfg["kind"],
+        "scenario": scenario,
+        "cell_id": cid,
+        "attempt": att["attempt"],
+        "status": att["status"],
+        "problem": att["problem"] or "",
+        "receipt_passed": None if receipt is None else receipt["passed"],
+        "rate_mbit": cond["rate_mbit"],
+        "rtt_ms": cond["rtt_ms"],
+        "loss_pct": cond["loss_pct"],
+        "loss_down_pct": cond.get("loss_down_pct"),
+        "queue": cond["queue"],
+        "object": t["size"],
+        "duration_s": t.get("duration_s"),
+        "flows": flows_text(tuple(flows)) if flows else "",
+        "stagger_s": t.get("stagger_s", 0),
+        "runs": cfg["runs"],
+        "arms": list(cfg["arms"]),
+        "summary": {},
+        "comparisons": {},
+        "figures": [],
+        "_settings": cfg.get("arm_settings") or {},
+        "_cc": cfg.get("cc"),
+        "queue_warning": stored_queue_warning(cond),
+        "_condition": json.dumps(cond, sort_keys=True),
+    }
+
+
+def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
+    """One row per arm and comparison it is the candidate of (against the reference,
+    then the spec's pairs), as table.csv has one per cell and pair; an arm compared
+    with nothing (the reference) has one row without a comparison."""
+    base = {k: v for k, v in cell.items() if k in COLUMNS} | {"_condition": cell["_condition"]}
+    out = []
+    for arm in cell["arms"]:
+        row = dict.fromkeys(COLUMNS) | base | (cell["summary"].get(arm) or {}) | {"arm": arm}
+        settings = cell["_settings"].get(arm) or {}
+        row.update(stack=settings.get("stack") or "", cc=settings.get("cc") or cell["_cc"])
+        row.update(jain_mean=cell.get("jain_mean"), jain_sd=cell.get("jain_sd"))
+        mine = [
+            (pair.split("/")[0], metrics)
+            for pair, metrics in cell["comparisons"].items()
+            if pair.split("/")[1] == arm
+        ]
+        for ref, metrics in mine:
+            metric = "goodput_bps" if "goodput_bps" in metrics else "per_flow_bps"
+            c = metrics[metric]
+            out.append(
+                row
+                | dict(
+                    reference=ref,
+                    metric=metric,
+                    pct_diff=c.get("pct_diff"),
+                    p=c.get("p"),
+                    welch_p=c.get("welch_p"),
+                    mannwhitney_p=c.get("mannwhitney_p"),
+                    significant=c.get("p") is not None and c["p"] < alpha,
+                )
+            )
+        if not mine:
+            out.append(row)
+    return out
+
+
+def _figures(r: BulkResult | CompeteResult, cid: str, out: Path, sec: TransferSection) -> list[str]:
+    figs = out / "figures"
+    shows: dict[str, Any] = {"cell_id": cid, "transfer": r.kind}
+    if isinstance(r, BulkResult):
+        title = f"bulk, cell {cid}: every run's throughput per arm"
+        drawn = [(title, plot_bulk(r, figs / f"bulk-{cid}"), shows | {"title": title})]
+    else:
+        drawn = []
+        for run in r.runs:
+            title = f"compete, cell {cid}, repetition {run.rep}: throughput per flow, queue"
+            drawn.append(
+                (
+                    title,
+                    plot_compete(r, run, figs / f"compete-{cid}-{run.rep}"),
+                    shows | {"rep": run.rep, "title": title},
+                )
+            )
+    sec.drawn += drawn
+    return [paths[0].name for _, paths, _ in drawn]

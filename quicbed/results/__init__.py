@@ -1,0 +1,1 @@
+"""A results folder: its store, layout, provenance; merging and exporting it."""

@@ -1,0 +1,159 @@
+"""Tidy export: one row per load with every parameter, for pandas users.
+
+Columns are named, never positional: the condition, the cell settings, the run's
+validity and reason, PLT and its companions. Refuses to overwrite unless asked.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from quicbed.errors import QuicbedError
+from quicbed.results.store import Store
+
+COLUMNS = [
+    "cell_id",
+    "attempt",
+    "attempt_status",
+    "latest_attempt",
+    "arm",
+    "rep",
+    "seq",
+    "warmup",
+    "valid",
+    "reason",
+    "page",
+    "mode",
+    "runs",
+    "rate_mbit",
+    "rtt_ms",
+    "delay_down_ms",
+    "delay_up_ms",
+    "loss_pct",
+    "jitter_ms",
+    "jitter_kind",
+    "queue",
+    "seed",
+    "cc",
+    "order",
+    "plt_ms",
+    "onload_ms",
+    "dns_ms",
+    "nav_load_ms",
+    "ttfb_ms",
+    "objects",
+    "bytes",
+    "protocols",
+    "used_0rtt",
+    "tls_resumed",
+    "main_connect_ms",
+    "main_ssl_ms",
+    "started",
+    "har_path",
+]
+
+
+def rows(root: Path) -> list[dict[str, Any]]:
+    store = Store(root)
+    try:
+        latest = {c: a["attempt"] for c, a in store.latest_attempts().items()}
+        out = []
+        for cid in store.cells():
+            cfg = store.cell_config(cid)
+            cond = cfg["condition"]
+            for a in store.attempts(cid):
+                att, status = a["attempt"], a["status"]
+                for r in store.runs(cid, att):
+                    detail = r["detail"] or {}
+                    out.append(
+                        {
+                            **{
+                                k: r[k]
+                                for k in (
+                                    "cell_id",
+                                    "attempt",
+                                    "arm",
+                                    "rep",
+                                    "seq",
+                                    "warmup",
+                                    "valid",
+                                    "reason",
+                                    "plt_ms",
+                                    "onload_ms",
+                                    "dns_ms",
+                                    "nav_load_ms",
+                                    "ttfb_ms",
+                                    "objects",
+                                    "bytes",
+                                    "used_0rtt",
+                                    "tls_resumed",
+                                    "started",
+                                    "har_path",
+                                )
+                            },
+                            "attempt_status": status,
+                            "latest_attempt": att == latest.get(cid),
+                            "page": cfg["page"],
+                            "mode": cfg["mode"],
+                            "runs": cfg["runs"],
+                            "cc": cfg["cc"],
+                            "order": cfg["order"],
+                            **{
+                                k: cond.get(k)
+                                for k in (
+                                    "rate_mbit",
+                                    "rtt_ms",
+                                    "delay_down_ms",
+                                    "delay_up_ms",
+                                    "loss_pct",
+                                    "jitter_ms",
+                                    "jitter_kind",
+                                    "queue",
+                                    "seed",
+                                )
+                            },
+                            "protocols": ",".join(r["protocols"] or []),
+                            "main_connect_ms": detail.get("main_connect_ms"),
+                            "main_ssl_ms": detail.get("main_ssl_ms"),
+                        }
+                    )
+        return out
+    finally:
+        store.close()
+
+
+def export(
+    root: Path, fmt: str, dest: Path | None = None, replace: bool = False, source: str | None = None
+) -> Path:
+    """Write the tidy table; ``source`` names the results in the Parquet metadata
+    (default: the folder's path; a replication package names itself instead)."""
+    if fmt not in ("csv", "parquet"):
+        raise QuicbedError(f"--format: unknown {fmt!r} (csv or parquet)")
+    if dest is None:
+        dest = Path(root) / f"runs.{fmt}"
+    elif dest.is_dir():
+        raise QuicbedError(f"-o: {dest} is a folder; give the file to write")
+    elif not dest.parent.is_dir():
+        raise QuicbedError(f"-o: folder {dest.parent} does not exist")
+    if dest.exists() and not replace:
+        raise QuicbedError(f"{dest} exists; pass --replace to overwrite it")
+    data = rows(Path(root))
+    tmp = dest.with_name(dest.name + ".tmp")
+    if fmt == "csv":
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            w.writeheader()
+            w.writerows(data)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in data])
+        meta = {"quicbed": json.dumps({"source": source or str(root)})}
+        table = table.replace_schema_metadata(meta)
+        pq.write_table(table, tmp)
+    tmp.replace(dest)
+    return dest

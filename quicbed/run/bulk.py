@@ -1,0 +1,476 @@
+"""Bulk and compete cells: goodput of one flow per arm, and flows sharing a bottleneck.
+
+They are cells of kind ``bulk`` and ``compete`` (quicbed.spec.cellconfig): quicbed.run.cell runs
+them as it runs page cells, so they get the same link (shaped, with its receipt, a
+link out of tolerance never measured on, the link checked around the transfers), the
+same attempts, store, sweeps, reports and packages. This module does the transfers
+(run_transfer), with the arms' own servers
+(quicbed.servers, the stacks of quicbed.spec.arms) serving a generated bulk object
+(quicbed.spec.bulkobjects) with the testbed's certificate (quicbed.certs). It sits below the
+runner that calls it (quicbed.run.cell) and imports none of it: the one-shot ``quicbed bulk``
+and ``quicbed compete``, which measure one such cell as a sweep does, are quicbed.cli.bulk's.
+
+The client of every flow, whatever its arm, is ``quicbed-bulk`` (go/cmd/quicbed-bulk):
+Go's net/http with its bundled HTTP/2 over TCP+TLS 1.3 for h2 arms, quic-go's http3
+client for h3 arms, the same receive windows for both. Not the browser: a bulk flow
+has no page to render, a browser's own scheduling and flow-control tuning would be a
+confound of the TCP/QUIC comparison, and the same program for both arms makes the
+client side equal. It samples the bytes received every 100 ms.
+
+- ``bulk``: N repetitions per arm, arms interleaved, one flow at a time: goodput
+  (application bytes / time), completion time, retransmissions (TCP: the server
+  kernel's ``ss -ti`` for the flow's connection; QUIC: the counters the arm's stack
+  reads from its server's log, WebServer.flow_facts), the packets the
+  bottleneck dropped (the emulator's counters, protocol neutral), Welch's t-test and
+  Mann-Whitney U per arm against the TCP arm (quicbed.analysis.stats.compare).
+- ``compete``: K flows of arm A and M of arm B started together (or staggered) on one
+  bottleneck: per-flow throughput every 100 ms, each flow's share and Jain's fairness
+  index over the steady part, and the bottleneck queue's occupancy sampled from the
+  emulator (quicbed-linkem's ``queue_bytes``/``queue_packets``) every 100 ms; repeated
+  ``runs`` times, with each arm's share over the repetitions and Welch/MWU on the arms'
+  per-flow throughput.
+
+An attempt's record (BulkResult, CompeteResult: every flow's samples, the queue) is
+stored in the store's ``transfers`` table; summaries and comparisons are computed from
+it when read (bulk_summary, compete_summary), figures drawn by the report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from quicbed.errors import QuicbedError
+from quicbed.jsonlines import json_events
+from quicbed.link.proof import ProvenLink
+from quicbed.results.store import now
+from quicbed.results.transfers import (
+    BulkResult,
+    BulkRun,
+    CompeteResult,
+    CompeteRun,
+    FlowResult,
+    QueueSample,
+    compete_run,
+    ideal_goodput_bps,
+)
+from quicbed.servers import get_stack
+from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
+from quicbed.spec.cellconfig import CellConfig
+from quicbed.tcpinfo import ss_connections
+from quicbed.testbed.base import Process, RPath, Testbed
+
+CLIENT = "quicbed-bulk"
+INTERVAL_S = 0.1
+#: how long a client keeps its connection after its final record, so the server's
+#: kernel can still be asked about it (``ss``)
+LINGER_S = 1.5
+
+#: (what, done, total), as quicbed.run.cell reports a cell's loads
+Progress = Callable[[str, int, int], None]
+
+
+# --- the run --------------------------------------------------------------------------
+class _Rig:
+    """Servers of the arms serving the bulk object, and clients started on the client."""
+
+    def __init__(self, tb: Testbed, arms: list[Arm], size: str, out: Path, host: str) -> None:
+        from quicbed import certs
+        from quicbed.spec import bulkobjects
+
+        self.tb, self.arms, self.size, self.out, self.host = tb, arms, size, out, host
+        www = tb.local_stage("server", "www")
+        self.manifest = bulkobjects.generate_bulk(www, [size])
+        self.object_bytes = bulkobjects.parse_size(size)
+        pki = certs.ensure(tb.local_stage("server", "tls"), [host], [tb.server_ip])
+        work = tb.workdir("server")
+        tb.push("server", www / bulkobjects.FOLDER, work / "www" / bulkobjects.FOLDER)
+        tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
+        tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
+        self.logs = out / "logs"
+        self.spec = ServeSpec(
+            docroot=work / "www",
+            cert=work / "tls" / pki.cert.name,
+            key=work / "tls" / pki.key.name,
+            logdir=tb.outbox("server", self.logs),
+        )
+        self.ca = tb.workdir("client") / "tls" / pki.ca_cert.name
+        tb.push("client", pki.ca_cert, self.ca, mode=0o644)
+        self.path = bulkobjects.object_path(size)
+        self.client_logs = tb.outbox("client", self.logs)
+        self.servers: dict[str, WebServer] = {
+            a.name: get_stack(a.stack)(tb, self.spec, a) for a in arms
+        }
+        self.by_name = {a.name: a for a in arms}
+        self.flows = 0
+
+    def start(self) -> None:
+        for s in self.servers.values():
+            s.start()
+
+    def stop(self) -> None:
+        for s in self.servers.values():
+            s.stop()
+        for role in ("server", "client"):
+            self.tb.collect(role, self.logs)
+
+    def client_clock_ns(self) -> int:
+        return int(self.tb.exec("client", ["date", "+%s%N"]).stdout.strip())
+
+    def spawn(
+        self, arm: str, flow: str, duration_s: float | None, start_at_ns: int | None
+    ) -> tuple[Process, RPath]:
+        a = self.by_name[arm]
+        port = "" if a.port == 443 else f":{a.port}"
+        argv = [
+            str(self.tb.bin_path("client", CLIENT)),
+            "-proto",
+            a.protocol,
+            "-url",
+            f"https://{self.host}{port}/{self.path}",
+            "-addr",
+            f"{self.tb.server_ip}:{a.port}",
+            "-ca",
+            str(self.ca),
+            "-interval",
+            f"{int(INTERVAL_S * 1000)}ms",
+            "-flow",
+            flow,
+            "-linger",
+            f"{int(LINGER_S * 1000)}ms",
+            *(["-duration", f"{int(duration_s * 1000)}ms"] if duration_s else []),
+            *(["-start-at", str(start_at_ns)] if start_at_ns else []),
+        ]
+        self.flows += 1
+        log = self.client_logs / f"{flow}.jsonl"
+        self.tb.remove("client", log)
+        return self.tb.spawn("client", argv, log=log), log
+
+    def records(self, log: RPath) -> list[dict[str, Any]]:
+        return json_events(self.tb.read_text("client", log).splitlines())
+
+    def wait_done(self, logs: list[RPath], procs: list[Process], timeout: float) -> None:
+        """Until every flow's final record is written (or its client has exited)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            done = [
+                any(r.get("event") == "done" for r in self.records(lg)) or p.poll() is not None
+                for lg, p in zip(logs, procs, strict=True)
+            ]
+            if all(done):
+                return
+            if time.monotonic() > deadline:
+                raise QuicbedError(
+                    f"{CLIENT}: {done.count(False)} flow(s) not done after {timeout:g} s"
+                )
+            time.sleep(0.05)
+
+    def server_tcp(self) -> dict[int, dict[str, Any]]:
+        cp = self.tb.exec(
+            "server", ["ss", "-tinH", "state", "established", "( sport = :443 )"], check=False
+        )
+        return ss_connections(cp.stdout) if cp.returncode == 0 else {}
+
+    def flow_result(
+        self,
+        arm: str,
+        flow: str,
+        recs: list[dict[str, Any]],
+        tcp: dict[int, dict[str, Any]],
+        quic_log: list[str] | None,
+        start_offset: float = 0.0,
+        rc: int | None = None,
+    ) -> FlowResult:
+        a = self.by_name[arm]
+        final = next((r for r in recs if r.get("event") == "done"), None)
+        start = next((r for r in recs if r.get("event") == "start"), {})
+        samples = [(float(r["t"]), int(r["bytes"])) for r in recs if r.get("event") == "sample"]
+        f = FlowResult(
+            flow=flow,
+            arm=arm,
+            protocol=a.protocol,
+            ok=False,
+            start_lag_s=start.get("lag_s"),
+            samples=samples,
+            start_offset_s=start_offset + float(start.get("lag_s") or 0.0),
+        )
+        if final is None:
+            other = [
+                ln
+                for ln in self.tb.read_text(
+                    "client", self.client_logs / f"{flow}.jsonl"
+                ).splitlines()
+                if not ln.startswith("{")
+            ]
+            f.error = f"{CLIENT} wrote no final record (exit {rc}): {' | '.join(other[-2:])}"
+            return f
+        f.ok = bool(final.get("ok"))
+        f.error = final.get("error")
+        f.http_proto = final.get("http_proto")
+        f.bytes = int(final.get("bytes") or 0)
+        f.completion_s = final.get("completion_s")
+        f.goodput_bps = final.get("goodput_bps")
+        f.connect_s = final.get("connect_s")
+        f.ttfb_s = final.get("ttfb_s")
+        f.local_addr = final.get("local_addr")
+        f.quic_client = final.get("quic_client")
+        if f.completion_s and (not samples or samples[-1][0] < f.completion_s):
+            f.samples.append((float(f.completion_s), f.bytes))  # the last partial interval
+        want = {"h2": "HTTP/2.0", "h3": "HTTP/3.0"}[a.protocol]
+        if f.ok and f.http_proto != want:
+            f.ok, f.error = False, f"the response came over {f.http_proto}, not {want}"
+        port = port_of(f.local_addr)
+        if a.transport == "tcp":
+            conn = tcp.get(port) if port is not None else None
+            if conn is None:
+                f.retrans_source = "ss found no connection for this flow"
+            else:
+                f.server = conn
+                f.retransmissions, f.retrans_bytes = conn["retrans"], conn["bytes_retrans"]
+                f.retrans_source = "ss -ti on the server (retrans segments, bytes_retrans)"
+                if conn.get("cc") not in (None, a.cc):
+                    f.ok, f.error = False, f"the server's kernel ran {conn.get('cc')}, not {a.cc}"
+        else:
+            facts = self.servers[arm].flow_facts(quic_log or [], port)
+            f.server, f.retrans_source = facts.server, facts.source
+            f.retransmissions, f.retrans_bytes = facts.retransmissions, facts.retrans_bytes
+        return f
+
+    def evidence(self, arm: str) -> tuple[dict[str, Any], list[str]]:
+        """The arm's server's facts since its mark (its log, its kernel: CC, parameters,
+        TCP options from the handshakes) and why they do not show the arm's settings,
+        as every page load is judged (quicbed.servers.base.WebServer.evidence)."""
+        srv = self.servers[arm]
+        facts = srv.load_facts(srv.since_mark()) | srv.observe()
+        return facts, srv.evidence(facts)
+
+    def quic_lines(self, arm: str, offset: int) -> list[str]:
+        srv = self.servers[arm]
+        if srv.transport != "udp":
+            return []
+        return self.tb.read_bytes("server", srv.log, offset).decode(errors="replace").splitlines()
+
+    def log_sizes(self) -> dict[str, int]:
+        return {
+            n: self.tb.size("server", s.log)
+            for n, s in self.servers.items()
+            if s.transport == "udp"
+        }
+
+    def versions(self) -> dict[str, Any]:
+        """The servers' own start records, and the client binary by its SHA-256."""
+        out: dict[str, Any] = {n: s.version() for n, s in self.servers.items()}
+        exe = self.tb.bin_path("client", CLIENT)
+        cp = self.tb.exec("client", ["sha256sum", str(exe)], check=False)
+        digest = cp.stdout.split()
+        out[CLIENT] = {"path": str(exe), "sha256": digest[0] if digest else None}
+        return out
+
+
+def _verified(f: FlowResult, evidence: tuple[dict[str, Any], list[str]]) -> FlowResult:
+    facts, reasons = evidence
+    f.evidence = facts
+    if f.ok and reasons:
+        f.ok, f.error = False, "; ".join(reasons)
+    return f
+
+
+def _down(counters: dict[str, Any] | None) -> dict[str, Any]:
+    return ((counters or {}).get("directions") or {}).get("down") or {}
+
+
+def _bottleneck(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    b, a = _down(before), _down(after)
+    if not a:
+        return {}
+    return {
+        k: a.get(k, 0) - b.get(k, 0)
+        for k in ("queue_drops", "loss_drops", "tx_packets", "tx_bytes")
+    } | {
+        "max_queue_bytes": a.get("max_queue_bytes"),
+    }
+
+
+def _quic_wait(
+    rig: _Rig, arm: str, offset: int, port: int | None, timeout: float = 3.0
+) -> list[str]:
+    """The QUIC server's log lines since ``offset`` once it has logged the flow's close."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = rig.quic_lines(arm, offset)
+        if rig.servers[arm].flow_closed(lines, port) or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+# --- transfer cells (quicbed.run.cell runs them like page cells) -------------------------
+def run_transfer(
+    cfg: CellConfig, tb: Testbed, proven: ProvenLink, logs: Path, progress: Progress | None
+) -> BulkResult | CompeteResult:
+    """A bulk or compete cell's transfers on ``proven`` (receipt passed, link checked
+    around it by quicbed.run.cell), the arms' servers started and stopped here; their logs
+    and the clients' go to ``logs``."""
+    t = cfg.transfer
+    assert t is not None and cfg.kind in ("bulk", "compete")
+    arms = cfg.resolved_arms()
+    rig = _Rig(tb, arms, t.size, logs, cfg.host)
+    say = progress or (lambda _m, _i, _n: None)
+    rig.start()
+    try:
+        if cfg.kind == "bulk":
+            return _bulk(cfg, rig, proven, say)
+        return _compete(cfg, rig, proven, say)
+    finally:
+        rig.stop()
+
+
+def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> BulkResult:
+    """``cfg.runs`` downloads per arm, interleaved (ABBA, the cell's schedule), one flow
+    at a time. With a duration each runs that long (the object again and again on one
+    connection), else it fetches the object once."""
+    t = cfg.transfer
+    assert t is not None
+    tb, cond, link = rig.tb, cfg.condition, proven.link
+    runs: list[BulkRun] = []
+    schedule = cfg.schedule()
+    for seq, (arm, rep) in enumerate(schedule):
+        say(f"{arm} #{rep}", seq + 1, len(schedule))
+        offsets = rig.log_sizes()
+        before = link.shaper.counters(tb)
+        rig.servers[arm].mark()
+        p, log = rig.spawn(arm, f"{arm}-{rep}", t.duration_s, None)
+        limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
+        rig.wait_done([log], [p], timeout=limit)
+        tcp = rig.server_tcp()
+        evidence = rig.evidence(arm)  # while the client lingers: its connection is open
+        after = link.shaper.counters(tb)
+        recs = rig.records(log)
+        final = next((r for r in recs if r.get("event") == "done"), {})
+        port = port_of(final.get("local_addr"))
+        rc = p.wait(LINGER_S + 10)
+        quic = _quic_wait(rig, arm, offsets.get(arm, 0), port) if arm in offsets else None
+        f = _verified(
+            rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc), evidence
+        )
+        runs.append(
+            BulkRun(
+                arm=arm, rep=rep, seq=seq, flow=f, bottleneck=_bottleneck(before, after) or None
+            )
+        )
+    return BulkResult(
+        created=now(),
+        condition=cond.model_dump(mode="json"),
+        arms=[a.as_dict() for a in cfg.resolved_arms()],
+        object=rig.path,
+        object_bytes=rig.object_bytes,
+        duration_s=t.duration_s,
+        reps=cfg.runs,
+        ideal_goodput_bps=ideal_goodput_bps(cond),
+        runs=runs,
+        receipt=proven.receipt.model_dump(mode="json"),
+        versions=rig.versions(),
+    )
+
+
+class _QueueSampler(threading.Thread):
+    """The emulator's down-direction queue every ``INTERVAL_S`` on the run's clock."""
+
+    def __init__(self, tb: Testbed, link: Any, t0_ns: int) -> None:
+        super().__init__(daemon=True)
+        self.tb, self.link, self.t0_ns = tb, link, t0_ns
+        self.samples: list[QueueSample] = []
+        self.problem = ""
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        k, begin = 0, time.time_ns()
+        while not self.halt.is_set():
+            try:
+                c = self.link.shaper.counters(self.tb)
+            except (QuicbedError, OSError, ValueError) as exc:  # the emulator went away
+                self.problem = f"queue sampling stopped: {exc}"
+                return
+            d = _down(c)
+            if c is None or "queue_bytes" not in d:
+                self.problem = (
+                    f"the {self.link.shaper.name} shaper reports no queue occupancy "
+                    "(only quicbed-linkem does)"
+                )
+                return
+            t = (time.time_ns() - self.t0_ns) / 1e9
+            self.samples.append(
+                QueueSample(
+                    t_s=t,
+                    bytes=int(d["queue_bytes"]),
+                    packets=int(d["queue_packets"]),
+                    drops=int(d.get("queue_drops", 0)),
+                )
+            )
+            k += 1
+            next_t = begin + int(k * INTERVAL_S * 1e9)
+            self.halt.wait(max(0.0, (next_t - time.time_ns()) / 1e9))
+
+
+def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> CompeteResult:
+    """``cfg.runs`` repetitions: every flow of ``transfer.flows`` (e.g. h3x1,h2x4) starts
+    at one instant on the client's clock, flow i ``i x stagger_s`` later, and runs
+    ``duration_s`` (the object again and again)."""
+    t = cfg.transfer
+    assert t is not None and t.duration_s is not None
+    tb = rig.tb
+    plan = [(arm, f"{arm}-{i}") for arm, n in t.flows for i in range(n)]
+    runs: list[CompeteRun] = []
+    for rep in range(cfg.runs):
+        say(f"{len(plan)} flows", rep + 1, cfg.runs)
+        offsets = rig.log_sizes()
+        lead_s = 1.0 + 0.15 * len(plan)  # time to spawn every client before the start
+        t0_client = rig.client_clock_ns() + int(lead_s * 1e9)
+        # the controller's clock for the queue sampler (the same clock locally)
+        sampler = _QueueSampler(tb, proven.link, time.time_ns() + int(lead_s * 1e9))
+        sampler.start()
+        procs, logs = [], []
+        for srv in rig.servers.values():
+            srv.mark()
+        try:
+            for i, (arm, flow) in enumerate(plan):
+                p, log = rig.spawn(
+                    arm, f"{flow}-r{rep}", t.duration_s, t0_client + int(i * t.stagger_s * 1e9)
+                )
+                procs.append(p)
+                logs.append(log)
+            total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
+            rig.wait_done(logs, procs, timeout=total)
+            tcp = rig.server_tcp()
+            evidence = {a: rig.evidence(a) for a, _ in t.flows}
+        finally:
+            sampler.halt.set()
+            sampler.join(5)
+        rcs = [p.wait(LINGER_S + 10) for p in procs]
+        flows = []
+        for i, ((arm, flow), log, rc) in enumerate(zip(plan, logs, rcs, strict=True)):
+            recs = rig.records(log)
+            final = next((r for r in recs if r.get("event") == "done"), {})
+            quic = (
+                _quic_wait(rig, arm, offsets[arm], port_of(final.get("local_addr")))
+                if arm in offsets
+                else None
+            )
+            f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
+            flows.append(_verified(f.model_copy(update={"flow": flow}), evidence[arm]))
+        runs.append(compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem))
+    return CompeteResult(
+        created=now(),
+        condition=cfg.condition.model_dump(mode="json"),
+        groups=list(t.flows),
+        arms=[a.as_dict() for a in cfg.resolved_arms()],
+        duration_s=t.duration_s,
+        stagger_s=t.stagger_s,
+        object=rig.path,
+        runs=runs,
+        queue_limit_bytes=cfg.condition.pipes()["down"].queue_bytes,
+        receipt=proven.receipt.model_dump(mode="json"),
+        versions=rig.versions(),
+    )

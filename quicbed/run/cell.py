@@ -1,0 +1,639 @@
+"""Run one cell: shape the link, prove it, load the page per arm, verify and store every load.
+
+The order of work is the method of the reference study with its pitfalls removed:
+- the link is checked first (a fidelity receipt); a link out of tolerance is never
+  measured on: the attempt is recorded as failed with its receipt;
+- both servers serve the same generated tree with the same certificate;
+- the arms are interleaved (ABBA by default) so drift hits both;
+- warm-up loads are stored, flagged, and never enter the statistics;
+- every load is verified (status, protocol per entry, objects, bytes, and for QUIC
+  0-RTT mode the server's own log) and an invalid load is stored with its reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from quicbed.analysis.stats import Comparison
+from quicbed.client import har
+from quicbed.errors import QuicbedError
+from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
+from quicbed.link.receipt import Receipt
+from quicbed.link.session import shaped_link
+from quicbed.results import provenance
+from quicbed.results.folder import FailureReason, compare_cell
+from quicbed.results.store import Store, now
+from quicbed.servers.base import ServeSpec, WebServer, browser_of
+from quicbed.spec.cellconfig import CellConfig
+from quicbed.testbed.base import RPath, Testbed
+from quicbed.testbed.local import LocalTestbed
+from quicbed.testbed.owner import shielded
+from quicbed.traces import TraceContext, TraceSet, check_level, instruments
+from quicbed.traces.base import LoadTrace
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class CellResult:
+    cell_id: str
+    attempt: int
+    status: str  # done | failed
+    problem: str
+    receipt: Receipt | None
+    #: by pair ``reference/candidate`` (compare_cell); empty unless the cell is done
+    comparisons: dict[str, Comparison]
+    invalid: dict[str, list[str]]
+    out: Path
+    verified: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: why the attempt failed (None: it did not); the runner decides on this, never on
+    #: the text of ``problem``
+    reason: FailureReason | None = None
+
+    @property
+    def link_failed(self) -> bool:
+        """The failure was the link's (out of tolerance, or changed): worth one retry."""
+        return self.reason is not None and self.reason.link
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cell_id": self.cell_id,
+            "attempt": self.attempt,
+            "status": self.status,
+            "problem": self.problem,
+            "out": str(self.out),
+            "receipt_passed": None if self.receipt is None else self.receipt.passed,
+            "comparisons": {k: c.model_dump() for k, c in self.comparisons.items()},
+            "invalid": self.invalid,
+            "verified": self.verified,
+            "link_failed": self.link_failed,
+            "reason": self.reason.value if self.reason else None,
+        }
+
+
+def servers_for(cfg: CellConfig, tb: Testbed, spec: ServeSpec) -> dict[str, WebServer]:
+    """One server per arm, of the arm's stack (quicbed.servers)."""
+    from quicbed.servers import get_stack
+
+    return {a.name: get_stack(a.stack)(tb, spec, a) for a in cfg.resolved_arms()}
+
+
+def _judge(
+    cfg: CellConfig,
+    srv: WebServer,
+    warmup: bool,
+    result: dict[str, Any],
+    m: dict[str, Any],
+    facts: dict[str, Any],
+    page: dict[str, Any],
+) -> list[str]:
+    """Every reason this load must not enter the statistics."""
+    arm = srv.arm
+    if not result.get("ok"):
+        reasons = [f"load failed: {result.get('error')}"]
+    else:
+        reasons = har.verify(
+            m,
+            arm=srv.page_protocol(),
+            host=cfg.host,
+            expected_objects=page["objects"],
+            expected_bytes=page["bytes"],
+        )
+    if not srv.running():
+        reasons.append(f"the {arm.name} server ({srv.name}) was not running")
+    if facts.get("connections", 0) == 0:
+        reasons.append("the server logged no connection for this load")
+        return reasons
+    if cfg.mode == "0rtt" and not warmup:
+        if arm.transport == "udp" and not facts.get("used_0rtt"):
+            reasons.append("the QUIC server's log shows no 0-RTT on this load")
+        if arm.transport == "tcp" and not facts.get("tls_resumed"):
+            reasons.append(f"the {srv.name} log shows no TLS resumption on this load")
+    elif cfg.mode == "1rtt" and arm.transport == "udp" and facts.get("used_0rtt"):
+        reasons.append("0-RTT was used in 1-RTT mode (state leaked between contexts)")
+    return reasons + srv.evidence(facts)
+
+
+def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
+    """Everything that can be checked before touching the machine; returns the page set.
+
+    With ``testbed``, also whether the cell's shaper can run there (as ``link check``
+    asks before it shapes): a shaper that cannot is refused before a store or an
+    attempt exists, instead of becoming a failed attempt.
+    """
+    from quicbed.link.shapers import get_shaper
+    from quicbed.servers import get_stack
+    from quicbed.spec import workloads
+
+    pageset = workloads.load()
+    if cfg.kind == "page":  # a transfer cell's object was checked with its config
+        workloads.check_page(cfg.page, pageset)
+    arms = cfg.resolved_arms()  # each arm's stack, CC and parameters
+    if testbed is not None:
+        get_shaper(cfg.shaper, testbed).check(cfg.condition)
+        for a in arms:
+            get_stack(a.stack).check_testbed(a, testbed)
+    return pageset
+
+
+def run_cell(
+    cfg: CellConfig,
+    out: Path,
+    *,
+    prefix: str = "qb",
+    testbed: Testbed | None = None,
+    receipt_tcp_seconds: float = 10,
+    progress: Progress | None = None,
+    fault: Callable[[str, int, dict[str, WebServer]], None] | None = None,
+    resume_attempt: int | None = None,
+    link: ProvenLink | None = None,
+    traces: str = "light",
+) -> CellResult:
+    """Measure one cell into the results folder ``out`` as a new attempt.
+
+    On ``testbed`` (default: the local testbed ``prefix``), which this process owns
+    for the duration. ``link``: a link already shaped for this cell's condition with
+    its receipt, shared with earlier cells (a sweep); the cell then opens with a spot
+    check instead of a full receipt. Without it the cell shapes and measures its own.
+    ``resume_attempt`` continues an interrupted attempt instead: the loads already
+    stored are kept and skipped. ``fault`` is called before each load (arm, rep,
+    servers): tests use it to break something on purpose. ``traces``: the capture
+    level (none, light, full; quicbed.traces), recorded in the attempt's provenance.
+    """
+    check_level(traces)
+    out = out.resolve()  # servers get paths from it and run with other working dirs
+    tb = testbed or LocalTestbed(prefix)
+    pageset = validate(cfg, tb)
+    with tb.claim("quicbed cell"):
+        store = Store(out, create=True)
+        cell_id = cfg.cell_id()
+        store.add_cell(cell_id, cfg.model_dump(mode="json"))
+        if resume_attempt is None:
+            attempt = store.new_attempt(cell_id, provenance.collect(tb))
+        else:
+            attempt = resume_attempt
+            store.reopen_attempt(cell_id, attempt)
+        job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault, traces)
+        status, problem, reason = "failed", "", None
+        try:
+            if link is None:
+                with shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc()) as shaped:
+                    job.measure_on(prove(shaped, receipt_tcp_seconds, cfg.tcp_cc()), shared=False)
+            else:
+                job.measure_on(link, shared=link.uses > 0)
+            empty = arms_without_valid_runs(store, cell_id, attempt, cfg)
+            if empty:
+                raise QuicbedError(
+                    f"arm(s) {', '.join(empty)} ended with no valid run: nothing to compare "
+                    "(each run's reason is stored with it)"
+                )
+            status = "done"
+        except LinkFailure as exc:
+            problem = str(exc)
+            reason = exc.reason if isinstance(exc, LinkFailed) else FailureReason.LINK_CHANGED
+        except QuicbedError as exc:
+            problem, reason = str(exc), FailureReason.OTHER
+        finally:
+            with shielded():
+                store.finish_attempt(cell_id, attempt, status, problem)
+        comparisons = (
+            compare_cell(store, cell_id, attempt, cfg)
+            if status == "done" and cfg.kind == "page"
+            else {}
+        )
+        invalid: dict[str, list[str]] = {}
+        runs = store.runs(cell_id, attempt)
+        for r in runs:
+            if not r["valid"]:
+                invalid.setdefault(r["arm"], []).append(f"#{r['rep']}: {r['reason']}")
+        store.close()
+    return CellResult(
+        cell_id,
+        attempt,
+        status,
+        problem,
+        job.receipt,
+        comparisons,
+        invalid,
+        out,
+        verify_summary(runs),
+        reason,
+    )
+
+
+def arms_without_valid_runs(store: Store, cell_id: str, attempt: int, cfg: CellConfig) -> list[str]:
+    """The cell's arms that no valid measured run of this attempt speaks for: such an
+    attempt has measured nothing it can compare, so it is failed, never done."""
+    if cfg.kind == "page":
+        return [a for a in cfg.arms if not store.plts(cell_id, attempt, a)]
+    from quicbed.results.transfers import BulkResult, stored_transfer
+
+    result = stored_transfer(store, cell_id, attempt)
+    flows = (
+        [r.flow for r in result.runs]
+        if isinstance(result, BulkResult)
+        else [f for r in result.runs for f in r.flows]
+    )
+    ok = {f.arm for f in flows if f.ok}
+    return [a for a in cfg.arms if a not in ok]
+
+
+class LinkFailed(LinkFailure):
+    """A LinkFailure that says which check failed (``reason``), for the runner to decide
+    on; its message is the one people read."""
+
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class _Job:
+    """One attempt's work on a proven link: servers, browsers, loads, the closing check."""
+
+    cfg: CellConfig
+    tb: Testbed
+    store: Store
+    cell_id: str
+    attempt: int
+    pageset: Any
+    progress: Progress | None
+    fault: Callable[[str, int, dict[str, WebServer]], None] | None
+    traces: str = "light"
+    receipt: Receipt | None = None
+
+    def measure_on(self, proven: ProvenLink, *, shared: bool) -> None:
+        """Loads under ``proven``'s receipt, and the record of which loads it covers."""
+        self.receipt = proven.receipt
+        self.store.set_receipt(self.cell_id, self.attempt, proven.receipt.model_dump(mode="json"))
+        if not proven.receipt.passed:
+            names = ", ".join(c.name for c in proven.receipt.failed_checks())
+            raise LinkFailed(
+                FailureReason.LINK_OUT_OF_TOLERANCE,
+                f"the link is out of tolerance ({names}); nothing measured",
+            )
+        span: dict[str, Any] = {
+            "cell_id": self.cell_id,
+            "attempt": self.attempt,
+            "receipt_created": proven.receipt.created,
+            "generation": proven.generation,
+            "shared": int(shared),
+            "first_seq": None,
+            "last_seq": None,
+            "started": now(),
+            "opening": None,
+            "closing": None,
+            "passed": 0,
+        }
+        opening = None
+        if shared:
+            opening = opening_check(proven)
+            span["opening"] = opening.model_dump(mode="json")
+            if not opening.passed:
+                span["finished"] = now()
+                self.store.add_link_span(span)
+                raise LinkFailed(
+                    FailureReason.LINK_OPENING_CHECK,
+                    f"opening check: {'; '.join(opening.problems)}; nothing measured",
+                )
+        proven.uses += 1
+        try:
+            self._loads(proven, span)
+        except BaseException:
+            span["finished"] = now()
+            with shielded():
+                self.store.add_link_span(span)
+            raise
+        closing = spot_check(proven, "closing", since=opening.counters if opening else None)
+        span.update(
+            finished=now(), closing=closing.model_dump(mode="json"), passed=int(closing.passed)
+        )
+        self.store.add_link_span(span)
+        if not closing.passed:
+            raise LinkFailed(
+                FailureReason.LINK_CLOSING_CHECK,
+                f"closing check after the last load: {'; '.join(closing.problems)}",
+            )
+
+    def _loads(self, proven: ProvenLink, span: dict[str, Any]) -> None:
+        if self.cfg.kind != "page":
+            self._transfers(proven, span)
+            return
+        from quicbed.client.chromium import Browser, BrowserSpec
+
+        cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
+        done = {(r["arm"], r["rep"]) for r in store.runs(cell_id, attempt)}
+        _, log_dir = store.paths(cell_id, attempt)
+        servers: dict[str, WebServer] = {}
+        browsers: dict[str, Browser] = {}
+        tracing = self._traceset()
+        loads: list[tuple[str, LoadTrace]] = []  # (run_id, its trace)
+        try:
+            spec, page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
+            if tracing:
+                tracing.start()
+                spec = replace(spec, qlog_dirs=tracing.ctx.qlog_dirs)
+            servers = servers_for(cfg, tb, spec)
+            extra = {name: self._browser_traces(name) for name in cfg.arms}
+            for name, srv in servers.items():
+                if srv.wants_client_netlog:
+                    extra[name].setdefault("net_log", tb.workdir("client") / f"netlog-{name}.json")
+                    srv.client_netlog = extra[name]["net_log"]
+            for s in servers.values():
+                s.start()
+            client = browser_of(type(s) for s in servers.values())
+            for a in cfg.resolved_arms():
+                profile = tb.workdir("client") / f"profile-{a.name}"
+                bspec = BrowserSpec(
+                    arm=a.name,
+                    protocol=a.protocol,
+                    host=cfg.host,
+                    server_ip=tb.server_ip,
+                    port=a.port,
+                    spki_pin=spki_pin,
+                    user_data_dir=profile,
+                    client=client,
+                    quic_version=servers[a.name].quic_version,
+                    ca_cert=ca_cert if client != "chromium" else None,
+                    **extra[a.name],
+                )
+                browsers[a.name] = Browser(bspec, tb, log_dir)
+            # the arms' browsers start side by side, all from this thread (a child's
+            # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)
+            for b in browsers.values():
+                b.launch()
+            for b in browsers.values():
+                b.connect()
+            for b in browsers.values():
+                b.ready()
+            urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
+            schedule = list(enumerate(cfg.schedule()))
+            if done and cfg.warmup:
+                # A resumed attempt has fresh browsers: warm them up again (stored as
+                # warm-ups with negative reps) so 0-RTT state exists before measuring.
+                low = min(r for _, r in done)
+                schedule = [(-1, (arm, low - 1)) for arm in cfg.arms] + schedule
+            for seq, (arm, rep) in schedule:
+                if (arm, rep) in done:
+                    continue
+                if self.fault:
+                    self.fault(arm, rep, servers)
+                warm = rep < cfg.warmup
+                srv = servers[arm]
+                srv.mark()
+                lt = tracing.begin(arm, rep) if tracing else None
+                result = browsers[arm].load(
+                    urls[arm], fresh_context=cfg.mode == "1rtt", timeout_s=cfg.load_timeout_s
+                )
+                facts = _server_facts(srv, page["objects"])
+                facts.update(srv.observe())
+                if tracing and lt:
+                    lt.page_started(result.get("har"))
+                    tracing.end(lt)
+                    loads.append((f"{cell_id}:{attempt}:{arm}:{rep}", lt))
+                m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
+                reasons = _judge(cfg, srv, warm, result, m, facts, page)
+                gen = proven.current_generation()
+                if gen != proven.generation:
+                    reasons.append(
+                        f"the link changed under this load (generation "
+                        f"{proven.generation} -> {gen})"
+                    )
+                store.add_run(
+                    {
+                        "cell_id": cell_id,
+                        "attempt": attempt,
+                        "arm": arm,
+                        "rep": rep,
+                        "seq": seq,
+                        "warmup": int(warm),
+                        "valid": int(not reasons),
+                        "reason": "; ".join(reasons),
+                        "plt_ms": m.get("plt_ms"),
+                        "onload_ms": m.get("onload_ms"),
+                        "dns_ms": m.get("dns_ms"),
+                        "nav_load_ms": m.get("nav_load_ms"),
+                        "ttfb_ms": m.get("ttfb_ms"),
+                        "objects": m.get("objects"),
+                        "bytes": m.get("bytes"),
+                        "protocols": m.get("protocols"),
+                        "used_0rtt": int(facts["used_0rtt"]) if "used_0rtt" in facts else None,
+                        "tls_resumed": int(facts.get("tls_resumed", False)),
+                        "detail": {
+                            "entries": m.get("entries"),
+                            "server": facts,
+                            "error": result.get("error"),
+                            "context": result.get("context"),
+                            "main_connect_ms": m.get("main_connect_ms"),
+                            "main_ssl_ms": m.get("main_ssl_ms"),
+                            "link": {"generation": gen, "receipt": proven.receipt.created},
+                            **({"traces": tracing.detail(lt)} if tracing and lt else {}),
+                        },
+                    },
+                    result.get("har"),
+                )
+                if span["first_seq"] is None:
+                    span["first_seq"] = seq
+                span["last_seq"] = seq
+                if gen != proven.generation:
+                    raise LinkFailed(
+                        FailureReason.LINK_CHANGED,
+                        f"the link changed during the cell ({arm} #{rep}: generation "
+                        f"{proven.generation} -> {gen}); the loads after it were not measured",
+                    )
+                if self.progress:
+                    self.progress(arm, seq + 1, len(schedule))
+            versions: dict[str, Any] = {name: s.version() for name, s in servers.items()}
+            versions["browser"] = next(iter(browsers.values())).version if browsers else None
+            store.set_versions(cell_id, attempt, versions)
+        finally:
+            # before the link goes: a testbed torn down under running daemons would
+            # have to kill them one PID at a time
+            with shielded():
+                for b in browsers.values():
+                    b.stop()
+                for s in servers.values():
+                    s.stop()
+                for role in ("server", "client"):
+                    tb.collect(role, log_dir)  # remote logs come home beside the runs
+                if tracing:
+                    self._seal_traces(tracing, loads)
+
+    def _transfers(self, proven: ProvenLink, span: dict[str, Any]) -> None:
+        """A bulk or compete cell (quicbed.run.bulk): its transfers on the proven link, one
+        record stored for the attempt (a resumed attempt runs them again, whole)."""
+        from quicbed.run.bulk import run_transfer
+
+        _, log_dir = self.store.paths(self.cell_id, self.attempt)
+        result = run_transfer(self.cfg, self.tb, proven, log_dir, self.progress)
+        self.store.set_transfer(
+            self.cell_id, self.attempt, self.cfg.kind, result.model_dump(mode="json")
+        )
+        span.update(first_seq=0, last_seq=len(result.runs) - 1)
+
+    def _traceset(self) -> TraceSet | None:
+        if self.traces == "none":
+            return None
+        arms = self.cfg.resolved_arms()
+        ctx = TraceContext(
+            level=self.traces,
+            testbed=self.tb,
+            results=self.store.root,
+            cell_id=self.cell_id,
+            attempt=self.attempt,
+            arms=self.cfg.arms,
+            transports={a.name: a.transport for a in arms},
+        )
+        for a in arms:
+            if a.transport == "udp":
+                qdir = self.tb.workdir("server") / "qlog" / f"{self.cell_id}-{self.attempt}"
+                ctx.qlog_dirs[a.name] = qdir / a.name
+        tracing = TraceSet(ctx, instruments())
+        self.store.add_provenance(
+            self.cell_id,
+            self.attempt,
+            "traces",
+            {
+                "level": self.traces,
+                "instruments": [t.name for t in tracing.tracers],
+                "unavailable": tracing.unavailable,
+            },
+        )
+        return tracing
+
+    def _arm_dir(self) -> Path:
+        return self.store.root / "traces" / self.cell_id / str(self.attempt)
+
+    def _browser_traces(self, arm: str) -> dict[str, RPath]:
+        """Chromium's TLS key log and NetLog of an arm, at level full."""
+        if self.traces != "full":
+            return {}
+        out = self.tb.outbox("client", self._arm_dir())
+        return {"ssl_key_log": out / f"{arm}-keys.log", "net_log": out / f"{arm}-netlog.json"}
+
+    def _seal_traces(self, tracing: TraceSet, loads: list[tuple[str, LoadTrace]]) -> None:
+        """Once browsers and servers are gone: complete every load's traces (qlog files
+        close with their connections), derive its facts, and record both with the run."""
+        from quicbed.traces.base import write_gz
+        from quicbed.traces.capture import complete_netlog
+        from quicbed.traces.facts import derive
+
+        try:
+            if self.traces == "full":
+                self.tb.collect("client", self._arm_dir())
+                for arm in self.cfg.arms:
+                    netlog = self._arm_dir() / f"{arm}-netlog.json"
+                    if netlog.exists():
+                        data, closed = complete_netlog(netlog.read_bytes())
+                        write_gz(netlog.with_suffix(".json.gz"), data)
+                        netlog.unlink()
+                        for _, lt in loads if closed else []:
+                            if lt.key.arm == arm:
+                                lt.notes.append(
+                                    "NetLog left unfinished by Chromium; its "
+                                    "event list was closed after the last event"
+                                )
+                for _, lt in loads:
+                    for name, f in (("keys", "keys.log"), ("netlog", "netlog.json.gz")):
+                        rel = lt.key.arm_rel(f)
+                        if (self.store.root / rel).exists():
+                            lt.files[name] = str(rel)
+                        else:
+                            lt.missing[name] = "Chromium wrote no file"
+            tracing.finish()
+            runs = {
+                f"{r['cell_id']}:{r['attempt']}:{r['arm']}:{r['rep']}": r
+                for r in self.store.runs(self.cell_id, self.attempt)
+            }
+            for run_id, lt in loads:
+                r = runs.get(run_id, {})
+                facts = derive(
+                    lt.samples,
+                    arm=lt.key.arm,
+                    ttfb_ms=r.get("ttfb_ms"),
+                    plt_ms=r.get("plt_ms"),
+                    page_start_ms=lt.page_start_ms,
+                )
+                self.store.update_run_detail(
+                    run_id, {"traces": tracing.detail(lt), "transport": facts}
+                )
+        finally:
+            tracing.stop()
+
+
+def _server_facts(srv: WebServer, objects: int, wait_s: float = 0.05) -> dict[str, Any]:
+    """What the server logged about the load just done: as soon as it logged a request
+    for every object of the page, else after ``wait_s`` (a log line may land a moment
+    after the browser's onLoad; a failed load may never log them all)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        facts = srv.load_facts(srv.since_mark())
+        if facts.get("requests", 0) >= objects or time.monotonic() >= deadline:
+            return facts
+        time.sleep(0.005)
+
+
+def _serve(
+    tb: Testbed, cfg: CellConfig, pageset: Any, log_dir: Path
+) -> tuple[ServeSpec, dict[str, Any], str, RPath]:
+    """Put the page tree and the certificate on the server; what both servers serve;
+    the SPKI pin of the leaf and where the test CA is on the client.
+
+    Both are made on the controller (one CA per testbed, kept there) and pushed to
+    the server role; the servers' logs go to the role's outbox for ``log_dir``.
+    """
+    from quicbed import certs
+    from quicbed.spec import workloads
+
+    www = tb.local_stage("server", "www")
+    manifest = workloads.generate(www, [cfg.page], pageset)
+    pki = certs.ensure(tb.local_stage("server", "tls"), [cfg.host], [tb.server_ip])
+    work = tb.workdir("server")
+    tb.push("server", www / cfg.page, work / "www" / cfg.page)  # only this cell's page
+    tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
+    tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
+    spec = ServeSpec(
+        docroot=work / "www",
+        cert=work / "tls" / pki.cert.name,
+        key=work / "tls" / pki.key.name,
+        logdir=tb.outbox("server", log_dir),
+    )
+    # the CA for a browser that trusts by CA (chromium72), never its key
+    ca = tb.workdir("client") / "tls" / pki.ca_cert.name
+    tb.push("client", pki.ca_cert, ca, mode=0o644)
+    return spec, manifest["pages"][cfg.page], pki.spki_pin, ca
+
+
+def verify_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per arm, what the checks of each measured load found, so the claim "h3 with
+    0-RTT, h2 with TLS resumption" is read off the stored evidence, not the config."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        if r["warmup"]:
+            continue
+        a = out.setdefault(
+            r["arm"],
+            {
+                "measured": 0,
+                "valid": 0,
+                "protocols": [],
+                "used_0rtt": 0,
+                "tls_resumed": 0,
+                "cc": [],
+            },
+        )
+        a["measured"] += 1
+        a["valid"] += int(bool(r["valid"]))
+        a["used_0rtt"] += int(r["used_0rtt"] == 1)
+        a["tls_resumed"] += int(r["tls_resumed"] == 1)
+        for p in r["protocols"] or []:
+            if p not in a["protocols"]:
+                a["protocols"].append(p)
+        for cc in ((r.get("detail") or {}).get("server") or {}).get("cc") or []:
+            if cc not in a["cc"]:
+                a["cc"].append(cc)
+    return out

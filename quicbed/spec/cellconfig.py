@@ -1,0 +1,313 @@
+"""One cell: a network condition x one page x the protocol arms compared in it.
+
+A cell's identity is a hash of its fully resolved configuration, so results can be
+resumed, rerun and merged safely: the same configuration always gets the same ID.
+Software versions are not in the hash; they are stored with every attempt and
+checked before runs are pooled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from quicbed.errors import QuicbedError, from_validation
+from quicbed.link.model import LinkCondition
+from quicbed.servers.base import Arm, Kind
+from quicbed.spec.arms import ArmSettings, resolve
+
+ARMS = ("h2", "h3")
+#: fields added after stores existed: left out of the cell ID while at their default,
+#: so every cell measured before keeps its ID
+_NEW_FIELDS: dict[str, object] = {"arm_settings": {}, "kind": "page", "transfer": None}
+TEST_HOST = "quicbed.test"
+#: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
+#: is days of measurement; more warm-ups than that are never needed).
+MAX_RUNS = 10_000
+MAX_WARMUP = 100
+MAX_LOAD_TIMEOUT_S = 600.0
+#: how a user writes "no rate limit" (a stored condition says ``rate_mbit: null``); the
+#: first is the spelling quicbed prints, the others are accepted as they always were
+UNLIMITED = ("unlimited", "none", "inf")
+
+
+def parse_rate(value: object) -> float | None:
+    """A rate in Mbit/s, or None for unlimited: the one reading of a rate that the CLI
+    options, sweep specs and ``--where rate=...`` share, so ``unlimited`` means the same
+    everywhere. Range checks stay with LinkCondition (its errors name the bound)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value.strip().lower() in UNLIMITED:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise QuicbedError(f"rate: not a number of Mbit/s or 'unlimited' (got {value!r})")
+
+
+def _rate_field(value: object) -> object:
+    try:
+        return parse_rate(value)
+    except QuicbedError as exc:
+        raise ValueError(str(exc).removeprefix("rate: ")) from None
+
+
+#: a rate field of a model (e.g. a sweep spec's ``rate`` list), read by parse_rate
+Rate = Annotated[float | None, BeforeValidator(_rate_field)]
+
+#: a bound on typos: flows at once in a compete cell, seconds of one transfer
+MAX_FLOWS = 32
+MAX_TRANSFER_S = 3600.0
+
+
+def parse_flows(text: str) -> tuple[tuple[str, int], ...]:
+    """``h3x1,h2x4`` (or ``h3,h2``: one flow each) as ((arm, flows), ...): the one
+    spelling of a compete cell's flows, in the CLI's ``--flows`` and a spec's ``flows``."""
+    out = []
+    for part in str(text).split(","):
+        arm, _, n = part.strip().partition("x")
+        try:
+            count = int(n) if n else 1
+        except ValueError:
+            count = 0
+        if not arm or count < 1:
+            raise QuicbedError(f"flows: {part.strip()!r} is not ARMxN with N >= 1 (e.g. h3x1,h2x4)")
+        out.append((arm, count))
+    if len({a for a, _ in out}) != len(out):
+        raise QuicbedError(f"flows: an arm is named twice in {text!r}")
+    return tuple(out)
+
+
+def flows_text(flows: tuple[tuple[str, int], ...]) -> str:
+    return ",".join(f"{a}x{n}" for a, n in flows)
+
+
+class Transfer(BaseModel):
+    """A bulk or compete cell's transfer: the object, and how long each flow runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    #: the object fetched (quicbed.spec.bulkobjects: 10MB, 1GB, ...)
+    size: str = "100MB"
+    #: seconds each flow runs, the object fetched again and again on its connection;
+    #: None: the object once (bulk only)
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_TRANSFER_S)
+    #: compete: (arm, flows) in start order; empty for bulk
+    flows: tuple[tuple[str, int], ...] = ()
+    #: compete: seconds between one flow's start and the next's
+    stagger_s: float = Field(default=0.0, ge=0, le=MAX_TRANSFER_S)
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        from quicbed.spec.bulkobjects import parse_size
+
+        try:
+            parse_size(v)
+        except QuicbedError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("flows", mode="before")
+    @classmethod
+    def _flows(cls, v: object) -> object:
+        if isinstance(v, str):
+            try:
+                return parse_flows(v)
+            except QuicbedError as exc:
+                raise ValueError(str(exc).removeprefix("flows: ")) from None
+        return v
+
+
+class CellConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    condition: LinkCondition
+    page: str
+    runs: int = Field(default=20, description="measured loads per arm")
+    warmup: int = Field(default=1, description="loads per arm before the measured ones")
+    mode: Literal["0rtt", "1rtt"] = "0rtt"
+    arms: tuple[str, ...] = ARMS
+    order: Literal["alternate", "random", "blocked"] = "alternate"
+    order_seed: int = 1
+    #: every arm's congestion control unless the arm names its own (arm_settings);
+    #: a stack names its CCs exactly (quicbed.servers), TCP's are the kernel's
+    cc: str = "cubic"
+    #: per-arm stack, CC and parameters (quicbed.spec.arms.ArmSettings), by arm name
+    arm_settings: dict[str, ArmSettings] = {}
+    shaper: str = "auto"
+    host: str = TEST_HOST
+    load_timeout_s: float = Field(default=60.0, gt=0, le=MAX_LOAD_TIMEOUT_S)
+    #: page loads, or a transfer (``transfer`` says which object, how long, which flows);
+    #: a transfer cell's ``page`` names its object (quicbed.spec.bulkobjects.object_path)
+    kind: Kind = "page"
+    transfer: Transfer | None = None
+
+    @field_validator("runs")
+    @classmethod
+    def _runs(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"runs must be >= 2 for a variance (got {v})")
+        if v > MAX_RUNS:
+            raise ValueError(f"runs must be at most {MAX_RUNS} (got {v})")
+        return v
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup(cls, v: int) -> int:
+        if not 0 <= v <= MAX_WARMUP:
+            raise ValueError(f"warmup must be in [0, {MAX_WARMUP}] (got {v})")
+        return v
+
+    @field_validator("shaper")
+    @classmethod
+    def _shaper(cls, v: str) -> str:
+        """Known by name here; whether it can run on a testbed is cell.validate's question."""
+        from quicbed.link.shapers import SHAPERS
+
+        if v not in SHAPERS:
+            raise ValueError(f"unknown shaper {v!r} (one of {', '.join(SHAPERS)})")
+        return v
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("no arms (give at least one, e.g. h2,h3)")
+        if len(set(v)) != len(v):
+            raise ValueError(f"arm listed twice in {','.join(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _resolve(self) -> CellConfig:
+        """Every arm's stack, CC and parameters checked now: nothing starts otherwise."""
+        try:
+            self.resolved_arms()
+        except QuicbedError as exc:
+            raise ValueError(str(exc)) from None
+        self._check_kind()
+        return self
+
+    def _check_kind(self) -> None:
+        """A transfer's settings belong to transfer cells only, and say everything a
+        transfer needs; a page cell's warm-ups and modes mean nothing to a transfer."""
+        t = self.transfer
+        if self.kind == "page":
+            if t is not None:
+                raise ValueError("transfer settings are for bulk and compete cells (kind)")
+            return
+        if t is None:
+            raise ValueError(f"a {self.kind} cell needs its transfer (size, duration, flows)")
+        if self.warmup != 0:
+            raise ValueError(f"a {self.kind} cell has no warm-up loads (warmup {self.warmup})")
+        if self.mode != "0rtt":
+            raise ValueError(f"mode {self.mode} is for page loads, not a {self.kind} cell")
+        from quicbed.spec.bulkobjects import object_path
+
+        if self.page != object_path(t.size):
+            raise ValueError(
+                f"a {self.kind} cell's page is its object {object_path(t.size)!r} "
+                f"(got {self.page!r})"
+            )
+        if self.kind == "bulk":
+            if t.flows or t.stagger_s:
+                raise ValueError("flows and stagger are for compete cells, not bulk")
+            return
+        if not t.flows:
+            raise ValueError("a compete cell needs its flows (e.g. h3x1,h2x1)")
+        if t.duration_s is None:
+            raise ValueError("a compete cell needs a duration (seconds every flow runs)")
+        named = [a for a, _ in t.flows]
+        if tuple(named) != self.arms:
+            raise ValueError(
+                f"a compete cell's arms are its flows' arms in order "
+                f"({','.join(named)}), got {','.join(self.arms)}"
+            )
+        total = sum(n for _, n in t.flows)
+        if not 2 <= total <= MAX_FLOWS:
+            raise ValueError(
+                f"a compete cell runs 2 to {MAX_FLOWS} flows at once "
+                f"(flows {flows_text(t.flows)}: {total})"
+            )
+
+    def resolved_arms(self) -> list[Arm]:
+        return resolve(self.arms, self.arm_settings, self.cc, self.kind)
+
+    def tcp_cc(self) -> str:
+        """The hosts' TCP congestion control: the TCP arm's, else the cell's CC where the
+        kernel has it by that name, else cubic (a QUIC-only cell's iperf3 receipt)."""
+        from quicbed.servers.apache import TCP_CCS
+
+        tcp = [a for a in self.resolved_arms() if a.transport == "tcp"]
+        if tcp:
+            return tcp[0].cc
+        return self.cc if self.cc in TCP_CCS else "cubic"
+
+    def cell_id(self) -> str:
+        """12 hex digits of SHA-256 over the canonical JSON of the resolved configuration."""
+        dump = self.model_dump(mode="json")
+        for key, default in _NEW_FIELDS.items():
+            if dump.get(key) == default:
+                dump.pop(key)
+        blob = json.dumps(dump, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def link_key(self) -> str:
+        """What the link and the hosts' tuning depend on: cells with equal keys can share
+        one shaped link and its receipt (quicbed.link.proof)."""
+        return json.dumps(
+            [self.condition.model_dump(mode="json"), self.shaper, self.tcp_cc()], sort_keys=True
+        )
+
+    def schedule(self) -> list[tuple[str, int]]:
+        """(arm, rep) in execution order; reps 0..warmup-1 are warm-ups.
+
+        ``alternate``: arms take turns and the order is reversed every second round
+        (ABBA), so neither arm always goes first; ``random``: a seeded shuffle of the
+        arms in each round; ``blocked``: all loads of one arm, then the next.
+        Warm-ups of every arm come before any measured load.
+        """
+        total = self.warmup + self.runs
+        if self.order == "blocked":
+            out = [(a, r) for a in self.arms for r in range(self.warmup)]
+            return out + [(a, r) for a in self.arms for r in range(self.warmup, total)]
+        rng = random.Random(self.order_seed)
+        out = []
+        for r in range(total):
+            arms = list(self.arms)
+            if self.order == "alternate" and r % 2 == 1:
+                arms.reverse()
+            elif self.order == "random":
+                rng.shuffle(arms)
+            out += [(a, r) for a in arms]
+        return out
+
+
+def cell_default(name: str) -> Any:
+    """A CellConfig field's default: the one home of runs, warmup, cc, order, ... that
+    the CLI's options and a sweep spec's ``defaults`` take theirs from."""
+    field = CellConfig.model_fields[name]
+    return field.get_default(call_default_factory=True)
+
+
+def make_cell(**kwargs: object) -> CellConfig:
+    """Build a CellConfig; pydantic's report becomes one line naming the bad value."""
+    try:
+        return CellConfig(**kwargs)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise from_validation(exc, "cell") from None

@@ -1,0 +1,492 @@
+"""Sweep specs: a declarative YAML file that expands into cells.
+
+Named scenarios let one file hold the reference study's partial grids (baseline,
+loss, latency, reordering), each a product of rates x RTTs x losses x jitters x
+queues x pages x modes. Everything is validated before anything runs, and every
+error names the key and the value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from quicbed.analysis.stats import DEFAULT_ALPHA
+from quicbed.errors import QuicbedError, from_validation
+from quicbed.link.model import MAX_TCP_SECONDS, LinkCondition, make_condition, parse_queue
+from quicbed.servers.base import Kind
+from quicbed.spec.arms import ArmSettings, own_pairs, pairs, parse_pairs
+from quicbed.spec.cellconfig import CellConfig, Rate, cell_default, make_cell
+from quicbed.yamlfile import read_yaml
+
+SPEC_FORMAT = 1
+
+#: arms as a list of names, or a mapping name -> settings (stack, cc, cubic_n, ...)
+ArmsField = list[str] | dict[str, ArmSettings | None]
+
+
+def _arms_field(v: object) -> object:
+    """A list of names, or a mapping name -> settings; a bad setting named on one line
+    (pydantic's union would blame the list branch)."""
+    if v is None:  # a scenario without its own arms (as a stored spec writes it)
+        return v
+    if isinstance(v, dict):
+        out = {}
+        for name, settings in v.items():
+            if settings is not None and not isinstance(settings, dict):
+                raise ValueError(
+                    f"arm {name}: settings are a mapping (stack, cc, cubic_n, "
+                    f"cubic_beta), got {settings!r}"
+                )
+            try:
+                out[str(name)] = ArmSettings(**(settings or {}))
+            except ValidationError as exc:
+                raise ValueError(str(from_validation(exc, f"arm {name}"))) from None
+        return out
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return v
+    raise ValueError(f"arms are a list of names or a mapping name -> settings, got {v!r}")
+
+
+def split_arms(arms: ArmsField) -> tuple[tuple[str, ...], dict[str, ArmSettings]]:
+    if isinstance(arms, list):
+        return tuple(arms), {}
+    return tuple(arms), {k: v for k, v in arms.items() if v is not None and v != ArmSettings()}
+
+
+def _link_default(name: str) -> object:
+    return LinkCondition.model_fields[name].get_default(call_default_factory=True)
+
+
+class Defaults(BaseModel):
+    """Cell settings shared by every scenario unless a scenario overrides them.
+
+    Their defaults are CellConfig's and LinkCondition's (one home: the CLI's options
+    take theirs from the same fields), so a spec and a ``quicbed cell`` agree.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    runs: int = cell_default("runs")
+    warmup: int = cell_default("warmup")
+    arms: ArmsField = list(cell_default("arms"))
+    order: Literal["alternate", "random", "blocked"] = cell_default("order")
+    order_seed: int = cell_default("order_seed")
+    cc: str = cell_default("cc")
+    seed: int = _link_default("seed")  # type: ignore[assignment]
+    count: Literal["ethernet", "ip"] = _link_default("count")  # type: ignore[assignment]
+    load_timeout_s: float = cell_default("load_timeout_s")
+
+    _arms = field_validator("arms", mode="before")(_arms_field)
+
+
+class Statistics(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    test: Literal["welch", "mannwhitney"] = "welch"
+    alpha: float = Field(default=DEFAULT_ALPHA, gt=0, lt=1)
+    correction: Literal["none", "holm", "bh"] = "none"
+    #: comparisons besides every arm against the reference, e.g. ["h3/h3-quiche"]
+    pairs: list[str] = []
+
+
+class Scenario(BaseModel):
+    """One partial grid: the product of its lists."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    #: Mbit/s or unlimited (null, or a word of quicbed.spec.cellconfig.UNLIMITED)
+    rate: list[Rate]
+    rtt: list[float]
+    loss: list[float] = [_link_default("loss_pct")]  # type: ignore[list-item]
+    #: loss on the downlink only (server -> client) in %, the uplink lossless: instead
+    #: of ``loss`` (end to end, split evenly between the directions)
+    loss_down: list[float] | None = None
+    jitter: list[float] = [_link_default("jitter_ms")]  # type: ignore[list-item]
+    jitter_kind: Literal["none", "reorder", "smooth"] = "none"
+    queue: list[str] = [_link_default("queue")]  # type: ignore[list-item]
+    #: page loads, or transfers (quicbed.run.bulk): ``bulk`` (each arm's flow alone) or
+    #: ``compete`` (the ``flows`` at once on one bottleneck)
+    kind: Kind = "page"
+    pages: list[str] | None = None
+    #: bulk and compete: object sizes (10MB, 1GB), seconds each flow runs (bulk: none
+    #: fetches the object once), compete's flow mixes ("h3x1,h2x4") and start stagger
+    objects: list[str] | None = None
+    duration: list[float] | None = None
+    #: each mix "h3x1,h2x4" (quoted in YAML: a bare comma inside [...] splits it) or
+    #: {h3: 1, h2: 4}
+    flows: list[str | dict[str, int]] | None = None
+    stagger: float = 0.0
+    modes: list[Literal["0rtt", "1rtt"]] = [cell_default("mode")]
+    runs: int | None = None
+    warmup: int | None = None
+    #: this scenario's arms and congestion control instead of the defaults'
+    arms: ArmsField | None = None
+    cc: str | None = None
+
+    _arms = field_validator("arms", mode="before")(_arms_field)
+
+    @field_validator(
+        "rate",
+        "rtt",
+        "loss",
+        "loss_down",
+        "jitter",
+        "queue",
+        "pages",
+        "modes",
+        "objects",
+        "duration",
+        "flows",
+    )
+    @classmethod
+    def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
+        if v is not None and not v:
+            raise ValueError("is empty: a grid needs at least one value")
+        return v
+
+    @model_validator(mode="after")
+    def _one_loss(self) -> Scenario:
+        if self.loss_down is not None and any(x != 0 for x in self.loss):
+            raise ValueError(
+                "give loss (end to end, split evenly) or loss_down (the downlink only), not both"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _kind(self) -> Scenario:
+        """Each kind's own keys, and none of another kind's. A key counts as given when
+        it differs from its default: a stored spec (sweep.json) writes every key."""
+        defaults = {
+            k: f.get_default(call_default_factory=True) for k, f in type(self).model_fields.items()
+        }
+        given = {k for k in self.model_fields_set if getattr(self, k) != defaults[k]}
+        if self.kind == "page":
+            if self.pages is None:
+                raise ValueError("pages: a page scenario needs its pages")
+            extra = [k for k in ("objects", "duration", "flows", "stagger") if k in given]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: for kind bulk or compete, not page loads")
+            return self
+        pages_keys = [k for k in ("pages", "modes") if k in given]
+        if pages_keys:
+            raise ValueError(f"{', '.join(pages_keys)}: for page loads, not a {self.kind} scenario")
+        if self.objects is None:
+            raise ValueError(f"objects: a {self.kind} scenario needs its object sizes (10MB)")
+        if self.kind == "bulk" and ("flows" in given or "stagger" in given):
+            raise ValueError("flows, stagger: for compete, not bulk")
+        if self.kind == "compete" and (self.flows is None or self.duration is None):
+            raise ValueError("a compete scenario needs flows (e.g. h3x1,h2x1) and duration")
+        for mix in self.flows or []:
+            flows = _mix(mix)
+            if sum(n for _, n in flows) < 2:
+                raise ValueError(
+                    f"flows: the mix {mix!r} is one flow; a mix is all the flows that share "
+                    'the bottleneck, e.g. "h3x1,h2x4" (quote it in YAML: a bare comma '
+                    "inside [...] separates list items) or {h3: 1, h2: 4}"
+                )
+        return self
+
+    def losses(self) -> list[tuple[float, float | None, float | None]]:
+        """(loss_pct, loss_down_pct, loss_up_pct) of each loss of the grid."""
+        if self.loss_down is None:
+            return [(x, None, None) for x in self.loss]
+        return [(0.0, x, 0.0) for x in self.loss_down]
+
+
+class SweepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    format: int = SPEC_FORMAT
+    name: str
+    description: str = ""
+    testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
+    shaper: Literal["auto", "userspace", "netem", "dummynet"] = cell_default("shaper")
+    receipt_tcp_seconds: float = Field(default=10, gt=0, le=MAX_TCP_SECONDS)
+    #: transport traces per load (quicbed.traces): observe the loads, not a condition of
+    #: them, so not in the digest: a folder may be resumed at another level
+    traces: Literal["none", "light", "full"] = "light"
+    defaults: Defaults = Defaults()
+    statistics: Statistics = Statistics()
+    scenarios: dict[str, Scenario]
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepSpec:
+        if self.format != SPEC_FORMAT:
+            raise ValueError(f"format {self.format} is not supported (this quicbed reads 1)")
+        if not self.scenarios:
+            raise ValueError("scenarios is empty")
+        from quicbed.analysis.stats import min_valid, smallest_p
+
+        st = self.statistics
+        for name, sc in self.scenarios.items():
+            runs = self.defaults.runs if sc.runs is None else sc.runs
+            # the fewest valid runs a cell may give a number from: can the test reach alpha?
+            n = min_valid(runs)
+            if runs >= 1 and smallest_p(st.test, n, n) >= st.alpha:
+                raise ValueError(
+                    f"scenario {name!r}: runs {runs} is too few for {st.test} at alpha "
+                    f"{st.alpha:g}: with {n} valid runs per arm its smallest possible p is "
+                    f"{smallest_p(st.test, n, n):.3g}, so no cell could ever be significant "
+                    "(more runs, or test: welch)"
+                )
+        return self
+
+    def digest(self) -> str:
+        """Hash of the resolved spec: a results folder belongs to exactly one. Keys added
+        since format 1 are left out while unset, so older folders keep their digest."""
+        body = self.model_dump(mode="json", exclude={"traces"})
+        if not body["statistics"]["pairs"]:
+            body["statistics"].pop("pairs")
+        for sc in body["scenarios"].values():
+            for key in ("arms", "cc", "loss_down", "objects", "duration", "flows"):
+                if sc[key] is None:
+                    sc.pop(key)
+            if sc["kind"] == "page":
+                sc.pop("kind")
+            if sc["stagger"] == 0:
+                sc.pop("stagger")
+        blob = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class PlannedCell(BaseModel):
+    scenario: str
+    config: CellConfig
+
+
+def load_spec(path: Path) -> SweepSpec:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise QuicbedError(f"{path}: a sweep spec is a mapping (name, scenarios, ...)")
+    try:
+        spec = SweepSpec(**data)
+    except ValidationError as exc:
+        raise from_validation(exc, str(path)) from None
+    plan(spec, source=str(path))  # every cell must be valid too
+    return spec
+
+
+def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
+    """Expand every scenario into cells, in a stable order; errors name the scenario."""
+    from quicbed.spec import workloads
+
+    pageset = workloads.load()
+    cells: list[PlannedCell] = []
+    seen: set[str] = set()
+    d = spec.defaults
+    try:
+        extra = parse_pairs(spec.statistics.pairs)
+    except QuicbedError as exc:
+        raise QuicbedError(f"{source}: statistics.pairs: {exc}") from None
+    used: set[tuple[str, str]] = set()
+    for name, sc in spec.scenarios.items():
+        where = f"{source}: scenarios.{name}"
+        for page in sc.pages or []:
+            if page not in pageset.pages:
+                raise QuicbedError(
+                    f"{where}.pages: unknown page {page!r} (defined: {', '.join(pageset.pages)})"
+                )
+        for rate, rtt, (loss, down, up), jitter, queue, work in itertools.product(
+            sc.rate, sc.rtt, sc.losses(), sc.jitter, sc.queue, _workloads(sc)
+        ):
+            try:
+                cond = make_condition(
+                    rate_mbit=rate,
+                    rtt_ms=rtt,
+                    loss_pct=loss,
+                    loss_down_pct=down,
+                    loss_up_pct=up,
+                    jitter_ms=jitter,
+                    jitter_kind=sc.jitter_kind if jitter else "none",
+                    queue=queue,
+                    seed=d.seed,
+                    count=d.count,
+                )
+                names, settings = split_arms(d.arms if sc.arms is None else sc.arms)
+                if sc.kind == "compete":  # the flows name the arms, in start order
+                    names = tuple(a for a, _ in work["transfer"]["flows"])
+                    settings = {k: v for k, v in settings.items() if k in names}
+                # `is None`, never `or`: a scenario's 0 or "" is its own (and refused
+                # by CellConfig by name), not a silent fall-back to the defaults
+                warmup = d.warmup if sc.kind == "page" else 0
+                cfg = make_cell(
+                    condition=cond,
+                    runs=d.runs if sc.runs is None else sc.runs,
+                    warmup=warmup if sc.warmup is None else sc.warmup,
+                    arms=names,
+                    arm_settings=settings,
+                    order=d.order,
+                    order_seed=d.order_seed,
+                    cc=d.cc if sc.cc is None else sc.cc,
+                    shaper=spec.shaper,
+                    load_timeout_s=d.load_timeout_s,
+                    **work,
+                )
+                mine = own_pairs(extra, cfg.arms)
+                pairs(cfg.resolved_arms(), mine)
+                used.update(mine)
+            except QuicbedError as exc:
+                raise QuicbedError(f"{where}: {exc}") from None
+            if cfg.cell_id() in seen:
+                continue  # scenarios may overlap; a cell is measured once
+            seen.add(cfg.cell_id())
+            cells.append(PlannedCell(scenario=name, config=cfg))
+    for a, b in extra:
+        if (a, b) not in used:  # a pair is compared in the cells that have both arms
+            raise QuicbedError(
+                f"{source}: statistics.pairs: pair {a}/{b}: no cell has both "
+                f"arms (each pair is compared where a cell has both)"
+            )
+    return cells
+
+
+def _mix(mix: str | dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """A compete scenario's flow mix, written "h3x1,h2x4" or {h3: 1, h2: 4}."""
+    from quicbed.spec.cellconfig import flows_text, parse_flows
+
+    return parse_flows(flows_text(tuple(mix.items())) if isinstance(mix, dict) else mix)
+
+
+def _workloads(sc: Scenario) -> list[dict[str, Any]]:
+    """The cell settings of a scenario's workloads: each mode x page, or each object x
+    duration (x flow mix) of a transfer scenario."""
+    from quicbed.spec.bulkobjects import object_path
+
+    if sc.kind == "page":
+        return [{"mode": m, "page": p} for m in sc.modes for p in sc.pages or []]
+    out = []
+    durations: list[float | None] = [*sc.duration] if sc.duration else [None]
+    mixes: list[str | dict[str, int] | None] = [*sc.flows] if sc.flows else [None]
+    for size, dur, flows in itertools.product(sc.objects or [], durations, mixes):
+        t: dict[str, Any] = {"size": size, "duration_s": dur}
+        if flows is not None:
+            t.update(flows=_mix(flows), stagger_s=sc.stagger)
+        out.append({"kind": sc.kind, "page": object_path(size), "transfer": t})
+    return out
+
+
+#: a queue that holds fewer packets of PACKET_BYTES than this is flagged (issue 14, the
+#: beta study's seed): its results say more about the small buffer than about the
+#: transport, and below MIN_QUEUE_FRAMES frames the link holds more than was asked for
+SMALL_QUEUE_PACKETS = 10
+PACKET_BYTES = 1500
+
+
+def stored_queue_warning(cond: dict[str, Any]) -> str:
+    """``queue_warning`` of a stored condition (a cell's config), or "" (also for a
+    condition this quicbed no longer reads: nothing to say about it)."""
+    try:
+        return queue_warning(make_condition(**cond)) or ""
+    except QuicbedError:
+        return ""
+
+
+def queue_warning(cond: LinkCondition) -> str | None:
+    """Why ``cond``'s queue is small, or None.
+
+    Flagged: a queue (2 x BDP by default, or the spec's) of fewer than
+    SMALL_QUEUE_PACKETS packets of 1500 B; and a BDP under that many packets, where the
+    default 2 x BDP queue is a few dozen packets at most, so a sender's whole window is
+    a handful of packets and one loss or one backoff step is a large share of it
+    (the seed's example: 10 Mbit/s x 10 ms is a BDP of 8.3 packets).
+    """
+    if cond.rate_mbit is None:
+        return None
+    kind, value = parse_queue(cond.queue)
+    bdp = cond.bdp_bytes() or 0
+    asked = {"bytes": value, "packets": value * PACKET_BYTES, "bdp": value * bdp}[kind]
+    small = SMALL_QUEUE_PACKETS * PACKET_BYTES
+    what = f"{cond.rate_mbit:g} Mbit/s x {cond.rtt():g} ms"
+    if asked < small:
+        held, packets = cond.queue_limit()
+        holds = f"{packets} packets" if held is None else f"{held} B"
+        return (
+            f"{what}: queue {cond.queue} is {asked / PACKET_BYTES:.1f} packets of "
+            f"{PACKET_BYTES} B (BDP {bdp} B), below ~{SMALL_QUEUE_PACKETS}; the link "
+            f"holds {holds}"
+        )
+    if bdp < small:
+        return (
+            f"{what}: the BDP is {bdp / PACKET_BYTES:.1f} packets of {PACKET_BYTES} B, "
+            f"below ~{SMALL_QUEUE_PACKETS} (queue {cond.queue}: "
+            f"{asked / PACKET_BYTES:.1f} packets): a window of a few packets"
+        )
+    return None
+
+
+def plan_warnings(cells: list[PlannedCell]) -> list[str]:
+    """One line per small queue of ``cells`` (rate, RTT and queue), naming its scenarios
+    and how many link conditions (losses, jitters) have it, in plan order."""
+    found: dict[str, tuple[list[str], set[str]]] = {}
+    for pc in cells:
+        cond = pc.config.condition
+        w = queue_warning(cond)
+        if w is None:
+            continue
+        scenarios, conds = found.setdefault(w, ([], set()))
+        if pc.scenario not in scenarios:
+            scenarios.append(pc.scenario)
+        conds.add(json.dumps(cond.model_dump(mode="json"), sort_keys=True))
+    return [
+        f"small queue ({', '.join(sc)}; {len(conds)} link condition"
+        f"{'s' if len(conds) > 1 else ''}): {w}"
+        for w, (sc, conds) in found.items()
+    ]
+
+
+#: an opening or closing spot check of the link (quicbed.link.proof), with margin
+SPOT_CHECK_S = 3.0
+
+
+def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
+    """A deliberately pessimistic wall-time estimate: a receipt per link condition (cells
+    of one condition share it), a spot and a closing check per cell, loads at ~3x
+    their bound, or on a lossy downlink at the loss bound (``loss_bound_mbit``), which
+    sets the time there: the beta study's 3.3 MB page at 200 ms and 2 % loss took 25 s
+    a load here, not the 4 s that the rate and RTT alone predict."""
+    from quicbed.spec import workloads
+
+    pageset = workloads.load()
+    total = receipt_s * len({pc.config.link_key() for pc in cells})
+    for pc in cells:
+        c = pc.config
+        rate = 1000.0 if c.condition.rate_mbit is None else c.condition.rate_mbit
+        if c.transfer is not None:
+            total += 2 * SPOT_CHECK_S + _transfer_seconds(c, rate)
+            continue
+        page = pageset.pages[c.page]
+        nbytes = page.total_image_bytes(pageset.kb)
+        load = 4 * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
+        lossy = nbytes * 8 / (loss_bound_mbit(c.condition) * 1e6)
+        load = min(max(3 * load, lossy), c.load_timeout_s)
+        total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * (load + 0.5)
+    return total
+
+
+def loss_bound_mbit(cond: LinkCondition) -> float:
+    """Mathis et al.'s steady rate for random loss on the downlink, 1.22 MSS / (RTT
+    sqrt(p)), capped at the link's rate: the pace of a download on a lossy long path.
+    A lower bound in practice: CUBIC (N = 2 the more) beat it by 2-3x at 200 ms here
+    (sweeps/beta.yaml's delay group), so an estimate built on it errs long."""
+    rate = 1000.0 if cond.rate_mbit is None else cond.rate_mbit
+    p, rtt_s = cond.loss_down(), max(cond.rtt(), 1.0) / 1000
+    if p <= 0:
+        return rate
+    return min(rate, 1.22 * 1448 * 8 / (rtt_s * math.sqrt(p)) / 1e6)
+
+
+def _transfer_seconds(c: CellConfig, rate_mbit: float) -> float:
+    """A transfer cell's runs: each flow's duration, or its object at the link's rate
+    (at most 1 Gbit/s) with a margin, plus the clients' start and linger."""
+    from quicbed.spec.bulkobjects import parse_size
+
+    t = c.transfer
+    assert t is not None
+    pace = min(rate_mbit, loss_bound_mbit(c.condition))
+    each = t.duration_s or parse_size(t.size) * 8 / (pace * 1e6) * 1.5
+    if c.kind == "compete":
+        return c.runs * (each + t.stagger_s * sum(n for _, n in t.flows) + 5)
+    return len(c.arms) * c.runs * (each + 3)
