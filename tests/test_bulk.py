@@ -168,9 +168,9 @@ def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> No
         atts = store.latest_attempts()
         kinds = {cid: cfg["kind"] for cid, cfg in store.cell_configs().items()}
         assert sorted(kinds.values()) == ["bulk", "compete"] and len(atts) == 2
-        assert all(a["status"] == "done" for a in atts.values()), atts
-        spans = {cid: store.link_spans(cid, a["attempt"]) for cid, a in atts.items()}
-        recs = {kinds[cid]: stored_transfer(store, cid, a["attempt"]) for cid, a in atts.items()}
+        assert all(a.status == "done" for a in atts.values()), atts
+        spans = {cid: store.link_spans(cid, a.attempt) for cid, a in atts.items()}
+        recs = {kinds[cid]: stored_transfer(store, cid, a.attempt) for cid, a in atts.items()}
     finally:
         store.close()
     # one receipt for both: the second cell opened with a spot check

@@ -58,15 +58,15 @@ def test_cell_at_112ms_h3_0rtt_beats_h2(
     assert r.invalid == {}, r.invalid
     store = Store(tmp_path / "res")
     runs = store.runs(r.cell_id, r.attempt)
-    assert len(runs) == 8 and sum(x["warmup"] for x in runs) == 2
+    assert len(runs) == 8 and sum(x.warmup for x in runs) == 2
     for x in runs:
-        assert x["protocols"] == [x["arm"]]
-        assert x["objects"] == 2
-        if x["arm"] == "h3" and not x["warmup"]:
-            assert x["used_0rtt"] == 1  # the QUIC server's own log says so
-        if x["arm"] == "h2" and not x["warmup"]:
-            assert x["tls_resumed"] == 1
-        assert (tmp_path / "res" / x["har_path"]).exists()
+        assert x.protocols == [x.arm]
+        assert x.objects == 2
+        if x.arm == "h3" and not x.warmup:
+            assert x.used_0rtt == 1  # the QUIC server's own log says so
+        if x.arm == "h2" and not x.warmup:
+            assert x.tls_resumed == 1
+        assert (tmp_path / "res" / x.har_path).exists()
     assert r.verified["h3"] == {
         "measured": 3,
         "valid": 3,
@@ -83,9 +83,9 @@ def test_cell_at_112ms_h3_0rtt_beats_h2(
     assert c.quic.mean * 1.3 < c.tcp.mean, (c.quic.mean, c.tcp.mean)  # 0-RTT saves RTTs
     assert c.pct_diff > 30
     att = store.attempt(r.cell_id)
-    assert att["provenance"]["git"]["sha"]
-    assert "quic_go_version" in str(att["provenance"]["components"])
-    assert att["receipt"]["passed"] is True
+    assert att.provenance["git"]["sha"]
+    assert "quic_go_version" in str(att.provenance["components"])
+    assert att.receipt["passed"] is True
 
 
 @pytest.mark.browser
@@ -184,7 +184,7 @@ def test_1rtt_mode_uses_a_fresh_context_per_load(prefix: str, tmp_path: Path, cl
     )
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     runs = Store(tmp_path / "res").runs(r.cell_id, r.attempt)
-    assert [x["used_0rtt"] for x in runs] == [0, 0]
-    assert all(x["objects"] == 101 for x in runs)
-    contexts = {x["detail"]["context"] for x in runs}
+    assert [x.used_0rtt for x in runs] == [0, 0]
+    assert all(x.objects == 101 for x in runs)
+    contexts = {x.detail["context"] for x in runs}
     assert len(contexts) == 2 and "default" not in contexts

@@ -22,6 +22,7 @@ import pytest
 from quicbed.analysis.explain import COMPONENTS, explain
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
+from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.spec.cellconfig import make_cell
 from quicbed.traces.base import SAMPLE_COLUMNS, write_samples
@@ -133,20 +134,22 @@ def synthetic(root: Path, *, traces: bool = True, h3_missing: bool = False) -> s
                     "transport": {"example_fact": 1},
                 }
             store.add_run(
-                {
-                    "cell_id": cid,
-                    "attempt": att,
-                    "arm": arm,
-                    "rep": rep,
-                    "seq": seq,
-                    "warmup": int(rep == 0),
-                    "valid": int(rep != 3 or arm != "h2"),
-                    "reason": "" if rep != 3 or arm != "h2" else "made invalid",
-                    "plt_ms": plt,
-                    "ttfb_ms": connect + 40,
-                    "protocols": [arm],
-                    "detail": detail,
-                },
+                RunRow.model_validate(
+                    {
+                        "cell_id": cid,
+                        "attempt": att,
+                        "arm": arm,
+                        "rep": rep,
+                        "seq": seq,
+                        "warmup": int(rep == 0),
+                        "valid": int(rep != 3 or arm != "h2"),
+                        "reason": "" if rep != 3 or arm != "h2" else "made invalid",
+                        "plt_ms": plt,
+                        "ttfb_ms": connect + 40,
+                        "protocols": [arm],
+                        "detail": detail,
+                    }
+                ),
                 har,
             )
             seq += 1
@@ -310,7 +313,7 @@ def test_real_explain(real: tuple[Path, str]) -> None:
     data = json.loads((out / "explain.json").read_text())
     store = Store(root)
     try:
-        runs = {(r["arm"], r["rep"]): r for r in store.runs(cid)}
+        runs = {(r.arm, r.rep): r for r in store.runs(cid)}
     finally:
         store.close()
     rows = 0
@@ -327,8 +330,8 @@ def test_real_explain(real: tuple[Path, str]) -> None:
         # the estimator's precision
         assert 5 < a["peak_rate_mbit"] < 14, a["peak_rate_mbit"]
         assert a["delivered_bytes"] > 1_000_000
-        assert a["plt_ms"] == pytest.approx(runs[(arm, a["rep"])]["plt_ms"], abs=1e-3)
-        rows += _gz_rows(root / runs[(arm, a["rep"])]["detail"]["traces"]["files"]["transport"])
+        assert a.plt_ms == pytest.approx(runs[(arm, a.rep)].plt_ms, abs=1e-3)
+        rows += _gz_rows(root / runs[(arm, a.rep)].detail["traces"]["files"]["transport"])
     assert isinstance(data["difference_h2_minus_h3"]["handshake"], (int, float))
     with open(out / "transport.csv") as f:
         assert sum(1 for _ in f) - 1 == rows

@@ -59,12 +59,12 @@ def test_a_gquic_cell_is_verified_per_load(testbed: LocalTestbed, tmp_path: Path
     store = Store(tmp_path)
     try:
         att = store.attempt(r.cell_id)
-        comp: dict[str, Any] = att["provenance"]["components"]
+        comp: dict[str, Any] = att.provenance["components"]
         assert comp["browser"] == "HeadlessChrome/72.0.3617.0"  # both arms' browser
         assert comp["gquic"]["start"]["quic_go_version"] == "v0.10.2"
         assert comp["gquic"]["start"]["quic_go_patch"].startswith("quic-go-v0.10.2-")
-        runs = [x for x in store.runs(r.cell_id) if x["arm"] == "h2" and not x["warmup"]]
-        assert all(x["protocols"] == ["h2"] for x in runs)
+        runs = [x for x in store.runs(r.cell_id) if x.arm == "h2" and not x.warmup]
+        assert all(x.protocols == ["h2"] for x in runs)
     finally:
         store.close()
     assert "h2/gquic" in r.comparisons and r.comparisons["h2/gquic"].quic.n == 3

@@ -66,17 +66,17 @@ def test_a_link_changed_mid_cell_fails_the_attempt(prefix: str, tmp_path: Path) 
     store = Store(tmp_path / "res")
     runs = store.runs(r.cell_id, r.attempt)
     last = runs[-1]
-    assert (last["arm"], last["rep"], last["valid"]) == ("h3", 3, 0)
-    assert "the link changed under this load" in last["reason"]
-    assert all(x["valid"] for x in runs[:-1]), [x["reason"] for x in runs if not x["valid"]]
+    assert (last.arm, last.rep, last.valid) == ("h3", 3, 0)
+    assert "the link changed under this load" in last.reason
+    assert all(x.valid for x in runs[:-1]), [x.reason for x in runs if not x.valid]
     assert len(runs) < len(cfg.schedule())  # nothing measured after the change
-    gens = {x["detail"]["link"]["generation"] for x in runs}
+    gens = {x.detail["link"]["generation"] for x in runs}
     assert len(gens) == 2
     (span,) = store.link_spans(r.cell_id, r.attempt)
     assert span["passed"] == 0 and span["closing"] is None
-    assert (span["first_seq"], span["last_seq"]) == (runs[0]["seq"], last["seq"])
-    assert span["generation"] == r.receipt.generation == runs[0]["detail"]["link"]["generation"]
+    assert (span["first_seq"], span["last_seq"]) == (runs[0].seq, last.seq)
+    assert span["generation"] == r.receipt.generation == runs[0].detail["link"]["generation"]
     attempt = store.attempt(r.cell_id, r.attempt)
-    assert attempt["status"] == "failed"
+    assert attempt.status == "failed"
     store.close()
     assert not os.path.exists(f"/run/quicbed/{prefix}")  # the cell's testbed is gone

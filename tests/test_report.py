@@ -9,6 +9,7 @@ import pytest
 
 from quicbed.link.model import make_condition
 from quicbed.report.build import build
+from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.spec.cellconfig import make_cell
 
@@ -30,32 +31,36 @@ def _fill(root: Path, mode: str, h2: list[float], h3: list[float], runs: int = 0
     for arm, values in (("h2", h2), ("h3", h3)):
         for rep, v in enumerate(values):
             store.add_run(
-                {
-                    "cell_id": cid,
-                    "attempt": att,
-                    "arm": arm,
-                    "rep": rep,
-                    "seq": seq,
-                    "warmup": 0,
-                    "valid": 1,
-                    "reason": "",
-                    "plt_ms": v,
-                },
+                RunRow.model_validate(
+                    {
+                        "cell_id": cid,
+                        "attempt": att,
+                        "arm": arm,
+                        "rep": rep,
+                        "seq": seq,
+                        "warmup": 0,
+                        "valid": 1,
+                        "reason": "",
+                        "plt_ms": v,
+                    }
+                ),
                 None,
             )
             seq += 1
     store.add_run(
-        {
-            "cell_id": cid,
-            "attempt": att,
-            "arm": "h3",
-            "rep": 99,
-            "seq": seq,
-            "warmup": 0,
-            "valid": 0,
-            "reason": "protocol h2 on the h3 arm",
-            "plt_ms": 1.0,
-        },
+        RunRow.model_validate(
+            {
+                "cell_id": cid,
+                "attempt": att,
+                "arm": "h3",
+                "rep": 99,
+                "seq": seq,
+                "warmup": 0,
+                "valid": 0,
+                "reason": "protocol h2 on the h3 arm",
+                "plt_ms": 1.0,
+            }
+        ),
         None,
     )
     store.finish_attempt(cid, att, "done")
@@ -111,17 +116,19 @@ def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:
     for arm, values in plts.items():
         for rep, v in enumerate(values):
             store.add_run(
-                {
-                    "cell_id": cid,
-                    "attempt": att,
-                    "arm": arm,
-                    "rep": rep,
-                    "seq": seq,
-                    "warmup": 0,
-                    "valid": 1,
-                    "reason": "",
-                    "plt_ms": v,
-                },
+                RunRow.model_validate(
+                    {
+                        "cell_id": cid,
+                        "attempt": att,
+                        "arm": arm,
+                        "rep": rep,
+                        "seq": seq,
+                        "warmup": 0,
+                        "valid": 1,
+                        "reason": "",
+                        "plt_ms": v,
+                    }
+                ),
                 None,
             )
             seq += 1
@@ -309,17 +316,19 @@ def _beta_cell(
     for arm, values in plts.items():
         for rep, v in enumerate(values):
             store.add_run(
-                {
-                    "cell_id": cid,
-                    "attempt": att,
-                    "arm": arm,
-                    "rep": rep,
-                    "seq": seq,
-                    "warmup": 0,
-                    "valid": 1,
-                    "reason": "",
-                    "plt_ms": v,
-                },
+                RunRow.model_validate(
+                    {
+                        "cell_id": cid,
+                        "attempt": att,
+                        "arm": arm,
+                        "rep": rep,
+                        "seq": seq,
+                        "warmup": 0,
+                        "valid": 1,
+                        "reason": "",
+                        "plt_ms": v,
+                    }
+                ),
                 None,
             )
             seq += 1

@@ -105,7 +105,7 @@ def _stats(root: Path) -> dict[str, dict[str, tuple]]:
         out = {}
         for cid, att in store.latest_attempts().items():
             cfg = make_cell(**store.cell_config(cid))
-            comps = compare_cell(store, cid, att["attempt"], cfg)
+            comps = compare_cell(store, cid, att.attempt, cfg)
             out[cid] = {
                 p: (c.tcp.n, c.tcp.mean, c.quic.n, c.quic.mean, c.pct_diff, c.welch_p)
                 for p, c in comps.items()
@@ -230,11 +230,11 @@ def test_merge_refuses_what_is_not_one_sweep(folders: tuple[Path, Path]) -> None
     try:
         cid = next(iter(_stats(s1)))
         atts = store.attempts(cid)
-        assert [a["attempt"] for a in atts] == [1, 2]  # renumbered by start time
-        assert atts[0]["started"] <= atts[1]["started"]
+        assert [a.attempt for a in atts] == [1, 2]  # renumbered by start time
+        assert atts[0].started <= atts[1].started
         rows = store.runs(cid, 2)
-        assert all(r["run_id"].startswith(f"{cid}:2:") for r in rows)
-        assert all((base / "twice" / r["har_path"]).is_file() for r in rows if r["har_path"])
+        assert all(r.run_id.startswith(f"{cid}:2:") for r in rows)
+        assert all((base / "twice" / r.har_path).is_file() for r in rows if r.har_path)
     finally:
         store.close()
     cp = qb("merge", s1, s2, "--out", base / "twice", home=home)

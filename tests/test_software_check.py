@@ -91,7 +91,7 @@ def _recorded_another(out: Path, cell_id: str, name: str, build: dict[str, Any])
     write_sweep(out, held)
     store = Store(out)
     try:
-        software = store.attempt(cell_id, 1)["provenance"]["software"]
+        software = store.attempt(cell_id, 1).provenance["software"]
         store.add_provenance(cell_id, 1, "software", {**software, name: build})
     finally:
         store.close()
@@ -135,7 +135,7 @@ def test_forced_both_builds_are_recorded_and_the_report_counts_two_set_ups(
     store = Store(out)
     try:
         store.new_attempt(cid, provenance.collect())  # the forced run's attempt
-        provs = {(cid, a["attempt"]): a["provenance"] for a in store.attempts(cid)}
+        provs = {(cid, a.attempt): a.provenance for a in store.attempts(cid)}
     finally:
         store.close()
     now = provenance.software()[QUICHE]
@@ -413,6 +413,6 @@ def test_stored_records_of_earlier_versions_still_read() -> None:
         store.close()
     assert attempts
     for att in attempts:
-        ident = provenance.setup_identity(att["provenance"], att["receipt"])
+        ident = provenance.setup_identity(att.provenance, att.receipt)
         assert ident["software"]["chromium"] == {"version": "72"}
-        assert checked_software(att["provenance"]["software"])["quicbed"] == {"version": "0.1.0"}
+        assert checked_software(att.provenance["software"])["quicbed"] == {"version": "0.1.0"}

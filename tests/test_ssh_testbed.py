@@ -161,11 +161,11 @@ def test_a_cell_over_ssh_stores_what_a_local_cell_stores(
         att = store.attempt(remote.cell_id)
         runs = store.runs(remote.cell_id)
         store.close()
-        filled = {k for r in runs for k, v in r.items() if v is not None}
+        filled = {k for r in runs for k, v in r.model_dump().items() if v is not None}
         files = {p.name for p in (root / "logs").rglob("*") if p.is_file()}
         hars = {p.name for p in (root / "hars").rglob("*.har.gz")}
-        checks = [c["name"] for c in att["receipt"]["checks"] if c["passed"] is not None]
-        return filled, files, hars, checks, att["provenance"]
+        checks = [c["name"] for c in att.receipt["checks"] if c["passed"] is not None]
+        return filled, files, hars, checks, att.provenance
 
     r_filled, r_files, r_hars, r_checks, r_prov = stored(tmp_path / "ssh")
     l_filled, l_files, l_hars, l_checks, l_prov = stored(tmp_path / "local")

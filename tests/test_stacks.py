@@ -108,12 +108,12 @@ def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(prefix: str, tmp_path
     # what the server saw, every load: cubic, then reno behind the cell's back
     assert r.verified["h2"]["cc"] == ["cubic", "reno"] and r.verified["h3"]["cc"] == ["cubic"]
     store = Store(tmp_path / "a")
-    runs = [x for x in store.runs(r.cell_id, r.attempt) if x["arm"] == "h2"]
+    runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm == "h2"]
     store.close()
     # the warm-up and loads 1 and 2 ran before the switch: cubic with the host's beta set
-    cubic = [x for x in runs if x["rep"] < 3]
-    assert len(cubic) == 3 and all(x["valid"] for x in cubic), cubic
-    assert [x["detail"]["server"]["cubic_beta_kernel"] for x in cubic] == [512, 512, 512]
+    cubic = [x for x in runs if x.rep < 3]
+    assert len(cubic) == 3 and all(x.valid for x in cubic), cubic
+    assert [x.detail["server"]["cubic_beta_kernel"] for x in cubic] == [512, 512, 512]
     assert Path(hostparam.TCP_CUBIC_BETA).read_text().strip() == before
 
 
@@ -138,16 +138,16 @@ def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> Non
     }
     assert set(r.comparisons) == {"h2/h3", "h2/h3-cubic", "h2/h3-n2"}
     store = Store(tmp_path / "r")
-    facts = {x["arm"]: x["detail"]["server"] for x in store.runs(r.cell_id, r.attempt)}
-    traced = [x for x in store.runs(r.cell_id, r.attempt) if x["arm"] == "h3-n2"]
+    facts = {x.arm: x.detail["server"] for x in store.runs(r.cell_id, r.attempt)}
+    traced = [x for x in store.runs(r.cell_id, r.attempt) if x.arm == "h3-n2"]
     store.close()
     assert facts["h3-cubic"]["cubic_n"] == [1] and facts["h3-cubic"]["cubic_beta"] == [0.7]
     assert facts["h3-n2"]["cubic_n"] == [2] and facts["h3-n2"]["cubic_beta"] == [0.5]
     # each QUIC arm's qlog went to its own folder and came home with its loads
     assert all(
-        any(k.startswith("qlog:") for k in x["detail"]["traces"]["files"])
+        any(k.startswith("qlog:") for k in x.detail["traces"]["files"])
         for x in traced
-        if not x["warmup"]
+        if not x.warmup
     )
 
 
@@ -172,9 +172,9 @@ def test_quiche_arm_with_bbr_verified_and_traced(prefix: str, tmp_path: Path) ->
     assert r.verified["h2"]["tls_resumed"] == 2
     assert set(r.comparisons) == {"h2/h3", "h2/h3-quiche"}
     store = Store(tmp_path / "r")
-    runs = [x for x in store.runs(r.cell_id, r.attempt) if x["arm"] == "h3-quiche"]
+    runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm == "h3-quiche"]
     store.close()
     for x in runs:
-        if not x["warmup"]:
-            assert x["detail"]["transport"]["status"] == "ok", x["detail"]["transport"]
-            assert x["detail"]["server"]["stats"], x["detail"]["server"]
+        if not x.warmup:
+            assert x.detail["transport"].status == "ok", x.detail["transport"]
+            assert x.detail["server"]["stats"], x.detail["server"]

@@ -42,7 +42,7 @@ def reads(store: Store) -> dict[str, Any]:
         "attempts": store.all_attempts(),
         "receipts": store.receipts(),
         "runs": store.all_runs(),
-        "spans": [store.link_spans(c, a["attempt"]) for c in cells for a in store.attempts(c)],
+        "spans": [store.link_spans(c, a.attempt) for c in cells for a in store.attempts(c)],
         "latest": store.latest_attempts(),
         "plts": [store.plts(c, 2, arm) for c in cells for arm in ("h2", "h3")],
     }
@@ -79,8 +79,8 @@ def test_a_version_1_store_is_migrated_with_every_row_kept(v1: Path) -> None:
     store = Store(v1)
     try:
         assert reads(store) == got
-        assert got["runs"][0]["protocols"] in (["h2"], ["h3"])  # decoded like runs()
-        assert got["attempts"][0]["provenance"]["git"]["sha"] == "0" * 40
+        assert got["runs"][0].protocols in (["h2"], ["h3"])  # decoded like runs()
+        assert got["attempts"][0].provenance["git"]["sha"] == "0" * 40
     finally:
         store.close()
 

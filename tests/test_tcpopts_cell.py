@@ -65,17 +65,15 @@ def test_tcp_options_verified_per_load_and_a_mismatched_syn_invalid(
     assert "h3" not in r.invalid
     store = Store(tmp_path / "a")
     runs = [
-        x
-        for x in store.runs(r.cell_id, r.attempt)
-        if x["arm"] == "h2" and x["valid"] and not x["warmup"]
+        x for x in store.runs(r.cell_id, r.attempt) if x.arm == "h2" and x.valid and not x.warmup
     ]
     store.close()
     assert len(runs) == 2
     for x in runs:
-        pkts = x["detail"]["server"]["tcp_syn"]
+        pkts = x.detail["server"]["tcp_syn"]
         syns = [p for p in pkts if not p["ack"]]
         acks = [p for p in pkts if p["ack"]]
         assert syns and acks, pkts
         assert all(not p["sack"] and p["wscale"] == 2 and p["ece"] for p in pkts), pkts
         assert all(p["cwr"] for p in syns) and not any(p["cwr"] for p in acks), pkts
-        assert x["detail"]["server"]["tcp_kernel"]["server"]["initcwnd"] == 20
+        assert x.detail["server"]["tcp_kernel"]["server"]["initcwnd"] == 20

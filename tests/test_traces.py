@@ -369,9 +369,9 @@ def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
     assert len(runs) == 8
     report = []
     for run in runs:
-        tr, facts = run["detail"]["traces"], run["detail"]["transport"]
-        arm = run["arm"]
-        assert tr["missing"] == {}, (arm, run["rep"], tr)
+        tr, facts = run.detail["traces"], run.detail["transport"]
+        arm = run.arm
+        assert tr["missing"] == {}, (arm, run.rep, tr)
         manifest = json.loads((out / tr["dir"] / "trace.json").read_text())
         assert set(manifest["files"]) == set(tr["files"])
         for name, rel in tr["files"].items():
@@ -412,7 +412,7 @@ def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
         report.append(
             (
                 arm,
-                run["rep"],
+                run.rep,
                 len(pts),
                 facts["srtt_min_ms"],
                 facts["handshake_rtts"],
@@ -444,9 +444,9 @@ def test_without_tracefs_the_load_is_stored_and_the_trace_missing(
     )
     r = run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1, traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
-    runs = {x["arm"]: x for x in Store(tmp_path / "res").runs(r.cell_id, r.attempt)}
-    h2, h3 = runs["h2"]["detail"], runs["h3"]["detail"]
-    assert runs["h2"]["valid"] == 1 and runs["h2"]["plt_ms"] > 0
+    runs = {x.arm: x for x in Store(tmp_path / "res").runs(r.cell_id, r.attempt)}
+    h2, h3 = runs["h2"].detail, runs["h3"].detail
+    assert runs["h2"].valid == 1 and runs["h2"].plt_ms > 0
     assert h2["traces"]["missing"]["tcp"].startswith(
         f"tracefs cannot be mounted at {tmp_path / 'no-tracefs'}"
     )

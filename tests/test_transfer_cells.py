@@ -15,6 +15,7 @@ from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.report import build as report
 from quicbed.report import transfers as report_transfers
+from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.results.transfers import (
     BulkResult,
@@ -565,17 +566,19 @@ def test_an_arm_with_no_valid_run_fails_the_attempt(tmp_path: Path) -> None:
     rows = [("h2", 0, 1, 0), ("h2", 1, 0, 1), ("h3", 0, 1, 1), ("h3", 1, 0, 0)]
     for seq, (arm, rep, warmup, valid) in enumerate(rows):
         store.add_run(
-            {
-                "cell_id": cid,
-                "attempt": att,
-                "arm": arm,
-                "rep": rep,
-                "seq": seq,
-                "warmup": warmup,
-                "valid": valid,
-                "reason": "" if valid else "protocol h2 on the h3 arm",
-                "plt_ms": 100.0,
-            },
+            RunRow.model_validate(
+                {
+                    "cell_id": cid,
+                    "attempt": att,
+                    "arm": arm,
+                    "rep": rep,
+                    "seq": seq,
+                    "warmup": warmup,
+                    "valid": valid,
+                    "reason": "" if valid else "protocol h2 on the h3 arm",
+                    "plt_ms": 100.0,
+                }
+            ),
             None,
         )
     assert arms_without_valid_runs(store, cid, att, page) == ["h3"]

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.errors import QuicbedError
+from quicbed.results.rows import AttemptRow, RunRow
 from quicbed.results.store import Store
 
 ARMS = ("h2", "h3")
@@ -127,11 +128,9 @@ def explain(
     return write(target, cell_id, attempt, cfg, loads)
 
 
-def traced(runs: list[dict[str, Any]]) -> bool:
+def traced(runs: list[RunRow]) -> bool:
     """Whether an attempt's loads were traced (level light or full)."""
-    return any(
-        ((r["detail"] or {}).get("traces") or {}).get("level", "none") != "none" for r in runs
-    )
+    return any((r.detail.get("traces") or {}).get("level", "none") != "none" for r in runs)
 
 
 def choose(
@@ -139,57 +138,57 @@ def choose(
 ) -> tuple[dict[str, ArmLoad], int, dict[str, Any]]:
     """The latest finished attempt's chosen load per arm, read; or the reason it can't be."""
     cfg = store.cell_config(cell_id)
-    done = [a for a in _attempts(store, cell_id) if a["status"] == "done"]
+    done = [a for a in _attempts(store, cell_id) if a.status == "done"]
     if not done:
         raise QuicbedError(f"cell {cell_id} has no finished attempt to explain")
     att = done[-1]
-    runs = store.runs(cell_id, att["attempt"])
+    runs = store.runs(cell_id, att.attempt)
     if not traced(runs):
         raise QuicbedError(
-            f"cell {cell_id} attempt {att['attempt']} was measured without "
+            f"cell {cell_id} attempt {att.attempt} was measured without "
             "traces (--traces none): nothing to explain; rerun it with "
             "--traces light"
         )
-    kind = ((att["provenance"] or {}).get("testbed") or {}).get("kind", "local")
+    kind = ((att.provenance or {}).get("testbed") or {}).get("kind", "local")
     loads = {}
     for arm in cfg.get("arms", ARMS):
-        measured = [r for r in runs if r["arm"] == arm and not r["warmup"]]
-        valid = [r for r in measured if r["valid"] and r["plt_ms"] is not None]
+        measured = [r for r in runs if r.arm == arm and not r.warmup]
+        valid = [r for r in measured if r.valid and r.plt_ms is not None]
         if rep is not None:
-            hit = [r for r in measured if r["rep"] == rep]
+            hit = [r for r in measured if r.rep == rep]
             if not hit:
-                reps = ", ".join(str(r["rep"]) for r in measured) or "none"
+                reps = ", ".join(str(r.rep) for r in measured) or "none"
                 raise QuicbedError(
-                    f"--rep {rep}: cell {cell_id} attempt {att['attempt']} has "
+                    f"--rep {rep}: cell {cell_id} attempt {att.attempt} has "
                     f"no measured {arm} load {rep} (measured: {reps})"
                 )
             r = hit[0]
-            if not (r["valid"] and r["plt_ms"] is not None):
+            if not (r.valid and r.plt_ms is not None):
                 raise QuicbedError(
                     f"--rep {rep}: the {arm} load {rep} of cell {cell_id} is "
-                    f"invalid ({r['reason'] or 'no PLT'})"
+                    f"invalid ({r.reason or 'no PLT'})"
                 )
             why = f"rep {rep}, as asked"
         else:
             if not valid:
                 raise QuicbedError(
-                    f"cell {cell_id} attempt {att['attempt']}: no valid "
-                    f"measured {arm} load to explain"
+                    f"cell {cell_id} attempt {att.attempt}: no valid measured {arm} load to explain"
                 )
-            med = statistics.median(r["plt_ms"] for r in valid)
-            r = min(valid, key=lambda x: (abs(x["plt_ms"] - med), x["rep"]))
+            plts = {id(r): float(r.plt_ms) for r in valid if r.plt_ms is not None}
+            med = statistics.median(plts.values())
+            r = min(valid, key=lambda x: (abs(plts[id(x)] - med), x.rep))
             why = f"PLT closest to the arm's median ({med:.1f} ms of {len(valid)} valid loads)"
         loads[arm] = _read_load(store.root, r, why, kind)
-    return loads, att["attempt"], cfg
+    return loads, att.attempt, cfg
 
 
-def _attempts(store: Store, cell_id: str) -> list[dict[str, Any]]:
-    latest = store.attempt(cell_id)["attempt"]
+def _attempts(store: Store, cell_id: str) -> list[AttemptRow]:
+    latest = store.attempt(cell_id).attempt
     return [store.attempt(cell_id, n) for n in range(1, latest + 1)]
 
 
-def _read_load(root: Path, run: dict[str, Any], why: str, testbed_kind: str) -> ArmLoad:
-    detail = run["detail"] or {}
+def _read_load(root: Path, run: RunRow, why: str, testbed_kind: str) -> ArmLoad:
+    detail = run.detail
     tr = detail.get("traces") or {}
     missing = dict(tr.get("missing") or {})
     entries, page_wall = _har_timeline(root, run)
@@ -209,10 +208,10 @@ def _read_load(root: Path, run: dict[str, Any], why: str, testbed_kind: str) -> 
     elif not missing:
         missing["transport"] = "no transport samples were stored for this load"
     return ArmLoad(
-        arm=run["arm"],
-        rep=run["rep"],
-        plt_ms=float(run["plt_ms"]),
-        ttfb_ms=run["ttfb_ms"],
+        arm=run.arm,
+        rep=run.rep,
+        plt_ms=float(run.plt_ms or 0.0),
+        ttfb_ms=run.ttfb_ms,
         why_chosen=why,
         level=tr.get("level", "none"),
         missing=missing,
@@ -221,7 +220,7 @@ def _read_load(root: Path, run: dict[str, Any], why: str, testbed_kind: str) -> 
         offset_ms=offset,
         align_note=note,
         samples=samples,
-        quic="h3" in (run.get("protocols") or []),
+        quic="h3" in (run.protocols or []),
     )
 
 
@@ -229,11 +228,11 @@ def _wall(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def _har_timeline(root: Path, run: dict[str, Any]) -> tuple[list[dict[str, Any]], float | None]:
+def _har_timeline(root: Path, run: RunRow) -> tuple[list[dict[str, Any]], float | None]:
     """Each HAR entry's phases in ms since the page's start, and that start (wall, s)."""
-    if not run.get("har_path") or not (root / run["har_path"]).exists():
+    if not run.har_path or not (root / run.har_path).exists():
         return [], None
-    with gzip.open(root / run["har_path"], "rt") as f:
+    with gzip.open(root / run.har_path, "rt") as f:
         log = json.load(f).get("log", {})
     if not log.get("pages"):
         return [], None

@@ -203,9 +203,9 @@ def snapshot_results(
         shutil.copyfile(src / SWEEP_FILE, dst / SWEEP_FILE)
     store = Store.open_readonly(dst)
     try:
-        attempts = [(a["cell_id"], a["attempt"], a["status"]) for a in store.all_attempts()]
+        attempts = [(a.cell_id, a.attempt, a.status) for a in store.all_attempts()]
         runs = store.all_runs()
-        hars = [r["har_path"] for r in runs if r["har_path"] is not None]
+        hars = [r.har_path for r in runs if r.har_path is not None]
         n_runs, n_cells = len(runs), len(store.cells())
     finally:
         store.close()
@@ -276,7 +276,7 @@ def copy_traces(
     """
     store = Store.open_readonly(dst)
     try:
-        attempts = [(a["cell_id"], a["attempt"]) for a in store.all_attempts()]
+        attempts = [(a.cell_id, a.attempt) for a in store.all_attempts()]
     finally:
         store.close()
     n_files = n_keys = n_left = 0
@@ -353,12 +353,12 @@ def recorded_shas(results: Path) -> list[tuple[str | None, bool]]:
     """(git SHA, dirty) of every attempt, oldest first, as recorded with the runs."""
     store = Store.open_readonly(results)
     try:
-        attempts = sorted(store.all_attempts(), key=lambda a: a["started"])
+        attempts = sorted(store.all_attempts(), key=lambda a: a.started)
     finally:
         store.close()
     out = []
     for a in attempts:
-        git = (a["provenance"] or {}).get("git") or {}
+        git = (a.provenance or {}).get("git") or {}
         out.append((git.get("sha"), bool(git.get("dirty"))))
     return out
 
@@ -422,8 +422,8 @@ def derived_data(results: Path) -> dict[str, Any]:
             cid: {"config": cfg, "attempts": []} for cid, cfg in store.cell_configs().items()
         }
         for a in store.all_attempts():
-            cells[a["cell_id"]]["attempts"].append(
-                {k: a[k] for k in ("attempt", "started", "finished", "status", "problem")}
+            cells[a.cell_id]["attempts"].append(
+                a.model_dump(include={"attempt", "started", "finished", "status", "problem"})
             )
         for cid, scenarios in store.cell_scenarios().items():
             if cid in cells:  # only with a sweep's store: older packages' files stay equal
@@ -498,9 +498,9 @@ def write_provenance(dest: Path, results: Path, created: datetime) -> None:
     total = len(rows)
     fields: dict[str, list[tuple[str, Any]]] = {}
     for a in rows:
-        who = f"{a['cell_id']}:{a['attempt']}"
-        p = a["provenance"] or {}
-        r = a["receipt"] or {}
+        who = f"{a.cell_id}:{a.attempt}"
+        p = a.provenance or {}
+        r = a.receipt or {}
         tuning = dict(r.get("tuning") or {})
         shaper = r.get("shaper") or {}
         for key, value in (

@@ -109,7 +109,7 @@ def rerun_folder(archive: Path, out: Path | None = None) -> tuple[Path, dict[str
             )
         store = Store(top / "results")  # a damaged store is refused before anything moves
         try:
-            latest = {cid: a["attempt"] for cid, a in store.latest_attempts().items()}
+            latest = {cid: a.attempt for cid, a in store.latest_attempts().items()}
         finally:
             store.close()
         out.mkdir(parents=True, exist_ok=True)
@@ -144,9 +144,7 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
         out = _transfers_beside(folder, cell_id, old_att, attempt, held["archive"], f)
     else:
         out = _loads_beside(folder, cfg, cell_id, old_att, attempt, held["archive"], plts, f)
-    packaged, rerun = (
-        checked_software((x["provenance"] or {}).get("software")) for x in (old, new)
-    )
+    packaged, rerun = (checked_software((x.provenance or {}).get("software")) for x in (old, new))
     uses = _used_software(cfg)
     changed = software_changes(packaged, rerun, uses)
     compared = [k for k in (uses or packaged) if k in packaged]
@@ -158,7 +156,7 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
             else "differs from the packaged runs in " + describe_changes(changed)
         )
     )
-    mach_old, mach_new = ((x["provenance"] or {}).get("machine") or {} for x in (old, new))
+    mach_old, mach_new = ((x.provenance or {}).get("machine") or {} for x in (old, new))
     keys = ("kernel", "os", "cpu", "cores")
     if any(mach_old.get(k) != mach_new.get(k) for k in keys):
         out.append(
@@ -167,8 +165,8 @@ def beside(folder: Path, held: dict[str, Any], cell_id: str, attempt: int) -> li
             + "; rerun on "
             + ", ".join(str(mach_new.get(k)) for k in keys)
         )
-    if new["status"] != "done":
-        out.append(f"the rerun failed: {new['problem']}")
+    if new.status != "done":
+        out.append(f"the rerun failed: {new.problem}")
     return out
 
 

@@ -228,23 +228,23 @@ def _compare_hars(res: VerifyResult, results: Path) -> None:
     store = Store.open_readonly(results)
     try:
         hosts = {cid: cfg["host"] for cid, cfg in store.cell_configs().items()}
-        runs = [r for r in store.all_runs() if r["har_path"] is not None]
+        runs = [(r, r.har_path) for r in store.all_runs() if r.har_path is not None]
     finally:
         store.close()
     diffs, checked, absent = [], 0, 0
-    for r in runs:
-        path = results / r["har_path"]
+    for r, har_path in runs:
+        path = results / har_path
         if not path.exists():
             absent += 1
             continue
         with gzip.open(path, "rt") as f:
-            m = har.metrics(json.load(f), None, hosts[r["cell_id"]])
+            m = har.metrics(json.load(f), None, hosts[r.cell_id])
         checked += 1
         for k in HAR_FIELDS:
-            stored = r[k]  # protocols: decoded by the store
+            stored = getattr(r, k)  # protocols: decoded by the store
             if not same(stored, m.get(k)):
                 diffs.append(
-                    f"{r['har_path']}: {k} is {stored!r} in the store, {m.get(k)!r} from the HAR"
+                    f"{r.har_path}: {k} is {stored!r} in the store, {m.get(k)!r} from the HAR"
                 )
     if absent and not any("hars" in x["path"] for x in res.manifest.get("left_out", [])):
         diffs.append(f"{absent} HARs the store points at are not in the package")

@@ -335,9 +335,9 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
             row: dict[str, Any] = {
                 "scenario": (scenarios.get(cid) or ["cells"])[0],
                 "cell_id": cid,
-                "attempt": att["attempt"],
-                "attempts": att["attempt"],
-                "status": att["status"],
+                "attempt": att.attempt,
+                "attempts": att.attempt,
+                "status": att.status,
                 "page": cfg["page"],
                 "rate_mbit": cond["rate_mbit"],
                 "rtt_ms": (
@@ -353,21 +353,20 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                 "queue": cond["queue"],
                 "mode": cfg["mode"],
                 "runs": cfg["runs"],
-                "problem": att["problem"] or "",
+                "problem": att.problem or "",
             }
             row["queue_warning"] = stored_queue_warning(cond)
-            receipt = att["receipt"]
+            receipt = att.receipt
             row["receipt_passed"] = None if receipt is None else receipt["passed"]
-            runs = store.runs(cid, att["attempt"])
+            runs = store.runs(cid, att.attempt)
             cell = make_cell(**cfg)
             arms = {a.name: a for a in cell.resolved_arms()}
             row["cc"] = cell.tcp_cc()
             invalid = {
-                a: sum(1 for r in runs if r["arm"] == a and not r["valid"] and not r["warmup"])
-                for a in arms
+                a: sum(1 for r in runs if r.arm == a and not r.valid and not r.warmup) for a in arms
             }
             row["_software"] = software_label(
-                (att["provenance"] or {}).get("components"), list(arms.values())
+                (att.provenance or {}).get("components"), list(arms.values())
             )
             row.update(
                 _runs=runs,
@@ -377,12 +376,10 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                 _arms=arms,
                 _first=True,
                 pair="",
-                _testbed=measured_on(att["provenance"]),
+                _testbed=measured_on(att.provenance),
                 _condition=json.dumps(cond, sort_keys=True),
             )
-            comps = compare_cell(
-                store, cid, att["attempt"], cell, own_pairs(extra, arms), alpha, test
-            )
+            comps = compare_cell(store, cid, att.attempt, cell, own_pairs(extra, arms), alpha, test)
             if not comps:
                 rows.append(row)
             for i, (pair, c) in enumerate(comps.items()):
@@ -402,7 +399,7 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                     _warnings=c.warnings,
                 )
                 prow.update(comparison_columns(c))
-                if att["status"] == "done" and c.problem:
+                if att.status == "done" and c.problem:
                     prow["problem"] = c.problem
                 rows.append(prow)
             # a cell two scenarios plan is in both (its heatmaps, table rows); its receipt,
@@ -924,18 +921,18 @@ def _write_html(
         provs: dict[tuple[str, int], dict[str, Any] | None] = {}
         for r in report.rows:
             att = store.attempt(r["cell_id"], r["attempt"])
-            provs[(r["cell_id"], r["attempt"])] = att["provenance"]
+            provs[(r["cell_id"], r["attempt"])] = att.provenance
             r["_invalid_reasons"] = sorted(
-                {x["reason"] for x in r["_runs"] if not x["valid"] and not x["warmup"]}
+                {x.reason for x in r["_runs"] if not x.valid and not x.warmup}
             )
             r["_rerun"] = f"quicbed cell --from {source} --cell {r['cell_id']}"
-            tb = (att["provenance"] or {}).get("testbed") or {}
+            tb = (att.provenance or {}).get("testbed") or {}
             if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind
                 r["_rerun"] += f" --testbed ssh --hosts {tb.get('source') or 'HOSTS'}"
         for c in report.transfers.cells:
             key = (c["cell_id"], c["attempt"])
-            provs[key] = store.attempt(*key)["provenance"]
-        receipts = {key: store.attempt(*key)["receipt"] for key in provs}
+            provs[key] = store.attempt(*key).provenance
+        receipts = {key: store.attempt(*key).receipt for key in provs}
     finally:
         store.close()
     groups = provenance_groups(provs, receipts)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quicbed.results.rows import AttemptRow
 from quicbed.results.store import Store
 from quicbed.results.transfers import (
     BulkResult,
@@ -108,9 +109,9 @@ def build(
                 continue
             att = latest[cid]
             cell = _cell(cfg, cid, att, (scenarios.get(cid) or ["cells"])[0])
-            if store.transfer(cid, att["attempt"]) is not None:
+            if store.transfer(cid, att.attempt) is not None:
                 r = stored_transfer(
-                    store, cid, att["attempt"], alpha=alpha, test=test, extra_pairs=pairs
+                    store, cid, att.attempt, alpha=alpha, test=test, extra_pairs=pairs
                 )
                 cell["summary"] = {k: v.model_dump() for k, v in r.summary.items()}
                 cell["comparisons"] = r.comparisons
@@ -131,17 +132,17 @@ def build(
     return sec
 
 
-def _cell(cfg: dict[str, Any], cid: str, att: dict[str, Any], scenario: str) -> dict[str, Any]:
+def _cell(cfg: dict[str, Any], cid: str, att: AttemptRow, scenario: str) -> dict[str, Any]:
     cond, t = cfg["condition"], cfg["transfer"]
     flows = [tuple(x) for x in t.get("flows") or []]
-    receipt = att["receipt"]
+    receipt = att.receipt
     return {
         "kind": cfg["kind"],
         "scenario": scenario,
         "cell_id": cid,
-        "attempt": att["attempt"],
-        "status": att["status"],
-        "problem": att["problem"] or "",
+        "attempt": att.attempt,
+        "status": att.status,
+        "problem": att.problem or "",
         "receipt_passed": None if receipt is None else receipt["passed"],
         "rate_mbit": cond["rate_mbit"],
         "rtt_ms": cond["rtt_ms"],

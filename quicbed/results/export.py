@@ -59,19 +59,19 @@ COLUMNS = [
 def rows(root: Path) -> list[dict[str, Any]]:
     store = Store(root)
     try:
-        latest = {c: a["attempt"] for c, a in store.latest_attempts().items()}
+        latest = {c: a.attempt for c, a in store.latest_attempts().items()}
         out = []
         for cid in store.cells():
             cfg = store.cell_config(cid)
             cond = cfg["condition"]
             for a in store.attempts(cid):
-                att, status = a["attempt"], a["status"]
+                att, status = a.attempt, a.status
                 for r in store.runs(cid, att):
-                    detail = r["detail"] or {}
+                    detail = r.detail or {}
                     out.append(
                         {
                             **{
-                                k: r[k]
+                                k: getattr(r, k)
                                 for k in (
                                     "cell_id",
                                     "attempt",
@@ -115,7 +115,7 @@ def rows(root: Path) -> list[dict[str, Any]]:
                                     "seed",
                                 )
                             },
-                            "protocols": ",".join(r["protocols"] or []),
+                            "protocols": ",".join(r.protocols or []),
                             "main_connect_ms": detail.get("main_connect_ms"),
                             "main_ssl_ms": detail.get("main_ssl_ms"),
                         }

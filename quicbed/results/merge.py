@@ -121,7 +121,7 @@ def merge(folders: list[Path], out: Path, *, force: bool = False) -> MergeOutcom
         for i, st in enumerate(stores):
             for cid in st.cells():
                 for att in st.attempts(cid):
-                    found.setdefault(cid, []).append((att["started"], i, att["attempt"]))
+                    found.setdefault(cid, []).append((att.started, i, att.attempt))
         twice = {
             cid: sorted({str(paths[i]) for _, i, _ in atts})
             for cid, atts in found.items()

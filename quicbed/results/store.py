@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.errors import QuicbedError
+from quicbed.results.rows import AttemptRow, RunRow
 
 SCHEMA_VERSION = 3
 DB_NAME = "store.sqlite"
@@ -288,8 +289,15 @@ def _decoded(table: str, row: sqlite3.Row) -> dict[str, Any]:
     return d
 
 
-def _attempt_row(row: sqlite3.Row) -> dict[str, Any]:
-    return _decoded("attempts", row)
+def _attempt_row(row: sqlite3.Row) -> AttemptRow:
+    return AttemptRow.model_validate(_decoded("attempts", row))
+
+
+def _run_row(row: sqlite3.Row) -> RunRow:
+    d = _decoded("runs", row)
+    del d["run_id"]  # RunRow.run_id: it follows from the row's keys
+    d["detail"] = d["detail"] or {}
+    return RunRow.model_validate(d)
 
 
 class Store:
@@ -413,7 +421,7 @@ class Store:
 
     def add_provenance(self, cell_id: str, attempt: int, key: str, value: Any) -> None:
         """Set one key of an attempt's provenance (versions, the trace level, ...)."""
-        prov = self.attempt(cell_id, attempt)["provenance"] or {}
+        prov = self.attempt(cell_id, attempt).provenance or {}
         prov[key] = value
         self.db.execute(
             "UPDATE attempts SET provenance=? WHERE cell_id=? AND attempt=?",
@@ -426,7 +434,7 @@ class Store:
             (cell_id, attempt),
         )
 
-    def latest_attempts(self) -> dict[str, dict[str, Any]]:
+    def latest_attempts(self) -> dict[str, AttemptRow]:
         """cell_id -> its latest attempt row (status tells done/failed/running), decoded
         as ``attempt()`` returns it."""
         rows = self.db.execute(
@@ -435,7 +443,7 @@ class Store:
         )
         return {r["cell_id"]: _attempt_row(r) for r in rows}
 
-    def all_attempts(self) -> list[dict[str, Any]]:
+    def all_attempts(self) -> list[AttemptRow]:
         """Every attempt of every cell (by cell ID, then attempt), decoded as ``attempt()``."""
         rows = self.db.execute("SELECT * FROM attempts ORDER BY cell_id, attempt")
         return [_attempt_row(r) for r in rows]
@@ -446,7 +454,7 @@ class Store:
         rows = self.db.execute("SELECT * FROM receipts ORDER BY cell_id, attempt, created")
         return [_decoded("receipts", r) for r in rows]
 
-    def attempts(self, cell_id: str) -> list[dict[str, Any]]:
+    def attempts(self, cell_id: str) -> list[AttemptRow]:
         """Every attempt of a cell, first first."""
         rows = self.db.execute(
             "SELECT * FROM attempts WHERE cell_id=? ORDER BY attempt", (cell_id,)
@@ -459,7 +467,7 @@ class Store:
             (now(), status, problem, cell_id, attempt),
         )
 
-    def attempt(self, cell_id: str, attempt: int | None = None) -> dict[str, Any]:
+    def attempt(self, cell_id: str, attempt: int | None = None) -> AttemptRow:
         """One attempt of a cell; the latest unless given."""
         q = "SELECT * FROM attempts WHERE cell_id=? ORDER BY attempt DESC LIMIT 1"
         args: tuple[Any, ...] = (cell_id,)
@@ -535,37 +543,41 @@ class Store:
         logs.mkdir(parents=True, exist_ok=True)
         return har, logs
 
-    def add_run(self, row: dict[str, Any], har: dict[str, Any] | None) -> None:
-        """Write the HAR (gzip), then commit the row: a row never points at a missing HAR."""
+    def add_run(self, run: RunRow, har: dict[str, Any] | None) -> RunRow:
+        """Write the HAR (gzip), then commit the row: a row never points at a missing HAR.
+        Returns the row as stored (its HAR path and start time filled in)."""
+        fill: dict[str, Any] = {}
         if har is not None:
-            hdir, _ = self.paths(row["cell_id"], row["attempt"])
-            path = hdir / f"{row['arm']}-{row['rep']:03d}.har.gz"
+            hdir, _ = self.paths(run.cell_id, run.attempt)
+            path = hdir / f"{run.arm}-{run.rep:03d}.har.gz"
             tmp = path.with_suffix(".tmp")
             with gzip.open(tmp, "wt") as f:
                 json.dump(har, f)
             tmp.replace(path)
-            row["har_path"] = str(path.relative_to(self.root))
-        row = dict(row)
-        row.setdefault("started", now())
-        for k in ("protocols", "detail"):
-            if k in row and not isinstance(row[k], str) and row[k] is not None:
-                row[k] = json.dumps(row[k])
-        row["run_id"] = f"{row['cell_id']}:{row['attempt']}:{row['arm']}:{row['rep']}"
+            fill["har_path"] = str(path.relative_to(self.root))
+        if not run.started:
+            fill["started"] = now()
+        run = run.model_copy(update=fill)
+        row = run.model_dump()
+        for k in JSON_COLUMNS["runs"]:
+            row[k] = None if row[k] is None else json.dumps(row[k])
+        row["run_id"] = run.run_id
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         self.db.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", tuple(row.values()))
+        return run
 
-    def runs(self, cell_id: str, attempt: int | None = None) -> list[dict[str, Any]]:
+    def runs(self, cell_id: str, attempt: int | None = None) -> list[RunRow]:
         if attempt is None:
-            attempt = self.attempt(cell_id)["attempt"]
+            attempt = self.attempt(cell_id).attempt
         rows = self.db.execute(
             "SELECT * FROM runs WHERE cell_id=? AND attempt=? ORDER BY seq", (cell_id, attempt)
         )
-        return [_decoded("runs", r) for r in rows]
+        return [_run_row(r) for r in rows]
 
-    def all_runs(self) -> list[dict[str, Any]]:
+    def all_runs(self) -> list[RunRow]:
         """Every stored load of every attempt, by run ID, decoded as ``runs()``."""
-        return [_decoded("runs", r) for r in self.db.execute("SELECT * FROM runs ORDER BY run_id")]
+        return [_run_row(r) for r in self.db.execute("SELECT * FROM runs ORDER BY run_id")]
 
     def update_run_detail(self, run_id: str, patch: dict[str, Any]) -> None:
         """Merge keys into a stored run's ``detail`` (its traces, once they are complete).

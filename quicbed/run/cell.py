@@ -26,6 +26,7 @@ from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
 from quicbed.results import provenance
 from quicbed.results.folder import FailureReason, compare_cell
+from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
 from quicbed.servers.base import ServeSpec, WebServer, browser_of
 from quicbed.spec.cellconfig import CellConfig
@@ -208,8 +209,8 @@ def run_cell(
         invalid: dict[str, list[str]] = {}
         runs = store.runs(cell_id, attempt)
         for r in runs:
-            if not r["valid"]:
-                invalid.setdefault(r["arm"], []).append(f"#{r['rep']}: {r['reason']}")
+            if not r.valid:
+                invalid.setdefault(r.arm, []).append(f"#{r.rep}: {r.reason}")
         store.close()
     return CellResult(
         cell_id,
@@ -326,7 +327,7 @@ class _Job:
         from quicbed.client.chromium import Browser, BrowserSpec
 
         cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
-        done = {(r["arm"], r["rep"]) for r in store.runs(cell_id, attempt)}
+        done = {(r.arm, r.rep) for r in store.runs(cell_id, attempt)}
         _, log_dir = store.paths(cell_id, attempt)
         servers: dict[str, WebServer] = {}
         browsers: dict[str, Browser] = {}
@@ -404,26 +405,26 @@ class _Job:
                         f"{proven.generation} -> {gen})"
                     )
                 store.add_run(
-                    {
-                        "cell_id": cell_id,
-                        "attempt": attempt,
-                        "arm": arm,
-                        "rep": rep,
-                        "seq": seq,
-                        "warmup": int(warm),
-                        "valid": int(not reasons),
-                        "reason": "; ".join(reasons),
-                        "plt_ms": m.get("plt_ms"),
-                        "onload_ms": m.get("onload_ms"),
-                        "dns_ms": m.get("dns_ms"),
-                        "nav_load_ms": m.get("nav_load_ms"),
-                        "ttfb_ms": m.get("ttfb_ms"),
-                        "objects": m.get("objects"),
-                        "bytes": m.get("bytes"),
-                        "protocols": m.get("protocols"),
-                        "used_0rtt": int(facts["used_0rtt"]) if "used_0rtt" in facts else None,
-                        "tls_resumed": int(facts.get("tls_resumed", False)),
-                        "detail": {
+                    RunRow(
+                        cell_id=cell_id,
+                        attempt=attempt,
+                        arm=arm,
+                        rep=rep,
+                        seq=seq,
+                        warmup=warm,
+                        valid=not reasons,
+                        reason="; ".join(reasons),
+                        plt_ms=m.get("plt_ms"),
+                        onload_ms=m.get("onload_ms"),
+                        dns_ms=m.get("dns_ms"),
+                        nav_load_ms=m.get("nav_load_ms"),
+                        ttfb_ms=m.get("ttfb_ms"),
+                        objects=m.get("objects"),
+                        bytes=m.get("bytes"),
+                        protocols=m.get("protocols"),
+                        used_0rtt=bool(facts["used_0rtt"]) if "used_0rtt" in facts else None,
+                        tls_resumed=bool(facts.get("tls_resumed", False)),
+                        detail={
                             "entries": m.get("entries"),
                             "server": facts,
                             "error": result.get("error"),
@@ -433,7 +434,7 @@ class _Job:
                             "link": {"generation": gen, "receipt": proven.receipt.created},
                             **({"traces": tracing.detail(lt)} if tracing and lt else {}),
                         },
-                    },
+                    ),
                     result.get("har"),
                 )
                 if span["first_seq"] is None:
@@ -545,17 +546,14 @@ class _Job:
                         else:
                             lt.missing[name] = "Chromium wrote no file"
             tracing.finish()
-            runs = {
-                f"{r['cell_id']}:{r['attempt']}:{r['arm']}:{r['rep']}": r
-                for r in self.store.runs(self.cell_id, self.attempt)
-            }
+            runs = {r.run_id: r for r in self.store.runs(self.cell_id, self.attempt)}
             for run_id, lt in loads:
-                r = runs.get(run_id, {})
+                stored = runs.get(run_id)
                 facts = derive(
                     lt.samples,
                     arm=lt.key.arm,
-                    ttfb_ms=r.get("ttfb_ms"),
-                    plt_ms=r.get("plt_ms"),
+                    ttfb_ms=stored.ttfb_ms if stored else None,
+                    plt_ms=stored.plt_ms if stored else None,
                     page_start_ms=lt.page_start_ms,
                 )
                 self.store.update_run_detail(
@@ -608,15 +606,15 @@ def _serve(
     return spec, manifest["pages"][cfg.page], pki.spki_pin, ca
 
 
-def verify_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
     """Per arm, what the checks of each measured load found, so the claim "h3 with
     0-RTT, h2 with TLS resumption" is read off the stored evidence, not the config."""
     out: dict[str, dict[str, Any]] = {}
     for r in runs:
-        if r["warmup"]:
+        if r.warmup:
             continue
         a = out.setdefault(
-            r["arm"],
+            r.arm,
             {
                 "measured": 0,
                 "valid": 0,
@@ -627,13 +625,13 @@ def verify_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             },
         )
         a["measured"] += 1
-        a["valid"] += int(bool(r["valid"]))
-        a["used_0rtt"] += int(r["used_0rtt"] == 1)
-        a["tls_resumed"] += int(r["tls_resumed"] == 1)
-        for p in r["protocols"] or []:
+        a["valid"] += int(r.valid)
+        a["used_0rtt"] += int(r.used_0rtt is True)
+        a["tls_resumed"] += int(r.tls_resumed is True)
+        for p in r.protocols or []:
             if p not in a["protocols"]:
                 a["protocols"].append(p)
-        for cc in ((r.get("detail") or {}).get("server") or {}).get("cc") or []:
+        for cc in (r.detail.get("server") or {}).get("cc") or []:
             if cc not in a["cc"]:
                 a["cc"].append(cc)
     return out

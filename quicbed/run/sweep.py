@@ -43,6 +43,7 @@ from quicbed.results.folder import (
     used_software,
     write_sweep,
 )
+from quicbed.results.rows import AttemptRow
 from quicbed.results.store import DB_NAME, Store, now
 from quicbed.run.cell import CellResult, run_cell
 from quicbed.run.pool import TestbedLost, run_pool
@@ -118,11 +119,11 @@ def _recorded_software(out: Path, cell_id: str) -> list[tuple[str, dict[str, Any
             attempts = store.attempts(cell_id)
         finally:
             store.close()
-        prov = (attempts[-1]["provenance"] or {}) if attempts else {}
+        prov = (attempts[-1].provenance or {}) if attempts else {}
         if "software" in prov:
             found.append(
                 (
-                    f"cell {cell_id} attempt {attempts[-1]['attempt']} in {out} was "
+                    f"cell {cell_id} attempt {attempts[-1].attempt} in {out} was "
                     "measured with other software",
                     checked_software(prov["software"]),
                 )
@@ -221,7 +222,7 @@ def kept_cells(out: Path, *, retry_failed: bool = False) -> set[str]:
     keep = kept_statuses(retry_failed)
     store = Store.open_readonly(out)
     try:
-        return {cid for cid, a in store.latest_attempts().items() if a["status"] in keep}
+        return {cid for cid, a in store.latest_attempts().items() if a.status in keep}
     finally:
         store.close()
 
@@ -319,12 +320,10 @@ def run_sweep(
             todo = []
             for pc in group:
                 prev = latest.get(pc.config.cell_id())
-                if prev and prev["status"] in keep:
+                if prev and prev.status in keep:
                     outcome.skipped += 1
                     if on_cell:
-                        on_cell(
-                            index[pc.config.cell_id()], len(cells), pc, f"kept ({prev['status']})"
-                        )
+                        on_cell(index[pc.config.cell_id()], len(cells), pc, f"kept ({prev.status})")
                 else:
                     todo.append(pc)
             if todo:
@@ -371,7 +370,7 @@ def _run_group(
     group: list[PlannedCell],
     out: Path,
     spec: SweepSpec,
-    latest: dict[str, dict[str, Any]],
+    latest: dict[str, AttemptRow],
     lock: threading.Lock,
     outcome: SweepOutcome,
     finished: Callable[[PlannedCell], None],
@@ -397,9 +396,9 @@ def _run_group(
             on_cell(pc, "running" if not strict else f"running on {tb.describe_short()}")
             prev = latest.get(pc.config.cell_id())
             resume_attempt = None
-            if prev and prev["status"] == "running":
-                started_on = testbed_id((prev["provenance"] or {}).get("testbed"))
-                resume_attempt = prev["attempt"] if started_on == here else None
+            if prev and prev.status == "running":
+                started_on = testbed_id((prev.provenance or {}).get("testbed"))
+                resume_attempt = prev.attempt if started_on == here else None
             if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
                 proven = prove(shaped, tcp_s, c0.tcp_cc())
             r = run_cell(
