@@ -56,6 +56,11 @@ COLUMNS = [
 ]
 
 
+def _flat(v: Any) -> Any:
+    """Flags as 0/1, as the store keeps them: the table's types do not follow Python's."""
+    return int(v) if isinstance(v, bool) else v
+
+
 def rows(root: Path) -> list[dict[str, Any]]:
     store = Store(root)
     try:
@@ -71,7 +76,7 @@ def rows(root: Path) -> list[dict[str, Any]]:
                     out.append(
                         {
                             **{
-                                k: getattr(r, k)
+                                k: _flat(getattr(r, k))
                                 for k in (
                                     "cell_id",
                                     "attempt",
