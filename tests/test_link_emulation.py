@@ -78,7 +78,9 @@ def test_loss_is_random_and_per_direction(testbed: LocalTestbed) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "reorders"), [("reorder", True), ("smooth", False)])
+@pytest.mark.parametrize(
+    ("kind", "reorders"), [("reorder", True), ("smooth", False), ("step", True)]
+)
 def test_jitter_kinds(testbed: LocalTestbed, kind: str, reorders: bool) -> None:
     cond = make_condition(
         rate_mbit=20, rtt_ms=40, jitter_ms=10, jitter_kind=kind, jitter_interval_ms=20
@@ -88,6 +90,35 @@ def test_jitter_kinds(testbed: LocalTestbed, kind: str, reorders: bool) -> None:
     assert (r["reordered"] > 0) is reorders
     assert r["lost"] == 0
     assert r["max_ms"] - r["min_ms"] > 5  # the delay really varied
+
+
+@pytest.mark.slow
+def test_step_jitter_passes_its_receipt_with_the_models_reordering(
+    testbed: LocalTestbed,
+) -> None:
+    """The study's jitter (10 Mbit/s, 112 ms, 50 ms step) through the real emulator: the
+    receipt passes, and in each direction the probe stream's overtaken packets are the
+    model's share, range / (6 x interval) = 8.3 %, none later than a half-step."""
+    cond = make_condition(rate_mbit=10, rtt_ms=112, jitter_ms=50, jitter_kind="step")
+    with shaped_link(testbed, cond, "userspace") as link:
+        r = measure(
+            testbed, cond, link.shaper, link.tuning, tcp_seconds=1, tcp_omit=1, ping_count=200
+        )
+    checks = {c.name: c for c in r.checks}
+    assert r.passed, [(c.name, c.measured, c.low, c.high) for c in r.failed_checks()]
+    for d in ("down", "up"):
+        reo, late = checks[f"reorder_{d}"], checks[f"reorder_late_{d}"]
+        assert reo.passed and late.passed
+        received = reo.detail["received"]
+        # the model's expectation, and well away from none and from per-packet jitter
+        assert reo.expected == pytest.approx(received * 50 / 600)
+        assert 0.5 * reo.expected < reo.measured < 1.5 * reo.expected
+        assert 5 < late.measured <= 27.5  # some drops near a half-step, none beyond
+        owd = checks[f"owd_{d}"]
+        assert owd.passed and owd.expected == pytest.approx(56 + 50 / 24, abs=0.2)
+    assert checks["rtt"].passed
+    emulated = r.emulator["counters_after"]["directions"]
+    assert emulated["down"]["reordered"] > 0 and emulated["up"]["reordered"] > 0
 
 
 @pytest.mark.slow
@@ -140,6 +171,19 @@ def test_netem_probes_of_two_testbeds_on_one_kernel_do_not_collide(testbed: Loca
         (["--rtt", "-4"], "rtt must be >= 0"),
         (["--rtt", "10", "--jitter", "8", "--jitter-kind", "smooth"], "smooth jitter 8 ms"),
         (["--jitter-kind", "wobbly"], "jitter kind: unknown 'wobbly'"),
+        (
+            ["--rtt", "36", "--jitter", "50", "--jitter-kind", "step"],
+            "step jitter 50 ms (+/- 25 ms) is larger than the down delay 18 ms can absorb",
+        ),
+        (
+            ["--rtt", "112", "--jitter", "50", "--jitter-kind", "step", "--jitter-interval", "40"],
+            "step jitter 50 ms needs a jitter interval of at least 50 ms (got 40 ms)",
+        ),
+        (
+            ["--rtt", "112", "--jitter", "1", "--jitter-kind", "step", "--jitter-interval", "0.5"],
+            "step jitter is re-drawn at most every 1 ms (got jitter interval 0.5 ms)",
+        ),
+        (["--rtt", "112", "--jitter-interval", "nan"], "jitter interval must be in"),
         (["--shaper", "tc"], "unknown shaper 'tc'"),
         (["--queue", "2 buckets"], "queue: cannot parse"),
     ],

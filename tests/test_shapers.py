@@ -71,6 +71,10 @@ def test_dummynet_jitter_is_split_between_bridge_and_endpoint_netem() -> None:
         ),
         (make_condition(rtt_ms=3), "1 ms granularity"),
         (make_condition(rtt_ms=112, jitter_ms=0.5, jitter_kind="reorder"), "1 ms granularity"),
+        (
+            make_condition(rtt_ms=112, jitter_ms=50, jitter_kind="step"),
+            "does not apply jitter kind 'step'",
+        ),
     ],
 )
 def test_dummynet_refuses_what_it_cannot_do(cond, needle: str) -> None:
@@ -100,6 +104,24 @@ def test_netem_refuses_smooth_jitter() -> None:
     c = make_condition(rate_mbit=10, rtt_ms=112, jitter_ms=10, jitter_kind="smooth")
     with pytest.raises(QuicbedError, match="smooth"):
         NetemShaper.commands(c)
+
+
+def test_netem_refuses_step_jitter() -> None:
+    c = make_condition(rate_mbit=10, rtt_ms=112, jitter_ms=50, jitter_kind="step")
+    with pytest.raises(QuicbedError, match="no re-drawn delay \\(jitter kind 'step'\\)"):
+        NetemShaper().check(c)
+    NetemShaper().check(make_condition(rate_mbit=10, rtt_ms=112, jitter_kind="step"))  # no jitter
+
+
+def test_userspace_config_carries_step_jitter_as_the_whole_range() -> None:
+    c = make_condition(rate_mbit=10, rtt_ms=112, jitter_ms=50, jitter_kind="step")
+    for d in UserspaceShaper.config(c)["directions"].values():
+        assert (d["delay_us"], d["jitter_us"], d["jitter_kind"], d["jitter_interval_us"]) == (
+            56000,
+            50000,
+            "step",
+            100000,
+        )
 
 
 def test_userspace_config_contract() -> None:

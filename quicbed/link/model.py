@@ -10,7 +10,9 @@ Conventions (documented in docs/link.md):
 - ``rtt_ms`` is split evenly between the two directions.
 - ``loss_pct`` is end to end, split evenly (the reference study's "1 %" = 0.5 %
   each way); ``loss_down_pct``/``loss_up_pct`` set a direction explicitly.
-- Jitter is +/- ``jitter_ms`` per direction around that direction's delay.
+- Jitter: for the ``reorder`` and ``smooth`` kinds +/- ``jitter_ms`` per direction
+  around that direction's delay; for ``step`` (the reference study's) ``jitter_ms`` is
+  the whole range, +/- ``jitter_ms``/2 per direction (the study's "50 ms jitter").
 - The queue default is 2 x BDP (rate x base RTT), never below 10 full frames.
 """
 
@@ -41,12 +43,26 @@ MAX_SEED = 2**63 - 1  # the emulator's seed is an int64
 MAX_TCP_SECONDS = 300.0
 
 
+#: the step kind's shortest re-draw interval (ms): below it a "step" is per-packet noise
+MIN_STEP_INTERVAL_MS = 1.0
+
+
 class JitterKind(StrEnum):
-    """The two named jitter experiments (methodology.md section 3)."""
+    """The named jitter experiments (methodology.md section 3), which differ in reordering."""
 
     none = "none"
     reorder = "reorder"  # i.i.d. per-packet delay: packets overtake each other
     smooth = "smooth"  # delay drifts over time, packet order is kept
+    #: the reference study's: a level re-drawn every interval, uniform in delay +/-
+    #: jitter/2, decreases in two half-steps; packets overtake only where it drops
+    step = "step"
+
+
+#: what the jitter number means, per kind (help texts and errors say it the same way)
+JITTER_MEANING = (
+    "reorder and smooth: +/- that many ms per direction; "
+    "step: the whole range, +/- half of it per direction"
+)
 
 
 class Pipe(BaseModel):
@@ -115,10 +131,11 @@ class LinkCondition(BaseModel):
     loss_pct: float = Field(default=0.0, description="end-to-end loss in %, split evenly")
     loss_down_pct: float | None = None
     loss_up_pct: float | None = None
-    jitter_ms: float = 0.0
+    jitter_ms: float = Field(default=0.0, description=f"jitter in ms ({JITTER_MEANING})")
     jitter_kind: JitterKind = JitterKind.none
     jitter_interval_ms: float = Field(
-        default=100.0, description="smooth jitter: time between random delay knots"
+        default=100.0,
+        description="smooth: time between random delay knots; step: time between re-draws",
     )
     queue: str = "2bdp"
     count: Literal["ethernet", "ip"] = "ethernet"
@@ -155,7 +172,9 @@ class LinkCondition(BaseModel):
         if not (0 <= self.jitter_ms <= MAX_DELAY_MS):
             raise ValueError(f"jitter must be in [0, {MAX_DELAY_MS:g}] ms (got {self.jitter_ms:g})")
         if self.jitter_ms > 0 and self.jitter_kind == JitterKind.none:
-            raise ValueError(f"jitter {self.jitter_ms:g} ms needs a jitter kind: reorder or smooth")
+            raise ValueError(
+                f"jitter {self.jitter_ms:g} ms needs a jitter kind: reorder, smooth or step"
+            )
         if not (0 < self.jitter_interval_ms <= MAX_DELAY_MS):
             raise ValueError(
                 f"jitter interval must be in (0, {MAX_DELAY_MS:g}] ms "
@@ -168,6 +187,27 @@ class LinkCondition(BaseModel):
                 raise ValueError(
                     f"smooth jitter {self.jitter_ms:g} ms is larger than the {direction} "
                     f"delay {d:g} ms (a delay cannot go below zero)"
+                )
+            # in the emulator's microseconds, as it checks them
+            if self.jitter_kind == JitterKind.step and (
+                round(self.jitter_ms * 1000) / 2 > round(d * 1000)
+            ):
+                raise ValueError(
+                    f"step jitter {self.jitter_ms:g} ms (+/- {self.jitter_ms / 2:g} ms) is "
+                    f"larger than the {direction} delay {d:g} ms can absorb (a delay cannot "
+                    "go below zero; a step jitter's range is at most twice the delay)"
+                )
+        if self.jitter_kind == JitterKind.step and self.jitter_ms > 0:
+            if self.jitter_interval_ms < MIN_STEP_INTERVAL_MS:
+                raise ValueError(
+                    f"step jitter is re-drawn at most every {MIN_STEP_INTERVAL_MS:g} ms "
+                    f"(got jitter interval {self.jitter_interval_ms:g} ms)"
+                )
+            if self.jitter_ms > self.jitter_interval_ms:
+                raise ValueError(
+                    f"step jitter {self.jitter_ms:g} ms needs a jitter interval of at least "
+                    f"{self.jitter_ms:g} ms (got {self.jitter_interval_ms:g} ms): a half-step's "
+                    "overtaking must be over before the next re-draw"
                 )
         kind, value = parse_queue(self.queue)
         if kind == "bdp" and self.rate_mbit is not None and self.rtt() == 0:
@@ -256,7 +296,12 @@ class LinkCondition(BaseModel):
         parts.append(f"{self.rtt():g} ms")
         if self.loss_pct or self.loss_down_pct or self.loss_up_pct:
             parts.append(f"loss {self.loss_down() * 100:g}/{self.loss_up() * 100:g} % down/up")
-        if self.jitter_ms:
+        if self.jitter_ms and self.jitter_kind == JitterKind.step:
+            parts.append(
+                f"jitter {self.jitter_ms:g} ms step (+/- {self.jitter_ms / 2:g} ms "
+                f"every {self.jitter_interval_ms:g} ms)"
+            )
+        elif self.jitter_ms:
             parts.append(f"jitter {self.jitter_ms:g} ms {self.jitter_kind.value}")
         parts.append(f"queue {self.queue}")
         return ", ".join(parts)

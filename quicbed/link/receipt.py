@@ -19,7 +19,9 @@ Ideal values and tolerances (docs/link.md explains each):
   survivors still fill the link).
 - Loss per direction: a paced UDP stream well below the rate; the configured
   probability must lie inside the measured 99.9 % Clopper-Pearson interval.
-- Reordering: none unless the jitter kind is ``reorder`` (then some is expected).
+- Reordering: none unless the jitter kind is ``reorder`` (then some is expected) or
+  ``step``: then the model's share of overtaken packets, range / (6 x interval), and
+  none arriving later than a half-step (range / 2) after one sent after it.
 """
 
 from __future__ import annotations
@@ -95,7 +97,12 @@ def _ser_ms(cond: LinkCondition, eth_frame: int) -> float:
 
 
 def _mean_delay(delay: float, jitter: float, kind: JitterKind) -> float:
-    """Expected per-packet delay: uniform +/- jitter, clamped at zero for ``reorder``."""
+    """Expected per-packet delay: uniform +/- jitter, clamped at zero for ``reorder``;
+    for ``step`` the levels' mean plus the half-steps' excess: a decreasing period (one
+    in two) keeps half the drop for half the period, E[(L1 - L2)+] / 2 / 2 = range / 24
+    (L1, L2 uniform over the range: E[(L1 - L2)+] = range / 6)."""
+    if kind == JitterKind.step:
+        return delay + jitter / 24
     if kind != JitterKind.reorder or jitter <= delay:
         return delay
     return (delay + jitter) ** 2 / (4 * jitter)
@@ -105,11 +112,94 @@ def _jitter_allowance(cond: LinkCondition, n: int, directions: int, seconds: flo
     """3 standard errors of a mean of ``n`` samples under the configured jitter (ms)."""
     if not cond.jitter_ms:
         return 0.0
-    sd = cond.jitter_ms / math.sqrt(3) * math.sqrt(directions)
+    # uniform +/- a has sd a / sqrt(3); step's range is 2a
+    amplitude = cond.jitter_ms / 2 if cond.jitter_kind == JitterKind.step else cond.jitter_ms
+    sd = amplitude / math.sqrt(3) * math.sqrt(directions)
     n_eff = n
-    if cond.jitter_kind == JitterKind.smooth:  # samples within one knot are correlated
+    if cond.jitter_kind in (JitterKind.smooth, JitterKind.step):
+        # samples within one knot or level are correlated
         n_eff = max(1, min(n, int(seconds * 1000 / cond.jitter_interval_ms)))
     return 3 * sd / math.sqrt(max(n_eff, 1))
+
+
+def step_reordering(cond: LinkCondition, received: int, pps: float) -> tuple[float, float, float]:
+    """The step kind's overtaken packets in a paced probe stream: (expected, low, high).
+
+    At a drop of d, the packets sent in the d before it arrive after the first one sent
+    after it: d x pps of them. Per period the drops add up to (L1 - L2)+, mean range / 6,
+    so the stream's share is range / (6 x interval). The sum over n periods has sd
+    range x sqrt(n / 60) (variance range^2 / 18 per period, covariance -7 range^2 / 360
+    with the next: a high level makes one drop small and the next large). Accepted:
+    4 sd, plus one packet per period for where each drop cuts the stream.
+    """
+    interval_s = cond.jitter_interval_ms / 1000
+    periods = received / pps / interval_s
+    expected = received * cond.jitter_ms / (6 * cond.jitter_interval_ms)
+    tol = 4 * pps * cond.jitter_ms / 1000 * math.sqrt(periods / 60) + periods
+    return expected, max(1.0, expected - tol), expected + tol
+
+
+def _reorder_checks(
+    cond: LinkCondition, direction: str, lo: dict[str, Any], pps: float
+) -> list[Check]:
+    """What the probe stream's reordering must be under the condition's jitter kind."""
+    ooo = lo["reordered"]
+    if cond.jitter_kind == JitterKind.step and cond.jitter_ms > 0:
+        expected, low, high = step_reordering(cond, int(lo["received"]), pps)
+        half = cond.jitter_ms / 2
+        late_high = half + max(2.0, 0.1 * half)
+        late = lo.get("late_max_ms")
+        detail = {k: lo.get(k) for k in ("received", "late_mean_ms", "extent_max")}
+        return [
+            Check(
+                name=f"reorder_{direction}",
+                unit="packets",
+                expected=expected,
+                measured=ooo,
+                low=low,
+                high=high,
+                passed=low <= ooo <= high,
+                note="jitter kind 'step': packets overtake where the delay drops, "
+                "range / (6 x interval) of them",
+                detail=detail,
+            ),
+            Check(
+                name=f"reorder_late_{direction}",
+                unit="ms",
+                expected=half,
+                measured=late,
+                low=0,
+                high=late_high,
+                passed=late is not None and late <= late_high,
+                note="jitter kind 'step': no packet later than a half-step (range / 2) after "
+                "one sent after it (+ max(2 ms, 10 %) for the receiver's wake-ups)",
+                detail=detail,
+            ),
+        ]
+    if cond.jitter_kind == JitterKind.reorder and cond.jitter_ms > 0:
+        return [
+            Check(
+                name=f"reorder_{direction}",
+                unit="packets",
+                expected=None,
+                measured=ooo,
+                low=1,
+                passed=ooo > 0,
+                note="jitter kind 'reorder': packets are expected to overtake",
+            )
+        ]
+    return [
+        Check(
+            name=f"reorder_{direction}",
+            unit="packets",
+            expected=0,
+            measured=ooo,
+            low=0,
+            high=0,
+            passed=ooo == 0,
+            note="no reordering unless the jitter kind is 'reorder' or 'step'",
+        )
+    ]
 
 
 def _delay_check(
@@ -291,32 +381,7 @@ def measure(
                 )
             checks.append(owd)
             checks.append(_loss_check(direction, pipe.loss, lo))
-            ooo = lo["reordered"]
-            if cond.jitter_kind == JitterKind.reorder and cond.jitter_ms > 0:
-                checks.append(
-                    Check(
-                        name=f"reorder_{direction}",
-                        unit="packets",
-                        expected=None,
-                        measured=ooo,
-                        low=1,
-                        passed=ooo > 0,
-                        note="jitter kind 'reorder': packets are expected to overtake",
-                    )
-                )
-            else:
-                checks.append(
-                    Check(
-                        name=f"reorder_{direction}",
-                        unit="packets",
-                        expected=0,
-                        measured=ooo,
-                        low=0,
-                        high=0,
-                        passed=ooo == 0,
-                        note="no reordering unless the jitter kind is 'reorder'",
-                    )
-                )
+            checks.extend(_reorder_checks(cond, direction, lo, pps))
 
             # UDP delivery at 1.2 x the rate
             if rate_bps:

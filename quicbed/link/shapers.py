@@ -256,6 +256,10 @@ class NetemShaper(Shaper):
                 "shaper netem cannot keep packet order under jitter (jitter kind 'smooth'); "
                 "use --shaper userspace"
             )
+        if p.jitter_kind == JitterKind.step and p.jitter_us:
+            raise QuicbedError(
+                "shaper netem has no re-drawn delay (jitter kind 'step'); use --shaper userspace"
+            )
         netem = ["netem"]
         # netem's own limit counts packets in its delay line: hold the BDP plus jitter.
         in_flight = 1000
@@ -396,6 +400,12 @@ class DummynetShaper(Shaper):
                 raise QuicbedError(
                     "shaper dummynet cannot keep packet order under jitter (jitter kind "
                     "'smooth'): its jitter is netem's on the endpoints; use 'reorder'"
+                )
+            if p.jitter_us and p.jitter_kind == JitterKind.step:
+                raise QuicbedError(
+                    "shaper dummynet does not apply jitter kind 'step' (it needs a process "
+                    "re-drawing the endpoints' netem delay, which quicbed does not run on an "
+                    "ssh testbed yet); use 'reorder', or the local testbed's userspace shaper"
                 )
             delay_us = DummynetShaper.split_jitter(p)[0] if p.jitter_us else p.delay_us
             if delay_us % 1000 or p.jitter_us % 1000:

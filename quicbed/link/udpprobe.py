@@ -5,12 +5,18 @@ namespaces share CLOCK_MONOTONIC, so the receiver subtracts the sender's timesta
 carried in each datagram. Unlike iperf3, the receiver waits for the link to drain
 (idle timeout) instead of stopping when the sender says so, so packets still in a
 jittered delay line are not miscounted as lost. Internal to quicbed.link.probes.
+
+Reordering is counted as packets that arrived after one sent later ("reordered"),
+and measured in how late (``late_max_ms``: arrival after the earliest later-sent
+packet's) and how far (``extent_max``: the highest sequence number seen before it,
+minus its own): the step jitter kind bounds the first by a half-step.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import socket
 import statistics
 import struct
@@ -19,6 +25,11 @@ from typing import Any
 
 _FMT = "!IQ"  # sequence number, send time (ns, CLOCK_MONOTONIC)
 PAYLOAD = 64
+#: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS; Python's socket module lacks it): the
+#: kernel's receive time of each datagram, so a receiver that wakes late does not make
+#: a packet look later than it arrived (CLOCK_REALTIME: used for differences only)
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@qq")
 
 
 def _addr(s: str) -> tuple[str, int]:
@@ -41,36 +52,69 @@ def send(to: str, count: int, pps: float) -> None:
         time.sleep(0.0002)
 
 
+def _kernel_ns(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    """The kernel's receive time (ns) from a datagram's ancillary data, if it came."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return int(sec) * 1_000_000_000 + int(nsec)
+    return None
+
+
+def lateness_ms(arrivals: dict[int, int]) -> list[float]:
+    """How late each overtaken packet arrived (ms): after the earliest arrival of any
+    packet sent after it. A packet is in the list exactly when one sent later arrived
+    before it, so the list is as long as the receiver's ``reordered`` count."""
+    late = []
+    earliest_later = math.inf
+    for seq in sorted(arrivals, reverse=True):
+        at = arrivals[seq]
+        if at > earliest_later:
+            late.append((at - earliest_later) / 1e6)
+        earliest_later = min(earliest_later, at)
+    return late
+
+
 def recv(bind: str, count: int, out: str, idle: float) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind(_addr(bind))
     sock.settimeout(30.0)  # the first datagram
     delays: dict[int, float] = {}
+    arrivals: dict[int, int] = {}  # seq -> arrival (ns, CLOCK_MONOTONIC)
     reordered = 0
+    extent_max = 0
     highest = -1
     duplicates = 0
     try:
         while len(delays) < count:
-            data = sock.recv(2048)
+            data, anc, _flags, _addr_from = sock.recvmsg(2048, socket.CMSG_SPACE(_TIMESPEC.size))
             now = time.monotonic_ns()
+            arrived = _kernel_ns(anc)
             seq, sent = struct.unpack_from(_FMT, data)
             if seq in delays:
                 duplicates += 1
                 continue
             delays[seq] = (now - sent) / 1e6
+            arrivals[seq] = now if arrived is None else arrived
             if seq < highest:
                 reordered += 1
+                extent_max = max(extent_max, highest - seq)
             highest = max(highest, seq)
             sock.settimeout(idle)
     except TimeoutError:
         pass
     vals = list(delays.values())
+    late = lateness_ms(arrivals)
     result: dict[str, Any] = {
         "sent": count,
         "received": len(vals),
         "lost": count - len(vals),
         "reordered": reordered,
+        "late_max_ms": max(late, default=0.0),
+        "late_mean_ms": statistics.fmean(late) if late else 0.0,
+        "extent_max": extent_max,
         "duplicates": duplicates,
     }
     if vals:
