@@ -36,7 +36,25 @@ def test_presets_load_and_expand() -> None:
     loss = [pc for pc in ll if pc.scenario == "loss"]
     assert all(pc.config.condition.loss_down() == pytest.approx(0.005) for pc in loss)
     reo = [pc for pc in ll if pc.scenario == "reordering"]
-    assert {pc.config.condition.jitter_kind.value for pc in reo} == {"reorder"}
+    # the study's jitter: 50 ms the whole range, re-drawn every 100 ms (issue 26)
+    assert {pc.config.condition.jitter_kind.value for pc in reo} == {"step"}
+    assert {pc.config.condition.jitter_interval_ms for pc in reo} == {100.0}
+
+
+def test_a_scenarios_jitter_interval(tmp_path: Path) -> None:
+    """Unset, it changes no digest and no cell; set, it reaches the jittered cells only,
+    and a step jitter it cannot hold is refused by name."""
+    base = load_spec(_spec(tmp_path, GOOD))
+    jit = GOOD + "    jitter: [0, 30]\n    jitter_kind: step\n"
+    unset = load_spec(_spec(tmp_path, jit))
+    assert "jitter_interval" not in unset.model_dump_json(exclude_none=True)
+    assert base.digest() != unset.digest()
+    set_ = load_spec(_spec(tmp_path, jit + "    jitter_interval: 50\n"))
+    assert set_.digest() != unset.digest()
+    conds = [pc.config.condition for pc in plan(set_)]
+    assert {(c.jitter_ms, c.jitter_interval_ms) for c in conds} == {(0, 100.0), (30, 50.0)}
+    with pytest.raises(QuicbedError, match="needs a jitter interval of at least 30 ms"):
+        plan(load_spec(_spec(tmp_path, jit + "    jitter_interval: 20\n")))
 
 
 def test_expansion_is_stable(tmp_path: Path) -> None:
@@ -128,7 +146,10 @@ def test_old_specs_keep_their_digest() -> None:
     spec = load_spec(ROOT / "sweeps" / "demo.yaml")
     assert spec.digest() == "435400e99837d472"  # as computed by quicbed 531f610
     cells = plan(load_spec(ROOT / "sweeps" / "long-look.yaml"))
-    assert sorted(pc.config.cell_id() for pc in cells)[:2] == ["0285b598d5a2", "037199705192"]
+    # the reordering scenario was re-keyed on purpose (issue 26: the study's step jitter;
+    # 0285b598d5a2 was one of its cells); the others keep the IDs of 531f610
+    kept = sorted(pc.config.cell_id() for pc in cells if pc.scenario != "reordering")
+    assert kept[:2] == ["037199705192", "04de21ca82ab"]
 
 
 def test_too_few_runs_for_mann_whitney_is_refused() -> None:

@@ -22,7 +22,7 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 import typer
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import JitterKind, LinkCondition, make_condition
+from quicbed.link.model import JITTER_MEANING, JitterKind, LinkCondition, make_condition
 from quicbed.spec.cellconfig import UNLIMITED, CellConfig, cell_default, make_cell, parse_rate
 from quicbed.testbed.base import Testbed
 
@@ -228,8 +228,17 @@ DelayUpOpt = Annotated[float | None, typer.Option(help="Client->server delay, ms
 LossOpt = Annotated[float, typer.Option(help="End-to-end loss in %, split evenly.")]
 LossDownOpt = Annotated[float | None, typer.Option(help="Server->client loss, %.")]
 LossUpOpt = Annotated[float | None, typer.Option(help="Client->server loss, %.")]
-JitterOpt = Annotated[float, typer.Option(help="Jitter, +/- ms per direction.")]
-JitterKindOpt = Annotated[str, typer.Option(help="none, reorder or smooth.")]
+JitterOpt = Annotated[float, typer.Option(help=f"Jitter in ms ({JITTER_MEANING}).")]
+JitterKindOpt = Annotated[
+    str,
+    typer.Option(
+        help="none, reorder (per packet), smooth (order kept) or step (the reference "
+        "study's: re-drawn every interval, decreases in two half-steps)."
+    ),
+]
+JitterIntervalOpt = Annotated[
+    float, typer.Option(help="ms between smooth's knots or step's re-draws.")
+]
 QueueOpt = Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")]
 CountOpt = Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")]
 SeedOpt = Annotated[int, typer.Option(help="RNG seed of loss and jitter.")]
@@ -248,6 +257,7 @@ class LinkOptions:
     loss_up: LossUpOpt = None
     jitter: JitterOpt = LINK["jitter_ms"]
     jitter_kind: JitterKindOpt = LINK["jitter_kind"].value
+    jitter_interval: JitterIntervalOpt = LINK["jitter_interval_ms"]
     queue: QueueOpt = LINK["queue"]
     count: CountOpt = LINK["count"]
     seed: SeedOpt = LINK["seed"]
@@ -261,7 +271,8 @@ class LinkOptions:
             jitter_kind = JitterKind(self.jitter_kind)
         except ValueError:
             raise QuicbedError(
-                f"jitter kind: unknown {self.jitter_kind!r} (one of none, reorder, smooth)"
+                f"jitter kind: unknown {self.jitter_kind!r} "
+                f"(one of {', '.join(k.value for k in JitterKind)})"
             ) from None
         kw = dict(
             rate_mbit=rate,
@@ -273,6 +284,7 @@ class LinkOptions:
             loss_up_pct=self.loss_up,
             jitter_ms=self.jitter,
             jitter_kind=jitter_kind,
+            jitter_interval_ms=self.jitter_interval,
             queue=self.queue,
             count=self.count,
             seed=self.seed,
@@ -282,7 +294,7 @@ class LinkOptions:
 
 #: the link options ``quicbed cell`` offers (no per-direction values: a cell's
 #: condition is stated as a paper states it)
-CELL_LINK = ("rate", "rtt", "loss", "jitter", "jitter_kind", "queue", "seed")
+CELL_LINK = ("rate", "rtt", "loss", "jitter", "jitter_kind", "jitter_interval", "queue", "seed")
 
 
 # --- a cell's own settings -----------------------------------------------------------

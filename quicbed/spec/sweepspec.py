@@ -106,7 +106,11 @@ class Scenario(BaseModel):
     #: of ``loss`` (end to end, split evenly between the directions)
     loss_down: list[float] | None = None
     jitter: list[float] = [_link_default("jitter_ms")]  # type: ignore[list-item]
-    jitter_kind: Literal["none", "reorder", "smooth"] = "none"
+    #: reorder and smooth read ``jitter`` as +/- ms per direction, step (the reference
+    #: study's) as the whole range: +/- half of it per direction (docs/link.md)
+    jitter_kind: Literal["none", "reorder", "smooth", "step"] = "none"
+    #: ms between smooth's knots or step's re-draws; unset: the link model's default
+    jitter_interval: float | None = None
     queue: list[str] = [_link_default("queue")]  # type: ignore[list-item]
     #: page loads, or transfers (quicbed.run.bulk): ``bulk`` (each arm's flow alone) or
     #: ``compete`` (the ``flows`` at once on one bottleneck)
@@ -241,7 +245,15 @@ class SweepSpec(BaseModel):
         if not body["statistics"]["pairs"]:
             body["statistics"].pop("pairs")
         for sc in body["scenarios"].values():
-            for key in ("arms", "cc", "loss_down", "objects", "duration", "flows"):
+            for key in (
+                "arms",
+                "cc",
+                "loss_down",
+                "objects",
+                "duration",
+                "flows",
+                "jitter_interval",
+            ):
                 if sc[key] is None:
                     sc.pop(key)
             if sc["kind"] == "page":
@@ -301,6 +313,11 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     loss_up_pct=up,
                     jitter_ms=jitter,
                     jitter_kind=sc.jitter_kind if jitter else "none",
+                    **(
+                        {"jitter_interval_ms": sc.jitter_interval}
+                        if jitter and sc.jitter_interval is not None
+                        else {}
+                    ),
                     queue=queue,
                     seed=d.seed,
                     count=d.count,
