@@ -98,6 +98,8 @@ var sets = []*patchSet{{
 	moduleVersion: "v0.10.2",
 	pinned: map[string]string{
 		"internal/handshake/crypto_setup_server.go": "5178ab8d726d4e4814208af7ea8e4ea56855046ee3364aef029e5e77f781e31b",
+		"internal/protocol/server_parameters.go":    "b389d4bc5388aaf6cb2fa8f9977390177c52e2923d539239cea6409313158b18",
+		"session.go":                                "5c001003cf59e0a1a4d03d1ded3950799b30f46fd33991dd6bd62df7b9fb8b9d",
 	},
 	addedDir: "_quic-go-v0.10.2",
 	copyDir:  "quic-go-v0.10.2",
