@@ -32,6 +32,8 @@ type peer struct {
 	// shared: a second connection from this address completed its handshake while
 	// the first was open, so requests from it cannot be attributed.
 	shared atomic.Bool
+	// sentFlight: the bytes sent to it over time (flight.go)
+	sentFlight flight
 }
 
 func (p *peer) stats() map[string]any {
@@ -74,7 +76,7 @@ func (c *observedConn) ReadFrom(b []byte) (int, net.Addr, error) {
 		now := time.Now()
 		p := c.lookup(k)
 		if p == nil {
-			v, _ := c.peers.LoadOrStore(k, &peer{first: now})
+			v, _ := c.peers.LoadOrStore(k, &peer{first: now, sentFlight: flight{start: now}})
 			p = v.(*peer)
 		}
 		p.recv.Add(1)
@@ -97,9 +99,11 @@ func (c *observedConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 	}
 	n, err := c.PacketConn.WriteTo(b, addr)
 	if p != nil && err == nil {
+		now := time.Now()
 		p.sent.Add(1)
 		p.sentBytes.Add(int64(n))
-		p.last.Store(time.Now().UnixNano())
+		p.last.Store(now.UnixNano())
+		p.sentFlight.add(now, n)
 	}
 	return n, err
 }

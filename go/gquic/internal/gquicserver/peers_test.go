@@ -94,10 +94,10 @@ func TestZeroRTTVerdict(t *testing.T) {
 	for _, addr := range []*net.UDPAddr{a, b, a, {IP: net.IPv4(10, 0, 0, 3), Port: 1}} {
 		s.accepted(fakeSession{remote: addr, version: quic.VersionGQUIC43, ctx: ctx})
 	}
-	if id := s.connOf(&http.Request{RemoteAddr: b.String()}); id != 2 {
+	if id, _ := s.connOf(&http.Request{RemoteAddr: b.String()}); id != 2 {
 		t.Errorf("a request from %s: conn %d, want 2", b, id)
 	}
-	if id := s.connOf(&http.Request{RemoteAddr: a.String()}); id != 0 {
+	if id, _ := s.connOf(&http.Request{RemoteAddr: a.String()}); id != 0 {
 		t.Errorf("a request from %s, shared by conns 1 and 3: conn %d, want 0 (unknown)", a, id)
 	}
 	conns := events(t, log.String(), "conn")

@@ -148,6 +148,10 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 		// quicbed's patch of quic-go (go/patches), its name and digest; a build
 		// without the patched copy does not compile.
 		"quic_go_patch": quic.QuicbedPatch,
+		// the pacing step and the congestion window's start and cap compiled in
+		"pacing_min_delay_us": quic.QuicbedMinPacingDelay.Microseconds(),
+		"initial_cwnd_bytes":  quic.QuicbedInitialCongestionWindow,
+		"max_cwnd_bytes":      quic.QuicbedMaxCongestionWindow,
 	}
 	if qr != "" {
 		start["quic_go_replace"] = qr
@@ -214,6 +218,9 @@ func (s *Server) accepted(sess quic.Session) {
 		rec["handshake_ms"] = ms(now.Sub(p.first))
 		rec["rejects"] = rejects
 		rec["used_0rtt"] = rejects == 0
+		// the round trips before the client's hello was accepted: one per REJ (the
+		// requests go with the accepted hello and are answered with the SHLO)
+		rec["handshake_rtts"] = rejects
 	} else {
 		// Another live connection from this address and port, or none seen: what
 		// the socket saw cannot be told apart, so the handshake fields stay null
@@ -225,6 +232,9 @@ func (s *Server) accepted(sess quic.Session) {
 		p = nil
 	}
 	for k, v := range ccFields() {
+		rec[k] = v
+	}
+	for k, v := range windowFields(sess) {
 		rec[k] = v
 	}
 	s.log.Log("conn", rec)
@@ -242,17 +252,19 @@ func (s *Server) accepted(sess quic.Session) {
 }
 
 // connOf is the conn_id of the connection a request came on (h2quic gives the
-// request its session's remote address), 0 if it cannot be told: no connection
-// from that address, or two.
-func (s *Server) connOf(r *http.Request) int64 {
+// request its session's remote address) and what the socket saw of it, 0 and nil
+// if it cannot be told: no connection from that address, or two.
+func (s *Server) connOf(r *http.Request) (int64, *peer) {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
-		return 0
+		return 0, nil
 	}
 	if p := s.conn.lookup(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())); p != nil && !p.shared.Load() {
-		return p.connID.Load()
+		if id := p.connID.Load(); id != 0 {
+			return id, p
+		}
 	}
-	return 0
+	return 0, nil
 }
 
 func (s *Server) logRequest(r *http.Request, status int, n int64, took time.Duration) {
@@ -260,8 +272,13 @@ func (s *Server) logRequest(r *http.Request, status int, n int64, took time.Dura
 		"conn_id": nil, "method": r.Method, "path": r.URL.Path, "status": status,
 		"bytes": n, "duration_ms": ms(took), "proto": r.Proto,
 	}
-	if id := s.connOf(r); id != 0 {
+	if id, p := s.connOf(r); id != 0 {
 		rec["conn_id"] = id
+		// the connection's flight so far: its handler returned once the response was
+		// handed to quic-go, so for the page's last object this is (nearly) all of it
+		rec["flight"] = map[string]any{
+			"bin_ms": BinMS, "sent_bytes": p.sentBytes.Load(), "peak_bytes": p.sentFlight.peaks(),
+		}
 	}
 	s.log.Log("request", rec)
 }

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -226,8 +227,18 @@ func TestServesEachVersion(t *testing.T) {
 		// an inchoate hello the server rejects: never 0-RTT.
 		if c["quic_version"] != name || c["used_0rtt"] != false || c["rejects"].(float64) < 1 ||
 			c["did_resume"] != nil || c["sni"] != "localhost" || c["cc"] != "cubic" ||
-			c["cubic_n"] != float64(2) || c["cubic_beta"] != 0.7 || c["handshake_ms"].(float64) <= 0 {
+			c["cubic_n"] != float64(2) || c["cubic_beta"] != 0.7 || c["handshake_ms"].(float64) <= 0 ||
+			c["handshake_rtts"] != c["rejects"] {
 			t.Errorf("conn record: %v", c)
+		}
+		// quic-go's client offers its initial receive windows, 32 kB per stream and
+		// 48 kB per connection (its protocol.ReceiveStream/ConnectionFlowControlWindow),
+		// read back from the server's session: the stream window is the limit.
+		if c["client_sfcw"] != float64(32<<10) || c["client_cfcw"] != float64(48<<10) ||
+			c["window_limit"] != "stream_flow_control" || c["window_limit_bytes"] != float64(32<<10) ||
+			c["max_cwnd_bytes"] != float64(1000*1460) || c["initial_cwnd_bytes"] != float64(32*1460) ||
+			c["pacing_min_delay_us"] != float64(1000) {
+			t.Errorf("conn record's windows: %v", c)
 		}
 		all := waitFor(t, f.log, "request", (i+1)*len(reqs))
 		// A request's line is written when its handler returns, after the response
@@ -253,6 +264,7 @@ func TestServesEachVersion(t *testing.T) {
 				got["status"] != wantStatus || got["bytes"] != wantBytes || got["proto"] != "HTTP/2.0" {
 				t.Errorf("request record %d: %v", j, got)
 			}
+			checkFlight(t, got)
 		}
 		closes := waitFor(t, f.log, "conn_close", i+1)
 		st, _ := closes[i]["stats"].(map[string]any)
@@ -347,5 +359,26 @@ func TestWireName(t *testing.T) {
 		if got := WireName(v); got != want {
 			t.Errorf("%#x: %q, want %q", uint32(v), got, want)
 		}
+	}
+}
+
+// checkFlight: a request line's flight record has the windows of FlightWindowsMS,
+// each peak at most the bytes sent so far and no less than a shorter window's.
+func checkFlight(t *testing.T, rec map[string]any) {
+	t.Helper()
+	fl, _ := rec["flight"].(map[string]any)
+	peaks, _ := fl["peak_bytes"].(map[string]any)
+	sent, _ := fl["sent_bytes"].(float64)
+	if fl == nil || fl["bin_ms"] != float64(BinMS) || sent <= 0 || len(peaks) != len(FlightWindowsMS) {
+		t.Errorf("request record's flight: %v", rec)
+		return
+	}
+	prev := 0.0
+	for _, w := range FlightWindowsMS {
+		p, _ := peaks[strconv.Itoa(w)].(float64)
+		if p <= 0 || p < prev || p > sent {
+			t.Errorf("flight peak over %d ms: %v (sent %v, shorter window %v)", w, p, sent, prev)
+		}
+		prev = p
 	}
 }
