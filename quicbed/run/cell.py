@@ -80,7 +80,10 @@ def servers_for(cfg: CellConfig, tb: Testbed, spec: ServeSpec) -> dict[str, WebS
     """One server per arm, of the arm's stack (quicbed.servers)."""
     from quicbed.servers import get_stack
 
-    return {a.name: get_stack(a.stack)(tb, spec, a) for a in cfg.resolved_arms()}
+    servers = {a.name: get_stack(a.stack)(tb, spec, a) for a in cfg.resolved_arms()}
+    for srv in servers.values():
+        srv.condition = cfg.condition  # what a load's server-side facts are judged against
+    return servers
 
 
 def _judge(

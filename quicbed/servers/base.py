@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quicbed.errors import QuicbedError
+from quicbed.link.model import LinkCondition
 from quicbed.paths import Run, program_build
 from quicbed.spec.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.base import Process, RPath, Testbed
@@ -182,6 +183,9 @@ class WebServer(ABC):
         self.arm = arm
         #: the arm's Chromium NetLog on the client, where ``wants_client_netlog``
         self.client_netlog: RPath | None = None
+        #: the link condition of the cell this server serves, which ``evidence`` may judge
+        #: a load's facts against (the cell runner sets it; None: not in a cell)
+        self.condition: LinkCondition | None = None
         self.process: Process | None = None
         self._offset = 0
 

@@ -13,6 +13,15 @@ connection negotiated (read from the session) and whether it took a REJ (0-RTT i
 exactly no REJ); the page's protocol (``http/2+quic/39``) must name the same version.
 v0.10.2's congestion control is CUBIC with N = 2 and beta 0.7, constants of its
 source (checked by go/gquic's tests), so ``cubic`` is the only CC an arm may name.
+
+What the sender ran under is on record too (``load_facts``; go/gquic/README.md,
+"Window and flight"): per connection the handshake's round trips (one per REJ), the
+client's flow-control windows read back from the server's session, the congestion
+window's cap, and the most bytes the server sent in a window of about one RTT. A load
+whose server was held below the cell's bandwidth-delay product, by a window (flow
+control or the cwnd cap) or by anything else on a loss-free link (a pacing cap
+like the one that held v0.10.2 to about 12.5 Mbit/s: docs/gquic-cap.md), is invalid
+with the numbers, so a capped server never passes for a protocol result.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from typing import Any
 from pydantic import Field
 
 from quicbed.errors import QuicbedError
+from quicbed.jsonlines import json_events
+from quicbed.link.model import LinkCondition
 from quicbed.servers.base import Arm, Params
 from quicbed.servers.quic_go import OwnH3Server
 
@@ -30,6 +41,97 @@ VERSIONS = ("Q039", "Q043", "Q044")
 #: what the TCP arm of a gQUIC cell speaks unless set: the study's gQUIC half ran
 #: TCP+TLS 1.2+HTTP/2 against gQUIC (TLS 1.3 did not exist for it)
 TCP_TLS = "1.2"
+
+
+#: a transfer this many BDPs long must have had a flight of at least FLIGHT_SHARE x BDP in
+#: one RTT on a loss-free link: CUBIC's slow start doubles the flight each RTT from
+#: 46.7 kB, so a sender that is not capped has passed the BDP before it sent 2 x BDP
+JUDGE_BDPS = 4.0
+FLIGHT_SHARE = 0.5
+
+
+def window_facts(lines: list[str]) -> dict[str, Any]:
+    """What the gQUIC server's log says a load's sender ran under (one list entry per
+    ``conn`` line, in order; a server built before these records logs none: None).
+
+    - ``handshake_rtts``: round trips before the client's hello was accepted, one per
+      REJ: 0 on a 0-RTT connection (its requests went with the hello and are answered
+      with the SHLO), 2 on a first contact;
+    - ``window_limit``, ``window_limit_bytes``: the smallest of the client's stream and
+      connection flow-control windows and the congestion window's cap, per connection;
+    - ``client_sfcw``, ``client_cfcw``: the client's windows (Chromium 72: 6 and 15 MiB);
+    - ``flight``: of the connection that sent the most, its bytes sent and the most it
+      sent in any window of 10, 20, 40, 80 and 160 ms (``peak_bytes``, keys in ms),
+      from its last request line (written once the response was handed to quic-go).
+    """
+    ev = json_events(lines)
+    conns = [e for e in ev if e.get("event") == "conn"]
+    flights: dict[Any, dict[str, Any]] = {}
+    for e in ev:
+        fl = e.get("flight") if e.get("event") == "request" else None
+        cid = e.get("conn_id")
+        known = flights.get(cid, {}).get("sent_bytes", -1)
+        if isinstance(fl, dict) and cid is not None and fl.get("sent_bytes", 0) >= known:
+            flights[cid] = fl
+    limits = [c.get("window_limit_bytes") for c in conns]
+    return {
+        "handshake_rtts": [c.get("handshake_rtts") for c in conns],
+        "window_limit": sorted({str(c["window_limit"]) for c in conns if c.get("window_limit")}),
+        "window_limit_bytes": min((x for x in limits if x is not None), default=None),
+        "client_sfcw": sorted({c["client_sfcw"] for c in conns if c.get("client_sfcw")}),
+        "client_cfcw": sorted({c["client_cfcw"] for c in conns if c.get("client_cfcw")}),
+        "flight": max(flights.values(), key=lambda f: f.get("sent_bytes", 0), default=None),
+    }
+
+
+def flight_per_rtt(flight: dict[str, Any] | None, rtt_ms: float) -> float | None:
+    """The most bytes sent in one RTT, from the flight record's window nearest above the
+    RTT scaled to it (a lower bound's estimate: the sender's best 160 ms at 112 ms RTT
+    counts 0.7 of it); None without a record or a window that long."""
+    if not flight or not rtt_ms:
+        return None
+    peaks = {float(k): float(v) for k, v in (flight.get("peak_bytes") or {}).items()}
+    longer = [w for w in peaks if w >= rtt_ms]
+    if not longer:
+        return None
+    w = min(longer)
+    return peaks[w] * rtt_ms / w
+
+
+def window_reasons(facts: dict[str, Any], cond: LinkCondition | None) -> list[str]:
+    """Why a load's sender was held below the cell's BDP (empty: it was not, or it cannot
+    be told: no rate limit, no record). A window below the BDP counts once the
+    connection sent more than it; the flight is judged on loss-free links only (with
+    loss, CUBIC's backoff keeps it below the BDP legitimately) and on transfers of at
+    least ``JUDGE_BDPS`` BDPs."""
+    bdp = cond.bdp_bytes() if cond is not None else None
+    if cond is None or not bdp:
+        return []
+    rtt = cond.rtt()
+    out = []
+    fl = facts.get("flight") or {}
+    sent = float(fl.get("sent_bytes") or 0)
+    limit = facts.get("window_limit_bytes")
+    if limit is not None and limit < bdp and sent > limit:
+        out.append(
+            f"the gQUIC server ran under a window of {limit / 1e3:.0f} kB "
+            f"({', '.join(facts.get('window_limit') or [])}), below the cell's BDP of "
+            f"{bdp / 1e3:.0f} kB"
+        )
+    per_rtt = flight_per_rtt(fl, rtt)
+    lossless = not (cond.loss_pct or cond.loss_down_pct or cond.loss_up_pct)
+    if (
+        lossless
+        and per_rtt is not None
+        and sent >= JUDGE_BDPS * bdp
+        and per_rtt < FLIGHT_SHARE * bdp
+    ):
+        out.append(
+            f"the gQUIC server sent at most {per_rtt / 1e3:.0f} kB in one RTT "
+            f"({per_rtt * 8 / rtt / 1e3:.1f} Mbit/s) of {sent / 1e6:.1f} MB on a loss-free "
+            f"link whose BDP is {bdp / 1e3:.0f} kB: a sender cap, not the protocol"
+        )
+    return out
 
 
 class GquicParams(Params):
@@ -91,6 +193,14 @@ class GquicServer(OwnH3Server):
             "-versions",
             self.quic_version,
         ]
+
+    def load_facts(self, lines: list[str]) -> dict[str, Any]:
+        facts = super().load_facts(lines)
+        facts.update(window_facts(lines))
+        return facts
+
+    def evidence(self, facts: dict[str, Any]) -> list[str]:
+        return super().evidence(facts) + window_reasons(facts, self.condition)
 
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
         seen = facts.get("quic_versions")
