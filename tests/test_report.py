@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -382,23 +384,29 @@ def test_heat_axes_follow_what_a_scenario_varies() -> None:
     """Rates x pages where only they vary (the reference study's heatmaps); else loss
     across, the first other varying dimension down, and any further one splits."""
     from quicbed.report.build import heat_axes
+    from quicbed.report.cellrow import CellRow
 
-    base = {
-        "rate_mbit": 10.0,
-        "rtt_ms": 36.0,
-        "loss_pct": 0.0,
-        "loss_down_pct": None,
-        "loss_up_pct": None,
-        "jitter_ms": 0.0,
-        "jitter_kind": "none",
-        "queue": "2bdp",
-        "page": "5kb",
-    }
+    base = CellRow(
+        scenario="s",
+        cell_id="c",
+        attempt=1,
+        attempts=1,
+        page="5kb",
+        rate_mbit=10.0,
+        rtt_ms=36.0,
+        loss_pct=0.0,
+        jitter_ms=0.0,
+        jitter_kind="none",
+        queue="2bdp",
+        mode="0rtt",
+        runs=5,
+        cc="cubic",
+    )
 
-    def grid(**values: list[object]) -> list[dict[str, object]]:
-        rows = [dict(base)]
+    def grid(**values: list[Any]) -> list[CellRow]:
+        rows = [base]
         for k, vs in values.items():
-            rows = [dict(r, **{k: v}) for r in rows for v in vs]
+            rows = [replace(r, **{k: v}) for r in rows for v in vs]
         return rows
 
     assert heat_axes(grid(rate_mbit=[10, 50], page=["5kb", "1mb"])) == ("rate", "page", [])

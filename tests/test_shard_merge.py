@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import QuicbedError
+from quicbed.report.cellrow import CellRow
 from quicbed.results.folder import compare_cell
 from quicbed.results.store import DB_NAME, Store
 from quicbed.run.shard import Shard, assign, parse_shard, select
@@ -259,14 +260,27 @@ def test_merge_refuses_what_is_not_one_sweep(folders: tuple[Path, Path]) -> None
     assert cp.returncode == 2 and "--shard: '4/3'" in cp.stderr
 
 
-def _row(cid: str, testbed: dict, rtt: float = 36) -> dict:
+def _row(cid: str, testbed: dict, rtt: float = 36) -> CellRow:
     cond = {"rate_mbit": 10, "rtt_ms": rtt, "loss_pct": 0, "jitter_ms": 0, "queue": "2bdp"}
-    return {
-        "cell_id": cid,
-        "_first": True,
-        "_testbed": testbed,
-        "_condition": json.dumps(cond, sort_keys=True),
-    }
+    return CellRow(
+        scenario="s",
+        cell_id=cid,
+        attempt=1,
+        attempts=1,
+        page="5kb",
+        rate_mbit=10,
+        rtt_ms=rtt,
+        loss_pct=0,
+        jitter_ms=0,
+        jitter_kind="none",
+        queue="2bdp",
+        mode="0rtt",
+        runs=5,
+        cc="cubic",
+        first=True,
+        testbed=testbed,
+        condition=json.dumps(cond, sort_keys=True),
+    )
 
 
 def test_each_attempt_names_its_testbed_and_the_report_warns_on_mixed_hardware() -> None:

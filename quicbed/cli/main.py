@@ -549,7 +549,7 @@ def report_cmd(
     from quicbed.report.build import build
 
     r = build(Path(results))
-    pages = len({row["cell_id"] for row in r.rows})
+    pages = len({row.cell_id for row in r.rows})
     transfers = len(r.transfers.cells)
     heatmaps = len(r.figures) - len(r.transfers.drawn)
     what = f"{pages} page cells, {heatmaps} heatmaps" + (

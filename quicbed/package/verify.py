@@ -163,7 +163,7 @@ def _recompute(res: VerifyResult, top: Path, again: Path) -> None:
         raise FileNotFoundError(f"no {DB_NAME}")
     again.mkdir()
     report = build(results, out=again / "report", source=res.manifest.get("archive"))
-    n_cells = len({r["cell_id"] for r in report.rows})
+    n_cells = len({r.cell_id for r in report.rows})
     table = csv_diff(
         top / "report" / "table.csv", again / "report" / "table.csv", ("cell_id", "pair")
     )

@@ -16,7 +16,8 @@ import itertools
 import json
 import shutil
 import textwrap
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from quicbed import __version__
 from quicbed.analysis.stats import DEFAULT_ALPHA, Comparison, adjust, compare
 from quicbed.errors import QuicbedError
 from quicbed.report import transfers as report_transfers
+from quicbed.report.cellrow import COLUMNS, CellRow, Compared, ModeCell
 from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report.transfers import is_transfer
 from quicbed.results.folder import SWEEP_FILE, measured_on
@@ -37,55 +39,6 @@ from quicbed.spec.sweepspec import stored_queue_warning
 if TYPE_CHECKING:
     from quicbed.servers.base import WebServer
 
-COLUMNS = [
-    "scenario",
-    "cell_id",
-    "attempt",
-    "attempts",
-    "status",
-    "page",
-    "rate_mbit",
-    "rtt_ms",
-    "loss_pct",
-    "loss_down_pct",
-    "loss_up_pct",
-    "jitter_ms",
-    "jitter_kind",
-    "queue",
-    "mode",
-    "runs",
-    "cc",
-    "pair",
-    "ref",
-    "cand",
-    "ref_stack",
-    "cand_stack",
-    "ref_cc",
-    "cand_cc",
-    "n_ref",
-    "mean_ref",
-    "sd_ref",
-    "median_ref",
-    "n_cand",
-    "mean_cand",
-    "sd_cand",
-    "median_cand",
-    "pct_diff",
-    "pltc",
-    "welch_p",
-    "mannwhitney_p",
-    "p_used",
-    "p_adjusted",
-    "significant",
-    "testable",
-    "boot_diff_low",
-    "boot_diff_high",
-    "receipt_passed",
-    "invalid_ref",
-    "invalid_cand",
-    "problem",
-    "queue_warning",
-]
 #: the per-group counts (groups.csv): per scenario, pair and mode, how many cells have
 #: a number and how many are positive (the candidate faster), significantly or not
 GROUP_COLUMNS = [
@@ -105,7 +58,7 @@ CLASSIC_PAIR = "h2/h3"
 @dataclass
 class Report:
     out: Path
-    rows: list[dict[str, Any]]
+    rows: list[CellRow]
     figures: list[dict[str, Any]] = field(default_factory=list)
     #: the testbeds that measured the reported attempts, and what to beware of
     testbeds: list[dict[str, Any]] = field(default_factory=list)
@@ -120,25 +73,23 @@ class Report:
     )
 
 
-def testbeds(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def testbeds(rows: list[CellRow]) -> tuple[list[dict[str, Any]], list[str]]:
     """The testbeds behind the reported attempts (each with a colour and its cells), and
     a warning for every link condition measured on more than one hardware type: its
     cells differ by machine as well as by arm, page or setting."""
-    cells = [r for r in rows if r["_first"]]
+    cells = [r for r in rows if r.first]
     found: dict[str, dict[str, Any]] = {}
     for r in cells:
-        t = r["_testbed"]
+        t = r.testbed
         entry = found.setdefault(t["id"], dict(t, cells=0))
         entry["cells"] += 1
     for i, t in enumerate(found.values()):
         t["colour"] = TESTBED_COLOURS[i % len(TESTBED_COLOURS)]
     for r in rows:
-        r["_testbed_colour"] = found[r["_testbed"]["id"]]["colour"]
+        r.testbed_colour = found[r.testbed["id"]]["colour"]
     by_cond: dict[str, dict[str, list[str]]] = {}
     for r in cells:
-        by_cond.setdefault(r["_condition"], {}).setdefault(r["_testbed"]["hardware"], []).append(
-            r["cell_id"]
-        )
+        by_cond.setdefault(r.condition, {}).setdefault(r.testbed["hardware"], []).append(r.cell_id)
     warnings = []
     for cond, hw in by_cond.items():
         if len(hw) > 1:
@@ -198,39 +149,41 @@ def _git_label(git: dict[str, Any]) -> str:
     return one(git) + (f"; checkout at {one(now)} by then" if isinstance(now, dict) else "")
 
 
-def queue_warnings(rows: list[dict[str, Any]]) -> list[str]:
-    """A line per link condition of the reported cells whose queue is small."""
+def queue_warnings(rows: list[tuple[str, str | None, str]]) -> list[str]:
+    """A line per link condition of the reported cells whose queue is small, from
+    (condition as JSON, its queue warning, scenario) of every cell."""
     found: dict[str, list[str]] = {}
-    for r in rows:
-        if r["queue_warning"]:
-            found.setdefault(r["_condition"], [r["queue_warning"]])
-            if r["scenario"] not in found[r["_condition"]]:
-                found[r["_condition"]].append(r["scenario"])
+    for condition, warning, scenario in rows:
+        if warning:
+            found.setdefault(condition, [warning])
+            if scenario not in found[condition]:
+                found[condition].append(scenario)
     out = []
     for cond, (w, *scenarios) in found.items():
         c = json.loads(cond)
+        loss = _label_loss(c["loss_pct"], c.get("loss_down_pct"), c.get("loss_up_pct"))
         out.append(
             f"small queue at {_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']:g} ms, loss "
-            f"{_label_loss(c)} ({', '.join(scenarios)}): {w}; its cells may say more "
+            f"{loss} ({', '.join(scenarios)}): {w}; its cells may say more "
             "about the buffer than about the transports"
         )
     return out
 
 
-def group_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def group_counts(rows: list[CellRow]) -> list[dict[str, Any]]:
     """Per scenario, pair and mode: the cells, those with a number, and how many favour
     the candidate (PLTC and the difference > 0), significantly (after the heatmap's
     correction) or not, and how many favour the reference significantly."""
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in rows:
-        if not r["pair"]:
+        if not r.pair:
             continue
         g = groups.setdefault(
-            (r["scenario"], r["pair"], r["mode"]),
+            (r.scenario, r.pair, r.mode),
             {
-                "scenario": r["scenario"],
-                "pair": r["pair"],
-                "mode": r["mode"],
+                "scenario": r.scenario,
+                "pair": r.pair,
+                "mode": r.mode,
                 "cells": 0,
                 "with_number": 0,
                 "positive": 0,
@@ -239,12 +192,12 @@ def group_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             },
         )
         g["cells"] += 1
-        if r["status"] != "done" or r.get("pltc") is None:
+        if r.status != "done" or r.pltc is None:
             continue
         g["with_number"] += 1
-        g["positive"] += int(r["pltc"] > 0)
-        g["positive_significant"] += int(r["pltc"] > 0 and r["significant"] is True)
-        g["negative_significant"] += int(r["pltc"] < 0 and r["significant"] is True)
+        g["positive"] += int(r.pltc > 0)
+        g["positive_significant"] += int(r.pltc > 0 and r.significant is True)
+        g["negative_significant"] += int(r.pltc < 0 and r.significant is True)
     return list(groups.values())
 
 
@@ -264,26 +217,26 @@ def _pages() -> dict[str, Any]:
     return dict(workloads.load().pages)
 
 
-def heat_state(row: dict[str, Any]) -> str:
+def heat_state(row: Compared) -> str:
     """How a heatmap draws a cell (quicbed.report.plots.cell_look): ``fail`` the attempt failed,
     ``n/a`` too few valid runs for a number, ``untested`` too few runs for the test to
     reach alpha, ``ok`` a number and a verdict."""
-    if row["status"] == "failed":
+    if row.status == "failed":
         return "fail"
-    if row["pct_diff"] is None:
+    if row.pct_diff is None:
         return "n/a"
-    if row.get("testable") is False:
+    if row.testable is False:
         return "untested"
     return "ok"
 
 
-def correct(rows: list[dict[str, Any]], correction: str, alpha: float) -> None:
+def correct(rows: Sequence[Compared], correction: str, alpha: float) -> None:
     """Adjust the p-values of one heatmap's rows and set their verdicts: a cell too small
     for its test is not a test and does not count in the correction."""
-    adj = adjust([r["p_used"] if r.get("testable") else None for r in rows], correction)
+    adj = adjust([r.p_used if r.testable else None for r in rows], correction)
     for r, p in zip(rows, adj, strict=True):
-        r["p_adjusted"] = p
-        r["significant"] = None if p is None else p < alpha
+        r.p_adjusted = p
+        r.significant = None if p is None else p < alpha
 
 
 def _planned_scenarios(spec: dict[str, Any]) -> dict[str, list[str]]:
@@ -304,7 +257,7 @@ def _planned_scenarios(spec: dict[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
     """One row per cell (latest attempt) and pair of arms compared in it (a cell of one
     arm: one row without a pair), with every statistic; corrections not yet applied."""
     from quicbed.results.folder import compare_cell
@@ -317,7 +270,7 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     test = stats_cfg.get("test", "welch")
     extra = parse_pairs(stats_cfg.get("pairs"))
     store = Store(root)
-    rows: list[dict[str, Any]] = []
+    rows: list[CellRow] = []
     try:
         scenarios = store.cell_scenarios()
         if sweep and not scenarios:  # a folder of schema 1: its scenarios were not stored
@@ -332,61 +285,56 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                 continue
             att = latest[cid]
             cond = cfg["condition"]
-            row: dict[str, Any] = {
-                "scenario": (scenarios.get(cid) or ["cells"])[0],
-                "cell_id": cid,
-                "attempt": att.attempt,
-                "attempts": att.attempt,
-                "status": att.status,
-                "page": cfg["page"],
-                "rate_mbit": cond["rate_mbit"],
-                "rtt_ms": (
+            receipt = att.receipt
+            runs = store.runs(cid, att.attempt)
+            cell = make_cell(**cfg)
+            arms = {a.name: a for a in cell.resolved_arms()}
+            invalid = {
+                a: sum(1 for r in runs if r.arm == a and not r.valid and not r.warmup) for a in arms
+            }
+            row = CellRow(
+                scenario=(scenarios.get(cid) or ["cells"])[0],
+                cell_id=cid,
+                attempt=att.attempt,
+                attempts=att.attempt,
+                status=att.status,
+                page=cfg["page"],
+                rate_mbit=cond["rate_mbit"],
+                rtt_ms=(
                     cond["rtt_ms"]
                     if cond["rtt_ms"] is not None
                     else (cond["delay_down_ms"] or 0) + (cond["delay_up_ms"] or 0)
                 ),
-                "loss_pct": cond["loss_pct"],
-                "loss_down_pct": cond.get("loss_down_pct"),
-                "loss_up_pct": cond.get("loss_up_pct"),
-                "jitter_ms": cond["jitter_ms"],
-                "jitter_kind": cond["jitter_kind"],
-                "queue": cond["queue"],
-                "mode": cfg["mode"],
-                "runs": cfg["runs"],
-                "problem": att.problem or "",
-            }
-            row["queue_warning"] = stored_queue_warning(cond)
-            receipt = att.receipt
-            row["receipt_passed"] = None if receipt is None else receipt["passed"]
-            runs = store.runs(cid, att.attempt)
-            cell = make_cell(**cfg)
-            arms = {a.name: a for a in cell.resolved_arms()}
-            row["cc"] = cell.tcp_cc()
-            invalid = {
-                a: sum(1 for r in runs if r.arm == a and not r.valid and not r.warmup) for a in arms
-            }
-            row["_software"] = software_label(
-                (att.provenance or {}).get("components"), list(arms.values())
-            )
-            row.update(
-                _runs=runs,
-                _receipt=receipt,
-                _invalid=invalid,
-                _warnings=[],
-                _arms=arms,
-                _first=True,
-                pair="",
-                _testbed=measured_on(att.provenance),
-                _condition=json.dumps(cond, sort_keys=True),
+                loss_pct=cond["loss_pct"],
+                loss_down_pct=cond.get("loss_down_pct"),
+                loss_up_pct=cond.get("loss_up_pct"),
+                jitter_ms=cond["jitter_ms"],
+                jitter_kind=cond["jitter_kind"],
+                queue=cond["queue"],
+                mode=cfg["mode"],
+                runs=cfg["runs"],
+                problem=att.problem or "",
+                queue_warning=stored_queue_warning(cond),
+                receipt_passed=None if receipt is None else receipt["passed"],
+                cc=cell.tcp_cc(),
+                software=software_label(
+                    (att.provenance or {}).get("components"), list(arms.values())
+                ),
+                loads=runs,
+                receipt=receipt,
+                invalid=invalid,
+                arms=arms,
+                testbed=measured_on(att.provenance),
+                condition=json.dumps(cond, sort_keys=True),
             )
             comps = compare_cell(store, cid, att.attempt, cell, own_pairs(extra, arms), alpha, test)
             if not comps:
                 rows.append(row)
             for i, (pair, c) in enumerate(comps.items()):
                 ref, cand = pair.split("/")
-                prow = dict(
+                prow = replace(
                     row,
-                    _first=i == 0,
+                    first=i == 0,
                     pair=pair,
                     ref=ref,
                     cand=cand,
@@ -396,34 +344,34 @@ def cell_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                     cand_cc=arms[cand].cc,
                     invalid_ref=invalid[ref],
                     invalid_cand=invalid[cand],
-                    _warnings=c.warnings,
+                    warnings=c.warnings,
+                    **comparison_columns(c),
                 )
-                prow.update(comparison_columns(c))
                 if att.status == "done" and c.problem:
-                    prow["problem"] = c.problem
+                    prow.problem = c.problem
                 rows.append(prow)
             # a cell two scenarios plan is in both (its heatmaps, table rows); its receipt,
-            # testbed and explain page once (_first: the cell's first row)
+            # testbed and explain page once (first: the cell's first row)
             own = rows[first:]
             for r in own:
-                r["_first_in_scenario"] = r["_first"]
+                r.first_in_scenario = r.first
             for other in (scenarios.get(cid) or [])[1:]:
-                rows += [dict(r, scenario=other, _first=False) for r in own]
+                rows += [replace(r, scenario=other, first=False) for r in own]
     finally:
         store.close()
     return rows, sweep
 
 
 def _heat_groups(
-    rows: list[dict[str, Any]],
-) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+    rows: list[CellRow],
+) -> dict[tuple[str, str, str, str], list[CellRow]]:
     """(scenario, pair, mode, single|multi) -> its rows: one heatmap each."""
-    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, str, str], list[CellRow]] = {}
     for r in rows:
-        if not r["pair"]:
+        if not r.pair:
             continue
-        kind = page_kind(r["page"])
-        groups.setdefault((r["scenario"], r["pair"], r["mode"], kind), []).append(r)
+        kind = page_kind(r.page)
+        groups.setdefault((r.scenario, r.pair, r.mode, kind), []).append(r)
     return groups
 
 
@@ -437,17 +385,17 @@ def _stack(name: str) -> type[WebServer] | None:
         return None
 
 
-def _arm_label(row: dict[str, Any], key: str, params: bool = False) -> str:
+def _arm_label(row: CellRow, key: str, params: bool = False) -> str:
     """A built-in arm by its transport, as the reference study wrote them (``h2 (TCP)``,
     ``h3 (QUIC)``: its stack's ``label``); other arms by stack and CC, so a figure says
     what it compares; with ``params`` also the arm's settings
     (``h3-b06 (quic-go, cubic) [cubic_n 2, cubic_beta 0.6]``)."""
-    arm, stack = row[key], row[f"{key}_stack"]
+    arm, stack = getattr(row, key), getattr(row, f"{key}_stack")
     cls = _stack(stack)
     if cls is not None and cls.label and arm in cls.arms:
         return f"{arm} ({cls.label})"
-    label = f"{arm} ({stack}, {row[f'{key}_cc']})"
-    a = (row.get("_arms") or {}).get(arm)
+    label = f"{arm} ({stack}, {getattr(row, f'{key}_cc')})"
+    a = (row.arms or {}).get(arm)
     if params and a is not None and a.params:
         label += (
             " ["
@@ -478,14 +426,13 @@ def _label_rate(v: float | None) -> str:
     return "unlimited" if v is None else f"{v:g} Mbit/s"
 
 
-def _label_loss(r: dict[str, Any]) -> str:
+def _label_loss(loss: float, down: float | None, up: float | None) -> str:
     """``1 %`` (end to end, split evenly), ``1 % down`` (the downlink only) or
     ``1/0.5 % down/up``."""
-    down, up = r.get("loss_down_pct"), r.get("loss_up_pct")
     if down is None and up is None:
-        return f"{r['loss_pct']:g} %"
-    d = r["loss_pct"] / 2 if down is None else down
-    u = r["loss_pct"] / 2 if up is None else up
+        return f"{loss:g} %"
+    d = loss / 2 if down is None else down
+    u = loss / 2 if up is None else up
     return f"{d:g} % down" if not u else f"{d:g}/{u:g} % down/up"
 
 
@@ -503,22 +450,22 @@ def _sort_queue(q: str) -> tuple[str, float]:
 _DIMS: dict[str, tuple[str, Any, Any]] = {
     "rate": (
         "rate",
-        lambda r: _label_rate(r["rate_mbit"]),
-        lambda r: (r["rate_mbit"] is None, r["rate_mbit"] or 0),
+        lambda r: _label_rate(r.rate_mbit),
+        lambda r: (r.rate_mbit is None, r.rate_mbit or 0),
     ),
-    "rtt": ("RTT", lambda r: f"{r['rtt_ms']:g} ms", lambda r: r["rtt_ms"]),
+    "rtt": ("RTT", lambda r: f"{r.rtt_ms:g} ms", lambda r: r.rtt_ms),
     "loss": (
         "loss",
-        _label_loss,
-        lambda r: (r["loss_pct"], r.get("loss_down_pct") or 0, r.get("loss_up_pct") or 0),
+        lambda r: _label_loss(r.loss_pct, r.loss_down_pct, r.loss_up_pct),
+        lambda r: (r.loss_pct, r.loss_down_pct or 0, r.loss_up_pct or 0),
     ),
     "jitter": (
         "jitter",
-        lambda r: f"{r['jitter_ms']:g} ms {r['jitter_kind']}",
-        lambda r: (r["jitter_kind"], r["jitter_ms"]),
+        lambda r: f"{r.jitter_ms:g} ms {r.jitter_kind}",
+        lambda r: (r.jitter_kind, r.jitter_ms),
     ),
-    "queue": ("queue", lambda r: r["queue"], lambda r: _sort_queue(r["queue"])),
-    "page": ("page", lambda r: r["page"], lambda r: _page_index(r["page"])),
+    "queue": ("queue", lambda r: r.queue, lambda r: _sort_queue(r.queue)),
+    "page": ("page", lambda r: r.page, lambda r: _page_index(r.page)),
 }
 
 
@@ -527,7 +474,7 @@ def _page_index(page: str) -> int:
     return order.index(page) if page in order else len(order)
 
 
-def heat_axes(grp: list[dict[str, Any]]) -> tuple[str, str, list[str]]:
+def heat_axes(grp: list[CellRow]) -> tuple[str, str, list[str]]:
     """(rows, columns, the dimensions left that vary) of one heatmap group: rates x pages
     where nothing else varies (the reference study's); else loss (or the page) across
     and the first other dimension that varies down; any further one splits the group."""
@@ -573,7 +520,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     report = Report(out=out, rows=rows)
     for (scenario, pair, mode, kind), group in sorted(_heat_groups(rows).items()):
         rdim, cdim, split = heat_axes(group)
-        parts: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        parts: dict[tuple[str, ...], list[CellRow]] = {}
         for r in sorted(group, key=lambda r: tuple(_DIMS[d][2](r) for d in split)):
             parts.setdefault(tuple(_DIMS[d][1](r) for d in split), []).append(r)
         for values, grp in parts.items():
@@ -592,9 +539,12 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow(r)
+            w.writerow(r.columns())
     report.testbeds, report.testbed_warnings = testbeds(rows)
-    report.queue_warnings = queue_warnings(rows + report.transfers.rows)
+    report.queue_warnings = queue_warnings(
+        [(r.condition, r.queue_warning, r.scenario) for r in rows]
+        + [(t["_condition"], t["queue_warning"], t["scenario"]) for t in report.transfers.rows]
+    )
     report.groups = group_counts(rows)
     with open(out / "groups.csv", "w", newline="") as f:
         gw = csv.DictWriter(f, fieldnames=GROUP_COLUMNS)
@@ -604,10 +554,10 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         tw = csv.writer(f)
         tw.writerow(["cell_id", "attempt", "testbed", "hardware", "kernel", "image"])
         for r in rows:
-            if r["_first"]:
-                t = r["_testbed"]
+            if r.first:
+                t = r.testbed
                 tw.writerow(
-                    [r["cell_id"], r["attempt"], t["label"], t["hardware"], t["kernel"], t["image"]]
+                    [r.cell_id, r.attempt, t["label"], t["hardware"], t["kernel"], t["image"]]
                 )
     shown = [{k: f[k] for k in ("png", "svg", "shows")} for f in report.figures]
     (out / "figures.json").write_text(json.dumps(shown, indent=1) + "\n")
@@ -616,7 +566,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
 
 
 def _pair_heatmap(
-    grp: list[dict[str, Any]],
+    grp: list[CellRow],
     scenario: str,
     pair: str,
     mode: str,
@@ -639,21 +589,22 @@ def _pair_heatmap(
     rows_, cols = ordered(rdim), ordered(cdim)
     cells = {
         (_DIMS[rdim][1](r), _DIMS[cdim][1](r)): HeatCell(
-            pct=r["pct_diff"], significant=r["significant"], state=heat_state(r)
+            pct=r.pct_diff, significant=r.significant, state=heat_state(r)
         )
         for r in grp
     }
     cond = grp[0]
     if classic:
-        where = f"{cond['rtt_ms']:g} ms, loss {_label_loss(cond)}" + (
-            f", jitter {cond['jitter_ms']:g} ms {cond['jitter_kind']}" if cond["jitter_ms"] else ""
+        loss = _label_loss(cond.loss_pct, cond.loss_down_pct, cond.loss_up_pct)
+        where = f"{cond.rtt_ms:g} ms, loss {loss}" + (
+            f", jitter {cond.jitter_ms:g} ms {cond.jitter_kind}" if cond.jitter_ms else ""
         )
     else:  # what every cell of it shares
         fixed = [d for d in _DIMS if d not in (rdim, cdim)]
         where = ", ".join(
             (f"{_DIMS[d][0]} " if d in ("loss", "queue", "jitter") else "") + _DIMS[d][1](cond)
             for d in fixed
-            if d != "jitter" or cond["jitter_ms"]
+            if d != "jitter" or cond.jitter_ms
         )
     arms = f"{_arm_label(cond, 'ref')} vs {_arm_label(cond, 'cand')}"
     if not classic:  # arms of one stack differ by their settings: name them, and wrap
@@ -664,7 +615,7 @@ def _pair_heatmap(
         f"{scenario}: {where}"
         + f"\n{arms}, {mode}, {kind}; white: p >= {alpha:g}"
         + "\n"
-        + textwrap.fill(" | ".join(sorted({r["_software"] for r in grp})), 78)
+        + textwrap.fill(" | ".join(sorted({r.software for r in grp})), 78)
     )
     tag = "" if pair == CLASSIC_PAIR else f"{pair.replace('/', '-vs-')}-"
     name = f"heatmap-{scenario}-{tag}{mode}-{kind}"
@@ -700,7 +651,7 @@ def _figure(title: str, paths: list[Path], shows: dict[str, Any]) -> dict[str, A
 
 def _mode_heatmaps(
     root: Path,
-    rows: list[dict[str, Any]],
+    rows: list[CellRow],
     page_order: list[str],
     alpha: float,
     test: str,
@@ -713,12 +664,12 @@ def _mode_heatmaps(
     comparison of the two cells' samples of one QUIC arm by quicbed.analysis.stats.compare, with
     the spec's test, alpha and correction and the same masking as the protocol heatmaps.
     """
-    by_key: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    by_key: dict[tuple[Any, ...], dict[str, CellRow]] = {}
     for r in rows:
-        if not r["_first_in_scenario"]:
+        if not r.first_in_scenario:
             continue
-        key = (r["scenario"], r["rate_mbit"], r["rtt_ms"], r["loss_pct"], r["jitter_ms"], r["page"])
-        by_key.setdefault(key, {})[r["mode"]] = r
+        key = (r.scenario, r.rate_mbit, r.rtt_ms, r.loss_pct, r.jitter_ms, r.page)
+        by_key.setdefault(key, {})[r.mode] = r
     pairs = {k: v for k, v in by_key.items() if {"0rtt", "1rtt"} <= set(v)}
     if not pairs:
         return []
@@ -730,7 +681,7 @@ def _mode_heatmaps(
                 a.name
                 for v in pairs.values()
                 for r in v.values()
-                for a in r["_arms"].values()
+                for a in r.arms.values()
                 if a.transport == "udp"
             }
         )
@@ -742,30 +693,30 @@ def _mode_heatmaps(
                 for k in pairs
                 if k[0] == scenario
                 and page_kind(k[5]) == kind
-                and all(arm in pairs[k][m]["_arms"] for m in ("0rtt", "1rtt"))
+                and all(arm in pairs[k][m].arms for m in ("0rtt", "1rtt"))
             ]
             if not keys:
                 continue
-            grp = []
+            grp: list[ModeCell] = []
             for k in keys:
                 zero, one = pairs[k]["0rtt"], pairs[k]["1rtt"]
                 c = compare(
-                    store.plts(one["cell_id"], one["attempt"], arm),
-                    store.plts(zero["cell_id"], zero["attempt"], arm),
-                    planned=(one["runs"], zero["runs"]),
+                    store.plts(one.cell_id, one.attempt, arm),
+                    store.plts(zero.cell_id, zero.attempt, arm),
+                    planned=(one.runs, zero.runs),
                     alpha=alpha,
                     test=test,
                     tcp_arm=f"{arm} 1-RTT",
                     quic_arm=f"{arm} 0-RTT",
                 )
-                failed = "failed" in (zero["status"], one["status"])
+                failed = "failed" in (zero.status, one.status)
                 grp.append(
-                    {"_key": k, "status": "failed" if failed else "done", **comparison_columns(c)}
+                    ModeCell(key=k, status="failed" if failed else "done", **comparison_columns(c))
                 )
             correct(grp, correction, alpha)
             cells = {
-                (_label_rate(g["_key"][1]), g["_key"][5]): HeatCell(
-                    pct=g["pct_diff"], significant=g["significant"], state=heat_state(g)
+                (_label_rate(g.key[1]), g.key[5]): HeatCell(
+                    pct=g.pct_diff, significant=g.significant, state=heat_state(g)
                 )
                 for g in grp
             }
@@ -785,7 +736,7 @@ def _mode_heatmaps(
     return figures
 
 
-def _explain_pages(root: Path, rows: list[dict[str, Any]], out: Path) -> None:
+def _explain_pages(root: Path, rows: list[CellRow], out: Path) -> None:
     """``out/explain/<cell>/``: the explain page (quicbed.analysis.explain, default loads) of
     every finished cell whose loads were traced, so the report's links always resolve
     and need nothing but the results folder. Drawn deterministically; verify does not
@@ -795,17 +746,17 @@ def _explain_pages(root: Path, rows: list[dict[str, Any]], out: Path) -> None:
     store = Store(root)
     try:
         for r in rows:
-            if not r["_first"] or r["status"] != "done" or not traced(r["_runs"]):
+            if not r.first or r.status != "done" or not traced(r.loads):
                 continue
             try:
-                loads, attempt, cfg = choose(store, r["cell_id"], None)
+                loads, attempt, cfg = choose(store, r.cell_id, None)
             except QuicbedError as exc:  # e.g. an arm without a valid load
-                r["_explain_problem"] = str(exc)
+                r.explain_problem = str(exc)
                 continue
-            write(out / "explain" / r["cell_id"], r["cell_id"], attempt, cfg, loads)
+            write(out / "explain" / r.cell_id, r.cell_id, attempt, cfg, loads)
             for other in rows:
-                if other["cell_id"] == r["cell_id"]:
-                    other["_explain"] = f"explain/{r['cell_id']}/index.html"
+                if other.cell_id == r.cell_id:
+                    other.explain = f"explain/{r.cell_id}/index.html"
     finally:
         store.close()
 
@@ -920,15 +871,13 @@ def _write_html(
     try:
         provs: dict[tuple[str, int], dict[str, Any] | None] = {}
         for r in report.rows:
-            att = store.attempt(r["cell_id"], r["attempt"])
-            provs[(r["cell_id"], r["attempt"])] = att.provenance
-            r["_invalid_reasons"] = sorted(
-                {x.reason for x in r["_runs"] if not x.valid and not x.warmup}
-            )
-            r["_rerun"] = f"quicbed cell --from {source} --cell {r['cell_id']}"
+            att = store.attempt(r.cell_id, r.attempt)
+            provs[(r.cell_id, r.attempt)] = att.provenance
+            r.invalid_reasons = sorted({x.reason for x in r.loads if not x.valid and not x.warmup})
+            r.rerun = f"quicbed cell --from {source} --cell {r.cell_id}"
             tb = (att.provenance or {}).get("testbed") or {}
             if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind
-                r["_rerun"] += f" --testbed ssh --hosts {tb.get('source') or 'HOSTS'}"
+                r.rerun += f" --testbed ssh --hosts {tb.get('source') or 'HOSTS'}"
         for c in report.transfers.cells:
             key = (c["cell_id"], c["attempt"])
             provs[key] = store.attempt(*key).provenance

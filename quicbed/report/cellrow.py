@@ -1,0 +1,159 @@
+"""A row of the report's cell table: one cell (its latest attempt) and one pair of arms.
+
+One definition for what ``table.csv`` holds (``COLUMNS``, in that order), what the HTML
+page shows beside it (the cell's loads, receipt, arms, testbed, explain link) and what
+the heatmaps read. A cell of several pairs has several rows; a cell that two scenarios
+plan has its rows in both (``first`` marks the one row that shows the cell's receipt,
+testbed and explain page; ``first_in_scenario`` the first of each scenario).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from quicbed.results.rows import RunRow
+
+if TYPE_CHECKING:  # the report reads stored arms without importing the stacks' runners
+    from quicbed.servers.base import Arm
+
+#: the columns of table.csv, in order
+COLUMNS = [
+    "scenario",
+    "cell_id",
+    "attempt",
+    "attempts",
+    "status",
+    "page",
+    "rate_mbit",
+    "rtt_ms",
+    "loss_pct",
+    "loss_down_pct",
+    "loss_up_pct",
+    "jitter_ms",
+    "jitter_kind",
+    "queue",
+    "mode",
+    "runs",
+    "cc",
+    "pair",
+    "ref",
+    "cand",
+    "ref_stack",
+    "cand_stack",
+    "ref_cc",
+    "cand_cc",
+    "n_ref",
+    "mean_ref",
+    "sd_ref",
+    "median_ref",
+    "n_cand",
+    "mean_cand",
+    "sd_cand",
+    "median_cand",
+    "pct_diff",
+    "pltc",
+    "welch_p",
+    "mannwhitney_p",
+    "p_used",
+    "p_adjusted",
+    "significant",
+    "testable",
+    "boot_diff_low",
+    "boot_diff_high",
+    "receipt_passed",
+    "invalid_ref",
+    "invalid_cand",
+    "problem",
+    "queue_warning",
+]
+
+
+@dataclass(kw_only=True)
+class Compared:
+    """One comparison of two samples as a heatmap cell reads it: the statistics of
+    quicbed.analysis.stats.compare (``comparison_columns``), then the p-value adjusted
+    per heatmap and the verdict (``correct``)."""
+
+    status: str = "done"
+    n_ref: int | None = None
+    mean_ref: float | None = None
+    sd_ref: float | None = None
+    median_ref: float | None = None
+    n_cand: int | None = None
+    mean_cand: float | None = None
+    sd_cand: float | None = None
+    median_cand: float | None = None
+    pct_diff: float | None = None
+    pltc: float | None = None
+    welch_p: float | None = None
+    mannwhitney_p: float | None = None
+    p_used: float | None = None
+    testable: bool | None = None
+    significant: bool | None = None
+    boot_diff_low: float | None = None
+    boot_diff_high: float | None = None
+    p_adjusted: float | None = None
+
+
+@dataclass(kw_only=True)
+class ModeCell(Compared):
+    """A cell of a 0-RTT vs 1-RTT heatmap: (scenario, rate, RTT, loss, jitter, page)."""
+
+    key: tuple[Any, ...]
+
+
+@dataclass(kw_only=True)
+class CellRow(Compared):
+    """One row of the cell table; see the module's docstring."""
+
+    # the cell and its condition
+    scenario: str
+    cell_id: str
+    attempt: int
+    attempts: int
+    page: str
+    rate_mbit: float | None
+    rtt_ms: float
+    loss_pct: float
+    loss_down_pct: float | None = None
+    loss_up_pct: float | None = None
+    jitter_ms: float
+    jitter_kind: str
+    queue: str
+    mode: str
+    runs: int
+    cc: str
+    problem: str = ""
+    queue_warning: str | None = None
+    receipt_passed: bool | None = None
+    # the pair compared ("" for a cell of one arm)
+    pair: str = ""
+    ref: str | None = None
+    cand: str | None = None
+    ref_stack: str | None = None
+    cand_stack: str | None = None
+    ref_cc: str | None = None
+    cand_cc: str | None = None
+    invalid_ref: int | None = None
+    invalid_cand: int | None = None
+    # what the page shows beside the table
+    loads: list[RunRow] = field(default_factory=list)
+    receipt: dict[str, Any] | None = None
+    invalid: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    arms: dict[str, Arm] = field(default_factory=dict)
+    first: bool = True
+    first_in_scenario: bool = True
+    testbed: dict[str, Any] = field(default_factory=dict)
+    testbed_colour: str = ""
+    condition: str = ""
+    software: str = ""
+    invalid_reasons: list[str] = field(default_factory=list)
+    rerun: str = ""
+    explain: str | None = None
+    explain_problem: str | None = None
+
+    def columns(self) -> dict[str, Any]:
+        """The row as table.csv holds it."""
+        return {k: getattr(self, k) for k in COLUMNS}
