@@ -13,7 +13,7 @@ import typer
 
 from quicbed.cli.options import LinkOptions, TestbedOptions, options
 from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition
+from quicbed.link.model import RECEIPT_TCP_SECONDS, LinkCondition
 from quicbed.spec.cellconfig import CellConfig, make_cell
 from quicbed.testbed.base import Testbed
 
@@ -85,7 +85,7 @@ def run_bulk(
     cc: str = "cubic",
     testbed: Testbed | None = None,
     shaper: str = "auto",
-    receipt_tcp_seconds: float = 10,
+    receipt_tcp_seconds: float = RECEIPT_TCP_SECONDS,
     progress: Progress | None = None,
     force: bool = False,
 ) -> BulkResult:
@@ -126,7 +126,7 @@ def run_compete(
     cc: str = "cubic",
     testbed: Testbed | None = None,
     shaper: str = "auto",
-    receipt_tcp_seconds: float = 10,
+    receipt_tcp_seconds: float = RECEIPT_TCP_SECONDS,
     progress: Progress | None = None,
     force: bool = False,
 ) -> CompeteResult:
@@ -207,7 +207,7 @@ def bulk(
     ] = None,
     cc: CcOpt = "cubic",
     shaper: ShaperOpt = "auto",
-    tcp_seconds: TcpSecondsOpt = 10.0,
+    tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -260,7 +260,7 @@ def compete(
     size: SizeOpt = "100MB",
     cc: CcOpt = "cubic",
     shaper: ShaperOpt = "auto",
-    tcp_seconds: TcpSecondsOpt = 10.0,
+    tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:

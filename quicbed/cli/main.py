@@ -29,7 +29,6 @@ from quicbed.cli.options import (
     CC,
     CELL_LINK,
     MAX_HOURS,
-    RECEIPT_TCP_SECONDS,
     SHAPER,
     CellOptions,
     KeepOpt,
@@ -58,6 +57,7 @@ from quicbed.console import (
     warn,
 )
 from quicbed.errors import QuicbedError
+from quicbed.link.model import RECEIPT_TCP_SECONDS
 from quicbed.testbed.base import Testbed
 
 app = typer.Typer(

@@ -22,7 +22,12 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 import typer
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import JITTER_MEANING, JitterKind, LinkCondition, make_condition
+from quicbed.link.model import (
+    JITTER_MEANING,
+    JitterKind,
+    LinkCondition,
+    make_condition,
+)
 from quicbed.spec.cellconfig import UNLIMITED, CellConfig, cell_default, make_cell, parse_rate
 from quicbed.testbed.base import Testbed
 
@@ -33,13 +38,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: value is immutable), so that no default is restated here
 LINK = {n: f.default for n, f in LinkCondition.model_fields.items() if not f.is_required()}
 CELL = {n: cell_default(n) for n, f in CellConfig.model_fields.items() if not f.is_required()}
-
-
-def spec_default(name: str) -> Any:
-    """A SweepSpec field's default (e.g. the receipt's iperf3 seconds)."""
-    from quicbed.spec.sweepspec import SweepSpec
-
-    return SweepSpec.model_fields[name].get_default(call_default_factory=True)
 
 
 def options(name: str, group: type, *, only: Collection[str] | None = None) -> Callable[[F], F]:
@@ -366,7 +364,6 @@ class CellOptions:
 #: the time budget above which a cell or a sweep asks for --yes
 MAX_HOURS = 1.0
 #: iperf3 TCP seconds per direction of a receipt (a sweep spec's default)
-RECEIPT_TCP_SECONDS: float = spec_default("receipt_tcp_seconds")
 YesOpt = Annotated[bool, typer.Option("--yes", help="Run even if longer than --max-hours.")]
 MaxHoursOpt = Annotated[
     float, typer.Option(help="Ask for --yes if the time estimate exceeds this many hours.")

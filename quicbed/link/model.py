@@ -41,6 +41,8 @@ MAX_DELAY_MS = 10_000.0
 MAX_SEED = 2**63 - 1  # the emulator's seed is an int64
 #: iperf3 TCP seconds per direction of a fidelity receipt: a bound on a typo, not a rule
 MAX_TCP_SECONDS = 300.0
+#: iperf3 TCP seconds per direction of a receipt unless a spec or flag says otherwise
+RECEIPT_TCP_SECONDS: float = 10  # an int, as specs and their digests have always had it
 
 
 #: the step kind's shortest re-draw interval (ms): below it a "step" is per-packet noise

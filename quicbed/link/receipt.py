@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from scipy.stats import binomtest
 
 from quicbed.link import probes
-from quicbed.link.model import ETH_HEADER, JitterKind, LinkCondition
+from quicbed.link.model import ETH_HEADER, RECEIPT_TCP_SECONDS, JitterKind, LinkCondition
 from quicbed.link.shapers import Shaper
 from quicbed.testbed.base import Testbed
 
@@ -333,7 +333,7 @@ def measure(
     shaper: Shaper,
     tuning: dict[str, Any],
     *,
-    tcp_seconds: float = 10,
+    tcp_seconds: float = RECEIPT_TCP_SECONDS,
     tcp_omit: float | None = None,
     ping_count: int = 200,
     cc: str = "cubic",

@@ -21,6 +21,7 @@ from typing import Any
 from quicbed.analysis.stats import Comparison
 from quicbed.client import har
 from quicbed.errors import QuicbedError
+from quicbed.link.model import RECEIPT_TCP_SECONDS
 from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
@@ -150,7 +151,7 @@ def run_cell(
     *,
     prefix: str = "qb",
     testbed: Testbed | None = None,
-    receipt_tcp_seconds: float = 10,
+    receipt_tcp_seconds: float = RECEIPT_TCP_SECONDS,
     progress: Progress | None = None,
     fault: Callable[[str, int, dict[str, WebServer]], None] | None = None,
     resume_attempt: int | None = None,

@@ -19,7 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from quicbed.analysis.stats import DEFAULT_ALPHA
 from quicbed.errors import QuicbedError, from_validation
-from quicbed.link.model import MAX_TCP_SECONDS, LinkCondition, make_condition, parse_queue
+from quicbed.link.model import (
+    MAX_TCP_SECONDS,
+    RECEIPT_TCP_SECONDS,
+    LinkCondition,
+    make_condition,
+    parse_queue,
+)
 from quicbed.servers.base import Kind
 from quicbed.spec.arms import ArmSettings, own_pairs, pairs, parse_pairs
 from quicbed.spec.cellconfig import CellConfig, Rate, cell_default, make_cell
@@ -208,7 +214,7 @@ class SweepSpec(BaseModel):
     description: str = ""
     testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
     shaper: Literal["auto", "userspace", "netem", "dummynet"] = cell_default("shaper")
-    receipt_tcp_seconds: float = Field(default=10, gt=0, le=MAX_TCP_SECONDS)
+    receipt_tcp_seconds: float = Field(default=RECEIPT_TCP_SECONDS, gt=0, le=MAX_TCP_SECONDS)
     #: transport traces per load (quicbed.traces): observe the loads, not a condition of
     #: them, so not in the digest: a folder may be resumed at another level
     traces: Literal["none", "light", "full"] = "light"
