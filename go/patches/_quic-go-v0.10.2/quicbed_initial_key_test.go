@@ -16,8 +16,10 @@ package quic
 // packets are made by quic-go's packet packer and taken apart as quic-go's
 // packet handler map does, and the session unpacks them with its own
 // unpacker. The test passes when that request is decrypted the first time the
-// session tries it with its keys, without a retransmission. Without the patch
-// the try with the forward-secure key zeroes the packet and it never is.
+// session tries it with its keys, without a retransmission, and the session was
+// handed to Accept once it wrote its SHLO, before any forward-secure packet of the
+// client. Without the patch the try with the forward-secure key zeroes the packet
+// and it never is, and the session waits for the client's forward-secure packet.
 
 import (
 	"bytes"
@@ -104,7 +106,9 @@ func quicbedRequestWithCHLO(t *testing.T, v protocol.VersionNumber, order string
 	if v.UsesIETFHeaderFormat() {
 		destConnID = nil
 	}
-	run := &runner{onHandshakeCompleteImpl: func(Session) {}, removeConnectionIDImpl: func(protocol.ConnectionID) {}}
+	// the server's runner queues a session for Accept (h2quic) here
+	accepted := make(chan struct{}, 2)
+	run := &runner{onHandshakeCompleteImpl: func(Session) { accepted <- struct{}{} }, removeConnectionIDImpl: func(protocol.ConnectionID) {}}
 	qs, err := newSession(quicbedConn{remote: remote}, run, v, destConnID, srcConnID, scfg, serverTLS, config, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +313,14 @@ func quicbedRequestWithCHLO(t *testing.T, v protocol.VersionNumber, order string
 		}
 	case <-time.After(quicbedWait):
 		t.Fatal("the request never reached the headers stream")
+	}
+	// The session was handed to Accept once its SHLO was written, although the
+	// client sent no forward-secure packet (its handshake is not complete): h2quic
+	// serves the request now, not a round trip later (the patch's third part).
+	select {
+	case <-accepted:
+	case <-time.After(quicbedWait):
+		t.Fatal("the session was not handed to Accept after its SHLO: it waits for the client's first forward-secure packet")
 	}
 }
 
