@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from quicbed.link.model import make_condition
-from quicbed.servers.gquic import flight_per_rtt, window_facts, window_reasons
+from quicbed.servers.gquic import flight_per_rtt, window_facts, window_reasons, window_summary
 
 
 def conn(cid: int, rejects: int, sfcw: int = 6 << 20, cfcw: int = 15 << 20) -> dict[str, Any]:
@@ -112,3 +112,15 @@ def test_a_window_below_the_bdp_is_named_once_it_was_filled() -> None:
     # a page smaller than the window never met it
     unfilled = window_facts(lines(small, request(1, 5_000, {"10": 5_000, "40": 5_000})))
     assert window_reasons(unfilled, cond) == []
+
+
+def test_the_summary_line_names_round_trips_limit_and_flight() -> None:
+    cond = make_condition(rate_mbit=100, rtt_ms=36)
+    cold = window_facts(lines(conn(1, 2), request(1, 10_700_000, HEALTHY)))
+    warm = window_facts(lines(conn(2, 0), request(2, 10_700_000, CAPPED)))
+    assert window_summary([cold, warm, warm], cond) == (
+        "handshake round trips 0, 2; window limit 1.46 MB (max_cwnd) vs BDP 0.45 MB; "
+        "flight per RTT 56 kB (median of 3)"
+    )
+    old = window_facts(lines({"event": "conn", "conn_id": 1, "rejects": 0}))
+    assert window_summary([old], cond) is None

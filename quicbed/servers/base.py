@@ -355,6 +355,12 @@ class WebServer(ABC):
             )
         return reasons + self.param_evidence(facts)
 
+    @classmethod
+    def record_line(cls, loads: list[dict[str, Any]], cond: LinkCondition | None) -> str | None:
+        """One line on what an arm's loads ran under, from their server facts, for the
+        report and a cell's summary (None: this stack keeps no such record)."""
+        return None
+
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
         """The arm's parameters (cubic_n, ...) against the values the log read back."""
         reasons = []

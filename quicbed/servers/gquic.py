@@ -134,6 +134,31 @@ def window_reasons(facts: dict[str, Any], cond: LinkCondition | None) -> list[st
     return out
 
 
+def window_summary(loads: list[dict[str, Any]], cond: LinkCondition | None) -> str | None:
+    """One line on what an arm's loads ran under, for a report or a cell's summary, from
+    their server facts (``window_facts``): the handshake round trips seen, the smallest
+    window against the BDP, and the median flight per RTT against the BDP; None when no
+    load has the record (a server built before it)."""
+    rec = [f for f in loads if f.get("window_limit_bytes") is not None]
+    if not rec:
+        return None
+    rtts = sorted({r for f in rec for r in f.get("handshake_rtts") or [] if r is not None})
+    limit = min(f["window_limit_bytes"] for f in rec)
+    by = sorted({w for f in rec for w in f.get("window_limit") or []})
+    bdp = cond.bdp_bytes() if cond is not None else None
+    parts = [
+        f"handshake round trips {', '.join(map(str, rtts)) or '-'}",
+        f"window limit {limit / 1e6:.2f} MB ({', '.join(by)})",
+    ]
+    if cond is not None and bdp:
+        flights = [x for f in rec if (x := flight_per_rtt(f.get("flight"), cond.rtt()))]
+        parts[-1] += f" vs BDP {bdp / 1e6:.2f} MB"
+        if flights:
+            mid = sorted(flights)[len(flights) // 2]
+            parts.append(f"flight per RTT {mid / 1e3:.0f} kB (median of {len(flights)})")
+    return "; ".join(parts)
+
+
 class GquicParams(Params):
     quic_version: str | None = Field(default=None, description="gQUIC version, e.g. Q039")
 
@@ -201,6 +226,10 @@ class GquicServer(OwnH3Server):
 
     def evidence(self, facts: dict[str, Any]) -> list[str]:
         return super().evidence(facts) + window_reasons(facts, self.condition)
+
+    @classmethod
+    def record_line(cls, loads: list[dict[str, Any]], cond: LinkCondition | None) -> str | None:
+        return window_summary(loads, cond)
 
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
         seen = facts.get("quic_versions")
