@@ -141,3 +141,43 @@ def test_userspace_config_contract() -> None:
         "queue_packets": 0,
         "count": "ethernet",
     }
+
+
+class _EmulabBridge:
+    """What the shapers ask of an Emulab experiment's roles: a FreeBSD bridge with ipfw
+    and its pipes file, no netem, our emulator installed. No Emulab here: a stand-in."""
+
+    kind = "ssh"
+
+    def exec(self, role: str, cmd: list[str], check: bool = True) -> object:
+        class Done:
+            returncode = 0
+
+        return Done()
+
+    def has_file(self, role: str, path: object) -> bool:
+        return True
+
+    def name(self, role: str) -> str:
+        return role
+
+    def netem_unavailable(self) -> str | None:
+        return "no netem on a FreeBSD bridge"
+
+    def bin_path(self, role: str, binary: str) -> str:
+        return f"/usr/local/bin/{binary}"
+
+
+def test_auto_skips_a_shaper_that_cannot_emulate_the_condition() -> None:
+    """On an Emulab bridge auto takes Dummynet, unless the cell's jitter is a kind only
+    our emulator has (the study's step): then the emulator, not a refusal."""
+    from quicbed.link.shapers import get_shaper
+
+    bridge = _EmulabBridge()
+    plain = make_condition(rate_mbit=10, rtt_ms=112)
+    step = make_condition(rate_mbit=10, rtt_ms=112, jitter_ms=50, jitter_kind="step")
+    assert isinstance(get_shaper("auto", bridge, plain), DummynetShaper)  # type: ignore[arg-type]
+    assert isinstance(get_shaper("auto", bridge), DummynetShaper)  # type: ignore[arg-type]
+    assert isinstance(get_shaper("auto", bridge, step), UserspaceShaper)  # type: ignore[arg-type]
+    with pytest.raises(QuicbedError, match="step"):  # asked by name: refused, not swapped
+        get_shaper("dummynet", bridge, step).check(step)  # type: ignore[arg-type]

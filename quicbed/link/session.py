@@ -42,7 +42,7 @@ def shaped_link(
     The testbed is claimed for the whole block (re-entrant: the caller may hold it);
     the clean-up cannot be interrupted by a second Ctrl-C.
     """
-    shaper = get_shaper(shaper_name, tb)
+    shaper = get_shaper(shaper_name, tb, cond)
     shaper.check(cond)  # before anything is made
     with tb.claim("quicbed link"):
         created = tb.up()

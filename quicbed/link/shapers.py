@@ -516,9 +516,11 @@ def _ipfw_bw(bps: int) -> str:
     return f"{bps}bit/s"
 
 
-def get_shaper(name: str, tb: Roles) -> Shaper:
+def get_shaper(name: str, tb: Roles, cond: LinkCondition | None = None) -> Shaper:
     """Resolve ``--shaper``: ``auto`` takes Dummynet where the bridge has it (Emulab),
-    else netem where the bridge's kernel has it, else our userspace emulator.
+    else netem where the bridge's kernel has it, else our userspace emulator; given the
+    condition, only one that can emulate it (the reference study's ``step`` jitter: our
+    emulator alone), so a preset runs its study's settings wherever it runs.
 
     An explicit shaper that cannot run here is an error naming it and why.
     """
@@ -529,7 +531,7 @@ def get_shaper(name: str, tb: Roles) -> Shaper:
     }
     if name == "auto":
         for cls in (DummynetShaper, NetemShaper):
-            if cls().unavailable(tb) is None:
+            if cls().unavailable(tb) is None and _emulates(cls(), cond):
                 return cls()
         name = "userspace"
     if name not in shapers:
@@ -539,6 +541,16 @@ def get_shaper(name: str, tb: Roles) -> Shaper:
     if reason:
         raise QuicbedError(f"shaper {name!r} cannot run here: {reason}")
     return shaper
+
+
+def _emulates(shaper: Shaper, cond: LinkCondition | None) -> bool:
+    if cond is None:
+        return True
+    try:
+        shaper.check(cond)
+    except QuicbedError:
+        return False
+    return True
 
 
 def clear_all(tb: Roles) -> None:

@@ -139,7 +139,7 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
         workloads.check_page(cfg.page, pageset)
     arms = cfg.resolved_arms()  # each arm's stack, CC and parameters
     if testbed is not None:
-        get_shaper(cfg.shaper, testbed).check(cfg.condition)
+        get_shaper(cfg.shaper, testbed, cfg.condition).check(cfg.condition)
         for a in arms:
             get_stack(a.stack).check_testbed(a, testbed)
     return pageset
