@@ -119,8 +119,63 @@ def test_the_summary_line_names_round_trips_limit_and_flight() -> None:
     cold = window_facts(lines(conn(1, 2), request(1, 10_700_000, HEALTHY)))
     warm = window_facts(lines(conn(2, 0), request(2, 10_700_000, CAPPED)))
     assert window_summary([cold, warm, warm], cond) == (
-        "handshake round trips 0, 2; window limit 1.46 MB (max_cwnd) vs BDP 0.45 MB; "
+        "handshake round trips 0, 2; window limit 1460 kB (max_cwnd), BDP 450 kB; "
         "flight per RTT 56 kB (median of 3)"
     )
     old = window_facts(lines({"event": "conn", "conn_id": 1, "rejects": 0}))
     assert window_summary([old], cond) is None
+
+
+def test_the_report_shows_each_arm_s_record() -> None:
+    """The report's cell section lists, per arm whose stack keeps one, what its measured
+    loads ran under (warm-ups left out); the TCP arm's stack keeps none."""
+    from quicbed.report.build import _records
+    from quicbed.report.cellrow import CellRow
+    from quicbed.results.rows import RunRow
+    from quicbed.spec.cellconfig import make_cell
+
+    cond = make_condition(rate_mbit=100, rtt_ms=36)
+    cell = make_cell(condition=cond, page="10mb", runs=2, arms=("h2", "gquic"))
+
+    def run(arm: str, rep: int, server: dict[str, Any]) -> RunRow:
+        return RunRow(
+            cell_id="c",
+            attempt=1,
+            arm=arm,
+            rep=rep,
+            seq=rep,
+            warmup=rep < 0,
+            valid=True,
+            detail={"server": server},
+        )
+
+    warm = window_facts(lines(conn(1, 0), request(1, 10_700_000, HEALTHY)))
+    cold = window_facts(lines(conn(2, 2), request(2, 10_700_000, CAPPED)))
+    row = CellRow(
+        scenario="s",
+        cell_id="c",
+        attempt=1,
+        attempts=1,
+        page="10mb",
+        rate_mbit=100,
+        rtt_ms=36,
+        loss_pct=0,
+        jitter_ms=0,
+        jitter_kind="none",
+        queue="2bdp",
+        mode="0rtt",
+        runs=2,
+        cc="cubic",
+        condition=cond.model_dump_json(),
+        arms={a.name: a for a in cell.resolved_arms()},
+        loads=[
+            run("gquic", -1, cold),
+            run("gquic", 0, warm),
+            run("gquic", 1, warm),
+            run("h2", 0, {"tls_resumed": True}),
+        ],
+    )
+    assert _records(row) == [
+        "gquic: handshake round trips 0; window limit 1460 kB (max_cwnd), BDP 450 kB; "
+        "flight per RTT 450 kB (median of 2)"
+    ]

@@ -385,6 +385,22 @@ def _stack(name: str) -> type[WebServer] | None:
         return None
 
 
+def _records(row: CellRow) -> list[str]:
+    """Per arm whose stack keeps one, what its measured loads ran under (the gQUIC
+    server's handshake round trips, window limit and flight: WebServer.record_line)."""
+    from quicbed.link.model import LinkCondition
+
+    cond = LinkCondition.model_validate(json.loads(row.condition)) if row.condition else None
+    out = []
+    for name, arm in row.arms.items():
+        stack = _stack(arm.stack)
+        loads = [x.detail.get("server") or {} for x in row.loads if x.arm == name and not x.warmup]
+        line = stack.record_line(loads, cond) if stack is not None and loads else None
+        if line:
+            out.append(f"{name}: {line}")
+    return out
+
+
 def _arm_label(row: CellRow, key: str, params: bool = False) -> str:
     """A built-in arm by its transport, as the reference study wrote them (``h2 (TCP)``,
     ``h3 (QUIC)``: its stack's ``label``); other arms by stack and CC, so a figure says
@@ -874,6 +890,7 @@ def _write_html(
             att = store.attempt(r.cell_id, r.attempt)
             provs[(r.cell_id, r.attempt)] = att.provenance
             r.invalid_reasons = sorted({x.reason for x in r.loads if not x.valid and not x.warmup})
+            r.records = _records(r)
             r.rerun = f"quicbed cell --from {source} --cell {r.cell_id}"
             tb = (att.provenance or {}).get("testbed") or {}
             if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind

@@ -150,6 +150,8 @@ class CellRow(Compared):
     condition: str = ""
     software: str = ""
     invalid_reasons: list[str] = field(default_factory=list)
+    #: per arm whose stack keeps one, what its loads ran under (WebServer.record_line)
+    records: list[str] = field(default_factory=list)
     rerun: str = ""
     explain: str | None = None
     explain_problem: str | None = None

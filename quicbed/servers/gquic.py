@@ -148,11 +148,11 @@ def window_summary(loads: list[dict[str, Any]], cond: LinkCondition | None) -> s
     bdp = cond.bdp_bytes() if cond is not None else None
     parts = [
         f"handshake round trips {', '.join(map(str, rtts)) or '-'}",
-        f"window limit {limit / 1e6:.2f} MB ({', '.join(by)})",
+        f"window limit {limit / 1e3:.0f} kB ({', '.join(by)})",
     ]
     if cond is not None and bdp:
         flights = [x for f in rec if (x := flight_per_rtt(f.get("flight"), cond.rtt()))]
-        parts[-1] += f" vs BDP {bdp / 1e6:.2f} MB"
+        parts[-1] += f", BDP {bdp / 1e3:.0f} kB"
         if flights:
             mid = sorted(flights)[len(flights) // 2]
             parts.append(f"flight per RTT {mid / 1e3:.0f} kB (median of {len(flights)})")
