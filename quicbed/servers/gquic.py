@@ -15,7 +15,7 @@ v0.10.2's congestion control is CUBIC with N = 2 and beta 0.7, constants of its
 source (checked by go/gquic's tests), so ``cubic`` is the only CC an arm may name.
 
 What the sender ran under is on record too (``load_facts``; go/gquic/README.md,
-"Window and flight"): per connection the handshake's round trips (one per REJ), the
+"Log"): per connection the handshake's round trips (one per REJ), the
 client's flow-control windows read back from the server's session, the congestion
 window's cap, and the most bytes the server sent in a window of about one RTT. A load
 whose server was held below the cell's bandwidth-delay product, by a window (flow

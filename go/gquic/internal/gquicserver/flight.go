@@ -9,7 +9,7 @@ import (
 )
 
 // What a gQUIC load's sender ran under, logged so that a capped connection cannot
-// pass for a protocol result (go/gquic/README.md, "Window and flight").
+// pass for a protocol result (go/gquic/README.md, "Log").
 //
 // The windows: the client's hello gives the stream and connection flow-control
 // windows (gQUIC's SFCW and CFCW) the server may fill before the client's first
