@@ -273,10 +273,10 @@ def real(
     out = tmp_path_factory.mktemp("explain") / "res"
     shutil.copytree(cell_1mb_full["out"], out)
     cid = cell_1mb_full["result"].cell_id
-    runs = [x for x in cell_1mb_full["runs"] if not x["warmup"]]
+    runs = [x for x in cell_1mb_full["runs"] if not x.warmup]
     for arm in ("h2", "h3"):
-        valid = [x for x in runs if x["arm"] == arm and x["valid"]]
-        assert len(valid) >= 2, [x["reason"] for x in runs if x["arm"] == arm]
+        valid = [x for x in runs if x.arm == arm and x.valid]
+        assert len(valid) >= 2, [x.reason for x in runs if x.arm == arm]
     return out, cid
 
 
@@ -330,8 +330,8 @@ def test_real_explain(real: tuple[Path, str]) -> None:
         # the estimator's precision
         assert 5 < a["peak_rate_mbit"] < 14, a["peak_rate_mbit"]
         assert a["delivered_bytes"] > 1_000_000
-        assert a.plt_ms == pytest.approx(runs[(arm, a.rep)].plt_ms, abs=1e-3)
-        rows += _gz_rows(root / runs[(arm, a.rep)].detail["traces"]["files"]["transport"])
+        assert a["plt_ms"] == pytest.approx(runs[(arm, a["rep"])].plt_ms, abs=1e-3)
+        rows += _gz_rows(root / runs[(arm, a["rep"])].detail["traces"]["files"]["transport"])
     assert isinstance(data["difference_h2_minus_h3"]["handshake"], (int, float))
     with open(out / "transport.csv") as f:
         assert sum(1 for _ in f) - 1 == rows

@@ -176,5 +176,5 @@ def test_quiche_arm_with_bbr_verified_and_traced(prefix: str, tmp_path: Path) ->
     store.close()
     for x in runs:
         if not x.warmup:
-            assert x.detail["transport"].status == "ok", x.detail["transport"]
+            assert x.detail["transport"]["status"] == "ok", x.detail["transport"]
             assert x.detail["server"]["stats"], x.detail["server"]

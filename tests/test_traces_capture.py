@@ -22,6 +22,7 @@ from quicbed.errors import QuicbedError
 from quicbed.package.build import build_package
 from quicbed.package.secretscan import KEYLOG_RULE, scan_tree
 from quicbed.package.verify import verify
+from quicbed.results.rows import RunRow
 from quicbed.run.cell import CellResult
 from quicbed.testbed.local import LocalTestbed
 from quicbed.traces.base import TraceContext, TraceSet
@@ -64,11 +65,11 @@ def full_cell(cell_1mb_full: dict[str, Any]) -> dict[str, Any]:
     return cell_1mb_full
 
 
-def _load(cell: dict[str, Any], arm: str) -> tuple[dict[str, Any], Path]:
+def _load(cell: dict[str, Any], arm: str) -> tuple[RunRow, Path]:
     """A measured, valid load of ``arm`` and its trace folder."""
     r: CellResult = cell["result"]
-    run = next(x for x in cell["runs"] if x["arm"] == arm and not x["warmup"] and x["valid"])
-    return run, cell["out"] / "traces" / r.cell_id / str(r.attempt) / f"{arm}-{run['rep']:03d}"
+    run = next(x for x in cell["runs"] if x.arm == arm and not x.warmup and x.valid)
+    return run, cell["out"] / "traces" / r.cell_id / str(r.attempt) / f"{arm}-{run.rep:03d}"
 
 
 @pytest.mark.browser
@@ -77,7 +78,7 @@ def test_every_load_has_its_capture(full_cell: dict[str, Any]) -> None:
     out = full_cell["out"]
     assert len(full_cell["runs"]) == 8
     for run in full_cell["runs"]:
-        tr = run["detail"]["traces"]
+        tr = run.detail["traces"]
         assert tr["level"] == "full"
         assert "capture" not in tr["missing"], tr["missing"]
         cap = out / tr["files"]["capture"]
@@ -133,8 +134,8 @@ def test_netlog_of_each_arm_is_json_with_events(full_cell: dict[str, Any]) -> No
             log = json.load(f)
         assert log["constants"] and len(log["events"]) > 100
         run, _ = _load(full_cell, arm)
-        assert run["detail"]["traces"]["files"]["netlog"].endswith(f"{arm}-netlog.json.gz")
-        assert run["detail"]["traces"]["files"]["keys"].endswith(f"{arm}-keys.log")
+        assert run.detail["traces"]["files"]["netlog"].endswith(f"{arm}-netlog.json.gz")
+        assert run.detail["traces"]["files"]["keys"].endswith(f"{arm}-keys.log")
 
 
 @pytest.mark.browser
