@@ -134,21 +134,19 @@ def synthetic(root: Path, *, traces: bool = True, h3_missing: bool = False) -> s
                     "transport": {"example_fact": 1},
                 }
             store.add_run(
-                RunRow.model_validate(
-                    {
-                        "cell_id": cid,
-                        "attempt": att,
-                        "arm": arm,
-                        "rep": rep,
-                        "seq": seq,
-                        "warmup": int(rep == 0),
-                        "valid": int(rep != 3 or arm != "h2"),
-                        "reason": "" if rep != 3 or arm != "h2" else "made invalid",
-                        "plt_ms": plt,
-                        "ttfb_ms": connect + 40,
-                        "protocols": [arm],
-                        "detail": detail,
-                    }
+                RunRow(
+                    cell_id=cid,
+                    attempt=att,
+                    arm=arm,
+                    rep=rep,
+                    seq=seq,
+                    warmup=rep == 0,
+                    valid=rep != 3 or arm != "h2",
+                    reason="" if rep != 3 or arm != "h2" else "made invalid",
+                    plt_ms=plt,
+                    ttfb_ms=connect + 40,
+                    protocols=[arm],
+                    detail=detail,
                 ),
                 har,
             )

@@ -129,8 +129,9 @@ def test_the_summary_line_names_round_trips_limit_and_flight() -> None:
 def test_the_report_shows_each_arm_s_record() -> None:
     """The report's cell section lists, per arm whose stack keeps one, what its measured
     loads ran under (warm-ups left out); the TCP arm's stack keeps none."""
+    from made_rows import cell_row
+
     from quicbed.report.build import _records
-    from quicbed.report.cellrow import CellRow
     from quicbed.results.rows import RunRow
     from quicbed.spec.cellconfig import make_cell
 
@@ -151,21 +152,10 @@ def test_the_report_shows_each_arm_s_record() -> None:
 
     warm = window_facts(lines(conn(1, 0), request(1, 10_700_000, HEALTHY)))
     cold = window_facts(lines(conn(2, 2), request(2, 10_700_000, CAPPED)))
-    row = CellRow(
-        scenario="s",
-        cell_id="c",
-        attempt=1,
-        attempts=1,
+    row = cell_row(
         page="10mb",
         rate_mbit=100,
-        rtt_ms=36,
-        loss_pct=0,
-        jitter_ms=0,
-        jitter_kind="none",
-        queue="2bdp",
-        mode="0rtt",
         runs=2,
-        cc="cubic",
         condition=cond.model_dump_json(),
         arms={a.name: a for a in cell.resolved_arms()},
         loads=[

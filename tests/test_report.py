@@ -33,35 +33,30 @@ def _fill(root: Path, mode: str, h2: list[float], h3: list[float], runs: int = 0
     for arm, values in (("h2", h2), ("h3", h3)):
         for rep, v in enumerate(values):
             store.add_run(
-                RunRow.model_validate(
-                    {
-                        "cell_id": cid,
-                        "attempt": att,
-                        "arm": arm,
-                        "rep": rep,
-                        "seq": seq,
-                        "warmup": 0,
-                        "valid": 1,
-                        "reason": "",
-                        "plt_ms": v,
-                    }
+                RunRow(
+                    cell_id=cid,
+                    attempt=att,
+                    arm=arm,
+                    rep=rep,
+                    seq=seq,
+                    warmup=False,
+                    valid=True,
+                    plt_ms=v,
                 ),
                 None,
             )
             seq += 1
     store.add_run(
-        RunRow.model_validate(
-            {
-                "cell_id": cid,
-                "attempt": att,
-                "arm": "h3",
-                "rep": 99,
-                "seq": seq,
-                "warmup": 0,
-                "valid": 0,
-                "reason": "protocol h2 on the h3 arm",
-                "plt_ms": 1.0,
-            }
+        RunRow(
+            cell_id=cid,
+            attempt=att,
+            arm="h3",
+            rep=99,
+            seq=seq,
+            warmup=False,
+            valid=False,
+            reason="protocol h2 on the h3 arm",
+            plt_ms=1.0,
         ),
         None,
     )
@@ -118,18 +113,15 @@ def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:
     for arm, values in plts.items():
         for rep, v in enumerate(values):
             store.add_run(
-                RunRow.model_validate(
-                    {
-                        "cell_id": cid,
-                        "attempt": att,
-                        "arm": arm,
-                        "rep": rep,
-                        "seq": seq,
-                        "warmup": 0,
-                        "valid": 1,
-                        "reason": "",
-                        "plt_ms": v,
-                    }
+                RunRow(
+                    cell_id=cid,
+                    attempt=att,
+                    arm=arm,
+                    rep=rep,
+                    seq=seq,
+                    warmup=False,
+                    valid=True,
+                    plt_ms=v,
                 ),
                 None,
             )
@@ -318,18 +310,15 @@ def _beta_cell(
     for arm, values in plts.items():
         for rep, v in enumerate(values):
             store.add_run(
-                RunRow.model_validate(
-                    {
-                        "cell_id": cid,
-                        "attempt": att,
-                        "arm": arm,
-                        "rep": rep,
-                        "seq": seq,
-                        "warmup": 0,
-                        "valid": 1,
-                        "reason": "",
-                        "plt_ms": v,
-                    }
+                RunRow(
+                    cell_id=cid,
+                    attempt=att,
+                    arm=arm,
+                    rep=rep,
+                    seq=seq,
+                    warmup=False,
+                    valid=True,
+                    plt_ms=v,
                 ),
                 None,
             )
@@ -383,27 +372,13 @@ def test_report_of_the_beta_study(tmp_path: Path) -> None:
 def test_heat_axes_follow_what_a_scenario_varies() -> None:
     """Rates x pages where only they vary (the reference study's heatmaps); else loss
     across, the first other varying dimension down, and any further one splits."""
+    from made_rows import cell_row
+
     from quicbed.report.build import heat_axes
-    from quicbed.report.cellrow import CellRow
 
-    base = CellRow(
-        scenario="s",
-        cell_id="c",
-        attempt=1,
-        attempts=1,
-        page="5kb",
-        rate_mbit=10.0,
-        rtt_ms=36.0,
-        loss_pct=0.0,
-        jitter_ms=0.0,
-        jitter_kind="none",
-        queue="2bdp",
-        mode="0rtt",
-        runs=5,
-        cc="cubic",
-    )
+    base = cell_row()
 
-    def grid(**values: list[Any]) -> list[CellRow]:
+    def grid(**values: list[Any]) -> list[Any]:
         rows = [base]
         for k, vs in values.items():
             rows = [replace(r, **{k: v}) for r in rows for v in vs]

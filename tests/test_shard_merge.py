@@ -21,6 +21,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from made_rows import cell_row
 
 from quicbed.errors import QuicbedError
 from quicbed.report.cellrow import CellRow
@@ -262,22 +263,9 @@ def test_merge_refuses_what_is_not_one_sweep(folders: tuple[Path, Path]) -> None
 
 def _row(cid: str, testbed: dict, rtt: float = 36) -> CellRow:
     cond = {"rate_mbit": 10, "rtt_ms": rtt, "loss_pct": 0, "jitter_ms": 0, "queue": "2bdp"}
-    return CellRow(
-        scenario="s",
+    return cell_row(
         cell_id=cid,
-        attempt=1,
-        attempts=1,
-        page="5kb",
-        rate_mbit=10,
         rtt_ms=rtt,
-        loss_pct=0,
-        jitter_ms=0,
-        jitter_kind="none",
-        queue="2bdp",
-        mode="0rtt",
-        runs=5,
-        cc="cubic",
-        first=True,
         testbed=testbed,
         condition=json.dumps(cond, sort_keys=True),
     )

@@ -566,18 +566,16 @@ def test_an_arm_with_no_valid_run_fails_the_attempt(tmp_path: Path) -> None:
     rows = [("h2", 0, 1, 0), ("h2", 1, 0, 1), ("h3", 0, 1, 1), ("h3", 1, 0, 0)]
     for seq, (arm, rep, warmup, valid) in enumerate(rows):
         store.add_run(
-            RunRow.model_validate(
-                {
-                    "cell_id": cid,
-                    "attempt": att,
-                    "arm": arm,
-                    "rep": rep,
-                    "seq": seq,
-                    "warmup": warmup,
-                    "valid": valid,
-                    "reason": "" if valid else "protocol h2 on the h3 arm",
-                    "plt_ms": 100.0,
-                }
+            RunRow(
+                cell_id=cid,
+                attempt=att,
+                arm=arm,
+                rep=rep,
+                seq=seq,
+                warmup=warmup,
+                valid=valid,
+                reason="" if valid else "protocol h2 on the h3 arm",
+                plt_ms=100.0,
             ),
             None,
         )

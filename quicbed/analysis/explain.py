@@ -153,7 +153,7 @@ def choose(
     loads = {}
     for arm in cfg.get("arms", ARMS):
         measured = [r for r in runs if r.arm == arm and not r.warmup]
-        valid = [r for r in measured if r.valid and r.plt_ms is not None]
+        valid = [(r.plt_ms, r) for r in measured if r.valid and r.plt_ms is not None]
         if rep is not None:
             hit = [r for r in measured if r.rep == rep]
             if not hit:
@@ -174,9 +174,8 @@ def choose(
                 raise QuicbedError(
                     f"cell {cell_id} attempt {att.attempt}: no valid measured {arm} load to explain"
                 )
-            plts = {id(r): float(r.plt_ms) for r in valid if r.plt_ms is not None}
-            med = statistics.median(plts.values())
-            r = min(valid, key=lambda x: (abs(plts[id(x)] - med), x.rep))
+            med = statistics.median(p for p, _ in valid)
+            r = min(valid, key=lambda pr: (abs(pr[0] - med), pr[1].rep))[1]
             why = f"PLT closest to the arm's median ({med:.1f} ms of {len(valid)} valid loads)"
         loads[arm] = _read_load(store.root, r, why, kind)
     return loads, att.attempt, cfg

@@ -57,15 +57,6 @@ class RunRow(BaseModel):
         """Deterministic: a load can never be stored twice."""
         return f"{self.cell_id}:{self.attempt}:{self.arm}:{self.rep}"
 
-    @property
-    def measured(self) -> bool:
-        """A valid load that is not a warm-up: the only input to statistics."""
-        return self.valid and not self.warmup
-
-
-#: the states of an attempt
-STATUSES = ("running", "done", "failed")
-
 
 class AttemptRow(BaseModel):
     """One attempt of a cell: when, how it ended, under which receipt and provenance."""
