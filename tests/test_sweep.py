@@ -44,6 +44,12 @@ def _runs(out: Path) -> list[tuple]:
         return []
 
 
+def _reasons(out: Path) -> list[tuple]:
+    """The invalid loads and why, for a failure's message."""
+    with sqlite3.connect(out / DB_NAME, timeout=5) as con:
+        return con.execute("SELECT run_id, warmup, reason FROM runs WHERE NOT valid").fetchall()
+
+
 def _netns() -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
@@ -124,7 +130,7 @@ def test_stop_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
         # the resumed browsers were warmed up again (negative reps), so every measured
         # load after the resume still used 0-RTT / TLS resumption and counts
         assert all(r[5] == 1 for r in after if r[4] < 0)
-        assert all(r[6] == 1 for r in after if r[5] == 0), [r for r in after if not r[6]]
+        assert all(r[6] == 1 for r in after if r[5] == 0), _reasons(out)
         # the run tore its testbed down at the end (no --keep-testbed)
         assert not [n for n in _netns() if n.startswith(prefix + "-")]
         # one receipt per link condition: after the resume both cells ran under one, the

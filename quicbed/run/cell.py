@@ -567,10 +567,13 @@ class _Job:
             tracing.stop()
 
 
-def _server_facts(srv: WebServer, objects: int, wait_s: float = 0.05) -> dict[str, Any]:
+def _server_facts(srv: WebServer, objects: int, wait_s: float = 2.0) -> dict[str, Any]:
     """What the server logged about the load just done: as soon as it logged a request
-    for every object of the page, else after ``wait_s`` (a log line may land a moment
-    after the browser's onLoad; a failed load may never log them all)."""
+    for every object of the page, else after ``wait_s``. A server writes its log line
+    after the response has left, so the line may land after the browser's onLoad, and on
+    a busy 2-core host (a full test run, a command started beside a sweep) later than
+    the 50 ms this waited before, leaving a load judged from part of its log. Only a load
+    that never logs every object (a failed one) pays the whole wait."""
     deadline = time.monotonic() + wait_s
     while True:
         facts = srv.load_facts(srv.since_mark())
