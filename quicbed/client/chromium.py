@@ -98,6 +98,10 @@ class BrowserSpec:
     #: the test CA on the client's machine; chromium72 needs it (imported into its
     #: own NSS database); the current Chromium trusts the leaf by SPKI pin instead
     ca_cert: RPath | None = None
+    #: QUIC connection options (4-letter tags) the browser sends the server: Google
+    #: QUICHE servers take their congestion control and loss detection from the ones
+    #: their client sends (quicbed.servers.envoy); h3 only
+    quic_connection_options: tuple[str, ...] = ()
 
     @classmethod
     def software(cls, client: str, run: Run) -> dict[str, Any] | None:
@@ -155,6 +159,12 @@ def check_spec(spec: BrowserSpec) -> None:
             f"arm {a}: quic_version {spec.quic_version!r} is for protocol "
             f"gquic, not {spec.protocol!r}"
         )
+    if spec.quic_connection_options and (spec.protocol != "h3" or spec.client != "chromium"):
+        raise QuicbedError(
+            f"arm {a}: QUIC connection options {','.join(spec.quic_connection_options)} "
+            f"are sent by the current Chromium over h3 only (got {spec.client}, "
+            f"{spec.protocol})"
+        )
     if spec.client == "chromium72":
         if spec.ca_cert is None:
             raise QuicbedError(
@@ -191,6 +201,8 @@ def command_line(spec: BrowserSpec) -> list[str]:
     ]
     if spec.protocol == "h3":
         argv += ["--enable-quic", f"--origin-to-force-quic-on={spec.host}:{spec.port}"]
+        if spec.quic_connection_options:
+            argv.append(f"--quic-connection-options={','.join(spec.quic_connection_options)}")
     elif spec.protocol == "gquic":
         assert spec.quic_version is not None  # check_spec
         argv += [

@@ -343,11 +343,12 @@ class _Job:
                 tracing.start()
                 spec = replace(spec, qlog_dirs=tracing.ctx.qlog_dirs)
             servers = servers_for(cfg, tb, spec)
-            extra = {name: self._browser_traces(name) for name in cfg.arms}
+            extra: dict[str, dict[str, Any]] = {n: self._browser_traces(n) for n in cfg.arms}
             for name, srv in servers.items():
                 if srv.wants_client_netlog:
                     extra[name].setdefault("net_log", tb.workdir("client") / f"netlog-{name}.json")
                     srv.client_netlog = extra[name]["net_log"]
+                extra[name].update(srv.browser_options())
             for s in servers.values():
                 s.start()
             client = browser_of(type(s) for s in servers.values())

@@ -279,6 +279,11 @@ class WebServer(ABC):
         """Variables to add to the server's environment."""
         return None
 
+    def browser_options(self) -> dict[str, Any]:
+        """Fields of this arm's BrowserSpec (quicbed.client.chromium) its browser must be
+        started with: e.g. the QUIC connection options a server reads from its client."""
+        return {}
+
     def page_protocol(self) -> str:
         """The protocol every response of a valid load has in the HAR (normalised)."""
         return self.protocol

@@ -368,7 +368,7 @@ class GoogleQuicheServer(WebServer):
     #: client connection options (module docstring); N = 2 emulated connections
     #: (quic_constants.h kDefaultNumConnections), not settable at run time
     arms = ("h3-gquiche",)
-    ccs = ("cubic",)
+    ccs: tuple[str, ...] = ("cubic",)
     local = False
     #: a load's evidence is the browser's NetLog (``wants_client_netlog``): a transfer
     #: client keeps none, so this stack serves page cells only

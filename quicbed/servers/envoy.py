@@ -1,0 +1,392 @@
+"""Envoy's HTTP/3 listener, which is Google QUICHE (the reference study's QUIC), as a stack.
+
+The reference study's QUIC v1 arm was Chromium's ``quic_server``, built from Google's
+QUICHE (the ``gquiche`` stack, testbed only: a Bazel build from GitHub). Envoy's
+downstream QUIC is the same QUICHE code (Envoy wraps QUICHE's server session, sent
+packet manager, loss detection and congestion controls), and Envoy installs from a
+checksummed wheel (roles/quic_server_envoy), so this stack runs on the local testbed
+too: the study's CUBIC with its N = 2 and QUICHE's loss detection, where quic-go and
+Cloudflare quiche differ. docs/stacks.md has the details and the evidence.
+
+**What it serves.** Every file of the cell's tree is a route whose ``direct_response``
+body Envoy reads into memory at start (quicbed.servers.envoy_config), with the other
+servers' headers; one worker thread (``--concurrency 1``), as ``quic_server`` is one
+thread; HTTP/3 only on the arm's UDP port; TLS 1.3 with early data and resumption on.
+
+**Congestion control.** QUICHE picks a connection's sender from two places: QUICHE's
+reloadable flags, which Envoy exposes as runtime keys (Envoy 1.40 turns
+``quic_default_to_bbr`` on: its default is BBRv1, not the study's CUBIC), and the
+connection options the *client* sends (QuicSentPacketManager::SetFromConfig reads only
+received options on a server; Envoy's own ``connection_options`` are only advertised
+to the client and change nothing on the server). So ``cubic``, ``bbr`` and ``bbr2`` are
+set by the runtime keys, and ``reno`` by the client: the arm's Chromium sends ``RENO``
+(``--quic-connection-options``). CUBIC emulates N = 2 connections, a compile-time
+constant (``kDefaultNumConnections``); the option that set N = 1 (``1CON``) was removed
+from QUICHE in 2019, so ``cubic_n=1`` is refused.
+
+**Loss detection** (``loss_detection``): QUICHE's defaults (a packet threshold of 3
+that adapts to reordering on a spurious loss, and a time threshold of 1.25 RTT) or one
+of its ``ILD`` connection options, which only the client can send (LOSS_DETECTION).
+
+**Where a load's facts come from**, all from the server or the wire, none from the
+configuration quicbed wrote:
+
+- Envoy's access log, one JSON line per request: protocol, status, bytes, the
+  connection, its retransmitted packets, and ``early``: Envoy adds ``early-data: 1`` to
+  a request it decoded before the handshake completed, so a request that came in 0-RTT
+  says so in the server's own log (a connection that took 0-RTT is a resumed one);
+- the arm's browser NetLog (as the gquiche stack reads it): the connections the
+  client opened, their 0-RTT state and the connection options it sent;
+- the sender class that configured each connection, counted in the running server
+  by kernel uprobes (quicbed.servers.envoy_probe): ``cc`` is what it shows, with Reno
+  told from CUBIC (one class) by the ``RENO`` option the NetLog shows was sent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from quicbed.errors import QuicbedError
+from quicbed.jsonlines import json_events
+from quicbed.servers.base import Arm, Params
+from quicbed.servers.gquiche import GoogleQuicheServer
+from quicbed.servers.gquiche import load_facts as netlog_facts
+from quicbed.testbed.base import RPath, Testbed
+
+#: roles/quic_server_envoy's ``quic_server_envoy_bin`` (a link to the pinned binary)
+ENVOY = RPath("/usr/local/bin/quicbed-envoy")
+#: QUICHE's reloadable flags as Envoy 1.40 runtime keys
+_FLAG = "envoy.reloadable_features.FLAGS_envoy_quiche_reloadable_flag_"
+DEFAULT_TO_BBR = _FLAG + "quic_default_to_bbr"
+DEFAULT_TO_BBR2 = _FLAG + "quic_default_to_bbr_v2"
+#: per CC: the runtime keys that make QUICHE's default sender run it, and the connection
+#: options the client must send for it
+CC_RUNTIME = {
+    "cubic": {DEFAULT_TO_BBR: False, DEFAULT_TO_BBR2: False},
+    "reno": {DEFAULT_TO_BBR: False, DEFAULT_TO_BBR2: False},
+    "bbr": {DEFAULT_TO_BBR: True, DEFAULT_TO_BBR2: False},
+    "bbr2": {DEFAULT_TO_BBR: False, DEFAULT_TO_BBR2: True},
+}
+CC_OPTIONS = {"reno": ("RENO",)}
+#: which sender class (quicbed.servers.envoy_probe.SENDERS) runs each CC
+CC_CLASS = {"cubic": "cubic_or_reno", "reno": "cubic_or_reno", "bbr": "bbr", "bbr2": "bbr2"}
+#: QUICHE's loss detection variants (QuicSentPacketManager::SetFromConfig, the ILD
+#: options; general_loss_algorithm.h): the client option that selects one, and what it is
+LOSS_DETECTION = {
+    "quiche": ((), "packet threshold 3, adapted on spurious loss; time threshold 1.25 RTT"),
+    "rfc9002": (("ILD0",), "packet threshold 3, fixed; time threshold 9/8 RTT (RFC 9002)"),
+    "ild1": (("ILD1",), "packet threshold 3, fixed; time threshold 1.25 RTT"),
+    "ild2": (("ILD2",), "packet threshold 3, adapted on spurious loss; time threshold 9/8 RTT"),
+    "ild4": (
+        ("ILD4",),
+        "packet threshold 3 and time threshold 1.25 RTT, both adapted on spurious loss",
+    ),
+}
+#: a sender is configured (SetFromConfig) this many times per connection: once by the
+#: connection, once by the sent packet manager (counted with envoy_probe; twice on
+#: every connection seen)
+CONFIGURED_PER_CONNECTION = 2
+
+
+class EnvoyParams(Params):
+    """What an ``envoy`` arm may set: QUICHE's CUBIC N (fixed at 2) and its loss detection."""
+
+    cubic_n: int | None = Field(
+        default=None, description="CUBIC's emulated connections N (QUICHE: 2 only)"
+    )
+    loss_detection: str | None = Field(
+        default=None,
+        description="QUICHE's loss detection: " + ", ".join(LOSS_DETECTION),
+    )
+
+    @field_validator("cubic_n")
+    @classmethod
+    def _n(cls, v: int | None) -> int | None:
+        if v is not None and v != 2:
+            raise ValueError(
+                f"cubic_n {v}: Google QUICHE's CUBIC emulates N = 2 connections, fixed at "
+                "compile time (kDefaultNumConnections); the option that set N = 1 (1CON) "
+                "was removed from QUICHE in 2019 (use quic-go for N = 1: h3:cubic_n=1)"
+            )
+        return v
+
+    @field_validator("loss_detection")
+    @classmethod
+    def _ld(cls, v: str | None) -> str | None:
+        if v is not None and v not in LOSS_DETECTION:
+            raise ValueError(
+                f"loss_detection {v!r} is not one of QUICHE's ({', '.join(LOSS_DETECTION)})"
+            )
+        return v
+
+
+def access_facts(lines: list[str]) -> dict[str, Any]:
+    """What Envoy's access log (quicbed.servers.envoy_config.ACCESS_LOG_FIELDS) says of
+    one load's requests, per connection."""
+    reqs = [e for e in json_events(lines) if "proto" in e and "conn" in e]
+    conns: dict[str, list[dict[str, Any]]] = {}
+    for e in reqs:
+        conns.setdefault(str(e["conn"]), []).append(e)
+    early = {c for c, rs in conns.items() if any(str(r.get("early")) == "1" for r in rs)}
+    return {
+        "requests": len(reqs),
+        "server_connections": len(conns),
+        "server_early_connections": len(early),
+        "server_early_requests": sum(str(e.get("early")) == "1" for e in reqs),
+        "server_protocols": sorted({str(e["proto"]) for e in reqs}),
+        "server_statuses": sorted({str(e["status"]) for e in reqs}),
+        "server_tls": sorted({str(e["tls"]) for e in reqs}),
+        # each request's own (QuicStatsGatherer: packets of its stream's data sent again)
+        "stream_retransmitted_packets": sum(int(e.get("retx_packets") or 0) for e in reqs),
+    }
+
+
+def cc_of(senders: dict[str, int], options: list[str]) -> list[str]:
+    """The CCs the counted sender classes ran (sorted): the TCP-CUBIC class runs Reno
+    exactly when the client sent ``RENO`` (QuicSentPacketManager::SetFromConfig)."""
+    out = set()
+    for cls, n in senders.items():
+        if n <= 0:
+            continue
+        if cls == "cubic_or_reno":
+            out.add("reno" if "RENO" in options else "cubic")
+        else:
+            out.add(cls)
+    return sorted(out)
+
+
+class EnvoyServer(GoogleQuicheServer):
+    name = "envoy"
+    #: Envoy's stderr goes to envoy.stderr (WebServer.start); its access log here
+    log_name = "envoy-access.jsonl"
+    arms = ("h3-envoy",)
+    ccs = ("cubic", "reno", "bbr", "bbr2")
+    Params = EnvoyParams
+    local = True
+    #: the loads' evidence includes the browser's NetLog: page cells only
+    kinds = ("page",)
+    colour = "#1b9e77"
+    software_name = "quicbed-envoy"
+    program = str(ENVOY)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._probe: str | None = None  # the tracefs instance of envoy_probe, once armed
+        #: what envoy_probe's ``arm`` answered (the functions it probes), for version()
+        self.probe_armed: dict[str, Any] | None = None
+
+    @classmethod
+    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:
+        params = super().check_arm(arm, cc, params)
+        if "cubic_n" in params and cc != "cubic":
+            raise QuicbedError(f"arm {arm}: cubic_n is CUBIC's; this arm runs {cc}")
+        return params
+
+    @classmethod
+    def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
+        # the local testbed's server is this host, and its namespace may not exist yet
+        if tb.kind == "local":
+            there = os.access(ENVOY, os.X_OK)
+        else:
+            there = tb.exec("server", ["test", "-x", str(ENVOY)], check=False).returncode == 0
+        if not there:
+            raise QuicbedError(
+                f"arm {arm.name}: Envoy is not installed at {ENVOY} on "
+                f"{tb.name('server')} (provision the server with the quic_server_envoy "
+                "role: make setup)"
+            )
+
+    @classmethod
+    def wire(cls, arm: Arm) -> str:
+        return "QUIC v1 (Google QUICHE)"
+
+    # --- start and stop ---------------------------------------------------------------
+    @property
+    def config_file(self) -> RPath:
+        return self._own("envoy.json")
+
+    def client_options(self) -> tuple[str, ...]:
+        """The connection options this arm's browser sends (its CC's and loss detection's)."""
+        ld = self.arm.params.get("loss_detection", "quiche")
+        return (*CC_OPTIONS.get(self.arm.cc, ()), *LOSS_DETECTION[ld][0])
+
+    def browser_options(self) -> dict[str, Any]:
+        opts = self.client_options()
+        return {"quic_connection_options": opts} if opts else {}
+
+    def settings(self) -> dict[str, Any]:
+        """What quicbed.servers.envoy_config lays out as Envoy's configuration."""
+        s, a = self.spec, self.arm
+        return {
+            "docroot": str(s.docroot),
+            "cert": str(s.cert),
+            "key": str(s.key),
+            "address": self.tb.server_ip,
+            "port": a.port,
+            "access_log": str(self.log),
+            "out": str(self.config_file),
+            "runtime": CC_RUNTIME[a.cc],
+        }
+
+    def argv(self) -> list[str]:
+        return [
+            str(ENVOY),
+            "-c",
+            str(self.config_file),
+            "--concurrency",
+            "1",
+            "--disable-hot-restart",  # no shared memory: two Envoys may run side by side
+            "--log-level",
+            "warn",
+            # the access log reaches its file within this many ms (default 10 s)
+            "--file-flush-interval-msec",
+            "20",
+        ]
+
+    def _server_module(self, module: str, *args: str, what: str) -> dict[str, Any]:
+        """Run one of this stack's node-side modules on the server; its JSON answer."""
+        if self.tb.kind == "local":  # the server is this host: no process to start
+            mod = importlib.import_module(f"quicbed.servers.{module}")
+            out = dict(mod.answer(list(args)))
+        else:
+            cmd = [*self.tb.python("server"), "-m", f"quicbed.servers.{module}", *args]
+            cp = self.tb.exec("server", cmd, timeout=120, check=False)
+            try:
+                out = dict(json.loads(cp.stdout.strip().splitlines()[-1]))
+            except (IndexError, ValueError):
+                out = {"error": (cp.stderr or cp.stdout).strip()[-300:] or "no output"}
+        if "error" in out:
+            raise QuicbedError(f"{self.name} ({self.arm.name}): {what}: {out.get('error')}")
+        return out
+
+    def prepare(self) -> dict[str, Any]:
+        """Envoy's configuration for this arm, made on the server from the cell's tree."""
+        self.tb.mkdir("server", self.spec.logdir)
+        return self._server_module(
+            "envoy_config",
+            json.dumps(self.settings()),
+            what="could not write Envoy's configuration",
+        )
+
+    def start(self, timeout: float = 20) -> None:
+        if self.client_netlog is None:
+            raise QuicbedError(
+                f"{self.name} ({self.arm.name}): a load's connections are read from the "
+                "client's NetLog, which this runner did not give the arm"
+            )
+        self.prepare()
+        super(GoogleQuicheServer, self).start(timeout)
+        assert self.process is not None
+        instance = f"quicbed-{self.tb.prefix}-{self.arm.name}"
+        try:
+            armed = self._server_module(
+                "envoy_probe",
+                "arm",
+                str(self.process.pid),
+                instance,
+                what="cannot count its congestion controls (kernel uprobes)",
+            )
+        except QuicbedError:
+            self.stop()
+            raise
+        self._probe = instance
+        self.probe_armed = armed
+
+    def stop(self) -> None:
+        super().stop()
+        if self._probe is not None:
+            instance, self._probe = self._probe, None
+            self._server_module("envoy_probe", "disarm", instance, what="probe removal")
+
+    # --- per load -----------------------------------------------------------------------
+    def _read_probe(self) -> dict[str, Any]:
+        if self._probe is None:
+            return {"error": "the probe is not armed"}
+        return self._server_module("envoy_probe", "read", self._probe, what="probe read")
+
+    def mark(self) -> None:
+        super().mark()
+        self._read_probe()  # what came before this load is not its
+
+    def observe(self) -> dict[str, Any]:
+        got = self._read_probe()
+        facts: dict[str, Any] = {"senders": got.get("senders")}
+        if got.get("lost_events"):
+            facts["probe_lost"] = True
+        return facts
+
+    def load_facts(self, lines: list[str]) -> dict[str, Any]:
+        facts = netlog_facts(lines, self.arm.port)
+        for key in ("server_early_data", "server_handshake_failures", "server_problems"):
+            facts.pop(key)  # quic_server's stderr: Envoy's says none of this
+        facts.update(access_facts(lines))
+        # the server's word: a connection on which a request came in 0-RTT
+        facts["used_0rtt"] = bool(facts["server_connections"]) and (
+            facts["server_early_connections"] == facts["server_connections"]
+        )
+        facts["tls_resumed"] = facts["used_0rtt"] or facts["tls_resumed"]
+        facts["cc"] = None  # set from the probe (observe) in evidence
+        facts["facts_source"] = "Envoy's access log + its senders (uprobes) + client NetLog"
+        return facts
+
+    def evidence(self, facts: dict[str, Any]) -> list[str]:
+        reasons = []
+        if facts.get("netlog_problem"):
+            reasons.append(f"the client's NetLog: {facts['netlog_problem']}")
+        if facts.get("server_protocols", []) != ["HTTP/3"]:
+            reasons.append(f"Envoy served {facts.get('server_protocols')}, not HTTP/3 only")
+        if facts.get("connections") != facts.get("server_connections"):
+            reasons.append(
+                f"the client's NetLog shows {facts.get('connections')} QUIC connection(s), "
+                f"Envoy's access log {facts.get('server_connections')}"
+            )
+        reasons += self._cc_evidence(facts)
+        return reasons
+
+    def _cc_evidence(self, facts: dict[str, Any]) -> list[str]:
+        senders = facts.get("senders")
+        if not isinstance(senders, dict):
+            return ["Envoy's senders were not counted for this load (probe)"]
+        opts = list(facts.get("connection_options") or [])
+        facts["cc"] = cc_of(senders, opts)
+        reasons = []
+        want = self.client_options()
+        missing = [o for o in want if o not in opts]
+        if missing:
+            reasons.append(f"the client did not send the connection option(s) {','.join(missing)}")
+        n = senders.get(CC_CLASS[self.arm.cc], 0)
+        others = {k: v for k, v in senders.items() if k != CC_CLASS[self.arm.cc] and v}
+        conns = int(facts.get("server_connections") or 0)
+        if others or n < conns:
+            reasons.append(
+                f"Envoy's connections were configured by {senders} (SetFromConfig calls per "
+                f"sender class), not by {CC_CLASS[self.arm.cc]} alone for {conns} connection(s)"
+            )
+        elif facts["cc"] != [self.arm.cc]:
+            reasons.append(f"the server's connections ran {facts['cc']}, not {self.arm.cc}")
+        # the parameters, as far as the server and the wire show them: N is QUICHE's
+        # constant wherever its CUBIC ran; a loss detection is the option the client sent
+        if facts["cc"] == ["cubic"]:
+            facts["cubic_n"] = [2]
+        ild = [k for k, (tags, _) in LOSS_DETECTION.items() if tags and tags[0] in opts]
+        facts["loss_detection"] = ild or ["quiche"]
+        return reasons + self.param_evidence(facts)
+
+    def version(self) -> dict[str, Any]:
+        real = self.tb.exec("server", ["readlink", "-f", str(ENVOY)], check=False)
+        ver = self.tb.exec("server", [str(ENVOY), "--version"], check=False)
+        return {
+            "server": self.name,
+            "binary": real.stdout.strip() or None,
+            "version": ver.stdout.strip().split("version:")[-1].strip() or None,
+            "argv": self.argv(),
+            "runtime": CC_RUNTIME[self.arm.cc],
+            "client_connection_options": list(self.client_options()),
+            "probe": getattr(self, "probe_armed", None),
+            "facts_source": "Envoy's access log + its senders (uprobes) + client NetLog",
+        }
