@@ -218,3 +218,25 @@ def test_a_client_that_asks_another_cc_makes_the_load_invalid(
     assert runs and not any(x.valid for x in runs)
     assert all("not by cubic_or_reno alone" in x.reason for x in runs), [x.reason for x in runs]
     assert all(x.detail["server"]["cc"] == ["bbr", "cubic"] for x in runs)
+
+
+def test_each_heatmap_says_how_its_quic_arm_differs_from_the_study() -> None:
+    from made_rows import cell_row
+
+    from quicbed.report.build import against_study
+
+    arms = {
+        a.name: a
+        for a in resolve(*parse_cli("h2,h3,h3-envoy,h3-envoy-bbr2:stack=envoy:cc=bbr2"), "cubic")
+    }
+    notes = against_study([cell_row(ref="h2", cand="h3-envoy-bbr2", arms=arms)])
+    assert notes == [
+        "h3-envoy-bbr2: Google QUICHE as in the study, through Envoy 1.40.0 (a QUICHE of "
+        "2026, the study's of Chromium 111's time), serving the files from Envoy's memory; "
+        "CC bbr2 where the study ran CUBIC with N = 2"
+    ]
+    (quic_go,) = against_study([cell_row(ref="h2", cand="h3", arms=arms)])
+    assert quic_go.startswith(
+        "h3: quic-go, not the study's Google QUICHE: its own CUBIC with N = 1"
+    )
+    assert against_study([cell_row(ref="h2", cand="h3-envoy", arms=arms)])[0].count("CC") == 0

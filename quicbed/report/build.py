@@ -650,7 +650,24 @@ def _pair_heatmap(
             ylabel=_DIMS[rdim][0],
             cbar=f"({ref} - {cand}) / {cand} [%]",
         )
-    return _figure(title, paths, figure_data(rows_, cols, cells, title))
+    fig = _figure(title, paths, figure_data(rows_, cols, cells, title))
+    fig["notes"] = against_study(grp)
+    return fig
+
+
+def against_study(rows: list[CellRow]) -> list[str]:
+    """Per QUIC arm of a heatmap's cells, how it differs from the reference study's QUIC
+    (each stack words its own; quicbed.servers.base.WebServer.against_study)."""
+    notes: dict[str, str] = {}
+    for r in rows:
+        for name, a in (r.arms or {}).items():
+            if name not in (r.ref, r.cand):
+                continue
+            cls = _stack(a.stack)
+            text = cls.against_study(a) if cls is not None else None
+            if text:
+                notes.setdefault(name, text)
+    return [f"{name}: {text}" for name, text in sorted(notes.items())]
 
 
 def _figure(title: str, paths: list[Path], shows: dict[str, Any]) -> dict[str, Any]:

@@ -250,6 +250,14 @@ class WebServer(ABC):
         return "QUIC v1"
 
     @classmethod
+    def against_study(cls, arm: Arm) -> str | None:
+        """How this arm's QUIC differs from the reference study's (Google QUICHE's
+        quic_server, CUBIC with N = 2), for the report under each heatmap: a preset that
+        claims the study's settings must say where an arm does not run them. None: a
+        TCP arm, or nothing to say."""
+        return None
+
+    @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
         """Refuse, before anything starts, an arm this testbed cannot run."""
         if not cls.local and tb.kind == "local":

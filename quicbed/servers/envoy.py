@@ -205,6 +205,21 @@ class EnvoyServer(GoogleQuicheServer):
     def wire(cls, arm: Arm) -> str:
         return "QUIC v1 (Google QUICHE)"
 
+    @classmethod
+    def caption(cls, arm: Arm, component: dict[str, Any]) -> str:
+        version = str(component.get("version") or "").split("/")[1:2]
+        return f"Envoy {version[0] if version else '?'}, {cls.wire(arm)}"
+
+    @classmethod
+    def against_study(cls, arm: Arm) -> str | None:
+        ld = arm.params.get("loss_detection", "quiche")
+        cc = "" if arm.cc == "cubic" else f"; CC {arm.cc} where the study ran CUBIC with N = 2"
+        loss = "" if ld == "quiche" else f"; loss detection {ld} ({LOSS_DETECTION[ld][1]})"
+        return (
+            "Google QUICHE as in the study, through Envoy 1.40.0 (a QUICHE of 2026, the "
+            "study's of Chromium 111's time), serving the files from Envoy's memory" + cc + loss
+        )
+
     # --- start and stop ---------------------------------------------------------------
     @property
     def config_file(self) -> RPath:

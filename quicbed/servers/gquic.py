@@ -193,6 +193,13 @@ class GquicServer(OwnH3Server):
     def wire(cls, arm: Arm) -> str:
         return f"gQUIC {arm.params.get('quic_version', VERSIONS[0])}"
 
+    @classmethod
+    def against_study(cls, arm: Arm) -> str | None:
+        return (
+            f"quic-go v0.10.2 (patched) speaking {cls.wire(arm)}, not the study's proto-quic "
+            "server with Q037: its CUBIC and loss detection are quic-go's of 2018"
+        )
+
     @property
     def quic_version(self) -> str:
         return str(self.arm.params.get("quic_version", VERSIONS[0]))

@@ -387,6 +387,10 @@ class GoogleQuicheServer(WebServer):
         self._codes: list[int] = []
 
     @classmethod
+    def against_study(cls, arm: Arm) -> str | None:
+        return "Google QUICHE's quic_server, the study's server (a newer commit of it)"
+
+    @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
         super().check_testbed(arm, tb)
         if tb.exec("server", ["test", "-x", str(QUIC_SERVER)], check=False).returncode != 0:

@@ -160,6 +160,15 @@ class QuicGoServer(OwnH3Server):
         )
 
     @classmethod
+    def against_study(cls, arm: Arm) -> str | None:
+        cc = f"CUBIC with N = {arm.params.get('cubic_n', 1)}" if arm.cc == "cubic" else arm.cc
+        return (
+            f"quic-go, not the study's Google QUICHE: its own {cc} (the study: CUBIC, "
+            "N = 2) and RFC 9002 loss detection with a fixed packet threshold (QUICHE "
+            "adapts it to reordering)"
+        )
+
+    @classmethod
     def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:
         params = super().check_arm(arm, cc, params)
         if params and cc != "cubic":

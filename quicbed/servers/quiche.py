@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quicbed.servers.base import FlowFacts
+from quicbed.servers.base import Arm, FlowFacts
 from quicbed.servers.quic_go import OwnH3Server
 
 #: quiche 0.30.0's names (src/recovery/mod.rs), default first; the binary refuses any
@@ -38,6 +38,13 @@ class QuicheServer(OwnH3Server):
     arms = ("h3-quiche",)
     ccs = SUPPORTED_CC
     colour = "#7570b3"
+
+    @classmethod
+    def against_study(cls, arm: Arm) -> str | None:
+        return (
+            f"Cloudflare quiche, not the study's Google QUICHE: its own {arm.cc} (the study: "
+            "CUBIC, N = 2; quiche's CUBIC has no N) and loss detection"
+        )
 
     @classmethod
     def loss_counters(cls, stats: dict[str, Any]) -> FlowFacts | None:
