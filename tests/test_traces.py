@@ -278,6 +278,36 @@ def test_qlog_events_become_samples_on_the_load_clock() -> None:
     ]
 
 
+def test_spurious_losses_counted_where_the_server_logs_them() -> None:
+    """quic-go's ``recovery:spurious_loss`` (a packet declared lost, acknowledged after
+    all): a ``spurious`` row each, counted per load; zero where the server logs them and
+    none came, unknown (None) where it does not log them."""
+    ref = wall_clock_s(REF)
+    spurious = {
+        "time": 110.0,
+        "name": "recovery:spurious_loss",
+        "data": {
+            "packet_number_space": "application_data",
+            "packet_number": 3,
+            "reordering_packets": 1,
+            "reordering_time": 30.0,
+        },
+    }
+    rows, _ = qlog_samples(_qlog([*EVENTS, spurious]), began_wall=ref - 0.5, conn="abcd")
+    (sp,) = [r for r in rows if r["event"] == "spurious"]
+    assert sp == {
+        "t_ms": 610.0,
+        "event": "spurious",
+        "conn": "abcd",
+        "rtt_sample_ms": 30.0,
+        "source": "qlog",
+    }
+    assert derive(rows, arm="h3", ttfb_ms=1, plt_ms=2, logs_spurious=True)["spurious_losses"] == 1
+    assert derive(rows, arm="h3", ttfb_ms=1, plt_ms=2)["spurious_losses"] is None
+    plain, _ = qlog_samples(_qlog(EVENTS), began_wall=ref - 0.5, conn="abcd")
+    assert derive(plain, arm="h3", ttfb_ms=1, plt_ms=2, logs_spurious=True)["spurious_losses"] == 0
+
+
 # --- facts -----------------------------------------------------------------------------
 def _flow(
     n: int, *, cwnd: int = 30000, inflight: int = 29000, wnd: int | None = None

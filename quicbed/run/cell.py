@@ -551,7 +551,12 @@ class _Job:
                         else:
                             lt.missing[name] = "Chromium wrote no file"
             tracing.finish()
+            from quicbed.servers import get_stack
+
             runs = {r.run_id: r for r in self.store.runs(self.cell_id, self.attempt)}
+            spurious = {
+                a.name: get_stack(a.stack).logs_spurious_losses for a in self.cfg.resolved_arms()
+            }
             for run_id, lt in loads:
                 stored = runs.get(run_id)
                 facts = derive(
@@ -560,6 +565,7 @@ class _Job:
                     ttfb_ms=stored.ttfb_ms if stored else None,
                     plt_ms=stored.plt_ms if stored else None,
                     page_start_ms=lt.page_start_ms,
+                    logs_spurious=spurious.get(lt.key.arm, False),
                 )
                 self.store.update_run_detail(
                     run_id, {"traces": tracing.detail(lt), "transport": facts}

@@ -149,6 +149,9 @@ class WebServer(ABC):
     #: the arm's colour in figures (an arm of this stack that is not its built-in one
     #: takes the figures' cycle)
     colour: ClassVar[str | None] = None
+    #: True: the server's qlog records every spurious loss (``recovery:spurious_loss``),
+    #: so a load's traces can count them (quicbed.traces.facts)
+    logs_spurious_losses: ClassVar[bool] = False
     #: False: the stack only runs on testbed nodes (its server is not built locally)
     local: bool = True
     #: True: the load's evidence is the arm's browser NetLog (quicbed.servers.gquiche):

@@ -147,6 +147,9 @@ class QuicGoServer(OwnH3Server):
     Params = QuicGoParams
     label = "QUIC"
     colour = "#b1182b"
+    #: quic-go v0.65.0 logs a packet declared lost and acknowledged after all
+    #: (sentPacketHandler.detectSpuriousLosses)
+    logs_spurious_losses = True
 
     @classmethod
     def loss_counters(cls, stats: dict[str, Any]) -> FlowFacts | None:

@@ -25,6 +25,10 @@ the two passed in. Keys:
   or a timeout, spurious ones included). ``lost_bytes``: their size (QUIC only: the
   TCP tracepoint carries no length). ``retransmissions``: TCP's count (QUIC never
   retransmits a packet, it re-sends lost frames in new ones: None);
+- ``spurious_losses``: QUIC packets declared lost that the peer acknowledged after all
+  (qlog's ``recovery:spurious_loss``: reordering taken for loss), where the arm's
+  server logs them (quic-go; WebServer.logs_spurious_losses), else None. TCP: None
+  (tcp_probe does not tell);
 - ``first_loss_ms``, ``cwnd_at_first_loss_bytes``, ``in_flight_at_first_loss_bytes``:
   the first loss signal and the last sample of that connection at or before it;
 - ``delivered_bytes``: acknowledged over all connections; ``delivery_rate_mean_mbit``:
@@ -69,6 +73,7 @@ KEYS = (
     "handshake_rtts",
     "losses",
     "lost_bytes",
+    "spurious_losses",
     "retransmissions",
     "first_loss_ms",
     "cwnd_at_first_loss_bytes",
@@ -101,8 +106,11 @@ def derive(
     ttfb_ms: float | None,
     plt_ms: float | None,
     page_start_ms: float | None = None,
+    logs_spurious: bool = False,
 ) -> dict[str, Any]:
     """The facts of one load (module docstring); ``arm`` names it in the notes.
+    ``logs_spurious``: the arm's server writes spurious losses into its qlog, so none
+    there means none happened (else ``spurious_losses`` stays None).
 
     ``page_start_ms``: when the browser started the page (the HAR page's start) on the
     samples' clock. The trace begins when the load command is sent, before the driver
@@ -155,6 +163,8 @@ def derive(
             out["notes"].append(
                 "some lost packets' sizes are unknown (their packet_sent was not in the log)"
             )
+        if logs_spurious:
+            out["spurious_losses"] = sum(r.get("event") == "spurious" for r in rows)
     else:
         out["losses"] = out["retransmissions"] = len(retx)
     signals = lost or retx

@@ -144,6 +144,8 @@ def qlog_samples(
       (quic-go logs no ssthresh and no single peer window: those stay empty);
     - ``recovery:packet_lost`` -> ``lost`` with the lost packet's size (the size its
       ``packet_sent`` logged, matched by packet number space and number);
+    - ``recovery:spurious_loss`` (quic-go: a packet declared lost, then acknowledged)
+      -> ``spurious``, its ``rtt_sample_ms`` the time by which it was overtaken;
     - ``quic:connection_state_updated`` to ``handshake_complete`` (quic-go's server logs
       ``handshake_confirmed`` at the same moment) -> ``handshake_done``;
     - ``delivered_bytes``: the sizes (``raw.length``, whole UDP payload: QUIC headers
@@ -237,6 +239,18 @@ def qlog_samples(
             size = sent[sp].pop(pn, None) if sp and isinstance(pn, int) else None
             rows.append(
                 {"t_ms": t_ms, "event": "lost", "conn": conn, "bytes": size, "source": "qlog"}
+            )
+        elif name == "recovery:spurious_loss":
+            # a packet declared lost that the peer acknowledged after all (quic-go:
+            # detectSpuriousLosses), with how far it was overtaken
+            rows.append(
+                {
+                    "t_ms": t_ms,
+                    "event": "spurious",
+                    "conn": conn,
+                    "rtt_sample_ms": d.get("reordering_time"),
+                    "source": "qlog",
+                }
             )
         elif name == "quic:connection_state_updated" and not hs and d.get("new") in _HS_DONE:
             hs = True
