@@ -47,7 +47,7 @@ LAYERS = [
     # the stacks (each owns its arms' settings) and the browsers
     ("servers and browsers", "spec.tcpopts servers servers.* client client.*"),
     # what a sweep or cell asks for: arms, cells, specs
-    ("spec", "spec spec.arms spec.cellconfig spec.sweepspec"),
+    ("spec", "spec spec.arms spec.cellconfig spec.sweepspec spec.catalog"),
     # a results folder: its store, provenance, records; merge and export read it
     ("results", "results results.*"),
     # measuring: a transfer's or page's cell, a sweep over testbeds

@@ -25,6 +25,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from quicbed.cli import bulk as bulk_cli
+from quicbed.cli import reproduce as reproduce_cli
 from quicbed.cli.options import (
     CC,
     CELL_LINK,
@@ -390,10 +391,48 @@ def run_cmd(
     """
     from pathlib import Path
 
+    from quicbed.spec.sweepspec import load_spec
+
+    spec = load_spec(Path(spec_file))
+    run_spec(
+        spec,
+        out_dir,
+        again=f"quicbed run {spec_file} --out {out_dir} --resume",
+        resume=resume,
+        retry_failed=retry_failed,
+        force=force,
+        yes=yes,
+        max_hours=max_hours,
+        tb=tb,
+        keep_testbed=keep_testbed,
+        traces=traces,
+        shard=shard,
+    )
+
+
+def run_spec(
+    spec: Any,
+    out_dir: str,
+    *,
+    again: str,
+    resume: bool,
+    retry_failed: bool,
+    force: bool,
+    yes: bool,
+    max_hours: float,
+    tb: SweepTestbedOptions,
+    keep_testbed: bool,
+    traces: str | None,
+    shard: str | None,
+) -> None:
+    """Run a sweep spec into ``out_dir`` (``run``'s and ``reproduce``'s one way);
+    ``again`` is the command that continues it after a stop."""
+    from pathlib import Path
+
     from quicbed.link.shapers import get_shaper
     from quicbed.run.shard import parse_shard, select
     from quicbed.run.sweep import check_budget, check_folder, kept_cells, run_sweep
-    from quicbed.spec.sweepspec import load_spec, plan
+    from quicbed.spec.sweepspec import plan
 
     if retry_failed and not resume:
         raise QuicbedError(
@@ -401,7 +440,6 @@ def run_cmd(
             "--resume (and the sweep's --out)"
         )
     part = parse_shard(shard) if shard is not None else None
-    spec = load_spec(Path(spec_file))
     hosts = tb.host_list()
     kind = tb.kind or ("ssh" if hosts else None)
     if kind is not None and kind != spec.testbed:
@@ -476,8 +514,7 @@ def run_cmd(
     print_sweep_result(result, what, spec.name, out_dir)
     if result.stopped:
         out.print(
-            f"stopped on request with {result.stopped} cell(s) not started; continue: "
-            f"quicbed run {spec_file} --out {out_dir} --resume"
+            f"stopped on request with {result.stopped} cell(s) not started; continue: {again}"
         )
         raise typer.Exit(STOPPED_EXIT)
     if result.failed:
@@ -720,6 +757,8 @@ def usage_error_line(exc: Any) -> str:
 
 # --- bulk transfers and flows sharing a bottleneck (quicbed.run.bulk; one-shot for now) -----
 bulk_cli.register(app)
+# --- the studies' figures and tables by name (quicbed.spec.catalog) ----------------------
+reproduce_cli.register(app, run_spec)
 
 
 # --- help -----------------------------------------------------------------------------

@@ -227,6 +227,12 @@ def kept_cells(out: Path, *, retry_failed: bool = False) -> set[str]:
         store.close()
 
 
+def estimate(cells: list[PlannedCell], receipt_tcp_seconds: float) -> float:
+    """The pessimistic wall-time estimate of ``cells`` in seconds, their receipts' share
+    from the iperf3 seconds (quicbed.spec.sweepspec.estimate_seconds)."""
+    return estimate_seconds(cells, RECEIPT_SECONDS + 2 * (receipt_tcp_seconds + 2))
+
+
 def check_budget(
     cells: list[PlannedCell], receipt_tcp_seconds: float, max_hours: float, yes: bool
 ) -> float:
@@ -241,7 +247,7 @@ def check_budget(
 
     for w in plan_warnings(cells):  # the plan's warnings (small queues), before measuring
         warn(w)
-    est = estimate_seconds(cells, RECEIPT_SECONDS + 2 * (receipt_tcp_seconds + 2))
+    est = estimate(cells, receipt_tcp_seconds)
     if est > max_hours * 3600 and not yes:
         what = "cell" if len(cells) == 1 else "cells"
         raise QuicbedError(

@@ -1,0 +1,170 @@
+"""The catalog of the studies' figures and tables: which quicbed can regenerate, and how.
+
+``sweeps/catalog/catalog.yaml`` names every numbered figure and table of the five studies quicbed
+comes from (../shared/studies.md), as ``study/number`` (``long-look-2024/fig4.9b``), with
+its status:
+
+- ``local``: runs here. The entry names a preset (``sweeps/<preset>``), the preset's
+  scenarios it takes, what it changes in them (``set``: any scenario key, e.g. pages,
+  modes, arms, cc, flows; ``pages: single`` or ``multi`` are the study's two page
+  grids) and the report view that draws it; ``differs`` says what quicbed's run
+  differs in from the study's (stacks, browser versions, emulator), printed with it;
+- ``testbed``: needs Emulab or CloudLab nodes; the preset exists and runs there;
+- ``not here``: cannot run here, and ``why``.
+
+An entry's sweep is the preset cut down to its scenarios with the changes applied
+(:func:`entry_spec`), so its cells are the preset's own wherever it changes nothing:
+a full preset run and a reproduced figure share their results (``quicbed merge``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from quicbed.errors import QuicbedError, from_validation
+from quicbed.paths import REPO_ROOT
+from quicbed.spec.sweepspec import SweepSpec, load_spec, plan
+from quicbed.yamlfile import read_yaml
+
+CATALOG = REPO_ROOT / "sweeps" / "catalog" / "catalog.yaml"
+PRESETS = REPO_ROOT / "sweeps"
+Status = Literal["local", "testbed", "not here"]
+#: how the report draws an entry: the protocol heatmaps, the 0-RTT vs 1-RTT heatmaps,
+#: the per-cell table (table.csv), the transfer cells' figures and table, the speed-up
+#: bins of transfer scenarios against a reference scenario
+View = Literal["heatmap", "mode-heatmap", "table", "transfers", "speedup"]
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    what: str
+    kind: str
+    status: Status
+    why: str | None = None
+    preset: str | None = None
+    scenarios: list[str] | None = None
+    set: dict[str, Any] | None = None
+    view: View | None = None
+    differs: str | None = None
+
+    @property
+    def study(self) -> str:
+        return self.id.split("/", 1)[0]
+
+    @model_validator(mode="after")
+    def _shape(self) -> Entry:
+        runs = self.status in ("local", "testbed")
+        if runs and not (self.preset and self.scenarios and self.view):
+            raise ValueError(f"{self.id}: a {self.status} entry needs preset, scenarios and view")
+        if not runs and (self.preset or not self.why):
+            raise ValueError(f"{self.id}: a 'not here' entry gives why, and no preset")
+        return self
+
+
+class Catalog(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: int
+    #: the study's two page grids, by the names an entry's ``set: {pages: ...}`` uses
+    grids: dict[str, list[str]]
+    entries: list[Entry]
+
+    @model_validator(mode="after")
+    def _unique(self) -> Catalog:
+        seen: set[str] = set()
+        for e in self.entries:
+            if e.id in seen:
+                raise ValueError(f"entry {e.id} is listed twice")
+            seen.add(e.id)
+        return self
+
+    def studies(self) -> list[str]:
+        return list(dict.fromkeys(e.study for e in self.entries))
+
+    def find(self, key: str) -> list[Entry]:
+        """The entry ``key`` names, every panel of a figure it names (``fig4.7``: fig4.7a,
+        b and c), or every entry of the study it names; an error naming the key and the
+        nearest choices otherwise."""
+        exact = [e for e in self.entries if e.id == key]
+        if exact:
+            return exact
+        if key in self.studies():
+            return [e for e in self.entries if e.study == key]
+        panels = [e for e in self.entries if "/" in key and e.id[: len(key)] == key]
+        if panels and all(e.id[len(key) :].isalpha() for e in panels):  # fig4.7: a, b, c
+            return panels
+        near = [e.id for e in self.entries if e.id.startswith(key.split("/")[0] + "/")]
+        hint = f"; {key.split('/')[0]} has {', '.join(near[:8])}" if near else ""
+        raise QuicbedError(
+            f"reproduce: no figure, table or study {key!r} in the catalog (studies: "
+            f"{', '.join(self.studies())}{hint}; quicbed reproduce --list shows them all)"
+        )
+
+
+def load_catalog(path: Path = CATALOG) -> Catalog:
+    data = read_yaml(path)
+    try:
+        return Catalog(**data)
+    except ValidationError as exc:
+        raise from_validation(exc, str(path)) from None
+
+
+def entry_spec(cat: Catalog, entry: Entry) -> SweepSpec:
+    """The sweep that regenerates ``entry``: its preset cut down to its scenarios, each
+    with the entry's changes, under the preset's scenario names."""
+    return entries_spec(cat, [entry])
+
+
+def entries_spec(cat: Catalog, entries: list[Entry]) -> SweepSpec:
+    """One sweep for several entries of one preset (a study's, ``reproduce STUDY``):
+    each entry's scenarios named ``<figure>: <scenario>`` (``fig4.6a: baseline``), so
+    every heatmap says which figure it is; a cell two entries share is measured once.
+    One entry keeps the preset's names."""
+    presets = {e.preset for e in entries}
+    if len(presets) != 1 or None in presets:
+        raise QuicbedError("catalog: one sweep is made of entries of one preset")
+    preset_file = str(entries[0].preset)
+    preset = load_spec(PRESETS / preset_file)
+    body = preset.model_dump(mode="json", exclude_unset=True)
+    scenarios: dict[str, Any] = {}
+    for entry in entries:
+        if entry.scenarios is None:
+            raise QuicbedError(f"reproduce {entry.id}: cannot run here: {entry.why}")
+        missing = [s for s in entry.scenarios if s not in preset.scenarios]
+        if missing:
+            raise QuicbedError(
+                f"catalog entry {entry.id}: preset {preset_file} has no scenario "
+                f"{', '.join(missing)} (it has {', '.join(preset.scenarios)})"
+            )
+        changes = _changes(cat, entry)
+        for name in entry.scenarios:
+            key = name if len(entries) == 1 else f"{entry.id.split('/', 1)[1]}: {name}"
+            scenarios[key] = {**body["scenarios"][name], **changes}
+    one = entries[0].id if len(entries) == 1 else f"{len(entries)} entries of {entries[0].study}"
+    body.update(
+        name=f"{preset.name}: {one}",
+        description=entries[0].what if len(entries) == 1 else preset.description,
+        scenarios=scenarios,
+    )
+    try:
+        spec = SweepSpec(**body)
+    except ValidationError as exc:
+        raise from_validation(exc, f"catalog: {one}") from None
+    plan(spec, source=f"catalog: {one}")  # every cell valid, before anything runs
+    return spec
+
+
+def _changes(cat: Catalog, entry: Entry) -> dict[str, Any]:
+    """The entry's scenario changes, its page grid by name resolved."""
+    changes = dict(entry.set or {})
+    pages = changes.get("pages")
+    if isinstance(pages, str):
+        if pages not in cat.grids:
+            raise QuicbedError(
+                f"catalog entry {entry.id}: pages {pages!r} is no grid ({', '.join(cat.grids)})"
+            )
+        changes["pages"] = cat.grids[pages]
+    return changes
