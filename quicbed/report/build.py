@@ -548,7 +548,12 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     from quicbed.spec.arms import parse_pairs
 
     report.transfers = report_transfers.build(
-        root, out, alpha, test, parse_pairs(stats_cfg.get("pairs"))
+        root,
+        out,
+        alpha,
+        test,
+        parse_pairs(stats_cfg.get("pairs")),
+        speedup_against=stats_cfg.get("speedup_against"),
     )
     report.figures += [_figure(*d) for d in report.transfers.drawn]
     with open(out / "table.csv", "w", newline="") as f:
@@ -935,6 +940,7 @@ def _write_html(
         queue_warnings=report.queue_warnings,
         groups=report.groups,
         transfers=report.transfers,
+        speedup_bins=[label for _, _, label in report_transfers.SPEEDUP_BINS],
         version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         root=source,

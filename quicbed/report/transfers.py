@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,12 +80,31 @@ COLUMNS = [
 ]
 
 
+#: the TCP-options study's speed-up bins (its table 2): the ratio of a configuration's
+#: throughput to the reference configuration's, lower edge inclusive
+SPEEDUP_BINS: tuple[tuple[float, float, str], ...] = (
+    (0.0, 0.7, "< 0.7"),
+    (0.7, 0.9, "0.7-0.9"),
+    (0.9, 1.0, "0.9-1.0"),
+    (1.0, 1.1, "1.0-1.1"),
+    (1.1, 1.3, "1.1-1.3"),
+    (1.3, 1.5, "1.3-1.5"),
+    (1.5, 2.0, "1.5-2"),
+    (2.0, math.inf, "> 2"),
+)
+SPEEDUP_FILE = "speedups.csv"
+
+
 @dataclass
 class TransferSection:
     rows: list[dict[str, Any]] = field(default_factory=list)
     cells: list[dict[str, Any]] = field(default_factory=list)
     #: (title, [png, svg], what it shows): the report makes them its figures
     drawn: list[tuple[str, list[Path], dict[str, Any]]] = field(default_factory=list)
+    #: each bulk scenario's goodput against the spec's ``speedup_against`` scenario
+    #: (:func:`speedups`), and that scenario's name
+    speedups: list[dict[str, Any]] = field(default_factory=list)
+    speedup_reference: str | None = None
 
 
 def is_transfer(config: dict[str, Any]) -> bool:
@@ -96,10 +117,13 @@ def build(
     alpha: float,
     test: str,
     pairs: list[tuple[str, str]] | None = None,
+    speedup_against: str | None = None,
 ) -> TransferSection:
     """Every transfer cell's latest attempt: rows, per-cell summaries, figures (in
-    ``out/figures``), ``out/transfers.csv`` and ``out/transfers.json``."""
-    sec = TransferSection()
+    ``out/figures``), ``out/transfers.csv`` and ``out/transfers.json``; with
+    ``speedup_against``, the speed-ups against that scenario (``out/speedups.csv``)."""
+    sec = TransferSection(speedup_reference=speedup_against)
+    goodputs: list[tuple[str, str, str, str, dict[int, float]]] = []
     store = Store.open_readonly(root)
     try:
         scenarios = store.cell_scenarios()
@@ -117,6 +141,15 @@ def build(
                 cell["comparisons"] = r.comparisons
                 if isinstance(r, CompeteResult):
                     cell.update(jain_mean=r.jain_mean, jain_sd=r.jain_sd)
+                else:
+                    for arm in cell["arms"]:
+                        got = {
+                            x.rep: x.flow.goodput_bps
+                            for x in r.runs
+                            if x.arm == arm and x.flow.ok and x.flow.goodput_bps
+                        }
+                        for sc in scenarios.get(cid) or ["cells"]:
+                            goodputs.append((sc, cell["_condition"], cell["object"], arm, got))
                 cell["figures"] = _figures(r, cid, out, sec)
             sec.cells.append(cell)
             sec.rows += _rows(cell, alpha)
@@ -129,7 +162,51 @@ def build(
             w.writerows(sec.rows)
         public = [{k: v for k, v in c.items() if not k.startswith("_")} for c in sec.cells]
         (out / "transfers.json").write_text(json.dumps(public, indent=1, sort_keys=True) + "\n")
+    if speedup_against is not None:
+        sec.speedups = speedups(goodputs, speedup_against)
+        if sec.speedups:
+            with open(out / SPEEDUP_FILE, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(sec.speedups[0]))
+                w.writeheader()
+                w.writerows(sec.speedups)
     return sec
+
+
+def speedups(
+    goodputs: list[tuple[str, str, str, str, dict[int, float]]], reference: str
+) -> list[dict[str, Any]]:
+    """Per scenario, link, object and arm: the goodput of each repetition over the
+    reference scenario's same repetition (same arm, link and object), binned as the
+    TCP-options study binned its downloads (:data:`SPEEDUP_BINS`), with the shares
+    faster (ratio > 1) and slower (< 1) and the median ratio. Repetition i against
+    repetition i: one "target" here, so a share is a share of repetitions. An arm whose
+    settings the scenarios do not change (h3 beside TCP options) shows the noise."""
+    base = {(c, o, a): g for sc, c, o, a, g in goodputs if sc == reference}
+    out = []
+    for sc, cond, obj, arm, got in goodputs:
+        ref = base.get((cond, obj, arm))
+        if sc == reference or ref is None:
+            continue
+        ratios = [got[i] / ref[i] for i in sorted(set(got) & set(ref)) if ref[i]]
+        n = len(ratios)
+        link = json.loads(cond)
+        row: dict[str, Any] = {
+            "scenario": sc,
+            "against": reference,
+            "rate_mbit": link.get("rate_mbit"),
+            "rtt_ms": link.get("rtt_ms"),
+            "loss_pct": link.get("loss_pct"),
+            "object": obj,
+            "arm": arm,
+            "n": n,
+            "median_ratio": statistics.median(ratios) if ratios else None,
+            "faster": sum(r > 1 for r in ratios) / n if n else None,
+            "slower": sum(r < 1 for r in ratios) / n if n else None,
+        }
+        for lo, hi, label in SPEEDUP_BINS:
+            row[label] = sum(lo <= r < hi for r in ratios) / n if n else None
+        out.append(row)
+    return out
 
 
 def _cell(cfg: dict[str, Any], cid: str, att: AttemptRow, scenario: str) -> dict[str, Any]:

@@ -143,6 +143,15 @@ def entries_spec(cat: Catalog, entries: list[Entry]) -> SweepSpec:
         for name in entry.scenarios:
             key = name if len(entries) == 1 else f"{entry.id.split('/', 1)[1]}: {name}"
             scenarios[key] = {**body["scenarios"][name], **changes}
+    # speed-ups are against a scenario of the sweep: renamed with it, dropped without it
+    stats = body.setdefault("statistics", {})
+    ref = stats.get("speedup_against")
+    if ref is not None:
+        named = [k for k in scenarios if k == ref or k.endswith(f": {ref}")]
+        if len(named) == 1:
+            stats["speedup_against"] = named[0]
+        else:
+            stats.pop("speedup_against")
     one = entries[0].id if len(entries) == 1 else f"{len(entries)} entries of {entries[0].study}"
     body.update(
         name=f"{preset.name}: {one}",

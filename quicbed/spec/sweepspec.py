@@ -98,6 +98,10 @@ class Statistics(BaseModel):
     correction: Literal["none", "holm", "bh"] = "none"
     #: comparisons besides every arm against the reference, e.g. ["h3/h3-quiche"]
     pairs: list[str] = []
+    #: transfer scenarios: each scenario's goodput per repetition against this one's for
+    #: the same arm, link and object, binned as the TCP-options study's speed-ups
+    #: (quicbed.report.transfers.speedups); unset: none
+    speedup_against: str | None = None
 
 
 class Scenario(BaseModel):
@@ -231,6 +235,17 @@ class SweepSpec(BaseModel):
         from quicbed.analysis.stats import min_valid, smallest_p
 
         st = self.statistics
+        ref = st.speedup_against
+        if ref is not None and ref not in self.scenarios:
+            raise ValueError(
+                f"statistics.speedup_against: no scenario {ref!r} (the spec has "
+                f"{', '.join(self.scenarios)})"
+            )
+        if ref is not None and self.scenarios[ref].kind != "bulk":
+            raise ValueError(
+                f"statistics.speedup_against: scenario {ref!r} is {self.scenarios[ref].kind}, "
+                "not bulk (speed-ups are of transfers' goodput)"
+            )
         for name, sc in self.scenarios.items():
             runs = self.defaults.runs if sc.runs is None else sc.runs
             # the fewest valid runs a cell may give a number from: can the test reach alpha?
@@ -250,6 +265,8 @@ class SweepSpec(BaseModel):
         body = self.model_dump(mode="json", exclude={"traces"})
         if not body["statistics"]["pairs"]:
             body["statistics"].pop("pairs")
+        if body["statistics"]["speedup_against"] is None:
+            body["statistics"].pop("speedup_against")
         for sc in body["scenarios"].values():
             for key in (
                 "arms",

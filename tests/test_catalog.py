@@ -1,0 +1,134 @@
+"""The catalog of the studies' figures and tables (sweeps/catalog/catalog.yaml) and
+``quicbed reproduce``: every numbered figure and table of ../shared/studies.md has an
+entry, every local entry plans into the preset's own cells, bad names are refused by
+name, the speed-up bins, and a small entry run end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from quicbed.cli.reproduce import write_index
+from quicbed.errors import QuicbedError
+from quicbed.report.transfers import SPEEDUP_BINS, speedups
+from quicbed.spec.catalog import PRESETS, entries_spec, entry_spec, load_catalog
+from quicbed.spec.sweepspec import load_spec, plan
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDIES = ROOT.parent / "shared" / "studies.md"
+QB = [sys.executable, "-m", "quicbed"]
+
+
+def _study_ids() -> list[str]:
+    ids = []
+    for line in STUDIES.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and re.fullmatch(r"[a-z0-9-]+/(fig|table)[\w.]+", cells[0]):
+            ids.append(cells[0])
+    return ids
+
+
+def test_every_figure_and_table_of_the_studies_has_an_entry() -> None:
+    ids = _study_ids()
+    assert len(ids) > 150  # the five studies' numbered figures and tables
+    cat = load_catalog()
+    assert [e.id for e in cat.entries] == ids  # all, in the studies' order, nothing else
+    assert {e.status for e in cat.entries} <= {"local", "testbed", "not here"}
+    assert all(e.why for e in cat.entries if e.status == "not here")
+
+
+def test_every_local_entry_plans_into_its_presets_cells() -> None:
+    """A figure's cells are its preset's own where the entry changes nothing but the
+    pages it takes, so a full preset run and a reproduced figure share results."""
+    cat = load_catalog()
+    local = [e for e in cat.entries if e.status == "local"]
+    assert len(local) >= 60
+    for e in local:
+        cells = plan(entry_spec(cat, e))
+        assert cells, e.id
+    ll = {pc.config.cell_id() for pc in plan(load_spec(PRESETS / "long-look.yaml"))}
+    (fig46a,) = cat.find("long-look-2024/fig4.6a")
+    ids = {pc.config.cell_id() for pc in plan(entry_spec(cat, fig46a))}
+    assert len(ids) == 3 * 7 and ids <= ll  # 3 rates x the single grid, long-look's own
+    # a figure's panels: fig4.7 is a, b and c, one sweep of 0-RTT and 1-RTT cells
+    panels = cat.find("long-look-2024/fig4.7")
+    assert [e.id[-1] for e in panels] == ["a", "b", "c"]
+    spec = entries_spec(cat, panels)
+    both = plan(spec)  # the panels' scenarios are one grid: each cell measured once
+    assert {pc.config.mode for pc in both} == {"0rtt", "1rtt"} and len(both) == 2 * 21
+    assert list(spec.scenarios) == ["fig4.7a: baseline", "fig4.7b: baseline", "fig4.7c: baseline"]
+
+
+def test_bad_names_and_entries_that_do_not_run_here_are_refused() -> None:
+    cat = load_catalog()
+    with pytest.raises(QuicbedError, match="no figure, table or study 'long-look-2024/fig9'"):
+        cat.find("long-look-2024/fig9")
+    cp = subprocess.run(
+        [*QB, "reproduce", "quic-limits-2022/fig5.2", "--out", "/nonexistent/x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cp.returncode != 0 and "needs LSQUIC" in cp.stderr, cp.stderr
+    assert not Path("/nonexistent/x").exists()
+
+
+def test_speedups_are_binned_per_repetition_against_the_reference() -> None:
+    cond = json.dumps({"rate_mbit": 50, "rtt_ms": 36, "loss_pct": 0})
+    base = {0: 100.0, 1: 100.0, 2: 100.0, 3: 100.0}
+    rows = speedups(
+        [
+            ("BL", cond, "20MB", "h2", base),
+            ("WS", cond, "20MB", "h2", {0: 250.0, 1: 105.0, 2: 95.0, 3: 60.0}),
+            ("WS", cond, "20MB", "h3", {0: 1.0}),  # no BL cell for h3: no row
+        ],
+        "BL",
+    )
+    assert len(rows) == 1
+    (r,) = rows
+    assert (r["scenario"], r["arm"], r["n"], r["rate_mbit"]) == ("WS", "h2", 4, 50)
+    assert (r["> 2"], r["1.0-1.1"], r["0.9-1.0"], r["< 0.7"]) == (0.25, 0.25, 0.25, 0.25)
+    assert r["faster"] == r["slower"] == 0.5
+    assert sum(r[label] for _, _, label in SPEEDUP_BINS) == pytest.approx(1.0)
+
+
+def test_a_speedup_reference_must_be_a_bulk_scenario(tmp_path: Path) -> None:
+    spec = (PRESETS / "tcp-options.yaml").read_text()
+    bad = tmp_path / "s.yaml"
+    bad.write_text(spec.replace("speedup_against: BL", "speedup_against: XX"))
+    with pytest.raises(QuicbedError, match="speedup_against: no scenario 'XX'"):
+        load_spec(bad)
+
+
+def test_the_study_index_links_each_entry_or_says_why_not(tmp_path: Path) -> None:
+    cat = load_catalog()
+    entries = cat.find("cubic-beta")
+    folders = {e.id: tmp_path / "beta" for e in entries if e.status == "local"}
+    page = write_index(tmp_path, "cubic-beta", entries, folders).read_text()
+    assert page.count("<tr>") == len(entries) + 1
+    assert 'href="beta/report/index.html"' in page and "a diagram: nothing to measure" in page
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_reproduce_a_fairness_figure_end_to_end(tmp_path: Path) -> None:
+    """fig4.1a: one QUIC (N = 2) against one TCP flow on the study's 5 Mbit/s, 36 ms,
+    30 kB bottleneck, run by name, its compete figures in the report."""
+    out = tmp_path / "r"
+    cp = subprocess.run(
+        [*QB, "reproduce", "long-look-2024/fig4.1a", "--out", str(out), "--prefix", "trp"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    assert "differs from the study: QUIC is quic-go CUBIC with N = 2" in " ".join(cp.stdout.split())
+    figures = sorted((out / "report" / "figures").glob("compete-*.png"))
+    assert len(figures) == 3  # one per repetition
+    rows = (out / "report" / "transfers.csv").read_text()
+    assert "h3-n2x1,h2x1" in rows and ",done," in rows
