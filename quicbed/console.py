@@ -185,6 +185,7 @@ def print_transfer(r: Any) -> None:
             )
         jain = "n/a" if r.jain_mean is None else f"{r.jain_mean:.3f}"
         out.print(f"Jain's index {jain} (mean over repetitions)")
+    print_cpu(r.cpu_items(), "flow" if r.kind == "bulk" else "repetition")
     for name, metrics in r.comparisons.items():
         for metric, c in metrics.items():
             if not c["enough"]:
@@ -193,6 +194,26 @@ def print_transfer(r: Any) -> None:
                 out.print(
                     f"{name} ({metric}): {c['pct_diff']:+.1f} %, {c['test']} p = {c['p']:.3g}"
                 )
+
+
+def print_cpu(items: dict[str, list[Any]], per: str) -> None:
+    """Per arm, each role's mean CPU time per load or flow and per MB it carried."""
+    from quicbed.results.cpu import summary
+
+    for arm, got in items.items():
+        if not got:
+            continue
+        parts = []
+        for role, s in summary(got).items():
+            if not s["n"]:
+                parts.append(f"{role} -")
+                continue
+            mb = "" if s["ms_per_mb"] is None else f", {s['ms_per_mb']:.2f} ms/MB"
+            parts.append(
+                f"{role} {s['total_ms']:.0f} ms (user {s['user_ms']:.0f}, "
+                f"system {s['system_ms']:.0f}{mb})"
+            )
+        out.print(f"{arm}: CPU per {per}: {'; '.join(parts)}")
 
 
 # --- sweeps ---------------------------------------------------------------------------

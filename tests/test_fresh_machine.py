@@ -15,11 +15,13 @@ inside it, with chroot:
 
 The chroot lives in a private mount namespace held by one process (`unshare`), so no
 mount ever appears in this machine's own namespace; inside it, `/` of the root is a
-bind mount (as `ip netns` needs), with proc, sys, dev, dev/pts, dev/shm and a tmpfs
-/run. Afterwards, also on failure: the testbed is taken down, every process whose root
-is in the chroot is killed, everything is unmounted (a lazy `umount -R` only as the
-last resort, and then the test fails), the namespace's holder ends, and the test
-checks that no mount, process, network namespace or link of it is left.
+bind mount (as `ip netns` needs), with proc, sys (and this machine's cgroup
+hierarchies, as a booted machine has them: CPU per role needs them), dev, dev/pts,
+dev/shm and a tmpfs /run. Afterwards, also on failure: the testbed is taken down,
+every process whose root is in the chroot is killed, everything is unmounted (a lazy
+`umount -R` only as the last resort, and then the test fails), the namespace's holder
+ends, and the test checks that no mount, process, network namespace or link of it is
+left.
 
 Services are not started inside (a `policy-rc.d` that says no, as is usual in a
 chroot): the chroot shares this machine's network, and the set-up installs Apache and
@@ -346,6 +348,7 @@ class FreshMachine:
             mount --bind {r} {r}
             mount -t proc proc {r}/proc
             mount -t sysfs sysfs {r}/sys
+            mount --rbind /sys/fs/cgroup {r}/sys/fs/cgroup
             mount --bind /dev {r}/dev
             mount --bind /dev/pts {r}/dev/pts
             mount -t tmpfs -o mode=1777 shm {r}/dev/shm

@@ -32,7 +32,7 @@ LAYERS = [
         "jsonlines tcpinfo analysis.stats report.plots spec.workloads spec.bulkobjects",
     ),
     # what runs on a testbed's three roles, without the testbed's life
-    ("testbed roles", "testbed testbed.roles"),
+    ("testbed roles", "testbed testbed.cgroups testbed.cpu testbed.roles"),
     # the link as data and the shapers, which act on the roles
     ("link shapers", "link link.model link.shapers"),
     # a testbed's life: up, owned, torn down (its shaping cleared: quicbed.link.shapers)
@@ -54,7 +54,7 @@ LAYERS = [
     ("run", "console run run.*"),
     # from the store: which cells, why a load was slow
     ("analysis", "analysis analysis.select analysis.explain"),
-    ("report", "report report.cellrow report.build report.transfers"),
+    ("report", "report report.cellrow report.build report.cpu report.transfers"),
     # a replication package, checked and rerun
     ("package", "package package.*"),
     ("cli", "cli cli.* __main__"),

@@ -186,6 +186,49 @@ def test_a_cell_over_ssh_stores_what_a_local_cell_stores(
 
 @pytest.mark.root
 @pytest.mark.slow
+def test_cpu_per_role_is_read_on_each_node(tb: SshTestbed, tmp_path: Path) -> None:
+    """A bulk cell over ssh: every flow's server, client and emulator CPU read from the
+    groups on their own nodes (through the node-side module, with the node's Python);
+    the nodes' groups outlive the cell as the hosts' work folders do, and go with
+    ``down``."""
+    from quicbed.cli.bulk import run_bulk
+    from quicbed.testbed import cgroups
+
+    assert set(tb.cpu.describe().values()) == {"cgroup1 /sys/fs/cgroup/cpuacct"}
+    for _ in range(3):  # a receipt spoiled on a busy machine: measured again, as a sweep would
+        try:
+            r = run_bulk(
+                make_condition(rate_mbit=20, rtt_ms=10),
+                tmp_path / "r",
+                arms=["h2", "h3"],
+                reps=2,
+                size="2MB",
+                testbed=tb,
+                receipt_tcp_seconds=1,
+            )
+            break
+        except QuicbedError as exc:
+            if "out of tolerance" not in str(exc):
+                raise
+    for run in r.runs:
+        cpu = run.flow.cpu
+        assert cpu is not None and cpu.missing == {}, cpu
+        assert all(t.total_ms > 0 for t in cpu.roles.values()), cpu
+    top = Path("/sys/fs/cgroup/cpuacct", cgroups.TOP, tb.cpu.folder)
+    assert {p.name for p in top.iterdir() if p.is_dir()} == {
+        "server-h2",
+        "server-h3",
+        "client-h2",
+        "client-h3",
+        "emulator",
+    }
+    removed = tb.down()
+    assert any(x.startswith(f"cgroups {top} (") for x in removed), removed
+    assert not top.exists()
+
+
+@pytest.mark.root
+@pytest.mark.slow
 def test_dummynet_refuses_a_bridge_without_it(tb: SshTestbed) -> None:
     with pytest.raises(QuicbedError, match="has no ipfw"):
         get_shaper("dummynet", tb)

@@ -462,6 +462,7 @@ def run_spec(
         for h in hosts or [None]:  # type: ignore[list-item]  # None: the local testbed
             beds.append(tb.open("quicbed run", kind=spec.testbed, hosts=h))
             get_shaper(spec.shaper, beds[-1])
+            beds[-1].cpu.check()  # CPU per role (quicbed.testbed.cpu)
     except BaseException:
         for bed in beds:
             bed.close()

@@ -26,6 +26,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import ETH_HEADER, MAX_FRAME, JitterKind, LinkCondition, Pipe
+from quicbed.testbed.cpu import EMULATOR
 from quicbed.testbed.roles import Roles, RPath
 
 SHAPERS = ("auto", "userspace", "netem", "dummynet")
@@ -141,20 +142,21 @@ class UserspaceShaper(Shaper):
         for k in ("stats", "ready"):
             tb.remove("bridge", f[k])
         tb.write_text("bridge", f["config"], json.dumps(self.config(cond), indent=2))
-        p = tb.spawn(
-            "bridge",
-            [
-                str(exe),
-                "--config",
-                str(f["config"]),
-                "--stats",
-                str(f["stats"]),
-                "--ready-file",
-                str(f["ready"]),
-            ],
-            log=f["log"],
-            die_with_parent=not persistent,
-        )
+        with tb.cpu.joining("bridge", EMULATOR):  # its CPU per load (quicbed.testbed.cpu)
+            p = tb.spawn(
+                "bridge",
+                [
+                    str(exe),
+                    "--config",
+                    str(f["config"]),
+                    "--stats",
+                    str(f["stats"]),
+                    "--ready-file",
+                    str(f["ready"]),
+                ],
+                log=f["log"],
+                die_with_parent=not persistent,
+            )
         tb.write_text("bridge", f["pid"], str(p.pid))
         deadline = time.monotonic() + 10
         while not tb.has_file("bridge", f["ready"]):

@@ -27,6 +27,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from quicbed import __version__
 from quicbed.analysis.stats import DEFAULT_ALPHA, Comparison, adjust, compare
 from quicbed.errors import QuicbedError
+from quicbed.report import cpu as report_cpu
 from quicbed.report import transfers as report_transfers
 from quicbed.report.cellrow import COLUMNS, CellRow, Compared, ModeCell
 from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
@@ -71,6 +72,8 @@ class Report:
     transfers: report_transfers.TransferSection = field(
         default_factory=report_transfers.TransferSection
     )
+    #: CPU per role, arm and cell (quicbed.report.cpu)
+    cpu: report_cpu.CpuSection = field(default_factory=report_cpu.CpuSection)
 
 
 def testbeds(rows: list[CellRow]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -556,6 +559,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         speedup_against=stats_cfg.get("speedup_against"),
     )
     report.figures += [_figure(*d) for d in report.transfers.drawn]
+    report.cpu = report_cpu.build(root, out)
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
@@ -940,6 +944,7 @@ def _write_html(
         queue_warnings=report.queue_warnings,
         groups=report.groups,
         transfers=report.transfers,
+        cpu=report.cpu,
         speedup_bins=[label for _, _, label in report_transfers.SPEEDUP_BINS],
         version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),

@@ -350,6 +350,7 @@ def collect(tb: Testbed | None = None) -> dict[str, Any]:
     }
     if tb is not None:
         out["testbed"] = tb.describe()
+        out["cpu_accounting"] = tb.cpu.describe()  # per role: the cgroup kind, or why none
         if tb.kind != "local":  # the controller is not where the measurement ran
             out["nodes"] = {}
             for role in ("server", "client", "bridge"):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from quicbed.analysis.stats import DEFAULT_ALPHA, compare
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
+from quicbed.results.cpu import CpuUse
 from quicbed.results.store import Store
 
 #: the steady part of a compete run starts this long after the last flow started,
@@ -60,6 +61,9 @@ class FlowResult(BaseModel):
     #: (its CC, parameters, the TCP options of its handshake: WebServer.evidence);
     #: a flow whose evidence does not match is not ok, the reason its error
     evidence: dict[str, Any] = Field(default_factory=dict)
+    #: CPU per role over the flow (bulk; a compete run keeps its arms' in CompeteRun.cpu);
+    #: None in records made before quicbed measured it
+    cpu: CpuUse | None = None
 
     def timeline(self, offset: bool = True) -> list[tuple[float, float]]:
         """(t_s, bit/s over the interval ending at t_s); t on the run's clock if ``offset``."""
@@ -111,6 +115,14 @@ class BulkResult(BaseModel):
     receipt: dict[str, Any] | None = None
     versions: dict[str, Any] = Field(default_factory=dict)
 
+    def cpu_items(self) -> dict[str, list[tuple[CpuUse, int | None]]]:
+        """Per arm, each verified flow's CPU per role and the bytes it carried."""
+        out: dict[str, list[tuple[CpuUse, int | None]]] = {a["name"]: [] for a in self.arms}
+        for run in self.runs:
+            if run.flow.ok and run.flow.cpu is not None and run.arm in out:
+                out[run.arm].append((run.flow.cpu, run.flow.bytes))
+        return out
+
 
 class QueueSample(BaseModel):
     t_s: float
@@ -136,6 +148,8 @@ class CompeteRun(BaseModel):
     #: cannot say (only the userspace emulator reports its occupancy)
     queue: list[QueueSample]
     queue_note: str = ""
+    #: CPU per role over the repetition, per arm (all its flows' clients, its server)
+    cpu: dict[str, CpuUse] = Field(default_factory=dict)
 
 
 class ArmCompete(BaseModel):
@@ -169,6 +183,17 @@ class CompeteResult(BaseModel):
     comparisons: dict[str, dict[str, Any]] = Field(default_factory=dict)
     receipt: dict[str, Any] | None = None
     versions: dict[str, Any] = Field(default_factory=dict)
+
+    def cpu_items(self) -> dict[str, list[tuple[CpuUse, int | None]]]:
+        """Per arm, each repetition's CPU per role (all its flows at once) and the bytes
+        its flows carried; a repetition counts where all the arm's flows were verified."""
+        out: dict[str, list[tuple[CpuUse, int | None]]] = {a["name"]: [] for a in self.arms}
+        for run in self.runs:
+            for arm, use in run.cpu.items():
+                flows = [f for f in run.flows if f.arm == arm]
+                if arm in out and flows and all(f.ok for f in flows):
+                    out[arm].append((use, sum(f.bytes for f in flows)))
+        return out
 
 
 # --- numbers --------------------------------------------------------------------------

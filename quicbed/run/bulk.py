@@ -57,6 +57,7 @@ from quicbed.results.transfers import (
     compete_run,
     ideal_goodput_bps,
 )
+from quicbed.run.cpu import CpuMeter, joining
 from quicbed.servers import get_stack
 from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
 from quicbed.spec.cellconfig import CellConfig
@@ -108,8 +109,9 @@ class _Rig:
         self.flows = 0
 
     def start(self) -> None:
-        for s in self.servers.values():
-            s.start()
+        for name, s in self.servers.items():
+            with joining(self.tb, "server", name):
+                s.start()
 
     def stop(self) -> None:
         for s in self.servers.values():
@@ -147,7 +149,8 @@ class _Rig:
         self.flows += 1
         log = self.client_logs / f"{flow}.jsonl"
         self.tb.remove("client", log)
-        return self.tb.spawn("client", argv, log=log), log
+        with joining(self.tb, "client", arm):
+            return self.tb.spawn("client", argv, log=log), log
 
     def records(self, log: RPath) -> list[dict[str, Any]]:
         return json_events(self.tb.read_text("client", log).splitlines())
@@ -336,14 +339,17 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
     tb, cond, link = rig.tb, cfg.condition, proven.link
     runs: list[BulkRun] = []
     schedule = cfg.schedule()
+    meter = CpuMeter(tb, cfg.arms)
     for seq, (arm, rep) in enumerate(schedule):
         say(f"{arm} #{rep}", seq + 1, len(schedule))
         offsets = rig.log_sizes()
         before = link.shaper.counters(tb)
         rig.servers[arm].mark()
+        cpu_mark = meter.begin()
         p, log = rig.spawn(arm, f"{arm}-{rep}", t.duration_s, None)
         limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
         rig.wait_done([log], [p], timeout=limit)
+        cpu = meter.end(cpu_mark)[arm]
         tcp = rig.server_tcp()
         evidence = rig.evidence(arm)  # while the client lingers: its connection is open
         after = link.shaper.counters(tb)
@@ -355,6 +361,7 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
         f = _verified(
             rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc), evidence
         )
+        f.cpu = cpu
         runs.append(
             BulkRun(
                 arm=arm, rep=rep, seq=seq, flow=f, bottleneck=_bottleneck(before, after) or None
@@ -423,6 +430,7 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
     tb = rig.tb
     plan = [(arm, f"{arm}-{i}") for arm, n in t.flows for i in range(n)]
     runs: list[CompeteRun] = []
+    meter = CpuMeter(tb, cfg.arms)
     for rep in range(cfg.runs):
         say(f"{len(plan)} flows", rep + 1, cfg.runs)
         offsets = rig.log_sizes()
@@ -434,6 +442,7 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
         procs, logs = [], []
         for srv in rig.servers.values():
             srv.mark()
+        cpu_mark = meter.begin()
         try:
             for i, (arm, flow) in enumerate(plan):
                 p, log = rig.spawn(
@@ -443,6 +452,7 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
                 logs.append(log)
             total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
             rig.wait_done(logs, procs, timeout=total)
+            cpu = meter.end(cpu_mark)
             tcp = rig.server_tcp()
             evidence = {a: rig.evidence(a) for a, _ in t.flows}
         finally:
@@ -460,7 +470,8 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
             )
             f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
             flows.append(_verified(f.model_copy(update={"flow": flow}), evidence[arm]))
-        runs.append(compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem))
+        run = compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem)
+        runs.append(run.model_copy(update={"cpu": cpu}))
     return CompeteResult(
         created=now(),
         condition=cfg.condition.model_dump(mode="json"),

@@ -29,6 +29,7 @@ from quicbed.results import provenance
 from quicbed.results.folder import FailureReason, compare_cell
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
+from quicbed.run.cpu import CpuMeter, joining
 from quicbed.servers.base import ServeSpec, WebServer, browser_of
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.testbed.base import RPath, Testbed
@@ -127,7 +128,8 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     """Everything that can be checked before touching the machine; returns the page set.
 
     With ``testbed``, also whether the cell's shaper can run there (as ``link check``
-    asks before it shapes): a shaper that cannot is refused before a store or an
+    asks before it shapes), and whether its endpoints can account CPU per role
+    (quicbed.testbed.cpu): a testbed that cannot is refused before a store or an
     attempt exists, instead of becoming a failed attempt.
     """
     from quicbed.link.shapers import get_shaper
@@ -140,6 +142,7 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     arms = cfg.resolved_arms()  # each arm's stack, CC and parameters
     if testbed is not None:
         get_shaper(cfg.shaper, testbed, cfg.condition).check(cfg.condition)
+        testbed.cpu.check()  # CPU per role needs its hosts' control groups
         for a in arms:
             get_stack(a.stack).check_testbed(a, testbed)
     return pageset
@@ -349,8 +352,9 @@ class _Job:
                     extra[name].setdefault("net_log", tb.workdir("client") / f"netlog-{name}.json")
                     srv.client_netlog = extra[name]["net_log"]
                 extra[name].update(srv.browser_options())
-            for s in servers.values():
-                s.start()
+            for name, s in servers.items():
+                with joining(tb, "server", name):
+                    s.start()
             client = browser_of(type(s) for s in servers.values())
             for a in cfg.resolved_arms():
                 profile = tb.workdir("client") / f"profile-{a.name}"
@@ -370,13 +374,15 @@ class _Job:
                 browsers[a.name] = Browser(bspec, tb, log_dir)
             # the arms' browsers start side by side, all from this thread (a child's
             # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)
-            for b in browsers.values():
-                b.launch()
+            for name, b in browsers.items():
+                with joining(tb, "client", name):
+                    b.launch()
             for b in browsers.values():
                 b.connect()
             for b in browsers.values():
                 b.ready()
             urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
+            meter = CpuMeter(tb, cfg.arms)
             schedule = list(enumerate(cfg.schedule()))
             if done and cfg.warmup:
                 # A resumed attempt has fresh browsers: warm them up again (stored as
@@ -392,9 +398,11 @@ class _Job:
                 srv = servers[arm]
                 srv.mark()
                 lt = tracing.begin(arm, rep) if tracing else None
+                cpu_mark = meter.begin()
                 result = browsers[arm].load(
                     urls[arm], fresh_context=cfg.mode == "1rtt", timeout_s=cfg.load_timeout_s
                 )
+                cpu = meter.end(cpu_mark)[arm]
                 facts = _server_facts(srv, page["objects"])
                 facts.update(srv.observe())
                 if tracing and lt:
@@ -437,6 +445,7 @@ class _Job:
                             "main_connect_ms": m.get("main_connect_ms"),
                             "main_ssl_ms": m.get("main_ssl_ms"),
                             "link": {"generation": gen, "receipt": proven.receipt.created},
+                            "cpu": cpu.model_dump(mode="json"),
                             **({"traces": tracing.detail(lt)} if tracing and lt else {}),
                         },
                     ),

@@ -249,7 +249,8 @@ class LocalTestbed(Testbed):
         return report
 
     def down(self) -> list[str]:
-        """Remove everything of this prefix: processes in its namespaces, then namespaces.
+        """Remove everything of this prefix: processes in its namespaces, then namespaces,
+        then its CPU groups (and anything left running in them).
 
         Works from the kernel's lists, not from memory, so it also cleans up after a
         crash. Returns what it removed.
@@ -274,7 +275,7 @@ class LocalTestbed(Testbed):
             shutil.rmtree(self.state_dir, ignore_errors=True)
             removed.append(str(self.state_dir))
         self._created = False
-        return removed
+        return removed + self.cpu.remove()  # the CPU groups (quicbed.testbed.cpu)
 
     @staticmethod
     def pids_in(ns: str) -> list[int]:
@@ -326,12 +327,16 @@ class LocalTestbed(Testbed):
         env: dict[str, str] | None = None,
         die_with_parent: bool = True,
     ) -> LocalProcess:
-        """Start a daemon on ``role``; ``ip netns exec`` execs, so the PID is the daemon's."""
+        """Start a daemon on ``role``; ``ip netns exec`` execs, so the PID is the daemon's.
+
+        The cgroup join (quicbed.testbed.cpu) goes in front of ``ip netns exec``, which
+        mounts a sysfs of the namespace's own over /sys, without the cgroup hierarchies
+        under it; it execs too, and the group is inherited across both."""
         path = Path(log) if log else None
         full_env = {**os.environ, **env} if env else None
         return LocalProcess(
             proc.spawn(
-                self.argv(role, argv),
+                self.cpu.wrap(role, self.argv(role, argv)),
                 stdout=path,
                 stderr=path,
                 die_with_parent=die_with_parent,
@@ -435,6 +440,7 @@ class LocalTestbed(Testbed):
     def shares_clock(self) -> bool:
         return True  # one kernel
 
-    def on_bridge_host(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-        """The root namespace: the bridge namespace may not exist yet."""
+    def on_host(self, role: str, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """The root namespace: the role's namespace may not exist (yet, or any more)."""
+        check_role(role)
         return proc.run(argv, check=False)

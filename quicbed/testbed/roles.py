@@ -25,11 +25,13 @@ import subprocess
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
+from quicbed.testbed.cpu import CpuGroups
 
 ROLES = ("server", "bridge", "client")
 #: the experiment network's fixed addresses (also in profile.py, which cannot import us)
@@ -79,6 +81,12 @@ class Roles(ABC):
     @abstractmethod
     def name(self, role: str) -> str:
         """How error messages name a role (a namespace, or a host)."""
+
+    @cached_property
+    def cpu(self) -> CpuGroups:
+        """The control groups that account CPU per role (quicbed.testbed.cpu): every
+        ``spawn`` joins the one the runner made active for its role."""
+        return CpuGroups(self)
 
     # --- running things ---------------------------------------------------------------
     @abstractmethod
@@ -219,9 +227,14 @@ class Roles(ABC):
         }
         return len(ids) == 1 and "" not in ids
 
+    def on_host(self, role: str, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` on ``role``'s machine in its own (root) namespace, unchecked: for
+        what belongs to the machine, not to the role's network (control groups)."""
+        return self.exec(role, argv, check=False)
+
     def on_bridge_host(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` in the bridge machine's own (root) namespace, unchecked."""
-        return self.exec("bridge", argv, check=False)
+        return self.on_host("bridge", argv)
 
     def netem_unavailable(self) -> str | None:
         """Why the bridge's kernel cannot run netem, or None (tried in a throwaway netns).

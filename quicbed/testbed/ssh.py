@@ -274,13 +274,14 @@ class SshTestbed(Testbed):
         return False
 
     def down(self) -> list[str]:
-        """Stop every daemon quicbed started on the hosts; remove the work folders."""
+        """Stop every daemon quicbed started on the hosts; remove the work folders and
+        the CPU groups (quicbed.testbed.cpu)."""
         removed: list[str] = []
         for role in ROLES:
             removed += self._stop_recorded(role)
             self.remove(role, self.nodes[role].workdir)
             removed.append(f"{self.name(role)}:{self.nodes[role].workdir}")
-        return removed
+        return removed + self.cpu.remove()
 
     def status(self) -> dict[str, Any]:
         info: dict[str, Any] = {"prefix": self.prefix, "kind": self.kind, "source": self.source}
@@ -367,8 +368,11 @@ class SshTestbed(Testbed):
         env: dict[str, str] | None = None,
         die_with_parent: bool = True,
     ) -> SshProcess:
-        """nohup'd on the host with its output in ``log``; its PID recorded for ``down``."""
-        cmd = shlex.join(["env", *(f"{k}={v}" for k, v in (env or {}).items()), *argv])
+        """nohup'd on the host with its output in ``log``; its PID recorded for ``down``
+        under the program's own name (the cgroup join in front of it execs it:
+        quicbed.testbed.cpu)."""
+        joined = self.cpu.wrap(role, argv)
+        cmd = shlex.join(["env", *(f"{k}={v}" for k, v in (env or {}).items()), *joined])
         out = shlex.quote(str(log)) if log else "/dev/null"
         pids = shlex.quote(str(self._pids(role)))
         made = f"mkdir -p {shlex.quote(str(log.parent))} && " if log else ""

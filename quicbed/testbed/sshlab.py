@@ -12,6 +12,12 @@ labs may be up at once (a sweep over several testbeds is tested on two): a lab t
 the first of 10.10.0.0/24, 10.11.0.0/24, ... that no route of this machine uses. The
 throwaway client key and host key live in the testbed's state folder and go with
 ``quicbed testbed down``.
+
+Each sshd runs in its namespace's mount namespace (``ip netns exec`` mounts a sysfs of
+the network namespace's own over /sys), where the host's cgroup hierarchies are not
+mounted; a testbed node has them, and quicbed accounts CPU per role in them
+(quicbed.testbed.cpu). So the sshd mounts them again first (:func:`cgroup_mounts`):
+the same hierarchies, the same groups, seen from the "host".
 """
 
 from __future__ import annotations
@@ -32,6 +38,27 @@ CONTROL_NETS = [ipaddress.ip_network(f"10.{n}.0.0/24") for n in range(10, 20)]
 CONTROL_HOSTS = {"server": 1, "client": 2, "bridge": 3}
 SSHD = "/usr/sbin/sshd"
 INVENTORY = "inventory.ini"
+
+
+def cgroup_mounts(mounts_text: str | None = None) -> str:
+    """Shell commands that mount this host's CPU accounting hierarchies (cgroup v1 with
+    cpuacct or cpuset, cgroup v2) where the host has them, under a fresh sysfs: a tmpfs
+    where the host has one for them, then each hierarchy with the host's own options
+    (cgroup2's apply to its one superblock: other options would change the host's)."""
+    text = mounts_text if mounts_text is not None else Path("/proc/self/mounts").read_text()
+    cmds = []
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < 4 or not f[1].startswith("/sys/fs/cgroup"):
+            continue
+        point, fstype, opts = f[1], f[2], f[3]
+        if fstype == "tmpfs" and point == "/sys/fs/cgroup":
+            cmds.append(f"mount -t tmpfs -o {opts} tmpfs {point}")
+        elif fstype == "cgroup2" or (
+            fstype == "cgroup" and {"cpuacct", "cpuset"} & set(opts.split(","))
+        ):
+            cmds.append(f"mkdir -p {point} && mount -t {fstype} -o {opts} {fstype} {point}")
+    return " && ".join(cmds)
 
 
 def control_bridge(prefix: str) -> str:
@@ -159,9 +186,11 @@ class SshLab:
             "MaxSessions 50\nMaxStartups 50:30:100\n"
         )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
+        mounts = cgroup_mounts()
+        script = f'{mounts + " && " if mounts else ""}exec "$@"'
         self.tb.spawn(
             role,
-            [SSHD, "-D", "-e", "-f", str(conf)],
+            ["sh", "-c", script, "sshd", SSHD, "-D", "-e", "-f", str(conf)],
             log=RPath(self.dir / f"sshd-{role}.log"),
             die_with_parent=False,
         )
