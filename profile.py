@@ -11,11 +11,11 @@ Render offline the way the portal does (parameters from a JSON file):
     GENILIB_PORTAL_MODE=1 GENILIB_PORTAL_PARAMS_PATH=params.json \\
     GENILIB_PORTAL_REQUEST_PATH=request.xml .venv/bin/python profile.py
 
-The profile only declares: three nodes, one bridged link, parameters validated by
-name. Everything on the nodes is configured by Ansible (playbooks/site.yml), started
-by scripts/bootstrap.sh (see scripts/README.md). It cannot import quicbed (the
-portal has only geni-lib), so the addresses below are kept equal to
-quicbed.testbed.local's by a test.
+The profile only declares: three nodes, one bridged link (or, with ``direct_link``,
+two nodes on one plain link), parameters validated by name. Everything on the nodes
+is configured by Ansible (playbooks/site.yml), started by scripts/bootstrap.sh (see
+scripts/README.md). It cannot import quicbed (the portal has only geni-lib), so the
+addresses below are kept equal to quicbed.testbed.local's by a test.
 """
 
 from __future__ import annotations
@@ -96,7 +96,9 @@ same files) and `{CLIENT}` (headless Chromium, probes), joined by a transparent
 Every node runs `scripts/bootstrap.sh` at boot, which installs a pinned Ansible and
 applies `playbooks/site.yml` for its role. Choose the QUIC version (IETF QUIC v1 on
 Ubuntu 22.04, or Google QUIC v37 on Ubuntu 18.04); link shaping at instantiation is
-optional, quicbed shapes the link itself for every measured condition.
+optional, quicbed shapes the link itself for every measured condition. For
+implementation studies at the NICs' rate, the direct link puts server and client on
+one plain link with no bridge node and nothing shaping it.
 """
 
 tourInstructions = f"""
@@ -172,6 +174,14 @@ def parameter_errors(params: Namespace) -> list[tuple[str, list[str]]]:
                 )
             )
 
+    if p.direct_link and p.shape_link:
+        errors.append(
+            (
+                "a direct link has no bridge node to shape with: turn shape_link off "
+                "(quicbed measures such a link unshaped, --shaper none)",
+                ["direct_link", "shape_link"],
+            )
+        )
     if p.shape_link:
         bw, rtt, loss = p.bandwidth_mbit, p.rtt_ms, p.loss
         if not (math.isfinite(bw) and 0 < bw <= MAX_BANDWIDTH_MBIT):
@@ -247,6 +257,17 @@ pc.defineParameter(
     longDescription="Off: the bridge starts as a plain transparent bridge (quicbed shapes "
     "the link itself for every measured condition). On: Emulab configures the bridge's "
     "Dummynet pipes with the three values below.",
+)
+pc.defineParameter(
+    "direct_link",
+    "Direct server-client link (no bridge node)",
+    portal.ParameterType.BOOLEAN,
+    False,
+    longDescription="On: server and client on one plain best-effort link at their NICs' "
+    "rate, with no bridge node and nothing shaping it, for implementation studies where "
+    "the endpoints must be the bottleneck (goodput and CPU per stack at NIC rate). Off: "
+    "the bridged link through a FreeBSD Dummynet node, which quicbed shapes per "
+    "condition.",
 )
 pc.defineParameter(
     "bandwidth_mbit",
@@ -335,18 +356,28 @@ for role, address, hardware_type in (
         pg.Execute(shell="sh", command=bootstrap_command(role, params.quic_version, params.git_ref))
     )
 
-# server if0 -- link_left -- [bridge: Dummynet] -- link_right -- client if0
-link = request.BridgedLink(LINK)
-for iface in interfaces:
-    link.addInterface(iface)
-link.bridge.hardware_type = params.bridge_type
-link.bridge.disk_image = params.bridge_image
-link.bridge.addService(
-    pg.Execute(shell="sh", command=bootstrap_command(BRIDGE, params.quic_version, params.git_ref))
-)
-if params.shape_link:
-    link.bandwidth = round(params.bandwidth_mbit * 1000)  # kbit/s, each pipe
-    link.latency = int(params.rtt_ms / 2)  # ms, each pipe
-    link.plr = params.loss / 2  # each pipe, as quicbed splits end-to-end loss
+if params.direct_link:
+    # server if0 -- link -- client if0: no bridge node, no shaping properties (so no
+    # delay node either), best effort: the NICs' own rate
+    direct = request.Link(LINK)
+    for iface in interfaces:
+        direct.addInterface(iface)
+    direct.best_effort = True
+else:
+    # server if0 -- link_left -- [bridge: Dummynet] -- link_right -- client if0
+    link = request.BridgedLink(LINK)
+    for iface in interfaces:
+        link.addInterface(iface)
+    link.bridge.hardware_type = params.bridge_type
+    link.bridge.disk_image = params.bridge_image
+    link.bridge.addService(
+        pg.Execute(
+            shell="sh", command=bootstrap_command(BRIDGE, params.quic_version, params.git_ref)
+        )
+    )
+    if params.shape_link:
+        link.bandwidth = round(params.bandwidth_mbit * 1000)  # kbit/s, each pipe
+        link.latency = int(params.rtt_ms / 2)  # ms, each pipe
+        link.plr = params.loss / 2  # each pipe, as quicbed splits end-to-end loss
 
 pc.printRequestRSpec(request)

@@ -373,6 +373,28 @@ def cases() -> list[Case]:
     add("cell-out-file", [*CELL, "--out", "f"], "--out", "f is a file", f=b"x")
     add("cell-out-under-file", [*CELL, "--out", "f/sub"], "--out", "f is a file", f=b"x")
     add("cell-out-damaged-store", [*CELL, "--out", "r"], "r/store.sqlite", r=damaged("zeroed"))
+    none = ["--shaper", "none", "--rate", "unlimited", "--rtt", "0"]
+    add(
+        "cell-shaper-none-rate",
+        [*CELL, *none, "--rate", "50", "--rtt", "10"],
+        "shaper none",
+        "rate 50 Mbit/s, rtt 10 ms",
+    )
+    add("cell-shaper-none-rtt", [*CELL, *none, "--rtt", "36"], "shaper none", "rtt 36 ms")
+    add("cell-shaper-none-loss", [*CELL, *none, "--loss", "1"], "shaper none", "loss 1 %")
+    add(
+        "cell-shaper-none-jitter",
+        [*CELL, *none, "--jitter", "5", "--jitter-kind", "reorder"],
+        "shaper none",
+        "jitter 5 ms",
+    )
+    add("check-shaper-none-rate", [*CHECK, "--shaper", "none"], "shaper none", "rate 10 Mbit/s")
+    add(
+        "bulk-shaper-none-delay",
+        ["bulk", "--out", "o", "--shaper", "none", "--delay-down", "5", *PREFIX],
+        "shaper none",
+        "delay down 5 ms",
+    )
     add("check-count", [*CHECK, "--count", "bits"], "count", "'bits'")
     add("check-shaper-foo", [*CHECK, "--shaper", "foo"], "shaper", "'foo'")
     add("check-shaper-dummynet", [*CHECK, "--shaper", "dummynet"], "shaper 'dummynet'")
@@ -436,6 +458,10 @@ def cases() -> list[Case]:
         "unknown-key": (spec(SPEC + "    colour: red\n"), ("colour",)),
         "unknown-page": (spec(SPEC.replace("[5kb]", "[7kb]")), ("unknown page '7kb'",)),
         "shaper": (spec(SPEC + "shaper: foo\n"), ("shaper", "'foo'")),
+        "shaper-none-with-a-rate": (
+            spec(SPEC + "shaper: none\n"),
+            ("scenarios.base", "shaper none", "rate 10 Mbit/s, rtt 36 ms"),
+        ),
         "testbed": (spec(SPEC + "testbed: emulab\n"), ("testbed", "'emulab'")),
         "format": (spec(SPEC.replace("format: 1", "format: 9")), ("format 9",)),
         "no-scenarios": (b"format: 1\nname: t\nscenarios: {}\n", ("scenarios is empty",)),

@@ -271,6 +271,26 @@ def test_shaping_values_become_pipes(
     assert all((p.get("capacity"), p.get("latency"), p.get("lossrate")) == want for p in pipes)
 
 
+def test_a_direct_link_joins_server_and_client_without_a_bridge(tmp_path: Path) -> None:
+    """Implementation studies at NIC rate: two nodes on one plain link, best effort, no
+    shaping properties (so Emulab puts no delay node on it), no bridge node."""
+    r = render(tmp_path, {"direct_link": True})
+    assert r.rc == 0, r.stderr
+    n = nodes(r.rspec)
+    assert set(n) == {"server", "client"}
+    assert [execute_argv(node)[3] for node in n.values()] == ["server", "client"]
+    (link,) = r.rspec.findall("r:link", NS)
+    assert link.get("client_id") == "link"
+    refs = {i.get("client_id") for i in link.findall("r:interface_ref", NS)}
+    assert refs == {"server:if0", "client:if0"}
+    assert link.findall("r:property", NS) == []
+    best = link.find("{http://www.protogeni.net/resources/rspec/ext/emulab/1}best_effort")
+    assert best is not None and best.get("enabled") == "true"
+    assert r.rspec.findall(".//d:pipe", NS) == []
+    addresses = {name: node.find("r:interface/r:ip", NS).get("address") for name, node in n.items()}
+    assert addresses == {"server": local.SERVER_IP, "client": local.CLIENT_IP}
+
+
 # --- bad values: the portal error names the parameter ----------------------------------
 ON = {"shape_link": True}
 BAD = [
@@ -297,6 +317,7 @@ BAD = [
     ({"git_ref": "x;rm -rf /"}, "git_ref", "x;rm"),
     ({"git_ref": "-x"}, "git_ref", "'-x'"),
     ({"git_ref": "main.lock"}, "git_ref", "main.lock"),
+    ({"direct_link": True, "shape_link": True}, "direct_link", "no bridge node to shape"),
 ]
 
 
@@ -373,6 +394,12 @@ def test_parameter_definitions(tmp_path: Path) -> None:
         "legal": ["RFCv1", "Q037"],
     }
     assert d["shape_link"]["default"] is False and d["shape_link"]["type"] == "boolean"
+    assert d["direct_link"] == {
+        "type": "boolean",
+        "default": False,
+        "advanced": False,
+        "legal": None,
+    }
     assert [d[n]["default"] for n in ("bandwidth_mbit", "rtt_ms", "loss")] == [100.0, 36.0, 0.0]
     assert d["loss"]["type"] == "lossrate"
     assert d["node_image"]["legal"] == ["auto", U22, U18]

@@ -35,7 +35,13 @@ ArmsOpt = Annotated[
     ),
 ]
 ForceOpt = Annotated[bool, typer.Option(help="Add to a folder measured with other software.")]
-ShaperOpt = Annotated[str, typer.Option(help="Link shaper: auto, userspace, netem, dummynet.")]
+ShaperOpt = Annotated[
+    str,
+    typer.Option(
+        help="Link shaper: auto, userspace, netem, dummynet, or none (the kernel bridge "
+        "alone: rate unlimited, no delay, loss or jitter)."
+    ),
+]
 TcpSecondsOpt = Annotated[float, typer.Option(help="iperf3 TCP seconds of the receipt.")]
 SizeOpt = Annotated[str, typer.Option(help="Bulk object size: 10MB, 100MB, 1GB (decimal).")]
 CcOpt = Annotated[str, typer.Option(help="Congestion control of every arm.")]

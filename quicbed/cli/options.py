@@ -296,7 +296,14 @@ CELL_LINK = ("rate", "rtt", "loss", "jitter", "jitter_kind", "jitter_interval", 
 
 
 # --- a cell's own settings -----------------------------------------------------------
-ShaperOpt = Annotated[str, typer.Option("--shaper", help="auto, userspace, netem or dummynet.")]
+ShaperOpt = Annotated[
+    str,
+    typer.Option(
+        "--shaper",
+        help="auto, userspace, netem, dummynet, or none (the kernel bridge alone: rate "
+        "unlimited, no delay, loss or jitter).",
+    ),
+]
 SHAPER: str = CELL["shaper"]
 CC: str = CELL["cc"]
 ARMS = ",".join(CELL["arms"])

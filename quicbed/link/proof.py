@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from quicbed.errors import QuicbedError
-from quicbed.link.receipt import Check, Receipt, measure, rtt_check
+from quicbed.link.receipt import Check, Receipt, measure, rtt_check, unjudged
 from quicbed.link.session import ShapedLink
 
 #: the longest a receipt proves a link for (drift of the host, other load on it)
@@ -142,6 +142,9 @@ def spot_check(proven: ProvenLink, kind: str, since: dict[str, Any] | None = Non
             f"the link changed since its receipt (generation {proven.generation} -> {gen})"
         )
     rtt = rtt_check(tb, cond, SPOT_PINGS, spot=True)
+    if not shaper.shapes:  # an unshaped link: its RTT is whatever it is; nothing may shape
+        rtt = unjudged(rtt)
+        problems += shaper.shaping(tb)
     if rtt.passed is False:
         got = "nothing" if rtt.measured is None else f"{rtt.measured:.2f} ms"
         problems.append(

@@ -49,6 +49,8 @@ PROBE_MAX_PPS = 5000
 IP_UDP_HEADERS = 28
 #: why a lossy or jittery link's TCP goodput is recorded but not judged
 UNJUDGED_TCP = "not judged: with loss or jitter TCP does not reach the rate by design"
+#: why a link that nothing shapes has its figures reported, not judged (shaper none)
+UNSHAPED = "not judged: nothing shapes this link (shaper none); what it carried"
 
 
 class Check(BaseModel):
@@ -83,6 +85,26 @@ class Receipt(BaseModel):
 
     def failed_checks(self) -> list[Check]:
         return [c for c in self.checks if c.passed is False]
+
+
+def unjudged(check: Check, why: str = UNSHAPED) -> Check:
+    """``check`` as a figure reported, not judged (its measurement kept)."""
+    return check.model_copy(update={"passed": None, "low": None, "high": None, "note": why})
+
+
+def unshaped_check(shaper: Shaper, tb: Testbed) -> Check:
+    """The one judgement of a link no shaper shapes: nothing on it does (no emulator,
+    no qdisc but the devices' own, the bridge joining the two ports)."""
+    found = shaper.shaping(tb)
+    return Check(
+        name="unshaped",
+        unit="",
+        expected=None,
+        measured=None,
+        passed=not found,
+        note="nothing shapes the link" if not found else "; ".join(found),
+        detail={"shaping_found": found},
+    )
 
 
 def _frame(cond: LinkCondition, eth_frame: int) -> int:
@@ -383,6 +405,20 @@ def measure(
             checks.append(_loss_check(direction, pipe.loss, lo))
             checks.extend(_reorder_checks(cond, direction, lo, pps))
 
+            if not shaper.shapes:  # the most UDP the path carries, unpaced
+                ud = probes.udp(tb, direction, bitrate_bps=0, seconds=4, length=UDP_RATE_PAYLOAD)
+                checks.append(
+                    Check(
+                        name=f"udp_max_{direction}",
+                        unit="Mbit/s",
+                        expected=None,
+                        measured=ud["steady_received_bps"] / 1e6,
+                        passed=None,
+                        note=f"UDP payload delivered of {UDP_RATE_PAYLOAD}-byte datagrams sent "
+                        "as fast as iperf3 can",
+                        detail=ud,
+                    )
+                )
             # UDP delivery at 1.2 x the rate
             if rate_bps:
                 frame = _frame(cond, UDP_RATE_PAYLOAD + IP_UDP_HEADERS + ETH_HEADER)
@@ -469,6 +505,9 @@ def measure(
                 for k in ("rx_packets", "loss_drops", "queue_drops", "tx_packets")
             }
         emulator["during_receipt"] = dirs
+    if not shaper.shapes:  # figures of what the path carried; judged: that nothing shapes
+        checks = [unjudged(c) if c.passed is not None else c for c in checks]
+        checks.append(unshaped_check(shaper, tb))
     passed = all(c.passed is not False for c in checks)
     if shaper.generation(tb) != generation:
         passed = False

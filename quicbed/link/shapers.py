@@ -5,7 +5,9 @@
 - ``netem``: a kernel bridge in the bridge namespace with tbf (queue + rate) and a
   netem child (delay, jitter, loss) on each egress port.
 - ``dummynet``: ``ipfw pipe`` commands for the FreeBSD bridge of an Emulab experiment;
-  generated and tested here, applied over SSH by the ssh testbed.
+  generated and tested here, applied over SSH by the ssh testbed;
+- ``none``: no shaping at all, server and client joined by the kernel's bridge alone,
+  for links as fast as the hosts (the endpoints, not an emulator, are the bottleneck).
 
 A shaper keeps its state in files under the testbed's state directory, not in
 Python objects, so ``clear`` in one process (``quicbed testbed down``, or the next
@@ -29,7 +31,7 @@ from quicbed.link.model import ETH_HEADER, MAX_FRAME, JitterKind, LinkCondition,
 from quicbed.testbed.cpu import EMULATOR
 from quicbed.testbed.roles import Roles, RPath
 
-SHAPERS = ("auto", "userspace", "netem", "dummynet")
+SHAPERS = ("auto", "userspace", "netem", "dummynet", "none")
 #: egress port in the bridge namespace for each direction
 EGRESS = {"down": "cli", "up": "srv"}
 INGRESS = {"down": "srv", "up": "cli"}
@@ -62,6 +64,14 @@ class Shaper(ABC):
 
     #: random loss is drawn at the queue's entry (Dummynet's order), not after the rate
     loss_before_queue: bool = True
+    #: False: the shaper applies no condition, so a receipt judges only that nothing
+    #: shapes (:meth:`shaping`), and reports what the link carried (``none``)
+    shapes: bool = True
+
+    def shaping(self, tb: Roles) -> list[str]:
+        """What shapes the link now, read back from the bridge (a shaper that does not
+        shape must find nothing: the receipt's check ``unshaped``)."""
+        return []
 
     @abstractmethod
     def check(self, cond: LinkCondition) -> None:
@@ -226,6 +236,29 @@ class UserspaceShaper(Shaper):
         return {"shaper": self.name, "emulator": self.binary, "config": self.config(cond)}
 
 
+# --- the bridge namespace's kernel bridge (netem, none) -------------------------------
+BRIDGE_DEV = "br0"
+PORTS = ("srv", "cli")
+
+
+def _bridge_up(tb: Roles) -> None:
+    """A kernel bridge between the bridge namespace's two ports."""
+    tb.exec("bridge", ["ip", "link", "add", BRIDGE_DEV, "type", "bridge"])
+    for dev in PORTS:
+        tb.exec("bridge", ["ip", "link", "set", dev, "master", BRIDGE_DEV])
+    tb.exec("bridge", ["ip", "link", "set", BRIDGE_DEV, "up"])
+
+
+def _bridge_state(tb: Roles) -> str:
+    """The bridge's ifindex and each port's qdiscs as tc reports them (no counters)."""
+    shown = tb.exec("bridge", ["ip", "-o", "link", "show", BRIDGE_DEV], check=False).stdout
+    parts = [shown.partition(":")[0]]
+    for dev in PORTS:
+        qd = tb.exec("bridge", ["tc", "qdisc", "show", "dev", dev], check=False).stdout
+        parts.append(qd.strip())
+    return "\n".join(parts)
+
+
 # --- netem ----------------------------------------------------------------------------
 class NetemShaper(Shaper):
     """Kernel bridge + tbf (FIFO queue, rate) + netem child (delay, jitter, loss).
@@ -293,10 +326,7 @@ class NetemShaper(Shaper):
         cmds = self.commands(cond)
         self.clear(tb)
         try:
-            tb.exec("bridge", ["ip", "link", "add", "br0", "type", "bridge"])
-            for dev in ("srv", "cli"):
-                tb.exec("bridge", ["ip", "link", "set", dev, "master", "br0"])
-            tb.exec("bridge", ["ip", "link", "set", "br0", "up"])
+            _bridge_up(tb)
             for c in cmds:
                 tb.exec("bridge", c)
         except BaseException:
@@ -305,21 +335,12 @@ class NetemShaper(Shaper):
 
     def state(self, tb: Roles) -> str:
         """The qdiscs as tc reports them (without counters) and the bridge's ifindex."""
-        parts = [
-            tb.exec("bridge", ["ip", "-o", "link", "show", "br0"], check=False).stdout.partition(
-                ":"
-            )[0]
-        ]
-        for dev in ("srv", "cli"):
-            parts.append(
-                tb.exec("bridge", ["tc", "qdisc", "show", "dev", dev], check=False).stdout.strip()
-            )
-        return "\n".join(parts)
+        return _bridge_state(tb)
 
     def clear(self, tb: Roles) -> dict[str, Any] | None:
         for dev in ("srv", "cli"):
             tb.exec("bridge", ["tc", "qdisc", "del", "dev", dev, "root"], check=False)
-        tb.exec("bridge", ["ip", "link", "del", "br0"], check=False)
+        tb.exec("bridge", ["ip", "link", "del", BRIDGE_DEV], check=False)
         return None
 
     def check(self, cond: LinkCondition) -> None:
@@ -511,11 +532,127 @@ class DummynetShaper(Shaper):
         return {"shaper": self.name, "seeded": False, "pipes_file": str(PIPES_FILE)}
 
 
+# --- none -----------------------------------------------------------------------------
+#: the qdiscs a port may have and still shape nothing: a veth's and a bridge's default
+UNSHAPED_QDISCS = ("noqueue",)
+
+
+class NoShaper(Shaper):
+    """No shaping: the bridge namespace's kernel bridge joins server and client, and
+    nothing else is on the path (no emulator, no qdisc but the devices' own). For
+    links as fast as the hosts: a stack's own limit, not an emulator's (quicbed-linkem
+    tops out near 1 Gbit/s on 2 cores), is then what a transfer meets.
+
+    It takes only a condition that shapes nothing (rate unlimited, no delay, loss or
+    jitter), and its receipt judges only that nothing shapes; the RTT and the TCP and
+    UDP rates it reports are what this path carries. On an ssh testbed it needs a
+    Linux bridge node (a Dummynet bridge passes every packet through its pipes).
+    """
+
+    name = "none"
+    shapes = False
+
+    def unavailable(self, tb: Roles) -> str | None:
+        cp = tb.on_bridge_host(["sh", "-c", "command -v ip"])
+        if cp.returncode != 0:
+            return (
+                f"the bridge {tb.name('bridge')} has no Linux kernel bridge (no `ip`): a "
+                "Dummynet bridge passes every packet through its pipes, so nothing there "
+                "is unshaped"
+            )
+        return None
+
+    def check(self, cond: LinkCondition) -> None:
+        shaped = []
+        if cond.rate_mbit is not None:
+            shaped.append(f"rate {cond.rate_mbit:g} Mbit/s")
+        for name, v in (
+            ("rtt", cond.rtt_ms),
+            ("delay down", cond.delay_down_ms),
+            ("delay up", cond.delay_up_ms),
+        ):
+            if v:
+                shaped.append(f"{name} {v:g} ms")
+        for name, v in (
+            ("loss", cond.loss_pct),
+            ("loss down", cond.loss_down_pct),
+            ("loss up", cond.loss_up_pct),
+        ):
+            if v:
+                shaped.append(f"{name} {v:g} %")
+        if cond.jitter_ms:
+            shaped.append(f"jitter {cond.jitter_ms:g} ms")
+        if shaped:
+            raise QuicbedError(
+                f"shaper none shapes nothing, so it takes rate unlimited and no delay, loss "
+                f"or jitter (got {', '.join(shaped)}); use another shaper for those"
+            )
+
+    def apply(self, tb: Roles, cond: LinkCondition, *, persistent: bool = False) -> None:
+        self.check(cond)
+        reason = self.unavailable(tb)
+        if reason:
+            raise QuicbedError(f"shaper none: {reason}")
+        self.clear(tb)
+        try:
+            _bridge_up(tb)
+        except BaseException:
+            self.clear(tb)
+            raise
+
+    def state(self, tb: Roles) -> str:
+        return _bridge_state(tb)
+
+    def shaping(self, tb: Roles) -> list[str]:
+        found = []
+        pid = UserspaceShaper().pid(tb)
+        if pid is not None:
+            found.append(f"the link emulator runs (pid {pid})")
+        for dev in (*PORTS, BRIDGE_DEV):
+            out = tb.exec("bridge", ["tc", "qdisc", "show", "dev", dev], check=False).stdout
+            for line in out.splitlines():
+                kind = line.split()[1] if len(line.split()) > 1 else ""
+                if kind not in UNSHAPED_QDISCS:
+                    found.append(f"{dev} has qdisc {line.strip()!r}")
+        cp = tb.exec("bridge", ["ip", "-o", "link", "show", "master", BRIDGE_DEV], check=False)
+        ports = {
+            ln.split(":")[1].strip().split("@")[0] for ln in cp.stdout.splitlines() if ":" in ln
+        }
+        if ports != set(PORTS):
+            found.append(
+                f"the bridge {BRIDGE_DEV} joins {sorted(ports) or 'nothing'}, not srv and cli"
+            )
+        return found
+
+    def clear(self, tb: Roles) -> dict[str, Any] | None:
+        tb.exec("bridge", ["ip", "link", "del", BRIDGE_DEV], check=False)
+        return None
+
+    def describe(self, cond: LinkCondition) -> dict[str, Any]:
+        return {"shaper": self.name, "path": f"kernel bridge {BRIDGE_DEV}, no qdisc, no emulator"}
+
+
+def check_condition(name: str, cond: LinkCondition) -> None:
+    """Refuse, naming the value, a condition the named shaper cannot apply (``auto``
+    takes one that can, so it refuses none): a cell is validated whole before any
+    testbed is touched."""
+    if name != "auto":
+        _CLASSES[name]().check(cond)
+
+
 def _ipfw_bw(bps: int) -> str:
     for unit, scale in (("Mbit/s", 1_000_000), ("Kbit/s", 1000)):
         if bps % scale == 0:
             return f"{bps // scale}{unit}"
     return f"{bps}bit/s"
+
+
+_CLASSES: dict[str, type[Shaper]] = {
+    "userspace": UserspaceShaper,
+    "netem": NetemShaper,
+    "dummynet": DummynetShaper,
+    "none": NoShaper,
+}
 
 
 def get_shaper(name: str, tb: Roles, cond: LinkCondition | None = None) -> Shaper:
@@ -526,11 +663,7 @@ def get_shaper(name: str, tb: Roles, cond: LinkCondition | None = None) -> Shape
 
     An explicit shaper that cannot run here is an error naming it and why.
     """
-    shapers: dict[str, type[Shaper]] = {
-        "userspace": UserspaceShaper,
-        "netem": NetemShaper,
-        "dummynet": DummynetShaper,
-    }
+    shapers = _CLASSES
     if name == "auto":
         for cls in (DummynetShaper, NetemShaper):
             if cls().unavailable(tb) is None and _emulates(cls(), cond):
@@ -560,6 +693,6 @@ def clear_all(tb: Roles) -> None:
     ``quicbed testbed down``, a dead owner's leftovers)."""
     UserspaceShaper().clear(tb)
     if tb.kind != "local":  # locally the namespaces go, and their qdiscs with them
-        for cls in (DummynetShaper, NetemShaper):
+        for cls in (DummynetShaper, NetemShaper, NoShaper):
             if cls().unavailable(tb) is None:
                 cls().clear(tb)

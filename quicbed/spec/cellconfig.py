@@ -195,9 +195,13 @@ class CellConfig(BaseModel):
 
     @model_validator(mode="after")
     def _resolve(self) -> CellConfig:
-        """Every arm's stack, CC and parameters checked now: nothing starts otherwise."""
+        """Every arm's stack, CC and parameters, and the condition against a named shaper,
+        checked now: nothing starts otherwise."""
+        from quicbed.link.shapers import check_condition
+
         try:
             self.resolved_arms()
+            check_condition(self.shaper, self.condition)  # e.g. shaper none with a rate
         except QuicbedError as exc:
             raise ValueError(str(exc)) from None
         self._check_kind()

@@ -217,7 +217,7 @@ class SweepSpec(BaseModel):
     name: str
     description: str = ""
     testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
-    shaper: Literal["auto", "userspace", "netem", "dummynet"] = cell_default("shaper")
+    shaper: Literal["auto", "userspace", "netem", "dummynet", "none"] = cell_default("shaper")
     receipt_tcp_seconds: float = Field(default=RECEIPT_TCP_SECONDS, gt=0, le=MAX_TCP_SECONDS)
     #: transport traces per load (quicbed.traces): observe the loads, not a condition of
     #: them, so not in the digest: a folder may be resumed at another level
