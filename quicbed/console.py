@@ -174,7 +174,10 @@ def print_transfer(r: Any) -> None:
             gp = "-" if a.goodput_mbit_mean is None else f"{a.goodput_mbit_mean:.2f} Mbit/s"
             ideal = "" if a.of_ideal is None else f" ({a.of_ideal * 100:.1f} % of ideal)"
             rt = "n/a" if a.retransmissions_mean is None else f"{a.retransmissions_mean:.0f}"
-            out.print(f"{name}: n {a.n}, goodput {gp}{ideal}, retransmissions {rt}")
+            ack = "" if a.ack_ratio_mean is None else f", ACK ratio {a.ack_ratio_mean:.3f}"
+            rcv = a.udp_rcvbuf_errors.get("client")
+            udp = "" if not rcv else f", client UDP receive-buffer drops {rcv}"
+            out.print(f"{name}: n {a.n}, goodput {gp}{ideal}, retransmissions {rt}{ack}{udp}")
     else:
         for a in r.summary.values():
             share = "-" if a.share_mean is None else f"{a.share_mean * 100:.1f} %"

@@ -270,10 +270,27 @@ def test_every_flow_stores_cpu_per_role(prefix: str, tmp_path: Path) -> None:
             assert t.total_ms > 0, (run.arm, role, t)
         # no role used more than this machine's two cores over the flow
         assert all(t.total_ms < 2 * cpu.wall_ms for t in cpu.roles.values())
+        # each role's counters, from its own namespace; the ACK ratio of a QUIC flow
+        counters = run.flow.counters
+        assert set(counters) == {"server", "client", "bridge"}
+        assert counters["client"].ifaces == ["eth0"]
+        assert counters["bridge"].ifaces == ["cli", "srv"]
+        ack = run.flow.ack_ratio()
+        if run.arm == "h3":
+            assert ack is not None and 0.05 < ack < 1, ack  # quic-go acks every 2nd packet
+            assert counters["client"].udp_in_datagrams > 1000
+        else:
+            assert ack is None
     rep = build(tmp_path / "r")
     rows = {(c["arm"], c["role"]): c for c in rep.cpu.rows}
     assert set(rows) == {(a, role) for a in ("h2", "h3") for role in ("server", "client", "bridge")}
     assert all(c["n"] == 2 and c["ms_per_mb"] > 0 for c in rows.values())
+    assert all(c["udp_rcvbuf_errors"] is not None for c in rows.values())
+    table = (tmp_path / "r" / "report" / "transfers.csv").read_text().splitlines()
+    header = table[0].split(",")
+    h3 = dict(zip(header, next(x for x in table if ",h3," in x).split(","), strict=True))
+    assert 0 < float(h3["ack_ratio_mean"]) < 1 and float(h3["cpu_server_ms_per_mb"]) > 0
+    assert h3["udp_rcvbuf_errors_client"] != ""
     assert (tmp_path / "r" / "report" / "cpu.csv").exists()
     assert "CPU per role" in (tmp_path / "r" / "report" / "index.html").read_text()
     assert _no_groups_of(prefix) == []
@@ -308,5 +325,6 @@ def test_every_page_load_stores_cpu_per_role(prefix: str, tmp_path: Path) -> Non
         assert cpu is not None and cpu.missing == {}, cpu
         assert set(cpu.roles) == {"server", "client", "bridge"}
         assert cpu.roles["client"].total_ms > 0 and cpu.roles["server"].total_ms > 0
+        assert set(run.detail["counters"]) == {"server", "client", "bridge"}
     assert prov is not None and prov["cpu_accounting"]["server"].startswith("cgroup1 ")
     assert _no_groups_of(prefix) == []

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.results.cpu import ROLE_MEANS, ROLES, CpuUse, load_cpu, summary
+from quicbed.results.netcounters import RoleCounters
 from quicbed.results.store import Store
-from quicbed.results.transfers import stored_transfer
+from quicbed.results.transfers import BulkResult, counter_totals, stored_transfer
 
 FILE = "cpu.csv"
 COLUMNS = [
@@ -37,6 +38,11 @@ COLUMNS = [
     "ms_per_mb",
     "core_share",
     "missing",
+    # totals over the same loads or flows (page and bulk cells; a compete repetition's
+    # counters are the whole bottleneck's, not an arm's)
+    "udp_rcvbuf_errors",
+    "udp_in_errors",
+    "drops",
 ]
 
 
@@ -60,6 +66,26 @@ def items(store: Store, cid: str, attempt: int, cfg: dict[str, Any]) -> dict[str
     return stored_transfer(store, cid, attempt).cpu_items()
 
 
+def counter_items(
+    store: Store, cid: str, attempt: int, cfg: dict[str, Any]
+) -> dict[str, list[dict[str, RoleCounters]]]:
+    """Per arm, each counted load's or bulk flow's counters per role."""
+    out: dict[str, list[dict[str, RoleCounters]]] = {a: [] for a in cfg["arms"]}
+    kind = cfg.get("kind", "page")
+    if kind == "page":
+        for r in store.runs(cid, attempt):
+            raw = (r.detail or {}).get("counters")
+            if raw is not None and r.valid and not r.warmup and r.arm in out:
+                out[r.arm].append({k: RoleCounters.model_validate(v) for k, v in raw.items()})
+    elif kind == "bulk" and store.transfer(cid, attempt) is not None:
+        rec = stored_transfer(store, cid, attempt)
+        assert isinstance(rec, BulkResult)
+        for run in rec.runs:
+            if run.flow.ok and run.flow.counters and run.arm in out:
+                out[run.arm].append(run.flow.counters)
+    return out
+
+
 def build(root: Path, out: Path) -> CpuSection:
     """Every cell's latest attempt, per arm and role; ``out/cpu.csv`` where any has CPU."""
     sec = CpuSection()
@@ -72,10 +98,12 @@ def build(root: Path, out: Path) -> CpuSection:
                 continue
             att = latest[cid].attempt
             cond = cfg["condition"]
+            counted = counter_items(store, cid, att, cfg)
             for arm, got in items(store, cid, att, cfg).items():
                 if not got:
                     continue
                 per_role = summary(got)
+                totals = counter_totals(counted[arm]) if counted.get(arm) else {}
                 groups = got[0][0].groups
                 for role in ROLES:
                     sec.rows.append(
@@ -93,6 +121,7 @@ def build(root: Path, out: Path) -> CpuSection:
                             "group": groups.get(role),
                         }
                         | per_role[role]
+                        | {k: v.get(role) for k, v in totals.items()}
                     )
     finally:
         store.close()

@@ -60,6 +60,22 @@ COLUMNS = [
     "of_ideal",
     "completion_s_mean",
     "retransmissions_mean",
+    # QUIC: packets the client sent per packet it received
+    "ack_ratio_mean",
+    # bulk: CPU per role (mean ms per flow, ms per MB), the endpoints' counters (totals)
+    "cpu_server_ms",
+    "cpu_client_ms",
+    "cpu_bridge_ms",
+    "cpu_server_ms_per_mb",
+    "cpu_client_ms_per_mb",
+    "cpu_bridge_ms_per_mb",
+    "udp_rcvbuf_errors_server",
+    "udp_rcvbuf_errors_client",
+    "udp_in_errors_server",
+    "udp_in_errors_client",
+    "drops_server",
+    "drops_client",
+    "drops_bridge",
     # compete
     "fair_share",
     "share_mean",
@@ -242,6 +258,18 @@ def _cell(cfg: dict[str, Any], cid: str, att: AttemptRow, scenario: str) -> dict
     }
 
 
+def flat(summary: dict[str, Any]) -> dict[str, Any]:
+    """A bulk arm's per-role figures as columns: ``cpu_ms_per_mb: {server: x}`` ->
+    ``cpu_server_ms_per_mb``, ``drops: {client: n}`` -> ``drops_client``."""
+    out: dict[str, Any] = {}
+    for role in ("server", "client", "bridge"):
+        for key, col in (("cpu_ms", f"cpu_{role}_ms"), ("cpu_ms_per_mb", f"cpu_{role}_ms_per_mb")):
+            out[col] = (summary.get(key) or {}).get(role)
+        for key in ("udp_rcvbuf_errors", "udp_in_errors", "drops"):
+            out[f"{key}_{role}"] = (summary.get(key) or {}).get(role)
+    return out
+
+
 def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
     """One row per arm and comparison it is the candidate of (against the reference,
     then the spec's pairs), as table.csv has one per cell and pair; an arm compared
@@ -249,7 +277,8 @@ def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
     base = {k: v for k, v in cell.items() if k in COLUMNS} | {"_condition": cell["_condition"]}
     out = []
     for arm in cell["arms"]:
-        row = dict.fromkeys(COLUMNS) | base | (cell["summary"].get(arm) or {}) | {"arm": arm}
+        summary = cell["summary"].get(arm) or {}
+        row = dict.fromkeys(COLUMNS) | base | summary | flat(summary) | {"arm": arm}
         settings = cell["_settings"].get(arm) or {}
         row.update(stack=settings.get("stack") or "", cc=settings.get("cc") or cell["_cc"])
         row.update(jain_mean=cell.get("jain_mean"), jain_sd=cell.get("jain_sd"))

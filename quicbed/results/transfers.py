@@ -18,6 +18,8 @@ from quicbed.analysis.stats import DEFAULT_ALPHA, compare
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.results.cpu import CpuUse
+from quicbed.results.cpu import summary as cpu_summary
+from quicbed.results.netcounters import RoleCounters
 from quicbed.results.store import Store
 
 #: the steady part of a compete run starts this long after the last flow started,
@@ -64,6 +66,19 @@ class FlowResult(BaseModel):
     #: CPU per role over the flow (bulk; a compete run keeps its arms' in CompeteRun.cpu);
     #: None in records made before quicbed measured it
     cpu: CpuUse | None = None
+    #: each role's UDP errors and interface drops over the flow (bulk; a compete run
+    #: keeps them for all its flows in CompeteRun.counters)
+    counters: dict[str, RoleCounters] = Field(default_factory=dict)
+
+    def ack_ratio(self) -> float | None:
+        """A QUIC flow's packets its client sent per packet it received: the client's own
+        counters (quicbed-bulk), else the server's (received per sent); None for TCP."""
+        qc = self.quic_client or {}
+        sent, got = qc.get("packets_sent"), qc.get("packets_received")
+        if not (sent and got):
+            stats = self.server.get("stats") or {}
+            sent, got = stats.get("recv"), stats.get("sent")
+        return sent / got if sent and got else None
 
     def timeline(self, offset: bool = True) -> list[tuple[float, float]]:
         """(t_s, bit/s over the interval ending at t_s); t on the run's clock if ``offset``."""
@@ -94,6 +109,16 @@ class ArmBulk(BaseModel):
     retransmissions_mean: float | None
     #: the mean goodput against the link's ideal (:func:`ideal_goodput_bps`)
     of_ideal: float | None
+    #: QUIC: packets the client sent per packet it received (FlowResult.ack_ratio), mean
+    ack_ratio_mean: float | None = None
+    #: per role: mean CPU ms per flow, and all flows' CPU ms per MB they carried
+    cpu_ms: dict[str, float | None] = Field(default_factory=dict)
+    cpu_ms_per_mb: dict[str, float | None] = Field(default_factory=dict)
+    #: per role, over the flows: UDP datagrams dropped for a full receive buffer, UDP
+    #: receive errors (those included), frames the role's interfaces dropped
+    udp_rcvbuf_errors: dict[str, int] = Field(default_factory=dict)
+    udp_in_errors: dict[str, int] = Field(default_factory=dict)
+    drops: dict[str, int] = Field(default_factory=dict)
 
 
 class BulkResult(BaseModel):
@@ -150,6 +175,8 @@ class CompeteRun(BaseModel):
     queue_note: str = ""
     #: CPU per role over the repetition, per arm (all its flows' clients, its server)
     cpu: dict[str, CpuUse] = Field(default_factory=dict)
+    #: each role's UDP errors and interface drops over the repetition
+    counters: dict[str, RoleCounters] = Field(default_factory=dict)
 
 
 class ArmCompete(BaseModel):
@@ -163,6 +190,8 @@ class ArmCompete(BaseModel):
     share_sd: float | None
     per_flow_mbit_mean: float | None
     per_flow_mbit_sd: float | None
+    #: QUIC: packets the client sent per packet it received, mean over the arm's flows
+    ack_ratio_mean: float | None = None
 
 
 class CompeteResult(BaseModel):
@@ -244,6 +273,20 @@ def _sd(v: list[float]) -> float | None:
     return statistics.stdev(v) if len(v) > 1 else None
 
 
+def counter_totals(items: list[dict[str, RoleCounters]]) -> dict[str, dict[str, int]]:
+    """Per role, the flows' UDP receive-buffer errors, UDP receive errors and drops."""
+    out: dict[str, dict[str, int]] = {"udp_rcvbuf_errors": {}, "udp_in_errors": {}, "drops": {}}
+    for counters in items:
+        for role, c in counters.items():
+            for key, v in (
+                ("udp_rcvbuf_errors", c.udp_rcvbuf_errors),
+                ("udp_in_errors", c.udp_in_errors),
+                ("drops", c.drops),
+            ):
+                out[key][role] = out[key].get(role, 0) + v
+    return out
+
+
 def bulk_summary(
     r: BulkResult,
     alpha: float = DEFAULT_ALPHA,
@@ -255,12 +298,19 @@ def bulk_summary(
     Compared: each arm against the TCP reference, and the spec's ``statistics.pairs``
     among the cell's arms (``quicbed.spec.arms.pairs``, as for page cells)."""
     summary: dict[str, ArmBulk] = {}
+    cpu_items = r.cpu_items()
     for a in r.arms:
         ok = [x.flow for x in r.runs if x.arm == a["name"] and x.flow.ok]
         gp = [f.goodput_bps / 1e6 for f in ok if f.goodput_bps]
         rt = [float(f.retransmissions) for f in ok if f.retransmissions is not None]
+        acks = [v for f in ok if (v := f.ack_ratio()) is not None]
+        cpu = cpu_summary(cpu_items[a["name"]]) if cpu_items[a["name"]] else {}
         summary[a["name"]] = ArmBulk(
             arm=a["name"],
+            ack_ratio_mean=_mean(acks),
+            cpu_ms={k: v.get("total_ms") for k, v in cpu.items()},
+            cpu_ms_per_mb={k: v.get("ms_per_mb") for k, v in cpu.items()},
+            **counter_totals([f.counters for f in ok]),
             n=len(ok),
             goodput_mbit_mean=_mean(gp),
             goodput_mbit_sd=_sd(gp),
@@ -362,9 +412,15 @@ def compete_summary(
                 per_flow[a].append(statistics.fmean(mine) / 1e6)
                 shares[a].append(run.arm_shares.get(a, 0.0))
     total = sum(counts.values())
+    acks: dict[str, list[float]] = {a: [] for a in counts}
+    for run in r.runs:
+        for f in run.flows:
+            if f.ok and f.arm in acks and (v := f.ack_ratio()) is not None:
+                acks[f.arm].append(v)
     summary = {
         a: ArmCompete(
             arm=a,
+            ack_ratio_mean=_mean(acks[a]),
             n_flows=n,
             n=len(shares[a]),
             fair_share=n / total,

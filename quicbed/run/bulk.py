@@ -58,6 +58,7 @@ from quicbed.results.transfers import (
     ideal_goodput_bps,
 )
 from quicbed.run.cpu import CpuMeter, joining
+from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
 from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
 from quicbed.spec.cellconfig import CellConfig
@@ -339,17 +340,18 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
     tb, cond, link = rig.tb, cfg.condition, proven.link
     runs: list[BulkRun] = []
     schedule = cfg.schedule()
-    meter = CpuMeter(tb, cfg.arms)
+    meter, net = CpuMeter(tb, cfg.arms), NetMeter(tb)
     for seq, (arm, rep) in enumerate(schedule):
         say(f"{arm} #{rep}", seq + 1, len(schedule))
         offsets = rig.log_sizes()
         before = link.shaper.counters(tb)
         rig.servers[arm].mark()
-        cpu_mark = meter.begin()
+        net_mark, cpu_mark = net.read(), meter.begin()
         p, log = rig.spawn(arm, f"{arm}-{rep}", t.duration_s, None)
         limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
         rig.wait_done([log], [p], timeout=limit)
         cpu = meter.end(cpu_mark)[arm]
+        counters = net.since(net_mark)
         tcp = rig.server_tcp()
         evidence = rig.evidence(arm)  # while the client lingers: its connection is open
         after = link.shaper.counters(tb)
@@ -361,7 +363,7 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
         f = _verified(
             rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc), evidence
         )
-        f.cpu = cpu
+        f.cpu, f.counters = cpu, counters
         runs.append(
             BulkRun(
                 arm=arm, rep=rep, seq=seq, flow=f, bottleneck=_bottleneck(before, after) or None
@@ -430,7 +432,7 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
     tb = rig.tb
     plan = [(arm, f"{arm}-{i}") for arm, n in t.flows for i in range(n)]
     runs: list[CompeteRun] = []
-    meter = CpuMeter(tb, cfg.arms)
+    meter, net = CpuMeter(tb, cfg.arms), NetMeter(tb)
     for rep in range(cfg.runs):
         say(f"{len(plan)} flows", rep + 1, cfg.runs)
         offsets = rig.log_sizes()
@@ -442,7 +444,7 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
         procs, logs = [], []
         for srv in rig.servers.values():
             srv.mark()
-        cpu_mark = meter.begin()
+        net_mark, cpu_mark = net.read(), meter.begin()
         try:
             for i, (arm, flow) in enumerate(plan):
                 p, log = rig.spawn(
@@ -453,6 +455,7 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
             total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
             rig.wait_done(logs, procs, timeout=total)
             cpu = meter.end(cpu_mark)
+            counters = net.since(net_mark)
             tcp = rig.server_tcp()
             evidence = {a: rig.evidence(a) for a, _ in t.flows}
         finally:
@@ -471,7 +474,7 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
             f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
             flows.append(_verified(f.model_copy(update={"flow": flow}), evidence[arm]))
         run = compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem)
-        runs.append(run.model_copy(update={"cpu": cpu}))
+        runs.append(run.model_copy(update={"cpu": cpu, "counters": counters}))
     return CompeteResult(
         created=now(),
         condition=cfg.condition.model_dump(mode="json"),

@@ -30,6 +30,7 @@ from quicbed.results.folder import FailureReason, compare_cell
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
 from quicbed.run.cpu import CpuMeter, joining
+from quicbed.run.netcounters import NetMeter
 from quicbed.servers.base import ServeSpec, WebServer, browser_of
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.testbed.base import RPath, Testbed
@@ -382,7 +383,7 @@ class _Job:
             for b in browsers.values():
                 b.ready()
             urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
-            meter = CpuMeter(tb, cfg.arms)
+            meter, net = CpuMeter(tb, cfg.arms), NetMeter(tb)
             schedule = list(enumerate(cfg.schedule()))
             if done and cfg.warmup:
                 # A resumed attempt has fresh browsers: warm them up again (stored as
@@ -398,11 +399,12 @@ class _Job:
                 srv = servers[arm]
                 srv.mark()
                 lt = tracing.begin(arm, rep) if tracing else None
-                cpu_mark = meter.begin()
+                net_mark, cpu_mark = net.read(), meter.begin()
                 result = browsers[arm].load(
                     urls[arm], fresh_context=cfg.mode == "1rtt", timeout_s=cfg.load_timeout_s
                 )
                 cpu = meter.end(cpu_mark)[arm]
+                counters = net.since(net_mark)
                 facts = _server_facts(srv, page["objects"])
                 facts.update(srv.observe())
                 if tracing and lt:
@@ -446,6 +448,7 @@ class _Job:
                             "main_ssl_ms": m.get("main_ssl_ms"),
                             "link": {"generation": gen, "receipt": proven.receipt.created},
                             "cpu": cpu.model_dump(mode="json"),
+                            "counters": {r: c.model_dump() for r, c in counters.items()},
                             **({"traces": tracing.detail(lt)} if tracing and lt else {}),
                         },
                     ),

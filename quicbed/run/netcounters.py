@@ -1,0 +1,45 @@
+"""Reading each role's network counters around a load or flow (quicbed.results.netcounters).
+
+One command per role, in the role's network namespace (the counters are per
+namespace), before and after: ``cat /proc/net/snmp /proc/net/dev``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quicbed.results.netcounters import RoleCounters, difference, parse
+from quicbed.testbed.base import Testbed
+
+ROLES = ("server", "client", "bridge")
+_SPLIT = "--quicbed-dev--"
+
+
+class NetMeter:
+    """Counters of every role: a reading, and what they grew by since one."""
+
+    def __init__(self, tb: Testbed) -> None:
+        self.tb = tb
+
+    def read(self) -> dict[str, dict[str, Any] | str]:
+        """Per role, its counters now, or why they could not be read."""
+        out: dict[str, dict[str, Any] | str] = {}
+        for role in ROLES:
+            script = f"cat /proc/net/snmp && echo {_SPLIT} && cat /proc/net/dev"
+            cp = self.tb.exec(role, ["sh", "-c", script], check=False)
+            snmp, sep, dev = cp.stdout.partition(_SPLIT)
+            if cp.returncode != 0 or not sep:
+                out[role] = (cp.stderr or "no output").strip().splitlines()[-1:][0]
+                continue
+            out[role] = parse(snmp, dev)
+        return out
+
+    def since(self, before: dict[str, dict[str, Any] | str]) -> dict[str, RoleCounters]:
+        """Per role whose counters were read both times, what they grew by."""
+        after = self.read()
+        out = {}
+        for role in ROLES:
+            a, b = before.get(role), after.get(role)
+            if isinstance(a, dict) and isinstance(b, dict):
+                out[role] = difference(a, b)
+        return out
