@@ -395,6 +395,8 @@ def cases() -> list[Case]:
         "shaper none",
         "delay down 5 ms",
     )
+    add("cell-placement-role", [*CELL, "--placement", "browser=1"], "--placement", "'browser=1'")
+    add("cell-placement-cpus", [*CELL, "--placement", "server=97"], "server=97", "host has CPUs")
     add("check-count", [*CHECK, "--count", "bits"], "count", "'bits'")
     add("check-shaper-foo", [*CHECK, "--shaper", "foo"], "shaper", "'foo'")
     add("check-shaper-dummynet", [*CHECK, "--shaper", "dummynet"], "shaper 'dummynet'")
@@ -806,6 +808,7 @@ def test_the_table_is_big_and_distinct() -> None:
 #: refused for that instead): marked root, so `make check` leaves them to `make test`
 ROOT_FIRST = {
     "cell-gquiche-local",
+    "cell-placement-cpus",
     "cell-shaper-dummynet",
     "check-shaper-foo",
     "check-shaper-dummynet",

@@ -328,3 +328,74 @@ def test_every_page_load_stores_cpu_per_role(prefix: str, tmp_path: Path) -> Non
         assert set(run.detail["counters"]) == {"server", "client", "bridge"}
     assert prov is not None and prov["cpu_accounting"]["server"].startswith("cgroup1 ")
     assert _no_groups_of(prefix) == []
+
+
+# --- placement -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("server=1,server=0", "role server given twice"),
+        ("browser=1", "'browser=1' is not role=CPUs"),
+        ("server", "'server' is not role=CPUs"),
+        ("server=1-0", "'1-0' is not a CPU list"),
+        ("server=x", "'x' is not a CPU list"),
+    ],
+)
+def test_a_bad_placement_is_refused_by_name(text: str, error: str) -> None:
+    from quicbed.testbed.cpu import parse_placement
+
+    with pytest.raises(QuicbedError, match=error):
+        parse_placement(text)
+    assert parse_placement("bridge=0,server=1,client=1-1") == {
+        "bridge": "0",
+        "server": "1",
+        "client": "1-1",
+    }
+    assert parse_placement("split") == "split"
+
+
+def _allowed(pid: int) -> str:
+    """The CPUs ``pid`` may run on, once it has exec'd its program (the join is first)."""
+    deadline = time.monotonic() + 5
+    while not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep"):
+        assert time.monotonic() < deadline, "the process never exec'd"
+        time.sleep(0.01)
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return next(x.split()[1] for x in status if x.startswith("Cpus_allowed_list"))
+
+
+@pytest.mark.root
+def test_split_pins_the_emulator_apart_from_the_endpoints(testbed: LocalTestbed) -> None:
+    """``split`` on this 2-CPU host: the emulator's group on CPU 0, the server's and
+    client's on 1, from the process's start (it joins the cpuset before it execs);
+    placement none moves the running processes back to every CPU; the cpuset groups
+    go with the testbed."""
+    tb = testbed
+    if len(cgroups.cpu_list(cgroups.detect_cpuset()["cpus"])) != 2:
+        pytest.skip("written for this 2-CPU machine")
+    tb.cpu.place("split")
+    assert tb.cpu.placement() == {"bridge": "0", "server": "1", "client": "1"}
+    assert tb.cpu.describe()["bridge"].endswith("pinned to CPUs 0")
+    procs = {}
+    for role, group in (("server", "server-x"), ("bridge", "emulator")):
+        with tb.cpu.joining(role, group):
+            procs[role] = tb.spawn(role, ["sleep", "30"])
+    assert _allowed(procs["server"].pid) == "1" and _allowed(procs["bridge"].pid) == "0"
+    tb.cpu.place("none")
+    assert _allowed(procs["server"].pid) == "0-1" and tb.cpu.placement() == {}
+    for p in procs.values():
+        p.stop()
+    removed = " ".join(tb.down())
+    assert f"cpuset/{cgroups.TOP}/{tb.cpu.folder} (emulator, server-x)" in removed
+
+
+@pytest.mark.root
+def test_cpus_a_host_lacks_are_refused_by_name(testbed: LocalTestbed) -> None:
+    tb = testbed
+    have = cgroups.detect_cpuset()["cpus"]
+    beyond = max(cgroups.cpu_list(have)) + 1
+    with pytest.raises(QuicbedError) as e:
+        tb.cpu.place(f"server={beyond}")  # the text is fine; the host decides
+    assert (
+        str(e.value) == f"--placement server={beyond}: {tb.name('server')}'s host has CPUs {have}"
+    )

@@ -29,6 +29,7 @@ from quicbed.cli import reproduce as reproduce_cli
 from quicbed.cli.options import (
     CC,
     CELL_LINK,
+    LIFECYCLE,
     MAX_HOURS,
     SHAPER,
     CellOptions,
@@ -76,7 +77,7 @@ app.add_typer(link_app, name="link")
 
 # --- testbed --------------------------------------------------------------------------
 @testbed_app.command("up")
-@options("tb", TestbedOptions)
+@options("tb", TestbedOptions, only=LIFECYCLE)
 def testbed_up(
     *,
     sshd: Annotated[
@@ -113,7 +114,7 @@ def testbed_up(
 
 
 @testbed_app.command("down")
-@options("tb", TestbedOptions)
+@options("tb", TestbedOptions, only=LIFECYCLE)
 def testbed_down(tb: TestbedOptions) -> None:
     """Remove everything quicbed made on the testbed, also after a crash (idempotent).
 
@@ -133,7 +134,7 @@ def testbed_down(tb: TestbedOptions) -> None:
 
 
 @testbed_app.command("status")
-@options("tb", TestbedOptions)
+@options("tb", TestbedOptions, only=LIFECYCLE)
 def testbed_status(
     *,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

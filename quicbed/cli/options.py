@@ -89,6 +89,16 @@ HostsOpt = Annotated[
 ]
 SshUserOpt = Annotated[str | None, typer.Option("--ssh-user", help="ssh testbed: login name.")]
 SshKeyOpt = Annotated[str | None, typer.Option("--ssh-key", help="ssh testbed: private key.")]
+PlacementOpt = Annotated[
+    str,
+    typer.Option(
+        "--placement",
+        help="Pin roles to CPUs: none, split (the link emulator on the first CPU, server "
+        "and client on the others), or role=CPUs,... (bridge=0,server=1,client=1).",
+    ),
+]
+#: the testbed options of commands that measure nothing (no placement)
+LIFECYCLE = ("prefix", "kind", "hosts", "ssh_user", "ssh_key")
 
 
 def need_root(what: str) -> None:
@@ -107,6 +117,7 @@ class TestbedOptions:
     hosts: HostsOpt = None
     ssh_user: SshUserOpt = None
     ssh_key: SshKeyOpt = None
+    placement: PlacementOpt = "none"
 
     def one_host(self) -> str | None:
         return self.hosts
@@ -119,8 +130,19 @@ class TestbedOptions:
         """The testbed the options name (``kind`` and ``hosts`` override them, as a
         sweep's spec and each of its --hosts do); every inconsistency is an error
         naming the option."""
-        kind = kind or self.kind
-        hosts = hosts or self.one_host()
+        from quicbed.testbed.cpu import parse_placement
+
+        parse_placement(self.placement)  # refused by name before any host is asked
+        tb = self._open(what, kind or self.kind, hosts or self.one_host())
+        if self.placement != "none":
+            try:
+                tb.cpu.place(self.placement)  # CPUs the hosts lack: refused by name
+            except BaseException:
+                tb.close()
+                raise
+        return tb
+
+    def _open(self, what: str, kind: str, hosts: str | None) -> Testbed:
         if kind == "local":
             if hosts or self.ssh_user or self.ssh_key:
                 raise QuicbedError("--hosts, --ssh-user and --ssh-key go with --testbed ssh")

@@ -178,14 +178,16 @@ def setup_identity(
     module versions), quicbed's commit and whether its checkout was dirty, each
     machine's kernel, OS and hardware (MACHINE_FIELDS; on an ssh testbed each node's),
     their sysctls but those a cell sets itself (TUNED_PER_CELL), the testbed's kind and
-    its nodes' hardware type and image, the trace level and instruments (capture runs
-    beside the loads), and from the receipt, where given, the NIC offloads and the
-    shaper. Dropped: when and by which command an attempt ran, process IDs, start
-    times, addresses, user names and paths of every kind, the arms' servers' start
-    records (``components``: their settings are the cell's, their builds are in the
-    software), the controller's Python packages (they draw and count, they load
-    nothing), and where the checkout moved to since (``git.now``). The rule keeps what
-    it names: a key a later quicbed adds to a record counts once it is named here."""
+    its nodes' hardware type and image, the roles' CPU placement where pinned, the trace
+    level and instruments (capture runs beside the loads), and from the receipt, where
+    given, the NIC offloads and the shaper. Dropped: when and by which command an
+    attempt ran, process IDs, start times, addresses, user names and paths of every
+    kind, the arms' servers' start records (``components``: their settings are the
+    cell's, their builds are in the software), the controller's Python packages (they
+    draw and count, they load nothing), the CPU accounting used (``cpu_accounting``:
+    it reads, it changes nothing), and where the checkout moved to since (``git.now``).
+    The rule keeps what it names: a key a later quicbed adds to a record counts once it
+    is named here."""
     p = prov or {}
     out: dict[str, Any] = {}
     if "software" in p:
@@ -214,6 +216,8 @@ def setup_identity(
             }
             for role, n in sorted((p["nodes"] or {}).items())
         }
+    if p.get("cpu_placement"):  # roles pinned to CPUs (--placement); absent: not pinned
+        out["cpu_placement"] = p["cpu_placement"]
     traces = p.get("traces") or {}
     if traces:
         out["traces"] = {k: traces[k] for k in ("level", "instruments") if k in traces}
@@ -351,6 +355,9 @@ def collect(tb: Testbed | None = None) -> dict[str, Any]:
     if tb is not None:
         out["testbed"] = tb.describe()
         out["cpu_accounting"] = tb.cpu.describe()  # per role: the cgroup kind, or why none
+        placed = tb.cpu.placement()
+        if placed:  # only where pinned: an attempt that pins nothing has the identity it had
+            out["cpu_placement"] = placed
         if tb.kind != "local":  # the controller is not where the measurement ran
             out["nodes"] = {}
             for role in ("server", "client", "bridge"):

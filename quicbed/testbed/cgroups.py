@@ -106,6 +106,67 @@ def detect(prefer: str | None = None, mounts_text: str | None = None) -> dict[st
     }
 
 
+def detect_cpuset(mounts_text: str | None = None) -> dict[str, Any]:
+    """Where this host can pin a group to CPUs (role placement), and its CPUs: a cgroup
+    v1 ``cpuset`` hierarchy, or a cgroup v2 one that offers the ``cpuset`` controller;
+    else why not."""
+    for point, fstype, opts in mounts(mounts_text):
+        p = Path(point)
+        if fstype == "cgroup" and "cpuset" in opts:
+            return {"kind": "cgroup1", "mount": point, "cpus": _read(p / "cpuset.cpus")}
+        if fstype == "cgroup2" and "cpuset" in _read(p / "cgroup.controllers").split():
+            return {"kind": "cgroup2", "mount": point, "cpus": _read(p / "cpuset.cpus.effective")}
+    return {"kind": None, "why": "no cgroup hierarchy with the cpuset controller is mounted"}
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def cpu_list(text: str) -> set[int]:
+    """``0-2,5`` -> {0, 1, 2, 5} (the kernel's CPU list format); ValueError if not one."""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise ValueError(f"{text!r} is not a CPU list (e.g. 0, 1-3, 0,2)")
+        out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def place(testbed: str, group: str, cpus: str, mounts_text: str | None = None) -> dict[str, Any]:
+    """Pin ``group`` of ``testbed`` to ``cpus`` (``all``: every CPU of the host), made
+    as needed: v1 gives each new level its parent's CPUs and memory nodes (it copies
+    nothing by itself), v2 needs the controller enabled on every ancestor. Returns the
+    group's ``cgroup.procs``, or the error naming the value."""
+    cs = detect_cpuset(mounts_text)
+    if cs["kind"] is None:
+        return {"error": cs["why"]}
+    have = cpu_list(cs["cpus"])
+    want = have if cpus == "all" else cpu_list(cpus)
+    if not want <= have:
+        return {"error": f"CPUs {cpus} are not all among this host's {cs['cpus']}"}
+    mount = Path(cs["mount"])
+    chain = [mount / TOP, mount / TOP / testbed, mount / TOP / testbed / group]
+    parent = mount
+    for d in chain:
+        if cs["kind"] == "cgroup2":
+            ctl = parent / "cgroup.subtree_control"
+            if "cpuset" not in _read(ctl).split():
+                ctl.write_text("+cpuset")
+        d.mkdir(exist_ok=True)
+        if cs["kind"] == "cgroup1":
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if not _read(d / name):
+                    (d / name).write_text(_read(parent / name))
+        parent = d
+    (chain[-1] / "cpuset.cpus").write_text(cs["cpus"] if cpus == "all" else cpus)
+    return {"procs": str(chain[-1] / "cgroup.procs"), "cpus": _read(chain[-1] / "cpuset.cpus")}
+
+
 def group_dir(mount: str, testbed: str, group: str) -> str:
     """Where ``group`` of ``testbed`` lives under the hierarchy mounted at ``mount``."""
     return f"{mount}/{TOP}/{testbed}/{group}"
@@ -204,14 +265,24 @@ def remove(testbed: str, mounts_text: str | None = None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m quicbed.testbed.cgroups")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("detect", help="print this host's accounting kind as JSON")
+    d = sub.add_parser("detect", help="print this host's accounting and cpuset as JSON")
     d.add_argument("--prefer", choices=MECHANISMS)
     r = sub.add_parser("remove", help="remove a testbed's groups and what runs in them")
     r.add_argument("testbed")
+    p = sub.add_parser("place", help="pin a testbed's group to CPUs (made as needed)")
+    p.add_argument("testbed")
+    p.add_argument("group")
+    p.add_argument("cpus", help="a CPU list (0, 1-3, 0,2) or all")
     args = ap.parse_args(argv)
     try:
-        out: Any = detect(args.prefer) if args.cmd == "detect" else remove(args.testbed)
-    except OSError as exc:
+        out: Any
+        if args.cmd == "detect":
+            out = detect(args.prefer) | {"cpuset": detect_cpuset()}
+        elif args.cmd == "place":
+            out = place(args.testbed, args.group, args.cpus)
+        else:
+            out = remove(args.testbed)
+    except (OSError, ValueError) as exc:
         print(json.dumps({"error": str(exc)}))
         return 1
     print(json.dumps(out))

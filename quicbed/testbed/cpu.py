@@ -77,6 +77,37 @@ class Reading:
     system_ns: int
 
 
+#: the placements by name: ``none`` pins nothing; ``split`` puts the link emulator on
+#: the bridge host's first CPU and the server and client on the others (on one host,
+#: as here: the emulator never competes with the endpoints for a core)
+PLACEMENTS = ("none", "split")
+
+
+def parse_placement(text: str) -> dict[str, str] | str:
+    """``none``, ``split``, or ``role=cpus,...`` (cpus: one CPU or a range, e.g.
+    ``bridge=0,server=1,client=1``) -> the explicit map, or the name to resolve on
+    the hosts; a bad one is an error naming it."""
+    if text in PLACEMENTS:
+        return text
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        role, eq, cpus = item.partition("=")
+        role = role.strip()
+        if not eq or role not in ROLES:
+            raise QuicbedError(
+                f"--placement: {item!r} is not role=CPUs (roles {', '.join(ROLES)}; or "
+                f"{' or '.join(PLACEMENTS)})"
+            )
+        if role in out:
+            raise QuicbedError(f"--placement: role {role} given twice")
+        try:
+            cgroups.cpu_list(cpus.strip())
+        except ValueError as exc:
+            raise QuicbedError(f"--placement: {role}: {exc}") from None
+        out[role] = cpus.strip()
+    return out
+
+
 def group_name(role: str, arm: str | None = None) -> str:
     """``server-h3``, ``client-h3``, ``bridge``: one group per role and arm."""
     return role if arm is None else f"{role}-{_SAFE.sub('_', arm)}"
@@ -95,6 +126,11 @@ class CpuGroups:
         self._active: dict[str, str] = {}
         self._hosts: dict[str, str] | None = None
         self._name: str | None = None
+        #: per role, where its host can pin groups to CPUs (quicbed.testbed.cgroups'
+        #: detect_cpuset), and the CPUs each role's groups are pinned to
+        self._cpuset: dict[str, dict[str, str]] = {}
+        self._placement: dict[str, str] | str = "none"
+        self._placed: dict[tuple[str, str], str] = {}
 
     @property
     def folder(self) -> str:
@@ -122,6 +158,7 @@ class CpuGroups:
                 got = {"why": f"its accounting could not be asked ({' '.join(tail)})"}
             mech = got.get("mechanism")
             self._found[role] = Mechanism(mech, got["mount"]) if mech else str(got.get("why"))
+            self._cpuset[role] = got.get("cpuset") or {"kind": None, "why": "not asked"}
         return self._found[role]
 
     def mechanism(self, role: str) -> Mechanism | None:
@@ -130,18 +167,99 @@ class CpuGroups:
 
     def check(self, roles: Sequence[str] = ENDPOINTS) -> None:
         """Refuse, naming the host and what it lacks, a testbed whose endpoints cannot
-        account CPU per role: before anything starts."""
+        account CPU per role, or whose hosts cannot pin its placement: before anything
+        starts."""
         for role in roles:
             m = self.found(role)
             if not isinstance(m, Mechanism):
                 raise QuicbedError(f"CPU per role: {self.host.name(role)} cannot account it: {m}")
+        self.placement()
+
+    # --- placement ----------------------------------------------------------------------
+    def place(self, placement: str) -> None:
+        """Pin each role's groups to CPUs (``--placement``: quicbed.testbed.cpu's
+        parse_placement); groups already made are moved at once (their processes with
+        them), roles no longer named go back to every CPU."""
+        self._placement = parse_placement(placement)
+        wanted = self.placement()
+        for role, group in list(self._placed):
+            if role not in wanted:
+                self._pin(role, group, "all")
+                del self._placed[(role, group)]
+        for role, group in sorted(self._made):
+            if role in wanted:
+                self._pin(role, group, wanted[role])
+
+    def placement(self) -> dict[str, str]:
+        """Per role, the CPUs its groups are pinned to (none: not pinned), resolved on
+        the hosts: a name (``split``) by their CPUs; CPUs a host lacks, or a host that
+        cannot pin, refused naming both."""
+        p = self._placement
+        if p == "none":
+            return {}
+        for role in ROLES:
+            self.found(role)
+        if p == "split":
+            p = self._split()
+        assert isinstance(p, dict)
+        for role, want in p.items():
+            cs = self._cpuset.get(role) or {}
+            where = self.host.name(role)
+            if cs.get("kind") is None:
+                raise QuicbedError(
+                    f"--placement {role}={want}: {where} cannot pin groups: {cs.get('why')}"
+                )
+            if not cgroups.cpu_list(want) <= cgroups.cpu_list(cs["cpus"]):
+                raise QuicbedError(
+                    f"--placement {role}={want}: {where}'s host has CPUs {cs['cpus']}"
+                )
+        return dict(p)
+
+    def _split(self) -> dict[str, str]:
+        """``split``: where the bridge shares its host with the endpoints, the emulator
+        on the first CPU and server and client on the others; where it has a host of
+        its own (a testbed's bridge node) nothing needs pinning."""
+        hosts = self.hosts()
+        if hosts["bridge"] != hosts["server"]:
+            return {}
+        cs = self._cpuset.get("bridge") or {}
+        if cs.get("kind") is None:
+            raise QuicbedError(
+                f"--placement split: {self.host.name('bridge')} cannot pin groups: {cs.get('why')}"
+            )
+        cpus = sorted(cgroups.cpu_list(cs["cpus"]))
+        if len(cpus) < 2:
+            raise QuicbedError(
+                f"--placement split: {self.host.name('bridge')}'s host has one CPU "
+                f"({cs['cpus']}): nothing to split"
+            )
+        rest = ",".join(str(c) for c in cpus[1:])
+        return {"bridge": str(cpus[0]), "server": rest, "client": rest}
+
+    def _pin(self, role: str, group: str, cpus: str) -> str:
+        argv = [*self.host.python(role), "-m", "quicbed.testbed.cgroups", "place"]
+        cp = self.host.on_host(role, [*argv, self.folder, group, cpus])
+        try:
+            got = json.loads(cp.stdout)
+        except json.JSONDecodeError:
+            got = {"error": (cp.stderr or cp.stdout).strip() or f"exit {cp.returncode}"}
+        if "error" in got:
+            raise QuicbedError(
+                f"placement: cannot pin {group} to CPUs {cpus} on {self.host.name(role)}: "
+                f"{got['error']}"
+            )
+        return str(got["procs"])
 
     def describe(self) -> dict[str, str]:
-        """Per role, the accounting used (``cgroup1 /sys/fs/cgroup/cpuacct``) or why none."""
+        """Per role, the accounting used (``cgroup1 /sys/fs/cgroup/cpuacct``) or why none,
+        and the CPUs its groups are pinned to, if they are."""
         out = {}
+        placed = self.placement()
         for role in ROLES:
             m = self.found(role)
             out[role] = f"{m.kind} {m.mount}" if isinstance(m, Mechanism) else f"none: {m}"
+            if role in placed:
+                out[role] += f", pinned to CPUs {placed[role]}"
         return out
 
     # --- joining -------------------------------------------------------------------------
@@ -164,6 +282,9 @@ class CpuGroups:
                 f"CPU per role: cannot make the group {d} on {self.host.name(role)}: "
                 f"{cp.stderr.strip() or 'no output'}"
             )
+        cpus = self.placement().get(role)
+        if cpus is not None:
+            self._placed[(role, group)] = self._pin(role, group, cpus)
         self._made.add((role, group))
 
     @contextmanager
@@ -191,9 +312,11 @@ class CpuGroups:
         mech = self.mechanism(role) if group else None
         if group is None or mech is None:
             return list(argv)
-        procs = cgroups.procs_file(mech.mount, self.folder, group)
-        script = f'echo $$ >{shlex.quote(procs)} && exec "$@"'
-        return ["sh", "-c", script, "quicbed-cgroup", *argv]
+        procs = [cgroups.procs_file(mech.mount, self.folder, group)]
+        if (role, group) in self._placed and self._placed[(role, group)] not in procs:
+            procs.append(self._placed[(role, group)])  # v1: the cpuset hierarchy's own
+        joins = " && ".join(f"echo $$ >{shlex.quote(p)}" for p in procs)
+        return ["sh", "-c", f'{joins} && exec "$@"', "quicbed-cgroup", *argv]
 
     # --- reading -------------------------------------------------------------------------
     def read(self, groups: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Reading | str]:
@@ -277,4 +400,5 @@ class CpuGroups:
                 removed.append(f"cgroups on {self.host.name(role)} NOT removed: {got.get('error')}")
         self._made.clear()
         self._active.clear()
+        self._placed.clear()
         return removed
