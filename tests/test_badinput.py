@@ -397,6 +397,8 @@ def cases() -> list[Case]:
     )
     add("cell-placement-role", [*CELL, "--placement", "browser=1"], "--placement", "'browser=1'")
     add("cell-placement-cpus", [*CELL, "--placement", "server=97"], "server=97", "host has CPUs")
+    add("cell-profile", [*CELL, "--profile", "gpu"], "profile", "'gpu'")
+    add("bulk-profile", ["bulk", "--out", "o", "--profile", "gpu", *PREFIX], "profile", "'gpu'")
     add("check-count", [*CHECK, "--count", "bits"], "count", "'bits'")
     add("check-shaper-foo", [*CHECK, "--shaper", "foo"], "shaper", "'foo'")
     add("check-shaper-dummynet", [*CHECK, "--shaper", "dummynet"], "shaper 'dummynet'")
@@ -460,6 +462,7 @@ def cases() -> list[Case]:
         "unknown-key": (spec(SPEC + "    colour: red\n"), ("colour",)),
         "unknown-page": (spec(SPEC.replace("[5kb]", "[7kb]")), ("unknown page '7kb'",)),
         "shaper": (spec(SPEC + "shaper: foo\n"), ("shaper", "'foo'")),
+        "profile": (spec(SPEC + "profile: gpu\n"), ("profile", "'gpu'")),
         "shaper-none-with-a-rate": (
             spec(SPEC + "shaper: none\n"),
             ("scenarios.base", "shaper none", "rate 10 Mbit/s, rtt 36 ms"),

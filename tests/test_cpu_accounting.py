@@ -277,7 +277,7 @@ def test_every_flow_stores_cpu_per_role(prefix: str, tmp_path: Path) -> None:
         assert counters["bridge"].ifaces == ["cli", "srv"]
         ack = run.flow.ack_ratio()
         if run.arm == "h3":
-            assert ack is not None and 0.05 < ack < 1, ack  # quic-go acks every 2nd packet
+            assert ack is not None and 0.01 < ack < 1, ack
             assert counters["client"].udp_in_datagrams > 1000
         else:
             assert ack is None

@@ -44,6 +44,8 @@ LAYERS = [
     ("link", "link.tuning link.probes link.receipt link.session link.proof link.udpprobe"),
     # instruments over a cell's loads (tcpdump, qlog, TCP state)
     ("traces", "traces traces.*"),
+    # CPU profiles on request (perf, inferno, component shares)
+    ("profile", "profile profile.*"),
     # the stacks (each owns its arms' settings) and the browsers
     ("servers and browsers", "spec.tcpopts servers servers.* client client.*"),
     # what a sweep or cell asks for: arms, cells, specs
@@ -54,7 +56,7 @@ LAYERS = [
     ("run", "console run run.*"),
     # from the store: which cells, why a load was slow
     ("analysis", "analysis analysis.select analysis.explain"),
-    ("report", "report report.cellrow report.build report.cpu report.transfers"),
+    ("report", "report report.cellrow report.build report.cpu report.profile report.transfers"),
     # a replication package, checked and rerun
     ("package", "package package.*"),
     ("cli", "cli cli.* __main__"),

@@ -191,10 +191,20 @@ def test_cpu_per_role_is_read_on_each_node(tb: SshTestbed, tmp_path: Path) -> No
     groups on their own nodes (through the node-side module, with the node's Python);
     the nodes' groups outlive the cell as the hosts' work folders do, and go with
     ``down``."""
-    from quicbed.cli.bulk import run_bulk
     from quicbed.testbed import cgroups
 
     assert set(tb.cpu.describe().values()) == {"cgroup1 /sys/fs/cgroup/cpuacct"}
+    top = Path("/sys/fs/cgroup/cpuacct", cgroups.TOP, tb.cpu.folder)
+    try:
+        _cpu_over_ssh(tb, tmp_path, top)
+    finally:
+        tb.down()
+    assert not top.exists()
+
+
+def _cpu_over_ssh(tb: SshTestbed, tmp_path: Path, top: Path) -> None:
+    from quicbed.cli.bulk import run_bulk
+
     for _ in range(3):  # a receipt spoiled on a busy machine: measured again, as a sweep would
         try:
             r = run_bulk(
@@ -214,7 +224,6 @@ def test_cpu_per_role_is_read_on_each_node(tb: SshTestbed, tmp_path: Path) -> No
         cpu = run.flow.cpu
         assert cpu is not None and cpu.missing == {}, cpu
         assert all(t.total_ms > 0 for t in cpu.roles.values()), cpu
-    top = Path("/sys/fs/cgroup/cpuacct", cgroups.TOP, tb.cpu.folder)
     assert {p.name for p in top.iterdir() if p.is_dir()} == {
         "server-h2",
         "server-h3",

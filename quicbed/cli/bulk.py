@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from quicbed.cli.options import LinkOptions, TestbedOptions, options
+from quicbed.cli.options import LinkOptions, ProfileOpt, TestbedOptions, options
 from quicbed.errors import QuicbedError
 from quicbed.link.model import RECEIPT_TCP_SECONDS, LinkCondition
+from quicbed.profile import check_profile
 from quicbed.spec.cellconfig import CellConfig, make_cell
 from quicbed.testbed.base import Testbed
 
@@ -94,6 +95,7 @@ def run_bulk(
     receipt_tcp_seconds: float = RECEIPT_TCP_SECONDS,
     progress: Progress | None = None,
     force: bool = False,
+    profile: str = "none",
 ) -> BulkResult:
     """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
     a page cell: a new attempt, its receipt, the link checked around it), its record
@@ -115,7 +117,7 @@ def run_bulk(
         shaper=shaper,
         transfer={"size": size, "duration_s": duration_s},
     )
-    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
+    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile)
     assert isinstance(r, BulkResult)
     return r
 
@@ -135,6 +137,7 @@ def run_compete(
     receipt_tcp_seconds: float = RECEIPT_TCP_SECONDS,
     progress: Progress | None = None,
     force: bool = False,
+    profile: str = "none",
 ) -> CompeteResult:
     """One compete cell (``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)], ``reps``
     repetitions) measured into the results folder ``out``, its record read back."""
@@ -157,7 +160,7 @@ def run_compete(
             "stagger_s": stagger_s,
         },
     )
-    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force)
+    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile)
     assert isinstance(r, CompeteResult)
     return r
 
@@ -169,6 +172,7 @@ def _measure(
     receipt_tcp_seconds: float,
     progress: Progress | None,
     force: bool,
+    profile: str = "none",
 ) -> BulkResult | CompeteResult:
     from quicbed.results.store import Store
     from quicbed.results.transfers import stored_transfer
@@ -184,6 +188,7 @@ def _measure(
             force=force,
             receipt_tcp_seconds=receipt_tcp_seconds,
             progress=progress,
+            profile=profile,
         )
         if not res.link_failed:
             break
@@ -215,6 +220,7 @@ def bulk(
     shaper: ShaperOpt = "auto",
     tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
+    profile: ProfileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure one bulk cell: goodput per arm, --reps downloads each, one flow at a time, on
@@ -240,6 +246,7 @@ def bulk(
             receipt_tcp_seconds=tcp_seconds,
             progress=_progress,
             force=force,
+            profile=check_profile(profile or "none"),
         )
     except QuicbedError as e:
         raise _as_typed(e) from None
@@ -268,6 +275,7 @@ def compete(
     shaper: ShaperOpt = "auto",
     tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
+    profile: ProfileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure one compete cell: K flows of one arm against M of another on one bottleneck.
@@ -295,6 +303,7 @@ def compete(
             receipt_tcp_seconds=tcp_seconds,
             progress=_progress,
             force=force,
+            profile=check_profile(profile or "none"),
         )
     except QuicbedError as e:
         raise _as_typed(e) from None

@@ -36,6 +36,7 @@ from quicbed.cli.options import (
     KeepOpt,
     LinkOptions,
     MaxHoursOpt,
+    ProfileOpt,
     ShaperOpt,
     SweepTestbedOptions,
     TestbedOptions,
@@ -245,6 +246,7 @@ def cell_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     keep_testbed: KeepOpt = False,
     traces: TracesOpt = None,
+    profile: ProfileOpt = None,
     yes: YesOpt = False,
     max_hours: MaxHoursOpt = MAX_HOURS,
     force: Annotated[
@@ -314,6 +316,9 @@ def cell_cmd(
         from quicbed.traces import check_level
 
         check_level(traces)
+    from quicbed.profile import check_profile
+
+    check_profile(profile or "none")
     bed = tb.open("quicbed cell")
     refuse_early(bed, lambda: validate(cfg, bed))  # e.g. its shaper cannot run on bed
     with owned(bed, "quicbed cell", keep_testbed), progress(transient=True) as bar:
@@ -328,6 +333,7 @@ def cell_cmd(
             testbed=bed,
             force=force or packaged is not None,
             traces=traces or "light",
+            profile=profile or "none",
             receipt_tcp_seconds=receipt_tcp_seconds,
             progress=step,
         )
@@ -365,6 +371,7 @@ def run_cmd(
     tb: SweepTestbedOptions,
     keep_testbed: KeepOpt = False,
     traces: TracesOpt = None,
+    profile: ProfileOpt = None,
     shard: Annotated[
         str | None,
         typer.Option(
@@ -408,6 +415,7 @@ def run_cmd(
         keep_testbed=keep_testbed,
         traces=traces,
         shard=shard,
+        profile=profile,
     )
 
 
@@ -425,6 +433,7 @@ def run_spec(
     keep_testbed: bool,
     traces: str | None,
     shard: str | None,
+    profile: str | None = None,
 ) -> None:
     """Run a sweep spec into ``out_dir`` (``run``'s and ``reproduce``'s one way);
     ``again`` is the command that continues it after a stop."""
@@ -451,6 +460,10 @@ def run_spec(
         from quicbed.traces import check_level
 
         spec = spec.model_copy(update={"traces": check_level(traces)})
+    if profile is not None:  # overrides the spec's (not part of its digest either)
+        from quicbed.profile import check_profile
+
+        spec = spec.model_copy(update={"profile": check_profile(profile)})
     cells = plan(spec)
     if part is not None:
         cells = select(cells, part)

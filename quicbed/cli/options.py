@@ -404,6 +404,15 @@ TracesOpt = Annotated[
         help="Transport traces per load: none, light or full (default: light; run: the spec's).",
     ),
 ]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="CPU profiles: none, or cpu (perf cpu-clock on each arm's server and client "
+        "over the measured loads or flows: flame graphs and component shares; default: "
+        "none; run: the spec's).",
+    ),
+]
 KeepOpt = Annotated[
     bool,
     typer.Option("--keep-testbed", help="Leave the testbed up at the end (default: tear down)."),

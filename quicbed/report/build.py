@@ -28,6 +28,7 @@ from quicbed import __version__
 from quicbed.analysis.stats import DEFAULT_ALPHA, Comparison, adjust, compare
 from quicbed.errors import QuicbedError
 from quicbed.report import cpu as report_cpu
+from quicbed.report import profile as report_profile
 from quicbed.report import transfers as report_transfers
 from quicbed.report.cellrow import COLUMNS, CellRow, Compared, ModeCell
 from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
@@ -74,6 +75,8 @@ class Report:
     )
     #: CPU per role, arm and cell (quicbed.report.cpu)
     cpu: report_cpu.CpuSection = field(default_factory=report_cpu.CpuSection)
+    #: CPU profiles: flame graphs and component shares (quicbed.report.profile)
+    profile: report_profile.ProfileSection = field(default_factory=report_profile.ProfileSection)
 
 
 def testbeds(rows: list[CellRow]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -560,6 +563,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     )
     report.figures += [_figure(*d) for d in report.transfers.drawn]
     report.cpu = report_cpu.build(root, out)
+    report.profile = report_profile.build(root, out)
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
@@ -945,6 +949,7 @@ def _write_html(
         groups=report.groups,
         transfers=report.transfers,
         cpu=report.cpu,
+        profile=report.profile,
         speedup_bins=[label for _, _, label in report_transfers.SPEEDUP_BINS],
         version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
@@ -64,6 +64,9 @@ from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.tcpinfo import ss_connections
 from quicbed.testbed.base import Process, RPath, Testbed
+
+if TYPE_CHECKING:
+    from quicbed.profile.session import CpuProfile
 
 CLIENT = "quicbed-bulk"
 INTERVAL_S = 0.1
@@ -312,11 +315,17 @@ def _quic_wait(
 
 # --- transfer cells (quicbed.run.cell runs them like page cells) -------------------------
 def run_transfer(
-    cfg: CellConfig, tb: Testbed, proven: ProvenLink, logs: Path, progress: Progress | None
+    cfg: CellConfig,
+    tb: Testbed,
+    proven: ProvenLink,
+    logs: Path,
+    progress: Progress | None,
+    profile: CpuProfile | None = None,
 ) -> BulkResult | CompeteResult:
     """A bulk or compete cell's transfers on ``proven`` (receipt passed, link checked
     around it by quicbed.run.cell), the arms' servers started and stopped here; their logs
-    and the clients' go to ``logs``."""
+    and the clients' go to ``logs``. With ``profile``, perf samples each flow's server and
+    client (quicbed.profile.session)."""
     t = cfg.transfer
     assert t is not None and cfg.kind in ("bulk", "compete")
     arms = cfg.resolved_arms()
@@ -325,13 +334,15 @@ def run_transfer(
     rig.start()
     try:
         if cfg.kind == "bulk":
-            return _bulk(cfg, rig, proven, say)
-        return _compete(cfg, rig, proven, say)
+            return _bulk(cfg, rig, proven, say, profile)
+        return _compete(cfg, rig, proven, say, profile)
     finally:
         rig.stop()
 
 
-def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> BulkResult:
+def _bulk(
+    cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress, profile: CpuProfile | None
+) -> BulkResult:
     """``cfg.runs`` downloads per arm, interleaved (ABBA, the cell's schedule), one flow
     at a time. With a duration each runs that long (the object again and again on one
     connection), else it fetches the object once."""
@@ -348,10 +359,13 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
         rig.servers[arm].mark()
         net_mark, cpu_mark = net.read(), meter.begin()
         p, log = rig.spawn(arm, f"{arm}-{rep}", t.duration_s, None)
+        profiled = profile.attach(arm, {"client": [p.pid]}) if profile else []
         limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
         rig.wait_done([log], [p], timeout=limit)
         cpu = meter.end(cpu_mark)[arm]
         counters = net.since(net_mark)
+        if profile:
+            profile.halt(profiled)
         tcp = rig.server_tcp()
         evidence = rig.evidence(arm)  # while the client lingers: its connection is open
         after = link.shaper.counters(tb)
@@ -364,6 +378,8 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
             rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc), evidence
         )
         f.cpu, f.counters = cpu, counters
+        if profile:
+            profile.fold(profiled)
         runs.append(
             BulkRun(
                 arm=arm, rep=rep, seq=seq, flow=f, bottleneck=_bottleneck(before, after) or None
@@ -423,7 +439,9 @@ class _QueueSampler(threading.Thread):
             self.halt.wait(max(0.0, (next_t - time.time_ns()) / 1e9))
 
 
-def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> CompeteResult:
+def _compete(
+    cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress, profile: CpuProfile | None
+) -> CompeteResult:
     """``cfg.runs`` repetitions: every flow of ``transfer.flows`` (e.g. h3x1,h2x4) starts
     at one instant on the client's clock, flow i ``i x stagger_s`` later, and runs
     ``duration_s`` (the object again and again)."""
@@ -452,16 +470,29 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
                 )
                 procs.append(p)
                 logs.append(log)
+            mine = {
+                a: [p.pid for (b, _), p in zip(plan, procs, strict=True) if b == a]
+                for a in cfg.arms
+            }
+            profiled = (
+                [r for a in cfg.arms for r in profile.attach(a, {"client": mine[a]})]
+                if profile
+                else []
+            )
             total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
             rig.wait_done(logs, procs, timeout=total)
             cpu = meter.end(cpu_mark)
             counters = net.since(net_mark)
+            if profile:
+                profile.halt(profiled)
             tcp = rig.server_tcp()
             evidence = {a: rig.evidence(a) for a, _ in t.flows}
         finally:
             sampler.halt.set()
             sampler.join(5)
         rcs = [p.wait(LINGER_S + 10) for p in procs]
+        if profile:
+            profile.fold(profiled)
         flows = []
         for i, ((arm, flow), log, rc) in enumerate(zip(plan, logs, rcs, strict=True)):
             recs = rig.records(log)

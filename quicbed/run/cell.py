@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quicbed.analysis.stats import Comparison
 from quicbed.client import har
@@ -25,6 +25,7 @@ from quicbed.link.model import RECEIPT_TCP_SECONDS
 from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
+from quicbed.profile import check_profile
 from quicbed.results import provenance
 from quicbed.results.folder import FailureReason, compare_cell
 from quicbed.results.rows import RunRow
@@ -38,6 +39,9 @@ from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.owner import shielded
 from quicbed.traces import TraceContext, TraceSet, check_level, instruments
 from quicbed.traces.base import LoadTrace
+
+if TYPE_CHECKING:
+    from quicbed.profile.session import CpuProfile
 
 Progress = Callable[[str, int, int], None]
 
@@ -161,6 +165,7 @@ def run_cell(
     resume_attempt: int | None = None,
     link: ProvenLink | None = None,
     traces: str = "light",
+    profile: str = "none",
 ) -> CellResult:
     """Measure one cell into the results folder ``out`` as a new attempt.
 
@@ -171,12 +176,21 @@ def run_cell(
     ``resume_attempt`` continues an interrupted attempt instead: the loads already
     stored are kept and skipped. ``fault`` is called before each load (arm, rep,
     servers): tests use it to break something on purpose. ``traces``: the capture
-    level (none, light, full; quicbed.traces), recorded in the attempt's provenance.
+    level (none, light, full; quicbed.traces), recorded in the attempt's provenance;
+    ``profile``: none, or cpu (perf on each arm's server and client over the measured
+    loads or flows: quicbed.profile), recorded there too.
     """
     check_level(traces)
+    check_profile(profile)
     out = out.resolve()  # servers get paths from it and run with other working dirs
     tb = testbed or LocalTestbed(prefix)
     pageset = validate(cfg, tb)
+    if profile == "cpu":
+        from quicbed.profile.session import unavailable
+
+        why_not = unavailable(tb)
+        if why_not:
+            raise QuicbedError(f"--profile cpu: {why_not}")
     with tb.claim("quicbed cell"):
         store = Store(out, create=True)
         cell_id = cfg.cell_id()
@@ -186,7 +200,7 @@ def run_cell(
         else:
             attempt = resume_attempt
             store.reopen_attempt(cell_id, attempt)
-        job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault, traces)
+        job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault, traces, profile)
         status, problem, reason = "failed", "", None
         try:
             if link is None:
@@ -273,6 +287,7 @@ class _Job:
     progress: Progress | None
     fault: Callable[[str, int, dict[str, WebServer]], None] | None
     traces: str = "light"
+    profile: str = "none"
     receipt: Receipt | None = None
 
     def measure_on(self, proven: ProvenLink, *, shared: bool) -> None:
@@ -341,6 +356,8 @@ class _Job:
         browsers: dict[str, Browser] = {}
         tracing = self._traceset()
         loads: list[tuple[str, LoadTrace]] = []  # (run_id, its trace)
+        profiler = self._profiler("chromium")
+        recordings: list[Any] = []
         try:
             spec, page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
             if tracing:
@@ -396,6 +413,8 @@ class _Job:
                 if self.fault:
                     self.fault(arm, rep, servers)
                 warm = rep < cfg.warmup
+                if profiler and not warm and not recordings:  # the measured loads only
+                    recordings = [r for a in cfg.arms for r in profiler.attach(a)]
                 srv = servers[arm]
                 srv.mark()
                 lt = tracing.begin(arm, rep) if tracing else None
@@ -468,6 +487,10 @@ class _Job:
             versions: dict[str, Any] = {name: s.version() for name, s in servers.items()}
             versions["browser"] = next(iter(browsers.values())).version if browsers else None
             store.set_versions(cell_id, attempt, versions)
+            if profiler:
+                profiler.halt(recordings)
+                profiler.fold(recordings)
+                self._seal_profile(profiler)
         finally:
             # before the link goes: a testbed torn down under running daemons would
             # have to kill them one PID at a time
@@ -487,11 +510,28 @@ class _Job:
         from quicbed.run.bulk import run_transfer
 
         _, log_dir = self.store.paths(self.cell_id, self.attempt)
-        result = run_transfer(self.cfg, self.tb, proven, log_dir, self.progress)
+        profiler = self._profiler("quicbed-bulk")
+        result = run_transfer(self.cfg, self.tb, proven, log_dir, self.progress, profiler)
+        if profiler:
+            self._seal_profile(profiler)
         self.store.set_transfer(
             self.cell_id, self.attempt, self.cfg.kind, result.model_dump(mode="json")
         )
         span.update(first_seq=0, last_seq=len(result.runs) - 1)
+
+    def _profiler(self, client: str) -> CpuProfile | None:
+        """The attempt's CPU profile (``--profile cpu``), or None."""
+        if self.profile != "cpu":
+            return None
+        from quicbed.profile.session import CpuProfile
+
+        return CpuProfile(self.tb, self.store.root, self.cell_id, self.attempt, client)
+
+    def _seal_profile(self, profiler: CpuProfile) -> None:
+        """The profile's files and flame graphs, and its record in the provenance."""
+        stacks = {a.name: a.stack for a in self.cfg.resolved_arms()}
+        record = profiler.finish(stacks)
+        self.store.add_provenance(self.cell_id, self.attempt, "profile", record)
 
     def _traceset(self) -> TraceSet | None:
         if self.traces == "none":

@@ -415,13 +415,20 @@ def _run_group(
                 progress=on_load,
                 resume_attempt=resume_attempt,
                 traces=spec.traces,
+                profile=spec.profile,
             )
             if r.status == "failed" and r.link_failed:
                 # one retry on a freshly applied link, as a new attempt
                 shaped.reapply()
                 proven = prove(shaped, tcp_s, c0.tcp_cc())
                 r = run_cell(
-                    pc.config, out, testbed=tb, link=proven, progress=on_load, traces=spec.traces
+                    pc.config,
+                    out,
+                    testbed=tb,
+                    link=proven,
+                    progress=on_load,
+                    traces=spec.traces,
+                    profile=spec.profile,
                 )
                 if r.link_failed:
                     proven = None  # the next cell starts from a fresh receipt

@@ -222,6 +222,9 @@ class SweepSpec(BaseModel):
     #: transport traces per load (quicbed.traces): observe the loads, not a condition of
     #: them, so not in the digest: a folder may be resumed at another level
     traces: Literal["none", "light", "full"] = "light"
+    #: CPU profiles over the measured loads and flows (quicbed.profile): like traces, an
+    #: observation, not a condition: left out of the digest
+    profile: Literal["none", "cpu"] = "none"
     defaults: Defaults = Defaults()
     statistics: Statistics = Statistics()
     scenarios: dict[str, Scenario]
@@ -262,7 +265,7 @@ class SweepSpec(BaseModel):
     def digest(self) -> str:
         """Hash of the resolved spec: a results folder belongs to exactly one. Keys added
         since format 1 are left out while unset, so older folders keep their digest."""
-        body = self.model_dump(mode="json", exclude={"traces"})
+        body = self.model_dump(mode="json", exclude={"traces", "profile"})
         if not body["statistics"]["pairs"]:
             body["statistics"].pop("pairs")
         if body["statistics"]["speedup_against"] is None:

@@ -361,6 +361,15 @@ class CpuGroups:
             out[(role, group)] = Reading(total, user, system)
         return out
 
+    def pids(self, role: str, group: str) -> list[int]:
+        """The processes in ``group`` on ``role``'s host now (none: not made there)."""
+        mech = self.mechanism(role)
+        if mech is None or (role, group) not in self._made:
+            return []
+        procs = cgroups.procs_file(mech.mount, self.folder, group)
+        cp = self.host.on_host(role, ["cat", procs])
+        return [int(x) for x in cp.stdout.split() if x.isdigit()]
+
     # --- removal ------------------------------------------------------------------------
     def hosts(self) -> dict[str, str]:
         """Per role, the role that stands for its host: roles on one kernel (one boot
