@@ -60,6 +60,7 @@ COLUMNS = [
     "of_ideal",
     "completion_s_mean",
     "retransmissions_mean",
+    "ce_marks_mean",
     # compete
     "fair_share",
     "share_mean",

@@ -90,6 +90,9 @@ class ArmBulk(BaseModel):
     retransmissions_mean: float | None
     #: the mean goodput against the link's ideal (:func:`ideal_goodput_bps`)
     of_ideal: float | None
+    #: the packets the emulator marked CE per run, where the link marks ECN (its
+    #: down-direction counter over the run; None: no marking link, or older records)
+    ce_marks_mean: float | None = None
 
 
 class BulkResult(BaseModel):
@@ -234,6 +237,12 @@ def bulk_summary(
         ok = [x.flow for x in r.runs if x.arm == a["name"] and x.flow.ok]
         gp = [f.goodput_bps / 1e6 for f in ok if f.goodput_bps]
         rt = [float(f.retransmissions) for f in ok if f.retransmissions is not None]
+        ce = [
+            float((x.bottleneck or {})["ce_marked"])
+            for x in r.runs
+            if x.arm == a["name"] and x.flow.ok and "ce_marked" in (x.bottleneck or {})
+        ]
+        marking = bool(r.condition.get("ecn_threshold"))
         summary[a["name"]] = ArmBulk(
             arm=a["name"],
             n=len(ok),
@@ -242,6 +251,7 @@ def bulk_summary(
             goodput_mbit_median=statistics.median(gp) if gp else None,
             completion_s_mean=_mean([f.completion_s for f in ok if f.completion_s]),
             retransmissions_mean=_mean(rt),
+            ce_marks_mean=_mean(ce) if marking else None,
             of_ideal=(statistics.fmean(gp) * 1e6 / r.ideal_goodput_bps)
             if gp and r.ideal_goodput_bps
             else None,

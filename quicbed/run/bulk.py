@@ -288,7 +288,7 @@ def _bottleneck(before: dict[str, Any] | None, after: dict[str, Any] | None) -> 
         return {}
     return {
         k: a.get(k, 0) - b.get(k, 0)
-        for k in ("queue_drops", "loss_drops", "tx_packets", "tx_bytes")
+        for k in ("queue_drops", "loss_drops", "tx_packets", "tx_bytes", "ce_marked")
     } | {
         "max_queue_bytes": a.get("max_queue_bytes"),
     }

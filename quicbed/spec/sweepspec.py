@@ -122,6 +122,9 @@ class Scenario(BaseModel):
     #: ms between smooth's knots or step's re-draws; unset: the link model's default
     jitter_interval: float | None = None
     queue: list[str] = [_link_default("queue")]  # type: ignore[list-item]
+    #: ECN marking from this queue occupancy on (quicbed.link.model.LinkCondition);
+    #: unset: the queue only drops, and the key is left out of the digest
+    ecn_threshold: str | None = None
     #: page loads, or transfers (quicbed.run.bulk): ``bulk`` (each arm's flow alone) or
     #: ``compete`` (the ``flows`` at once on one bottleneck)
     kind: Kind = "page"
@@ -276,6 +279,7 @@ class SweepSpec(BaseModel):
                 "duration",
                 "flows",
                 "jitter_interval",
+                "ecn_threshold",
             ):
                 if sc[key] is None:
                     sc.pop(key)
@@ -342,6 +346,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                         else {}
                     ),
                     queue=queue,
+                    ecn_threshold=sc.ecn_threshold,
                     seed=d.seed,
                     count=d.count,
                 )
