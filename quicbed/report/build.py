@@ -362,6 +362,22 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
     return rows, sweep
 
 
+def _line_plots(rows: list[CellRow], out: Path) -> list[dict[str, Any]]:
+    """Per heatmap group whose cells vary loss, RTT or jitter enough: its line plot
+    (quicbed.report.lines)."""
+    from quicbed.report import lines
+
+    figs = []
+    for (scenario, pair, mode, kind), group in sorted(_heat_groups(rows).items()):
+        title = f"{scenario}: {pair.replace('/', ' vs ')}, {mode}, {kind}"
+        name = f"lines-{_slug(scenario)}-{pair.replace('/', '-vs-')}-{mode}-{kind}"
+        drawn = lines.draw(group, title, out / "figures" / name)
+        if drawn is not None:
+            paths, shows = drawn
+            figs.append(_figure(title, paths, shows))
+    return figs
+
+
 def _heat_groups(
     rows: list[CellRow],
 ) -> dict[tuple[str, str, str, str], list[CellRow]]:
@@ -543,6 +559,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
             axes = (rdim, cdim, values)
             fig = _pair_heatmap(grp, scenario, pair, mode, kind, axes, alpha, correction, out)
             report.figures.append(fig)
+    report.figures += _line_plots(rows, out)
     report.figures += _mode_heatmaps(root, rows, page_order, alpha, test, correction, out)
     _explain_pages(root, rows, out)
     from quicbed.spec.arms import parse_pairs
