@@ -164,6 +164,7 @@ def build(
         public = [{k: v for k, v in c.items() if not k.startswith("_")} for c in sec.cells]
         (out / "transfers.json").write_text(json.dumps(public, indent=1, sort_keys=True) + "\n")
     if speedup_against is not None:
+        sec.drawn += goodput_cdfs(goodputs, out / "figures")
         sec.speedups = speedups(goodputs, speedup_against)
         if sec.speedups:
             with open(out / SPEEDUP_FILE, "w", newline="") as f:
@@ -171,6 +172,53 @@ def build(
                 w.writeheader()
                 w.writerows(sec.speedups)
     return sec
+
+
+def goodput_cdfs(
+    goodputs: list[tuple[str, str, str, str, dict[int, float]]], figs: Path
+) -> list[tuple[str, list[Path], dict[str, Any]]]:
+    """Per link, object and arm: the distribution of each scenario's goodput per
+    repetition, one empirical CDF per scenario (the TCP-options study's throughput CDFs
+    per option set), drawn where two or more scenarios share the link and object."""
+    import matplotlib.pyplot as plt
+
+    from quicbed.report.plots import save_figure
+
+    groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for sc, cond, obj, arm, got in goodputs:
+        groups.setdefault((cond, obj, arm), {})[sc] = sorted(v / 1e6 for v in got.values())
+    drawn = []
+    for i, ((cond, obj, arm), by_sc) in enumerate(sorted(groups.items())):
+        if len(by_sc) < 2:
+            continue
+        link = json.loads(cond)
+        where = (
+            f"{link.get('rate_mbit') or 'unlimited'} Mbit/s, {link.get('rtt_ms')} ms, "
+            f"loss {link.get('loss_pct')} %"
+        )
+        title = f"goodput per repetition, {arm}, {obj}: {where}"
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for sc, vals in by_sc.items():
+            if vals:
+                ys = [(k + 1) / len(vals) for k in range(len(vals))]
+                ax.step(vals, ys, where="post", label=f"{sc} (n {len(vals)})")
+        ax.set_xlabel("goodput [Mbit/s]")
+        ax.set_ylabel("share of repetitions")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_title(title, fontsize=9)
+        fig.tight_layout()
+        paths = save_figure(fig, figs / f"goodput-cdf-{i}")
+        shows = {
+            "transfer": "goodput_cdf",
+            "title": title,
+            "arm": arm,
+            "object": obj,
+            "scenarios": {sc: [round(v, 3) for v in vals] for sc, vals in by_sc.items()},
+        }
+        drawn.append((title, paths, shows))
+    return drawn
 
 
 def speedups(
