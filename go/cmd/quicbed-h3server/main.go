@@ -34,6 +34,7 @@ func main() {
 	flag.Int64Var(&cfg.MaxIncomingUniStreams, "max-incoming-uni-streams", 0, "concurrent unidirectional streams (0 = quic-go default 100)")
 	flag.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "idle timeout (0 = quic-go default 30s)")
 	flag.StringVar(&cfg.CC, "cc", h3server.DefaultCC, "congestion control: reno (quic-go's own) or cubic (quic-go's CUBIC, switched on by quicbed's patch)")
+	flag.StringVar(&cfg.LossDetection, "loss-detection", h3server.DefaultLossDetection, "loss detection: adaptive (quic-go's own: a spurious loss switches the packet threshold off and raises the time threshold) or rfc9002 (3 packets and 9/8 RTT, never adapted; quicbed's patch)")
 	cubicN := flag.Int("cubic-n", h3server.DefaultCubicN, "CUBIC's emulated connections N, >= 1 (Chromium: 2); only with -cc cubic")
 	cubicBeta := flag.Float64("cubic-beta", h3server.DefaultCubicBeta, "CUBIC's backoff of one connection, 0 < beta < 1; a loss cuts the window to (N-1+beta)/N; only with -cc cubic")
 	// A bad flag is one line on stderr and exit 2; -help prints the flags.

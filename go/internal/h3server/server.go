@@ -36,6 +36,10 @@ const (
 	// DefaultCubicN and DefaultCubicBeta are quic-go's CUBIC constants.
 	DefaultCubicN    = 1
 	DefaultCubicBeta = 0.7
+	// DefaultLossDetection is quic-go's own, adaptive: a spurious loss switches
+	// the packet threshold off and may raise the time threshold up to 2 RTT.
+	// quicbed's patch adds RFC 9002's fixed thresholds (3 packets, 9/8 RTT).
+	DefaultLossDetection = quic.LossDetectionAdaptive
 )
 
 // Config is everything the server is started with; it is logged at start.
@@ -69,6 +73,9 @@ type Config struct {
 	// with "reno", which has neither (its backoff is 0.7).
 	CubicN    int     `json:"cubic_n"`
 	CubicBeta float64 `json:"cubic_beta"`
+	// LossDetection is "adaptive" (quic-go's own) or "rfc9002" (its
+	// thresholds never adapted; quicbed's patch). Required.
+	LossDetection string `json:"loss_detection"`
 }
 
 // Validate names the first bad setting the way the command line spells it.
@@ -88,6 +95,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-cubic-n must be >= 1 (got %d)", c.CubicN)
 	case c.CC == quic.CongestionControlCubic && !(float32(c.CubicBeta) > 0 && float32(c.CubicBeta) < 1):
 		return fmt.Errorf("-cubic-beta must be > 0 and < 1 (got %v)", c.CubicBeta)
+	case c.LossDetection != quic.LossDetectionAdaptive && c.LossDetection != quic.LossDetectionRFC9002:
+		return fmt.Errorf("-loss-detection %q: quic-go has %s (its own) and %s", c.LossDetection, quic.LossDetectionAdaptive, quic.LossDetectionRFC9002)
 	case c.MaxIncomingStreams < 0:
 		return fmt.Errorf("-max-incoming-streams must be >= 0 (got %d)", c.MaxIncomingStreams)
 	case c.MaxIncomingUniStreams < 0:
@@ -200,10 +209,14 @@ func (c Config) quicConfig(log *Logger) *quic.Config {
 	return q
 }
 
-// setCC sets the congestion control in quic-go. The setting is process-wide
-// (quic-go's package state) and applies to connections accepted afterwards.
+// setCC sets the congestion control and the loss detection in quic-go. The
+// settings are process-wide (quic-go's package state) and apply to
+// connections accepted afterwards.
 func (c Config) setCC() error {
 	if err := quic.SetCongestionControl(c.CC); err != nil {
+		return err
+	}
+	if err := quic.SetLossDetection(c.LossDetection); err != nil {
 		return err
 	}
 	n, beta := DefaultCubicN, float32(DefaultCubicBeta)
@@ -214,10 +227,11 @@ func (c Config) setCC() error {
 }
 
 // ccFields are the congestion control settings in effect, read back from
-// quic-go: cc, and cubic_n and cubic_beta (null unless cc is cubic).
+// quic-go: cc, and cubic_n and cubic_beta (null unless cc is cubic), and
+// loss_detection.
 func ccFields() map[string]any {
 	cc := quic.CongestionControl()
-	f := map[string]any{"cc": cc, "cubic_n": nil, "cubic_beta": nil}
+	f := map[string]any{"cc": cc, "cubic_n": nil, "cubic_beta": nil, "loss_detection": quic.LossDetection()}
 	if cc == quic.CongestionControlCubic {
 		n, beta := quic.CubicParams()
 		// beta is a float32: 0.7, not 0.699999988079071.
