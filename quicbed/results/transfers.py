@@ -55,6 +55,10 @@ class FlowResult(BaseModel):
     #: the server side's transport facts: TCP from ``ss -ti``, QUIC from its log
     server: dict[str, Any] = Field(default_factory=dict)
     quic_client: dict[str, Any] | None = None
+    #: a QUIC flow's transport parameters as its client recorded them (``tp_local``: what
+    #: it advertised, ``tp_remote``: what the server did; quicbed.spec.tparams), and the
+    #: receive windows it ran (``windows``, ``flow_control_autotune``)
+    client_transport: dict[str, Any] | None = None
     local_addr: str | None = None
     #: what the arm's server and its kernel showed of the arm's settings during the flow
     #: (its CC, parameters, the TCP options of its handshake: WebServer.evidence);

@@ -17,7 +17,7 @@ provenance) ran NewReno although their cells say cubic: see docs/stacks.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -32,6 +32,7 @@ from quicbed.servers.base import (
     cubic_n_bound,
     port_of,
 )
+from quicbed.spec import tparams
 
 
 def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -51,7 +52,10 @@ def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str,
     if conns:
         facts["cc"] = sorted({str(c.get("cc")) for c in conns if c.get("cc")})
         for key in params:
-            facts[key] = sorted({c[key] for c in conns if c.get(key) is not None})
+            if not tparams.is_key(key):
+                facts[key] = sorted({c[key] for c in conns if c.get(key) is not None})
+        # what each side advertised, per connection (quicbed.spec.tparams)
+        facts.update(tparams.conn_sets(conns))
     closes = [e for e in ev if e.get("event") == "conn_close" and e.get("stats")]
     if closes:
         facts["stats"] = [e["stats"] for e in closes]
@@ -99,7 +103,16 @@ class OwnH3Server(WebServer):
             return FlowFacts(source="the server's log has no connection from this flow")
         server = {
             k: conn.get(k)
-            for k in ("cc", "quic_version", "handshake_ms", "cubic_n", "loss_detection")
+            for k in (
+                "cc",
+                "quic_version",
+                "handshake_ms",
+                "cubic_n",
+                "loss_detection",
+                "tp_local",
+                "tp_remote",
+                tparams.AUTOTUNE,
+            )
             if conn.get(k) is not None
         }
         close = self._flow_close(ev, conn)
@@ -139,10 +152,11 @@ LOSS_DETECTION = {
 CUBIC_PARAMS = ("cubic_n", "cubic_beta")
 
 
-class QuicGoParams(Params):
+class QuicGoParams(tparams.TransportParams, Params):
     """quic-go's knobs (quicbed's patch, go/patches): CUBIC's N emulated connections and
     loss backoff, and the loss detection, each read back from quic-go's package state
-    into the server's conn record per connection."""
+    into the server's conn record per connection; and the transport parameters
+    (quicbed.spec.tparams), each side's read from quic-go's qlog events per connection."""
 
     cubic_n: int | None = Field(default=None, description="CUBIC's emulated connections N")
     cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
@@ -178,6 +192,18 @@ class QuicGoServer(OwnH3Server):
     #: quic-go v0.65.0 logs a packet declared lost and acknowledged after all
     #: (sentPacketHandler.detectSpuriousLosses)
     logs_spurious_losses = True
+    #: quic-go v0.65.0's constants (internal/protocol; connection.go builds its
+    #: transport parameters from them)
+    transport_refusals = tparams.QUIC_GO_CONSTANTS
+    #: one stream receive window (quic.Config.InitialStreamReceiveWindow) for all three
+    one_stream_window = True
+    #: the flag that sets each transport parameter (the stream window is one flag)
+    FLAGS: ClassVar[dict[str, str]] = {
+        "initial_max_data": "-initial-conn-window",
+        "initial_max_stream_data_bidi_local": "-initial-stream-window",
+        "initial_max_streams_bidi": "-max-incoming-streams",
+        "initial_max_streams_uni": "-max-incoming-uni-streams",
+    }
 
     @classmethod
     def loss_counters(cls, stats: dict[str, Any]) -> FlowFacts | None:
@@ -210,6 +236,13 @@ class QuicGoServer(OwnH3Server):
         cubic = [k for k in params if k in CUBIC_PARAMS]
         if cubic and cc != "cubic":
             raise QuicbedError(f"arm {arm}: {', '.join(cubic)} are CUBIC's; this arm runs {cc}")
+        # quic.Config takes 0 as "quic-go's default" for these: it cannot advertise 0
+        for key in ("initial_max_data", *tparams.STREAM_DATA, "max_idle_timeout"):
+            if params.get(key) == 0:
+                raise QuicbedError(
+                    f"arm {arm}: {key} 0: quic-go takes 0 as its default (quic.Config) "
+                    "and cannot advertise it"
+                )
         return params
 
     def argv(self) -> list[str]:
@@ -235,5 +268,18 @@ class QuicGoServer(OwnH3Server):
                 if "loss_detection" in a.params
                 else []
             ),
+            *self.transport_argv(),
             *(["-qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
         ]
+
+    def transport_argv(self) -> list[str]:
+        """The server flags of the arm's transport parameters (unset: none)."""
+        p, out = self.arm.params, []
+        for key, flag in self.FLAGS.items():
+            if key in p:
+                out += [flag, str(p[key])]
+        if "max_idle_timeout" in p:
+            out += ["-idle-timeout", f"{p['max_idle_timeout']}ms"]
+        if tparams.AUTOTUNE in p:
+            out.append(f"-flow-control-autotune={str(p[tparams.AUTOTUNE]).lower()}")
+        return out

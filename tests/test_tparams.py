@@ -1,0 +1,252 @@
+"""QUIC transport parameters as arm settings (quicbed.spec.tparams): RFC 9000's ranges,
+what each stack and client refuses by name, how they reach the server and the bulk
+client, and the evidence from what each side advertised. Real transfers are in
+tests/test_transfer_cells.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quicbed.errors import QuicbedError
+from quicbed.run.bulk import client_transport_argv
+from quicbed.servers.base import ServeSpec
+from quicbed.servers.gquiche import transport_parameters
+from quicbed.servers.quic_go import QuicGoServer
+from quicbed.spec import tparams
+from quicbed.spec.arms import parse_cli, resolve
+from quicbed.testbed.base import RPath
+
+
+def arm(text: str, kind: str = "bulk") -> dict[str, object]:
+    (a,) = resolve(*parse_cli(text), "cubic", kind)  # type: ignore[arg-type]
+    return a.params
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("h3:max_udp_payload_size=1199", "max_udp_payload_size 1199: RFC 9000 allows 1200..65527"),
+        ("h3:ack_delay_exponent=21", "ack_delay_exponent 21: RFC 9000 allows 0..20"),
+        ("h3:max_ack_delay=16384", "max_ack_delay 16384: RFC 9000 allows 0..16383"),
+        ("h3:active_connection_id_limit=1", "active_connection_id_limit 1: RFC 9000 allows 2"),
+        ("h3:initial_max_data=-1", r"initial_max_data -1: RFC 9000 allows 0..2\^62-1"),
+        ("h3:initial_max_data=4611686018427387904", "initial_max_data 4611686018427387904"),
+        (
+            "h3:initial_max_streams_bidi=1152921504606846977",
+            "RFC 9000 allows 0..1152921504606846976",
+        ),
+        ("h3:client_max_ack_delay=20000", "client_max_ack_delay 20000: RFC 9000 allows"),
+        ("h3:initial_max_data=lots", "initial_max_data 'lots'"),
+        ("h3:flow_control_autotune=maybe", "flow_control_autotune 'maybe'"),
+    ],
+)
+def test_rfc_ranges_are_refused_by_name(text: str, message: str) -> None:
+    with pytest.raises(QuicbedError, match=message):
+        arm(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "message"),
+    [
+        # quic-go's constants and its "0 is the default"
+        ("h3:max_udp_payload_size=1300", "bulk", "quic-go's constant MaxPacketBufferSize, 1452"),
+        ("h3:max_ack_delay=10", "bulk", "quic-go's constant 26 ms"),
+        ("h3:ack_delay_exponent=4", "bulk", "quic-go's constant AckDelayExponent, 3"),
+        ("h3:active_connection_id_limit=8", "bulk", "MaxActiveConnectionIDs, 4"),
+        ("h3:initial_max_data=0", "bulk", "quic-go takes 0 as its default"),
+        ("h3:max_idle_timeout=0", "bulk", "quic-go takes 0 as its default"),
+        # one stream window: all three, equal
+        ("h3:initial_max_stream_data_uni=65536", "bulk", "one stream window for all three"),
+        (
+            "h3:initial_max_stream_data_bidi_local=1:initial_max_stream_data_bidi_remote=1:"
+            "initial_max_stream_data_uni=2",
+            "bulk",
+            "one stream window",
+        ),
+        # HTTP/3's floor
+        ("h3:initial_max_streams_bidi=0", "bulk", "an HTTP/3 server must allow at least 1"),
+        ("h3:initial_max_streams_uni=2", "bulk", "must allow at least 3"),
+        ("h3:client_initial_max_streams_uni=2", "bulk", "HTTP/3 needs at least 3"),
+        # a TCP arm, a gQUIC arm
+        ("h2:initial_max_data=65536", "bulk", "QUIC transport parameter, and apache runs TCP"),
+        ("gquic:client_initial_max_data=65536", "page", "gquic has no parameter"),
+        # what the client of the cell can advertise
+        ("h3:client_max_udp_payload_size=1300", "bulk", "quicbed-bulk.*1452 bytes"),
+        ("h3:client_initial_max_data=0", "bulk", "quicbed-bulk .* takes 0 as its default"),
+        ("h3:client_initial_max_data=65536", "page", "Chromium has no switch for it"),
+        ("h3:client_max_idle_timeout=5000", "page", "idle_connection_timeout_seconds"),
+        ("h3:client_max_udp_payload_size=1300", "page", "--quic-max-packet-length"),
+    ],
+)
+def test_what_a_stack_or_client_cannot_set_is_refused_by_name(
+    text: str, kind: str, message: str
+) -> None:
+    with pytest.raises(QuicbedError, match=message):
+        arm(text, kind)
+
+
+def test_settings_typed_and_unset_ones_left_out() -> None:
+    p = arm(
+        "h3:initial_max_data=1000000:flow_control_autotune=false:client_initial_max_data=65536"
+        ":client_flow_control_autotune=false:client_initial_max_streams_bidi=0"
+    )
+    assert p == {
+        "initial_max_data": 1000000,
+        "flow_control_autotune": False,
+        "client_initial_max_data": 65536,
+        "client_initial_max_streams_bidi": 0,
+        "client_flow_control_autotune": False,
+    }
+    assert arm("h3") == {}
+
+
+class _Tb:
+    server_ip = "10.10.1.1"
+
+    def bin_path(self, role: str, name: str) -> RPath:
+        return RPath("/bin") / name
+
+
+def _server(text: str) -> QuicGoServer:
+    (a,) = resolve(*parse_cli(text), "cubic", "bulk")
+    spec = ServeSpec(*(RPath(p) for p in ("/www", "/c", "/k", "/logs")))
+    return QuicGoServer(_Tb(), spec, a)  # type: ignore[arg-type]  # argv reads these only
+
+
+def test_the_server_and_the_client_get_their_flags() -> None:
+    srv = _server(
+        "h3:initial_max_data=100000:initial_max_stream_data_bidi_local=2000"
+        ":initial_max_stream_data_bidi_remote=2000:initial_max_stream_data_uni=2000"
+        ":initial_max_streams_bidi=7:initial_max_streams_uni=5:max_idle_timeout=12000"
+        ":flow_control_autotune=false"
+    )
+    assert srv.transport_argv() == [
+        "-initial-conn-window",
+        "100000",
+        "-initial-stream-window",
+        "2000",
+        "-max-incoming-streams",
+        "7",
+        "-max-incoming-uni-streams",
+        "5",
+        "-idle-timeout",
+        "12000ms",
+        "-flow-control-autotune=false",
+    ]
+    assert _server("h3").transport_argv() == []
+    p = arm(
+        "h3:client_initial_max_data=65536:client_initial_max_stream_data_bidi_local=9"
+        ":client_initial_max_stream_data_bidi_remote=9:client_initial_max_stream_data_uni=9"
+        ":client_initial_max_streams_bidi=0:client_max_idle_timeout=1500"
+        ":client_flow_control_autotune=false"
+    )
+    assert client_transport_argv(p) == [
+        "-initial-max-data",
+        "65536",
+        "-initial-max-stream-data",
+        "9",
+        "-initial-max-streams-bidi",
+        "-1",  # quic-go's client takes 0 as its default 100
+        "-max-idle-timeout",
+        "1500ms",
+        "-flow-control-autotune=false",
+    ]
+
+
+QUIC_GO_DEFAULT = {  # what quic-go v0.65.0 advertised in a real connection (its qlog)
+    "ack_delay_exponent": 3,
+    "active_connection_id_limit": 4,
+    "initial_max_data": 786432,
+    "initial_max_stream_data_bidi_local": 524288,
+    "initial_max_stream_data_bidi_remote": 524288,
+    "initial_max_stream_data_uni": 524288,
+    "initial_max_streams_bidi": 100,
+    "initial_max_streams_uni": 100,
+    "max_ack_delay": 26,
+    "max_idle_timeout": 30000,
+    "max_udp_payload_size": 1452,
+}
+
+
+def _conn(**extra: object) -> str:
+    rec = {
+        "event": "conn",
+        "conn_id": 1,
+        "cc": "cubic",
+        "tp_local": QUIC_GO_DEFAULT,
+        "tp_remote": {**QUIC_GO_DEFAULT, "initial_max_data": 65536},
+        "flow_control_autotune": True,
+        **extra,
+    }
+    return json.dumps(rec)
+
+
+def test_evidence_names_the_parameter_each_side_advertised() -> None:
+    srv = _server("h3:initial_max_data=786432:client_initial_max_data=65536")
+    facts = srv.load_facts([_conn()])
+    assert facts["tp_local"] == [QUIC_GO_DEFAULT] and facts["flow_control_autotune"] == [True]
+    assert srv.evidence(facts) == []
+    srv = _server("h3:initial_max_data=1000000:client_initial_max_data=131072")
+    assert srv.evidence(facts) == [
+        "initial_max_data: the server advertised 786432 bytes (the server's log, "
+        "transport:parameters_set), not 1000000 bytes",
+        "client_initial_max_data: the client advertised 65536 bytes (the server's log, "
+        "transport:parameters_set), not 131072 bytes",
+    ]
+    # a parameter the event leaves out has RFC 9000's default: quic-go omits a limit of 0
+    srv = _server("h3:client_initial_max_streams_bidi=0:flow_control_autotune=false")
+    facts = srv.load_facts([_conn()])
+    assert srv.evidence(facts) == [
+        "flow_control_autotune: the server's log shows [True], not false",
+        "client_initial_max_streams_bidi: the client advertised 100 (the server's log, "
+        "transport:parameters_set), not 0",
+    ]
+    no_bidi = {k: v for k, v in QUIC_GO_DEFAULT.items() if k != "initial_max_streams_bidi"}
+    facts = srv.load_facts([_conn(tp_remote=no_bidi, flow_control_autotune=False)])
+    assert srv.evidence(facts) == []
+    # a server that logs no sets: nothing to verify them by
+    facts = srv.load_facts([_conn(tp_remote=None, flow_control_autotune=False)])
+    assert srv.evidence(facts) == [
+        "client_initial_max_streams_bidi: the server's log has no record of what the "
+        "client advertised on 1 of 1 connection(s)"
+    ]
+
+
+def test_the_client_record_is_the_other_end_of_the_wire() -> None:
+    p = arm("h3:initial_max_data=786432:client_initial_max_data=65536:flow_control_autotune=true")
+    final = {
+        "tp_local": {**QUIC_GO_DEFAULT, "initial_max_data": 65536},
+        "tp_remote": QUIC_GO_DEFAULT,
+        "flow_control_autotune": True,
+    }
+    assert tparams.client_view(p, final) == []  # the server's autotune: not the client's to see
+    wrong = tparams.client_view({**p, "client_flow_control_autotune": False}, final)
+    assert wrong == ["client_flow_control_autotune: the client's record shows [True], not false"]
+
+
+def test_quiche_strings_of_a_chromium_netlog() -> None:
+    sent = (
+        "[Client [chosen_version 00000001 other_versions 00000001] max_idle_timeout 30000 "
+        "max_udp_payload_size 1472 initial_max_data 15728640 initial_max_stream_data_bidi_local "
+        "6291456 initial_max_stream_data_bidi_remote 6291456 initial_max_stream_data_uni "
+        "6291456 initial_max_streams_bidi 100 initial_max_streams_uni 103 "
+        "initial_source_connection_id 0 max_datagram_frame_size 65536 "
+        "google_connection_options ORIG]"
+    )
+    assert transport_parameters(sent) == {
+        "max_idle_timeout": 30000,
+        "max_udp_payload_size": 1472,
+        "initial_max_data": 15728640,
+        "initial_max_stream_data_bidi_local": 6291456,
+        "initial_max_stream_data_bidi_remote": 6291456,
+        "initial_max_stream_data_uni": 6291456,
+        "initial_max_streams_bidi": 100,
+        "initial_max_streams_uni": 103,
+    }
+    got = transport_parameters(
+        "[Server original_destination_connection_id e015 max_idle_timeout 30000 "
+        "stateless_reset_token f8ac max_ack_delay 26 0x75f=ed63fadc]"
+    )
+    assert got == {"max_idle_timeout": 30000, "max_ack_delay": 26}
