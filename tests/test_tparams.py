@@ -6,6 +6,7 @@ tests/test_transfer_cells.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -250,3 +251,142 @@ def test_quiche_strings_of_a_chromium_netlog() -> None:
         "stateless_reset_token f8ac max_ack_delay 26 0x75f=ed63fadc]"
     )
     assert got == {"max_idle_timeout": 30000, "max_ack_delay": 26}
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_bulk_cell_verifies_both_ends_from_the_wire(
+    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """quic-go and quiche servers advertising the arm's parameters, the bulk client its
+    own: every flow checked against what each side recorded of the handshake. A third
+    arm whose server is started without its flags (as a stack that ignored a setting
+    would) is refused per flow, naming the parameter; a client window of 64 KiB without
+    auto-tuning holds its flow near window / RTT."""
+    from conftest import until_the_link_holds
+
+    from quicbed.link.model import make_condition
+    from quicbed.results.store import Store
+    from quicbed.results.transfers import BulkResult, stored_transfer
+    from quicbed.run.cell import run_cell
+    from quicbed.servers.quiche import QuicheServer
+    from quicbed.spec.cellconfig import make_cell
+
+    real = QuicheServer.transport_argv
+    monkeypatch.setattr(
+        QuicheServer,
+        "transport_argv",
+        lambda self: [] if self.arm.name == "h3-lie" else real(self),
+    )
+    names, settings = parse_cli(
+        "h3:initial_max_data=1000000:initial_max_stream_data_bidi_local=2000000"
+        ":initial_max_stream_data_bidi_remote=2000000:initial_max_stream_data_uni=2000000"
+        ":initial_max_streams_bidi=50:initial_max_streams_uni=10:max_idle_timeout=20000"
+        ":client_initial_max_data=65536:client_flow_control_autotune=false,"
+        "h3-quiche:max_udp_payload_size=1300:max_ack_delay=10:ack_delay_exponent=5"
+        ":active_connection_id_limit=3:initial_max_stream_data_uni=100000"
+        ":flow_control_autotune=false:client_initial_max_data=2000000,"
+        "h3-lie:stack=quiche:max_ack_delay=10"
+    )
+    cond = make_condition(rate_mbit=50, rtt_ms=20)
+    cfg = make_cell(
+        condition=cond,
+        page="bulk/2MB.bin",
+        kind="bulk",
+        runs=2,
+        warmup=0,
+        arms=names,
+        arm_settings=settings,
+        transfer={"size": "2MB"},
+    )
+    r = until_the_link_holds(
+        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
+    )
+    store = Store(tmp_path / "r")
+    rec = stored_transfer(store, r.cell_id, r.attempt)
+    store.close()
+    assert isinstance(rec, BulkResult)
+    flows = {(x.arm, x.rep): x.flow for x in rec.runs}
+    assert len(flows) == 6
+    for (name, _), f in flows.items():
+        if name == "h3-lie":  # quiche advertised its default 25 ms, seen from both ends
+            assert not f.ok and f.error == (
+                "max_ack_delay: the server advertised 25 ms (the server's log, "
+                "transport:parameters_set), not 10 ms; max_ack_delay: the server advertised "
+                "25 ms (the client's record, transport:parameters_set), not 10 ms"
+            ), f.error
+            continue
+        assert f.ok, (name, f.error)
+        ct = f.client_transport or {}
+        if name == "h3":
+            assert f.evidence["tp_local"][0]["initial_max_streams_uni"] == 10
+            assert f.evidence["tp_remote"][0]["initial_max_data"] == 65536
+            assert ct["tp_remote"]["initial_max_data"] == 1000000  # the client saw it too
+            assert ct["flow_control_autotune"] is False
+            # 64 KiB a round trip (20 ms + the queue's few ms): at most 26 Mbit/s
+            assert f.goodput_bps is not None and f.goodput_bps < 65536 * 8 / 0.020
+        else:
+            assert ct["tp_remote"]["max_udp_payload_size"] == 1300
+            assert ct["tp_remote"]["ack_delay_exponent"] == 5
+            assert f.evidence["tp_remote"][0]["initial_max_data"] == 2000000
+            assert f.evidence["flow_control_autotune"] == [False]
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_page_loads_verify_the_servers_and_store_what_chromium_advertised(
+    prefix: str, tmp_path: Path
+) -> None:
+    """quic-go, quiche and Envoy each advertising the arm's parameters to Chromium, every
+    load checked from the wire (quic-go's and quiche's own records; Envoy's through the
+    client's NetLog), and every load storing the parameters Chromium sent: the same set
+    whichever server it met."""
+    from conftest import until_the_link_holds
+
+    from quicbed.link.model import make_condition
+    from quicbed.results.store import Store
+    from quicbed.run.cell import run_cell
+    from quicbed.spec.cellconfig import make_cell
+
+    window = (
+        ":initial_max_stream_data_bidi_local=500000:initial_max_stream_data_bidi_remote=500000"
+        ":initial_max_stream_data_uni=500000"
+    )
+    names, settings = parse_cli(
+        f"h2,h3:initial_max_data=1000000{window}:initial_max_streams_bidi=20,"
+        "h3-quiche:max_ack_delay=10:active_connection_id_limit=3,"
+        f"h3-envoy:initial_max_data=1000000{window}:initial_max_streams_bidi=20"
+        ":max_idle_timeout=12000"
+    )
+    cond = make_condition(rate_mbit=50, rtt_ms=20)
+    cfg = make_cell(
+        condition=cond, page="100kb", runs=2, warmup=1, arms=names, arm_settings=settings
+    )
+    r = until_the_link_holds(
+        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
+    )
+    assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
+    store = Store(tmp_path / "r")
+    runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm != "h2"]
+    store.close()
+    sent = set()
+    for x in runs:
+        srv = x.detail["server"]
+        local, remote = srv["tp_local"], srv["tp_remote"]
+        assert local and remote and None not in local and None not in remote, srv
+        if x.arm in ("h3", "h3-envoy"):
+            assert {tp["initial_max_data"] for tp in local} == {1000000}, (x.arm, local)
+            assert {tp["initial_max_stream_data_uni"] for tp in local} == {500000}
+            assert {tp["initial_max_streams_bidi"] for tp in local} == {20}
+        else:
+            assert {(tp["max_ack_delay"], tp["active_connection_id_limit"]) for tp in local} == {
+                (10, 3)
+            }
+        sent |= {json.dumps(tp, sort_keys=True) for tp in remote}
+    # Chromium's own set, as each server decoded it (or its NetLog recorded it): keys a
+    # server's record leaves out aside, one set
+    common = {k for tp in map(json.loads, sent) for k in tp if k in tparams.PARAMS}
+    values = {k: {json.loads(t).get(k, tparams.PARAMS[k].default) for t in sent} for k in common}
+    assert values["initial_max_data"] == {15728640}, values
+    assert values["initial_max_stream_data_bidi_local"] == {6291456}, values

@@ -271,10 +271,6 @@ class _Rig:
             facts = self.servers[arm].flow_facts(quic_log or [], port)
             f.server, f.retrans_source = facts.server, facts.source
             f.retransmissions, f.retrans_bytes = facts.retransmissions, facts.retrans_bytes
-            # the other end of the wire: the client's own record of both sets
-            wrong = tparams.client_view(a.params, final)
-            if f.ok and wrong:
-                f.ok, f.error = False, "; ".join(wrong)
         return f
 
     def evidence(self, arm: str) -> tuple[dict[str, Any], list[str]]:
@@ -308,8 +304,12 @@ class _Rig:
         return out
 
 
-def _verified(f: FlowResult, evidence: tuple[dict[str, Any], list[str]]) -> FlowResult:
+def _verified(f: FlowResult, evidence: tuple[dict[str, Any], list[str]], arm: Arm) -> FlowResult:
+    """The flow judged by its server's evidence and, for QUIC, by its client's own record
+    of the transport parameters: the other end of the wire."""
     facts, reasons = evidence
+    if f.client_transport is not None:
+        reasons = reasons + tparams.client_view(arm.params, f.client_transport)
     f.evidence = facts
     if f.ok and reasons:
         f.ok, f.error = False, "; ".join(reasons)
@@ -391,7 +391,9 @@ def _bulk(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> Bulk
         rc = p.wait(LINGER_S + 10)
         quic = _quic_wait(rig, arm, offsets.get(arm, 0), port) if arm in offsets else None
         f = _verified(
-            rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc), evidence
+            rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc),
+            evidence,
+            rig.by_name[arm],
         )
         runs.append(
             BulkRun(
@@ -497,7 +499,9 @@ def _compete(cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress) -> C
                 else None
             )
             f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
-            flows.append(_verified(f.model_copy(update={"flow": flow}), evidence[arm]))
+            flows.append(
+                _verified(f.model_copy(update={"flow": flow}), evidence[arm], rig.by_name[arm])
+            )
         runs.append(compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem))
     return CompeteResult(
         created=now(),
