@@ -390,3 +390,76 @@ def test_page_loads_verify_the_servers_and_store_what_chromium_advertised(
     values = {k: {json.loads(t).get(k, tparams.PARAMS[k].default) for t in sent} for k in common}
     assert values["initial_max_data"] == {15728640}, values
     assert values["initial_max_stream_data_bidi_local"] == {6291456}, values
+
+
+CHROMIUM = {  # what Chromium 156 advertised in tests' real loads (its NetLog, a server)
+    "max_idle_timeout": 30000,
+    "max_udp_payload_size": 1472,
+    "initial_max_data": 15728640,
+    "initial_max_stream_data_bidi_local": 6291456,
+    "initial_max_stream_data_bidi_remote": 6291456,
+    "initial_max_stream_data_uni": 6291456,
+    "initial_max_streams_bidi": 100,
+    "initial_max_streams_uni": 103,
+}
+
+
+def test_what_the_browser_advertised_is_in_the_export_and_the_report(tmp_path: Path) -> None:
+    """Each load's stored sets, a row per connection and side in the export's
+    transport-params table, and per client in the report (a parameter a set leaves out
+    at its RFC default)."""
+    import csv
+
+    from quicbed.link.model import make_condition
+    from quicbed.report.build import build
+    from quicbed.results.export import export
+    from quicbed.results.rows import RunRow
+    from quicbed.results.store import Store
+    from quicbed.spec.cellconfig import make_cell
+
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="5kb", runs=2)
+    store = Store(tmp_path, create=True)
+    cid = cfg.cell_id()
+    store.add_cell(cid, cfg.model_dump(mode="json"))
+    att = store.new_attempt(cid, {"git": {"sha": "x"}})
+    store.set_receipt(cid, att, {"passed": True, "checks": []})
+    store.set_versions(cid, att, {"browser": "HeadlessChrome/156.0.7000.0"})
+    for seq, (arm, rep) in enumerate((("h2", 0), ("h3", 0), ("h3", 1), ("h2", 1))):
+        server = {"tp_local": [QUIC_GO_DEFAULT], "tp_remote": [CHROMIUM]} if arm == "h3" else {}
+        store.add_run(
+            RunRow(
+                cell_id=cid,
+                attempt=att,
+                arm=arm,
+                rep=rep,
+                seq=seq,
+                warmup=False,
+                valid=True,
+                plt_ms=100.0 + seq,
+                detail={"server": server},
+            ),
+            None,
+        )
+    store.finish_attempt(cid, att, "done")
+    store.close()
+    path = export(tmp_path, "csv", table="transport-params")
+    assert path.name == "transport_params.csv"
+    table = list(csv.DictReader(path.read_text().splitlines()))
+    assert [(r["arm"], r["rep"], r["side"], r["stack"]) for r in table] == [
+        ("h3", "0", "server", "quic-go"),
+        ("h3", "0", "client", "quic-go"),
+        ("h3", "1", "server", "quic-go"),
+        ("h3", "1", "client", "quic-go"),
+    ]
+    client = table[1]
+    assert client["client"] == "HeadlessChrome/156.0.7000.0"
+    assert client["initial_max_data"] == "15728640" and client["max_ack_delay"] == "25"
+    with pytest.raises(QuicbedError, match="--table: unknown 'hars'"):
+        export(tmp_path, "csv", table="hars")
+    report = build(tmp_path)
+    shown = {(a["parameter"], a["values"], a["connections"]) for a in report.advertised}
+    assert ("initial_max_streams_uni", "103", 2) in shown
+    assert ("active_connection_id_limit", "2", 2) in shown  # left out: the RFC's default
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert "QUIC transport parameters the clients advertised" in html
+    assert (tmp_path / "report" / "transport_params.csv").exists()

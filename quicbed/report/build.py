@@ -71,6 +71,8 @@ class Report:
     transfers: report_transfers.TransferSection = field(
         default_factory=report_transfers.TransferSection
     )
+    #: per client and QUIC transport parameter: what it advertised (transport_params.csv)
+    advertised: list[dict[str, Any]] = field(default_factory=list)
 
 
 def testbeds(rows: list[CellRow]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -561,6 +563,14 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         [(r.condition, r.queue_warning, r.scenario) for r in rows]
         + [(t["_condition"], t["queue_warning"], t["scenario"]) for t in report.transfers.rows]
     )
+    from quicbed.results import advertised
+
+    report.advertised = advertised.by_client(advertised.rows(root))
+    if report.advertised:
+        with open(out / "transport_params.csv", "w", newline="") as f:
+            aw = csv.DictWriter(f, fieldnames=list(report.advertised[0]))
+            aw.writeheader()
+            aw.writerows(report.advertised)
     report.groups = group_counts(rows)
     with open(out / "groups.csv", "w", newline="") as f:
         gw = csv.DictWriter(f, fieldnames=GROUP_COLUMNS)
@@ -935,6 +945,7 @@ def _write_html(
         queue_warnings=report.queue_warnings,
         groups=report.groups,
         transfers=report.transfers,
+        advertised=report.advertised,
         version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         root=source,
