@@ -54,7 +54,7 @@ LAYERS = [
     ("run", "console run run.*"),
     # from the store: which cells, why a load was slow
     ("analysis", "analysis analysis.select analysis.explain"),
-    ("report", "report report.cellrow report.build report.transfers"),
+    ("report", "report report.cellrow report.build report.transfers report.axes"),
     # a replication package, checked and rerun
     ("package", "package package.*"),
     ("cli", "cli cli.* __main__"),

@@ -463,3 +463,105 @@ def test_what_the_browser_advertised_is_in_the_export_and_the_report(tmp_path: P
     html = (tmp_path / "report" / "index.html").read_text()
     assert "QUIC transport parameters the clients advertised" in html
     assert (tmp_path / "report" / "transport_params.csv").exists()
+
+
+def test_one_way_delays_are_spec_keys() -> None:
+    """delay_down/delay_up, a grid axis each (an unset one 0), instead of rtt; both, or
+    neither, refused by name."""
+    from quicbed.spec.sweepspec import SweepSpec, plan
+
+    base = {"name": "d", "scenarios": {}}
+    sc = {"kind": "bulk", "rate": [100], "objects": ["2MB"], "arms": ["h3"]}
+    spec = SweepSpec(**{**base, "scenarios": {"s": {**sc, "delay_down": [10, 30]}}})
+    conds = [c.config.condition for c in plan(spec)]
+    assert [(c.delay_down(), c.delay_up(), c.rtt()) for c in conds] == [
+        (10, 0, 10),
+        (30, 0, 30),
+    ]
+    both = {**sc, "rtt": [36], "delay_down": [10]}
+    for bad, why in ((both, "give rtt .* or delay_down/delay_up"), (sc, "rtt: a scenario needs")):
+        with pytest.raises(ValueError, match=why):
+            SweepSpec(**{**base, "scenarios": {"s": bad}})
+
+
+def test_the_report_draws_goodput_against_the_axis_a_scenario_varies(tmp_path: Path) -> None:
+    """A scenario whose bulk cells differ in delay: a line per arm with its band and the
+    capped arm's window / RTT; one whose arms differ in one parameter: goodput against
+    it. Drawn from stored records only."""
+    from quicbed.link.model import make_condition
+    from quicbed.report.build import build
+    from quicbed.results.store import Store
+    from quicbed.results.transfers import BulkResult, BulkRun, FlowResult
+    from quicbed.spec.cellconfig import make_cell
+
+    def flow(arm: str, rep: int, mbit: float) -> FlowResult:
+        return FlowResult(
+            flow=f"{arm}-{rep}",
+            arm=arm,
+            protocol="h3",
+            ok=True,
+            bytes=10**6,
+            completion_s=1.0,
+            goodput_bps=mbit * 1e6,
+            samples=[(1.0, 10**6)],
+        )
+
+    def store_cell(scenario: str, cond: object, text: str, mbits: dict[str, float]) -> None:
+        names, settings = parse_cli(text)
+        cfg = make_cell(
+            condition=cond,
+            page="bulk/2MB.bin",
+            kind="bulk",
+            runs=2,
+            warmup=0,
+            arms=names,
+            arm_settings=settings,
+            transfer={"size": "2MB"},
+        )
+        runs = [
+            BulkRun(arm=a, rep=rep, seq=2 * i + rep, flow=flow(a, rep, m + rep))
+            for i, (a, m) in enumerate(mbits.items())
+            for rep in range(2)
+        ]
+        rec = BulkResult(
+            created="now",
+            condition=cfg.condition.model_dump(mode="json"),
+            arms=[a.as_dict() for a in cfg.resolved_arms()],
+            object="bulk/2MB.bin",
+            object_bytes=2 * 10**6,
+            duration_s=None,
+            reps=2,
+            ideal_goodput_bps=None,
+            runs=runs,
+        )
+        store = Store(tmp_path, create=True)
+        cid = cfg.cell_id()
+        store.add_cell(cid, cfg.model_dump(mode="json"))
+        store.add_scenarios([(cid, scenario)])
+        att = store.new_attempt(cid, {"quicbed": "test"})
+        store.set_receipt(cid, att, {"passed": True, "checks": []})
+        store.set_transfer(cid, att, "bulk", rec.model_dump(mode="json"))
+        store.finish_attempt(cid, att, "done")
+        store.close()
+
+    cap = "h3-cap:stack=quic-go:client_initial_max_data=65536:client_flow_control_autotune=false"
+    for d, mbits in ((10, {"h3": 90.0, "h3-cap": 40.0}), (30, {"h3": 88.0, "h3-cap": 15.0})):
+        store_cell("delay", make_condition(rate_mbit=100, delay_down_ms=d), f"h3,{cap}", mbits)
+    store_cell(
+        "imd",
+        make_condition(rate_mbit=100, delay_down_ms=30),
+        "h3-a:stack=quic-go:client_initial_max_data=65536,"
+        "h3-b:stack=quic-go:client_initial_max_data=1000000",
+        {"h3-a": 15.0, "h3-b": 90.0},
+    )
+    report = build(tmp_path)
+    shown = {f["shows"].get("axis"): f for f in report.figures if f["shows"].get("axis")}
+    assert set(shown) == {"delay_down", "client_initial_max_data"}
+    assert shown["delay_down"]["shows"]["scenario"] == "delay"
+    assert (tmp_path / "report" / "figures" / "axis-delay.svg").exists()
+    assert (tmp_path / "report" / "figures" / "param-imd.png").exists()
+    from quicbed.report.axes import window_cap_mbit
+
+    settings = {"client_initial_max_data": 65536, "client_flow_control_autotune": False}
+    assert window_cap_mbit(settings, {"delay_down_ms": 36}) == pytest.approx(14.56, abs=0.01)
+    assert window_cap_mbit({"client_initial_max_data": 65536}, {"rtt_ms": 36}) is None

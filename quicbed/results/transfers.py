@@ -495,9 +495,13 @@ def plot_bulk(r: BulkResult, base: Path) -> list[Path]:
     if r.ideal_goodput_bps:
         ax.axhline(r.ideal_goodput_bps / 1e6, color="grey", lw=0.8, ls=":", label="ideal goodput")
     c = r.condition
+    delay = (
+        f"{c.get('rtt_ms')} ms"
+        if c.get("rtt_ms") is not None
+        else f"{c.get('delay_down_ms') or 0:g} ms down, {c.get('delay_up_ms') or 0:g} ms up"
+    )
     ax.set_title(
-        f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, "
-        f"queue {c.get('queue')}",
+        f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {delay}, queue {c.get('queue')}",
         fontsize=10,
     )
     ax.set_xlabel("time (s)")
