@@ -7,9 +7,9 @@ cells: one line per arm (a parameter set), its mean goodput over the cell's vali
 with a +-1 sd band. A scenario of one cell whose arms differ in exactly one QUIC
 transport parameter varies along that **parameter**: one line, the arms ordered by
 its value. An arm whose client cannot grow its window (``client_flow_control_autotune:
-false``) is flow-control limited to window / RTT, drawn as a dashed reference line in
-the arm's colour (the window: the smaller of its connection and stream limit; the RTT:
-the link's base RTT, without the queue's).
+false``) and whose window / RTT is below the link's rate is flow-control limited to
+it, drawn as a dashed reference line in the arm's colour (the window: the smaller of its
+connection and stream limit; the RTT: the link's base RTT, without the queue's).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ _CAP = (tparams.CLIENT + "initial_max_data", tparams.CLIENT + "initial_max_strea
 
 
 def window_cap_mbit(settings: dict[str, Any], cond: dict[str, Any]) -> float | None:
-    """window / RTT for an arm whose client does not grow its window; None otherwise."""
+    """window / RTT for an arm whose client does not grow its window, where that is
+    below the bottleneck's rate (the window then limits the flow); None otherwise."""
     if settings.get(tparams.CLIENT + tparams.AUTOTUNE) is not False:
         return None
     windows = [int(settings[k]) for k in _CAP if settings.get(k) is not None]
@@ -42,7 +43,9 @@ def window_cap_mbit(settings: dict[str, Any], cond: dict[str, Any]) -> float | N
         rtt = (cond.get("delay_down_ms") or 0) + (cond.get("delay_up_ms") or 0)
     if not windows or not rtt:
         return None
-    return float(min(windows) * 8 / (rtt / 1000) / 1e6)
+    cap = float(min(windows) * 8 / (rtt / 1000) / 1e6)
+    rate = cond.get("rate_mbit")
+    return cap if rate is None or cap < float(rate) else None
 
 
 def _axis(cells: list[dict[str, Any]]) -> tuple[str, str, Any] | None:
@@ -180,7 +183,7 @@ def _param_figure(
             ls="--",
             lw=0.9,
             color="grey",
-            label="window / RTT (no auto-tuning)",
+            label="window / RTT (no auto-tuning; where below the link rate)",
         )
     for x, y, _, _, arm in rows:
         ax.annotate(arm, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")

@@ -97,7 +97,7 @@ def testbeds(rows: list[CellRow]) -> tuple[list[dict[str, Any]], list[str]]:
         if len(hw) > 1:
             c = json.loads(cond)
             what = (
-                f"{_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']} ms, loss {c['loss_pct']} %"
+                f"{_label_rate(c['rate_mbit'])}, RTT {_rtt(c)} ms, loss {c['loss_pct']} %"
                 f", jitter {c['jitter_ms']} ms, queue {c['queue']}"
             )
             on = "; ".join(f"{h}: {len(ids)} cell(s)" for h, ids in hw.items())
@@ -151,6 +151,13 @@ def _git_label(git: dict[str, Any]) -> str:
     return one(git) + (f"; checkout at {one(now)} by then" if isinstance(now, dict) else "")
 
 
+def _rtt(cond: dict[str, Any]) -> float:
+    """A stored condition's base RTT: its rtt_ms as stored, or its one-way delays' sum."""
+    if cond.get("rtt_ms") is not None:
+        return cond["rtt_ms"]  # type: ignore[no-any-return]  # a stored number, kept as written
+    return float((cond.get("delay_down_ms") or 0) + (cond.get("delay_up_ms") or 0))
+
+
 def queue_warnings(rows: list[tuple[str, str | None, str]]) -> list[str]:
     """A line per link condition of the reported cells whose queue is small, from
     (condition as JSON, its queue warning, scenario) of every cell."""
@@ -165,7 +172,7 @@ def queue_warnings(rows: list[tuple[str, str | None, str]]) -> list[str]:
         c = json.loads(cond)
         loss = _label_loss(c["loss_pct"], c.get("loss_down_pct"), c.get("loss_up_pct"))
         out.append(
-            f"small queue at {_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']:g} ms, loss "
+            f"small queue at {_label_rate(c['rate_mbit'])}, RTT {_rtt(c):g} ms, loss "
             f"{loss} ({', '.join(scenarios)}): {w}; its cells may say more "
             "about the buffer than about the transports"
         )

@@ -449,8 +449,11 @@ def plot_compete(r: CompeteResult, run: CompeteRun, base: Path) -> list[Path]:
     jain_s = f", Jain {run.jain:.3f}" if run.jain is not None else ""
     c = r.condition
     who = " vs ".join(f"{n} {a}" for a, n in r.groups)
+    rtt = c.get("rtt_ms")
+    if rtt is None:  # a condition of one-way delays: their sum
+        rtt = (c.get("delay_down_ms") or 0) + (c.get("delay_up_ms") or 0)
     ax.set_title(
-        f"{who}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, queue "
+        f"{who}: {c.get('rate_mbit')} Mbit/s, {rtt} ms, queue "
         f"{c.get('queue')}, repetition {run.rep}{jain_s}",
         fontsize=10,
     )
