@@ -45,7 +45,7 @@ LAYERS = [
     # instruments over a cell's loads (tcpdump, qlog, TCP state)
     ("traces", "traces traces.*"),
     # the stacks (each owns its arms' settings) and the browsers
-    ("servers and browsers", "spec.tcpopts servers servers.* client client.*"),
+    ("servers and browsers", "spec.tcpopts spec.tparams servers servers.* client client.*"),
     # what a sweep or cell asks for: arms, cells, specs
     ("spec", "spec spec.arms spec.cellconfig spec.sweepspec spec.catalog"),
     # a results folder: its store, provenance, records; merge and export read it
@@ -54,7 +54,7 @@ LAYERS = [
     ("run", "console run run.*"),
     # from the store: which cells, why a load was slow
     ("analysis", "analysis analysis.select analysis.explain"),
-    ("report", "report report.cellrow report.lines report.build report.transfers"),
+    ("report", "report report.cellrow report.lines report.build report.transfers report.axes"),
     # a replication package, checked and rerun
     ("package", "package package.*"),
     ("cli", "cli cli.* __main__"),

@@ -156,6 +156,9 @@ def build(
             sec.rows += _rows(cell, alpha)
     finally:
         store.close()
+    from quicbed.report import axes
+
+    sec.drawn += axes.figures(sec.cells, out)
     if sec.cells:
         with open(out / FILE, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -271,7 +274,10 @@ def _cell(cfg: dict[str, Any], cid: str, att: AttemptRow, scenario: str) -> dict
         "problem": att.problem or "",
         "receipt_passed": None if receipt is None else receipt["passed"],
         "rate_mbit": cond["rate_mbit"],
-        "rtt_ms": cond["rtt_ms"],
+        # a cell given one-way delays has no rtt_ms: their sum is its base RTT
+        "rtt_ms": cond["rtt_ms"]
+        if cond.get("rtt_ms") is not None
+        else (cond.get("delay_down_ms") or 0) + (cond.get("delay_up_ms") or 0),
         "loss_pct": cond["loss_pct"],
         "loss_down_pct": cond.get("loss_down_pct"),
         "queue": cond["queue"],

@@ -55,6 +55,10 @@ class FlowResult(BaseModel):
     #: the server side's transport facts: TCP from ``ss -ti``, QUIC from its log
     server: dict[str, Any] = Field(default_factory=dict)
     quic_client: dict[str, Any] | None = None
+    #: a QUIC flow's transport parameters as its client recorded them (``tp_local``: what
+    #: it advertised, ``tp_remote``: what the server did; quicbed.spec.tparams), and the
+    #: receive windows it ran (``windows``, ``flow_control_autotune``)
+    client_transport: dict[str, Any] | None = None
     local_addr: str | None = None
     #: what the arm's server and its kernel showed of the arm's settings during the flow
     #: (its CC, parameters, the TCP options of its handshake: WebServer.evidence);
@@ -455,8 +459,11 @@ def plot_compete(r: CompeteResult, run: CompeteRun, base: Path) -> list[Path]:
     jain_s = f", Jain {run.jain:.3f}" if run.jain is not None else ""
     c = r.condition
     who = " vs ".join(f"{n} {a}" for a, n in r.groups)
+    rtt = c.get("rtt_ms")
+    if rtt is None:  # a condition of one-way delays: their sum
+        rtt = (c.get("delay_down_ms") or 0) + (c.get("delay_up_ms") or 0)
     ax.set_title(
-        f"{who}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, queue "
+        f"{who}: {c.get('rate_mbit')} Mbit/s, {rtt} ms, queue "
         f"{c.get('queue')}, repetition {run.rep}{jain_s}",
         fontsize=10,
     )
@@ -501,9 +508,13 @@ def plot_bulk(r: BulkResult, base: Path) -> list[Path]:
     if r.ideal_goodput_bps:
         ax.axhline(r.ideal_goodput_bps / 1e6, color="grey", lw=0.8, ls=":", label="ideal goodput")
     c = r.condition
+    delay = (
+        f"{c.get('rtt_ms')} ms"
+        if c.get("rtt_ms") is not None
+        else f"{c.get('delay_down_ms') or 0:g} ms down, {c.get('delay_up_ms') or 0:g} ms up"
+    )
     ax.set_title(
-        f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, "
-        f"queue {c.get('queue')}",
+        f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {delay}, queue {c.get('queue')}",
         fontsize=10,
     )
     ax.set_xlabel("time (s)")
