@@ -345,6 +345,12 @@ def cases() -> list[Case]:
             "cubic_beta",
             v if v != "nan" else "nan",
         )
+    add(
+        "cell-arm-loss-detection",
+        [*CELL, "--arms", "h2,h3:loss_detection=ild1"],
+        "loss_detection 'ild1'",
+        "quic-go's (adaptive, rfc9002)",
+    )
     add("cell-arm-key", [*CELL, "--arms", "h2,h3:window=9"], "'window=9'", "KEY=VALUE")
     add("cell-arm-no-value", [*CELL, "--arms", "h2,h3:cc"], "'cc'", "KEY=VALUE")
     add("cell-two-tcp-arms", [*CELL, "--arms", "h2,h2b:stack=apache"], "one TCP arm")

@@ -132,3 +132,24 @@ def test_reproduce_a_fairness_figure_end_to_end(tmp_path: Path) -> None:
     assert len(figures) == 3  # one per repetition
     rows = (out / "report" / "transfers.csv").read_text()
     assert "h3-n2x1,h2x1" in rows and ",done," in rows
+
+
+def test_goodput_cdfs_per_scenario_where_scenarios_share_a_link(tmp_path: Path) -> None:
+    from quicbed.report.transfers import goodput_cdfs
+
+    cond = json.dumps({"rate_mbit": 50, "rtt_ms": 36, "loss_pct": 0})
+    drawn = goodput_cdfs(
+        [
+            ("BL", cond, "20MB", "h2", {0: 40e6, 1: 42e6}),
+            ("ECN", cond, "20MB", "h2", {0: 45e6, 1: 44e6, 2: 46e6}),
+            ("BL", cond, "20MB", "h3", {0: 47e6}),  # one scenario only: no figure
+        ],
+        tmp_path,
+    )
+    assert len(drawn) == 1
+    title, paths, shows = drawn[0]
+    assert shows["arm"] == "h2" and shows["scenarios"] == {
+        "BL": [40.0, 42.0],
+        "ECN": [44.0, 45.0, 46.0],
+    }
+    assert all(p.stat().st_size > 0 for p in paths) and "h2, 20MB" in title

@@ -47,7 +47,7 @@ LAYERS = [
     # CPU profiles on request (perf, inferno, component shares)
     ("profile", "profile profile.*"),
     # the stacks (each owns its arms' settings) and the browsers
-    ("servers and browsers", "spec.tcpopts servers servers.* client client.*"),
+    ("servers and browsers", "spec.tcpopts spec.tparams servers servers.* client client.*"),
     # what a sweep or cell asks for: arms, cells, specs
     ("spec", "spec spec.arms spec.cellconfig spec.sweepspec spec.catalog"),
     # a results folder: its store, provenance, records; merge and export read it
@@ -56,7 +56,11 @@ LAYERS = [
     ("run", "console run run.*"),
     # from the store: which cells, why a load was slow
     ("analysis", "analysis analysis.select analysis.explain"),
-    ("report", "report report.cellrow report.build report.cpu report.profile report.transfers"),
+    (
+        "report",
+        "report report.cellrow report.lines report.build report.cpu report.profile "
+        "report.transfers report.axes",
+    ),
     # a replication package, checked and rerun
     ("package", "package package.*"),
     ("cli", "cli cli.* __main__"),

@@ -398,3 +398,29 @@ def test_heat_axes_follow_what_a_scenario_varies() -> None:
         "page",
         ["rtt"],
     )
+
+
+def test_a_scenario_varying_loss_gets_a_line_per_other_setting(tmp_path: Path) -> None:
+    """The beta study's figures: PLTC against loss, one line per RTT, hollow where not
+    significant; a scenario of rates x pages gets none."""
+    import json
+
+    slow, fast = [200.0, 201, 202, 203], [150.0, 151, 152, 153]
+    same = [200.0, 230, 170, 201]
+    for rtt, arms in (
+        (5, {"h3-b07": slow, "h3-b06": fast}),
+        (400, {"h3-b07": slow, "h3-b06": same}),
+    ):
+        for loss in (0.2, 1, 5):
+            _beta_cell(tmp_path, "delay", 100, rtt, loss, "bme-3.3mb", arms)
+    build(tmp_path)
+    shows = json.loads((tmp_path / "report" / "figures.json").read_text())
+    (fig,) = [f for f in shows if f["svg"].startswith("lines-delay-")]
+    assert fig["shows"]["line_plot"] == "loss"
+    lines = fig["shows"]["lines"]
+    assert sorted(lines) == ["400 ms", "5 ms"]
+    assert [p["x"] for p in lines["5 ms"]] == [0.2, 1.0, 5.0]
+    assert all(p["significant"] for p in lines["5 ms"])
+    assert lines["5 ms"][0]["pltc"] == pytest.approx((201.5 - 151.5) / 201.5 * 100, abs=1e-3)
+    assert not any(p["significant"] for p in lines["400 ms"])
+    assert (tmp_path / "report" / "figures" / fig["png"]).stat().st_size > 0

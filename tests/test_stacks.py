@@ -4,6 +4,7 @@ beta taken, checked and restored, and a CC changed behind a cell caught per load
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,77 @@ def test_arms_resolve_ports_ccs_and_pairs() -> None:
     assert pairs(arms, [("h3", "h3-n2")]) == [("h2", "h3"), ("h2", "h3-n2"), ("h3", "h3-n2")]
     with pytest.raises(QuicbedError, match="cubic_beta is CUBIC's; this arm runs bbr"):
         resolve(("h2",), {"h2": ArmSettings(cc="bbr", cubic_beta=0.5)}, "cubic")
+
+
+def test_quic_go_loss_detection_is_its_own_setting() -> None:
+    """quic-go's loss_detection (the same key as Envoy's, with quic-go's own values):
+    adaptive or rfc9002, on any CC, passed to the server and checked against what its
+    log reads back from quic-go; anything else refused naming quic-go's values."""
+    from quicbed.servers.base import ServeSpec
+    from quicbed.servers.quic_go import QuicGoServer
+    from quicbed.testbed.base import RPath
+
+    names, settings = parse_cli("h3:cc=reno:loss_detection=rfc9002,h3-a:stack=quic-go")
+    arm, plain = resolve(names, settings, "cubic")
+    assert arm.params == {"loss_detection": "rfc9002"} and plain.params == {}
+    for bad, msg in (
+        ("h3:loss_detection=ild0", "loss_detection 'ild0' is not one of quic-go's"),
+        ("h3-envoy:loss_detection=adaptive", "loss_detection 'adaptive' is not one of QUICHE's"),
+        ("h3:cc=reno:cubic_n=2", "cubic_n are CUBIC's; this arm runs reno"),
+    ):
+        with pytest.raises(QuicbedError, match=msg):
+            resolve(*parse_cli(bad), "cubic")
+
+    class Tb:
+        server_ip = "10.10.1.1"
+
+        def bin_path(self, role: str, name: str) -> RPath:
+            return RPath("/bin") / name
+
+    spec = ServeSpec(*(RPath(p) for p in ("/www", "/c", "/k", "/logs")))
+    srv = QuicGoServer(Tb(), spec, arm)  # type: ignore[arg-type]  # argv reads these only
+    argv = srv.argv()
+    assert argv[argv.index("-loss-detection") + 1] == "rfc9002"
+    assert "-loss-detection" not in QuicGoServer(Tb(), spec, plain).argv()  # type: ignore[arg-type]
+    # the log's read-back is the evidence: a conn record of another setting fails the load
+    conn = {"event": "conn", "conn_id": 1, "cc": "reno", "loss_detection": "adaptive"}
+    facts = srv.load_facts([json.dumps(conn)])
+    assert srv.evidence(facts) == [
+        "the server's log shows loss_detection ['adaptive'], not rfc9002"
+    ]
+    facts = srv.load_facts([json.dumps({**conn, "loss_detection": "rfc9002"})])
+    assert srv.evidence(facts) == []
+    assert "RFC 9002's loss detection with fixed thresholds" in str(QuicGoServer.against_study(arm))
+    assert "adaptive loss detection" in str(QuicGoServer.against_study(plain))
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_rfc9002_loss_detection_sees_more_spurious_losses(prefix: str, tmp_path: Path) -> None:
+    """Under per-packet reordering, quic-go's RFC 9002 thresholds (fixed) take reordered
+    packets for lost again and again; its own adaptive detection switches the packet
+    threshold off after the first spurious loss of a connection. Both arms verified per
+    load from the server's log; the traces count each load's spurious losses."""
+    from conftest import until_the_link_holds
+
+    names, settings = parse_cli("h3:cc=cubic,h3-rfc:stack=quic-go:loss_detection=rfc9002")
+    cond = make_condition(rate_mbit=20, rtt_ms=36, jitter_ms=4, jitter_kind="reorder")
+    cfg = make_cell(condition=cond, page="1mb", runs=3, warmup=1, arms=names, arm_settings=settings)
+    r = until_the_link_holds(
+        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1, traces="light")
+    )
+    assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
+    store = Store(tmp_path / "r")
+    runs = [x for x in store.runs(r.cell_id, r.attempt) if not x.warmup]
+    store.close()
+    spurious: dict[str, list[int]] = {"h3": [], "h3-rfc": []}
+    for x in runs:
+        want = "rfc9002" if x.arm == "h3-rfc" else "adaptive"
+        assert x.detail["server"]["loss_detection"] == [want], x.detail["server"]
+        spurious[x.arm].append(x.detail["transport"]["spurious_losses"])
+    assert sum(spurious["h3-rfc"]) > sum(spurious["h3"]), spurious
+    print("spurious losses per load:", spurious)
 
 
 @pytest.mark.root

@@ -215,7 +215,8 @@ def test_settings_checked_refused_on_quic_and_left_out_of_dumps() -> None:
     bad = {
         "h3:tcp_sack=false": "arm h3: tcp_sack is a TCP option, and quic-go runs QUIC over UDP",
         "h2:tcp_ecn=3": "arm h2: tcp_ecn must be 0 (off), 1 (request and accept) or 2",
-        "h2:rmem=huge": "arm h2: rmem 'huge' is not a preset (one of ws0, ws2, ws4, ws7, ws9)",
+        "h2:rmem=huge": "arm h2: rmem 'huge' is not a preset (one of ws0, ws1, ws2, ws3, "
+        "ws4, ws7, ws9, ws14)",
         "h2:rmem=ws2:tcp_window_scaling=false": "rmem ws2 sets a window scale, but the arm "
         "sets tcp_window_scaling: false",
         "h2:initcwnd=0": "arm h2: initcwnd must be 1..1000 segments (got 0)",

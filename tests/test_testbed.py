@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +55,29 @@ def test_down_after_a_crash_mid_setup(prefix: str) -> None:
     assert f"{prefix}-server" in removed
     assert tb.leftovers() == []
     assert tb.down() == []  # idempotent
+
+
+@pytest.mark.root
+def test_down_removes_the_trace_instances_a_killed_run_left(prefix: str) -> None:
+    """A run killed -9 leaves its tracefs instances (the TCP tracer's, an Envoy arm's
+    sender probe) with events on; down removes this prefix's and no other's."""
+    from quicbed.traces.tcp import tracefs_problem
+
+    assert tracefs_problem() is None
+    root = Path("/sys/kernel/tracing/instances")
+    mine = [root / f"quicbed-{prefix}", root / f"quicbed-{prefix}-h3-envoy"]
+    other = root / "quicbed-zz9other"
+    for d in [*mine, other]:
+        d.mkdir()
+        (d / "tracing_on").write_text("1")
+    try:
+        removed = LocalTestbed(prefix).down()
+        assert all(str(d) in removed and not d.exists() for d in mine), removed
+        assert other.exists()
+    finally:
+        for d in [*mine, other]:
+            if d.exists():
+                d.rmdir()
 
 
 @pytest.mark.root

@@ -90,6 +90,8 @@ def test_probe_lines_become_samples_with_wrap_units_and_handshake() -> None:
     assert last["cwnd_bytes"] == 20 * 1448 and last["ssthresh_bytes"] == 15 * 1448
     assert last["srtt_ms"] == 38.0 and last["snd_wnd_bytes"] == 65535
     assert samples[0]["ssthresh_bytes"] is None  # TCP_INFINITE_SSTHRESH: still slow start
+    # cwnd below ssthresh is slow start, at or above it avoidance (20 >= 15 segments)
+    assert [r["phase"] for r in samples] == ["slow_start"] * 3 + ["congestion_avoidance"]
     hs = [r for r in rows if r["event"] == "handshake_done"]
     assert [r["t_ms"] for r in hs] == [50.0]
     retx = [r for r in rows if r["event"] == "retransmit"]
@@ -265,9 +267,20 @@ def test_qlog_events_become_samples_on_the_load_clock() -> None:
         "delivered_bytes": 2800,
         "srtt_ms": 36.5,
         "rtt_sample_ms": 36.2,
+        "phase": None,  # no congestion_state_updated yet
         "source": "qlog",
     }
     assert s2["delivered_bytes"] == 2800 + 1400  # pn 4; pn 3 was lost, never delivered
+    # the sender's phase, from quic-go's congestion_state_updated, on the samples after it
+    state = {
+        "time": 100.0,
+        "name": "recovery:congestion_state_updated",
+        "data": {"new": "recovery"},
+    }
+    with_state, _ = qlog_samples(
+        _qlog([*EVENTS[:-3], state, *EVENTS[-3:]]), began_wall=ref - 0.5, conn="abcd"
+    )
+    assert [r["phase"] for r in with_state if r["event"] == "sample"] == [None, "recovery"]
     assert by["lost"] == [
         {"t_ms": 580.0, "event": "lost", "conn": "abcd", "bytes": 1400, "source": "qlog"}
     ]

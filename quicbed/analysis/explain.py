@@ -613,6 +613,7 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
     )
     ev, dl, cw, rt = axes
     arms = list(loads)
+    seen_phases: set[str] = set()
     xmax = max(ld.plt_ms for ld in loads.values()) * 1.08
     for i, (arm, ld) in enumerate(loads.items()):
         col = arm_colour(arm) or "black"
@@ -665,6 +666,22 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
             ]
             if c:
                 cw.step(*zip(*c, strict=True), where="post", color=col, lw=1.4)
+                for phase, (colour, marker) in PHASE_MARKS.items():
+                    at = [
+                        (s["t_page_ms"], s["cwnd_bytes"] / 1000)
+                        for s in rows
+                        if s.get("cwnd_bytes") and s.get("phase") == phase
+                    ]
+                    if at:
+                        cw.plot(
+                            *zip(*at, strict=True),
+                            color=colour,
+                            marker=marker,
+                            ms=3.5,
+                            ls="none",
+                            label=phase.replace("_", " ") if phase not in seen_phases else None,
+                        )
+                        seen_phases.add(phase)
             if f:
                 cw.step(*zip(*f, strict=True), where="post", color=col, lw=0.8, ls="--", alpha=0.7)
             sr = [(s["t_page_ms"], s["srtt_ms"]) for s in rows if s.get("srtt_ms")]
@@ -694,6 +711,8 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
     dl.set_ylabel("delivered [kB]")
     dl.legend(fontsize=8, loc="upper left")
     cw.set_ylabel("cwnd (solid),\nin flight (dashed) [kB]")
+    if seen_phases:  # the sender's phase at each sample (QUIC: its qlog; TCP: cwnd < ssthresh)
+        cw.legend(fontsize=7, loc="upper left", title="phase", title_fontsize=7)
     rt.set_ylabel("RTT [ms]\nsrtt (line), samples (dots)")
     rt.set_xlabel("ms since the page load began (HAR t=0)")
     rt.set_xlim(min([0.0, *(e["start"] for ld in loads.values() for e in ld.entries[:1])]), xmax)
@@ -703,6 +722,15 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+#: how the window panel marks a sample's congestion phase (quicbed.traces.base.PHASES)
+PHASE_MARKS = {
+    "slow_start": ("#1b9e77", "^"),
+    "congestion_avoidance": ("#7f7f7f", "."),
+    "recovery": ("#d95f02", "v"),
+    "application_limited": ("#7570b3", "s"),
+}
 
 
 def _by_conn(samples: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

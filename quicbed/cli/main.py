@@ -645,21 +645,31 @@ def export_cmd(
     results: Annotated[str, typer.Argument(help="Results folder.")],
     fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
     dest: Annotated[
-        str | None, typer.Option("-o", help="Output file (default DIR/runs.FMT).")
+        str | None, typer.Option("-o", help="Output file (default DIR/TABLE.FMT).")
     ] = None,
     replace: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+    table: Annotated[
+        str,
+        typer.Option(
+            "--table",
+            help="runs (a row per page load) or transport-params (a row per QUIC "
+            "connection and side: what each end advertised).",
+        ),
+    ] = "runs",
 ) -> None:
     """One tidy row per page load: its cell's condition and settings, validity, PLT, timings.
 
     Every attempt's loads, warm-ups included (the columns attempt_status, latest_attempt
     and warmup say which). Bulk and compete cells have no page loads: their numbers are
-    in the report's transfers.csv.
+    in the report's transfers.csv. ``--table transport-params``: the QUIC transport
+    parameters both ends advertised, per connection of every load and flow (the client's
+    are what the browser, or the bulk client, sent).
     """
     from pathlib import Path
 
     from quicbed.results.export import export
 
-    path = export(Path(results), fmt, Path(dest) if dest else None, replace)
+    path = export(Path(results), fmt, Path(dest) if dest else None, replace, table=table)
     out.print(f"wrote {path}")
 
 

@@ -260,6 +260,14 @@ JitterIntervalOpt = Annotated[
     float, typer.Option(help="ms between smooth's knots or step's re-draws.")
 ]
 QueueOpt = Annotated[str, typer.Option(help="Queue limit: 2bdp, 100pkts, 450kB.")]
+EcnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ecn-threshold",
+        help="Mark ECN-capable packets CE from this queue occupancy on (30kB, 0.5bdp; "
+        "userspace shaper only); default: never mark, only drop.",
+    ),
+]
 CountOpt = Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")]
 SeedOpt = Annotated[int, typer.Option(help="RNG seed of loss and jitter.")]
 
@@ -279,6 +287,7 @@ class LinkOptions:
     jitter_kind: JitterKindOpt = LINK["jitter_kind"].value
     jitter_interval: JitterIntervalOpt = LINK["jitter_interval_ms"]
     queue: QueueOpt = LINK["queue"]
+    ecn_threshold: EcnOpt = None
     count: CountOpt = LINK["count"]
     seed: SeedOpt = LINK["seed"]
 
@@ -306,6 +315,7 @@ class LinkOptions:
             jitter_kind=jitter_kind,
             jitter_interval_ms=self.jitter_interval,
             queue=self.queue,
+            ecn_threshold=self.ecn_threshold,
             count=self.count,
             seed=self.seed,
         )
@@ -314,7 +324,17 @@ class LinkOptions:
 
 #: the link options ``quicbed cell`` offers (no per-direction values: a cell's
 #: condition is stated as a paper states it)
-CELL_LINK = ("rate", "rtt", "loss", "jitter", "jitter_kind", "jitter_interval", "queue", "seed")
+CELL_LINK = (
+    "rate",
+    "rtt",
+    "loss",
+    "jitter",
+    "jitter_kind",
+    "jitter_interval",
+    "queue",
+    "ecn_threshold",
+    "seed",
+)
 
 
 # --- a cell's own settings -----------------------------------------------------------

@@ -81,6 +81,8 @@ class Pipe(BaseModel):
     queue_bytes: int | None
     queue_packets: int | None
     count: Literal["ethernet", "ip"]
+    #: an ECN-capable packet finding this many bytes queued is marked CE (None: never)
+    ecn_threshold_bytes: int | None = None
 
 
 _QUEUE_RE = re.compile(
@@ -140,6 +142,11 @@ class LinkCondition(BaseModel):
         description="smooth: time between random delay knots; step: time between re-draws",
     )
     queue: str = "2bdp"
+    #: ECN marking: an ECN-capable packet (ECT or CE) that finds at least this much in
+    #: the queue (queue syntax in bytes or BDP: 30kB, 0.5bdp) is forwarded marked CE
+    #: instead of queued unmarked, as an AQM's step threshold does; None: the queue
+    #: only drops (tail drop when full, as without ECN)
+    ecn_threshold: str | None = None
     count: Literal["ethernet", "ip"] = "ethernet"
     seed: int = 1
 
@@ -216,7 +223,27 @@ class LinkCondition(BaseModel):
             raise ValueError(f"queue {self.queue!r} is relative to a BDP, but the RTT is 0")
         if kind == "bytes" and value < MAX_FRAME:
             raise ValueError(f"queue {self.queue!r} holds less than one {MAX_FRAME}-byte frame")
+        if self.ecn_threshold is not None:
+            self._check_ecn()
         return self
+
+    def _check_ecn(self) -> None:
+        t = self.ecn_threshold
+        if self.rate_mbit is None:
+            raise ValueError(f"ecn_threshold {t!r} needs a rate (an unlimited link has no queue)")
+        try:
+            kind, _ = parse_queue(str(t))
+        except QuicbedError as exc:
+            raise ValueError(str(exc).replace("queue:", "ecn_threshold:", 1)) from None
+        if kind == "packets":
+            raise ValueError(f"ecn_threshold {t!r}: give it in bytes or BDP (30kB, 0.5bdp)")
+        qb, _ = self.queue_limit()
+        mark = self.ecn_threshold_bytes()
+        if qb is not None and mark is not None and mark >= qb:
+            raise ValueError(
+                f"ecn_threshold {t!r} ({mark} bytes) is not below the queue {self.queue!r} "
+                f"({qb} bytes): nothing would be marked before the queue drops"
+            )
 
     # --- derived values -------------------------------------------------------------
     def delay_down(self) -> float:
@@ -259,6 +286,15 @@ class LinkCondition(BaseModel):
             value = value * (self.bdp_bytes() or 0)
         return max(int(value), MIN_QUEUE_FRAMES * MAX_FRAME), None
 
+    def ecn_threshold_bytes(self) -> int | None:
+        """The marking threshold in bytes (None: no marking)."""
+        if self.ecn_threshold is None or self.rate_mbit is None:
+            return None
+        kind, value = parse_queue(self.ecn_threshold)
+        if kind == "bdp":
+            value = value * (self.bdp_bytes() or 0)
+        return int(value)
+
     def socket_buffer_bytes(self) -> int:
         """Socket buffers on both hosts: 4 x BDP, never below Linux's 6 MiB default maximum.
 
@@ -289,6 +325,7 @@ class LinkCondition(BaseModel):
                 queue_bytes=qb,
                 queue_packets=qp,
                 count=self.count,
+                ecn_threshold_bytes=self.ecn_threshold_bytes(),
             )
         return out
 
@@ -306,6 +343,8 @@ class LinkCondition(BaseModel):
         elif self.jitter_ms:
             parts.append(f"jitter {self.jitter_ms:g} ms {self.jitter_kind.value}")
         parts.append(f"queue {self.queue}")
+        if self.ecn_threshold:
+            parts.append(f"ECN marks from {self.ecn_threshold}")
         return ", ".join(parts)
 
 

@@ -175,15 +175,24 @@ def tcp_goodput(
 
 
 def udp(
-    tb: Testbed, direction: str, *, bitrate_bps: float, seconds: float, length: int
+    tb: Testbed,
+    direction: str,
+    *,
+    bitrate_bps: float,
+    seconds: float,
+    length: int,
+    tos: int | None = None,
 ) -> dict[str, Any]:
     """A UDP stream at ``bitrate_bps`` (payload): delivery rate, loss and reordering.
 
     The delivery rate is the median of the receiver's one-second intervals without
     the first and the last: iperf3's whole-test figure divides by the sender's
     duration, while the receiver also gets the queue's drain after the sender stops.
+    ``tos``: the datagrams' IP TOS byte (2: ECN-capable, ECT(0)).
     """
     args = ["-u", "-b", str(int(bitrate_bps)), "-l", str(length), "-t", f"{seconds:g}"]
+    if tos is not None:
+        args += ["-S", str(tos)]
     if direction == "down":
         args.append("-R")
     else:

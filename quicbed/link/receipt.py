@@ -264,6 +264,46 @@ def _delay_check(
 LOSS_CONFIDENCE = 0.999
 
 
+#: the IP TOS byte of an ECN-capable datagram (ECT(0), RFC 3168)
+ECT0 = 2
+
+
+def _ecn_check(
+    direction: str, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> Check:
+    """ECN marking, from the emulator's own counters over the receipt's overload: every
+    ECT datagram of the UDP probe was seen as ECN-capable, and those that found the
+    queue at or above the threshold (most of them: the overload keeps it full) were
+    marked CE. A link that marks nothing, or a probe the kernel sent Not-ECT, fails."""
+    if before is None or after is None:
+        return Check(
+            name=f"ecn_{direction}",
+            unit="",
+            expected=None,
+            measured=None,
+            passed=False,
+            note="no emulator counters to read the marks from",
+        )
+    a, b = after["directions"][direction], before["directions"][direction]
+    d = {k: a.get(k, 0) - b.get(k, 0) for k in ("rx_packets", "ecn_capable", "ce_marked")}
+    capable = d["ecn_capable"] / d["rx_packets"] if d["rx_packets"] else 0.0
+    marked = d["ce_marked"] / d["ecn_capable"] if d["ecn_capable"] else 0.0
+    passed = d["ce_marked"] > 0 and capable >= 0.9 and marked >= 0.5
+    return Check(
+        name=f"ecn_{direction}",
+        unit="share",
+        expected=1.0,
+        measured=round(marked, 4),
+        low=0.5,
+        passed=passed,
+        note=(
+            f"CE marks on the ECT(0) UDP overload: {d['ce_marked']} of {d['ecn_capable']} "
+            f"ECN-capable packets ({d['rx_packets']} received by the emulator)"
+        ),
+        detail=d,
+    )
+
+
 def _loss_check(direction: str, p: float, data: dict[str, Any]) -> Check:
     n, k = int(data["sent"]), int(data["lost"])
     k = max(0, min(k, n))
@@ -419,13 +459,23 @@ def measure(
                         detail=ud,
                     )
                 )
-            # UDP delivery at 1.2 x the rate
+            # UDP delivery at 1.2 x the rate (ECN-capable where the link marks: the
+            # overload fills the queue past the threshold, so the emulator must mark)
             if rate_bps:
                 frame = _frame(cond, UDP_RATE_PAYLOAD + IP_UDP_HEADERS + ETH_HEADER)
                 offered = 1.2 * rate_bps * UDP_RATE_PAYLOAD / frame
+                marking = cond.ecn_threshold is not None
+                c_udp = shaper.counters(tb) if marking else None
                 ud = probes.udp(
-                    tb, direction, bitrate_bps=offered, seconds=4, length=UDP_RATE_PAYLOAD
+                    tb,
+                    direction,
+                    bitrate_bps=offered,
+                    seconds=4,
+                    length=UDP_RATE_PAYLOAD,
+                    tos=ECT0 if marking else None,
                 )
+                if marking:
+                    checks.append(_ecn_check(direction, c_udp, shaper.counters(tb)))
                 sent_bps = ud["packets"] * UDP_RATE_PAYLOAD * 8 / ud["seconds"]
                 ideal = udp_delivery(
                     rate_bps * UDP_RATE_PAYLOAD / frame,

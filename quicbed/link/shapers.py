@@ -95,6 +95,16 @@ class Shaper(ABC):
         return hashlib.sha256(self.state(tb).encode()).hexdigest()[:16]
 
 
+def no_ecn_marking(shaper: str, cond: LinkCondition) -> None:
+    """Refuse ECN marking by name on a shaper that only drops: tbf and netem's queue mark
+    nothing, and quicbed does not configure Dummynet's RED/ECN (a different AQM)."""
+    if cond.ecn_threshold is not None:
+        raise QuicbedError(
+            f"ecn_threshold {cond.ecn_threshold!r}: the {shaper} shaper does not mark ECN "
+            "(only the userspace emulator does: --shaper userspace)"
+        )
+
+
 # --- userspace ------------------------------------------------------------------------
 class UserspaceShaper(Shaper):
     """quicbed-linkem in the bridge namespace, forwarding frames between srv and cli."""
@@ -135,6 +145,7 @@ class UserspaceShaper(Shaper):
                 "queue_bytes": p.queue_bytes or 0,
                 "queue_packets": p.queue_packets or 0,
                 "count": p.count,
+                **({"ecn_threshold_bytes": p.ecn_threshold_bytes} if p.ecn_threshold_bytes else {}),
             }
         return {
             "format": 1,
@@ -344,6 +355,7 @@ class NetemShaper(Shaper):
         return None
 
     def check(self, cond: LinkCondition) -> None:
+        no_ecn_marking(self.name, cond)
         self.commands(cond)
 
     def describe(self, cond: LinkCondition) -> dict[str, Any]:
@@ -526,6 +538,7 @@ class DummynetShaper(Shaper):
         return None
 
     def check(self, cond: LinkCondition) -> None:
+        no_ecn_marking(self.name, cond)
         self.commands(cond, {"down": 0, "up": 0})  # the ipfw commands refuse what they can't
 
     def describe(self, cond: LinkCondition) -> dict[str, Any]:

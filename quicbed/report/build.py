@@ -77,6 +77,8 @@ class Report:
     cpu: report_cpu.CpuSection = field(default_factory=report_cpu.CpuSection)
     #: CPU profiles: flame graphs and component shares (quicbed.report.profile)
     profile: report_profile.ProfileSection = field(default_factory=report_profile.ProfileSection)
+    #: per client and QUIC transport parameter: what it advertised (transport_params.csv)
+    advertised: list[dict[str, Any]] = field(default_factory=list)
 
 
 def testbeds(rows: list[CellRow]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -101,7 +103,7 @@ def testbeds(rows: list[CellRow]) -> tuple[list[dict[str, Any]], list[str]]:
         if len(hw) > 1:
             c = json.loads(cond)
             what = (
-                f"{_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']} ms, loss {c['loss_pct']} %"
+                f"{_label_rate(c['rate_mbit'])}, RTT {_rtt(c)} ms, loss {c['loss_pct']} %"
                 f", jitter {c['jitter_ms']} ms, queue {c['queue']}"
             )
             on = "; ".join(f"{h}: {len(ids)} cell(s)" for h, ids in hw.items())
@@ -155,6 +157,13 @@ def _git_label(git: dict[str, Any]) -> str:
     return one(git) + (f"; checkout at {one(now)} by then" if isinstance(now, dict) else "")
 
 
+def _rtt(cond: dict[str, Any]) -> float:
+    """A stored condition's base RTT: its rtt_ms as stored, or its one-way delays' sum."""
+    if cond.get("rtt_ms") is not None:
+        return cond["rtt_ms"]  # type: ignore[no-any-return]  # a stored number, kept as written
+    return float((cond.get("delay_down_ms") or 0) + (cond.get("delay_up_ms") or 0))
+
+
 def queue_warnings(rows: list[tuple[str, str | None, str]]) -> list[str]:
     """A line per link condition of the reported cells whose queue is small, from
     (condition as JSON, its queue warning, scenario) of every cell."""
@@ -169,7 +178,7 @@ def queue_warnings(rows: list[tuple[str, str | None, str]]) -> list[str]:
         c = json.loads(cond)
         loss = _label_loss(c["loss_pct"], c.get("loss_down_pct"), c.get("loss_up_pct"))
         out.append(
-            f"small queue at {_label_rate(c['rate_mbit'])}, RTT {c['rtt_ms']:g} ms, loss "
+            f"small queue at {_label_rate(c['rate_mbit'])}, RTT {_rtt(c):g} ms, loss "
             f"{loss} ({', '.join(scenarios)}): {w}; its cells may say more "
             "about the buffer than about the transports"
         )
@@ -368,6 +377,22 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
     return rows, sweep
 
 
+def _line_plots(rows: list[CellRow], out: Path) -> list[dict[str, Any]]:
+    """Per heatmap group whose cells vary loss, RTT or jitter enough: its line plot
+    (quicbed.report.lines)."""
+    from quicbed.report import lines
+
+    figs = []
+    for (scenario, pair, mode, kind), group in sorted(_heat_groups(rows).items()):
+        title = f"{scenario}: {pair.replace('/', ' vs ')}, {mode}, {kind}"
+        name = f"lines-{_slug(scenario)}-{pair.replace('/', '-vs-')}-{mode}-{kind}"
+        drawn = lines.draw(group, title, out / "figures" / name)
+        if drawn is not None:
+            paths, shows = drawn
+            figs.append(_figure(title, paths, shows))
+    return figs
+
+
 def _heat_groups(
     rows: list[CellRow],
 ) -> dict[tuple[str, str, str, str], list[CellRow]]:
@@ -549,6 +574,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
             axes = (rdim, cdim, values)
             fig = _pair_heatmap(grp, scenario, pair, mode, kind, axes, alpha, correction, out)
             report.figures.append(fig)
+    report.figures += _line_plots(rows, out)
     report.figures += _mode_heatmaps(root, rows, page_order, alpha, test, correction, out)
     _explain_pages(root, rows, out)
     from quicbed.spec.arms import parse_pairs
@@ -574,6 +600,14 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         [(r.condition, r.queue_warning, r.scenario) for r in rows]
         + [(t["_condition"], t["queue_warning"], t["scenario"]) for t in report.transfers.rows]
     )
+    from quicbed.results import advertised
+
+    report.advertised = advertised.by_client(advertised.rows(root))
+    if report.advertised:
+        with open(out / "transport_params.csv", "w", newline="") as f:
+            aw = csv.DictWriter(f, fieldnames=list(report.advertised[0]))
+            aw.writeheader()
+            aw.writerows(report.advertised)
     report.groups = group_counts(rows)
     with open(out / "groups.csv", "w", newline="") as f:
         gw = csv.DictWriter(f, fieldnames=GROUP_COLUMNS)
@@ -951,6 +985,7 @@ def _write_html(
         cpu=report.cpu,
         profile=report.profile,
         speedup_bins=[label for _, _, label in report_transfers.SPEEDUP_BINS],
+        advertised=report.advertised,
         version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         root=source,

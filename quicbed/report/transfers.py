@@ -60,6 +60,7 @@ COLUMNS = [
     "of_ideal",
     "completion_s_mean",
     "retransmissions_mean",
+    "ce_marks_mean",
     # QUIC: packets the client sent per packet it received
     "ack_ratio_mean",
     # bulk: CPU per role (mean ms per flow, ms per MB), the endpoints' counters (totals)
@@ -171,6 +172,9 @@ def build(
             sec.rows += _rows(cell, alpha)
     finally:
         store.close()
+    from quicbed.report import axes
+
+    sec.drawn += axes.figures(sec.cells, out)
     if sec.cells:
         with open(out / FILE, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -179,6 +183,7 @@ def build(
         public = [{k: v for k, v in c.items() if not k.startswith("_")} for c in sec.cells]
         (out / "transfers.json").write_text(json.dumps(public, indent=1, sort_keys=True) + "\n")
     if speedup_against is not None:
+        sec.drawn += goodput_cdfs(goodputs, out / "figures")
         sec.speedups = speedups(goodputs, speedup_against)
         if sec.speedups:
             with open(out / SPEEDUP_FILE, "w", newline="") as f:
@@ -186,6 +191,53 @@ def build(
                 w.writeheader()
                 w.writerows(sec.speedups)
     return sec
+
+
+def goodput_cdfs(
+    goodputs: list[tuple[str, str, str, str, dict[int, float]]], figs: Path
+) -> list[tuple[str, list[Path], dict[str, Any]]]:
+    """Per link, object and arm: the distribution of each scenario's goodput per
+    repetition, one empirical CDF per scenario (the TCP-options study's throughput CDFs
+    per option set), drawn where two or more scenarios share the link and object."""
+    import matplotlib.pyplot as plt
+
+    from quicbed.report.plots import save_figure
+
+    groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for sc, cond, obj, arm, got in goodputs:
+        groups.setdefault((cond, obj, arm), {})[sc] = sorted(v / 1e6 for v in got.values())
+    drawn = []
+    for i, ((cond, obj, arm), by_sc) in enumerate(sorted(groups.items())):
+        if len(by_sc) < 2:
+            continue
+        link = json.loads(cond)
+        where = (
+            f"{link.get('rate_mbit') or 'unlimited'} Mbit/s, {link.get('rtt_ms')} ms, "
+            f"loss {link.get('loss_pct')} %"
+        )
+        title = f"goodput per repetition, {arm}, {obj}: {where}"
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for sc, vals in by_sc.items():
+            if vals:
+                ys = [(k + 1) / len(vals) for k in range(len(vals))]
+                ax.step(vals, ys, where="post", label=f"{sc} (n {len(vals)})")
+        ax.set_xlabel("goodput [Mbit/s]")
+        ax.set_ylabel("share of repetitions")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_title(title, fontsize=9)
+        fig.tight_layout()
+        paths = save_figure(fig, figs / f"goodput-cdf-{i}")
+        shows = {
+            "transfer": "goodput_cdf",
+            "title": title,
+            "arm": arm,
+            "object": obj,
+            "scenarios": {sc: [round(v, 3) for v in vals] for sc, vals in by_sc.items()},
+        }
+        drawn.append((title, paths, shows))
+    return drawn
 
 
 def speedups(
@@ -238,7 +290,10 @@ def _cell(cfg: dict[str, Any], cid: str, att: AttemptRow, scenario: str) -> dict
         "problem": att.problem or "",
         "receipt_passed": None if receipt is None else receipt["passed"],
         "rate_mbit": cond["rate_mbit"],
-        "rtt_ms": cond["rtt_ms"],
+        # a cell given one-way delays has no rtt_ms: their sum is its base RTT
+        "rtt_ms": cond["rtt_ms"]
+        if cond.get("rtt_ms") is not None
+        else (cond.get("delay_down_ms") or 0) + (cond.get("delay_up_ms") or 0),
         "loss_pct": cond["loss_pct"],
         "loss_down_pct": cond.get("loss_down_pct"),
         "queue": cond["queue"],

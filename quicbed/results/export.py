@@ -2,6 +2,8 @@
 
 Columns are named, never positional: the condition, the cell settings, the run's
 validity and reason, PLT and its companions. Refuses to overwrite unless asked.
+A second table, ``transport-params``, has a row per connection and side of every QUIC
+load and flow: the transport parameters each end advertised (quicbed.results.advertised).
 """
 
 from __future__ import annotations
@@ -130,35 +132,51 @@ def rows(root: Path) -> list[dict[str, Any]]:
         store.close()
 
 
+def _tables() -> dict[str, tuple[list[str], Any]]:
+    from quicbed.results import advertised
+
+    return {"runs": (COLUMNS, rows), "transport-params": (advertised.COLUMNS, advertised.rows)}
+
+
 def export(
-    root: Path, fmt: str, dest: Path | None = None, replace: bool = False, source: str | None = None
+    root: Path,
+    fmt: str,
+    dest: Path | None = None,
+    replace: bool = False,
+    source: str | None = None,
+    table: str = "runs",
 ) -> Path:
-    """Write the tidy table; ``source`` names the results in the Parquet metadata
-    (default: the folder's path; a replication package names itself instead)."""
+    """Write the tidy ``table`` (runs, or transport-params); ``source`` names the
+    results in the Parquet metadata (default: the folder's path; a replication package
+    names itself instead)."""
     if fmt not in ("csv", "parquet"):
         raise QuicbedError(f"--format: unknown {fmt!r} (csv or parquet)")
+    tables = _tables()
+    if table not in tables:
+        raise QuicbedError(f"--table: unknown {table!r} ({' or '.join(tables)})")
+    columns, make = tables[table]
     if dest is None:
-        dest = Path(root) / f"runs.{fmt}"
+        dest = Path(root) / f"{table.replace('-', '_')}.{fmt}"
     elif dest.is_dir():
         raise QuicbedError(f"-o: {dest} is a folder; give the file to write")
     elif not dest.parent.is_dir():
         raise QuicbedError(f"-o: folder {dest.parent} does not exist")
     if dest.exists() and not replace:
         raise QuicbedError(f"{dest} exists; pass --replace to overwrite it")
-    data = rows(Path(root))
+    data = make(Path(root))
     tmp = dest.with_name(dest.name + ".tmp")
     if fmt == "csv":
         with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            w = csv.DictWriter(f, fieldnames=columns)
             w.writeheader()
             w.writerows(data)
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in data])
+        arrow = pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in data])
         meta = {"quicbed": json.dumps({"source": source or str(root)})}
-        table = table.replace_schema_metadata(meta)
-        pq.write_table(table, tmp)
+        arrow = arrow.replace_schema_metadata(meta)
+        pq.write_table(arrow, tmp)
     tmp.replace(dest)
     return dest

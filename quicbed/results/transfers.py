@@ -58,6 +58,10 @@ class FlowResult(BaseModel):
     #: the server side's transport facts: TCP from ``ss -ti``, QUIC from its log
     server: dict[str, Any] = Field(default_factory=dict)
     quic_client: dict[str, Any] | None = None
+    #: a QUIC flow's transport parameters as its client recorded them (``tp_local``: what
+    #: it advertised, ``tp_remote``: what the server did; quicbed.spec.tparams), and the
+    #: receive windows it ran (``windows``, ``flow_control_autotune``)
+    client_transport: dict[str, Any] | None = None
     local_addr: str | None = None
     #: what the arm's server and its kernel showed of the arm's settings during the flow
     #: (its CC, parameters, the TCP options of its handshake: WebServer.evidence);
@@ -119,6 +123,9 @@ class ArmBulk(BaseModel):
     udp_rcvbuf_errors: dict[str, int] = Field(default_factory=dict)
     udp_in_errors: dict[str, int] = Field(default_factory=dict)
     drops: dict[str, int] = Field(default_factory=dict)
+    #: the packets the emulator marked CE per run, where the link marks ECN (its
+    #: down-direction counter over the run; None: no marking link, or older records)
+    ce_marks_mean: float | None = None
 
 
 class BulkResult(BaseModel):
@@ -305,6 +312,12 @@ def bulk_summary(
         rt = [float(f.retransmissions) for f in ok if f.retransmissions is not None]
         acks = [v for f in ok if (v := f.ack_ratio()) is not None]
         cpu = cpu_summary(cpu_items[a["name"]]) if cpu_items[a["name"]] else {}
+        ce = [
+            float((x.bottleneck or {})["ce_marked"])
+            for x in r.runs
+            if x.arm == a["name"] and x.flow.ok and "ce_marked" in (x.bottleneck or {})
+        ]
+        marking = bool(r.condition.get("ecn_threshold"))
         summary[a["name"]] = ArmBulk(
             arm=a["name"],
             ack_ratio_mean=_mean(acks),
@@ -317,6 +330,7 @@ def bulk_summary(
             goodput_mbit_median=statistics.median(gp) if gp else None,
             completion_s_mean=_mean([f.completion_s for f in ok if f.completion_s]),
             retransmissions_mean=_mean(rt),
+            ce_marks_mean=_mean(ce) if marking else None,
             of_ideal=(statistics.fmean(gp) * 1e6 / r.ideal_goodput_bps)
             if gp and r.ideal_goodput_bps
             else None,
@@ -526,8 +540,11 @@ def plot_compete(r: CompeteResult, run: CompeteRun, base: Path) -> list[Path]:
     jain_s = f", Jain {run.jain:.3f}" if run.jain is not None else ""
     c = r.condition
     who = " vs ".join(f"{n} {a}" for a, n in r.groups)
+    rtt = c.get("rtt_ms")
+    if rtt is None:  # a condition of one-way delays: their sum
+        rtt = (c.get("delay_down_ms") or 0) + (c.get("delay_up_ms") or 0)
     ax.set_title(
-        f"{who}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, queue "
+        f"{who}: {c.get('rate_mbit')} Mbit/s, {rtt} ms, queue "
         f"{c.get('queue')}, repetition {run.rep}{jain_s}",
         fontsize=10,
     )
@@ -572,9 +589,13 @@ def plot_bulk(r: BulkResult, base: Path) -> list[Path]:
     if r.ideal_goodput_bps:
         ax.axhline(r.ideal_goodput_bps / 1e6, color="grey", lw=0.8, ls=":", label="ideal goodput")
     c = r.condition
+    delay = (
+        f"{c.get('rtt_ms')} ms"
+        if c.get("rtt_ms") is not None
+        else f"{c.get('delay_down_ms') or 0:g} ms down, {c.get('delay_up_ms') or 0:g} ms up"
+    )
     ax.set_title(
-        f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {c.get('rtt_ms')} ms, "
-        f"queue {c.get('queue')}",
+        f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {delay}, queue {c.get('queue')}",
         fontsize=10,
     )
     ax.set_xlabel("time (s)")

@@ -61,6 +61,7 @@ from quicbed.run.cpu import CpuMeter, joining
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
 from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
+from quicbed.spec import tparams
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.tcpinfo import ss_connections
 from quicbed.testbed.base import Process, RPath, Testbed
@@ -76,6 +77,32 @@ LINGER_S = 1.5
 
 #: (what, done, total), as quicbed.run.cell reports a cell's loads
 Progress = Callable[[str, int, int], None]
+#: the client's flag for each transport parameter it advertises (an arm's ``client_``
+#: keys; quicbed.spec.tparams.CLIENTS says which it takes: quic-go's client has one
+#: stream window for the three stream-data limits)
+CLIENT_FLAGS = {
+    "initial_max_data": "-initial-max-data",
+    "initial_max_stream_data_bidi_local": "-initial-max-stream-data",
+    "initial_max_streams_bidi": "-initial-max-streams-bidi",
+    "initial_max_streams_uni": "-initial-max-streams-uni",
+}
+
+
+def client_transport_argv(params: dict[str, Any]) -> list[str]:
+    """quicbed-bulk's flags for an arm's client transport parameters (unset: none)."""
+    out: list[str] = []
+    for name, flag in CLIENT_FLAGS.items():
+        v = params.get(tparams.CLIENT + name)
+        if v is not None:
+            # quic-go's client takes 0 bidirectional streams as its default 100: -1 is none
+            out += [flag, str(-1 if name == "initial_max_streams_bidi" and v == 0 else v)]
+    idle = params.get(tparams.CLIENT + "max_idle_timeout")
+    if idle is not None:
+        out += ["-max-idle-timeout", f"{idle}ms"]
+    auto = params.get(tparams.CLIENT + tparams.AUTOTUNE)
+    if auto is not None:
+        out.append(f"-flow-control-autotune={str(auto).lower()}")
+    return out
 
 
 # --- the run --------------------------------------------------------------------------
@@ -149,6 +176,7 @@ class _Rig:
             f"{int(LINGER_S * 1000)}ms",
             *(["-duration", f"{int(duration_s * 1000)}ms"] if duration_s else []),
             *(["-start-at", str(start_at_ns)] if start_at_ns else []),
+            *(client_transport_argv(a.params) if a.protocol == "h3" else []),
         ]
         self.flows += 1
         log = self.client_logs / f"{flow}.jsonl"
@@ -224,6 +252,12 @@ class _Rig:
         f.ttfb_s = final.get("ttfb_s")
         f.local_addr = final.get("local_addr")
         f.quic_client = final.get("quic_client")
+        if a.transport == "udp":  # what the client advertised and received, and ran
+            f.client_transport = {
+                k: final.get(k)
+                for k in ("tp_local", "tp_remote", "windows", tparams.AUTOTUNE)
+                if final.get(k) is not None
+            }
         if f.completion_s and (not samples or samples[-1][0] < f.completion_s):
             f.samples.append((float(f.completion_s), f.bytes))  # the last partial interval
         want = {"h2": "HTTP/2.0", "h3": "HTTP/3.0"}[a.protocol]
@@ -277,8 +311,12 @@ class _Rig:
         return out
 
 
-def _verified(f: FlowResult, evidence: tuple[dict[str, Any], list[str]]) -> FlowResult:
+def _verified(f: FlowResult, evidence: tuple[dict[str, Any], list[str]], arm: Arm) -> FlowResult:
+    """The flow judged by its server's evidence and, for QUIC, by its client's own record
+    of the transport parameters: the other end of the wire."""
     facts, reasons = evidence
+    if f.client_transport is not None:
+        reasons = reasons + tparams.client_view(arm.params, f.client_transport)
     f.evidence = facts
     if f.ok and reasons:
         f.ok, f.error = False, "; ".join(reasons)
@@ -295,7 +333,7 @@ def _bottleneck(before: dict[str, Any] | None, after: dict[str, Any] | None) -> 
         return {}
     return {
         k: a.get(k, 0) - b.get(k, 0)
-        for k in ("queue_drops", "loss_drops", "tx_packets", "tx_bytes")
+        for k in ("queue_drops", "loss_drops", "tx_packets", "tx_bytes", "ce_marked")
     } | {
         "max_queue_bytes": a.get("max_queue_bytes"),
     }
@@ -375,7 +413,9 @@ def _bulk(
         rc = p.wait(LINGER_S + 10)
         quic = _quic_wait(rig, arm, offsets.get(arm, 0), port) if arm in offsets else None
         f = _verified(
-            rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc), evidence
+            rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc),
+            evidence,
+            rig.by_name[arm],
         )
         f.cpu, f.counters = cpu, counters
         if profile:
@@ -503,7 +543,9 @@ def _compete(
                 else None
             )
             f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
-            flows.append(_verified(f.model_copy(update={"flow": flow}), evidence[arm]))
+            flows.append(
+                _verified(f.model_copy(update={"flow": flow}), evidence[arm], rig.by_name[arm])
+            )
         run = compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem)
         runs.append(run.model_copy(update={"cpu": cpu, "counters": counters}))
     return CompeteResult(

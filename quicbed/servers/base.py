@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.paths import Run, program_build
+from quicbed.spec import tparams
 from quicbed.spec.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.base import Process, RPath, Testbed
 
@@ -149,6 +150,13 @@ class WebServer(ABC):
     #: the arm's colour in figures (an arm of this stack that is not its built-in one
     #: takes the figures' cycle)
     colour: ClassVar[str | None] = None
+    #: the QUIC transport parameters (quicbed.spec.tparams) the stack's server cannot
+    #: advertise as asked, each with its reason; its ``Params`` takes them all
+    #: (``TransportParams``), and ``check_arm`` refuses these by name
+    transport_refusals: ClassVar[dict[str, str]] = {}
+    #: True: the server advertises one window for the three stream-data limits, so an
+    #: arm gives all three, equal
+    one_stream_window: ClassVar[bool] = False
     #: True: the server's qlog records every spurious loss (``recovery:spurious_loss``),
     #: so a load's traces can count them (quicbed.traces.facts)
     logs_spurious_losses: ClassVar[bool] = False
@@ -216,6 +224,11 @@ class WebServer(ABC):
                     f"over UDP (set it on the cell's TCP arm, e.g. "
                     f"h2:{key}=...)"
                 )
+            if tparams.is_key(key) and cls.transport == "tcp":
+                raise QuicbedError(
+                    f"arm {arm}: {key} is a QUIC transport parameter, and {cls.name} "
+                    "runs TCP (set it on a QUIC arm)"
+                )
             has = f"it takes {', '.join(own)}" if own else "it takes none"
             raise QuicbedError(f"arm {arm}: {cls.name} has no parameter {key} ({has})")
         try:
@@ -228,7 +241,12 @@ class WebServer(ABC):
                 where = ".".join(str(x) for x in err["loc"])
                 msg = f"{where} {err['input']!r}: {err['msg']} ({cls.name})"
             raise QuicbedError(f"arm {arm}: {msg}") from None
-        return {k: v for k, v in typed.model_dump().items() if k in params and v is not None}
+        out = {k: v for k, v in typed.model_dump().items() if k in params and v is not None}
+        tparams.refuse(arm, cls.name, out, cls.transport_refusals)
+        if cls.one_stream_window:
+            tparams.one_stream_window(arm, cls.name, out)
+        tparams.check_server(arm, out)
+        return out
 
     @classmethod
     def check_kind(cls, arm: str, kind: Kind) -> None:
@@ -378,9 +396,12 @@ class WebServer(ABC):
         return None
 
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
-        """The arm's parameters (cubic_n, ...) against the values the log read back."""
+        """The arm's parameters (cubic_n, ...) against the values the log read back; its
+        transport parameters against what each side advertised (quicbed.spec.tparams)."""
         reasons = []
         for key, want in self.arm.params.items():
+            if tparams.is_key(key):
+                continue
             got = facts.get(key)
             if isinstance(want, str):
                 if got != [want]:
@@ -388,7 +409,7 @@ class WebServer(ABC):
                 continue
             if got is None or any(abs(float(v) - float(want)) > 1e-6 for v in got):
                 reasons.append(f"the server's log shows {key} {got}, not {want:g}")
-        return reasons
+        return reasons + tparams.evidence(tparams.server_sees(self.arm.params), facts)
 
     @abstractmethod
     def version(self) -> dict[str, Any]: ...

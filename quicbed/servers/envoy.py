@@ -56,6 +56,7 @@ from quicbed.jsonlines import json_events
 from quicbed.servers.base import Arm, Params
 from quicbed.servers.gquiche import GoogleQuicheServer
 from quicbed.servers.gquiche import load_facts as netlog_facts
+from quicbed.spec import tparams
 from quicbed.testbed.base import RPath, Testbed
 
 #: roles/quic_server_envoy's ``quic_server_envoy_bin`` (a link to the pinned binary)
@@ -93,8 +94,33 @@ LOSS_DETECTION = {
 CONFIGURED_PER_CONNECTION = 2
 
 
-class EnvoyParams(Params):
-    """What an ``envoy`` arm may set: QUICHE's CUBIC N (fixed at 2) and its loss detection."""
+#: Envoy 1.40's downstream QuicProtocolOptions (config.core.v3, in the listener's
+#: udp_listener_config.quic_options) that set a transport parameter QUICHE advertises:
+#: parameter -> (option, lowest, highest) as Envoy's own validation has them (checked
+#: with ``envoy --mode validate``). The stream window is one option for all three
+#: stream-data limits; the idle timeout is a Duration of at least 1 s
+TRANSPORT_OPTIONS = {
+    "initial_max_streams_bidi": ("max_concurrent_streams", 1, 2**32 - 1),
+    "initial_max_stream_data_bidi_local": ("initial_stream_window_size", 1, 16777216),
+    "initial_max_data": ("initial_connection_window_size", 1, 25165824),
+    "max_idle_timeout": ("idle_network_timeout", 1000, tparams.VARINT_MAX),
+}
+#: what Envoy's downstream QUIC cannot advertise as asked
+TRANSPORT_REFUSALS = {
+    "max_udp_payload_size": "has no option for it (QuicProtocolOptions.max_packet_length "
+    "has no effect on a downstream connection)",
+    "max_ack_delay": "has no option for it (QUICHE's value is compiled in)",
+    "ack_delay_exponent": "has no option for it (QUICHE's value is compiled in)",
+    "active_connection_id_limit": "has no option for it (QUICHE's value is compiled in)",
+    "initial_max_streams_uni": "has no option for it (QUICHE advertises "
+    "max_concurrent_streams + 3: set initial_max_streams_bidi)",
+    tparams.AUTOTUNE: "has no option for it (QUICHE's receive windows tune themselves)",
+}
+
+
+class EnvoyParams(tparams.TransportParams, Params):
+    """What an ``envoy`` arm may set: QUICHE's CUBIC N (fixed at 2), its loss detection,
+    and the transport parameters Envoy's QuicProtocolOptions set (TRANSPORT_OPTIONS)."""
 
     cubic_n: int | None = Field(
         default=None, description="CUBIC's emulated connections N (QUICHE: 2 only)"
@@ -168,6 +194,8 @@ class EnvoyServer(GoogleQuicheServer):
     ccs = ("cubic", "reno", "bbr", "bbr2")
     Params = EnvoyParams
     local = True
+    transport_refusals = TRANSPORT_REFUSALS
+    one_stream_window = True
     #: the loads' evidence includes the browser's NetLog: page cells only
     kinds = ("page",)
     colour = "#1b9e77"
@@ -185,7 +213,28 @@ class EnvoyServer(GoogleQuicheServer):
         params = super().check_arm(arm, cc, params)
         if "cubic_n" in params and cc != "cubic":
             raise QuicbedError(f"arm {arm}: cubic_n is CUBIC's; this arm runs {cc}")
+        for key, (option, lo, hi) in TRANSPORT_OPTIONS.items():
+            v = params.get(key)
+            if v is not None and not lo <= v <= hi:
+                raise QuicbedError(
+                    f"arm {arm}: {key} {v}: Envoy's {option} takes {lo}..{hi}"
+                    + (
+                        " ms (a whole Duration of at least 1 s)"
+                        if option.startswith("idle")
+                        else ""
+                    )
+                )
         return params
+
+    def quic_protocol_options(self) -> dict[str, Any]:
+        """Envoy's QuicProtocolOptions for the arm's transport parameters (unset: none)."""
+        out: dict[str, Any] = {}
+        for key, (option, _, _) in TRANSPORT_OPTIONS.items():
+            v = self.arm.params.get(key)
+            if v is None:
+                continue
+            out[option] = f"{v / 1000:g}s" if option == "idle_network_timeout" else v
+        return out
 
     @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
@@ -246,6 +295,10 @@ class EnvoyServer(GoogleQuicheServer):
             "access_log": str(self.log),
             "out": str(self.config_file),
             "runtime": CC_RUNTIME[a.cc],
+            # a downstream connection takes its QUIC options from the listener (the
+            # connection manager's http3_protocol_options change nothing it advertises:
+            # checked from the wire, tests/test_tparams.py)
+            "quic_options": {"quic_protocol_options": self.quic_protocol_options()},
         }
 
     def argv(self) -> list[str]:

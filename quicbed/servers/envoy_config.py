@@ -28,16 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: = go/internal/docroot/handler.go contentTypes (Apache's defaults for these files)
-CONTENT_TYPES = {
-    ".html": "text/html",
-    ".jpg": "image/jpeg",
-    ".jpeg": "image/jpeg",
-    ".json": "application/json",
-}
-DEFAULT_TYPE = "application/octet-stream"
-CACHE_CONTROL = "no-store, no-cache"
-INDEX = "index.html"
+# the headers every quicbed server sends, as quic_server's cache writes them
+from quicbed.servers.gquiche_cache import CACHE_CONTROL, CONTENT_TYPES, DEFAULT_TYPE, INDEX
 
 #: what the access log records per request (Envoy's command operators): one JSON
 #: object per line, read back by quicbed.servers.envoy.load_facts

@@ -58,6 +58,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.servers.base import Arm, WebServer
+from quicbed.spec import tparams
 from quicbed.testbed.base import RPath, Testbed
 
 #: roles/quic_server_google's ``quic_server_google_bin`` (a link to the pinned build)
@@ -69,6 +70,7 @@ QUIC_VERSION = "RFCv1"
 EVENTS = (
     "QUIC_SESSION",
     "QUIC_SESSION_TRANSPORT_PARAMETERS_SENT",
+    "QUIC_SESSION_TRANSPORT_PARAMETERS_RECEIVED",
     "QUIC_SESSION_TRANSPORT_PARAMETERS_RESUMED",
     "QUIC_SESSION_ZERO_RTT_REJECTED",
     "QUIC_SESSION_ZERO_RTT_STATE",
@@ -145,6 +147,20 @@ def connection_options(transport_parameters: str) -> list[str]:
     return [t for t in m.group(1).rstrip("]").split(",") if t] if m else []
 
 
+def transport_parameters(text: str) -> dict[str, Any]:
+    """RFC 9000's parameters in QUICHE's TransportParameters::ToString (the NetLog's
+    ``quic_transport_parameters``: ``[Client max_idle_timeout 30000 ...]``), by their
+    qlog names as integers; connection IDs, tokens, versions, Google's own and unknown
+    ones left out. A parameter QUICHE did not print was not sent (RFC default)."""
+    body = re.sub(r"\[[^\[\]]*\]", " ", text.strip()[1:-1] if text.startswith("[") else text)
+    tokens = body.split()
+    out: dict[str, Any] = {}
+    for key, value in zip(tokens, [*tokens[1:], ""], strict=True):
+        if key in tparams.PARAMS and value.isdigit():
+            out[key] = int(value)
+    return out
+
+
 def cc_by_code(options: list[str]) -> str:
     """The CC a QUICHE server runs for a client that sent ``options``, read from the pinned
     commit's code (SetFromConfig), with the reloadable flags at their open-source values."""
@@ -175,6 +191,9 @@ class Session:
     zero_rtt_reject: str | None = None
     resumption_offered: bool = False
     options: list[str] = field(default_factory=list)
+    #: the transport parameters the client sent and the ones it received (the server's)
+    tp_sent: dict[str, Any] | None = None
+    tp_received: dict[str, Any] | None = None
     requests: int = 0
     early_requests: int = 0  # sent before the handshake completed: in 0-RTT packets
     statuses: list[str] = field(default_factory=list)
@@ -242,7 +261,11 @@ def sessions(lines: list[str], port: int | None = None) -> tuple[list[Session], 
         elif name == "QUIC_SESSION_TRANSPORT_PARAMETERS_RESUMED":
             s.resumption_offered = True
         elif name == "QUIC_SESSION_TRANSPORT_PARAMETERS_SENT":
-            s.options = connection_options(str(p.get("quic_transport_parameters", "")))
+            text = str(p.get("quic_transport_parameters", ""))
+            s.options = connection_options(text)
+            s.tp_sent = transport_parameters(text)
+        elif name == "QUIC_SESSION_TRANSPORT_PARAMETERS_RECEIVED":
+            s.tp_received = transport_parameters(str(p.get("quic_transport_parameters", "")))
         elif name == "QUIC_SESSION_VERSION_NEGOTIATED":
             s.version = str(p.get("version"))
         elif name == "QUIC_SESSION_CERTIFICATE_VERIFY_FAILED":
@@ -315,6 +338,10 @@ def load_facts(lines: list[str], port: int | None = None) -> dict[str, Any]:
         "connection_options": sorted({o for s in conns for o in s.options}),
         "cc_by_code": sorted({cc_by_code(s.options) for s in conns}),
         "statuses": sorted({x for s in found for x in s.statuses}),
+        # what each side advertised, as the client's NetLog shows it: the server's
+        # (received) and the client's own (sent), per connection (quicbed.spec.tparams)
+        "tp_local": [s.tp_received for s in conns],
+        "tp_remote": [s.tp_sent for s in conns],
         "server_early_data": sum(EARLY_DATA_LINE in m for _, m in srv),
         "server_handshake_failures": sum(HANDSHAKE_FAILED_LINE in m for _, m in srv),
         "server_problems": [m for sev, m in srv if sev in "EF"][:5],

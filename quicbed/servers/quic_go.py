@@ -5,6 +5,8 @@ resumed, and which congestion control with which CUBIC parameters (N emulated
 connections, backoff beta) ran: read back from quic-go's patched congestion package
 (go/patches), not echoed from the flags. That, not the browser, is the evidence a
 load rests on. quic-go implements NewReno and CUBIC only: BBR is refused by name.
+The loss detection (``loss_detection``: quic-go's own ``adaptive``, or ``rfc9002``'s
+fixed thresholds, also quicbed's patch) is read back the same way.
 
 quic-go v0.65.0 as released runs **NewReno**, whatever it is asked (its CUBIC code is
 dormant: the ack handler passes "use Reno"); quicbed's patch makes the choice real
@@ -15,7 +17,7 @@ provenance) ran NewReno although their cells say cubic: see docs/stacks.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -30,6 +32,7 @@ from quicbed.servers.base import (
     cubic_n_bound,
     port_of,
 )
+from quicbed.spec import tparams
 
 
 def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -49,7 +52,10 @@ def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str,
     if conns:
         facts["cc"] = sorted({str(c.get("cc")) for c in conns if c.get("cc")})
         for key in params:
-            facts[key] = sorted({c[key] for c in conns if c.get(key) is not None})
+            if not tparams.is_key(key):
+                facts[key] = sorted({c[key] for c in conns if c.get(key) is not None})
+        # what each side advertised, per connection (quicbed.spec.tparams)
+        facts.update(tparams.conn_sets(conns))
     closes = [e for e in ev if e.get("event") == "conn_close" and e.get("stats")]
     if closes:
         facts["stats"] = [e["stats"] for e in closes]
@@ -97,7 +103,16 @@ class OwnH3Server(WebServer):
             return FlowFacts(source="the server's log has no connection from this flow")
         server = {
             k: conn.get(k)
-            for k in ("cc", "quic_version", "handshake_ms", "cubic_n")
+            for k in (
+                "cc",
+                "quic_version",
+                "handshake_ms",
+                "cubic_n",
+                "loss_detection",
+                "tp_local",
+                "tp_remote",
+                tparams.AUTOTUNE,
+            )
             if conn.get(k) is not None
         }
         close = self._flow_close(ev, conn)
@@ -124,15 +139,42 @@ class OwnH3Server(WebServer):
         return {"server": self.name, "start": start[-1] if start else None}
 
 
-class QuicGoParams(Params):
-    """quic-go's CUBIC knobs (quicbed's patch, go/patches): N emulated connections and
-    the loss backoff, both read back from the server's start record per load."""
+#: quic-go's loss detections (quicbed's patch, go/patches: quic.SetLossDetection), its own
+#: first, and what each is
+LOSS_DETECTION = {
+    "adaptive": "quic-go's own: packet threshold 3 and time threshold 9/8 RTT until a "
+    "spurious loss, which switches the packet threshold off and, when the packet was "
+    "overtaken by more than the time threshold, doubles the threshold's extra allowance "
+    "(up to 2 RTT)",
+    "rfc9002": "RFC 9002's: packet threshold 3 and time threshold 9/8 RTT, never adapted",
+}
+#: the parameters that only CUBIC has
+CUBIC_PARAMS = ("cubic_n", "cubic_beta")
+
+
+class QuicGoParams(tparams.TransportParams, Params):
+    """quic-go's knobs (quicbed's patch, go/patches): CUBIC's N emulated connections and
+    loss backoff, and the loss detection, each read back from quic-go's package state
+    into the server's conn record per connection; and the transport parameters
+    (quicbed.spec.tparams), each side's read from quic-go's qlog events per connection."""
 
     cubic_n: int | None = Field(default=None, description="CUBIC's emulated connections N")
     cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
+    loss_detection: str | None = Field(
+        default=None, description="quic-go's loss detection: " + ", ".join(LOSS_DETECTION)
+    )
 
     _n = field_validator("cubic_n")(cubic_n_bound)
     _beta = field_validator("cubic_beta")(cubic_beta_bound)
+
+    @field_validator("loss_detection")
+    @classmethod
+    def _ld(cls, v: str | None) -> str | None:
+        if v is not None and v not in LOSS_DETECTION:
+            raise ValueError(
+                f"loss_detection {v!r} is not one of quic-go's ({', '.join(LOSS_DETECTION)})"
+            )
+        return v
 
 
 class QuicGoServer(OwnH3Server):
@@ -150,6 +192,18 @@ class QuicGoServer(OwnH3Server):
     #: quic-go v0.65.0 logs a packet declared lost and acknowledged after all
     #: (sentPacketHandler.detectSpuriousLosses)
     logs_spurious_losses = True
+    #: quic-go v0.65.0's constants (internal/protocol; connection.go builds its
+    #: transport parameters from them)
+    transport_refusals = tparams.QUIC_GO_CONSTANTS
+    #: one stream receive window (quic.Config.InitialStreamReceiveWindow) for all three
+    one_stream_window = True
+    #: the flag that sets each transport parameter (the stream window is one flag)
+    FLAGS: ClassVar[dict[str, str]] = {
+        "initial_max_data": "-initial-conn-window",
+        "initial_max_stream_data_bidi_local": "-initial-stream-window",
+        "initial_max_streams_bidi": "-max-incoming-streams",
+        "initial_max_streams_uni": "-max-incoming-uni-streams",
+    }
 
     @classmethod
     def loss_counters(cls, stats: dict[str, Any]) -> FlowFacts | None:
@@ -165,17 +219,30 @@ class QuicGoServer(OwnH3Server):
     @classmethod
     def against_study(cls, arm: Arm) -> str | None:
         cc = f"CUBIC with N = {arm.params.get('cubic_n', 1)}" if arm.cc == "cubic" else arm.cc
+        if arm.params.get("loss_detection") == "rfc9002":
+            loss = "RFC 9002's loss detection with fixed thresholds (QUICHE adapts its "
+            loss += "packet threshold to reordering)"
+        else:
+            loss = "its own adaptive loss detection (a spurious loss switches its packet "
+            loss += "threshold off; QUICHE raises it to the reordering seen)"
         return (
             f"quic-go, not the study's Google QUICHE: its own {cc} (the study: CUBIC, "
-            "N = 2) and RFC 9002 loss detection with a fixed packet threshold (QUICHE "
-            "adapts it to reordering)"
+            f"N = 2) and {loss}"
         )
 
     @classmethod
     def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:
         params = super().check_arm(arm, cc, params)
-        if params and cc != "cubic":
-            raise QuicbedError(f"arm {arm}: {', '.join(params)} are CUBIC's; this arm runs {cc}")
+        cubic = [k for k in params if k in CUBIC_PARAMS]
+        if cubic and cc != "cubic":
+            raise QuicbedError(f"arm {arm}: {', '.join(cubic)} are CUBIC's; this arm runs {cc}")
+        # quic.Config takes 0 as "quic-go's default" for these: it cannot advertise 0
+        for key in ("initial_max_data", *tparams.STREAM_DATA, "max_idle_timeout"):
+            if params.get(key) == 0:
+                raise QuicbedError(
+                    f"arm {arm}: {key} 0: quic-go takes 0 as its default (quic.Config) "
+                    "and cannot advertise it"
+                )
         return params
 
     def argv(self) -> list[str]:
@@ -196,5 +263,23 @@ class QuicGoServer(OwnH3Server):
             a.cc,
             *(["-cubic-n", str(a.params["cubic_n"])] if "cubic_n" in a.params else []),
             *(["-cubic-beta", f"{a.params['cubic_beta']:g}"] if "cubic_beta" in a.params else []),
+            *(
+                ["-loss-detection", a.params["loss_detection"]]
+                if "loss_detection" in a.params
+                else []
+            ),
+            *self.transport_argv(),
             *(["-qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
         ]
+
+    def transport_argv(self) -> list[str]:
+        """The server flags of the arm's transport parameters (unset: none)."""
+        p, out = self.arm.params, []
+        for key, flag in self.FLAGS.items():
+            if key in p:
+                out += [flag, str(p[key])]
+        if "max_idle_timeout" in p:
+            out += ["-idle-timeout", f"{p['max_idle_timeout']}ms"]
+        if tparams.AUTOTUNE in p:
+            out.append(f"-flow-control-autotune={str(p[tparams.AUTOTUNE]).lower()}")
+        return out

@@ -12,20 +12,37 @@ Unlike quic-go it offers several congestion controls, named exactly as quiche 0.
 the TCP arm gets under the name ``bbr``). The log's ``cc`` is the name the server
 was started with; quiche has no getter for a connection's algorithm, but the server
 checks what it has (``gcongestion_enabled``, true exactly for BBRv2) and logs
-``inconsistent`` instead if that disagrees, so such a load is invalid. No parameters:
-quiche's CUBIC has no N.
+``inconsistent`` instead if that disagrees, so such a load is invalid. quiche's CUBIC
+has no N.
+
+**Transport parameters** (quicbed.spec.tparams): quiche sets each of RFC 9000's
+separately (``quiche::Config``), so an arm may set every one, each stream-data limit on
+its own, and ``flow_control_autotune`` (quiche grows its windows up to
+``max_stream_window`` and ``max_connection_window``; false: those are the initial ones).
+The ``conn`` line carries ``tp_remote``, the client's parameters as quiche decoded them
+(``peer_transport_params``), and ``tp_local``, the server's: the values it set on
+quiche's Config, which quiche 0.30.0 encodes unchanged within RFC 9000's ranges
+(quiche has no getter for a connection's own; its qlog's ``transport:parameters_set``
+writes the same struct). The server refuses values outside RFC 9000's ranges itself.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from quicbed.servers.base import Arm, FlowFacts
+from quicbed.errors import QuicbedError
+from quicbed.servers.base import Arm, FlowFacts, Params
 from quicbed.servers.quic_go import OwnH3Server
+from quicbed.spec import tparams
 
 #: quiche 0.30.0's names (src/recovery/mod.rs), default first; the binary refuses any
 #: other with exit status 2, naming it
 SUPPORTED_CC = ("cubic", "reno", "bbr", "bbr2", "bbr2_gcongestion")
+
+
+class QuicheParams(tparams.TransportParams, Params):
+    """quiche's arm settings: the transport parameters (quicbed.spec.tparams), each side's
+    read per connection from the server's conn line."""
 
 
 class QuicheServer(OwnH3Server):
@@ -37,7 +54,31 @@ class QuicheServer(OwnH3Server):
     software_name = binary  # its build in build/bin is what the software check reads
     arms = ("h3-quiche",)
     ccs = SUPPORTED_CC
+    Params = QuicheParams
     colour = "#7570b3"
+    #: the flag of each transport parameter (quicbed-quiche-server's, README)
+    FLAGS: ClassVar[dict[str, str]] = {
+        "initial_max_data": "--initial-conn-window",
+        "initial_max_stream_data_bidi_local": "--initial-max-stream-data-bidi-local",
+        "initial_max_stream_data_bidi_remote": "--initial-max-stream-data-bidi-remote",
+        "initial_max_stream_data_uni": "--initial-max-stream-data-uni",
+        "initial_max_streams_bidi": "--max-incoming-streams",
+        "initial_max_streams_uni": "--max-incoming-uni-streams",
+        "max_udp_payload_size": "--max-udp-payload-size",
+        "max_ack_delay": "--max-ack-delay",
+        "ack_delay_exponent": "--ack-delay-exponent",
+        "active_connection_id_limit": "--active-connection-id-limit",
+    }
+
+    @classmethod
+    def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:
+        params = super().check_arm(arm, cc, params)
+        if params.get("max_idle_timeout") == 0:
+            raise QuicbedError(
+                f"arm {arm}: max_idle_timeout 0: quicbed-quiche-server refuses it (quiche "
+                "would never close an idle connection)"
+            )
+        return params
 
     @classmethod
     def against_study(cls, arm: Arm) -> str | None:
@@ -72,5 +113,18 @@ class QuicheServer(OwnH3Server):
             str(self.log),
             "--cc",
             a.cc,
+            *self.transport_argv(),
             *(["--qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
         ]
+
+    def transport_argv(self) -> list[str]:
+        """The server flags of the arm's transport parameters (unset: none)."""
+        p, out = self.arm.params, []
+        for key, flag in self.FLAGS.items():
+            if key in p:
+                out += [flag, str(p[key])]
+        if "max_idle_timeout" in p:
+            out += ["--idle-timeout", f"{p['max_idle_timeout']}ms"]
+        if tparams.AUTOTUNE in p:
+            out += ["--flow-control-autotune", str(p[tparams.AUTOTUNE]).lower()]
+        return out

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from quicbed.errors import QuicbedError, from_validation
+from quicbed.spec import tparams
 
 if TYPE_CHECKING:
     from quicbed.servers.base import Arm, Kind
@@ -156,6 +157,7 @@ def resolve(
         cc = s.cc or default_cc
         params = stack.check_arm(name, cc, s.params())
         stack.check_kind(name, kind)
+        tparams.check_client(name, kind, params)  # what the cell's client can advertise
         if stack.transport == "udp":
             port = next(quic_ports, None)
             if port is None:

@@ -34,8 +34,10 @@ PRESETS = REPO_ROOT / "sweeps"
 Status = Literal["local", "testbed", "not here"]
 #: how the report draws an entry: the protocol heatmaps, the 0-RTT vs 1-RTT heatmaps,
 #: the per-cell table (table.csv), the transfer cells' figures and table, the speed-up
-#: bins of transfer scenarios against a reference scenario
-View = Literal["heatmap", "mode-heatmap", "table", "transfers", "speedup"]
+#: bins of transfer scenarios against a reference scenario, a cell's explain page (its
+#: arms' windows, phases and RTT over one load, from the traces), the table of what each
+#: client advertised as QUIC transport parameters
+View = Literal["heatmap", "mode-heatmap", "table", "transfers", "speedup", "explain", "advertised"]
 
 
 class Entry(BaseModel):

@@ -32,6 +32,8 @@ ARMS = ("h2", "h3")
 #: fields added after stores existed: left out of the cell ID while at their default,
 #: so every cell measured before keeps its ID
 _NEW_FIELDS: dict[str, object] = {"arm_settings": {}, "kind": "page", "transfer": None}
+#: the same for the link condition's fields
+_NEW_CONDITION_FIELDS: dict[str, object] = {"ecn_threshold": None}
 TEST_HOST = "quicbed.test"
 #: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
 #: is days of measurement; more warm-ups than that are never needed).
@@ -268,6 +270,9 @@ class CellConfig(BaseModel):
         for key, default in _NEW_FIELDS.items():
             if dump.get(key) == default:
                 dump.pop(key)
+        for key, default in _NEW_CONDITION_FIELDS.items():
+            if dump["condition"].get(key) == default:
+                dump["condition"].pop(key)
         blob = json.dumps(dump, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

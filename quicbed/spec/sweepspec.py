@@ -110,7 +110,12 @@ class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     #: Mbit/s or unlimited (null, or a word of quicbed.spec.cellconfig.UNLIMITED)
     rate: list[Rate]
-    rtt: list[float]
+    #: base RTT, split evenly between the directions; or instead one-way delays per
+    #: direction (ms, ``delay_down`` server -> client, ``delay_up``), each a grid axis
+    #: (an unset one is 0): the TUM study delayed the downlink only
+    rtt: list[float] | None = None
+    delay_down: list[float] | None = None
+    delay_up: list[float] | None = None
     loss: list[float] = [_link_default("loss_pct")]  # type: ignore[list-item]
     #: loss on the downlink only (server -> client) in %, the uplink lossless: instead
     #: of ``loss`` (end to end, split evenly between the directions)
@@ -122,6 +127,9 @@ class Scenario(BaseModel):
     #: ms between smooth's knots or step's re-draws; unset: the link model's default
     jitter_interval: float | None = None
     queue: list[str] = [_link_default("queue")]  # type: ignore[list-item]
+    #: ECN marking from this queue occupancy on (quicbed.link.model.LinkCondition);
+    #: unset: the queue only drops, and the key is left out of the digest
+    ecn_threshold: str | None = None
     #: page loads, or transfers (quicbed.run.bulk): ``bulk`` (each arm's flow alone) or
     #: ``compete`` (the ``flows`` at once on one bottleneck)
     kind: Kind = "page"
@@ -146,6 +154,8 @@ class Scenario(BaseModel):
     @field_validator(
         "rate",
         "rtt",
+        "delay_down",
+        "delay_up",
         "loss",
         "loss_down",
         "jitter",
@@ -161,6 +171,27 @@ class Scenario(BaseModel):
         if v is not None and not v:
             raise ValueError("is empty: a grid needs at least one value")
         return v
+
+    @model_validator(mode="after")
+    def _one_delay(self) -> Scenario:
+        one_way = self.delay_down is not None or self.delay_up is not None
+        if self.rtt is not None and one_way:
+            raise ValueError(
+                "give rtt (split evenly) or delay_down/delay_up (one way each), not both"
+            )
+        if self.rtt is None and not one_way:
+            raise ValueError("rtt: a scenario needs its RTT (or delay_down/delay_up)")
+        return self
+
+    def delays(self) -> list[dict[str, float]]:
+        """The condition's delay keys of each delay of the grid."""
+        if self.rtt is not None:
+            return [{"rtt_ms": x} for x in self.rtt]
+        return [
+            {"delay_down_ms": d, "delay_up_ms": u}
+            for d in self.delay_down or [0.0]
+            for u in self.delay_up or [0.0]
+        ]
 
     @model_validator(mode="after")
     def _one_loss(self) -> Scenario:
@@ -272,6 +303,9 @@ class SweepSpec(BaseModel):
             body["statistics"].pop("speedup_against")
         for sc in body["scenarios"].values():
             for key in (
+                "rtt",
+                "delay_down",
+                "delay_up",
                 "arms",
                 "cc",
                 "loss_down",
@@ -279,6 +313,7 @@ class SweepSpec(BaseModel):
                 "duration",
                 "flows",
                 "jitter_interval",
+                "ecn_threshold",
             ):
                 if sc[key] is None:
                     sc.pop(key)
@@ -327,13 +362,13 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                 raise QuicbedError(
                     f"{where}.pages: unknown page {page!r} (defined: {', '.join(pageset.pages)})"
                 )
-        for rate, rtt, (loss, down, up), jitter, queue, work in itertools.product(
-            sc.rate, sc.rtt, sc.losses(), sc.jitter, sc.queue, _workloads(sc)
+        for rate, delay, (loss, down, up), jitter, queue, work in itertools.product(
+            sc.rate, sc.delays(), sc.losses(), sc.jitter, sc.queue, _workloads(sc)
         ):
             try:
                 cond = make_condition(
                     rate_mbit=rate,
-                    rtt_ms=rtt,
+                    **delay,
                     loss_pct=loss,
                     loss_down_pct=down,
                     loss_up_pct=up,
@@ -345,6 +380,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                         else {}
                     ),
                     queue=queue,
+                    ecn_threshold=sc.ecn_threshold,
                     seed=d.seed,
                     count=d.count,
                 )

@@ -49,10 +49,14 @@ SYSCTLS = {
 #: 2^(16+shift); ``ws7`` is about Linux's default buffer (6 MiB)
 RMEM_PRESETS = {
     "ws0": (65535, 0),
+    "ws1": (131071, 1),
     "ws2": (262143, 2),
+    "ws3": (524287, 3),
     "ws4": (1048575, 4),
     "ws7": (8388607, 7),
     "ws9": (33554431, 9),
+    # the largest shift RFC 7323 allows (a 1 GiB window)
+    "ws14": (1073741823, 14),
 }
 ENDS = ("server", "client")
 #: bytes kept per SYN: Ethernet + IPv4 + the largest TCP header is 14 + 60 + 60

@@ -274,8 +274,25 @@ class LocalTestbed(Testbed):
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir, ignore_errors=True)
             removed.append(str(self.state_dir))
+        removed += self._tracefs_leftovers()
         self._created = False
         return removed + self.cpu.remove()  # the CPU groups (quicbed.testbed.cpu)
+
+    def _tracefs_leftovers(self) -> list[str]:
+        """The kernel trace instances of this prefix (quicbed-<prefix>, quicbed-<prefix>-*:
+        the TCP tracer's, an Envoy arm's sender probe) that a killed run left behind;
+        their events are switched off first, then the instance is removed."""
+        root = Path("/sys/kernel/tracing/instances")
+        found = [*root.glob(f"quicbed-{self.prefix}"), *root.glob(f"quicbed-{self.prefix}-*")]
+        out = []
+        for d in found:
+            for f in (d / "tracing_on", d / "events" / "enable"):
+                with contextlib.suppress(OSError):
+                    f.write_text("0")
+            with contextlib.suppress(OSError):
+                d.rmdir()
+                out.append(str(d))
+        return out
 
     @staticmethod
     def pids_in(ns: str) -> list[int]:

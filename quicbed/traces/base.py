@@ -37,6 +37,8 @@ the same axes (columns :data:`SAMPLE_COLUMNS`; empty cell = not known):
 - ``cwnd_bytes``, ``ssthresh_bytes``, ``in_flight_bytes``, ``delivered_bytes``
   (acknowledged so far on this connection), ``srtt_ms``, ``rtt_sample_ms``,
   ``snd_wnd_bytes`` (the peer's receive window), ``bytes`` (of a sent or lost packet);
+- ``phase``: the sender's congestion phase at a sample (:data:`PHASES`): QUIC's from
+  its qlog, TCP's slow start while cwnd < ssthresh, else avoidance; empty: unknown;
 - ``source``: ``tcp_probe``, ``ss`` or ``qlog``.
 
 A run's ``detail["traces"]`` says where its files are (relative to DIR) and what is
@@ -70,8 +72,13 @@ SAMPLE_COLUMNS = (
     "rtt_sample_ms",
     "snd_wnd_bytes",
     "bytes",
+    "phase",
     "source",
 )
+#: a sender's congestion phase (column ``phase``): as quic-go's qlog names them
+#: (recovery:congestion_state_updated), and as tcp_probe's cwnd against ssthresh shows
+#: them (TCP: slow start or avoidance; the tracepoint marks no recovery)
+PHASES = ("slow_start", "congestion_avoidance", "recovery", "application_limited")
 #: one load's trace files together may not exceed this; a larger one is cut and says so
 MAX_LOAD_BYTES = 64 * 1024 * 1024
 
@@ -220,7 +227,7 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
             for k, v in r.items():
                 if v == "":
                     row[k] = None
-                elif k in ("event", "conn", "source"):
+                elif k in ("event", "conn", "source", "phase"):
                     row[k] = v
                 else:
                     row[k] = float(v)

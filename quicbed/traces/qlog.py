@@ -26,7 +26,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.testbed.base import RPath
-from quicbed.traces.base import LoadTrace, TraceContext, Tracer, write_gz
+from quicbed.traces.base import PHASES, LoadTrace, TraceContext, Tracer, write_gz
 
 RS = b"\x1e"
 #: packet types -> packet number space (0-RTT and 1-RTT share the application space)
@@ -144,6 +144,8 @@ def qlog_samples(
       (quic-go logs no ssthresh and no single peer window: those stay empty);
     - ``recovery:packet_lost`` -> ``lost`` with the lost packet's size (the size its
       ``packet_sent`` logged, matched by packet number space and number);
+    - ``recovery:congestion_state_updated`` -> the ``phase`` of the samples after it
+      (slow_start, congestion_avoidance, recovery, application_limited);
     - ``recovery:spurious_loss`` (quic-go: a packet declared lost, then acknowledged)
       -> ``spurious``, its ``rtt_sample_ms`` the time by which it was overtaken;
     - ``quic:connection_state_updated`` to ``handshake_complete`` (quic-go's server logs
@@ -175,6 +177,7 @@ def qlog_samples(
     cwnd: int | None = None
     in_flight: int | None = None
     hs = False
+    phase: str | None = None
     rows: list[dict[str, Any]] = []
     cut = bad = 0
     for r in recs[1:]:
@@ -230,9 +233,12 @@ def qlog_samples(
                     "delivered_bytes": delivered,
                     "srtt_ms": srtt,
                     "rtt_sample_ms": d.get("latest_rtt"),
+                    "phase": phase,
                     "source": "qlog",
                 }
             )
+        elif name == "recovery:congestion_state_updated":
+            phase = str(d.get("new")) if d.get("new") in PHASES else None
         elif name == "recovery:packet_lost":
             hd = d.get("header", {})
             sp, pn = SPACE.get(hd.get("packet_type", "")), hd.get("packet_number")

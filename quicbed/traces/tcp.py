@@ -130,6 +130,9 @@ def parse_probe_lines(
                 "delivered_bytes": delivered,
                 "srtt_ms": srtt_ms if srtt_ms > 0 else None,
                 "snd_wnd_bytes": int(kv["snd_wnd"]),
+                # below ssthresh the window grows per ACK by what it acked: slow start
+                # (no ssthresh yet is slow start too); the tracepoint marks no recovery
+                "phase": "slow_start" if int(kv["snd_cwnd"]) < ssthresh else "congestion_avoidance",
                 "source": "tcp_probe",
             }
             rows.append(row)

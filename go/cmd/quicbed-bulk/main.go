@@ -9,6 +9,15 @@
 //	quicbed-bulk -proto h2|h3 -url https://10.10.1.1/bulk/100MB.bin -ca ca.pem
 //	             [-addr 10.10.1.1:443] [-duration 10s] [-interval 100ms]
 //	             [-start-at UNIX_NS] [-linger 1s] [-flow NAME]
+//	             [h3 only: -initial-max-data B] [-initial-max-stream-data B]
+//	             [-initial-max-streams-bidi N] [-initial-max-streams-uni N]
+//	             [-max-idle-timeout D] [-flow-control-autotune=false]
+//
+// The h3 flags are the transport parameters the client advertises (RFC 9000's
+// names; quic-go has one stream window for the three initial_max_stream_data
+// limits), unset: the defaults below. The final record of an h3 flow carries
+// both sides' parameters as quic-go's qlog recorded them (tp_local: what the
+// client advertised; tp_remote: what the server did) and the windows it ran.
 //
 // Without -duration it downloads the object once; with it, it requests the object
 // back to back on one connection until the duration is up, then cancels. Times in
@@ -37,14 +46,62 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"quicbed/internal/qtp"
 )
 
 // Receive windows, the same for both arms: large enough for 100 Mbit/s at 336 ms
 // (112 ms base RTT with a full 2 x BDP queue) so flow control never limits a flow.
+// They are the maxima; a QUIC window starts at quic-go's 512 KiB (or the
+// -initial-* flag) and grows to them as the body is read (auto-tuning).
 const (
 	streamWindow = 16 << 20
 	connWindow   = 32 << 20
+	// quic-go's initial windows (internal/protocol: DefaultInitialMaxStreamData,
+	// and DefaultInitialMaxData, 1.5 times that)
+	quicGoInitialStreamWindow = 512 << 10
+	quicGoInitialConnWindow   = 768 << 10
 )
+
+// transportParams are the QUIC client's transport parameters (0: the default).
+type transportParams struct {
+	InitialMaxData       uint64
+	InitialMaxStreamData uint64
+	MaxStreamsBidi       int64 // -1: none (RFC 9000's 0)
+	MaxStreamsUni        int64
+	MaxIdleTimeout       time.Duration
+	NoAutotune           bool
+}
+
+// windows returns the initial and maximum stream and connection windows.
+func (tp transportParams) windows() (initStream, maxStream, initConn, maxConn uint64) {
+	initStream, initConn = tp.InitialMaxStreamData, tp.InitialMaxData
+	if initStream == 0 {
+		initStream = quicGoInitialStreamWindow
+	}
+	if initConn == 0 {
+		initConn = quicGoInitialConnWindow
+	}
+	maxStream, maxConn = max(initStream, streamWindow), max(initConn, connWindow)
+	if tp.NoAutotune {
+		maxStream, maxConn = initStream, initConn
+	}
+	return initStream, maxStream, initConn, maxConn
+}
+
+func (tp transportParams) quicConfig() *quic.Config {
+	initStream, maxStream, initConn, maxConn := tp.windows()
+	return &quic.Config{
+		InitialStreamReceiveWindow:     initStream,
+		MaxStreamReceiveWindow:         maxStream,
+		InitialConnectionReceiveWindow: initConn,
+		MaxConnectionReceiveWindow:     maxConn,
+		MaxIncomingStreams:             tp.MaxStreamsBidi,
+		MaxIncomingUniStreams:          tp.MaxStreamsUni,
+		MaxIdleTimeout:                 tp.MaxIdleTimeout,
+		Tracer:                         qtp.Tracer(nil),
+	}
+}
 
 // config is one download.
 type config struct {
@@ -57,6 +114,8 @@ type config struct {
 	Linger   time.Duration
 	Flow     string
 	Addr     string // dial this address instead of the URL's host (whose name TLS checks)
+	TP       transportParams
+	tpGiven  bool // an h3 flag was given (h2 refuses them)
 }
 
 // record is one JSON line of output.
@@ -85,7 +144,21 @@ func main() {
 	flag.DurationVar(&c.Linger, "linger", 0, "keep the connection open this long after the final record")
 	flag.StringVar(&c.Flow, "flow", "", "a name for this flow, echoed in every record")
 	flag.StringVar(&c.Addr, "addr", "", "connect to this host:port instead of the URL's (the URL's host is still the TLS server name)")
+	flag.Uint64Var(&c.TP.InitialMaxData, "initial-max-data", 0, "h3: initial_max_data the client advertises, bytes (0: quic-go's 768 KiB)")
+	flag.Uint64Var(&c.TP.InitialMaxStreamData, "initial-max-stream-data", 0, "h3: initial_max_stream_data_bidi_local, _bidi_remote and _uni, bytes (0: quic-go's 512 KiB)")
+	flag.Int64Var(&c.TP.MaxStreamsBidi, "initial-max-streams-bidi", 0, "h3: initial_max_streams_bidi (0: quic-go's 100; -1: none)")
+	flag.Int64Var(&c.TP.MaxStreamsUni, "initial-max-streams-uni", 0, "h3: initial_max_streams_uni (0: quic-go's 100; HTTP/3 needs 3)")
+	flag.DurationVar(&c.TP.MaxIdleTimeout, "max-idle-timeout", 0, "h3: max_idle_timeout (0: quic-go's 30s)")
+	autotune := flag.Bool("flow-control-autotune", true, "h3: grow the receive windows as the body is read (quic-go's own); false: they stay at their initial values")
 	flag.Parse()
+	c.TP.NoAutotune = !*autotune
+	flag.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "initial-max-data", "initial-max-stream-data", "initial-max-streams-bidi",
+			"initial-max-streams-uni", "max-idle-timeout", "flow-control-autotune":
+			c.tpGiven = true
+		}
+	})
 	if startAt > 0 {
 		c.StartAt = time.Unix(0, startAt)
 	}
@@ -109,6 +182,14 @@ func (c config) check() error {
 		return errors.New("-interval must be > 0")
 	case c.Duration < 0:
 		return errors.New("-duration must be >= 0")
+	case c.tpGiven && c.Proto != "h3":
+		return fmt.Errorf("-proto %s: the transport parameter flags are QUIC's (h3 only)", c.Proto)
+	case c.TP.MaxStreamsBidi < -1:
+		return fmt.Errorf("-initial-max-streams-bidi must be >= -1 (got %d)", c.TP.MaxStreamsBidi)
+	case c.TP.MaxStreamsUni < 0 || (c.TP.MaxStreamsUni > 0 && c.TP.MaxStreamsUni < 3):
+		return fmt.Errorf("-initial-max-streams-uni %d: HTTP/3 needs at least 3 (the server's control and QPACK streams)", c.TP.MaxStreamsUni)
+	case c.TP.MaxIdleTimeout < 0:
+		return fmt.Errorf("-max-idle-timeout must be >= 0 (got %v)", c.TP.MaxIdleTimeout)
 	}
 	return nil
 }
@@ -133,6 +214,7 @@ type client struct {
 	local    string
 	remote   string
 	quicConn *quic.Conn
+	tp       *qtp.Record
 	// when the first connection was ready (Unix ns): h2 from the request's trace,
 	// h3 from the dial (quic-go's http3 client calls no trace hook for it)
 	connectedAt atomic.Int64
@@ -171,20 +253,18 @@ func newClient(c config, tlsCfg *tls.Config) *client {
 	tr := &http3.Transport{
 		TLSClientConfig:    tlsCfg,
 		DisableCompression: true,
-		QUICConfig: &quic.Config{
-			MaxStreamReceiveWindow:     streamWindow,
-			MaxConnectionReceiveWindow: connWindow,
-		},
+		QUICConfig:         c.TP.quicConfig(),
 		Dial: func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
 			if c.Addr != "" {
 				addr = c.Addr
 			}
+			ctx, rec := qtp.WithRecord(ctx) // both sides' transport parameters, from the qlog events
 			conn, err := quic.DialAddr(ctx, addr, tc, qc)
 			if err == nil {
 				cl.connectedAt.CompareAndSwap(0, time.Now().UnixNano())
 				cl.setAddrs(conn.LocalAddr(), conn.RemoteAddr())
 				cl.mu.Lock()
-				cl.quicConn = conn
+				cl.quicConn, cl.tp = conn, rec
 				cl.mu.Unlock()
 			}
 			return conn, err
@@ -340,6 +420,13 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			"packets_received": st.PacketsReceived, "bytes_received": st.BytesReceived,
 			"packets_sent": st.PacketsSent, "packets_lost": st.PacketsLost,
 		}
+		initStream, maxStream, initConn, maxConn := c.TP.windows()
+		final["windows"] = map[string]any{"initial_stream": initStream, "max_stream": maxStream,
+			"initial_conn": initConn, "max_conn": maxConn}
+		final["flow_control_autotune"] = maxStream > initStream || maxConn > initConn
+	}
+	if cl.tp != nil {
+		final["tp_local"], final["tp_remote"] = cl.tp.Sets()
 	}
 	cl.mu.Unlock()
 	em.emit(final)

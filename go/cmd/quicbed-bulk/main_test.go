@@ -217,3 +217,50 @@ func TestRefusesHTTP1AndBadFlags(t *testing.T) {
 		t.Fatal("-proto h1 accepted")
 	}
 }
+
+// The h3 flags are the transport parameters the client advertises, and its
+// final record says both sides' as quic-go's qlog recorded them.
+func TestTransportParametersAdvertisedAndRecorded(t *testing.T) {
+	_, h3URL, ca, _ := servers(t)
+	u, err := neturl.Parse(h3URL)
+	must(t, err)
+	var out bytes.Buffer
+	c := config{Proto: "h3", URL: "https://bulk.test:" + u.Port() + "/obj", Addr: u.Host, CA: ca,
+		Interval: 100 * time.Millisecond, TP: transportParams{InitialMaxData: 65536,
+			InitialMaxStreamData: 1 << 20, MaxStreamsBidi: -1, MaxStreamsUni: 3,
+			MaxIdleTimeout: 9 * time.Second, NoAutotune: true}, tpGiven: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, run(ctx, c, &out))
+	recs := records(t, out.Bytes())
+	final := recs[len(recs)-1]
+	local, _ := final["tp_local"].(map[string]any)
+	remote, _ := final["tp_remote"].(map[string]any)
+	for k, want := range map[string]float64{"initial_max_data": 65536,
+		"initial_max_stream_data_bidi_local": 1 << 20, "initial_max_streams_uni": 3, "max_idle_timeout": 9000} {
+		if local[k] != want {
+			t.Errorf("tp_local.%s = %v, want %v (%v)", k, local[k], want, local)
+		}
+	}
+	if _, ok := local["initial_max_streams_bidi"]; ok { // 0: quic-go's qlog leaves it out
+		t.Errorf("tp_local advertises bidi streams: %v", local)
+	}
+	if remote["initial_max_data"] != float64(768<<10) { // the test server's quic-go default
+		t.Errorf("tp_remote: %v", remote)
+	}
+	if final["flow_control_autotune"] != false || final["ok"] != true {
+		t.Errorf("final record: %v", final)
+	}
+	if w, _ := final["windows"].(map[string]any); w["max_conn"] != float64(65536) {
+		t.Errorf("windows: %v", final["windows"])
+	}
+	// h2 takes none of them; HTTP/3 needs 3 unidirectional streams
+	for _, bad := range []config{
+		{Proto: "h2", URL: "x", CA: ca, Interval: time.Second, tpGiven: true},
+		{Proto: "h3", URL: "x", CA: ca, Interval: time.Second, TP: transportParams{MaxStreamsUni: 2}},
+	} {
+		if err := run(context.Background(), bad, &out); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}

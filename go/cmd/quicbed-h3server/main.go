@@ -26,14 +26,16 @@ func main() {
 	flag.StringVar(&cfg.Key, "key", "", "private key, PEM (required)")
 	logPath := flag.String("log", "", "JSON-lines log file to append to (default stderr)")
 	flag.StringVar(&cfg.QlogDir, "qlog-dir", "", "write qlog files here (default: none)")
-	flag.Uint64Var(&cfg.InitialStreamWindow, "initial-stream-window", 0, "initial stream receive window, bytes (0 = quic-go default 512 KB)")
+	flag.Uint64Var(&cfg.InitialStreamWindow, "initial-stream-window", 0, "initial stream receive window, bytes (0 = quic-go default 512 KiB)")
 	flag.Uint64Var(&cfg.MaxStreamWindow, "max-stream-window", 0, "max stream receive window, bytes (0 = quic-go default 6 MB)")
-	flag.Uint64Var(&cfg.InitialConnWindow, "initial-conn-window", 0, "initial connection receive window, bytes (0 = quic-go default 512 KB)")
+	flag.Uint64Var(&cfg.InitialConnWindow, "initial-conn-window", 0, "initial connection receive window, bytes (0 = quic-go default 768 KiB)")
 	flag.Uint64Var(&cfg.MaxConnWindow, "max-conn-window", 0, "max connection receive window, bytes (0 = quic-go default 15 MB)")
 	flag.Int64Var(&cfg.MaxIncomingStreams, "max-incoming-streams", 0, "concurrent bidirectional streams a client may open (0 = quic-go default 100)")
 	flag.Int64Var(&cfg.MaxIncomingUniStreams, "max-incoming-uni-streams", 0, "concurrent unidirectional streams (0 = quic-go default 100)")
 	flag.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "idle timeout (0 = quic-go default 30s)")
+	autotune := flag.Bool("flow-control-autotune", true, "grow the receive windows up to their maximum as data is read (quic-go's own); false: the windows stay at their initial values")
 	flag.StringVar(&cfg.CC, "cc", h3server.DefaultCC, "congestion control: reno (quic-go's own) or cubic (quic-go's CUBIC, switched on by quicbed's patch)")
+	flag.StringVar(&cfg.LossDetection, "loss-detection", h3server.DefaultLossDetection, "loss detection: adaptive (quic-go's own: a spurious loss switches the packet threshold off and raises the time threshold) or rfc9002 (3 packets and 9/8 RTT, never adapted; quicbed's patch)")
 	cubicN := flag.Int("cubic-n", h3server.DefaultCubicN, "CUBIC's emulated connections N, >= 1 (Chromium: 2); only with -cc cubic")
 	cubicBeta := flag.Float64("cubic-beta", h3server.DefaultCubicBeta, "CUBIC's backoff of one connection, 0 < beta < 1; a loss cuts the window to (N-1+beta)/N; only with -cc cubic")
 	// A bad flag is one line on stderr and exit 2; -help prints the flags.
@@ -61,6 +63,7 @@ func main() {
 	if cfg.CC == quic.CongestionControlCubic {
 		cfg.CubicN, cfg.CubicBeta = *cubicN, *cubicBeta
 	}
+	cfg.NoAutotune = !*autotune
 
 	out := os.Stderr
 	if *logPath != "" {

@@ -77,6 +77,9 @@ func (h *releaseHeap) pop() frame {
 type Counters struct {
 	RxPackets, RxBytes, LossDrops, QueueDrops atomic.Uint64
 	TxPackets, TxBytes, SendErrors, Reordered atomic.Uint64
+	// ECNCapable counts the ECN-capable packets received, CEMarked those this
+	// direction marked CE (linkmodel.ForwardCE)
+	ECNCapable, CEMarked atomic.Uint64
 }
 
 // Direction forwards frames from one socket to another through one pipe.
@@ -146,9 +149,17 @@ func (d *Direction) receive() {
 		now := monotonic()
 		d.C.RxPackets.Add(1)
 		d.C.RxBytes.Add(uint64(n))
+		ect := ecnCapable(buf[:n])
+		if ect {
+			d.C.ECNCapable.Add(1)
+		}
 		d.mu.Lock()
-		release, verdict := d.pipe.Offer(time.Duration(now), n)
-		if verdict != linkmodel.Forward {
+		release, verdict := d.pipe.Offer(time.Duration(now), n, ect)
+		if verdict == linkmodel.ForwardCE {
+			if markCE(buf[:n]) {
+				d.C.CEMarked.Add(1)
+			}
+		} else if verdict != linkmodel.Forward {
 			d.mu.Unlock()
 			if verdict == linkmodel.DropLoss {
 				d.C.LossDrops.Add(1)
@@ -279,6 +290,8 @@ type Stats struct {
 	QueueBytes   int64  `json:"queue_bytes"`
 	QueuePackets int64  `json:"queue_packets"`
 	Reordered    uint64 `json:"reordered"`
+	ECNCapable   uint64 `json:"ecn_capable"`
+	CEMarked     uint64 `json:"ce_marked"`
 	LateUsP50    int64  `json:"late_us_p50"`
 	LateUsP99    int64  `json:"late_us_p99"`
 	LateUsMax    int64  `json:"late_us_max"`
@@ -292,6 +305,7 @@ func (d *Direction) Snapshot(socketDrops uint64) Stats {
 		LossDrops: d.C.LossDrops.Load(), QueueDrops: d.C.QueueDrops.Load(),
 		TxPackets: d.C.TxPackets.Load(), TxBytes: d.C.TxBytes.Load(),
 		SendErrors: d.C.SendErrors.Load(), Reordered: d.C.Reordered.Load(),
+		ECNCapable: d.C.ECNCapable.Load(), CEMarked: d.C.CEMarked.Load(),
 		SocketDrops: socketDrops, Pipe: d.pipe.String(),
 	}
 	d.mu.Lock()

@@ -284,7 +284,7 @@ func TestLossDropsExactlyTheModelsFrames(t *testing.T) {
 			}
 			var want []uint32
 			for i := range frames {
-				if _, v := model.Offer(0, 100); v == linkmodel.Forward {
+				if _, v := model.Offer(0, 100, false); v == linkmodel.Forward {
 					want = append(want, uint32(i))
 				}
 			}

@@ -28,6 +28,7 @@ func restoreCC(t *testing.T) {
 	t.Cleanup(func() {
 		must(t, quic.SetCongestionControl(DefaultCC))
 		must(t, quic.SetCubicParams(DefaultCubicN, DefaultCubicBeta))
+		must(t, quic.SetLossDetection(DefaultLossDetection))
 	})
 }
 
@@ -59,7 +60,7 @@ func TestLogReadsCongestionControlBack(t *testing.T) {
 		{Config{CC: "reno"}, nil, "<nil>", `"cubic_beta":null,`},
 	} {
 		cfg := tc.cfg
-		cfg.Addr, cfg.Docroot, cfg.Cert, cfg.Key = "127.0.0.1:0", dir, certPath, keyPath
+		cfg.Addr, cfg.Docroot, cfg.Cert, cfg.Key, cfg.LossDetection = "127.0.0.1:0", dir, certPath, keyPath, DefaultLossDetection
 		logBuf := &safeBuffer{mu: make(chanMutex, 1)}
 		srv, err := Start(cfg, NewLogger(logBuf))
 		must(t, err)
@@ -110,6 +111,7 @@ func TestLossCutsTheWindowAsConfigured(t *testing.T) {
 	} {
 		cfg := tc.cfg
 		cfg.Addr, cfg.Docroot, cfg.Cert, cfg.Key, cfg.QlogDir = "127.0.0.1:0", dir, certPath, keyPath, filepath.Join(t.TempDir(), "qlog") // made by Start
+		cfg.LossDetection = DefaultLossDetection
 		srv, err := Start(cfg, NewLogger(io.Discard))
 		must(t, err)
 		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})

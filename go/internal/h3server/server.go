@@ -22,6 +22,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/qlogwriter"
+
+	"quicbed/internal/qtp"
 )
 
 // Congestion control. quic-go v0.65.0 runs NewReno and nothing else; quicbed
@@ -36,6 +38,10 @@ const (
 	// DefaultCubicN and DefaultCubicBeta are quic-go's CUBIC constants.
 	DefaultCubicN    = 1
 	DefaultCubicBeta = 0.7
+	// DefaultLossDetection is quic-go's own, adaptive: a spurious loss switches
+	// the packet threshold off and may raise the time threshold up to 2 RTT.
+	// quicbed's patch adds RFC 9002's fixed thresholds (3 packets, 9/8 RTT).
+	DefaultLossDetection = quic.LossDetectionAdaptive
 )
 
 // Config is everything the server is started with; it is logged at start.
@@ -49,12 +55,19 @@ type Config struct {
 	Key  string `json:"key"`
 	// QlogDir enables qlog output to this directory (opt-in; "" = none).
 	QlogDir string `json:"qlog_dir"`
-	// Flow-control windows in bytes; 0 = quic-go's default (512 KB initial,
-	// 6 MB max per stream; 512 KB initial, 15 MB max per connection).
+	// Flow-control windows in bytes; 0 = quic-go's default (512 KiB initial,
+	// 6 MiB max per stream; 768 KiB initial, 15 MiB max per connection). The
+	// initial ones are the transport parameters the server advertises
+	// (initial_max_stream_data_* for all three stream kinds: quic-go has one
+	// stream window; initial_max_data); quic-go grows a window up to its
+	// maximum as the application reads (auto-tuning).
 	InitialStreamWindow uint64 `json:"initial_stream_window"`
 	MaxStreamWindow     uint64 `json:"max_stream_window"`
 	InitialConnWindow   uint64 `json:"initial_conn_window"`
 	MaxConnWindow       uint64 `json:"max_conn_window"`
+	// NoAutotune keeps each window at its initial value (the maximum is set
+	// to it), so what the server advertised is all the peer ever gets.
+	NoAutotune bool `json:"no_autotune"`
 	// Stream limits; 0 = quic-go's default (100 bidirectional, 100 unidirectional).
 	MaxIncomingStreams    int64 `json:"max_incoming_streams"`
 	MaxIncomingUniStreams int64 `json:"max_incoming_uni_streams"`
@@ -69,6 +82,9 @@ type Config struct {
 	// with "reno", which has neither (its backoff is 0.7).
 	CubicN    int     `json:"cubic_n"`
 	CubicBeta float64 `json:"cubic_beta"`
+	// LossDetection is "adaptive" (quic-go's own) or "rfc9002" (its
+	// thresholds never adapted; quicbed's patch). Required.
+	LossDetection string `json:"loss_detection"`
 }
 
 // Validate names the first bad setting the way the command line spells it.
@@ -88,12 +104,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-cubic-n must be >= 1 (got %d)", c.CubicN)
 	case c.CC == quic.CongestionControlCubic && !(float32(c.CubicBeta) > 0 && float32(c.CubicBeta) < 1):
 		return fmt.Errorf("-cubic-beta must be > 0 and < 1 (got %v)", c.CubicBeta)
+	case c.LossDetection != quic.LossDetectionAdaptive && c.LossDetection != quic.LossDetectionRFC9002:
+		return fmt.Errorf("-loss-detection %q: quic-go has %s (its own) and %s", c.LossDetection, quic.LossDetectionAdaptive, quic.LossDetectionRFC9002)
 	case c.MaxIncomingStreams < 0:
 		return fmt.Errorf("-max-incoming-streams must be >= 0 (got %d)", c.MaxIncomingStreams)
 	case c.MaxIncomingUniStreams < 0:
 		return fmt.Errorf("-max-incoming-uni-streams must be >= 0 (got %d)", c.MaxIncomingUniStreams)
 	case c.IdleTimeout < 0:
 		return fmt.Errorf("-idle-timeout must be >= 0 (got %v)", c.IdleTimeout)
+	case c.MaxStreamWindow != 0 && c.InitialStreamWindow > c.MaxStreamWindow:
+		return fmt.Errorf("-initial-stream-window %d is larger than -max-stream-window %d", c.InitialStreamWindow, c.MaxStreamWindow)
+	case c.MaxConnWindow != 0 && c.InitialConnWindow > c.MaxConnWindow:
+		return fmt.Errorf("-initial-conn-window %d is larger than -max-conn-window %d", c.InitialConnWindow, c.MaxConnWindow)
+	case c.NoAutotune && (c.MaxStreamWindow != 0 || c.MaxConnWindow != 0):
+		return errors.New("-flow-control-autotune=false sets the maximum windows to the initial ones: give no -max-stream-window or -max-conn-window")
 	}
 	if st, err := os.Stat(c.Docroot); err != nil || !st.IsDir() {
 		return fmt.Errorf("-docroot %q is not a readable directory", c.Docroot)
@@ -141,6 +165,7 @@ type Server struct {
 	cfg     Config
 	log     *Logger
 	h3      *http3.Server
+	tr      *quic.Transport
 	ln      *quic.EarlyListener
 	udp     net.PacketConn
 	nextID  atomic.Int64
@@ -183,27 +208,73 @@ func (b *bufferedFile) Close() error {
 	return b.f.Close()
 }
 
+// quic-go's defaults for the windows (its internal/protocol, which we cannot
+// import: DefaultInitialMaxStreamData, DefaultInitialMaxData = 1.5 times
+// that, DefaultMaxReceiveStreamFlowControlWindow and ...ConnectionFlowControlWindow).
+const (
+	quicGoInitialStreamWindow = 512 << 10
+	quicGoInitialConnWindow   = 768 << 10
+	quicGoMaxStreamWindow     = 6 << 20
+	quicGoMaxConnWindow       = 15 << 20
+)
+
+// Windows returns the initial and maximum stream and connection receive
+// windows the server runs with: quic-go's defaults where unset, a maximum of
+// at least the initial value (quic-go would shrink a window larger than its
+// maximum when it first grows it), and the initial value itself without
+// auto-tuning.
+func (c Config) Windows() (initStream, maxStream, initConn, maxConn uint64) {
+	initStream, maxStream = c.InitialStreamWindow, c.MaxStreamWindow
+	initConn, maxConn = c.InitialConnWindow, c.MaxConnWindow
+	if initStream == 0 {
+		initStream = quicGoInitialStreamWindow
+	}
+	if initConn == 0 {
+		initConn = quicGoInitialConnWindow
+	}
+	if maxStream == 0 {
+		maxStream = max(initStream, quicGoMaxStreamWindow)
+	}
+	if maxConn == 0 {
+		maxConn = max(initConn, quicGoMaxConnWindow)
+	}
+	if c.NoAutotune {
+		maxStream, maxConn = initStream, initConn
+	}
+	return initStream, maxStream, initConn, maxConn
+}
+
 func (c Config) quicConfig(log *Logger) *quic.Config {
+	initStream, maxStream, initConn, maxConn := c.Windows()
 	q := &quic.Config{
 		Allow0RTT:                      true,
-		InitialStreamReceiveWindow:     c.InitialStreamWindow,
-		MaxStreamReceiveWindow:         c.MaxStreamWindow,
-		InitialConnectionReceiveWindow: c.InitialConnWindow,
-		MaxConnectionReceiveWindow:     c.MaxConnWindow,
+		InitialStreamReceiveWindow:     initStream,
+		MaxStreamReceiveWindow:         maxStream,
+		InitialConnectionReceiveWindow: initConn,
+		MaxConnectionReceiveWindow:     maxConn,
 		MaxIncomingStreams:             c.MaxIncomingStreams,
 		MaxIncomingUniStreams:          c.MaxIncomingUniStreams,
 		MaxIdleTimeout:                 c.IdleTimeout,
 	}
+	// Every connection carries a qtp.Record (Transport.ConnContext): its
+	// transport parameters, both sides, as quic-go's qlog records them, go into
+	// its conn record; the qlog file only with -qlog-dir.
+	var file func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace
 	if c.QlogDir != "" {
-		q.Tracer = qlogTracer(c.QlogDir, log)
+		file = qlogTracer(c.QlogDir, log)
 	}
+	q.Tracer = qtp.Tracer(file)
 	return q
 }
 
-// setCC sets the congestion control in quic-go. The setting is process-wide
-// (quic-go's package state) and applies to connections accepted afterwards.
+// setCC sets the congestion control and the loss detection in quic-go. The
+// settings are process-wide (quic-go's package state) and apply to
+// connections accepted afterwards.
 func (c Config) setCC() error {
 	if err := quic.SetCongestionControl(c.CC); err != nil {
+		return err
+	}
+	if err := quic.SetLossDetection(c.LossDetection); err != nil {
 		return err
 	}
 	n, beta := DefaultCubicN, float32(DefaultCubicBeta)
@@ -214,10 +285,11 @@ func (c Config) setCC() error {
 }
 
 // ccFields are the congestion control settings in effect, read back from
-// quic-go: cc, and cubic_n and cubic_beta (null unless cc is cubic).
+// quic-go: cc, and cubic_n and cubic_beta (null unless cc is cubic), and
+// loss_detection.
 func ccFields() map[string]any {
 	cc := quic.CongestionControl()
-	f := map[string]any{"cc": cc, "cubic_n": nil, "cubic_beta": nil}
+	f := map[string]any{"cc": cc, "cubic_n": nil, "cubic_beta": nil, "loss_detection": quic.LossDetection()}
 	if cc == quic.CongestionControlCubic {
 		n, beta := quic.CubicParams()
 		// beta is a float32: 0.7, not 0.699999988079071.
@@ -264,7 +336,11 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 			return nil, fmt.Errorf("-qlog-dir: %v", err)
 		}
 	}
-	s.ln, err = quic.ListenEarly(s.udp, tlsConf, cfg.quicConfig(log))
+	s.tr = &quic.Transport{Conn: s.udp, ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+		ctx, _ = qtp.WithRecord(ctx)
+		return ctx, nil
+	}}
+	s.ln, err = s.tr.ListenEarly(tlsConf, cfg.quicConfig(log))
 	if err != nil {
 		_ = s.udp.Close()
 		return nil, err
@@ -277,6 +353,10 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 	for k, v := range ccFields() {
 		start[k] = v
 	}
+	initStream, maxStream, initConn, maxConn := cfg.Windows()
+	start["windows"] = map[string]any{"initial_stream": initStream, "max_stream": maxStream,
+		"initial_conn": initConn, "max_conn": maxConn}
+	start["flow_control_autotune"] = maxStream > initStream || maxConn > initConn
 	log.Log("start", start)
 	go func() { s.serving <- s.h3.ServeListener(s.ln) }()
 	return s, nil
@@ -307,6 +387,12 @@ func (s *Server) connContext(ctx context.Context, c *quic.Conn) context.Context 
 		for k, v := range ccFields() {
 			rec[k] = v
 		}
+		// what each side advertised, from quic-go's qlog events (package qtp)
+		if tp := qtp.FromContext(c.Context()); tp != nil {
+			rec["tp_local"], rec["tp_remote"] = tp.Sets()
+		}
+		initStream, maxStream, initConn, maxConn := s.cfg.Windows()
+		rec["flow_control_autotune"] = maxStream > initStream || maxConn > initConn
 		s.log.Log("conn", rec)
 		<-c.Context().Done()
 		s.log.Log("conn_close", map[string]any{"conn_id": id,
@@ -342,6 +428,7 @@ func (s *Server) Stop(timeout time.Duration) {
 	defer cancel()
 	_ = s.h3.Shutdown(ctx)
 	_ = s.ln.Close()
+	_ = s.tr.Close()
 	_ = s.udp.Close()
 	s.log.Log("stop", nil)
 }

@@ -172,7 +172,7 @@ func TestEndToEndWithZeroRTT(t *testing.T) {
 	certPath, keyPath, pool := certFiles(t)
 	dir := tree(t)
 	logBuf := &safeBuffer{mu: make(chanMutex, 1)}
-	srv, err := Start(Config{Addr: "127.0.0.1:0", Docroot: dir, Cert: certPath, Key: keyPath, CC: "cubic", CubicN: 1, CubicBeta: 0.7}, NewLogger(logBuf))
+	srv, err := Start(Config{Addr: "127.0.0.1:0", Docroot: dir, Cert: certPath, Key: keyPath, CC: "cubic", CubicN: 1, CubicBeta: 0.7, LossDetection: DefaultLossDetection}, NewLogger(logBuf))
 	must(t, err)
 	defer srv.Stop(time.Second)
 	url := "https://localhost:" + strings.Split(srv.Addr().String(), ":")[1] + "/5kb/img-000.jpg"
@@ -238,18 +238,22 @@ func TestEndToEndWithZeroRTT(t *testing.T) {
 func TestConfigErrorsNameTheFlag(t *testing.T) {
 	dir := t.TempDir()
 	cases := map[string]Config{
-		"-docroot is required":                                 {Cert: "c", Key: "k", CC: "reno"},
-		"-cert and -key are required":                          {Docroot: dir, CC: "reno"},
-		`congestion control "bbr" is not supported by quic-go`: {Docroot: dir, Cert: "c", Key: "k", CC: "bbr"},
-		`congestion control "" is not supported`:               {Docroot: dir, Cert: "c", Key: "k"},
-		"-max-incoming-streams must be >= 0":                   {Docroot: dir, Cert: "c", Key: "k", CC: "reno", MaxIncomingStreams: -1},
-		`-docroot "/nonexistent" is not`:                       {Docroot: "/nonexistent", Cert: "c", Key: "k", CC: "reno"},
-		"-cubic-n must be >= 1 (got 0)":                        {Docroot: dir, Cert: "c", Key: "k", CC: "cubic", CubicBeta: 0.7},
-		"-cubic-beta must be > 0 and < 1 (got 1)":              {Docroot: dir, Cert: "c", Key: "k", CC: "cubic", CubicN: 2, CubicBeta: 1},
-		"-cubic-beta must be > 0 and < 1 (got 0)":              {Docroot: dir, Cert: "c", Key: "k", CC: "cubic", CubicN: 2},
-		"-cubic-beta must be > 0 and < 1 (got 1e-50)":          {Docroot: dir, Cert: "c", Key: "k", CC: "cubic", CubicN: 2, CubicBeta: 1e-50},
-		"-cubic-n 2: applies only to -cc cubic":                {Docroot: dir, Cert: "c", Key: "k", CC: "reno", CubicN: 2},
-		"-cubic-beta 0.5: applies only to -cc cubic":           {Docroot: dir, Cert: "c", Key: "k", CC: "reno", CubicBeta: 0.5},
+		"-docroot is required":                                       {Cert: "c", Key: "k", CC: "reno"},
+		"-cert and -key are required":                                {Docroot: dir, CC: "reno"},
+		`congestion control "bbr" is not supported by quic-go`:       {Docroot: dir, Cert: "c", Key: "k", CC: "bbr"},
+		`congestion control "" is not supported`:                     {Docroot: dir, Cert: "c", Key: "k"},
+		"-max-incoming-streams must be >= 0":                         {Docroot: dir, Cert: "c", Key: "k", CC: "reno", LossDetection: "adaptive", MaxIncomingStreams: -1},
+		`-docroot "/nonexistent" is not`:                             {Docroot: "/nonexistent", Cert: "c", Key: "k", CC: "reno", LossDetection: "rfc9002"},
+		"-cubic-n must be >= 1 (got 0)":                              {Docroot: dir, Cert: "c", Key: "k", CC: "cubic", CubicBeta: 0.7},
+		"-cubic-beta must be > 0 and < 1 (got 1)":                    {Docroot: dir, Cert: "c", Key: "k", CC: "cubic", CubicN: 2, CubicBeta: 1},
+		"-cubic-beta must be > 0 and < 1 (got 0)":                    {Docroot: dir, Cert: "c", Key: "k", CC: "cubic", CubicN: 2},
+		"-cubic-beta must be > 0 and < 1 (got 1e-50)":                {Docroot: dir, Cert: "c", Key: "k", CC: "cubic", CubicN: 2, CubicBeta: 1e-50},
+		"-cubic-n 2: applies only to -cc cubic":                      {Docroot: dir, Cert: "c", Key: "k", CC: "reno", CubicN: 2},
+		"-cubic-beta 0.5: applies only to -cc cubic":                 {Docroot: dir, Cert: "c", Key: "k", CC: "reno", CubicBeta: 0.5},
+		`-loss-detection "quiche": quic-go has adaptive`:             {Docroot: dir, Cert: "c", Key: "k", CC: "reno", LossDetection: "quiche"},
+		`-loss-detection "": quic-go has adaptive`:                   {Docroot: dir, Cert: "c", Key: "k", CC: "reno"},
+		"-initial-conn-window 20 is larger than -max-conn-window 10": {Docroot: dir, Cert: "c", Key: "k", CC: "reno", LossDetection: "adaptive", InitialConnWindow: 20, MaxConnWindow: 10},
+		"-flow-control-autotune=false sets the maximum windows":      {Docroot: dir, Cert: "c", Key: "k", CC: "reno", LossDetection: "adaptive", NoAutotune: true, MaxStreamWindow: 10},
 	}
 	for want, cfg := range cases {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), want) {

@@ -47,6 +47,10 @@ type DirectionConfig struct {
 	// Count is "ethernet" (whole frame, header included, no FCS) or "ip" (frame
 	// minus the 14-byte Ethernet header): the bytes that serialize and fill the queue.
 	Count string `json:"count"`
+	// ECNThresholdBytes: an ECN-capable packet that finds at least this many bytes
+	// in the FIFO is marked CE instead of queued unmarked (counted as Count says);
+	// 0 or absent = no marking.
+	ECNThresholdBytes int64 `json:"ecn_threshold_bytes,omitempty"`
 }
 
 // Config is the whole emulator configuration (format 1).
@@ -94,13 +98,14 @@ func ParseConfig(data []byte) (*Config, error) {
 // Params validates a direction's configuration and converts it to model units.
 func (d DirectionConfig) Params() (Params, error) {
 	p := Params{
-		RateBps:        d.RateBps,
-		Delay:          time.Duration(d.DelayUs) * time.Microsecond,
-		Jitter:         time.Duration(d.JitterUs) * time.Microsecond,
-		JitterInterval: time.Duration(d.JitterIntervalUs) * time.Microsecond,
-		Loss:           d.Loss,
-		QueueBytes:     d.QueueBytes,
-		QueuePackets:   d.QueuePackets,
+		RateBps:           d.RateBps,
+		Delay:             time.Duration(d.DelayUs) * time.Microsecond,
+		Jitter:            time.Duration(d.JitterUs) * time.Microsecond,
+		JitterInterval:    time.Duration(d.JitterIntervalUs) * time.Microsecond,
+		Loss:              d.Loss,
+		QueueBytes:        d.QueueBytes,
+		QueuePackets:      d.QueuePackets,
+		ECNThresholdBytes: d.ECNThresholdBytes,
 	}
 	switch d.JitterKind {
 	case "none", "":

@@ -56,6 +56,12 @@ type Params struct {
 	QueueBytes, QueuePackets int64
 	// CountIP counts IP bytes (frame minus Ethernet header) instead of frame bytes.
 	CountIP bool
+	// ECNThresholdBytes marks instead of queueing silently: an ECN-capable packet
+	// (ECT or CE) that finds at least this many bytes in the FIFO is forwarded with
+	// its ECN field set to CE (ForwardCE), as an AQM with a step marking threshold
+	// does (DCTCP's K). 0 = no marking: the queue only drops. A full FIFO still drops
+	// every packet, capable or not.
+	ECNThresholdBytes int64
 }
 
 // Validate reports the first bad value, naming its key.
@@ -87,6 +93,12 @@ func (p Params) Validate() error {
 		return fmt.Errorf("jitter_interval_us: step jitter %d needs an interval of at least %d "+
 			"(a half-step's drop must pass before the next one; got %d)",
 			p.Jitter.Microseconds(), p.Jitter.Microseconds(), p.JitterInterval.Microseconds())
+	case p.ECNThresholdBytes < 0:
+		return fmt.Errorf("ecn_threshold_bytes: must be >= 0 (got %d)", p.ECNThresholdBytes)
+	case p.ECNThresholdBytes > 0 && p.RateBps == 0:
+		return fmt.Errorf("ecn_threshold_bytes: %d needs a rate (an unlimited link has no queue to mark from)", p.ECNThresholdBytes)
+	case p.ECNThresholdBytes > 0 && p.QueueBytes > 0 && p.ECNThresholdBytes >= p.QueueBytes:
+		return fmt.Errorf("ecn_threshold_bytes: %d is not below queue_bytes %d (nothing would be marked before the queue drops)", p.ECNThresholdBytes, p.QueueBytes)
 	case p.Kind == JitterNone && p.Jitter != 0:
 		return fmt.Errorf("jitter_kind: jitter_us %d needs kind reorder, smooth or step", p.Jitter.Microseconds())
 	}
@@ -103,10 +115,13 @@ const (
 	DropLoss
 	// DropQueue: dropped because the FIFO was full (tail drop).
 	DropQueue
+	// ForwardCE: release the frame at the returned time with its ECN field set to
+	// CE: it was ECN-capable and found the queue at or above the marking threshold.
+	ForwardCE
 )
 
 func (v Verdict) String() string {
-	return [...]string{"forward", "drop-loss", "drop-queue"}[v]
+	return [...]string{"forward", "drop-loss", "drop-queue", "forward-ce"}[v]
 }
 
 type inQueue struct {
@@ -183,6 +198,9 @@ func (q *Pipe) String() string {
 	if q.p.CountIP {
 		count = "ip"
 	}
+	if q.p.ECNThresholdBytes > 0 {
+		queue += fmt.Sprintf(", ECN marks CE from %d bytes", q.p.ECNThresholdBytes)
+	}
 	jitter := fmt.Sprintf("+/- %v (%s)", q.p.Jitter, q.p.Kind)
 	if q.p.Kind == JitterStep {
 		jitter = fmt.Sprintf("+/- %v (step: range %v, re-drawn every %v, decreases in two half-steps)",
@@ -207,13 +225,15 @@ func (q *Pipe) Occupancy(now time.Duration) (bytes, packets int64) {
 }
 
 // Offer passes a frame of frameLen bytes arriving at now through the pipe. It
-// returns when to release the frame, or why it was dropped. Times are on any
-// monotonic clock; the model never reads a clock itself.
-func (q *Pipe) Offer(now time.Duration, frameLen int) (time.Duration, Verdict) {
+// returns when to release the frame, or why it was dropped; ect says the frame is
+// ECN-capable (its IP ECN field is ECT(0), ECT(1) or CE), which may turn Forward
+// into ForwardCE. Times are on any monotonic clock; the model never reads a clock.
+func (q *Pipe) Offer(now time.Duration, frameLen int, ect bool) (time.Duration, Verdict) {
 	// 1. random loss at entry; one draw per packet keeps the stream aligned
 	if q.p.Loss > 0 && q.lossRng.Float64() < q.p.Loss {
 		return 0, DropLoss
 	}
+	verdict := Forward
 	departure := now
 	if q.p.RateBps > 0 {
 		size := int64(frameLen)
@@ -238,6 +258,9 @@ func (q *Pipe) Offer(now time.Duration, frameLen int) (time.Duration, Verdict) {
 		}
 		if q.p.QueuePackets > 0 && n+1 > q.p.QueuePackets {
 			return 0, DropQueue
+		}
+		if ect && q.p.ECNThresholdBytes > 0 && q.fifoBytes >= q.p.ECNThresholdBytes {
+			verdict = ForwardCE
 		}
 		// 3. serialization on a virtual clock: a late caller never lowers the rate
 		start := now
@@ -277,7 +300,7 @@ func (q *Pipe) Offer(now time.Duration, frameLen int) (time.Duration, Verdict) {
 	if release > q.lastRelease {
 		q.lastRelease = release
 	}
-	return release, Forward
+	return release, verdict
 }
 
 func (q *Pipe) knot() time.Duration {

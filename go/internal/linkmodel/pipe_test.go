@@ -23,24 +23,24 @@ func TestDepartureTimesOnTheVirtualClock(t *testing.T) {
 	q := mustPipe(t, Params{RateBps: rate1ms, Delay: 10 * time.Millisecond, QueuePackets: 100}, 1, "down")
 	// three back-to-back frames at t=0: serialized one after another
 	for i, want := range []time.Duration{11, 12, 13} {
-		rel, v := q.Offer(0, 1514)
+		rel, v := q.Offer(0, 1514, false)
 		if v != Forward || rel != want*time.Millisecond {
 			t.Fatalf("frame %d: got %v %v, want %v", i, rel, v, want*time.Millisecond)
 		}
 	}
 	// an arrival after the link went idle starts at its own arrival time
-	if rel, _ := q.Offer(50*time.Millisecond, 1514); rel != 61*time.Millisecond {
+	if rel, _ := q.Offer(50*time.Millisecond, 1514, false); rel != 61*time.Millisecond {
 		t.Fatalf("idle link: got %v, want 61ms", rel)
 	}
 	// a late caller (arrival before the last departure) never gets an earlier slot
-	if rel, _ := q.Offer(50500*time.Microsecond, 1514); rel != 62*time.Millisecond {
+	if rel, _ := q.Offer(50500*time.Microsecond, 1514, false); rel != 62*time.Millisecond {
 		t.Fatalf("busy link: got %v, want 62ms", rel)
 	}
 }
 
 func TestIPCountingExcludesTheEthernetHeader(t *testing.T) {
 	q := mustPipe(t, Params{RateBps: 1500 * 8 * 1000, QueuePackets: 10, CountIP: true}, 1, "down")
-	if rel, _ := q.Offer(0, 1514); rel != time.Millisecond {
+	if rel, _ := q.Offer(0, 1514, false); rel != time.Millisecond {
 		t.Fatalf("got %v, want 1ms (1500 IP bytes)", rel)
 	}
 }
@@ -48,22 +48,22 @@ func TestIPCountingExcludesTheEthernetHeader(t *testing.T) {
 func TestTailDropAtTheByteLimit(t *testing.T) {
 	q := mustPipe(t, Params{RateBps: rate1ms, QueueBytes: 3 * 1514}, 1, "up")
 	for i := 0; i < 3; i++ {
-		if _, v := q.Offer(0, 1514); v != Forward {
+		if _, v := q.Offer(0, 1514, false); v != Forward {
 			t.Fatalf("frame %d dropped below the limit", i)
 		}
 	}
-	if _, v := q.Offer(0, 1514); v != DropQueue {
+	if _, v := q.Offer(0, 1514, false); v != DropQueue {
 		t.Fatalf("4th frame: got %v, want drop-queue", v)
 	}
 	// a smaller frame still fits? no: the queue is full to the byte
-	if _, v := q.Offer(0, 60); v != DropQueue {
+	if _, v := q.Offer(0, 60, false); v != DropQueue {
 		t.Fatalf("60-byte frame into a full queue: got %v", v)
 	}
 	// after the first frame has left (t=1ms) there is room for exactly one more
-	if _, v := q.Offer(time.Millisecond, 1514); v != Forward {
+	if _, v := q.Offer(time.Millisecond, 1514, false); v != Forward {
 		t.Fatalf("after one departure: got %v", v)
 	}
-	if _, v := q.Offer(time.Millisecond, 1514); v != DropQueue {
+	if _, v := q.Offer(time.Millisecond, 1514, false); v != DropQueue {
 		t.Fatalf("second frame after one departure: got %v", v)
 	}
 	if q.MaxQueueBytes != 3*1514 || q.MaxQueuePackets != 3 {
@@ -75,7 +75,7 @@ func TestTailDropAtThePacketLimit(t *testing.T) {
 	q := mustPipe(t, Params{RateBps: rate1ms, QueuePackets: 5}, 1, "up")
 	fwd := 0
 	for i := 0; i < 8; i++ {
-		if _, v := q.Offer(0, 100); v == Forward {
+		if _, v := q.Offer(0, 100, false); v == Forward {
 			fwd++
 		}
 	}
@@ -89,7 +89,7 @@ func TestLossFrequencyWithAFixedSeed(t *testing.T) {
 	q := mustPipe(t, Params{Loss: p}, 42, "down")
 	lost := 0
 	for i := 0; i < n; i++ {
-		if _, v := q.Offer(time.Duration(i), 100); v == DropLoss {
+		if _, v := q.Offer(time.Duration(i), 100, false); v == DropLoss {
 			lost++
 		}
 	}
@@ -103,7 +103,7 @@ func drops(t *testing.T, p Params, seed int64, dir string, n int) []int {
 	q := mustPipe(t, p, seed, dir)
 	var out []int
 	for i := 0; i < n; i++ {
-		if _, v := q.Offer(time.Duration(i)*time.Millisecond, 100); v == DropLoss {
+		if _, v := q.Offer(time.Duration(i)*time.Millisecond, 100, false); v == DropLoss {
 			out = append(out, i)
 		}
 	}
@@ -150,7 +150,7 @@ func reorderings(t *testing.T, p Params) int {
 	var last time.Duration
 	n := 0
 	for i := 0; i < 20000; i++ {
-		rel, v := q.Offer(time.Duration(i)*200*time.Microsecond, 1000)
+		rel, v := q.Offer(time.Duration(i)*200*time.Microsecond, 1000, false)
 		if v != Forward {
 			continue
 		}
@@ -189,7 +189,7 @@ func TestJitterStaysInItsBand(t *testing.T) {
 		minD, maxD := time.Hour, time.Duration(0)
 		for i := 0; i < 50000; i++ {
 			now := time.Duration(i) * time.Millisecond
-			rel, _ := q.Offer(now, 100)
+			rel, _ := q.Offer(now, 100, false)
 			d := rel - now
 			minD, maxD = min(minD, d), max(maxD, d)
 		}
@@ -246,7 +246,7 @@ func TestParseConfig(t *testing.T) {
 func TestOccupancyCountsWhatHasNotLeft(t *testing.T) {
 	q := mustPipe(t, Params{RateBps: rate1ms, QueuePackets: 10}, 1, "up")
 	for i := 0; i < 3; i++ { // 1514-byte frames serialize in 1 ms each: depart at 1, 2, 3 ms
-		if _, v := q.Offer(0, 1514); v != Forward {
+		if _, v := q.Offer(0, 1514, false); v != Forward {
 			t.Fatalf("frame %d dropped", i)
 		}
 	}
@@ -403,7 +403,7 @@ func TestStepOvertakesOnlyAtDrops(t *testing.T) {
 	rel := make([]time.Duration, n)
 	for i := range dep {
 		dep[i] = time.Duration(i) * gap
-		r, v := q.Offer(dep[i], 100)
+		r, v := q.Offer(dep[i], 100, false)
 		if v != Forward {
 			t.Fatal("dropped without loss or rate")
 		}
@@ -467,6 +467,50 @@ func TestStepIdleGapKeepsTheBand(t *testing.T) {
 	for _, at := range []time.Duration{0, time.Hour, time.Hour + 50*time.Millisecond, 1000 * time.Hour} {
 		if d := q.StepDelay(at); d < lo || d > hi {
 			t.Fatalf("at %v after an idle gap: %v outside %v..%v", at, d, lo, hi)
+		}
+	}
+}
+
+func TestECNMarksCapablePacketsAboveTheThresholdOnly(t *testing.T) {
+	q := mustPipe(t, Params{RateBps: rate1ms, QueueBytes: 5 * 1514, ECNThresholdBytes: 2 * 1514}, 1, "down")
+	// at t=0 the FIFO holds 0, 1514, 3028 ... bytes when each frame arrives
+	want := []Verdict{Forward, Forward, ForwardCE, ForwardCE, ForwardCE, DropQueue}
+	for i, w := range want {
+		if _, v := q.Offer(0, 1514, true); v != w {
+			t.Fatalf("ECT frame %d (FIFO %d bytes): got %v, want %v", i, int64(i)*1514, v, w)
+		}
+	}
+	// a packet that is not ECN-capable is queued unmarked, and dropped only when full
+	q = mustPipe(t, Params{RateBps: rate1ms, QueueBytes: 5 * 1514, ECNThresholdBytes: 2 * 1514}, 1, "down")
+	for i := 0; i < 5; i++ {
+		if _, v := q.Offer(0, 1514, false); v != Forward {
+			t.Fatalf("Not-ECT frame %d: got %v, want forward", i, v)
+		}
+	}
+	if _, v := q.Offer(0, 1514, false); v != DropQueue {
+		t.Fatalf("Not-ECT frame into a full FIFO: got %v", v)
+	}
+	// the marking changes no release time: the same frames, capable or not
+	a := mustPipe(t, Params{RateBps: rate1ms, QueueBytes: 5 * 1514, ECNThresholdBytes: 1514}, 1, "up")
+	b := mustPipe(t, Params{RateBps: rate1ms, QueueBytes: 5 * 1514}, 1, "up")
+	for i := 0; i < 4; i++ {
+		ra, _ := a.Offer(time.Duration(i)*100*time.Microsecond, 1514, true)
+		rb, _ := b.Offer(time.Duration(i)*100*time.Microsecond, 1514, false)
+		if ra != rb {
+			t.Fatalf("frame %d: released at %v marked, %v unmarked", i, ra, rb)
+		}
+	}
+}
+
+func TestECNThresholdIsCheckedByName(t *testing.T) {
+	for want, p := range map[string]Params{
+		"ecn_threshold_bytes: must be >= 0": {RateBps: rate1ms, QueueBytes: 3000, ECNThresholdBytes: -1},
+		"needs a rate":                      {ECNThresholdBytes: 1000},
+		"is not below queue_bytes 3000":     {RateBps: rate1ms, QueueBytes: 3000, ECNThresholdBytes: 3000},
+	} {
+		err := p.Validate()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: got %v, want an error containing %q", p, err, want)
 		}
 	}
 }

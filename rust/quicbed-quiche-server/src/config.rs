@@ -30,8 +30,13 @@ pub struct Config {
     pub log: Option<PathBuf>,
     /// One qlog (JSON-SEQ) per connection in this directory (None: no qlog).
     pub qlog_dir: Option<PathBuf>,
-    /// Initial stream receive window, bytes (default 512 KiB, as quic-go).
+    /// Initial stream receive window, bytes (default 512 KiB, as quic-go): the three
+    /// initial_max_stream_data limits, unless one of the three below is given.
     pub initial_stream_window: u64,
+    /// Per-kind overrides of the initial stream window (RFC 9000's three limits).
+    pub initial_max_stream_data_bidi_local: Option<u64>,
+    pub initial_max_stream_data_bidi_remote: Option<u64>,
+    pub initial_max_stream_data_uni: Option<u64>,
     /// Largest stream receive window the auto-tuning may reach, bytes (default 6 MiB).
     pub max_stream_window: u64,
     /// Initial connection receive window, bytes (default 512 KiB, as quic-go).
@@ -46,6 +51,19 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Initial congestion window in packets (default 10, quiche's; quic-go starts at 32).
     pub initial_cwnd_packets: usize,
+    /// Largest UDP payload the server accepts, advertised as max_udp_payload_size
+    /// (default quiche's 65527; RFC 9000: 1200..65527).
+    pub max_udp_payload_size: u64,
+    /// The longest the server delays an ACK, ms, advertised as max_ack_delay (default
+    /// quiche's 25; RFC 9000: below 2^14).
+    pub max_ack_delay: u64,
+    /// ack_delay_exponent (default quiche's 3; RFC 9000: at most 20).
+    pub ack_delay_exponent: u64,
+    /// active_connection_id_limit (default quiche's 2; RFC 9000: at least 2).
+    pub active_connection_id_limit: u64,
+    /// Grow the receive windows up to their maxima as the application reads (quiche's
+    /// auto-tuning, default); false: each maximum is its initial window.
+    pub flow_control_autotune: bool,
     /// Congestion control, one of [`CC_NAMES`] (default cubic).
     pub cc: String,
 }
@@ -67,6 +85,14 @@ impl Default for Config {
             max_incoming_uni_streams: 100,
             idle_timeout: Duration::from_secs(30),
             initial_cwnd_packets: 10,
+            max_udp_payload_size: 65527,
+            max_ack_delay: 25,
+            ack_delay_exponent: 3,
+            active_connection_id_limit: 2,
+            flow_control_autotune: true,
+            initial_max_stream_data_bidi_local: None,
+            initial_max_stream_data_bidi_remote: None,
+            initial_max_stream_data_uni: None,
             cc: DEFAULT_CC.to_string(),
         }
     }
@@ -89,6 +115,14 @@ usage: quicbed-quiche-server --docroot DIR --cert PEM --key PEM [options]
   --max-incoming-uni-streams N    default 100
   --idle-timeout DURATION         e.g. 30s, 500ms (default 30s)
   --initial-cwnd-packets N        default 10
+  --initial-max-stream-data-bidi-local BYTES, --initial-max-stream-data-bidi-remote BYTES,
+  --initial-max-stream-data-uni BYTES
+                                  one stream-data limit each (default the stream window)
+  --max-udp-payload-size BYTES    1200..65527 (default 65527)
+  --max-ack-delay MS              0..16383 (default 25)
+  --ack-delay-exponent N          0..20 (default 3)
+  --active-connection-id-limit N  at least 2 (default 2)
+  --flow-control-autotune BOOL    true or false (default true)
 ";
 
 /// What went wrong on the command line (exit status 2).
@@ -159,6 +193,14 @@ impl Config {
                 "--max-incoming-uni-streams",
                 "--idle-timeout",
                 "--initial-cwnd-packets",
+                "--initial-max-stream-data-bidi-local",
+                "--initial-max-stream-data-bidi-remote",
+                "--initial-max-stream-data-uni",
+                "--max-udp-payload-size",
+                "--max-ack-delay",
+                "--ack-delay-exponent",
+                "--active-connection-id-limit",
+                "--flow-control-autotune",
             ];
             if !known.contains(&flag.as_str()) {
                 return Err(UsageError(format!("unknown flag {flag} (see --help)")));
@@ -202,6 +244,26 @@ impl Config {
                     })?
                 }
                 "--initial-cwnd-packets" => c.initial_cwnd_packets = number(&flag, &v)?,
+                "--initial-max-stream-data-bidi-local" => {
+                    c.initial_max_stream_data_bidi_local = Some(number(&flag, &v)?)
+                }
+                "--initial-max-stream-data-bidi-remote" => {
+                    c.initial_max_stream_data_bidi_remote = Some(number(&flag, &v)?)
+                }
+                "--initial-max-stream-data-uni" => {
+                    c.initial_max_stream_data_uni = Some(number(&flag, &v)?)
+                }
+                "--max-udp-payload-size" => c.max_udp_payload_size = number(&flag, &v)?,
+                "--max-ack-delay" => c.max_ack_delay = number(&flag, &v)?,
+                "--ack-delay-exponent" => c.ack_delay_exponent = number(&flag, &v)?,
+                "--active-connection-id-limit" => c.active_connection_id_limit = number(&flag, &v)?,
+                "--flow-control-autotune" => {
+                    c.flow_control_autotune = match v.as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(UsageError(format!("{flag} {v:?}: not true or false"))),
+                    }
+                }
                 _ => unreachable!(),
             }
         }
@@ -227,22 +289,34 @@ impl Config {
                 CC_NAMES.join(", ")
             )));
         }
-        if self.initial_stream_window > self.max_stream_window {
-            return Err(UsageError(format!(
-                "--initial-stream-window {} is larger than --max-stream-window {}",
-                self.initial_stream_window, self.max_stream_window
-            )));
-        }
-        if self.initial_conn_window > self.max_conn_window {
-            return Err(UsageError(format!(
-                "--initial-conn-window {} is larger than --max-conn-window {}",
-                self.initial_conn_window, self.max_conn_window
-            )));
-        }
         if self.initial_cwnd_packets == 0 {
             return Err(UsageError(
                 "--initial-cwnd-packets 0: must be at least 1".into(),
             ));
+        }
+        // RFC 9000's ranges (section 18.2); quiche would clamp or ignore what lies outside
+        let ranges: [(&str, u64, u64, u64); 4] = [
+            (
+                "--max-udp-payload-size",
+                self.max_udp_payload_size,
+                1200,
+                65527,
+            ),
+            ("--max-ack-delay", self.max_ack_delay, 0, (1 << 14) - 1),
+            ("--ack-delay-exponent", self.ack_delay_exponent, 0, 20),
+            (
+                "--active-connection-id-limit",
+                self.active_connection_id_limit,
+                2,
+                (1 << 62) - 1,
+            ),
+        ];
+        for (flag, v, lo, hi) in ranges {
+            if v < lo || v > hi {
+                return Err(UsageError(format!(
+                    "{flag} {v}: RFC 9000 allows {lo}..{hi}"
+                )));
+            }
         }
         if self.idle_timeout.is_zero() {
             return Err(UsageError(
@@ -282,7 +356,63 @@ impl Config {
             "max_incoming_uni_streams": self.max_incoming_uni_streams,
             "idle_timeout": self.idle_timeout.as_nanos() as u64,
             "initial_cwnd_packets": self.initial_cwnd_packets,
+            "initial_max_stream_data_bidi_local": self.initial_max_stream_data_bidi_local,
+            "initial_max_stream_data_bidi_remote": self.initial_max_stream_data_bidi_remote,
+            "initial_max_stream_data_uni": self.initial_max_stream_data_uni,
+            "max_udp_payload_size": self.max_udp_payload_size,
+            "max_ack_delay": self.max_ack_delay,
+            "ack_delay_exponent": self.ack_delay_exponent,
+            "active_connection_id_limit": self.active_connection_id_limit,
+            "flow_control_autotune": self.flow_control_autotune,
             "cc": self.cc,
+        })
+    }
+
+    /// The three stream-data limits the server advertises: bidi_local, bidi_remote, uni.
+    pub fn stream_data(&self) -> (u64, u64, u64) {
+        let w = self.initial_stream_window;
+        (
+            self.initial_max_stream_data_bidi_local.unwrap_or(w),
+            self.initial_max_stream_data_bidi_remote.unwrap_or(w),
+            self.initial_max_stream_data_uni.unwrap_or(w),
+        )
+    }
+
+    /// The largest stream and connection windows quiche may grow to: at least the
+    /// initial ones (quiche would shrink a window above its maximum when it first
+    /// tunes it), and the initial ones themselves without auto-tuning.
+    pub fn max_windows(&self) -> (u64, u64) {
+        let (l, r, u) = self.stream_data();
+        let stream = l.max(r).max(u);
+        if self.flow_control_autotune {
+            (
+                self.max_stream_window.max(stream),
+                self.max_conn_window.max(self.initial_conn_window),
+            )
+        } else {
+            (stream, self.initial_conn_window)
+        }
+    }
+
+    /// The transport parameters the server sets on quiche's Config, by RFC 9000's
+    /// (and qlog's) names: what quiche 0.30.0 encodes into every handshake (its
+    /// setters change a value only above 2^62 - 1 or, for
+    /// active_connection_id_limit, below 2, which validate refuses).
+    pub fn transport_params(&self) -> Value {
+        let (l, r, u) = self.stream_data();
+        json!({
+            "max_idle_timeout": self.idle_timeout.as_millis() as u64,
+            "max_udp_payload_size": self.max_udp_payload_size,
+            "initial_max_data": self.initial_conn_window,
+            "initial_max_stream_data_bidi_local": l,
+            "initial_max_stream_data_bidi_remote": r,
+            "initial_max_stream_data_uni": u,
+            "initial_max_streams_bidi": self.max_incoming_streams,
+            "initial_max_streams_uni": self.max_incoming_uni_streams,
+            "ack_delay_exponent": self.ack_delay_exponent,
+            "max_ack_delay": self.max_ack_delay,
+            "active_connection_id_limit": self.active_connection_id_limit,
+            "disable_active_migration": true,
         })
     }
 }
@@ -303,6 +433,60 @@ mod tests {
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("30"), None);
         assert_eq!(parse_duration("s"), None);
+    }
+
+    #[test]
+    fn transport_parameters_from_the_flags() {
+        let d = std::env::temp_dir();
+        let d = d.display();
+        let c = Config::from_args(args(&format!(
+            "--docroot {d} --cert c --key k --initial-conn-window 65536 \
+             --initial-max-stream-data-uni 1000 --max-udp-payload-size 1300 \
+             --max-ack-delay 10 --ack-delay-exponent 5 --active-connection-id-limit 3 \
+             --flow-control-autotune false --idle-timeout 12s"
+        )))
+        .unwrap();
+        let tp = c.transport_params();
+        assert_eq!(tp["initial_max_data"], 65536);
+        assert_eq!(tp["initial_max_stream_data_bidi_local"], 524288);
+        assert_eq!(tp["initial_max_stream_data_uni"], 1000);
+        assert_eq!(tp["max_udp_payload_size"], 1300);
+        assert_eq!(tp["max_ack_delay"], 10);
+        assert_eq!(tp["ack_delay_exponent"], 5);
+        assert_eq!(tp["active_connection_id_limit"], 3);
+        assert_eq!(tp["max_idle_timeout"], 12000);
+        assert_eq!(c.max_windows(), (524288, 65536)); // no auto-tuning: the initial ones
+        let c = Config::from_args(args(&format!(
+            "--docroot {d} --cert c --key k --initial-conn-window 20000000"
+        )))
+        .unwrap();
+        assert_eq!(c.max_windows(), (6 * 1024 * 1024, 20000000)); // at least the initial
+        for (flag, msg) in [
+            (
+                "--max-udp-payload-size 1199",
+                "--max-udp-payload-size 1199: RFC 9000 allows 1200..65527",
+            ),
+            (
+                "--max-ack-delay 16384",
+                "--max-ack-delay 16384: RFC 9000 allows 0..16383",
+            ),
+            (
+                "--ack-delay-exponent 21",
+                "--ack-delay-exponent 21: RFC 9000 allows 0..20",
+            ),
+            (
+                "--active-connection-id-limit 1",
+                "--active-connection-id-limit 1: RFC 9000",
+            ),
+            (
+                "--flow-control-autotune maybe",
+                "--flow-control-autotune \"maybe\"",
+            ),
+        ] {
+            let e = Config::from_args(args(&format!("--docroot {d} --cert c --key k {flag}")))
+                .unwrap_err();
+            assert!(e.0.contains(msg), "{}", e.0);
+        }
     }
 
     #[test]

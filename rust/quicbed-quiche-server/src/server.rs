@@ -126,14 +126,20 @@ fn quic_config(cfg: &Config) -> Result<quiche::Config, String> {
     q.enable_early_data();
     q.set_max_idle_timeout(cfg.idle_timeout.as_millis() as u64);
     q.set_max_send_udp_payload_size(MAX_SEND_UDP_PAYLOAD);
+    let (bidi_local, bidi_remote, uni) = cfg.stream_data();
+    let (max_stream, max_conn) = cfg.max_windows();
     q.set_initial_max_data(cfg.initial_conn_window);
-    q.set_max_connection_window(cfg.max_conn_window);
-    q.set_initial_max_stream_data_bidi_local(cfg.initial_stream_window);
-    q.set_initial_max_stream_data_bidi_remote(cfg.initial_stream_window);
-    q.set_initial_max_stream_data_uni(cfg.initial_stream_window);
-    q.set_max_stream_window(cfg.max_stream_window);
+    q.set_max_connection_window(max_conn);
+    q.set_initial_max_stream_data_bidi_local(bidi_local);
+    q.set_initial_max_stream_data_bidi_remote(bidi_remote);
+    q.set_initial_max_stream_data_uni(uni);
+    q.set_max_stream_window(max_stream);
     q.set_initial_max_streams_bidi(cfg.max_incoming_streams);
     q.set_initial_max_streams_uni(cfg.max_incoming_uni_streams);
+    q.set_max_recv_udp_payload_size(cfg.max_udp_payload_size as usize);
+    q.set_max_ack_delay(cfg.max_ack_delay);
+    q.set_ack_delay_exponent(cfg.ack_delay_exponent);
+    q.set_active_connection_id_limit(cfg.active_connection_id_limit);
     q.set_disable_active_migration(true);
     q.set_initial_congestion_window_packets(cfg.initial_cwnd_packets);
     q.set_cc_algorithm_name(&cfg.cc)
@@ -403,6 +409,12 @@ impl Server {
                     "tls_version": "TLS 1.3",
                     "cc": cc,
                     "cc_gcongestion": gcongestion,
+                    // what each side advertised (RFC 9000's and qlog's names): the
+                    // server's from the Config it set, the client's as quiche decoded
+                    // it from the client's handshake
+                    "tp_local": self.cfg.transport_params(),
+                    "tp_remote": c.conn.peer_transport_params().map(peer_params),
+                    "flow_control_autotune": self.cfg.flow_control_autotune,
                 }),
             );
         }
@@ -510,6 +522,26 @@ impl Server {
         });
         self.log.log("conn_close", rec);
     }
+}
+
+/// The client's transport parameters as quiche decoded them, by qlog's names (as
+/// quiche's own qlog event `transport:parameters_set` names them).
+fn peer_params(tp: &quiche::TransportParams) -> serde_json::Value {
+    json!({
+        "max_idle_timeout": tp.max_idle_timeout,
+        "max_udp_payload_size": tp.max_udp_payload_size,
+        "initial_max_data": tp.initial_max_data,
+        "initial_max_stream_data_bidi_local": tp.initial_max_stream_data_bidi_local,
+        "initial_max_stream_data_bidi_remote": tp.initial_max_stream_data_bidi_remote,
+        "initial_max_stream_data_uni": tp.initial_max_stream_data_uni,
+        "initial_max_streams_bidi": tp.initial_max_streams_bidi,
+        "initial_max_streams_uni": tp.initial_max_streams_uni,
+        "ack_delay_exponent": tp.ack_delay_exponent,
+        "max_ack_delay": tp.max_ack_delay,
+        "active_connection_id_limit": tp.active_conn_id_limit,
+        "disable_active_migration": tp.disable_active_migration,
+        "max_datagram_frame_size": tp.max_datagram_frame_size,
+    })
 }
 
 fn close_reason(conn: &quiche::Connection) -> String {

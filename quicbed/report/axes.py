@@ -1,0 +1,200 @@
+"""Goodput against one axis: the transport-parameter study's line plots (its figures
+5.1-5.4), for any bulk scenario that varies one thing.
+
+A scenario's bulk cells vary along one **link axis** (one-way downlink delay, RTT,
+downlink or end-to-end loss, rate) when exactly one of those differs between its
+cells: one line per arm (a parameter set), its mean goodput over the cell's valid flows
+with a +-1 sd band. A scenario of one cell whose arms differ in exactly one QUIC
+transport parameter varies along that **parameter**: one line, the arms ordered by
+its value. An arm whose client cannot grow its window (``client_flow_control_autotune:
+false``) and whose window / RTT is below the link's rate is flow-control limited to
+it, drawn as a dashed reference line in the arm's colour (the window: the smaller of its
+connection and stream limit; the RTT: the link's base RTT, without the queue's).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from quicbed.spec import tparams
+
+#: link axes: (label, how a cell's condition gives its value); the first that varies
+LINK_AXES: tuple[tuple[str, str, Any], ...] = (
+    ("delay_down", "added delay, downlink (ms)", lambda c: c.get("delay_down_ms")),
+    ("rtt", "RTT (ms)", lambda c: c.get("rtt_ms")),
+    ("loss_down", "loss, downlink (%)", lambda c: c.get("loss_down_pct")),
+    ("loss", "loss (%)", lambda c: c.get("loss_pct")),
+    ("rate", "bottleneck rate (Mbit/s)", lambda c: c.get("rate_mbit")),
+)
+#: the window keys of a client whose window stays at its advertised value
+_CAP = (tparams.CLIENT + "initial_max_data", tparams.CLIENT + "initial_max_stream_data_bidi_local")
+
+
+def window_cap_mbit(settings: dict[str, Any], cond: dict[str, Any]) -> float | None:
+    """window / RTT for an arm whose client does not grow its window, where that is
+    below the bottleneck's rate (the window then limits the flow); None otherwise."""
+    if settings.get(tparams.CLIENT + tparams.AUTOTUNE) is not False:
+        return None
+    windows = [int(settings[k]) for k in _CAP if settings.get(k) is not None]
+    rtt = cond.get("rtt_ms")
+    if rtt is None:
+        rtt = (cond.get("delay_down_ms") or 0) + (cond.get("delay_up_ms") or 0)
+    if not windows or not rtt:
+        return None
+    cap = float(min(windows) * 8 / (rtt / 1000) / 1e6)
+    rate = cond.get("rate_mbit")
+    return cap if rate is None or cap < float(rate) else None
+
+
+def _axis(cells: list[dict[str, Any]]) -> tuple[str, str, Any] | None:
+    conds = [json.loads(c["_condition"]) for c in cells]
+    varying = [a for a in LINK_AXES if len({json.dumps(a[2](c)) for c in conds}) > 1]
+    return varying[0] if len(varying) == 1 else None
+
+
+def _param_axis(cell: dict[str, Any]) -> str | None:
+    """The one transport parameter in which a cell's arms differ (None: not one)."""
+    settings = [cell["_settings"].get(a) or {} for a in cell["arms"]]
+    keys = {k for s in settings for k in s if tparams.is_key(k)}
+    differ = [k for k in sorted(keys) if len({json.dumps(s.get(k)) for s in settings}) > 1]
+    if len(differ) != 1 or any(s.get(differ[0]) is None for s in settings):
+        return None
+    return str(differ[0])
+
+
+def figures(cells: list[dict[str, Any]], out: Path) -> list[tuple[str, list[Path], dict[str, Any]]]:
+    """Every bulk scenario's goodput-vs-axis figure (see the module docstring)."""
+    by_scenario: dict[str, list[dict[str, Any]]] = {}
+    for c in cells:
+        if c["kind"] == "bulk" and c["summary"]:
+            by_scenario.setdefault(c["scenario"], []).append(c)
+    drawn = []
+    for scenario, group in sorted(by_scenario.items()):
+        axis = _axis(group) if len(group) > 1 else None
+        if axis is not None:
+            drawn.append(_link_figure(scenario, group, axis, out))
+        elif len(group) == 1 and (key := _param_axis(group[0])) is not None:
+            drawn.append(_param_figure(scenario, group[0], key, out))
+    return drawn
+
+
+def _line(summary: dict[str, Any]) -> tuple[float | None, float]:
+    s = summary or {}
+    return s.get("goodput_mbit_mean"), s.get("goodput_mbit_sd") or 0.0
+
+
+def _link_figure(
+    scenario: str, cells: list[dict[str, Any]], axis: tuple[str, str, Any], out: Path
+) -> tuple[str, list[Path], dict[str, Any]]:
+    import matplotlib.pyplot as plt
+
+    from quicbed.report.plots import save_figure
+
+    name, label, value = axis
+    fig, ax = plt.subplots(figsize=(7, 4))
+    arms = list(dict.fromkeys(a for c in cells for a in c["arms"]))
+    points = sorted(
+        ((float(value(json.loads(c["_condition"]))), c) for c in cells), key=lambda p: p[0]
+    )
+    for i, arm in enumerate(arms):
+        xs: list[float] = []
+        ys: list[float] = []
+        sds: list[float] = []
+        caps: list[float | None] = []
+        for x, c in points:
+            mean, sd = _line(c["summary"].get(arm))
+            if mean is None:
+                continue
+            xs.append(x)
+            ys.append(mean)
+            sds.append(sd)
+            caps.append(window_cap_mbit(c["_settings"].get(arm) or {}, json.loads(c["_condition"])))
+        if not xs:
+            continue
+        color = f"C{i % 10}"
+        ax.plot(xs, ys, marker="o", ms=3, lw=1.2, color=color, label=arm)
+        ax.fill_between(
+            xs,
+            [y - s for y, s in zip(ys, sds, strict=True)],
+            [y + s for y, s in zip(ys, sds, strict=True)],
+            color=color,
+            alpha=0.2,
+            lw=0,
+        )
+        capped = [(x, cap) for x, cap in zip(xs, caps, strict=True) if cap is not None]
+        if capped:
+            ax.plot(
+                [x for x, _ in capped],
+                [cap for _, cap in capped],
+                ls="--",
+                lw=0.9,
+                color=color,
+                label=f"{arm}: window / RTT",
+            )
+    if name.startswith("loss"):
+        ax.set_xscale("log")
+    ax.set_xlabel(label)
+    ax.set_ylabel("goodput (Mbit/s), mean +-1 sd")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    title = f"bulk, scenario {scenario}: goodput against {label.split(' (')[0]}, per arm"
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    paths = save_figure(fig, out / "figures" / f"axis-{scenario}")
+    return title, paths, {"transfer": "bulk", "scenario": scenario, "axis": name, "title": title}
+
+
+def _param_figure(
+    scenario: str, cell: dict[str, Any], key: str, out: Path
+) -> tuple[str, list[Path], dict[str, Any]]:
+    import matplotlib.pyplot as plt
+
+    from quicbed.report.plots import save_figure
+
+    cond = json.loads(cell["_condition"])
+    rows = []
+    for arm in cell["arms"]:
+        s = cell["_settings"].get(arm) or {}
+        mean, sd = _line(cell["summary"].get(arm))
+        if mean is not None:
+            rows.append((float(s[key]), mean, sd, window_cap_mbit(s, cond), arm))
+    rows.sort()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = [r[0] for r in rows]
+    ax.errorbar(
+        xs,
+        [r[1] for r in rows],
+        yerr=[r[2] for r in rows],
+        marker="o",
+        ms=4,
+        capsize=3,
+        lw=1.2,
+        color="C0",
+        label="goodput, mean +-1 sd",
+    )
+    caps = [(r[0], r[3]) for r in rows if r[3] is not None]
+    if caps:
+        ax.plot(
+            [x for x, _ in caps],
+            [c for _, c in caps],
+            ls="--",
+            lw=0.9,
+            color="grey",
+            label="window / RTT (no auto-tuning; where below the link rate)",
+        )
+    for x, y, _, _, arm in rows:
+        ax.annotate(arm, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"{key} ({tparams.PARAMS[tparams.base(key)].unit})")
+    ax.set_ylabel("goodput (Mbit/s)")
+    ax.set_ylim(bottom=0, top=max([r[1] + r[2] for r in rows] + [1.0]) * 1.15)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    title = f"bulk, scenario {scenario}: goodput against {key}"
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    paths = save_figure(fig, out / "figures" / f"param-{scenario}")
+    return title, paths, {"transfer": "bulk", "scenario": scenario, "axis": key, "title": title}
