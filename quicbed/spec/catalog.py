@@ -36,8 +36,11 @@ Status = Literal["local", "testbed", "not here"]
 #: the per-cell table (table.csv), the transfer cells' figures and table, the speed-up
 #: bins of transfer scenarios against a reference scenario, a cell's explain page (its
 #: arms' windows, phases and RTT over one load, from the traces), the table of what each
-#: client advertised as QUIC transport parameters
-View = Literal["heatmap", "mode-heatmap", "table", "transfers", "speedup", "explain", "advertised"]
+#: client advertised as QUIC transport parameters, the CPU per role with its components and
+#: flame graphs
+View = Literal[
+    "heatmap", "mode-heatmap", "table", "transfers", "speedup", "explain", "advertised", "cpu"
+]
 
 
 class Entry(BaseModel):
