@@ -68,6 +68,9 @@ def test_bad_names_and_entries_that_do_not_run_here_are_refused() -> None:
     cat = load_catalog()
     with pytest.raises(QuicbedError, match="no figure, table or study 'long-look-2024/fig9'"):
         cat.find("long-look-2024/fig9")
+    # an entry that does not run here (checked first: should it ever run here, this test
+    # must fail, not start a sweep)
+    assert cat.find("quic-limits-2022/fig5.7")[0].status == "not here"
     cp = subprocess.run(
         [*QB, "reproduce", "quic-limits-2022/fig5.7", "--out", "/nonexistent/x"],
         capture_output=True,
