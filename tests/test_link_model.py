@@ -168,3 +168,57 @@ def test_udpprobe_lateness_counts_exactly_the_overtaken() -> None:
     arrivals = {0: 9 * ms, 1: 7 * ms, 2: 5 * ms, 3: 10 * ms, 4: 11 * ms}
     assert sorted(lateness_ms(arrivals)) == [2.0, 4.0]
     assert lateness_ms({i: i * ms for i in range(10)}) == []
+
+
+def test_udpprobe_delay_is_the_kernels_arrival_not_the_receivers_wakeup(tmp_path) -> None:
+    """A receiver stopped for 0.5 s while datagrams arrive (a busy host's late wake-up)
+    still measures loopback's delay: each delay is taken from the kernel's receive time.
+    Timed on the reader, the mean came out a quarter of a second."""
+    import json
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from quicbed.link.udpprobe import clock_offset_ns, send
+
+    off = clock_offset_ns()
+    assert abs(time.time_ns() + off - time.monotonic_ns()) < 5_000_000
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "probe.json"
+    rx = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "quicbed.link.udpprobe",
+            "recv",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--count",
+            "200",
+            "--out",
+            str(out),
+            "--idle",
+            "1",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while f":{port:04X}" not in Path("/proc/net/udp").read_text():
+            assert time.monotonic() < deadline, "the receiver never bound"
+            time.sleep(0.02)
+        os.kill(rx.pid, signal.SIGSTOP)
+        send(f"127.0.0.1:{port}", 200, 2000)
+        time.sleep(0.5)
+        os.kill(rx.pid, signal.SIGCONT)
+        assert rx.wait(timeout=20) == 0
+    finally:
+        rx.kill()
+    got = json.loads(out.read_text())
+    assert got["received"] == 200
+    assert got["max_ms"] < 50, got

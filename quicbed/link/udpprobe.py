@@ -27,7 +27,8 @@ _FMT = "!IQ"  # sequence number, send time (ns, CLOCK_MONOTONIC)
 PAYLOAD = 64
 #: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS; Python's socket module lacks it): the
 #: kernel's receive time of each datagram, so a receiver that wakes late does not make
-#: a packet look later than it arrived (CLOCK_REALTIME: used for differences only)
+#: a packet look later than it arrived. It is CLOCK_REALTIME, moved onto CLOCK_MONOTONIC
+#: by the clocks' offset (``clock_offset_ns``)
 SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("@qq")
 
@@ -61,6 +62,23 @@ def _kernel_ns(ancillary: list[tuple[int, int, bytes]]) -> int | None:
     return None
 
 
+def clock_offset_ns(tries: int = 200) -> int:
+    """CLOCK_MONOTONIC minus CLOCK_REALTIME (ns), from the tightest of ``tries`` brackets
+    monotonic-realtime-monotonic: one pair read back to back can straddle a preemption
+    and be off by a tenth of a millisecond on a busy host, the tightest is off by about
+    a microsecond. The two clocks drift apart by microseconds a second (NTP's slew of
+    CLOCK_REALTIME), so a probe of seconds calibrates once."""
+    best: tuple[int, int] | None = None
+    for _ in range(tries):
+        a = time.monotonic_ns()
+        r = time.time_ns()
+        b = time.monotonic_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, (a + b) // 2 - r)
+    assert best is not None
+    return best[1]
+
+
 def lateness_ms(arrivals: dict[int, int]) -> list[float]:
     """How late each overtaken packet arrived (ms): after the earliest arrival of any
     packet sent after it. A packet is in the list exactly when one sent later arrived
@@ -81,6 +99,7 @@ def recv(bind: str, count: int, out: str, idle: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind(_addr(bind))
     sock.settimeout(30.0)  # the first datagram
+    offset = clock_offset_ns()
     delays: dict[int, float] = {}
     arrivals: dict[int, int] = {}  # seq -> arrival (ns, CLOCK_MONOTONIC)
     reordered = 0
@@ -91,13 +110,16 @@ def recv(bind: str, count: int, out: str, idle: float) -> None:
         while len(delays) < count:
             data, anc, _flags, _addr_from = sock.recvmsg(2048, socket.CMSG_SPACE(_TIMESPEC.size))
             now = time.monotonic_ns()
-            arrived = _kernel_ns(anc)
+            kernel = _kernel_ns(anc)
+            # the delay from the kernel's receive time, not the read's: on a busy host the
+            # receiver's late wake-ups made the mean one-way delay a millisecond long
+            arrived = now if kernel is None else kernel + offset
             seq, sent = struct.unpack_from(_FMT, data)
             if seq in delays:
                 duplicates += 1
                 continue
-            delays[seq] = (now - sent) / 1e6
-            arrivals[seq] = now if arrived is None else arrived
+            delays[seq] = (arrived - sent) / 1e6
+            arrivals[seq] = arrived
             if seq < highest:
                 reordered += 1
                 extent_max = max(extent_max, highest - seq)
