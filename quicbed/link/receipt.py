@@ -66,6 +66,18 @@ class Check(BaseModel):
     note: str = ""
     detail: dict[str, Any] = {}
 
+    def summary(self) -> str:
+        """The check in one phrase, for a failure's message: what was measured against
+        what it had to be, so a failed cell says how far off its link was."""
+
+        def g(v: float | None) -> str:
+            return "-" if v is None else f"{v:.4g}"
+
+        unit = f" {self.unit}" if self.unit else ""
+        if self.low is not None or self.high is not None:
+            return f"{self.name} {g(self.measured)}{unit}, accepted {g(self.low)}..{g(self.high)}"
+        return f"{self.name} {g(self.measured)}{unit}" + (f" ({self.note})" if self.note else "")
+
 
 class Receipt(BaseModel):
     format: int = RECEIPT_FORMAT

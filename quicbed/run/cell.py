@@ -295,7 +295,7 @@ class _Job:
         self.receipt = proven.receipt
         self.store.set_receipt(self.cell_id, self.attempt, proven.receipt.model_dump(mode="json"))
         if not proven.receipt.passed:
-            names = ", ".join(c.name for c in proven.receipt.failed_checks())
+            names = "; ".join(c.summary() for c in proven.receipt.failed_checks())
             raise LinkFailed(
                 FailureReason.LINK_OUT_OF_TOLERANCE,
                 f"the link is out of tolerance ({names}); nothing measured",
