@@ -29,7 +29,7 @@ from quicbed.results import provenance
 from quicbed.results.folder import FailureReason, compare_cell
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
-from quicbed.servers.base import ServeSpec, WebServer, browser_of
+from quicbed.servers.base import ServeSpec, WebServer
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.testbed.base import RPath, Testbed
 from quicbed.testbed.local import LocalTestbed
@@ -55,6 +55,8 @@ class CellResult:
     #: why the attempt failed (None: it did not); the runner decides on this, never on
     #: the text of ``problem``
     reason: FailureReason | None = None
+    #: each arm's browser build, as its driver named it (page cells)
+    browsers: dict[str, str] = field(default_factory=dict)
 
     @property
     def link_failed(self) -> bool:
@@ -74,6 +76,7 @@ class CellResult:
             "verified": self.verified,
             "link_failed": self.link_failed,
             "reason": self.reason.value if self.reason else None,
+            "browsers": self.browsers,
         }
 
 
@@ -113,6 +116,14 @@ def _judge(
     if facts.get("connections", 0) == 0:
         reasons.append("the server logged no connection for this load")
         return reasons
+    served = facts.get("requests")
+    if served is not None and served < page["objects"]:
+        # every object over the arm's own server (it speaks only the arm's protocol):
+        # the protocol of each request from the server's side, beside the browser's
+        reasons.append(
+            f"the {arm.name} server ({srv.name}) logged {served} of the page's "
+            f"{page['objects']} requests"
+        )
     if cfg.mode == "0rtt" and not warmup:
         if arm.transport == "udp" and not facts.get("used_0rtt"):
             reasons.append("the QUIC server's log shows no 0-RTT on this load")
@@ -137,12 +148,23 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     pageset = workloads.load()
     if cfg.kind == "page":  # a transfer cell's object was checked with its config
         workloads.check_page(cfg.page, pageset)
-    arms = cfg.resolved_arms()  # each arm's stack, CC and parameters
+    arms = cfg.resolved_arms()  # each arm's stack, CC, parameters and browser
     if testbed is not None:
         get_shaper(cfg.shaper, testbed, cfg.condition).check(cfg.condition)
         for a in arms:
             get_stack(a.stack).check_testbed(a, testbed)
+        check_browsers(cfg, testbed)
     return pageset
+
+
+def check_browsers(cfg: CellConfig, tb: Testbed) -> None:
+    """Refuse, before anything starts, a page cell whose browsers the testbed's client
+    lacks (their software probe, as provenance records them, finds nothing)."""
+    from quicbed.client import get_browser
+
+    run = provenance.ask(tb, "client")
+    for name in cfg.browsers():
+        get_browser(name).check_testbed(run, tb.name("client"))
 
 
 def run_cell(
@@ -227,6 +249,7 @@ def run_cell(
         out,
         verify_summary(runs),
         reason,
+        job.browsers,
     )
 
 
@@ -270,6 +293,8 @@ class _Job:
     fault: Callable[[str, int, dict[str, WebServer]], None] | None
     traces: str = "light"
     receipt: Receipt | None = None
+    #: each arm's browser build, once its driver said hello
+    browsers: dict[str, str] = field(default_factory=dict)
 
     def measure_on(self, proven: ProvenLink, *, shared: bool) -> None:
         """Loads under ``proven``'s receipt, and the record of which loads it covers."""
@@ -328,7 +353,8 @@ class _Job:
         if self.cfg.kind != "page":
             self._transfers(proven, span)
             return
-        from quicbed.client.chromium import Browser, BrowserSpec
+        from quicbed.client import get_browser
+        from quicbed.client.base import Browser, BrowserSpec
 
         cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
         done = {(r.arm, r.rep) for r in store.runs(cell_id, attempt)}
@@ -343,15 +369,17 @@ class _Job:
                 tracing.start()
                 spec = replace(spec, qlog_dirs=tracing.ctx.qlog_dirs)
             servers = servers_for(cfg, tb, spec)
-            extra = {name: self._browser_traces(name) for name in cfg.arms}
+            arms = cfg.resolved_arms()
+            kinds = {a.name: get_browser(a.browser or "") for a in arms}
+            extra = {name: self._browser_traces(name, kinds[name].net_log) for name in cfg.arms}
             for name, srv in servers.items():
                 if srv.wants_client_netlog:
                     extra[name].setdefault("net_log", tb.workdir("client") / f"netlog-{name}.json")
                     srv.client_netlog = extra[name]["net_log"]
             for s in servers.values():
                 s.start()
-            client = browser_of(type(s) for s in servers.values())
-            for a in cfg.resolved_arms():
+            for a in arms:
+                kind = kinds[a.name]
                 profile = tb.workdir("client") / f"profile-{a.name}"
                 bspec = BrowserSpec(
                     arm=a.name,
@@ -361,12 +389,12 @@ class _Job:
                     port=a.port,
                     spki_pin=spki_pin,
                     user_data_dir=profile,
-                    client=client,
+                    client=kind.name,
                     quic_version=servers[a.name].quic_version,
-                    ca_cert=ca_cert if client != "chromium" else None,
+                    ca_cert=ca_cert if kind.trusts_ca else None,
                     **extra[a.name],
                 )
-                browsers[a.name] = Browser(bspec, tb, log_dir)
+                browsers[a.name] = kind(bspec, tb, log_dir)
             # the arms' browsers start side by side, all from this thread (a child's
             # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)
             for b in browsers.values():
@@ -375,6 +403,7 @@ class _Job:
                 b.connect()
             for b in browsers.values():
                 b.ready()
+            self.browsers = {name: b.version for name, b in browsers.items()}
             urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
             schedule = list(enumerate(cfg.schedule()))
             if done and cfg.warmup:
@@ -454,6 +483,8 @@ class _Job:
                     self.progress(arm, seq + 1, len(schedule))
             versions: dict[str, Any] = {name: s.version() for name, s in servers.items()}
             versions["browser"] = next(iter(browsers.values())).version if browsers else None
+            # each arm's browser build by arm: arms may load in different browsers
+            versions["browsers"] = self.browsers
             store.set_versions(cell_id, attempt, versions)
         finally:
             # before the link goes: a testbed torn down under running daemons would
@@ -513,12 +544,16 @@ class _Job:
     def _arm_dir(self) -> Path:
         return self.store.root / "traces" / self.cell_id / str(self.attempt)
 
-    def _browser_traces(self, arm: str) -> dict[str, RPath]:
-        """Chromium's TLS key log and NetLog of an arm, at level full."""
+    def _browser_traces(self, arm: str, net_log: bool) -> dict[str, RPath]:
+        """An arm's TLS key log, and its browser's NetLog where it writes one (Chromium),
+        at level full."""
         if self.traces != "full":
             return {}
         out = self.tb.outbox("client", self._arm_dir())
-        return {"ssl_key_log": out / f"{arm}-keys.log", "net_log": out / f"{arm}-netlog.json"}
+        files = {"ssl_key_log": out / f"{arm}-keys.log"}
+        if net_log:
+            files["net_log"] = out / f"{arm}-netlog.json"
+        return files
 
     def _seal_traces(self, tracing: TraceSet, loads: list[tuple[str, LoadTrace]]) -> None:
         """Once browsers and servers are gone: complete every load's traces (qlog files
@@ -542,13 +577,16 @@ class _Job:
                                     "NetLog left unfinished by Chromium; its "
                                     "event list was closed after the last event"
                                 )
+                netlogs = {a.name: a.browser for a in self.cfg.resolved_arms()}
                 for _, lt in loads:
                     for name, f in (("keys", "keys.log"), ("netlog", "netlog.json.gz")):
                         rel = lt.key.arm_rel(f)
                         if (self.store.root / rel).exists():
                             lt.files[name] = str(rel)
+                        elif name == "netlog" and not _writes_netlog(netlogs[lt.key.arm]):
+                            lt.missing[name] = f"{netlogs[lt.key.arm]} writes no NetLog"
                         else:
-                            lt.missing[name] = "Chromium wrote no file"
+                            lt.missing[name] = "the browser wrote no file"
             tracing.finish()
             runs = {r.run_id: r for r in self.store.runs(self.cell_id, self.attempt)}
             for run_id, lt in loads:
@@ -565,6 +603,12 @@ class _Job:
                 )
         finally:
             tracing.stop()
+
+
+def _writes_netlog(browser: str | None) -> bool:
+    from quicbed.client import get_browser
+
+    return browser is not None and get_browser(browser).net_log
 
 
 def _server_facts(srv: WebServer, objects: int, wait_s: float = 2.0) -> dict[str, Any]:

@@ -31,7 +31,12 @@ from quicbed.spec.arms import ArmSettings, resolve
 ARMS = ("h2", "h3")
 #: fields added after stores existed: left out of the cell ID while at their default,
 #: so every cell measured before keeps its ID
-_NEW_FIELDS: dict[str, object] = {"arm_settings": {}, "kind": "page", "transfer": None}
+_NEW_FIELDS: dict[str, object] = {
+    "arm_settings": {},
+    "kind": "page",
+    "transfer": None,
+    "browser": None,
+}
 TEST_HOST = "quicbed.test"
 #: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
 #: is days of measurement; more warm-ups than that are never needed).
@@ -157,6 +162,22 @@ class CellConfig(BaseModel):
     #: a transfer cell's ``page`` names its object (quicbed.spec.bulkobjects.object_path)
     kind: Kind = "page"
     transfer: Transfer | None = None
+    #: the browser every arm loads its pages in unless the arm names its own
+    #: (quicbed.client.browsers: chromium, chromium72, firefox); None: the one the arms'
+    #: stacks need (chromium72 for gQUIC), else chromium (quicbed.spec.arms.resolve)
+    browser: str | None = None
+
+    @field_validator("browser")
+    @classmethod
+    def _browser(cls, v: str | None) -> str | None:
+        from quicbed.client import get_browser
+
+        if v is not None:
+            try:
+                get_browser(v)
+            except QuicbedError as exc:
+                raise ValueError(str(exc)) from None
+        return v
 
     @field_validator("runs")
     @classmethod
@@ -197,11 +218,26 @@ class CellConfig(BaseModel):
     def _resolve(self) -> CellConfig:
         """Every arm's stack, CC and parameters checked now: nothing starts otherwise."""
         try:
-            self.resolved_arms()
+            arms = self.resolved_arms()
         except QuicbedError as exc:
             raise ValueError(str(exc)) from None
         self._check_kind()
+        self._check_modes(arms)
         return self
+
+    def _check_modes(self, arms: list[Arm]) -> None:
+        """Every arm's browser can measure the cell's mode (0-RTT or 1-RTT)."""
+        from quicbed.client import get_browser
+
+        for a in arms:
+            if a.browser is None:
+                continue
+            cls = get_browser(a.browser)
+            if self.mode not in cls.modes:
+                raise ValueError(
+                    f"arm {a.name}: mode {self.mode} with browser {a.browser}: "
+                    f"{cls.label} measures {', '.join(cls.modes)} only (docs/browsers.md)"
+                )
 
     def _check_kind(self) -> None:
         """A transfer's settings belong to transfer cells only, and say everything a
@@ -246,7 +282,12 @@ class CellConfig(BaseModel):
             )
 
     def resolved_arms(self) -> list[Arm]:
-        return resolve(self.arms, self.arm_settings, self.cc, self.kind)
+        return resolve(self.arms, self.arm_settings, self.cc, self.kind, self.browser)
+
+    def browsers(self) -> list[str]:
+        """The browsers this cell's arms load their pages in, in arm order (none for a
+        transfer cell)."""
+        return list(dict.fromkeys(a.browser for a in self.resolved_arms() if a.browser))
 
     def tcp_cc(self) -> str:
         """The hosts' TCP congestion control: the TCP arm's, else the cell's CC where the
@@ -261,11 +302,24 @@ class CellConfig(BaseModel):
     def cell_id(self) -> str:
         """12 hex digits of SHA-256 over the canonical JSON of the resolved configuration."""
         dump = self.model_dump(mode="json")
+        if dump.get("browser") is not None and dump["browser"] == self._automatic_browser():
+            dump.pop("browser")  # naming the browser the cell would run in anyway
         for key, default in _NEW_FIELDS.items():
-            if dump.get(key) == default:
+            if key in dump and dump.get(key) == default:
                 dump.pop(key)
         blob = json.dumps(dump, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def _automatic_browser(self) -> str | None:
+        """The browser this cell's arms would share with no ``browser`` set (None: they
+        would not share one)."""
+        if self.kind != "page":
+            return None
+        try:
+            found = {a.browser for a in resolve(self.arms, self.arm_settings, self.cc)}
+        except QuicbedError:
+            return None
+        return found.pop() if len(found) == 1 else None
 
     def link_key(self) -> str:
         """What the link and the hosts' tuning depend on: cells with equal keys can share
