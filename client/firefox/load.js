@@ -287,14 +287,13 @@ function buildHar(url, requests, perf, browserVersion) {
 }
 
 // --- one load ----------------------------------------------------------------------------
-let kept = null;  // the 0-RTT mode's tab, in the default user context
+let kept = null;  // the 0-RTT mode's tab: the window's first, in the default user context
+let initial = null;
 let version = '';
 
 async function openTab(userContext) {
-    const params = {type: 'tab'};
-    if (userContext) params.userContext = userContext;
-    const {context} = await send('browsingContext.create', params);
-    return {context, userContext: userContext || null};
+    const {context} = await send('browsingContext.create', {type: 'tab', userContext});
+    return {context, userContext};
 }
 
 async function closeTab(tab) {
@@ -311,7 +310,7 @@ async function load(cmd) {
         const {userContext} = await send('browser.createUserContext', {});
         tab = await openTab(userContext);
     } else {
-        if (!kept) kept = await openTab(null);
+        if (!kept) kept = {context: initial, userContext: null};
         tab = kept;
     }
     const requests = new Map();  // BiDi request id -> {request, response, navigation, error}
@@ -373,6 +372,7 @@ async function main() {
     const tree = await send('browsingContext.getTree', {'moz:scope': 'chrome', maxDepth: 0});
     if (!tree.contexts.length) throw new Error('no chrome context: was Firefox started with --remote-allow-system-access?');
     chrome = tree.contexts[0].context;
+    initial = (await send('browsingContext.getTree', {maxDepth: 0})).contexts[0].context;
     await evaluate(chrome, MAP_HOST(HOST, SERVER_IP));
     await send('network.setCacheBehavior', {cacheBehavior: 'bypass'});
     await send('session.subscribe', {events: ['network.beforeRequestSent', 'network.responseCompleted', 'network.fetchError']});
@@ -391,7 +391,6 @@ async function main() {
         const result = await load(cmd);
         process.stdout.write(JSON.stringify(result) + '\n');
     }
-    if (kept) await closeTab(kept);
     try { await send('session.end', {}); } catch (e) { /* gone */ }
     ws.close();
     process.exit(0);

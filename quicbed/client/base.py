@@ -60,6 +60,9 @@ class BrowserSpec:
     ssl_key_log: RPath | None = None
     #: the registry name of the browser (quicbed.client.browsers)
     client: str = DEFAULT
+    #: where the browser writes its own QUIC qlog, one file per connection (only a
+    #: browser with ``qlog``: Firefox's neqo; Chromium's record is its NetLog)
+    qlog_dir: RPath | None = None
     #: gquic only: Q039, Q043 or Q044
     quic_version: str | None = None
     #: the test CA on the client's machine, for a browser that trusts by CA (its own
@@ -116,6 +119,12 @@ class Browser(ABC):
     modes: ClassVar[tuple[str, ...]] = MODES
     #: True: it writes a Chromium NetLog (a stack whose evidence is one needs it)
     net_log: ClassVar[bool] = False
+    #: True: it writes its own QUIC qlog files (BrowserSpec.qlog_dir)
+    qlog: ClassVar[bool] = False
+    #: True: it keeps a QUIC server's session ticket, and so resumes and sends 0-RTT to
+    #: it, only once the server sent a NEW_TOKEN frame (WebServer.new_token): 0-RTT mode
+    #: with a stack that sends none is refused (docs/browsers.md says why for Firefox)
+    needs_new_token: ClassVar[bool] = False
     #: True: it trusts the test CA from its own NSS database (needs ``ca_cert``)
     trusts_ca: ClassVar[bool] = False
     #: the program on the client's PATH, and the Ansible role that puts it there
@@ -157,6 +166,11 @@ class Browser(ABC):
             raise QuicbedError(
                 f"arm {a}: net_log {str(spec.net_log)!r} with browser {cls.name!r}: "
                 f"it writes no Chromium NetLog"
+            )
+        if spec.qlog_dir is not None and not cls.qlog:
+            raise QuicbedError(
+                f"arm {a}: qlog_dir {str(spec.qlog_dir)!r} with browser {cls.name!r}: "
+                f"it writes no qlog of its own"
             )
         if cls.trusts_ca and spec.ca_cert is None:
             raise QuicbedError(

@@ -5,8 +5,8 @@ per cell, and drives it over WebDriver BiDi (``client/firefox/load.js``; Firefox
 Remote Agent, no driver binary). The profile holds only:
 
 - ``user.js`` (``prefs``): HTTP/3 forced to the test origin on an h3 arm (the testing
-  alt-svc mapping ``network.http.http3.alt-svc-mapping-for-testing``, no TCP race and
-  no fall-back to HTTP/2) and off on an h2 arm; HTTP/3 kept on although the test CA is
+  alt-svc mapping ``network.http.http3.alt-svc-mapping-for-testing``, no fall-back to
+  HTTP/2) and off on an h2 arm; HTTP/3 kept on although the test CA is
   a root Firefox did not ship (by default it turns HTTP/3 off when it finds one); every
   host name resolved to the client's own loopback (``network.dns.native-is-localhost``:
   the driver maps the test host to the server in Firefox's resolver, so nothing else
@@ -16,8 +16,9 @@ Remote Agent, no driver binary). The profile holds only:
 - an NSS database (``cert9.db``) with the test CA trusted for TLS servers, and nothing
   else (Firefox reads the profile's database; the SPKI pin is Chromium's).
 
-Its environment: a throwaway HOME and TMPDIR inside the profile; ``SSLKEYLOGFILE`` at
-trace level full (NSS writes TLS's and QUIC's secrets there, so a capture decrypts);
+Its environment: a throwaway HOME and TMPDIR inside the profile; at trace level full,
+``SSLKEYLOGFILE`` (NSS writes TLS's and QUIC's secrets there, so a capture decrypts)
+and neqo's own qlog, one file per connection (TMPDIR is then the arm's trace folder);
 ``MOZ_REMOTE_SETTINGS_DEVTOOLS=1``, without which a release build ignores the
 profile's remote-settings server and calls Mozilla's at start-up; no crash reporter.
 ``--remote-allow-system-access`` lets the driver clear the browser between loads with
@@ -118,6 +119,10 @@ QUIET: dict[str, bool | int | str] = {
     "security.certerrors.mitm.priming.enabled": False,
     "security.OCSP.enabled": 0,
     "security.enterprise_roots.enabled": False,
+    # the page's clocks at full precision: by default Firefox rounds Navigation and
+    # Resource Timing to 1 ms for a page that is not cross-origin isolated
+    "privacy.reduceTimerPrecision": False,
+    "privacy.reduceTimerPrecision.unconditional": False,
     # name resolution: Firefox's own resolver only (no DNS over HTTPS), every name to
     # the client's loopback (the driver maps the test host to the server)
     "network.trr.mode": 5,
@@ -135,20 +140,24 @@ QUIET: dict[str, bool | int | str] = {
 
 def prefs(spec: BrowserSpec) -> dict[str, bool | int | str]:
     """The profile's preferences for one arm: QUIET, and HTTP/3 forced to the test
-    origin (h3) or off (h2). Firefox's HTTP/3 needs four settings to behave as
+    origin (h3) or off (h2). Firefox's HTTP/3 takes three settings to behave as
     Chromium's ``--origin-to-force-quic-on``: the testing alt-svc mapping of the host
-    to the arm's UDP port; HTTP/3 kept on although the test CA is a root Firefox did not
-    ship; no TCP connection raced against a slow QUIC handshake (the backup timer, by
-    default 100 ms: at 112 ms RTT every h3 load would open one); no fall-back to HTTP/2
-    on a QUIC error (a load that is not h3 fails, it is not measured over TCP)."""
+    to the arm's UDP port (validated, so the first request already goes over QUIC: the
+    driver opens the alt-svc store before it); HTTP/3 kept on although the test CA is a
+    root Firefox did not ship (by default Firefox turns HTTP/3 off when it finds one);
+    and no fall-back to HTTP/2 on a QUIC error (such a load fails instead of being
+    measured over TCP; the HAR's protocol check would catch it either way). No TCP
+    connection is raced against the QUIC handshake: none was seen at 36 or 112 ms RTT
+    (a capture of SYNs during h3 loads; tests/test_firefox.py checks it per load)."""
     out = dict(QUIET)
+    if spec.qlog_dir is not None:  # one qlog per connection, in TMPDIR/qlog_<pid>/
+        out["network.http.http3.enable_qlog"] = True
     if spec.protocol == "h3":
         out.update(
             {
                 "network.http.http3.enable": True,
                 "network.http.http3.alt-svc-mapping-for-testing": f"{spec.host};h3=:{spec.port}",
                 "network.http.http3.disable_when_third_party_roots_found": False,
-                "network.http.http3.backup_timer_delay": 600_000,
                 "network.http.http3.fallback_to_h2_on_error": False,
                 "network.http.http3.enable_0rtt": True,
             }
@@ -170,6 +179,13 @@ class Firefox(Browser):
     label = "Firefox"
     protocols = ("h2", "h3")
     trusts_ca = True
+    qlog = True
+    #: neqo hands Firefox a session ticket (a "resumption token") when a NEW_TOKEN frame
+    #: arrives, or 3 PTO after the ticket on a timer that it does not schedule itself
+    #: (Connection::next_delay leaves it out): from a server that sends no NEW_TOKEN the
+    #: ticket is kept only if the connection happens to run a later timer, so 0-RTT comes
+    #: and goes with the page's size (docs/browsers.md, measured)
+    needs_new_token = True
     program = FIREFOX
     role = "firefox_client"
 
@@ -222,8 +238,9 @@ class Firefox(Browser):
 
     @property
     def tmpdir(self) -> RPath:
-        """Firefox's TMPDIR, inside the profile (its HTTP/3 qlog goes there when on)."""
-        return self.spec.user_data_dir / "tmp"
+        """Firefox's TMPDIR: inside the profile, or the arm's qlog folder when its qlog is
+        asked for (Firefox writes it to TMPDIR/qlog_<pid>/; no preference moves it)."""
+        return self.spec.qlog_dir or self.spec.user_data_dir / "tmp"
 
     def connect(self, timeout: float = 30) -> None:
         """Wait for the Remote Agent's WebDriver BiDi port, then start the driver on it."""

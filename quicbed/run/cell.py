@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quicbed.analysis.stats import Comparison
 from quicbed.client import har
@@ -36,6 +36,9 @@ from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.owner import shielded
 from quicbed.traces import TraceContext, TraceSet, check_level, instruments
 from quicbed.traces.base import LoadTrace
+
+if TYPE_CHECKING:
+    from quicbed.client.base import Browser
 
 Progress = Callable[[str, int, int], None]
 
@@ -354,7 +357,7 @@ class _Job:
             self._transfers(proven, span)
             return
         from quicbed.client import get_browser
-        from quicbed.client.base import Browser, BrowserSpec
+        from quicbed.client.base import BrowserSpec
 
         cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
         done = {(r.arm, r.rep) for r in store.runs(cell_id, attempt)}
@@ -371,7 +374,7 @@ class _Job:
             servers = servers_for(cfg, tb, spec)
             arms = cfg.resolved_arms()
             kinds = {a.name: get_browser(a.browser or "") for a in arms}
-            extra = {name: self._browser_traces(name, kinds[name].net_log) for name in cfg.arms}
+            extra = {a.name: self._browser_traces(a.name, kinds[a.name], a.transport) for a in arms}
             for name, srv in servers.items():
                 if srv.wants_client_netlog:
                     extra[name].setdefault("net_log", tb.workdir("client") / f"netlog-{name}.json")
@@ -462,6 +465,12 @@ class _Job:
                             "server": facts,
                             "error": result.get("error"),
                             "context": result.get("context"),
+                            # what cleared the browser before the load, as its driver says
+                            **{
+                                k: result[k]
+                                for k in ("clearing", "connections_closed")
+                                if result.get(k)
+                            },
                             "main_connect_ms": m.get("main_connect_ms"),
                             "main_ssl_ms": m.get("main_ssl_ms"),
                             "link": {"generation": gen, "receipt": proven.receipt.created},
@@ -544,15 +553,17 @@ class _Job:
     def _arm_dir(self) -> Path:
         return self.store.root / "traces" / self.cell_id / str(self.attempt)
 
-    def _browser_traces(self, arm: str, net_log: bool) -> dict[str, RPath]:
-        """An arm's TLS key log, and its browser's NetLog where it writes one (Chromium),
-        at level full."""
+    def _browser_traces(self, arm: str, browser: type[Browser], transport: str) -> dict[str, RPath]:
+        """An arm's TLS key log, its browser's NetLog where it writes one (Chromium) and
+        its QUIC qlog where it writes one (Firefox; a QUIC arm's), at level full."""
         if self.traces != "full":
             return {}
         out = self.tb.outbox("client", self._arm_dir())
         files = {"ssl_key_log": out / f"{arm}-keys.log"}
-        if net_log:
+        if browser.net_log:
             files["net_log"] = out / f"{arm}-netlog.json"
+        if browser.qlog and transport == "udp":
+            files["qlog_dir"] = out / f"{arm}-client-qlog"
         return files
 
     def _seal_traces(self, tracing: TraceSet, loads: list[tuple[str, LoadTrace]]) -> None:

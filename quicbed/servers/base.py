@@ -161,6 +161,10 @@ class WebServer(ABC):
     #: current browser that speaks its protocol); a cell whose arms name no browser then
     #: runs every arm in it, so the browser is not a confound (quicbed.spec.arms.resolve)
     client: str = "chromium"
+    #: True: its QUIC server sends NEW_TOKEN frames (RFC 9000, 8.1.3) after the handshake
+    #: (quic-go does, quiche never does): some browsers keep a session ticket, and so can
+    #: resume and send 0-RTT, only after one (quicbed.client.base.Browser.needs_new_token)
+    new_token: ClassVar[bool] = True
     #: the TLS version a cell's TCP arm speaks beside an arm of this stack, unless the
     #: TCP arm sets ``tls`` itself (None: the TCP stack's own default)
     tcp_tls: str | None = None

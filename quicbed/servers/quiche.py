@@ -38,6 +38,9 @@ class QuicheServer(OwnH3Server):
     arms = ("h3-quiche",)
     ccs = SUPPORTED_CC
     colour = "#7570b3"
+    #: quiche never sends NEW_TOKEN frames (its lib.rs says so): a browser that waits for
+    #: one before it keeps a session ticket (Firefox) cannot resume with it
+    new_token = False
 
     @classmethod
     def loss_counters(cls, stats: dict[str, Any]) -> FlowFacts | None:

@@ -226,8 +226,10 @@ class CellConfig(BaseModel):
         return self
 
     def _check_modes(self, arms: list[Arm]) -> None:
-        """Every arm's browser can measure the cell's mode (0-RTT or 1-RTT)."""
+        """Every arm's browser can measure the cell's mode (0-RTT or 1-RTT) against the
+        arm's server."""
         from quicbed.client import get_browser
+        from quicbed.servers import get_stack
 
         for a in arms:
             if a.browser is None:
@@ -237,6 +239,15 @@ class CellConfig(BaseModel):
                 raise ValueError(
                     f"arm {a.name}: mode {self.mode} with browser {a.browser}: "
                     f"{cls.label} measures {', '.join(cls.modes)} only (docs/browsers.md)"
+                )
+            stack = get_stack(a.stack)
+            ticketless = a.transport == "udp" and cls.needs_new_token and not stack.new_token
+            if self.mode == "0rtt" and ticketless:
+                raise ValueError(
+                    f"arm {a.name}: mode 0rtt with browser {a.browser} and stack "
+                    f"{stack.name}: {cls.label} keeps a session ticket only after a "
+                    f"NEW_TOKEN frame, which {stack.name} never sends, so its loads "
+                    f"cannot be 0-RTT (docs/browsers.md); use mode 1rtt or chromium"
                 )
 
     def _check_kind(self) -> None:
