@@ -370,6 +370,13 @@ def cases() -> list[Case]:
         "chromium72 cannot speak h3",
     )
     add(
+        "cell-quiche-0rtt-in-firefox",
+        [*CELL, "--browser", "firefox", "--arms", "h2,h3-quiche"],
+        "arm h3-quiche",
+        "mode 0rtt",
+        "NEW_TOKEN",
+    )
+    add(
         "cell-gquiche-in-firefox",
         [*CELL, "--browser", "firefox", "--arms", "h2,h3-gquiche"],
         "h3-gquiche",

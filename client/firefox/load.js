@@ -120,8 +120,11 @@ const MAP_HOST = (host, ip) => `(() => {
 // where no TCP server listens: the first h3 load would fail). One request to a name
 // that resolves to loopback opens it without a packet leaving the client; a short wait
 // lets the read finish (the first load's protocol is checked like every load's).
+// The request goes to loopback port ALTSVC_INIT_PORT (a port no browser bans and no
+// service uses), refused there: the hello names it, so a capture can tell it apart.
+const ALTSVC_INIT_PORT = 4;
 const ALTSVC_INIT = `(async () => {
-  await fetch("https://quicbed-altsvc-init.invalid/").catch(() => null);
+  await fetch("https://quicbed-altsvc-init.invalid:${ALTSVC_INIT_PORT}/").catch(() => null);
   await new Promise((r) => setTimeout(r, 100));
   return true;
 })()`;
@@ -378,7 +381,8 @@ async function main() {
     await send('session.subscribe', {events: ['network.beforeRequestSent', 'network.responseCompleted', 'network.fetchError']});
     await evaluate(chrome, ALTSVC_INIT);
     process.stdout.write(JSON.stringify({ready: true, browser: version, build: caps['moz:buildID'] || null,
-        user_agent: caps.userAgent || null, pid: caps['moz:processID'] || null}) + '\n');
+        user_agent: caps.userAgent || null, pid: caps['moz:processID'] || null,
+        altsvc_init_port: ALTSVC_INIT_PORT}) + '\n');
     const rl = readline.createInterface({input: process.stdin});
     for await (const line of rl) {
         if (!line.trim()) continue;

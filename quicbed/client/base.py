@@ -137,8 +137,9 @@ class Browser(ABC):
         self.log_dir = log_dir
         self.process: Process | None = None
         self.driver: subprocess.Popen[str] | None = None
-        #: the browser's build as its driver's hello names it
+        #: the browser's build as its driver's hello names it, and the whole hello
         self.version = ""
+        self.hello: dict[str, Any] = {}
         self._log: RPath | None = None
 
     # --- what the browser is, asked before anything starts ------------------------------
@@ -211,6 +212,7 @@ class Browser(ABC):
             raise QuicbedError(
                 f"arm {self.spec.arm}: {self.name}'s page-load driver failed: {hello.get('error')}"
             )
+        self.hello = hello
         self.version = str(hello.get("browser", ""))
         self.check_hello(hello)
 
