@@ -281,40 +281,34 @@ def _machine_without_firefox(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PATH": str(bin_dir)}
 
 
+@pytest.mark.slow  # two commands' start-up, ~10 s
 def test_a_browser_the_client_lacks_is_refused_before_anything_starts(tmp_path: Path) -> None:
     """The real probe (firefox-esr --version, as provenance records it) on a machine
-    without Firefox: one line naming the browser, the program and the role; no folder,
-    no namespace."""
+    without Firefox: a cell, and a sweep before its first cell, refused in one line
+    naming the browser, the program and the role; no folder, no namespace."""
     env = _machine_without_firefox(tmp_path)
-    cp = subprocess.run(
-        [
-            *QB,
-            "cell",
-            "--browser",
-            "firefox",
-            "--page",
-            "5kb",
-            "--out",
-            "o",
-            "--rate",
-            "10",
-            "--rtt",
-            "36",
-            "--prefix",
-            "tnoff",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    (tmp_path / "s.yaml").write_text(
+        "format: 1\nname: t\nscenarios:\n  s:\n    rate: [10]\n    rtt: [36]\n"
+        "    pages: [5kb]\n    browser: firefox\n"
     )
-    assert cp.returncode == 2, cp.stdout + cp.stderr
-    assert cp.stderr.strip() == (
-        "quicbed: error: browser firefox: firefox-esr is not installed on tnoff-client "
-        "(roles/firefox_client, applied by make setup)"
-    )
-    assert not (tmp_path / "o").exists()
+    cell = ["cell", "--browser", "firefox", "--page", "5kb", "--rate", "10", "--rtt", "36"]
+    for argv in (cell, ["run", "s.yaml"]):
+        cp = subprocess.run(
+            [*QB, *argv, "--out", "o", "--prefix", "tnoff"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cp.returncode == 2, cp.stdout + cp.stderr
+        assert cp.stderr.strip() == (
+            "quicbed: error: browser firefox: firefox-esr is not installed on tnoff-client "
+            "(roles/firefox_client, applied by make setup)"
+        )
+        assert not (tmp_path / "o").exists()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "tnoff-" not in listed
 
 
 # --- the report names each side's browser ----------------------------------------------------

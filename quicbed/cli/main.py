@@ -391,6 +391,7 @@ def run_cmd(
     from pathlib import Path
 
     from quicbed.link.shapers import get_shaper
+    from quicbed.run.cell import check_browsers
     from quicbed.run.shard import parse_shard, select
     from quicbed.run.sweep import check_budget, check_folder, kept_cells, run_sweep
     from quicbed.spec.sweepspec import load_spec, plan
@@ -424,6 +425,7 @@ def run_cmd(
         for h in hosts or [None]:  # type: ignore[list-item]  # None: the local testbed
             beds.append(tb.open("quicbed run", kind=spec.testbed, hosts=h))
             get_shaper(spec.shaper, beds[-1])
+            check_browsers([pc.config for pc in todo], beds[-1])
     except BaseException:
         for bed in beds:
             bed.close()

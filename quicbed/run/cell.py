@@ -13,7 +13,7 @@ The order of work is the method of the reference study with its pitfalls removed
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,17 +156,18 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
         get_shaper(cfg.shaper, testbed, cfg.condition).check(cfg.condition)
         for a in arms:
             get_stack(a.stack).check_testbed(a, testbed)
-        check_browsers(cfg, testbed)
+        check_browsers([cfg], testbed)
     return pageset
 
 
-def check_browsers(cfg: CellConfig, tb: Testbed) -> None:
-    """Refuse, before anything starts, a page cell whose browsers the testbed's client
-    lacks (their software probe, as provenance records them, finds nothing)."""
+def check_browsers(cells: Iterable[CellConfig], tb: Testbed) -> None:
+    """Refuse, before anything starts, page cells whose browsers the testbed's client
+    lacks (their software probe, as provenance records them, finds nothing): a cell
+    before its testbed is shaped, a sweep before its first cell."""
     from quicbed.client import get_browser
 
     run = provenance.ask(tb, "client")
-    for name in cfg.browsers():
+    for name in dict.fromkeys(b for cfg in cells for b in cfg.browsers()):
         get_browser(name).check_testbed(run, tb.name("client"))
 
 
