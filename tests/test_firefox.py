@@ -394,10 +394,21 @@ def test_a_firefox_cell_verifies_every_load_from_both_ends(
         assert run.dns_ms < 5 and page["pageTimings"]["onLoad"] % 1
         closed = run.detail["connections_closed"]
         assert closed["waited_ms"] >= 0 and set(run.detail["clearing"]) >= {"cache", "connections"}
-        assert run.detail["server"]["requests"] == 2 and run.detail["server"]["connections"] >= 1
+        assert run.detail["server"]["connections"] >= 1
+    # the servers' side, read once the cell is over (a log line may land after the load
+    # is judged on a busy host): every object of every load over the arm's own server,
+    # in its protocol, on a new connection per load
     logs = tmp_path / "logs" / r.cell_id / str(r.attempt)
-    remotes = _ports((logs / "h3server.jsonl").read_text().splitlines())
+    quic = (logs / "h3server.jsonl").read_text().splitlines()
+    remotes = _ports(quic)
     assert len(remotes) == len(set(remotes)) == 5, remotes  # warm-up + 4: one each
+    protos = [json.loads(x)["proto"] for x in quic if '"event":"request"' in x]
+    assert protos == ["HTTP/3.0"] * 10, protos
+    apache = [line.split() for line in (logs / "access.log").read_text().splitlines()]
+    assert [f[2] for f in apache] == ["HTTP/2.0"] * 10, apache
+    # the warm-up's connection was a full handshake; each later load's a resumed one,
+    # so a new connection (a reused one would still say Initial)
+    assert [f[8] for f in apache] == ["Initial"] * 2 + ["Resumed"] * 8, apache
 
 
 def _firefox_version() -> str:

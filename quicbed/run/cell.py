@@ -119,14 +119,6 @@ def _judge(
     if facts.get("connections", 0) == 0:
         reasons.append("the server logged no connection for this load")
         return reasons
-    served = facts.get("requests")
-    if served is not None and served < page["objects"]:
-        # every object over the arm's own server (it speaks only the arm's protocol):
-        # the protocol of each request from the server's side, beside the browser's
-        reasons.append(
-            f"the {arm.name} server ({srv.name}) logged {served} of the page's "
-            f"{page['objects']} requests"
-        )
     if cfg.mode == "0rtt" and not warmup:
         if arm.transport == "udp" and not facts.get("used_0rtt"):
             reasons.append("the QUIC server's log shows no 0-RTT on this load")
