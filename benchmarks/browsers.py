@@ -19,7 +19,9 @@ the harness:
   source (median): how far the browser's own navigation clock is from what quicbed
   calls the PLT. Chromium's onLoad (chrome-har-capturer) runs from the main request's
   Network.requestWillBeSent to Page.loadEventFired; Firefox's onLoad is
-  loadEventStart itself, from the navigation's start (docs/browsers.md).
+  loadEventStart itself, from the navigation's start (docs/browsers.md);
+- html -> img: from the HTML's last byte to the image request's start, both from the
+  HAR (median): the browser's own time to parse the page and ask for its image.
 
 Then, per cell, the comparisons the report draws: h2 vs h3 in each browser, and h3 in
 Chromium vs h3 in Firefox (the spec's named pair), with Welch's p.
@@ -28,7 +30,9 @@ Chromium vs h3 in Firefox (the spec's named pair), with Welch's p.
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
+import json
 import os
 import platform
 import statistics
@@ -56,6 +60,17 @@ def _med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.1f}" if xs else "-"
 
 
+def html_to_image_ms(har_path: Path) -> float | None:
+    """A two-entry page's time from the HTML's end to the image request's start."""
+    with gzip.open(har_path) as f:
+        entries = json.load(f)["log"]["entries"]
+    if len(entries) != 2:
+        return None
+    start = [datetime.fromisoformat(e["startedDateTime"].replace("Z", "+00:00")) for e in entries]
+    html_end = start[0].timestamp() * 1000 + entries[0]["time"]
+    return start[1].timestamp() * 1000 - html_end
+
+
 def arm_rows(root: Path) -> list[list[str]]:
     """One row per cell and arm, from the store alone."""
     store = Store(root)
@@ -80,6 +95,11 @@ def arm_rows(root: Path) -> list[list[str]]:
                     for r in valid
                     if r.nav_load_ms is not None and r.onload_ms is not None
                 ]
+                parse = [
+                    x
+                    for r in valid
+                    if r.har_path and (x := html_to_image_ms(root / r.har_path)) is not None
+                ]
                 build_name = (comps.get("browsers") or {}).get(a.name) or comps.get("browser")
                 rows.append(
                     [
@@ -93,6 +113,7 @@ def arm_rows(root: Path) -> list[list[str]]:
                         f"{statistics.stdev(plts):.1f}" if len(plts) > 1 else "-",
                         _med(overhead.get(a.name, [])),
                         _med(gap),
+                        _med(parse),
                     ]
                 )
     finally:
@@ -152,7 +173,8 @@ def main() -> int:
         f"(results: {out}).",
         "",
         "PLT in ms over the valid measured loads (10 per arm + 1 warm-up, 0-RTT mode); "
-        "overhead per load and nav - onLoad as medians, in ms (see the script's docstring).",
+        "overhead per load, nav - onLoad and html -> img as medians, in ms (see the script's "
+        "docstring).",
         "",
         *_table(
             [
@@ -166,6 +188,7 @@ def main() -> int:
                 "sd",
                 "overhead/load",
                 "nav - onLoad",
+                "html -> img",
             ],
             arm_rows(out),
         ),
