@@ -52,8 +52,10 @@ const WebSocket = require('ws');
 const [port, HOST, SERVER_IP] = process.argv.slice(2);
 // after the load event and every request's end: a margin for the last BiDi events
 const SETTLE_MS = 20;
-// how long the closed connections get to leave nsIDashboard's list
-const DROP_WAIT_MS = 3000;
+// how long the closed connections get to leave nsIDashboard's list: an HTTP/3
+// connection stays in it for its closing period, 3 PTO (~0.3 s at 36 ms RTT, ~0.8 s at
+// 112 ms; seconds at 400 ms RTT with loss, where the RTT variance grows)
+const DROP_WAIT_MS = 10000;
 
 // --- WebDriver BiDi over one WebSocket -------------------------------------------------
 let ws;
