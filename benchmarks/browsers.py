@@ -2,7 +2,11 @@
 
 Run as root after `make setup`, with nothing else running on the machine:
 
-    .venv/bin/python benchmarks/browsers.py [--md FILE] [--out DIR]
+    .venv/bin/python benchmarks/browsers.py [--md FILE] [--out DIR] [--tables-only]
+
+(--tables-only: print the tables of a results folder already measured, e.g. after some
+of its cells were measured again with `quicbed cell --from DIR --cell ID`, whose latest
+attempt then counts.)
 
 Runs benchmarks/specs/browsers.yaml (the demo grid, 10 and 50 Mbit/s x 5 KB, 100 KB
 and 1 MB at 36 ms, and 5 KB at 10 Mbit/s and 112 ms; 10 loads + 1 warm-up per arm,
@@ -153,24 +157,33 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--md", type=Path, help="write the tables as Markdown here")
     ap.add_argument("--out", type=Path, help="results folder (default: a new temporary one)")
+    ap.add_argument("--tables-only", action="store_true", help="only the tables of --out")
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("benchmarks/browsers.py needs root", file=sys.stderr)
         return 2
     out = a.out or Path(tempfile.mkdtemp(prefix="quicbed-browsers-")) / "r"
-    spec = load_spec(SPEC)
-    tb = LocalTestbed("qbbrow")
-    t0 = time.monotonic()
-    try:
-        outcome = run_sweep(spec, out, testbed=tb, resume=out.exists())
-    finally:
-        tb.teardown()
-    wall = time.monotonic() - t0
+    failed = 0
+    if a.tables_only:
+        head = f"Tables of {out}, printed {datetime.now(UTC):%Y-%m-%d %H:%M} UTC."
+    else:
+        spec = load_spec(SPEC)
+        tb = LocalTestbed("qbbrow")
+        t0 = time.monotonic()
+        try:
+            outcome = run_sweep(spec, out, testbed=tb, resume=out.exists())
+        finally:
+            tb.teardown()
+        wall = time.monotonic() - t0
+        failed = outcome.failed
+        head = (
+            f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()}, "
+            f"{os.cpu_count()} cores, kernel {platform.release()}, with nothing else "
+            f"running; {outcome.done} cells done, {outcome.failed} failed, "
+            f"{wall / 60:.0f} min (results: {out})."
+        )
     lines = [
-        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()}, "
-        f"{os.cpu_count()} cores, kernel {platform.release()}, with nothing else running; "
-        f"{outcome.done} cells done, {outcome.failed} failed, {wall / 60:.0f} min "
-        f"(results: {out}).",
+        head,
         "",
         "PLT in ms over the valid measured loads (10 per arm + 1 warm-up, 0-RTT mode); "
         "overhead per load, nav - onLoad and html -> img as medians, in ms (see the script's "
@@ -206,7 +219,7 @@ def main() -> int:
     print(text)
     if a.md:
         a.md.write_text(text)
-    return 1 if outcome.failed else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
