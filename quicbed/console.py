@@ -109,6 +109,14 @@ def print_cell(result: Any, cfg: Any) -> None:
         f"{cfg.condition.label()}, {how}, results in {result.out}"
     )
     out.print("arms: " + "; ".join(a.describe() for a in cfg.resolved_arms()))
+    by_browser: dict[str, list[str]] = {}
+    for a in cfg.resolved_arms():
+        if a.browser:
+            seen = result.browsers.get(a.name)
+            key = f"{a.browser} ({seen})" if seen else a.browser
+            by_browser.setdefault(key, []).append(a.name)
+    if by_browser:
+        out.print("browser: " + "; ".join(f"{', '.join(v)} in {k}" for k, v in by_browser.items()))
     if result.status != "done":
         out.print(f"[red]failed:[/] {result.problem}")
         return

@@ -4,7 +4,7 @@ Also what identifies a program's build on the machine that runs it (program_buil
 SHA-256 of its file, and a Go program's module versions): a program rebuilt from
 changed code keeps its version, so the version alone cannot tell two builds apart. The
 stacks and browsers probe their own programs with it (quicbed.servers.base.WebServer
-.software, quicbed.client.chromium.BrowserSpec.software), provenance records every one
+.software, quicbed.client.base.Browser.software), provenance records every one
 and the software check compares them (quicbed.results.provenance, quicbed.results.folder). It knows
 no testbed, only ``run``, which asks the right machine.
 """

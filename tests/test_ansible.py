@@ -295,6 +295,54 @@ def test_chromium_client_archive_installs(root: None, tmp_path: Path) -> None:
     assert node_tree.name == f"node-v{NODE_VERSION}-linux-x64"
 
 
+# --- firefox_client: Debian's firefox-esr and the BiDi driver's locked ws ----------------
+
+
+def _firefox_play(tmp_path: Path, **variables: str) -> list[str]:
+    """firefox_client on this machine, its driver installed into a copy of client/firefox
+    (so the checkout's own node_modules is never touched)."""
+    repo = tmp_path / "repo"
+    (repo / "client" / "firefox").mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(ROOT / "client" / "firefox" / name, repo / "client" / "firefox" / name)
+    play = tmp_path / "firefox.yml"
+    play.write_text(
+        "- name: firefox_client alone\n  hosts: localhost\n  connection: local\n"
+        "  gather_facts: true\n  roles:\n    - role: firefox_client\n"
+    )
+    extra = {"firefox_client_repo_dir": str(repo), **variables}
+    return ["-i", "localhost,", "-e", PYTHON, "-e", json.dumps(extra), str(play)]
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_firefox_client_installs_then_changes_nothing(root: None, tmp_path: Path) -> None:
+    """Firefox ESR from the archive, the driver's ws exactly as locked (npm ci, which
+    checks its sha512); a second run changes nothing; a pin that is the installed package
+    passes, another is refused by apt naming it, and nothing is changed."""
+    first = _playbook(*_firefox_play(tmp_path))
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert _changed(first) >= 1  # npm ci into the copy
+    ws = json.loads((tmp_path / "repo/client/firefox/node_modules/ws/package.json").read_text())
+    lock = json.loads((ROOT / "client/firefox/package-lock.json").read_text())
+    assert ws["version"] == lock["packages"]["node_modules/ws"]["version"]
+    second = _playbook(*_firefox_play(tmp_path))
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert _changed(second) == 0, _changed_lines(second)
+    assert "Mozilla Firefox" in second.stdout and "esr" in second.stdout
+    installed = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "firefox-esr"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pinned = _playbook(*_firefox_play(tmp_path, firefox_client_version=installed))
+    assert pinned.returncode == 0 and _changed(pinned) == 0, pinned.stdout[-3000:]
+    wrong = _playbook(*_firefox_play(tmp_path, firefox_client_version="1.0esr-0quicbed"))
+    assert wrong.returncode != 0
+    assert "1.0esr-0quicbed" in wrong.stdout and _changed(wrong) == 0, wrong.stdout[-3000:]
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_chromium_client_refuses_a_wrong_checksum(root: None, tmp_path: Path) -> None:

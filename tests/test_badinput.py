@@ -354,6 +354,41 @@ def cases() -> list[Case]:
     add("cell-arm-key", [*CELL, "--arms", "h2,h3:window=9"], "'window=9'", "KEY=VALUE")
     add("cell-arm-no-value", [*CELL, "--arms", "h2,h3:cc"], "'cc'", "KEY=VALUE")
     add("cell-two-tcp-arms", [*CELL, "--arms", "h2,h2b:stack=apache"], "one TCP arm")
+    # browsers (issue 29): an unknown one, and what a browser cannot do for an arm
+    add("cell-browser-unknown", [*CELL, "--browser", "safari"], "browser", "'safari'")
+    add(
+        "cell-arm-browser-unknown",
+        [*CELL, "--arms", "h2,h3:browser=opera"],
+        "arm h3",
+        "'opera'",
+    )
+    add(
+        "cell-gquic-in-firefox",
+        [*CELL, "--browser", "firefox", "--arms", "h2,gquic"],
+        "arm gquic",
+        "chromium72",
+        "not firefox",
+    )
+    add(
+        "cell-h3-in-chromium72",
+        [*CELL, "--browser", "chromium72", "--arms", "h2,h3"],
+        "arm h3",
+        "chromium72 cannot speak h3",
+    )
+    add(
+        "cell-quiche-0rtt-in-firefox",
+        [*CELL, "--browser", "firefox", "--arms", "h2,h3-quiche"],
+        "arm h3-quiche",
+        "mode 0rtt",
+        "NEW_TOKEN",
+    )
+    add(
+        "cell-gquiche-in-firefox",
+        [*CELL, "--browser", "firefox", "--arms", "h2,h3-gquiche"],
+        "h3-gquiche",
+        "NetLog",
+        "firefox",
+    )
     add(
         "cell-gquiche-local",
         [*CELL, "--arms", "h2,h3-gquiche"],

@@ -24,13 +24,8 @@ from typing import Any
 import pytest
 
 from quicbed import certs
-from quicbed.client.chromium import (
-    CA_NICKNAME,
-    CHROMIUM72_BUILD,
-    Browser,
-    BrowserSpec,
-    command_line,
-)
+from quicbed.client.base import CA_NICKNAME, BrowserSpec
+from quicbed.client.chromium import CHROMIUM72_BUILD, Chromium, Chromium72, command_line
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
 from quicbed.link.session import shaped_link
@@ -127,7 +122,10 @@ def test_h2_argv_turns_quic_off_and_the_current_chromium_is_unchanged() -> None:
         ({"quic_version": "RFCv1"}, "unknown quic_version 'RFCv1'"),
         ({"quic_version": None}, "arm gq: protocol 'gquic' needs a quic_version"),
         ({"protocol": "h2"}, "arm gq: quic_version 'Q039' is for protocol gquic, not 'h2'"),
-        ({"client": "firefox"}, "arm gq: unknown client 'firefox' (chromium or chromium72)"),
+        (
+            {"client": "firefox"},
+            "arm gq: browser 'firefox' is not a Chromium (chromium or chromium72)",
+        ),
         ({"protocol": "spdy"}, "arm gq: unknown protocol 'spdy' (h2, h3 or gquic)"),
         ({"ca_cert": None}, "arm gq: client 'chromium72' needs ca_cert"),
         (
@@ -149,7 +147,7 @@ def test_a_refused_spec_touches_nothing(tmp_path: Path) -> None:
         SPEC, protocol="h3", quic_version=None, user_data_dir=RPath(tmp_path / "profile")
     )
     with pytest.raises(QuicbedError, match="no IETF QUIC v1"):
-        Browser(spec, tb, tmp_path / "logs").launch()
+        Chromium72(spec, tb, tmp_path / "logs").launch()
     assert not (tmp_path / "profile").exists() and not (tmp_path / "logs").exists()
 
 
@@ -190,7 +188,7 @@ def served(testbed: LocalTestbed, tmp_path: Path) -> Iterator[Served]:
         yield Served(tb, www, pki, ca, logs)
 
 
-def _browser(s: Served, **kw: Any) -> Browser:
+def _browser(s: Served, **kw: Any) -> Chromium72:
     spec = BrowserSpec(
         arm=kw.pop("arm", "c72"),
         host=HOST,
@@ -201,7 +199,7 @@ def _browser(s: Served, **kw: Any) -> Browser:
         user_data_dir=s.tb.workdir("client") / f"profile-{kw.get('protocol', 'h2')}",
         **kw,
     )
-    return Browser(spec, s.tb, s.logs)
+    return Chromium72(spec, s.tb, s.logs)
 
 
 #: what every chromium72 load reports about the clearing before it
@@ -242,7 +240,7 @@ def test_h2_loads_from_apache_with_its_own_nss_db(served: Served) -> None:
         rows = [ln for ln in listed.splitlines()[4:] if ln.strip()]
         assert len(rows) == 1 and rows[0].startswith(CA_NICKNAME) and rows[0].split()[-1] == "C,,"
         assert str(b.spec.nss_db).startswith(str(b.spec.user_data_dir))
-        env = Path(f"/proc/{b.chrome.pid}/environ").read_bytes().split(b"\0")  # type: ignore[union-attr]
+        env = Path(f"/proc/{b.process.pid}/environ").read_bytes().split(b"\0")  # type: ignore[union-attr]
         assert f"HOME={b.spec.home}".encode() in env
 
         first = b.load(f"https://{HOST}/{PAGE}/", fresh_context=False, timeout_s=20)
@@ -287,7 +285,7 @@ def test_current_chromium_still_clears_with_chrome_benchmarking(served: Served) 
         spki_pin=served.pki.spki_pin,
         user_data_dir=served.tb.workdir("client") / "profile-cur",
     )
-    b = Browser(spec, served.tb, served.logs)
+    b = Chromium(spec, served.tb, served.logs)
     try:
         b.start()
         r = b.load(f"https://{HOST}/{PAGE}/", fresh_context=False, timeout_s=20)

@@ -227,7 +227,7 @@ def test_what_a_cell_uses_is_its_stacks_and_its_browser() -> None:
 def test_the_probes_belong_to_the_stacks_and_name_what_the_runners_run() -> None:
     """Every stack and browser is recorded under its own name; the constants the check
     names are the ones the runner uses (the link emulator, the transfer client)."""
-    from quicbed.client.chromium import CLIENTS
+    from quicbed.client import browsers
     from quicbed.link.shapers import UserspaceShaper
     from quicbed.run.bulk import CLIENT
     from quicbed.servers import stacks
@@ -237,7 +237,7 @@ def test_the_probes_belong_to_the_stacks_and_name_what_the_runners_run() -> None
     assert provenance.BULK_CLIENT == CLIENT and UserspaceShaper.binary == provenance.LINK_EMULATOR
     sw = provenance.software()
     assert set(sw) == {"quicbed", "python", "iperf3", "node", "quicbed-linkem", CLIENT}.union(
-        CLIENTS, names
+        browsers(), names
     )
     apache = sw["apache"]
     if apache is not None:  # Apache by its version and every file that serves a load

@@ -440,6 +440,7 @@ def run_spec(
     from pathlib import Path
 
     from quicbed.link.shapers import get_shaper
+    from quicbed.run.cell import check_browsers
     from quicbed.run.shard import parse_shard, select
     from quicbed.run.sweep import check_budget, check_folder, kept_cells, run_sweep
     from quicbed.spec.sweepspec import plan
@@ -477,6 +478,7 @@ def run_spec(
             beds.append(tb.open("quicbed run", kind=spec.testbed, hosts=h))
             get_shaper(spec.shaper, beds[-1])
             beds[-1].cpu.check()  # CPU per role (quicbed.testbed.cpu)
+            check_browsers([pc.config for pc in todo], beds[-1])
     except BaseException:
         for bed in beds:
             bed.close()

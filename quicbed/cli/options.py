@@ -359,7 +359,7 @@ ArmsOpt = Annotated[
     typer.Option(
         help=(
             "Comma-separated arms: h2 (Apache), h3 (quic-go), h3-quiche (quiche), gquic, "
-            "each with optional :KEY=VALUE settings (stack, cc, cubic_n, cubic_beta, "
+            "each with optional :KEY=VALUE settings (stack, cc, browser, cubic_n, cubic_beta, "
             "quic_version, tls; on a TCP arm tcp_sack, tcp_ecn, tcp_window_scaling, "
             "tcp_fastopen, initcwnd, rmem), e.g. h2:tcp_sack=false,h3:cubic_n=2,"
             "h3-quiche:cc=bbr2, or a new arm h3-n2:stack=quic-go:cubic_n=2."
@@ -367,6 +367,15 @@ ArmsOpt = Annotated[
     ),
 ]
 OrderOpt = Annotated[str, typer.Option(help="alternate (ABBA), random or blocked.")]
+BrowserOpt = Annotated[
+    str | None,
+    typer.Option(
+        help=(
+            "Browser of every arm that names none: chromium, firefox or chromium72 (default: "
+            "the one the arms' stacks need, chromium72 for gquic, else chromium)."
+        )
+    ),
+]
 CellCcOpt = Annotated[
     str,
     typer.Option(
@@ -390,6 +399,7 @@ class CellOptions:
     order: OrderOpt = CELL["order"]
     cc: CellCcOpt = CC
     shaper: ShaperOpt = SHAPER
+    browser: BrowserOpt = CELL["browser"]
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
         from quicbed.spec.arms import parse_cli
@@ -406,6 +416,7 @@ class CellOptions:
             order=self.order,
             cc=self.cc,
             shaper=self.shaper,
+            browser=self.browser,
         )
 
 

@@ -8,7 +8,7 @@ The command line is the reference study's, with what it missed:
 - QUIC forced for the test origin on the h3 arm, QUIC off on the h2 arm;
 - the leaf certificate trusted by SPKI pin, nothing else relaxed.
 
-Two clients (``BrowserSpec.client``):
+Two browsers of the registry (quicbed.client.browsers; ``BrowserSpec.client``):
 
 - ``chromium``: the current Chromium (Debian's, or Chrome for Testing), h2 and h3;
 - ``chromium72``: the headless shell of Chromium 72.0.3617.0, quicbed's gQUIC client
@@ -25,28 +25,21 @@ Two clients (``BrowserSpec.client``):
 from __future__ import annotations
 
 import json
-import select
-import subprocess
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from quicbed import proc
+from quicbed.client.base import Browser, BrowserSpec, seed_nss_db
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run, program_build
-from quicbed.testbed.base import Process, RPath, Testbed
+from quicbed.testbed.base import RPath, Testbed
 
 CHROMIUM = "chromium"
 #: Chromium 72's headless shell as roles/chromium_client_gquic links it on PATH
 CHROMIUM72 = "chromium72"
 #: what the driver's hello must name for ``chromium72`` (the role's pinned build)
 CHROMIUM72_BUILD = "HeadlessChrome/72.0.3617.0"
-CLIENTS = ("chromium", "chromium72")
 #: gQUIC versions Chromium 72 offers that quicbed's gQUIC arm may ask for
 GQUIC_VERSIONS = ("Q039", "Q043", "Q044")
-#: the certificate nickname of the test CA in a chromium72 browser's NSS database
-CA_NICKNAME = "quicbed test CA"
 
 #: switches that keep Chromium from calling home on a closed network
 QUIET = [
@@ -77,61 +70,14 @@ QUIET = [
 QUIET72 = ["--headless", *QUIET[1:]]
 
 
-@dataclass
-class BrowserSpec:
-    arm: str  # the arm's name: its profile and logs are named after it
-    host: str
-    server_ip: str
-    spki_pin: str
-    user_data_dir: RPath  # on the client's machine
-    port: int = 443
-    #: h2 | h3 | gquic: what the browser is made to speak (gquic: chromium72 only)
-    protocol: str = "h2"
-    net_log: RPath | None = None
-    #: TLS key log (NSS key log format; Chromium writes QUIC's secrets there too;
-    #: chromium72 writes TLS's only: gQUIC's own crypto is not in it)
-    ssl_key_log: RPath | None = None
-    #: chromium (the current Chromium) | chromium72 (the gQUIC client)
-    client: str = "chromium"
-    #: gquic only: Q039, Q043 or Q044 (forced with --quic-version=QUIC_VERSION_39 etc.)
-    quic_version: str | None = None
-    #: the test CA on the client's machine; chromium72 needs it (imported into its
-    #: own NSS database); the current Chromium trusts the leaf by SPKI pin instead
-    ca_cert: RPath | None = None
-    #: QUIC connection options (4-letter tags) the browser sends the server: Google
-    #: QUICHE servers take their congestion control and loss detection from the ones
-    #: their client sends (quicbed.servers.envoy); h3 only
-    quic_connection_options: tuple[str, ...] = ()
-
-    @classmethod
-    def software(cls, client: str, run: Run) -> dict[str, Any] | None:
-        """The build of ``client`` on the client's machine (``run`` asks there), for the
-        software check (quicbed.results.provenance): chromium by the version it prints (Debian's
-        ``chromium`` on PATH is a wrapper script, whose digest says nothing of the
-        browser), chromium72, which prints none, by the SHA-256 of the headless shell its
-        link names (the role's pinned build). None where it is not installed."""
-        if client == CHROMIUM72:
-            where = run(["sh", "-c", f'readlink -f "$(command -v {CHROMIUM72})"'])
-            return program_build(run, where) if where else None
-        version = run([CHROMIUM, "--version"])
-        return {"version": version} if version else None
-
-    @property
-    def home(self) -> RPath:
-        """chromium72's throwaway HOME, inside the profile (holds ``.pki/nssdb``)."""
-        return self.user_data_dir / "home"
-
-    @property
-    def nss_db(self) -> RPath:
-        return self.home / ".pki" / "nssdb"
-
-
 def check_spec(spec: BrowserSpec) -> None:
-    """Refuse a client/protocol/version combination the browser cannot honour,
-    naming the value, before anything starts."""
+    """Refuse a protocol/version combination a Chromium cannot honour, naming the value,
+    before anything starts (``Chromium.check`` and ``Chromium72.check``)."""
     a = spec.arm
-    if spec.client not in CLIENTS:
-        raise QuicbedError(f"arm {a}: unknown client {spec.client!r} (chromium or chromium72)")
+    if spec.client not in (CHROMIUM, CHROMIUM72):
+        raise QuicbedError(
+            f"arm {a}: browser {spec.client!r} is not a Chromium (chromium or chromium72)"
+        )
     if spec.protocol not in ("h2", "h3", "gquic"):
         raise QuicbedError(f"arm {a}: unknown protocol {spec.protocol!r} (h2, h3 or gquic)")
     if spec.client == "chromium72" and spec.protocol == "h3":
@@ -227,48 +173,30 @@ def seed_profile(tb: Testbed, user_data_dir: RPath) -> None:
     tb.write_text("client", user_data_dir / "Default" / "Preferences", json.dumps(prefs))
 
 
-def seed_nss_db(tb: Testbed, spec: BrowserSpec) -> None:
-    """chromium72's own NSS database (``spec.nss_db``, under its throwaway HOME) with
-    the test CA trusted for TLS servers, and nothing else. Call after ``seed_profile``
-    (which empties the profile the HOME lives in)."""
-    assert spec.ca_cert is not None  # check_spec
-    db = f"sql:{spec.nss_db}"
-    tb.mkdir("client", spec.nss_db)
-    for argv in (
-        ["certutil", "-N", "-d", db, "--empty-password"],
-        ["certutil", "-A", "-d", db, "-n", CA_NICKNAME, "-t", "C,,", "-i", str(spec.ca_cert)],
-    ):
-        cp = tb.exec("client", argv, check=False)
-        if cp.returncode != 0:
-            why = (cp.stderr or cp.stdout).strip()[:300]
-            raise QuicbedError(
-                f"arm {spec.arm}: {' '.join(argv[:2])} failed on "
-                f"{tb.name('client')}: {why} (is libnss3-tools installed? "
-                f"roles/chromium_client_gquic)"
-            )
-
-
-class Browser:
-    """One Chromium and one driver process for one arm of one cell, on the client role.
+class Chromium(Browser):
+    """The current Chromium and the CDP page-load driver (``client/load.js``).
 
     The driver talks to Chromium's DevTools port on the client's own loopback and
     to us over its stdin/stdout, which the testbed carries (``ip netns exec`` or ssh).
     """
 
-    def __init__(self, spec: BrowserSpec, tb: Testbed, log_dir: Path) -> None:
-        self.spec = spec
-        self.tb = tb
-        self.log_dir = log_dir
-        self.chrome: Process | None = None
-        self.driver: subprocess.Popen[str] | None = None
-        self.version = ""
-        self._log: RPath | None = None
+    name = CHROMIUM
+    label = "Chromium"
+    protocols = ("h2", "h3")
+    net_log = True
+    program = CHROMIUM
+    role = "chromium_client"
 
-    def start(self, timeout: float = 30) -> None:
-        """Launch, connect and wait for the driver's hello (one browser on its own)."""
-        self.launch()
-        self.connect(timeout)
-        self.ready(timeout)
+    @classmethod
+    def software(cls, run: Run) -> dict[str, Any] | None:
+        """By the version it prints: Debian's ``chromium`` on PATH is a wrapper script,
+        whose digest says nothing of the browser."""
+        version = run([CHROMIUM, "--version"])
+        return {"version": version} if version else None
+
+    @classmethod
+    def check(cls, spec: BrowserSpec) -> None:
+        check_spec(spec)
 
     def launch(self) -> None:
         """Start Chromium (returns at once; ``connect`` waits for it). Several browsers
@@ -277,22 +205,22 @@ class Browser:
         argv = command_line(self.spec)  # refuses a bad spec before anything is made
         seed_profile(tb, self.spec.user_data_dir)
         env = None
-        if self.spec.client == "chromium72":
-            seed_nss_db(tb, self.spec)
+        if self.spec.client == CHROMIUM72:
+            seed_nss_db(tb, self.spec, self.spec.nss_db, self.role)
             env = {"HOME": str(self.spec.home)}
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.log_dir / f"chromium-{self.spec.arm}.argv.json").write_text(json.dumps(argv))
         self._log = tb.outbox("client", self.log_dir) / f"chromium-{self.spec.arm}.log"
-        self.chrome = tb.spawn("client", argv, log=self._log, env=env)
+        self.process = tb.spawn("client", argv, log=self._log, env=env)
 
     def connect(self, timeout: float = 30) -> None:
         """Wait for Chromium's DevTools port, then start the page-load driver on it."""
         tb = self.tb
-        assert self.chrome is not None, "launch() first"
+        assert self.process is not None, "launch() first"
         port_file = self.spec.user_data_dir / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while not (text := tb.read_text("client", port_file).strip()):
-            if self.chrome.poll() is not None or time.monotonic() > deadline:
+            if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise QuicbedError(
                     f"Chromium did not start on {tb.name('client')} (see {self._log})"
@@ -301,25 +229,30 @@ class Browser:
         port = int(text.split()[0])
         load_js = tb.repo_dir("client") / "client" / "load.js"
         # chromium72 has no chrome.benchmarking: the driver falls back and says so per load
-        fallbacks = ["--fallbacks"] if self.spec.client == "chromium72" else []
-        self.driver = subprocess.Popen(
-            tb.argv("client", ["node", str(load_js), str(port), *fallbacks]),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=open(self.log_dir / f"driver-{self.spec.arm}.log", "ab"),  # noqa: SIM115
-            text=True,
-            bufsize=1,
-            preexec_fn=proc._die_with_parent,
-        )
+        fallbacks = ["--fallbacks"] if self.spec.client == CHROMIUM72 else []
+        self._start_driver(["node", str(load_js), str(port), *fallbacks])
 
-    def ready(self, timeout: float = 30) -> None:
-        """The driver's hello: it reached Chromium and is ready for loads."""
-        hello = self._read(timeout)
-        if not hello.get("ready"):
-            self.stop()
-            raise QuicbedError(f"page-load driver failed: {hello.get('error')}")
-        self.version = hello.get("browser", "")
-        if self.spec.client == "chromium72" and self.version != CHROMIUM72_BUILD:
+
+class Chromium72(Chromium):
+    """The headless shell of Chromium 72, quicbed's gQUIC client (see the module's doc)."""
+
+    name = CHROMIUM72
+    label = "Chrome 72"
+    protocols = ("h2", "gquic")
+    net_log = False
+    trusts_ca = True
+    program = CHROMIUM72
+    role = "chromium_client_gquic"
+
+    @classmethod
+    def software(cls, run: Run) -> dict[str, Any] | None:
+        """It prints no version: by the SHA-256 of the headless shell its link names
+        (the role's pinned build)."""
+        where = run(["sh", "-c", f'readlink -f "$(command -v {CHROMIUM72})"'])
+        return program_build(run, where) if where else None
+
+    def check_hello(self, hello: dict[str, Any]) -> None:
+        if self.version != CHROMIUM72_BUILD:
             self.stop()
             raise QuicbedError(
                 f"arm {self.spec.arm}: {CHROMIUM72} on {self.tb.name('client')} "
@@ -327,49 +260,6 @@ class Browser:
                 f"(roles/chromium_client_gquic)"
             )
 
-    def _read(self, timeout: float) -> dict[str, Any]:
-        assert self.driver and self.driver.stdout
-        ready, _, _ = select.select([self.driver.stdout], [], [], timeout)
-        if not ready:
-            raise QuicbedError(f"page-load driver gave no answer in {timeout:g} s")
-        line = self.driver.stdout.readline()
-        if not line:
-            raise QuicbedError(f"page-load driver exited (code {self.driver.poll()})")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def load(self, url: str, *, fresh_context: bool, timeout_s: float) -> dict[str, Any]:
-        """One page load; a failed load comes back with ok=false and the reason."""
-        if self.driver is None or self.driver.poll() is not None:
-            return {"ok": False, "error": "driver not running", "har": None, "nav": None}
-        assert self.driver.stdin
-        cmd = {
-            "cmd": "load",
-            "url": url,
-            "fresh_context": fresh_context,
-            "timeout_ms": int(timeout_s * 1000),
-        }
-        self.driver.stdin.write(json.dumps(cmd) + "\n")
-        self.driver.stdin.flush()
-        try:
-            return self._read(timeout_s + 30)
-        except QuicbedError as exc:
-            return {"ok": False, "error": str(exc), "har": None, "nav": None}
-
-    def stop(self) -> None:
-        if self.driver is not None:
-            if self.driver.poll() is None and self.driver.stdin:
-                try:
-                    self.driver.stdin.write('{"cmd": "quit"}\n')
-                    self.driver.stdin.flush()
-                    self.driver.wait(timeout=5)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
-            proc.stop_pid(self.driver.pid)
-            self.driver = None
-        if self.chrome is not None:
-            self.chrome.stop(timeout=10)
-            self.chrome = None
-            if self.spec.client == "chromium72":
-                # the old browser's profile, HOME and NSS database go with it
-                self.tb.remove("client", self.spec.user_data_dir)
+    def stopped(self) -> None:
+        """The old browser's profile, HOME and NSS database go with it."""
+        self.tb.remove("client", self.spec.user_data_dir)

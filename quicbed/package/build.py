@@ -82,6 +82,8 @@ REPO_PATHS = (
     "client/package-lock.json",
     "client/chromium72/package.json",
     "client/chromium72/package-lock.json",
+    "client/firefox/package.json",
+    "client/firefox/package-lock.json",
     "rust/quicbed-quiche-server/Cargo.toml",
     "rust/quicbed-quiche-server/Cargo.lock",
 )

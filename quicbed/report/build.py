@@ -304,6 +304,7 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
             runs = store.runs(cid, att.attempt)
             cell = make_cell(**cfg)
             arms = {a.name: a for a in cell.resolved_arms()}
+            components = (att.provenance or {}).get("components")
             invalid = {
                 a: sum(1 for r in runs if r.arm == a and not r.valid and not r.warmup) for a in arms
             }
@@ -332,9 +333,7 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
                 queue_warning=stored_queue_warning(cond),
                 receipt_passed=None if receipt is None else receipt["passed"],
                 cc=cell.tcp_cc(),
-                software=software_label(
-                    (att.provenance or {}).get("components"), list(arms.values())
-                ),
+                software=software_label(components, list(arms.values())),
                 loads=runs,
                 receipt=receipt,
                 invalid=invalid,
@@ -357,6 +356,8 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
                     cand_stack=arms[cand].stack,
                     ref_cc=arms[ref].cc,
                     cand_cc=arms[cand].cc,
+                    ref_browser=browser_label(components, arms[ref]),
+                    cand_browser=browser_label(components, arms[cand]),
                     invalid_ref=invalid[ref],
                     invalid_cand=invalid[cand],
                     warnings=c.warnings,
@@ -455,17 +456,34 @@ def _arm_label(row: CellRow, key: str, params: bool = False) -> str:
     return label
 
 
+def browser_label(components: dict[str, Any] | None, arm: Any) -> str | None:
+    """The browser an arm loaded in, as its driver named its build (``Chrome 156.0...``,
+    ``Firefox 153.8.0``), from what the attempt recorded; None for an arm of no browser
+    (a transfer cell's). An attempt of an older quicbed recorded one browser for all."""
+    if getattr(arm, "browser", None) is None:
+        return None
+    comp = components or {}
+    seen = (comp.get("browsers") or {}).get(arm.name) or comp.get("browser")
+    if not seen:
+        return str(arm.browser)
+    return str(seen).replace("HeadlessChrome/", "Chrome ").replace("/", " ")
+
+
 def software_label(components: dict[str, Any] | None, arms: list[Any]) -> str:
     """The browser, each arm's server and its protocol version, as one caption line: a
     heatmap says what software produced it (Chrome 72 with gQUIC Q039 is not Chromium
-    of today with QUIC v1). Each stack words its own part."""
+    of today with QUIC v1). Each stack words its own part; where the arms loaded in
+    different browsers, each arm names its own."""
     comp = components or {}
-    parts = [str(comp.get("browser") or "browser ?").replace("HeadlessChrome/", "Chrome ")]
+    shown = list(dict.fromkeys(browser_label(comp, a) or "browser ?" for a in arms))
+    one = len(shown) <= 1
+    parts = [shown[0] if shown else "browser ?"] if one else []
     for a in arms:
         cls = _stack(a.stack)
         c = comp.get(a.name) or {}
         text = cls.caption(a, c) if cls else f"{c.get('server') or a.stack}"
-        parts.append(f"{a.name}: {text}")
+        where = "" if one else f" in {browser_label(comp, a)}"
+        parts.append(f"{a.name}: {text}{where}")
     return "; ".join(parts)
 
 
@@ -669,9 +687,14 @@ def _pair_heatmap(
             for d in fixed
             if d != "jitter" or cond.jitter_ms
         )
-    arms = f"{_arm_label(cond, 'ref')} vs {_arm_label(cond, 'cand')}"
+    # a pair of browsers says which side loaded in which
+    two = cond.ref_browser != cond.cand_browser
+    in_ref, in_cand = (f" in {cond.ref_browser}", f" in {cond.cand_browser}") if two else ("", "")
+    arms = f"{_arm_label(cond, 'ref')}{in_ref} vs {_arm_label(cond, 'cand')}{in_cand}"
     if not classic:  # arms of one stack differ by their settings: name them, and wrap
-        arms = f"{_arm_label(cond, 'ref', True)} vs {_arm_label(cond, 'cand', True)}"
+        arms = (
+            f"{_arm_label(cond, 'ref', True)}{in_ref} vs {_arm_label(cond, 'cand', True)}{in_cand}"
+        )
         where = textwrap.fill(where, 70, break_on_hyphens=False)
         arms = textwrap.fill(arms, 70, break_on_hyphens=False)
     title = (
@@ -900,7 +923,11 @@ def provenance_groups(
                 "testbed": tb["label"],
                 "hardware": tb["hardware"],
                 "kernel": tb["kernel"],
-                "browser": (p.get("components") or {}).get("browser") or browser,
+                "browser": ", ".join(
+                    dict.fromkeys(((p.get("components") or {}).get("browsers") or {}).values())
+                )
+                or (p.get("components") or {}).get("browser")
+                or browser,
             }
         g["attempts"].append(f"{cid}#{attempt}")
         if p.get("collected"):

@@ -43,6 +43,8 @@ COLUMNS = [
     "cand_stack",
     "ref_cc",
     "cand_cc",
+    "ref_browser",
+    "cand_browser",
     "n_ref",
     "mean_ref",
     "sd_ref",
@@ -135,6 +137,9 @@ class CellRow(Compared):
     cand_stack: str | None = None
     ref_cc: str | None = None
     cand_cc: str | None = None
+    #: the browser each side loaded in, with its build (``Firefox 153.8.0``)
+    ref_browser: str | None = None
+    cand_browser: str | None = None
     invalid_ref: int | None = None
     invalid_cand: int | None = None
     # what the page shows beside the table

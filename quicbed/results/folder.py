@@ -217,17 +217,16 @@ def checked_software(software: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def used_software(cells: Iterable[CellConfig]) -> tuple[str, ...]:
     """The components ``cells`` run, by the names provenance.software records them under:
-    BASE_SOFTWARE, each cell's client (the browser its stacks ask for, as quicbed.run.cell
-    picks it; the transfer client for bulk and compete cells) and every arm's stack (its
-    class names its program: WebServer.software_name)."""
+    BASE_SOFTWARE, each cell's browsers (each arm's, as quicbed.spec.arms resolves it; the
+    transfer client for bulk and compete cells) and every arm's stack (its class names
+    its program: WebServer.software_name)."""
     from quicbed.servers import get_stack
-    from quicbed.servers.base import browser_of
 
     out = dict.fromkeys(BASE_SOFTWARE)
     for cfg in cells:
         stacks = [get_stack(a.stack) for a in cfg.resolved_arms()]
         if cfg.kind == "page":
-            out[browser_of(stacks)] = None
+            out.update(dict.fromkeys(cfg.browsers()))
         else:
             out[BULK_CLIENT] = None
         out.update(dict.fromkeys(s.software_name for s in stacks if s.software_name))

@@ -63,7 +63,7 @@ def git_state() -> dict[str, Any]:
     return dict(start) if now == start else start | {"now": now}
 
 
-def _on(tb: Testbed | None, role: str) -> Run:
+def ask(tb: Testbed | None, role: str) -> Run:
     """How to ask ``role``'s machine: this one for the local testbed, else over the testbed."""
     if tb is None or tb.kind == "local":
         return _out
@@ -103,10 +103,10 @@ def software(tb: Testbed | None = None) -> dict[str, Any]:
     browser and every stack's server (each stack probes its own: WebServer.software).
     All are recorded, whichever a cell uses; the software check compares the ones a cell
     uses (quicbed.results.folder.used_software)."""
-    from quicbed.client.chromium import CLIENTS, BrowserSpec
+    from quicbed.client import browsers
     from quicbed.servers import stacks
 
-    server, client, bridge = _on(tb, "server"), _on(tb, "client"), _on(tb, "bridge")
+    server, client, bridge = ask(tb, "server"), ask(tb, "client"), ask(tb, "bridge")
     iperf = client(["iperf3", "--version"])
     out: dict[str, Any] = {
         "quicbed": __version__,
@@ -116,8 +116,8 @@ def software(tb: Testbed | None = None) -> dict[str, Any]:
         LINK_EMULATOR: program_build(bridge, str(_bindir(tb, "bridge") / LINK_EMULATOR)),
         BULK_CLIENT: program_build(client, str(_bindir(tb, "client") / BULK_CLIENT)),
     }
-    for browser in CLIENTS:
-        out[browser] = BrowserSpec.software(browser, client)
+    for key, browser in browsers().items():
+        out[key] = browser.software(client)
     for cls in stacks().values():
         name = cls.software_name
         if name and name not in out:  # stacks that run one program probe it once
@@ -361,6 +361,6 @@ def collect(tb: Testbed | None = None) -> dict[str, Any]:
         if tb.kind != "local":  # the controller is not where the measurement ran
             out["nodes"] = {}
             for role in ("server", "client", "bridge"):
-                run = _on(tb, role)
+                run = ask(tb, role)
                 out["nodes"][role] = {"machine": machine(run), "sysctls": node_sysctls(run)}
     return out

@@ -13,7 +13,7 @@ The order of work is the method of the reference study with its pitfalls removed
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,7 @@ from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
 from quicbed.run.cpu import CpuMeter, joining
 from quicbed.run.netcounters import NetMeter
-from quicbed.servers.base import ServeSpec, WebServer, browser_of
+from quicbed.servers.base import ServeSpec, WebServer
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.testbed.base import RPath, Testbed
 from quicbed.testbed.local import LocalTestbed
@@ -41,6 +41,7 @@ from quicbed.traces import TraceContext, TraceSet, check_level, instruments
 from quicbed.traces.base import LoadTrace
 
 if TYPE_CHECKING:
+    from quicbed.client.base import Browser
     from quicbed.profile.session import CpuProfile
 
 Progress = Callable[[str, int, int], None]
@@ -61,6 +62,8 @@ class CellResult:
     #: why the attempt failed (None: it did not); the runner decides on this, never on
     #: the text of ``problem``
     reason: FailureReason | None = None
+    #: each arm's browser build, as its driver named it (page cells)
+    browsers: dict[str, str] = field(default_factory=dict)
 
     @property
     def link_failed(self) -> bool:
@@ -80,6 +83,7 @@ class CellResult:
             "verified": self.verified,
             "link_failed": self.link_failed,
             "reason": self.reason.value if self.reason else None,
+            "browsers": self.browsers,
         }
 
 
@@ -144,13 +148,25 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     pageset = workloads.load()
     if cfg.kind == "page":  # a transfer cell's object was checked with its config
         workloads.check_page(cfg.page, pageset)
-    arms = cfg.resolved_arms()  # each arm's stack, CC and parameters
+    arms = cfg.resolved_arms()  # each arm's stack, CC, parameters and browser
     if testbed is not None:
         get_shaper(cfg.shaper, testbed, cfg.condition).check(cfg.condition)
         testbed.cpu.check()  # CPU per role needs its hosts' control groups
         for a in arms:
             get_stack(a.stack).check_testbed(a, testbed)
+        check_browsers([cfg], testbed)
     return pageset
+
+
+def check_browsers(cells: Iterable[CellConfig], tb: Testbed) -> None:
+    """Refuse, before anything starts, page cells whose browsers the testbed's client
+    lacks (their software probe, as provenance records them, finds nothing): a cell
+    before its testbed is shaped, a sweep before its first cell."""
+    from quicbed.client import get_browser
+
+    run = provenance.ask(tb, "client")
+    for name in dict.fromkeys(b for cfg in cells for b in cfg.browsers()):
+        get_browser(name).check_testbed(run, tb.name("client"))
 
 
 def run_cell(
@@ -245,6 +261,7 @@ def run_cell(
         out,
         verify_summary(runs),
         reason,
+        job.browsers,
     )
 
 
@@ -289,6 +306,8 @@ class _Job:
     traces: str = "light"
     profile: str = "none"
     receipt: Receipt | None = None
+    #: each arm's browser build, once its driver said hello
+    browsers: dict[str, str] = field(default_factory=dict)
 
     def measure_on(self, proven: ProvenLink, *, shared: bool) -> None:
         """Loads under ``proven``'s receipt, and the record of which loads it covers."""
@@ -347,7 +366,8 @@ class _Job:
         if self.cfg.kind != "page":
             self._transfers(proven, span)
             return
-        from quicbed.client.chromium import Browser, BrowserSpec
+        from quicbed.client import get_browser
+        from quicbed.client.base import BrowserSpec
 
         cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
         done = {(r.arm, r.rep) for r in store.runs(cell_id, attempt)}
@@ -364,7 +384,11 @@ class _Job:
                 tracing.start()
                 spec = replace(spec, qlog_dirs=tracing.ctx.qlog_dirs)
             servers = servers_for(cfg, tb, spec)
-            extra: dict[str, dict[str, Any]] = {n: self._browser_traces(n) for n in cfg.arms}
+            arms = cfg.resolved_arms()
+            kinds = {a.name: get_browser(a.browser or "") for a in arms}
+            extra: dict[str, dict[str, Any]] = {
+                a.name: self._browser_traces(a.name, kinds[a.name], a.transport) for a in arms
+            }
             for name, srv in servers.items():
                 if srv.wants_client_netlog:
                     extra[name].setdefault("net_log", tb.workdir("client") / f"netlog-{name}.json")
@@ -373,8 +397,8 @@ class _Job:
             for name, s in servers.items():
                 with joining(tb, "server", name):
                     s.start()
-            client = browser_of(type(s) for s in servers.values())
-            for a in cfg.resolved_arms():
+            for a in arms:
+                kind = kinds[a.name]
                 profile = tb.workdir("client") / f"profile-{a.name}"
                 bspec = BrowserSpec(
                     arm=a.name,
@@ -384,12 +408,12 @@ class _Job:
                     port=a.port,
                     spki_pin=spki_pin,
                     user_data_dir=profile,
-                    client=client,
+                    client=kind.name,
                     quic_version=servers[a.name].quic_version,
-                    ca_cert=ca_cert if client != "chromium" else None,
+                    ca_cert=ca_cert if kind.trusts_ca else None,
                     **extra[a.name],
                 )
-                browsers[a.name] = Browser(bspec, tb, log_dir)
+                browsers[a.name] = kind(bspec, tb, log_dir)
             # the arms' browsers start side by side, all from this thread (a child's
             # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)
             for name, b in browsers.items():
@@ -399,6 +423,7 @@ class _Job:
                 b.connect()
             for b in browsers.values():
                 b.ready()
+            self.browsers = {name: b.version for name, b in browsers.items()}
             urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
             meter, net = CpuMeter(tb, cfg.arms), NetMeter(tb)
             schedule = list(enumerate(cfg.schedule()))
@@ -463,6 +488,12 @@ class _Job:
                             "server": facts,
                             "error": result.get("error"),
                             "context": result.get("context"),
+                            # what cleared the browser before the load, as its driver says
+                            **{
+                                k: result[k]
+                                for k in ("clearing", "connections_closed")
+                                if result.get(k)
+                            },
                             "main_connect_ms": m.get("main_connect_ms"),
                             "main_ssl_ms": m.get("main_ssl_ms"),
                             "link": {"generation": gen, "receipt": proven.receipt.created},
@@ -486,6 +517,8 @@ class _Job:
                     self.progress(arm, seq + 1, len(schedule))
             versions: dict[str, Any] = {name: s.version() for name, s in servers.items()}
             versions["browser"] = next(iter(browsers.values())).version if browsers else None
+            # each arm's browser build by arm: arms may load in different browsers
+            versions["browsers"] = self.browsers
             store.set_versions(cell_id, attempt, versions)
             if profiler:
                 profiler.halt(recordings)
@@ -566,12 +599,18 @@ class _Job:
     def _arm_dir(self) -> Path:
         return self.store.root / "traces" / self.cell_id / str(self.attempt)
 
-    def _browser_traces(self, arm: str) -> dict[str, RPath]:
-        """Chromium's TLS key log and NetLog of an arm, at level full."""
+    def _browser_traces(self, arm: str, browser: type[Browser], transport: str) -> dict[str, RPath]:
+        """An arm's TLS key log, its browser's NetLog where it writes one (Chromium) and
+        its QUIC qlog where it writes one (Firefox; a QUIC arm's), at level full."""
         if self.traces != "full":
             return {}
         out = self.tb.outbox("client", self._arm_dir())
-        return {"ssl_key_log": out / f"{arm}-keys.log", "net_log": out / f"{arm}-netlog.json"}
+        files = {"ssl_key_log": out / f"{arm}-keys.log"}
+        if browser.net_log:
+            files["net_log"] = out / f"{arm}-netlog.json"
+        if browser.qlog and transport == "udp":
+            files["qlog_dir"] = out / f"{arm}-client-qlog"
+        return files
 
     def _seal_traces(self, tracing: TraceSet, loads: list[tuple[str, LoadTrace]]) -> None:
         """Once browsers and servers are gone: complete every load's traces (qlog files
@@ -595,13 +634,16 @@ class _Job:
                                     "NetLog left unfinished by Chromium; its "
                                     "event list was closed after the last event"
                                 )
+                netlogs = {a.name: a.browser for a in self.cfg.resolved_arms()}
                 for _, lt in loads:
                     for name, f in (("keys", "keys.log"), ("netlog", "netlog.json.gz")):
                         rel = lt.key.arm_rel(f)
                         if (self.store.root / rel).exists():
                             lt.files[name] = str(rel)
+                        elif name == "netlog" and not _writes_netlog(netlogs[lt.key.arm]):
+                            lt.missing[name] = f"{netlogs[lt.key.arm]} writes no NetLog"
                         else:
-                            lt.missing[name] = "Chromium wrote no file"
+                            lt.missing[name] = "the browser wrote no file"
             tracing.finish()
             from quicbed.servers import get_stack
 
@@ -624,6 +666,12 @@ class _Job:
                 )
         finally:
             tracing.stop()
+
+
+def _writes_netlog(browser: str | None) -> bool:
+    from quicbed.client import get_browser
+
+    return browser is not None and get_browser(browser).net_log
 
 
 def _server_facts(srv: WebServer, objects: int, wait_s: float = 2.0) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -50,6 +49,9 @@ class Arm:
     cc: str
     params: dict[str, Any] = field(default_factory=dict)
     port: int = 443
+    #: the browser a page cell loads this arm in (quicbed.client.browsers, resolved by
+    #: quicbed.spec.arms.resolve); None in transfer cells, which load no page
+    browser: str | None = None
 
     def describe(self) -> str:
         extra = "".join(
@@ -71,6 +73,7 @@ class Arm:
             "cc": self.cc,
             "params": self.params,
             "port": self.port,
+            **({"browser": self.browser} if self.browser else {}),
         }
 
 
@@ -165,9 +168,14 @@ class WebServer(ABC):
     #: True: the load's evidence is the arm's browser NetLog (quicbed.servers.gquiche):
     #: the runner gives the browser one and sets ``client_netlog`` before ``start``
     wants_client_netlog: bool = False
-    #: the browser an arm of this stack needs (quicbed.client.chromium.BrowserSpec.client);
-    #: every arm of a cell then runs in it, so the browser is not a confound
+    #: the browser an arm of this stack needs (quicbed.client.browsers; the default: any
+    #: current browser that speaks its protocol); a cell whose arms name no browser then
+    #: runs every arm in it, so the browser is not a confound (quicbed.spec.arms.resolve)
     client: str = "chromium"
+    #: True: its QUIC server sends NEW_TOKEN frames (RFC 9000, 8.1.3) after the handshake
+    #: (quic-go does, quiche never does): some browsers keep a session ticket, and so can
+    #: resume and send 0-RTT, only after one (quicbed.client.base.Browser.needs_new_token)
+    new_token: ClassVar[bool] = True
     #: the TLS version a cell's TCP arm speaks beside an arm of this stack, unless the
     #: TCP arm sets ``tls`` itself (None: the TCP stack's own default)
     tcp_tls: str | None = None
@@ -413,9 +421,3 @@ class WebServer(ABC):
 
     @abstractmethod
     def version(self) -> dict[str, Any]: ...
-
-
-def browser_of(stacks: Iterable[type[WebServer]]) -> str:
-    """The one browser a page cell runs in: the one an arm's stack needs, else the
-    default (TCP arms run in any; quicbed.spec.arms refuses arms that need two)."""
-    return next((s.client for s in stacks if s.client != WebServer.client), WebServer.client)

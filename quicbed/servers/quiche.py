@@ -87,6 +87,10 @@ class QuicheServer(OwnH3Server):
             "CUBIC, N = 2; quiche's CUBIC has no N) and loss detection"
         )
 
+    #: quiche never sends NEW_TOKEN frames (its lib.rs says so): a browser that waits for
+    #: one before it keeps a session ticket (Firefox) cannot resume with it
+    new_token = False
+
     @classmethod
     def loss_counters(cls, stats: dict[str, Any]) -> FlowFacts | None:
         if "retrans" not in stats:

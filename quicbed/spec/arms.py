@@ -9,6 +9,13 @@ refused by name before anything starts, never silently ignored.
 
 The TCP arms' congestion control is the server and client namespaces' sysctl, one
 per host: a cell's TCP arms must agree on it (``CellConfig.tcp_cc``).
+
+The browser a page cell loads an arm in is settled here too (``resolve``), in one
+place: the arm's own ``browser``, else the cell's, else the one the arm's stacks need
+(Chromium 72 for gQUIC), else Chromium; and the browser must be able to do what the
+arm's stack asks of it (its protocol, its evidence). Arms in different browsers are
+compared only as named pairs: by default every arm is compared with the reference of
+its own browser (``pairs``), so the browser is never a silent confound.
 """
 
 from __future__ import annotations
@@ -31,13 +38,13 @@ from quicbed.errors import QuicbedError, from_validation
 from quicbed.spec import tparams
 
 if TYPE_CHECKING:
-    from quicbed.servers.base import Arm, Kind
+    from quicbed.servers.base import Arm, Kind, WebServer
 
 #: arm settings that every stored cell and spec writes, set or not (format 1); every
 #: other parameter is left out of a dump while unset, so cells that do not use it keep
 #: their IDs and digests
 _FORMAT_1 = ("cubic_n", "cubic_beta")
-_OWN = ("stack", "cc")
+_OWN = ("stack", "cc", "browser")
 #: QUIC arms of one cell listen on these UDP ports, in arm order (one socket per port)
 QUIC_PORTS = (443, 4433, 4434, 4435, 4436, 4437)
 TCP_PORT = 443
@@ -87,14 +94,16 @@ def param_names() -> tuple[str, ...]:
 
 
 class ArmSettings(BaseModel):
-    """What a spec or the CLI may set for one arm: its stack, its CC and any stack's
-    parameters (unset: the stack's own default). Values are typed here; whether the
-    arm's stack takes them is its own check (``resolve``)."""
+    """What a spec or the CLI may set for one arm: its stack, its CC, the browser its
+    pages load in (a page cell's; unset: the cell's) and any stack's parameters (unset:
+    the stack's own default). Values are typed here; whether the arm's stack and
+    browser take them is ``resolve``'s check."""
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     stack: str | None = None
     cc: str | None = None
+    browser: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -106,7 +115,8 @@ class ArmSettings(BaseModel):
         unknown = sorted(set(given) - set(model.model_fields))
         if unknown:
             raise ValueError(
-                f"{unknown[0]} is no stack's parameter (stack, cc, {', '.join(param_names())})"
+                f"{unknown[0]} is no stack's parameter ({', '.join(_OWN)}, "
+                f"{', '.join(param_names())})"
             )
         try:
             typed = model.model_validate(given).model_dump()
@@ -119,6 +129,8 @@ class ArmSettings(BaseModel):
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
+        if out.get("browser") is None:  # written only when set: stored IDs stay
+            out.pop("browser", None)
         return {**dict.fromkeys(_FORMAT_1), **out}
 
     def params(self) -> dict[str, Any]:
@@ -130,11 +142,13 @@ def resolve(
     settings: dict[str, ArmSettings],
     default_cc: str,
     kind: Kind = "page",
+    browser: str | None = None,
 ) -> list[Arm]:
     """The arms of a cell in order, each checked against its stack (what it takes and
-    which cells it can be measured in); errors name the value."""
+    which cells it can be measured in) and, in a page cell, given its browser (``browser``:
+    the cell's, None: the stacks' choice); errors name the value."""
     from quicbed.servers import get_stack
-    from quicbed.servers.base import Arm, WebServer
+    from quicbed.servers.base import Arm
 
     extra = sorted(set(settings) - set(names))
     if extra:
@@ -166,20 +180,14 @@ def resolve(
             port = TCP_PORT
         out.append(Arm(name, stack.name, stack.protocol, stack.transport, cc, params, port))
     stacks_of = {a.name: get_stack(a.stack) for a in out}
-    # one browser per cell: the one an arm's stack needs (TCP arms run in any)
-    need = sorted({s.client for s in stacks_of.values() if s.client != WebServer.client})
-    if len(need) > 1:
-        raise QuicbedError(
-            f"arms {', '.join(names)} need different browsers ({', '.join(need)}); "
-            "one cell runs in one browser"
-        )
-    if need:
-        odd = [a.name for a in out if a.transport == "udp" and stacks_of[a.name].client != need[0]]
-        if odd:
+    if kind == "page":
+        out = _with_browsers(out, settings, stacks_of, browser)
+    else:
+        given = [n for n in names if settings.get(n, ArmSettings()).browser]
+        if given or browser:
             raise QuicbedError(
-                f"arm(s) {', '.join(odd)} cannot run in {need[0]}, the browser of this cell's "
-                f"{', '.join(a.name for a in out if stacks_of[a.name].client == need[0])} arm: "
-                "compare them in cells of their own"
+                f"{'arm ' + given[0] + ': ' if given else ''}browser is for page cells; "
+                f"a {kind} cell's transfers run quicbed-bulk, not a browser"
             )
     tls = next((s.tcp_tls for s in stacks_of.values() if s.tcp_tls), None)
     if tls:
@@ -195,6 +203,64 @@ def resolve(
             f"arms {', '.join(a.name for a in tcp)} all need TCP port 443 on the server; "
             "a cell has one TCP arm"
         )
+    return out
+
+
+def _with_browsers(
+    arms: list[Arm],
+    settings: dict[str, ArmSettings],
+    stacks_of: dict[str, type[WebServer]],
+    browser: str | None,
+) -> list[Arm]:
+    """Each arm of a page cell with its browser: its own setting, else the cell's
+    (``browser``), else the one its cell's stacks need, else the default; refused, by
+    name, where the browser cannot do what the arm's stack asks of it."""
+    from quicbed.client import get_browser
+    from quicbed.client.base import DEFAULT
+    from quicbed.servers.base import WebServer
+
+    named = {a.name: b for a in arms if (b := settings.get(a.name, ArmSettings()).browser)}
+    # one browser per cell unless the spec names them: the one an arm's stack needs
+    need = sorted({s.client for s in stacks_of.values() if s.client != WebServer.client})
+    names = ", ".join(a.name for a in arms)
+    if len(need) > 1 and not named:
+        raise QuicbedError(
+            f"arms {names} need different browsers ({', '.join(need)}); "
+            "one cell runs in one browser"
+        )
+    if len(need) == 1 and browser is None and not named:
+        odd = [a.name for a in arms if a.transport == "udp" and stacks_of[a.name].client != need[0]]
+        if odd:
+            raise QuicbedError(
+                f"arm(s) {', '.join(odd)} cannot run in {need[0]}, the browser of this cell's "
+                f"{', '.join(a.name for a in arms if stacks_of[a.name].client == need[0])} arm: "
+                "compare them in cells of their own"
+            )
+    cell = browser or (need[0] if len(need) == 1 else DEFAULT)
+    out = []
+    for a in arms:
+        b = named.get(a.name, cell)
+        try:
+            cls = get_browser(b)
+        except QuicbedError as exc:
+            raise QuicbedError(f"arm {a.name}: {exc}") from None
+        stack = stacks_of[a.name]
+        if stack.client != WebServer.client and b != stack.client:
+            raise QuicbedError(
+                f"arm {a.name}: {stack.name}'s pages load only in browser {stack.client} "
+                f"({get_browser(stack.client).label}), not {b}"
+            )
+        if a.protocol not in cls.protocols:
+            raise QuicbedError(
+                f"arm {a.name}: browser {b} cannot speak {a.protocol} "
+                f"(it speaks {', '.join(cls.protocols)})"
+            )
+        if stack.wants_client_netlog and not cls.net_log:
+            raise QuicbedError(
+                f"arm {a.name}: {stack.name}'s evidence is the browser's NetLog, which "
+                f"browser {b} does not write (load it in chromium)"
+            )
+        out.append(replace(a, browser=b))
     return out
 
 
@@ -216,7 +282,7 @@ def parse_cli(text: str) -> tuple[tuple[str, ...], dict[str, ArmSettings]]:
             if not eq or key not in (*_OWN, *param_names()):
                 raise QuicbedError(
                     f"--arms: {item!r}: {p!r} is not KEY=VALUE with KEY one of "
-                    f"stack, cc, {', '.join(param_names())}"
+                    f"{', '.join(_OWN)}, {', '.join(param_names())}"
                 )
             kv[key] = value.strip()
         if kv:
@@ -231,20 +297,26 @@ def parse_cli(text: str) -> tuple[tuple[str, ...], dict[str, ArmSettings]]:
 def pairs(
     arms: Sequence[Arm] | Sequence[Mapping[str, Any]], extra: list[tuple[str, str]] | None = None
 ) -> list[tuple[str, str]]:
-    """Which arms are compared: every arm against the reference (the TCP arm, else the
-    first arm), then the named pairs. A pair is (reference, candidate); the difference
-    (mean reference - mean candidate) / mean candidate is positive when the candidate
-    is faster. ``arms`` may be stored records (``Arm.as_dict``): a transfer cell's
-    record is compared as its page cell would be."""
+    """Which arms are compared: every arm against the reference of its browser (the TCP
+    arm, else the first arm loaded in the same browser), then the named pairs: arms in
+    two browsers are compared only when a pair names them. A pair is (reference,
+    candidate); the difference (mean reference - mean candidate) / mean candidate is
+    positive when the candidate is faster. ``arms`` may be stored records
+    (``Arm.as_dict``): a transfer cell's record is compared as its page cell would be."""
     named = [
-        (a["name"], a["transport"]) if isinstance(a, Mapping) else (a.name, a.transport)
+        (a["name"], a["transport"], a.get("browser"))
+        if isinstance(a, Mapping)
+        else (a.name, a.transport, a.browser)
         for a in arms
     ]
-    names = [n for n, _ in named]
+    names = [n for n, _, _ in named]
     if len(names) < 2:
         return []
-    ref = next((n for n, t in named if t == "tcp"), names[0])
-    out = [(ref, n) for n in names if n != ref]
+    out = []
+    for browser in dict.fromkeys(b for _, _, b in named):
+        group = [(n, t) for n, t, b in named if b == browser]
+        ref = next((n for n, t in group if t == "tcp"), group[0][0])
+        out += [(ref, n) for n, _ in group if n != ref]
     for a, b in extra or []:
         for n in (a, b):
             if n not in names:

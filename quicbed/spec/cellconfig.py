@@ -31,7 +31,12 @@ from quicbed.spec.arms import ArmSettings, resolve
 ARMS = ("h2", "h3")
 #: fields added after stores existed: left out of the cell ID while at their default,
 #: so every cell measured before keeps its ID
-_NEW_FIELDS: dict[str, object] = {"arm_settings": {}, "kind": "page", "transfer": None}
+_NEW_FIELDS: dict[str, object] = {
+    "arm_settings": {},
+    "kind": "page",
+    "transfer": None,
+    "browser": None,
+}
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {"ecn_threshold": None}
 TEST_HOST = "quicbed.test"
@@ -159,6 +164,22 @@ class CellConfig(BaseModel):
     #: a transfer cell's ``page`` names its object (quicbed.spec.bulkobjects.object_path)
     kind: Kind = "page"
     transfer: Transfer | None = None
+    #: the browser every arm loads its pages in unless the arm names its own
+    #: (quicbed.client.browsers: chromium, chromium72, firefox); None: the one the arms'
+    #: stacks need (chromium72 for gQUIC), else chromium (quicbed.spec.arms.resolve)
+    browser: str | None = None
+
+    @field_validator("browser")
+    @classmethod
+    def _browser(cls, v: str | None) -> str | None:
+        from quicbed.client import get_browser
+
+        if v is not None:
+            try:
+                get_browser(v)
+            except QuicbedError as exc:
+                raise ValueError(str(exc)) from None
+        return v
 
     @field_validator("runs")
     @classmethod
@@ -202,12 +223,38 @@ class CellConfig(BaseModel):
         from quicbed.link.shapers import check_condition
 
         try:
-            self.resolved_arms()
+            arms = self.resolved_arms()
             check_condition(self.shaper, self.condition)  # e.g. shaper none with a rate
         except QuicbedError as exc:
             raise ValueError(str(exc)) from None
         self._check_kind()
+        self._check_modes(arms)
         return self
+
+    def _check_modes(self, arms: list[Arm]) -> None:
+        """Every arm's browser can measure the cell's mode (0-RTT or 1-RTT) against the
+        arm's server."""
+        from quicbed.client import get_browser
+        from quicbed.servers import get_stack
+
+        for a in arms:
+            if a.browser is None:
+                continue
+            cls = get_browser(a.browser)
+            if self.mode not in cls.modes:
+                raise ValueError(
+                    f"arm {a.name}: mode {self.mode} with browser {a.browser}: "
+                    f"{cls.label} measures {', '.join(cls.modes)} only (docs/browsers.md)"
+                )
+            stack = get_stack(a.stack)
+            ticketless = a.transport == "udp" and cls.needs_new_token and not stack.new_token
+            if self.mode == "0rtt" and ticketless:
+                raise ValueError(
+                    f"arm {a.name}: mode 0rtt with browser {a.browser} and stack "
+                    f"{stack.name}: {cls.label} keeps a session ticket only after a "
+                    f"NEW_TOKEN frame, which {stack.name} never sends, so its loads "
+                    f"cannot be 0-RTT (docs/browsers.md); use mode 1rtt or chromium"
+                )
 
     def _check_kind(self) -> None:
         """A transfer's settings belong to transfer cells only, and say everything a
@@ -252,7 +299,12 @@ class CellConfig(BaseModel):
             )
 
     def resolved_arms(self) -> list[Arm]:
-        return resolve(self.arms, self.arm_settings, self.cc, self.kind)
+        return resolve(self.arms, self.arm_settings, self.cc, self.kind, self.browser)
+
+    def browsers(self) -> list[str]:
+        """The browsers this cell's arms load their pages in, in arm order (none for a
+        transfer cell)."""
+        return list(dict.fromkeys(a.browser for a in self.resolved_arms() if a.browser))
 
     def tcp_cc(self) -> str:
         """The hosts' TCP congestion control: the TCP arm's, else the cell's CC where the
@@ -267,14 +319,27 @@ class CellConfig(BaseModel):
     def cell_id(self) -> str:
         """12 hex digits of SHA-256 over the canonical JSON of the resolved configuration."""
         dump = self.model_dump(mode="json")
+        if dump.get("browser") is not None and dump["browser"] == self._automatic_browser():
+            dump.pop("browser")  # naming the browser the cell would run in anyway
         for key, default in _NEW_FIELDS.items():
-            if dump.get(key) == default:
+            if key in dump and dump.get(key) == default:
                 dump.pop(key)
         for key, default in _NEW_CONDITION_FIELDS.items():
             if dump["condition"].get(key) == default:
                 dump["condition"].pop(key)
         blob = json.dumps(dump, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def _automatic_browser(self) -> str | None:
+        """The browser this cell's arms would share with no ``browser`` set (None: they
+        would not share one)."""
+        if self.kind != "page":
+            return None
+        try:
+            found = {a.browser for a in resolve(self.arms, self.arm_settings, self.cc)}
+        except QuicbedError:
+            return None
+        return found.pop() if len(found) == 1 else None
 
     def link_key(self) -> str:
         """What the link and the hosts' tuning depend on: cells with equal keys can share

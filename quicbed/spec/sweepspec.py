@@ -87,6 +87,9 @@ class Defaults(BaseModel):
     seed: int = _link_default("seed")  # type: ignore[assignment]
     count: Literal["ethernet", "ip"] = _link_default("count")  # type: ignore[assignment]
     load_timeout_s: float = cell_default("load_timeout_s")
+    #: the browser page cells load in (quicbed.client.browsers); unset: the stacks'
+    #: choice, else chromium. An arm may name its own (arms: {h3-ff: {browser: firefox}})
+    browser: str | None = None
 
     _arms = field_validator("arms", mode="before")(_arms_field)
 
@@ -145,9 +148,10 @@ class Scenario(BaseModel):
     modes: list[Literal["0rtt", "1rtt"]] = [cell_default("mode")]
     runs: int | None = None
     warmup: int | None = None
-    #: this scenario's arms and congestion control instead of the defaults'
+    #: this scenario's arms, congestion control and browser instead of the defaults'
     arms: ArmsField | None = None
     cc: str | None = None
+    browser: str | None = None
 
     _arms = field_validator("arms", mode="before")(_arms_field)
 
@@ -216,7 +220,7 @@ class Scenario(BaseModel):
             if extra:
                 raise ValueError(f"{', '.join(extra)}: for kind bulk or compete, not page loads")
             return self
-        pages_keys = [k for k in ("pages", "modes") if k in given]
+        pages_keys = [k for k in ("pages", "modes", "browser") if k in given]
         if pages_keys:
             raise ValueError(f"{', '.join(pages_keys)}: for page loads, not a {self.kind} scenario")
         if self.objects is None:
@@ -301,6 +305,8 @@ class SweepSpec(BaseModel):
             body["statistics"].pop("pairs")
         if body["statistics"]["speedup_against"] is None:
             body["statistics"].pop("speedup_against")
+        if body["defaults"]["browser"] is None:
+            body["defaults"].pop("browser")
         for sc in body["scenarios"].values():
             for key in (
                 "rtt",
@@ -314,6 +320,7 @@ class SweepSpec(BaseModel):
                 "flows",
                 "jitter_interval",
                 "ecn_threshold",
+                "browser",
             ):
                 if sc[key] is None:
                     sc.pop(key)
@@ -400,6 +407,10 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     order=d.order,
                     order_seed=d.order_seed,
                     cc=d.cc if sc.cc is None else sc.cc,
+                    # a transfer scenario loads no page (its own browser is refused)
+                    browser=(d.browser if sc.browser is None else sc.browser)
+                    if sc.kind == "page"
+                    else None,
                     shaper=spec.shaper,
                     load_timeout_s=d.load_timeout_s,
                     **work,
