@@ -40,7 +40,7 @@ def test_every_pattern_compiles_and_every_category_is_known() -> None:
                 for p in pats:
                     re.compile(p)
     assert set(m["stacks"]) >= {"quic-go", "quiche", "apache", "envoy"}
-    assert set(m["clients"]) >= {"quicbed-bulk", "chromium"}
+    assert set(m["clients"]) >= {"quicbed-bulk", "chromium", "firefox"}
 
 
 @pytest.mark.parametrize(
@@ -101,6 +101,10 @@ def test_every_pattern_compiles_and_every_category_is_known() -> None:
             "marshalling",
         ),
         ("clients", "chromium", "chromium;[unknown];[unknown]", UNCLASSIFIED),
+        # Debian's libxul is stripped: its frames say nothing; NSS's libraries do
+        ("clients", "firefox", "Socket Thread;[libxul.so];[libfreeblpriv3.so]", "crypto"),
+        ("clients", "firefox", "Socket Thread;[libxul.so];[libnspr4.so]", "packet_io"),
+        ("clients", "firefox", "firefox-esr;[libxul.so];[libxul.so]", UNCLASSIFIED),
     ],
 )
 def test_a_stack_is_classified_from_its_leaf_up(

@@ -73,6 +73,9 @@ class CpuProfile:
     #: the program the arms' clients are (its map classifies their stacks): quicbed-bulk,
     #: chromium
     client: str
+    #: per arm, a client program other than ``client`` (a page cell's arm loaded in
+    #: Firefox); recorded so the report classifies each arm's client by its own map
+    clients: dict[str, str] = field(default_factory=dict)
     folded: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     _n: int = 0
@@ -193,6 +196,7 @@ class CpuProfile:
             "tools": {"inferno": INFERNO_VERSION, "perf": self._perf_version()},
             "stacks": stacks,
             "client": self.client,
+            "clients": {a: c for a, c in self.clients.items() if c != self.client},
             "folder": self.folder,
             "files": files,
             "notes": self.notes,

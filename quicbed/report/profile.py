@@ -49,7 +49,7 @@ def build(root: Path, out: Path) -> ProfileSection:
                     kind, name = (
                         ("stacks", rec["stacks"].get(arm, ""))
                         if role == "server"
-                        else ("clients", rec.get("client", ""))
+                        else ("clients", (rec.get("clients") or {}).get(arm, rec.get("client", "")))
                     )
                     got = shares(parse_folded(f.read_text()), kind, name)
                     sec.rows.append(

@@ -376,7 +376,9 @@ class _Job:
         browsers: dict[str, Browser] = {}
         tracing = self._traceset()
         loads: list[tuple[str, LoadTrace]] = []  # (run_id, its trace)
-        profiler = self._profiler("chromium")
+        profiler = self._profiler(
+            "chromium", {a.name: a.browser or "chromium" for a in cfg.resolved_arms()}
+        )
         recordings: list[Any] = []
         try:
             spec, page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
@@ -552,13 +554,16 @@ class _Job:
         )
         span.update(first_seq=0, last_seq=len(result.runs) - 1)
 
-    def _profiler(self, client: str) -> CpuProfile | None:
-        """The attempt's CPU profile (``--profile cpu``), or None."""
+    def _profiler(self, client: str, clients: dict[str, str] | None = None) -> CpuProfile | None:
+        """The attempt's CPU profile (``--profile cpu``), or None; ``clients``: per arm,
+        its own client program where it is not ``client``."""
         if self.profile != "cpu":
             return None
         from quicbed.profile.session import CpuProfile
 
-        return CpuProfile(self.tb, self.store.root, self.cell_id, self.attempt, client)
+        return CpuProfile(
+            self.tb, self.store.root, self.cell_id, self.attempt, client, dict(clients or {})
+        )
 
     def _seal_profile(self, profiler: CpuProfile) -> None:
         """The profile's files and flame graphs, and its record in the provenance."""
