@@ -10,6 +10,7 @@ Every refusal (other spec, cell measured twice, non-empty --out) is tried.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -101,6 +102,16 @@ def _run_ids(root: Path) -> set[str]:
         return {r[0] for r in con.execute("SELECT run_id FROM runs")}
 
 
+def _attempts(root: Path) -> dict[str, list[int]]:
+    """Each cell's attempts in a folder: a cell whose receipt failed on a busy machine
+    is measured again as attempt 2 by the sweep, so the tests count, not assume, them."""
+    with closing(sqlite3.connect(root / DB_NAME)) as con:
+        out: dict[str, list[int]] = {}
+        for cid, att in con.execute("SELECT cell_id, attempt FROM attempts ORDER BY attempt"):
+            out.setdefault(cid, []).append(att)
+        return out
+
+
 def _stats(root: Path) -> dict[str, dict[str, tuple]]:
     store = Store(root)
     try:
@@ -148,13 +159,15 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
         assert not left, f"namespaces left behind: {left}"
 
 
-def _planned_run_ids(spec: Path) -> set[str]:
-    """What one run of the whole spec stores: every planned cell's first attempt, each
-    arm and repetition (warm-ups included)."""
+def _planned_run_ids(spec: Path, latest: dict[str, int]) -> set[str]:
+    """What one run of the whole spec stores: every planned cell's measured attempt
+    (``latest``: the first, unless a failed receipt made the sweep measure it again),
+    each arm and repetition (warm-ups included)."""
     return {
-        f"{pc.config.cell_id()}:1:{arm}:{rep}"
+        f"{cid}:{latest[cid]}:{arm}:{rep}"
         for pc in plan(load_spec(spec))
         for arm, rep in pc.config.schedule()
+        if (cid := pc.config.cell_id())
     }
 
 
@@ -168,16 +181,20 @@ def test_shards_merge_into_the_sweep_run_once(folders: tuple[Path, Path]) -> Non
     assert _run_ids(s1).isdisjoint(_run_ids(s2))
     cp = qb("merge", s1, s2, "--out", base / "merged", home=home)
     assert cp.returncode == 0, cp.stderr
-    assert "merged 2 folders: 2 cells, 2 attempts" in cp.stdout
+    attempts = {**_attempts(s1), **_attempts(s2)}
+    n = sum(len(a) for a in attempts.values())
+    assert f"merged 2 folders: 2 cells, {n} attempts" in cp.stdout
     merged = base / "merged"
+    assert _attempts(merged) == attempts  # one folder per cell: its numbers stay
+    latest = {cid: a[-1] for cid, a in attempts.items()}
     # the cells, runs and identities one run of the spec stores
-    assert _run_ids(merged) == _planned_run_ids(base / "halves.yaml")
+    assert _run_ids(merged) == _planned_run_ids(base / "halves.yaml", latest)
     assert _stats(merged) == {**_stats(s1), **_stats(s2)}  # numbers came through unchanged
     held = json.loads((merged / "sweep.json").read_text())
     assert held["digest"] == load_spec(base / "halves.yaml").digest()
     assert [p["shard"] for p in held["merged_from"]] == ["1/2", "2/2"] and "shard" not in held
     for cid in _stats(merged):  # every attempt's files came along
-        assert len(list((merged / "hars" / cid / "1").glob("*.har.gz"))) == 6
+        assert len(list((merged / "hars" / cid / str(latest[cid])).glob("*.har.gz"))) == 6
     rep = qb("report", merged, home=home)
     assert rep.returncode == 0, rep.stderr
     assert (merged / "report" / "testbeds.csv").read_text().count("\n") == 3
@@ -231,11 +248,12 @@ def test_merge_refuses_what_is_not_one_sweep(folders: tuple[Path, Path]) -> None
     store = Store(base / "twice")
     try:
         cid = next(iter(_stats(s1)))
+        k = len(_attempts(s1)[cid])  # 1, or 2 where its receipt failed once
         atts = store.attempts(cid)
-        assert [a.attempt for a in atts] == [1, 2]  # renumbered by start time
-        assert atts[0].started <= atts[1].started
-        rows = store.runs(cid, 2)
-        assert all(r.run_id.startswith(f"{cid}:2:") for r in rows)
+        assert [a.attempt for a in atts] == list(range(1, 2 * k + 1))  # renumbered by start
+        assert all(a.started <= b.started for a, b in itertools.pairwise(atts))
+        rows = store.runs(cid, 2 * k)
+        assert rows and all(r.run_id.startswith(f"{cid}:{2 * k}:") for r in rows)
         assert all((base / "twice" / r.har_path).is_file() for r in rows if r.har_path)
     finally:
         store.close()
