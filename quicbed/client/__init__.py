@@ -10,12 +10,11 @@ page-load driver and role); nothing else names browsers.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from functools import cache
 from typing import TYPE_CHECKING
 
 from quicbed.errors import QuicbedError
+from quicbed.plugins import named_subclasses
 
 if TYPE_CHECKING:
     from quicbed.client.base import Browser
@@ -29,17 +28,8 @@ def browsers() -> dict[str, type[Browser]]:
     """Every browser of this package by its registry name."""
     from quicbed.client.base import Browser
 
-    for mod in pkgutil.iter_modules(__path__):
-        if mod.name not in _NOT_BROWSERS:
-            importlib.import_module(f"{__name__}.{mod.name}")
-    out: dict[str, type[Browser]] = {}
-    todo = list(Browser.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        todo += cls.__subclasses__()
-        if "name" in cls.__dict__:
-            out[cls.name] = cls
-    return dict(sorted(out.items()))
+    found: dict[str, type[Browser]] = named_subclasses(Browser, __name__, __path__, _NOT_BROWSERS)
+    return found
 
 
 def get_browser(name: str) -> type[Browser]:

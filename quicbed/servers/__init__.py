@@ -8,12 +8,11 @@ Adding a stack is adding one module; nothing else names stacks.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from functools import cache
 from typing import TYPE_CHECKING
 
 from quicbed.errors import QuicbedError
+from quicbed.plugins import named_subclasses
 
 if TYPE_CHECKING:
     from quicbed.servers.base import WebServer
@@ -24,17 +23,8 @@ def stacks() -> dict[str, type[WebServer]]:
     """Every stack of this package by its registry name."""
     from quicbed.servers.base import WebServer
 
-    for mod in pkgutil.iter_modules(__path__):
-        if mod.name != "base":
-            importlib.import_module(f"{__name__}.{mod.name}")
-    out: dict[str, type[WebServer]] = {}
-    todo = list(WebServer.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        todo += cls.__subclasses__()
-        if "name" in cls.__dict__:
-            out[cls.name] = cls
-    return dict(sorted(out.items()))
+    found: dict[str, type[WebServer]] = named_subclasses(WebServer, __name__, __path__, ("base",))
+    return found
 
 
 def get_stack(name: str) -> type[WebServer]:
