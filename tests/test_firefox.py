@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import pytest
 from conftest import until_the_link_holds
+from tshark import fields
 
 from quicbed.client import browsers, get_browser
 from quicbed.client.base import Browser, BrowserSpec
@@ -460,9 +461,9 @@ def test_full_traces_decrypt_firefox_captures(testbed: LocalTestbed, tmp_path: P
         cap = top / f"{arm}-000" / "capture.pcap.gz"
         keys = top / f"{arm}-keys.log"
         assert "CLIENT_TRAFFIC_SECRET_0" in keys.read_text()
-        frames = _tshark(cap, keys, proto, field)
+        frames = fields(cap, keys, proto, field)
         assert {"0", "1"} <= {t for line in frames for t in line.split(",")}, frames
-        assert _tshark(cap, None, proto, field) == []  # without the keys: nothing
+        assert fields(cap, None, proto, field) == []  # without the keys: nothing
     qlogs = list((top / "h3-client-qlog").rglob("*.sqlog"))
     assert len(qlogs) == 2, qlogs  # one per connection: one per load
     assert not (top / "h2-client-qlog").exists()
@@ -473,29 +474,6 @@ def test_full_traces_decrypt_firefox_captures(testbed: LocalTestbed, tmp_path: P
         store.close()
     for run in runs:
         assert run.detail["traces"]["missing"] == {"netlog": "firefox writes no NetLog"}
-
-
-def _tshark(capture: Path, keylog: Path | None, display: str, field: str) -> list[str]:
-    cp = subprocess.run(
-        [
-            "tshark",
-            "-r",
-            str(capture),
-            "-o",
-            f"tls.keylog_file:{keylog or ''}",
-            "-Y",
-            display,
-            "-T",
-            "fields",
-            "-e",
-            field,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert cp.returncode == 0, cp.stderr
-    return [ln for ln in cp.stdout.splitlines() if ln.strip()]
 
 
 #: how long the browsers sit idle before their loads while the client is captured: more

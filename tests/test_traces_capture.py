@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark import fields, tshark
 
 from quicbed.errors import QuicbedError
 from quicbed.package.build import build_package
@@ -31,32 +32,6 @@ from quicbed.traces.capture import CaptureTracer, _cut, complete_netlog
 pytestmark = pytest.mark.root
 
 QB = [sys.executable, "-m", "quicbed"]
-
-
-def _tshark(*args: str) -> str:
-    if not shutil.which("tshark"):
-        pytest.fail("tshark is not installed: `make setup` (the tools role) installs it")
-    cp = subprocess.run(["tshark", *args], capture_output=True, text=True, timeout=120)
-    assert cp.returncode == 0, cp.stderr
-    return cp.stdout
-
-
-def _fields(capture: Path, keylog: Path | None, display: str, field: str) -> list[str]:
-    """One field of the packets ``display`` matches, decrypted with ``keylog`` (or with
-    no key log at all: an empty ``tls.keylog_file``)."""
-    out = _tshark(
-        "-r",
-        str(capture),
-        "-o",
-        f"tls.keylog_file:{keylog or ''}",
-        "-Y",
-        display,
-        "-T",
-        "fields",
-        "-e",
-        field,
-    )
-    return [ln for ln in out.splitlines() if ln.strip()]
 
 
 @pytest.fixture
@@ -102,11 +77,11 @@ def test_h2_capture_opens_decrypted_with_the_key_log(full_cell: dict[str, Any]) 
     _, folder = _load(full_cell, "h2")
     keys = folder.parent / "h2-keys.log"
     cap = folder / "capture.pcap.gz"
-    frames = _fields(cap, keys, "http2", "http2.type")
+    frames = fields(cap, keys, "http2", "http2.type")
     types = {t for line in frames for t in line.split(",")}
     assert {"0", "1"} <= types, types  # DATA and HEADERS frames, decrypted
-    assert _fields(cap, None, "http2", "http2.type") == []  # without keys: nothing
-    assert _fields(cap, None, "tls", "tls.record.content_type")  # only records
+    assert fields(cap, None, "http2", "http2.type") == []  # without keys: nothing
+    assert fields(cap, None, "tls", "tls.record.content_type")  # only records
 
 
 @pytest.mark.browser
@@ -115,13 +90,13 @@ def test_h3_capture_opens_decrypted_with_the_key_log(full_cell: dict[str, Any]) 
     _, folder = _load(full_cell, "h3")
     keys = folder.parent / "h3-keys.log"
     cap = folder / "capture.pcap.gz"
-    frames = _fields(cap, keys, "http3", "http3.frame_type")
+    frames = fields(cap, keys, "http3", "http3.frame_type")
     types = {t for line in frames for t in line.split(",")}
     assert {"0", "1"} <= types, types  # DATA and HEADERS frames, decrypted
-    assert _fields(cap, None, "http3", "http3.frame_type") == []
+    assert fields(cap, None, "http3", "http3.frame_type") == []
     # without keys only the Initial packets open (their keys come from the connection ID)
-    assert _fields(cap, None, "quic.stream.stream_id", "quic.stream.stream_id") == []
-    assert _fields(cap, None, "quic", "quic.long.packet_type")
+    assert fields(cap, None, "quic.stream.stream_id", "quic.stream.stream_id") == []
+    assert fields(cap, None, "quic", "quic.long.packet_type")
 
 
 @pytest.mark.browser
@@ -204,7 +179,7 @@ def test_a_capture_over_the_cap_is_cut_and_says_so(testbed: LocalTestbed, tmp_pa
         ts.stop()
     assert any("capture cut at 20 packets" in n for n in lt.notes), lt.notes
     cap = tmp_path / lt.files["capture"]
-    assert len(_tshark("-r", str(cap)).splitlines()) == 20
+    assert len(tshark("-r", str(cap)).splitlines()) == 20
     assert json.loads((cap.parent / "trace.json").read_text())["notes"] == lt.notes
 
 
@@ -218,7 +193,7 @@ def test_cut_keeps_whole_records(full_cell: dict[str, Any], tmp_path: Path) -> N
     cut, n = _cut(data, 20_000)
     assert 0 < len(cut) <= 20_000 and n > 5
     (tmp_path / "cut.pcap").write_bytes(cut)
-    assert len(_tshark("-r", str(tmp_path / "cut.pcap")).splitlines()) == n
+    assert len(tshark("-r", str(tmp_path / "cut.pcap")).splitlines()) == n
 
 
 # --- packages ---------------------------------------------------------------------------
