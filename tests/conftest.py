@@ -22,6 +22,8 @@ import os
 import secrets
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +41,7 @@ NEEDS: dict[str | tuple[str, str], frozenset[str]] = {
     "prefix": frozenset({ROOT}),
     "testbed": frozenset({ROOT}),
     "cell_1mb_full": frozenset({ROOT, BROWSER, SLOW}),
+    "shared_links": frozenset({ROOT}),
     ("test_chromium72.py", "served"): frozenset({ROOT, BROWSER}),
     ("test_package.py", "sweep"): frozenset({ROOT, BROWSER, SLOW}),
     ("test_shard_merge.py", "folders"): frozenset({ROOT, BROWSER, SLOW}),
@@ -156,26 +159,108 @@ def until_the_link_holds(run: Callable[[], CellResult], tries: int = 3) -> CellR
     return r
 
 
+class SharedLinks:
+    """Links proven once for the whole suite, one testbed per link key, as a sweep shares
+    one receipt among the cells of a condition (quicbed.link.proof): each cell opens
+    with a spot check instead of a full receipt. A receipt takes 20-40 s and is about
+    half of what a one-cell test costs, while what those tests check is the cell, not
+    the link (the receipt's own tests measure links). A cell that fails on the link (the
+    receipt, or its opening or closing check, spoiled on a busy machine) is measured
+    again on a freshly applied and proven link, up to three times, as
+    ``until_the_link_holds`` does. Not for a test that changes or breaks the link, or
+    that checks what a cell's own receipt records."""
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._links: dict[str, Any] = {}  # link key -> (testbed, ShapedLink, ProvenLink)
+        self.prefixes: list[str] = []
+
+    def run_cell(self, cfg: Any, out: Path, **kwargs: Any) -> CellResult:
+        """``quicbed.run.cell.run_cell`` over the shared link of ``cfg``'s condition."""
+        from quicbed.link.proof import MAX_RECEIPT_AGE_S, prove
+        from quicbed.link.session import shaped_link
+        from quicbed.run.cell import run_cell
+
+        key = cfg.link_key()
+        for _ in range(3):
+            if key not in self._links:
+                prefix = "s" + secrets.token_hex(3)
+                self.prefixes.append(prefix)
+                tb = LocalTestbed(prefix)
+                shaped = self._stack.enter_context(
+                    shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc())
+                )
+                self._links[key] = (tb, shaped, prove(shaped, 1, cfg.tcp_cc()))
+            tb, shaped, proven = self._links[key]
+            if proven.age_s() > MAX_RECEIPT_AGE_S or not proven.receipt.passed:
+                shaped.reapply()
+                proven = prove(shaped, 1, cfg.tcp_cc())
+                self._links[key] = (tb, shaped, proven)
+            r = run_cell(cfg, out, testbed=tb, link=proven, **kwargs)
+            if not r.link_failed:
+                return r
+            shaped.reapply()
+            self._links[key] = (tb, shaped, prove(shaped, 1, cfg.tcp_cc()))
+        return r
+
+    def prefix_of(self, cfg: Any) -> str:
+        """The prefix of the testbed that carries ``cfg``'s link."""
+        return str(self._links[cfg.link_key()][0].prefix)
+
+    def pids(self) -> set[int]:
+        """The processes in the shared links' namespaces (their emulators)."""
+        found: set[int] = set()
+        for p in self.prefixes:
+            tb = LocalTestbed(p)
+            for role in ("server", "client", "bridge"):
+                out = subprocess.run(
+                    ["ip", "netns", "pids", tb.ns(role)], capture_output=True, text=True
+                ).stdout
+                found |= {int(x) for x in out.split()}
+        return found
+
+    def close(self) -> list[str]:
+        """Every link undone and its testbed down; what was left behind."""
+        self._stack.close()
+        left = []
+        for p in self.prefixes:
+            left += LocalTestbed(p).leftovers()
+            LocalTestbed(p).down()
+        return left
+
+
 @pytest.fixture(scope="session")
-def cell_1mb_full(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def shared_links() -> Iterator[SharedLinks]:
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (network namespaces); CI runs as root")
+    links = SharedLinks()
+    try:
+        yield links
+    finally:
+        left = links.close()
+    assert not left, f"left behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def cell_1mb_full(
+    tmp_path_factory: pytest.TempPathFactory, shared_links: SharedLinks
+) -> Iterator[dict[str, Any]]:
     """One real 1 MB cell at level full (10 Mbit/s, 36 ms, 3 runs + 1 warm-up per arm),
     measured once for the whole suite: the capture tests read its captures and key logs,
     ``explain`` its transport traces (full holds light's qlog and TCP samples). Two
     identical cells cost the suite 45 s for nothing either test needs. The capture
     tracers of the returned attempt are kept to read what each capture cost; a receipt
-    spoiled on a busy machine is retried (``until_the_link_holds``). Readers that write
-    into a results folder copy it first: ``out`` is shared."""
+    spoiled on a busy machine is retried (``SharedLinks``, whose 10 Mbit/s, 36 ms link it
+    shares). Readers that write into a results folder copy it first: ``out`` is shared."""
     import quicbed.run.cell
     from quicbed.link.model import make_condition
     from quicbed.results.store import Store
-    from quicbed.run.cell import run_cell
     from quicbed.spec.cellconfig import make_cell
     from quicbed.traces import instruments
     from quicbed.traces.capture import CaptureTracer
 
     if os.geteuid() != 0:
         pytest.fail("this test needs root (network namespaces); CI runs as root")
-    prefix = "c" + secrets.token_hex(3)
     out = tmp_path_factory.mktemp("full") / "r"
     seen: list[CaptureTracer] = []
 
@@ -184,22 +269,15 @@ def cell_1mb_full(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         seen.extend(t for t in made if isinstance(t, CaptureTracer))
         return made
 
-    def once() -> CellResult:
-        seen.clear()  # only the last attempt's tracer counts
-        return run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2, traces="full")
-
     cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="1mb", runs=3, warmup=1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(quicbed.run.cell, "instruments", keep)
-        try:
-            r = until_the_link_holds(once)
-        finally:
-            left = LocalTestbed(prefix).down()
-    assert not left, f"left behind: {left}"
+        r = shared_links.run_cell(cfg, out, traces="full")
     assert r.status == "done", r.problem
     store = Store(out)
     try:
         runs = store.runs(r.cell_id, r.attempt)
     finally:
         store.close()
-    yield {"out": out, "result": r, "runs": runs, "capture": seen[0]}
+    # a cell measured again on a fresh link made a tracer per attempt: the last one counts
+    yield {"out": out, "result": r, "runs": runs, "capture": seen[-1]}

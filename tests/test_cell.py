@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import until_the_link_holds
+from conftest import SharedLinks
 
 from quicbed.link.model import make_condition
 from quicbed.results.store import Store
@@ -36,10 +36,11 @@ def _ours_running() -> list[str]:
 
 
 @pytest.fixture
-def clean(prefix: str):
+def clean(prefix: str, shared_links: SharedLinks):
     before = set(_ours_running())
     yield
-    left = set(_ours_running()) - before
+    shared = shared_links.pids()  # the suite's shared links run on
+    left = {p for p in set(_ours_running()) - before if int(p.split()[0]) not in shared}
     assert not left, f"left running: {left}"
 
 
@@ -91,7 +92,7 @@ def test_cell_at_112ms_h3_0rtt_beats_h2(
 @pytest.mark.browser
 @pytest.mark.slow
 def test_quic_server_stopped_mid_cell_gives_invalid_runs(
-    prefix: str, tmp_path: Path, clean: None
+    shared_links: SharedLinks, tmp_path: Path, clean: None
 ) -> None:
     cfg = make_cell(
         condition=make_condition(rate_mbit=50, rtt_ms=20),
@@ -105,9 +106,7 @@ def test_quic_server_stopped_mid_cell_gives_invalid_runs(
         if arm == "h3" and rep == 2:
             servers["h3"].stop()
 
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1, fault=stop_h3)
-    )
+    r = shared_links.run_cell(cfg, tmp_path / "res", fault=stop_h3)
     assert r.status == "done"
     bad = r.invalid.get("h3", [])
     assert len(bad) == 3 and all("not running" in b for b in bad), bad
@@ -170,7 +169,9 @@ def test_cli_cell_into_a_sweep_of_other_software_is_refused(prefix: str, tmp_pat
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_1rtt_mode_uses_a_fresh_context_per_load(prefix: str, tmp_path: Path, clean: None) -> None:
+def test_1rtt_mode_uses_a_fresh_context_per_load(
+    shared_links: SharedLinks, tmp_path: Path, clean: None
+) -> None:
     cfg = make_cell(
         condition=make_condition(rate_mbit=50, rtt_ms=20),
         page="10kbx100",
@@ -179,9 +180,7 @@ def test_1rtt_mode_uses_a_fresh_context_per_load(prefix: str, tmp_path: Path, cl
         mode="1rtt",
         arms=("h3",),
     )
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1)
-    )
+    r = shared_links.run_cell(cfg, tmp_path / "res")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     runs = Store(tmp_path / "res").runs(r.cell_id, r.attempt)
     assert [x.used_0rtt for x in runs] == [0, 0]

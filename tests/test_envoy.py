@@ -9,12 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import until_the_link_holds
+from conftest import SharedLinks
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
 from quicbed.results.store import Store
-from quicbed.run.cell import run_cell
 from quicbed.servers import envoy, envoy_config
 from quicbed.servers.base import Arm
 from quicbed.spec.arms import parse_cli, resolve
@@ -167,7 +166,9 @@ def test_a_missing_envoy_is_refused_before_anything_starts(
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_envoy_arms_verified_per_load_from_the_server(prefix: str, tmp_path: Path) -> None:
+def test_envoy_arms_verified_per_load_from_the_server(
+    shared_links: SharedLinks, tmp_path: Path
+) -> None:
     """h2 against Envoy under CUBIC (the study's), Reno (sent by the client) and BBRv2:
     every measured load 0-RTT by Envoy's own log, its CC read from the server's senders."""
     names, settings = parse_cli(
@@ -176,9 +177,7 @@ def test_envoy_arms_verified_per_load_from_the_server(prefix: str, tmp_path: Pat
     cfg = make_cell(
         condition=COND, page="100kb", runs=2, warmup=1, arms=names, arm_settings=settings
     )
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
-    )
+    r = shared_links.run_cell(cfg, tmp_path / "r")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     got = {a: (v["cc"], v["protocols"], v["used_0rtt"]) for a, v in r.verified.items()}
     assert got == {
@@ -200,7 +199,7 @@ def test_envoy_arms_verified_per_load_from_the_server(prefix: str, tmp_path: Pat
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_client_that_asks_another_cc_makes_the_load_invalid(
-    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_links: SharedLinks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A browser that sends TBBR (as a field trial could) makes QUICHE replace the
     arm's CUBIC sender by BBRv1 for its connection: the probe sees both classes, and
@@ -209,9 +208,7 @@ def test_a_client_that_asks_another_cc_makes_the_load_invalid(
         envoy.EnvoyServer, "browser_options", lambda self: {"quic_connection_options": ("TBBR",)}
     )
     cfg = make_cell(condition=COND, page="5kb", runs=2, warmup=1, arms=("h2", "h3-envoy"))
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
-    )
+    r = shared_links.run_cell(cfg, tmp_path / "r")
     store = Store(tmp_path / "r")
     runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm == "h3-envoy" and not x.warmup]
     store.close()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import until_the_link_holds
+from conftest import SharedLinks
 from tshark import fields
 
 from quicbed.client import browsers, get_browser
@@ -36,7 +36,6 @@ from quicbed.link.model import make_condition
 from quicbed.paths import Run
 from quicbed.report.build import browser_label, software_label
 from quicbed.results.store import Store
-from quicbed.run.cell import run_cell
 from quicbed.spec.arms import pairs, parse_cli
 from quicbed.spec.cellconfig import make_cell
 from quicbed.spec.sweepspec import SweepSpec, load_spec, plan
@@ -352,7 +351,7 @@ def _ports(lines: list[str]) -> list[str]:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_firefox_cell_verifies_every_load_from_both_ends(
-    testbed: LocalTestbed, tmp_path: Path
+    shared_links: SharedLinks, tmp_path: Path
 ) -> None:
     """h2 (Apache) and h3 (quic-go) in Firefox, 0-RTT mode: every load valid, its
     protocol per entry from Resource Timing and BiDi (they agree) and the server's log
@@ -363,9 +362,7 @@ def test_a_firefox_cell_verifies_every_load_from_both_ends(
     _need_firefox()
     cfg = _cell("h2,h3", browser="firefox", runs=4)
     cfg = make_cell(**{**cfg.model_dump(), "page": "100kb"})
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path, testbed=testbed, receipt_tcp_seconds=1)
-    )
+    r = shared_links.run_cell(cfg, tmp_path)
     assert r.status == "done", r.problem
     assert r.invalid == {}, r.invalid
     assert set(r.browsers.values()) == {f"Firefox/{_firefox_version()}"}
@@ -420,15 +417,13 @@ def _firefox_version() -> str:
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_a_firefox_1rtt_cell_resumes_nothing(testbed: LocalTestbed, tmp_path: Path) -> None:
+def test_a_firefox_1rtt_cell_resumes_nothing(shared_links: SharedLinks, tmp_path: Path) -> None:
     """1-RTT mode: a new user context per load (its own TLS session and token caches),
     so no server sees 0-RTT or a resumed session; each load in another context. quiche,
     refused in 0-RTT mode, is measured here."""
     _need_firefox()
     cfg = _cell("h2,h3,h3-quiche", browser="firefox", runs=3, mode="1rtt")
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path, testbed=testbed, receipt_tcp_seconds=1)
-    )
+    r = shared_links.run_cell(cfg, tmp_path)
     assert r.status == "done", r.problem
     assert r.invalid == {}, r.invalid
     for arm in ("h3", "h3-quiche"):
@@ -447,14 +442,12 @@ def test_a_firefox_1rtt_cell_resumes_nothing(testbed: LocalTestbed, tmp_path: Pa
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_full_traces_decrypt_firefox_captures(testbed: LocalTestbed, tmp_path: Path) -> None:
+def test_full_traces_decrypt_firefox_captures(shared_links: SharedLinks, tmp_path: Path) -> None:
     """--traces full with Firefox: its key log (SSLKEYLOGFILE, NSS) opens the h2 and the
     h3 capture in tshark; neqo's own qlog is kept per arm; no NetLog is asked of it."""
     _need_firefox()
     cfg = _cell("h2,h3", browser="firefox", runs=2, warmup=0)
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path, testbed=testbed, receipt_tcp_seconds=1, traces="full")
-    )
+    r = shared_links.run_cell(cfg, tmp_path, traces="full")
     assert r.status == "done", r.problem
     top = tmp_path / "traces" / r.cell_id / str(r.attempt)
     for arm, proto, field in (("h2", "http2", "http2.type"), ("h3", "http3", "http3.frame_type")):

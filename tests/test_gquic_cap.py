@@ -15,25 +15,21 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import until_the_link_holds
+from conftest import SharedLinks
 
 from quicbed.link.model import make_condition
 from quicbed.results.store import Store
-from quicbed.run.cell import run_cell
 from quicbed.servers.gquic import flight_per_rtt
 from quicbed.spec.cellconfig import make_cell
-from quicbed.testbed.local import LocalTestbed
 
 
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_gquic_fills_a_100_mbit_link(testbed: LocalTestbed, tmp_path: Path) -> None:
+def test_gquic_fills_a_100_mbit_link(shared_links: SharedLinks, tmp_path: Path) -> None:
     cond = make_condition(rate_mbit=100, rtt_ms=36)
     cfg = make_cell(condition=cond, page="10mb", runs=2, warmup=1, arms=("h2", "gquic"))
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path, testbed=testbed, receipt_tcp_seconds=1, traces="none")
-    )
+    r = shared_links.run_cell(cfg, tmp_path, traces="none")
     assert r.status == "done", r.problem
     assert not r.invalid.get("gquic") and r.verified["gquic"]["valid"] == 2, r.invalid
     c = r.comparisons["h2/gquic"]

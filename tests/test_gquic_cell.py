@@ -15,21 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import until_the_link_holds
+from conftest import SharedLinks
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
 from quicbed.results.store import Store
-from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer
 from quicbed.spec.cellconfig import make_cell
-from quicbed.testbed.local import LocalTestbed
 
 
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_a_gquic_cell_is_verified_per_load(testbed: LocalTestbed, tmp_path: Path) -> None:
+def test_a_gquic_cell_is_verified_per_load(shared_links: SharedLinks, tmp_path: Path) -> None:
     cfg = make_cell(
         condition=make_condition(rate_mbit=10, rtt_ms=36),
         page="100kb",
@@ -46,9 +44,7 @@ def test_a_gquic_cell_is_verified_per_load(testbed: LocalTestbed, tmp_path: Path
             srv.argv = lambda: [*argv[:-1], "Q043"]  # type: ignore[method-assign]
             srv.start()
 
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path, testbed=testbed, receipt_tcp_seconds=1, fault=other_version)
-    )
+    r = shared_links.run_cell(cfg, tmp_path, fault=other_version)
     assert r.status == "done", r.problem
     assert r.verified["gquic"]["protocols"] == ["http/2+quic/39"]
     assert r.verified["gquic"]["valid"] == 3 and r.verified["gquic"]["used_0rtt"] >= 3

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SharedLinks
 
 from quicbed import hostparam
 from quicbed.errors import QuicbedError
@@ -100,19 +101,18 @@ def test_quic_go_loss_detection_is_its_own_setting() -> None:
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_rfc9002_loss_detection_sees_more_spurious_losses(prefix: str, tmp_path: Path) -> None:
+def test_rfc9002_loss_detection_sees_more_spurious_losses(
+    shared_links: SharedLinks, tmp_path: Path
+) -> None:
     """Under per-packet reordering, quic-go's RFC 9002 thresholds (fixed) take reordered
     packets for lost again and again; its own adaptive detection switches the packet
     threshold off after the first spurious loss of a connection. Both arms verified per
     load from the server's log; the traces count each load's spurious losses."""
-    from conftest import until_the_link_holds
 
     names, settings = parse_cli("h3:cc=cubic,h3-rfc:stack=quic-go:loss_detection=rfc9002")
     cond = make_condition(rate_mbit=20, rtt_ms=36, jitter_ms=4, jitter_kind="reorder")
     cfg = make_cell(condition=cond, page="1mb", runs=3, warmup=1, arms=names, arm_settings=settings)
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1, traces="light")
-    )
+    r = shared_links.run_cell(cfg, tmp_path / "r", traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     store = Store(tmp_path / "r")
     runs = [x for x in store.runs(r.cell_id, r.attempt) if not x.warmup]
@@ -192,7 +192,7 @@ def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(prefix: str, tmp_path
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> None:
+def test_quic_go_cc_and_cubic_n_from_its_log(shared_links: SharedLinks, tmp_path: Path) -> None:
     """Three quic-go arms side by side on their own ports: NewReno, CUBIC N = 1 and CUBIC
     N = 2 with beta 0.5; each load's CC and parameters as the server read them back from
     its patched congestion package."""
@@ -200,7 +200,7 @@ def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> Non
         "h2,h3:cc=reno,h3-cubic:stack=quic-go,h3-n2:stack=quic-go:cubic_n=2:cubic_beta=0.5"
     )
     cfg = make_cell(condition=COND, page="5kb", runs=2, warmup=1, arms=names, arm_settings=settings)
-    r = run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1, traces="light")
+    r = shared_links.run_cell(cfg, tmp_path / "r", traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     assert {a: v["cc"] for a, v in r.verified.items()} == {
         "h2": ["cubic"],
@@ -226,7 +226,7 @@ def test_quic_go_cc_and_cubic_n_from_its_log(prefix: str, tmp_path: Path) -> Non
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_quiche_arm_with_bbr_verified_and_traced(prefix: str, tmp_path: Path) -> None:
+def test_quiche_arm_with_bbr_verified_and_traced(shared_links: SharedLinks, tmp_path: Path) -> None:
     """The issue's cell in small: h2, h3 and h3-quiche under --cc bbr (quic-go keeps
     CUBIC: it has no BBR); every load verified (protocol, 0-RTT, CC from the server
     side), quiche's qlog (the newer "quic:" event names) read into transport samples."""
@@ -234,7 +234,7 @@ def test_quiche_arm_with_bbr_verified_and_traced(prefix: str, tmp_path: Path) ->
     cfg = make_cell(
         condition=COND, page="100kb", runs=2, warmup=1, arms=names, arm_settings=settings, cc="bbr"
     )
-    r = run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1, traces="light")
+    r = shared_links.run_cell(cfg, tmp_path / "r", traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     assert {a: (v["cc"], v["protocols"], v["used_0rtt"]) for a, v in r.verified.items()} == {
         "h2": (["bbr"], ["h2"], 0),

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SharedLinks
 
 from quicbed.errors import QuicbedError
 from quicbed.run.bulk import client_transport_argv
@@ -256,19 +257,17 @@ def test_quiche_strings_of_a_chromium_netlog() -> None:
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_bulk_cell_verifies_both_ends_from_the_wire(
-    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_links: SharedLinks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """quic-go and quiche servers advertising the arm's parameters, the bulk client its
     own: every flow checked against what each side recorded of the handshake. A third
     arm whose server is started without its flags (as a stack that ignored a setting
     would) is refused per flow, naming the parameter; a client window of 64 KiB without
     auto-tuning holds its flow near window / RTT."""
-    from conftest import until_the_link_holds
 
     from quicbed.link.model import make_condition
     from quicbed.results.store import Store
     from quicbed.results.transfers import BulkResult, stored_transfer
-    from quicbed.run.cell import run_cell
     from quicbed.servers.quiche import QuicheServer
     from quicbed.spec.cellconfig import make_cell
 
@@ -299,9 +298,7 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
         arm_settings=settings,
         transfer={"size": "2MB"},
     )
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
-    )
+    r = shared_links.run_cell(cfg, tmp_path / "r")
     store = Store(tmp_path / "r")
     rec = stored_transfer(store, r.cell_id, r.attempt)
     store.close()
@@ -336,17 +333,15 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
 @pytest.mark.browser
 @pytest.mark.slow
 def test_page_loads_verify_the_servers_and_store_what_chromium_advertised(
-    prefix: str, tmp_path: Path
+    shared_links: SharedLinks, tmp_path: Path
 ) -> None:
     """quic-go, quiche and Envoy each advertising the arm's parameters to Chromium, every
     load checked from the wire (quic-go's and quiche's own records; Envoy's through the
     client's NetLog), and every load storing the parameters Chromium sent: the same set
     whichever server it met."""
-    from conftest import until_the_link_holds
 
     from quicbed.link.model import make_condition
     from quicbed.results.store import Store
-    from quicbed.run.cell import run_cell
     from quicbed.spec.cellconfig import make_cell
 
     window = (
@@ -363,9 +358,7 @@ def test_page_loads_verify_the_servers_and_store_what_chromium_advertised(
     cfg = make_cell(
         condition=cond, page="100kb", runs=2, warmup=1, arms=names, arm_settings=settings
     )
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
-    )
+    r = shared_links.run_cell(cfg, tmp_path / "r")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     store = Store(tmp_path / "r")
     runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm != "h2"]

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SharedLinks
 
 from quicbed.link.model import make_condition
 from quicbed.paths import sha256_file
 from quicbed.results.store import Store
-from quicbed.run.cell import run_cell
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.base import ROLES
 from quicbed.testbed.ssh import Node, SshTestbed
@@ -397,16 +397,16 @@ def _gunzip(p: Path) -> bytes:
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
-    """A real 1 MB cell at 20 Mbit/s, 36 ms: every load's traces are on disk as
-    trace.json says, h2 has tcp_probe samples whose srtt is the emulated RTT, h3 a
+def test_light_cell_traces_both_arms(shared_links: SharedLinks, tmp_path: Path) -> None:
+    """A real 1 MB cell at 10 Mbit/s, 36 ms (the suite's shared link): every load's traces
+    are on disk as trace.json says, h2 has tcp_probe samples whose srtt is the emulated RTT, h3 a
     valid qlog with metrics, and every run has its facts."""
     rtt = 36.0
     cfg = make_cell(
-        condition=make_condition(rate_mbit=20, rtt_ms=rtt), page="1mb", runs=3, warmup=1
+        condition=make_condition(rate_mbit=10, rtt_ms=rtt), page="1mb", runs=3, warmup=1
     )
     out = tmp_path / "res"
-    r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=1, traces="light")
+    r = shared_links.run_cell(cfg, out, traces="light")
     assert r.status == "done", r.problem
     runs = Store(out).runs(r.cell_id, r.attempt)
     assert len(runs) == 8
@@ -467,6 +467,7 @@ def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
     for line in report:
         print(line)
     # nothing left behind: the tracefs instance and the server's qlog folder are gone
+    prefix = shared_links.prefix_of(cfg)
     assert not (tcp.TRACEFS / "instances" / f"quicbed-{prefix}").exists()
     assert not (Path("/run/quicbed") / prefix / "qlog" / f"{r.cell_id}-{r.attempt}").exists()
 
@@ -475,7 +476,7 @@ def test_light_cell_traces_both_arms(prefix: str, tmp_path: Path) -> None:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_without_tracefs_the_load_is_stored_and_the_trace_missing(
-    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_links: SharedLinks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """tracefs where it cannot be mounted (a folder that does not exist: the mount
     really fails): the h2 loads are measured and stored, each says why it has no
@@ -483,9 +484,9 @@ def test_without_tracefs_the_load_is_stored_and_the_trace_missing(
     assert os.geteuid() == 0
     monkeypatch.setattr(tcp, "TRACEFS", tmp_path / "no-tracefs")
     cfg = make_cell(
-        condition=make_condition(rate_mbit=50, rtt_ms=36), page="100kb", runs=2, warmup=1
+        condition=make_condition(rate_mbit=50, rtt_ms=20), page="100kb", runs=2, warmup=1
     )
-    r = run_cell(cfg, tmp_path / "res", prefix=prefix, receipt_tcp_seconds=1, traces="light")
+    r = shared_links.run_cell(cfg, tmp_path / "res", traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     runs = {x.arm: x for x in Store(tmp_path / "res").runs(r.cell_id, r.attempt)}
     h2, h3 = runs["h2"].detail, runs["h3"].detail

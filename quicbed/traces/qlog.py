@@ -374,6 +374,8 @@ class QlogTracer(Tracer):
 
     def stop(self) -> None:
         if self.ctx is not None:
-            for d in self.dirs.values():
+            # the arms' folders and the attempt's folder that holds them: a testbed that
+            # stays up for the next cell (a sweep's) keeps nothing of this one
+            for d in {*self.dirs.values(), *(d.parent for d in self.dirs.values())}:
                 self.ctx.testbed.remove("server", d)
         self.dirs = {}
