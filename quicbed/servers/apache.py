@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from contextlib import ExitStack
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -64,6 +64,15 @@ class ApacheServer(WebServer):
     colour = "#2065ab"
     software_name = "apache"
     program = APACHE
+    knob_refusals: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(
+            ("udp_rcvbuf", "udp_sndbuf", "client_udp_rcvbuf", "client_udp_sndbuf", "gso"),
+            "cannot apply it: Apache runs TCP; UDP knobs are for QUIC arms (TCP's buffer "
+            "is the rmem option)",
+        ),
+        "aead": "cannot choose it in quicbed yet: Apache's SSLCipherSuite TLSv1.3 could, "
+        "but quicbed's role does not set it or read the negotiated suite back",
+    }
 
     @classmethod
     def software(cls, run: Run, bindir: RPath) -> dict[str, Any] | None:

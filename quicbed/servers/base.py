@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.paths import Run, program_build
-from quicbed.spec import tparams
+from quicbed.spec import sockopts, tparams
 from quicbed.spec.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.base import Process, RPath, Testbed
 
@@ -157,6 +157,10 @@ class WebServer(ABC):
     #: advertise as asked, each with its reason; its ``Params`` takes them all
     #: (``TransportParams``), and ``check_arm`` refuses these by name
     transport_refusals: ClassVar[dict[str, str]] = {}
+    #: the host and socket knobs (quicbed.spec.sockopts: UDP buffers, AEAD) the stack
+    #: cannot apply, each with its reason, keyed by knob or ``knob=value``; a knob its
+    #: ``Params`` lacks is refused with the reason here (or "cannot apply it")
+    knob_refusals: ClassVar[dict[str, str]] = {}
     #: True: the server advertises one window for the three stream-data limits, so an
     #: arm gives all three, equal
     one_stream_window: ClassVar[bool] = False
@@ -232,6 +236,9 @@ class WebServer(ABC):
                     f"over UDP (set it on the cell's TCP arm, e.g. "
                     f"h2:{key}=...)"
                 )
+            if sockopts.is_key(key):
+                why = cls.knob_refusals.get(key, "cannot apply it")
+                raise QuicbedError(f"arm {arm}: {key} {params[key]}: {cls.name} {why}")
             if tparams.is_key(key) and cls.transport == "tcp":
                 raise QuicbedError(
                     f"arm {arm}: {key} is a QUIC transport parameter, and {cls.name} "
@@ -251,6 +258,7 @@ class WebServer(ABC):
             raise QuicbedError(f"arm {arm}: {msg}") from None
         out = {k: v for k, v in typed.model_dump().items() if k in params and v is not None}
         tparams.refuse(arm, cls.name, out, cls.transport_refusals)
+        sockopts.refuse(arm, cls.name, out, cls.knob_refusals)
         if cls.one_stream_window:
             tparams.one_stream_window(arm, cls.name, out)
         tparams.check_server(arm, out)
@@ -408,7 +416,7 @@ class WebServer(ABC):
         transport parameters against what each side advertised (quicbed.spec.tparams)."""
         reasons = []
         for key, want in self.arm.params.items():
-            if tparams.is_key(key):
+            if tparams.is_key(key) or sockopts.is_key(key):
                 continue
             got = facts.get(key)
             if isinstance(want, str):
@@ -417,7 +425,11 @@ class WebServer(ABC):
                 continue
             if got is None or any(abs(float(v) - float(want)) > 1e-6 for v in got):
                 reasons.append(f"the server's log shows {key} {got}, not {want:g}")
-        return reasons + tparams.evidence(tparams.server_sees(self.arm.params), facts)
+        return (
+            reasons
+            + tparams.evidence(tparams.server_sees(self.arm.params), facts)
+            + sockopts.evidence(self.arm.params, facts)
+        )
 
     @abstractmethod
     def version(self) -> dict[str, Any]: ...
