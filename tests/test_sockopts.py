@@ -29,7 +29,11 @@ def _arms(text: str, kind: str = "page") -> list:
 @pytest.mark.parametrize(
     ("text", "kind", "message"),
     [
-        ("h3:udp_rcvbuf=0", "bulk", "arm h3: udp_rcvbuf 0: a UDP socket buffer is 4096..1073741823"),
+        (
+            "h3:udp_rcvbuf=0",
+            "bulk",
+            "arm h3: udp_rcvbuf 0: a UDP socket buffer is 4096..1073741823",
+        ),
         (
             "h3:client_udp_sndbuf=1073741824",
             "bulk",
@@ -113,9 +117,10 @@ def test_ss_read_back_and_evidence() -> None:
     client = {"client_udp_rcvbuf": 851968, "aead": "chacha20-poly1305"}
     final = {"udp_rcvbuf": 1703936, "tls_cipher": "TLS_CHACHA20_POLY1305_SHA256"}
     assert sockopts.client_view(client, final) == []
-    assert "the client's UDP socket had udp_rcvbuf 212992" in sockopts.client_view(
-        client, {**final, "udp_rcvbuf": 212992}
-    )[0]
+    assert (
+        "the client's UDP socket had udp_rcvbuf 212992"
+        in sockopts.client_view(client, {**final, "udp_rcvbuf": 212992})[0]
+    )
 
 
 def test_gso_is_refused_on_a_testbed_that_cannot_show_it() -> None:
@@ -224,3 +229,48 @@ def test_a_bulk_cell_applies_and_verifies_the_knobs(
             s = ev["udp_sends"]
             assert s["tx_packets"] > 2 * s["udp_out_datagrams"], s  # GSO: batches
     print(json.dumps({k[0]: v.evidence.get("udp_sends") for k, v in flows.items()}))
+
+
+def test_the_report_draws_goodput_per_knob(tmp_path: Path) -> None:
+    """A buffer family (every buffer key alike per arm) against the size; GSO and the
+    AEAD as bars with +-1 sd. From stored records only."""
+    from made_rows import store_bulk_cell
+
+    from quicbed.link.model import make_condition
+    from quicbed.report.build import build
+
+    cond = make_condition(rate_mbit=100, rtt_ms=20)
+
+    def bufs(arm: str, n: int) -> str:
+        keys = ("udp_rcvbuf", "udp_sndbuf", "client_udp_rcvbuf", "client_udp_sndbuf")
+        return f"{arm}:stack=quic-go:" + ":".join(f"{k}={n}" for k in keys)
+
+    store_bulk_cell(
+        tmp_path,
+        "udp-buffers",
+        cond,
+        f"{bufs('h3-1x', 106496)},{bufs('h3-8x', 851968)}",
+        {"h3-1x": 40.0, "h3-8x": 90.0},
+    )
+    store_bulk_cell(
+        tmp_path,
+        "gso",
+        cond,
+        "h3-off:stack=quic-go:gso=false,h3-on:stack=quic-go:gso=true",
+        {"h3-off": 50.0, "h3-on": 80.0},
+    )
+    store_bulk_cell(
+        tmp_path,
+        "cipher",
+        cond,
+        "h3-aes:stack=quic-go:aead=aes-128-gcm,h3-cc:stack=quic-go:aead=chacha20-poly1305",
+        {"h3-aes": 80.0, "h3-cc": 70.0},
+    )
+    report = build(tmp_path)
+    shown = {f["shows"].get("scenario"): f for f in report.figures if f["shows"].get("axis")}
+    assert {k: v["shows"]["axis"] for k, v in shown.items()} == {
+        "udp-buffers": "client_udp_rcvbuf",
+        "gso": "gso",
+        "cipher": "aead",
+    }
+    assert shown["gso"]["shows"]["title"] == "bulk, scenario gso: goodput per gso"
