@@ -75,6 +75,15 @@ def base(key: str) -> str:
     return key.removeprefix("client_")
 
 
+def describe(params: Mapping[str, Any]) -> str:
+    """An arm's knobs as a table cell says them: ``udp_rcvbuf=106496;gso=false``."""
+    return ";".join(
+        f"{k}={str(params[k]).lower() if isinstance(params[k], bool) else params[k]}"
+        for k in KEYS
+        if params.get(k) is not None
+    )
+
+
 def buffer_bound(key: str, v: int | None) -> int | None:
     """A pydantic validator's body: the kernel's range for one buffer key."""
     if v is not None and not BUFFER_MIN <= v <= BUFFER_MAX:
