@@ -29,6 +29,41 @@ def cell_row(**fields: Any) -> CellRow:
     return CellRow(**{**base, **fields})
 
 
+def bulk_config(cond: Any, text: str, runs: int = 2) -> Any:
+    """A bulk cell of 2 MB downloads, ``runs`` per arm, arms as ``--arms`` spells them."""
+    from quicbed.spec.arms import parse_cli
+    from quicbed.spec.cellconfig import make_cell
+
+    names, settings = parse_cli(text)
+    return make_cell(
+        condition=cond,
+        page="bulk/2MB.bin",
+        kind="bulk",
+        runs=runs,
+        warmup=0,
+        arms=names,
+        arm_settings=settings,
+        transfer={"size": "2MB"},
+    )
+
+
+def measured_bulk(cfg: Any, folder: Path, prefix: str) -> Any:
+    """``cfg`` measured for real on a testbed of ``prefix`` into ``folder`` (again while
+    its receipt fails, as a sweep would), and its stored BulkResult."""
+    from conftest import until_the_link_holds
+
+    from quicbed.results.store import Store
+    from quicbed.results.transfers import BulkResult, stored_transfer
+    from quicbed.run.cell import run_cell
+
+    r = until_the_link_holds(lambda: run_cell(cfg, folder, prefix=prefix, receipt_tcp_seconds=1))
+    store = Store(folder)
+    rec = stored_transfer(store, r.cell_id, r.attempt)
+    store.close()
+    assert isinstance(rec, BulkResult), (r.status, r.problem)
+    return rec
+
+
 def _flow(arm: str, rep: int, mbit: float) -> Any:
     from quicbed.results.transfers import FlowResult
 
@@ -52,20 +87,8 @@ def store_bulk_cell(
     for tests that build a report from stored records only."""
     from quicbed.results.store import Store
     from quicbed.results.transfers import BulkResult, BulkRun
-    from quicbed.spec.arms import parse_cli
-    from quicbed.spec.cellconfig import make_cell
 
-    names, settings = parse_cli(text)
-    cfg = make_cell(
-        condition=cond,
-        page="bulk/2MB.bin",
-        kind="bulk",
-        runs=2,
-        warmup=0,
-        arms=names,
-        arm_settings=settings,
-        transfer={"size": "2MB"},
-    )
+    cfg = bulk_config(cond, text)
     runs = [
         BulkRun(arm=a, rep=rep, seq=2 * i + rep, flow=_flow(a, rep, m + rep))
         for i, (a, m) in enumerate(mbits.items())

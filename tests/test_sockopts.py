@@ -157,13 +157,9 @@ def test_a_bulk_cell_applies_and_verifies_the_knobs(
     on; one whose server is started without its flags and environment (as a stack that
     ignored them would): each of its flows is invalid, naming the buffer, the AEAD and
     GSO."""
-    from conftest import until_the_link_holds
+    from made_rows import bulk_config, measured_bulk
 
     from quicbed.link.model import make_condition
-    from quicbed.results.store import Store
-    from quicbed.results.transfers import BulkResult, stored_transfer
-    from quicbed.run.cell import run_cell
-    from quicbed.spec.cellconfig import make_cell
 
     real_argv, real_env = QuicGoServer.argv, QuicGoServer.env
 
@@ -180,30 +176,16 @@ def test_a_bulk_cell_applies_and_verifies_the_knobs(
     )
     rmem_max = Path("/proc/sys/net/core/rmem_max").read_text().strip()
     big = int(rmem_max) + 4096  # more than the host allows: raised for the arm
-    names, settings = parse_cli(
+    text = (
         "h3:udp_rcvbuf=106496:udp_sndbuf=212992:client_udp_rcvbuf=851968"
         ":client_udp_sndbuf=106496:aead=chacha20-poly1305:gso=false,"
         f"h3-big:stack=quic-go:udp_rcvbuf={big}:gso=true,"
         "h3-lie:stack=quic-go:udp_rcvbuf=106496:aead=chacha20-poly1305:gso=false"
     )
-    cfg = make_cell(
-        condition=make_condition(rate_mbit=50, rtt_ms=20),
-        page="bulk/2MB.bin",
-        kind="bulk",
-        runs=2,
-        warmup=0,
-        arms=names,
-        arm_settings=settings,
-        transfer={"size": "2MB"},
-    )
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
+    rec = measured_bulk(
+        bulk_config(make_condition(rate_mbit=50, rtt_ms=20), text), tmp_path / "r", prefix
     )
     assert Path("/proc/sys/net/core/rmem_max").read_text().strip() == rmem_max  # restored
-    store = Store(tmp_path / "r")
-    rec = stored_transfer(store, r.cell_id, r.attempt)
-    store.close()
-    assert isinstance(rec, BulkResult)
     flows = {(x.arm, x.rep): x.flow for x in rec.runs}
     assert len(flows) == 6
     for (name, _), f in flows.items():

@@ -263,14 +263,10 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
     arm whose server is started without its flags (as a stack that ignored a setting
     would) is refused per flow, naming the parameter; a client window of 64 KiB without
     auto-tuning holds its flow near window / RTT."""
-    from conftest import until_the_link_holds
+    from made_rows import bulk_config, measured_bulk
 
     from quicbed.link.model import make_condition
-    from quicbed.results.store import Store
-    from quicbed.results.transfers import BulkResult, stored_transfer
-    from quicbed.run.cell import run_cell
     from quicbed.servers.quiche import QuicheServer
-    from quicbed.spec.cellconfig import make_cell
 
     real = QuicheServer.transport_argv
     monkeypatch.setattr(
@@ -278,7 +274,7 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
         "transport_argv",
         lambda self: [] if self.arm.name == "h3-lie" else real(self),
     )
-    names, settings = parse_cli(
+    text = (
         "h3:initial_max_data=1000000:initial_max_stream_data_bidi_local=2000000"
         ":initial_max_stream_data_bidi_remote=2000000:initial_max_stream_data_uni=2000000"
         ":initial_max_streams_bidi=50:initial_max_streams_uni=10:max_idle_timeout=20000"
@@ -288,24 +284,8 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
         ":flow_control_autotune=false:client_initial_max_data=2000000,"
         "h3-lie:stack=quiche:max_ack_delay=10"
     )
-    cond = make_condition(rate_mbit=50, rtt_ms=20)
-    cfg = make_cell(
-        condition=cond,
-        page="bulk/2MB.bin",
-        kind="bulk",
-        runs=2,
-        warmup=0,
-        arms=names,
-        arm_settings=settings,
-        transfer={"size": "2MB"},
-    )
-    r = until_the_link_holds(
-        lambda: run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
-    )
-    store = Store(tmp_path / "r")
-    rec = stored_transfer(store, r.cell_id, r.attempt)
-    store.close()
-    assert isinstance(rec, BulkResult)
+    cfg = bulk_config(make_condition(rate_mbit=50, rtt_ms=20), text)
+    rec = measured_bulk(cfg, tmp_path / "r", prefix)
     flows = {(x.arm, x.rep): x.flow for x in rec.runs}
     assert len(flows) == 6
     for (name, _), f in flows.items():

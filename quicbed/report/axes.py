@@ -162,8 +162,6 @@ def _param_figure(
 ) -> tuple[str, list[Path], dict[str, Any]]:
     import matplotlib.pyplot as plt
 
-    from quicbed.report.plots import save_figure
-
     cond = json.loads(cell["_condition"])
     numeric = all(
         isinstance((cell["_settings"].get(a) or {}).get(key), int | float)
@@ -206,11 +204,22 @@ def _param_figure(
         ax.annotate(arm, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_xlabel(f"{key} ({_unit(key)})")
+    tops = [r[1] + r[2] for r in rows]
+    return _param_done(
+        fig, ax, tops, f"bulk, scenario {scenario}: goodput against {key}", key, scenario, out
+    )
+
+
+def _param_done(
+    fig: Any, ax: Any, tops: list[float], title: str, key: str, scenario: str, out: Path
+) -> tuple[str, list[Path], dict[str, Any]]:
+    """A goodput-per-parameter figure's axis, legend and title, saved as param-SCENARIO."""
+    from quicbed.report.plots import save_figure
+
     ax.set_ylabel("goodput (Mbit/s)")
-    ax.set_ylim(bottom=0, top=max([r[1] + r[2] for r in rows] + [1.0]) * 1.15)
+    ax.set_ylim(bottom=0, top=max([*tops, 1.0]) * 1.15)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    title = f"bulk, scenario {scenario}: goodput against {key}"
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     paths = save_figure(fig, out / "figures" / f"param-{scenario}")
@@ -223,8 +232,6 @@ def _bar_figure(
     """Goodput per value of a switch or a choice (``gso``, ``aead``): one bar per arm,
     mean +-1 sd, labelled with the arm and its value."""
     import matplotlib.pyplot as plt
-
-    from quicbed.report.plots import save_figure
 
     bars = []
     for arm in cell["arms"]:
@@ -243,12 +250,7 @@ def _bar_figure(
         label="goodput, mean +-1 sd",
     )
     ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7)
-    ax.set_ylabel("goodput (Mbit/s)")
-    ax.set_ylim(bottom=0, top=max([b[1] + b[2] for b in bars] + [1.0]) * 1.15)
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=7)
-    title = f"bulk, scenario {scenario}: goodput per {key}"
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    paths = save_figure(fig, out / "figures" / f"param-{scenario}")
-    return title, paths, {"transfer": "bulk", "scenario": scenario, "axis": key, "title": title}
+    tops = [b[1] + b[2] for b in bars]
+    return _param_done(
+        fig, ax, tops, f"bulk, scenario {scenario}: goodput per {key}", key, scenario, out
+    )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -342,7 +343,22 @@ class WebServer(ABC):
         """True once the server accepts connections."""
         return self.tb.listening("server", self.transport, self.arm.port)
 
+    def hold(self, held: ExitStack) -> None:
+        """Enter on ``held`` what must be in force while the server runs (a host-wide
+        parameter under quicbed.hostparam's lock, sysctls, a capture): before it starts,
+        let go when it stops or fails to start. Nothing by default."""
+        return None
+
     def start(self, timeout: float = 20) -> None:
+        self._held = ExitStack()
+        try:
+            self.hold(self._held)
+            self._spawn(timeout)
+        except BaseException:
+            self._held.close()
+            raise
+
+    def _spawn(self, timeout: float) -> None:
         stderr = self._own(f"{self.name}.stderr")
         self.tb.mkdir("server", self.spec.logdir)
         self.process = self.tb.spawn("server", self.argv(), log=stderr, env=self.env())
@@ -361,9 +377,14 @@ class WebServer(ABC):
         return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop(timeout=10)
-            self.process = None
+        try:
+            if self.process is not None:
+                self.process.stop(timeout=10)
+                self.process = None
+        finally:
+            held = getattr(self, "_held", None)
+            if held is not None:
+                held.close()
 
     def mark(self) -> None:
         """Remember where the log ends, so the next ``since_mark`` sees one load's lines."""

@@ -270,24 +270,10 @@ class QuicGoServer(OwnH3Server):
             env["QUIC_GO_DISABLE_GSO"] = "true"
         return env or None
 
-    def start(self, timeout: float = 20) -> None:
-        """Also raises net.core.rmem_max/wmem_max for the buffers the arm asks, while it
-        runs (quicbed.spec.sockopts.limits_raised)."""
-        self._held = ExitStack()
-        try:
-            self._held.enter_context(sockopts.limits_raised(self.tb, self.arm.params))
-            super().start(timeout)
-        except BaseException:
-            self._held.close()
-            raise
-
-    def stop(self) -> None:
-        try:
-            super().stop()
-        finally:
-            held = getattr(self, "_held", None)
-            if held is not None:
-                held.close()
+    def hold(self, held: ExitStack) -> None:
+        """net.core.rmem_max/wmem_max at least the buffers the arm asks, while it runs
+        (quicbed.spec.sockopts.limits_raised)."""
+        held.enter_context(sockopts.limits_raised(self.tb, self.arm.params))
 
     def mark(self) -> None:
         """Also counts what the server's namespace sent so far, when the arm sets gso."""

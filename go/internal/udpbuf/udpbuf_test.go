@@ -15,9 +15,9 @@ func TestApplyWinsOverQuicGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer udp.Close()
+	defer func() { _ = udp.Close() }()
 	tr := &quic.Transport{Conn: udp}
-	defer tr.Close()
+	defer func() { _ = tr.Close() }()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, _, _ = tr.ReadNonQUICPacket(ctx, nil) // quic-go's init: its 7 MiB attempt
