@@ -154,12 +154,17 @@ def tcp_cubic_beta(tb: Any, beta: float, holder: str) -> Iterator[dict[str, Any]
 @contextmanager
 def at_least(tb: Any, path: str, value: int, role: str = "server") -> Iterator[None]:
     """An integer parameter (``net.core.rmem_max``) at least ``value`` on ``role``'s host
-    for the block: one already that high is left alone; else set to ``value`` under the
-    lock, as :func:`tcp_cubic_beta` sets beta, and restored when the last holder lets go.
+    for the block: one already that high is left alone (or, where another testbed raised
+    it, held at its value too, so it is not restored while this block runs); else set to
+    ``value`` under the lock, as :func:`tcp_cubic_beta` sets beta, and restored when the
+    last holder lets go.
     Refused, naming the holder, when another testbed holds it at another value."""
     holder = holder_of(tb)
-    current = int(call(tb, "read", path, "", holder, role=role)["current"])
-    if current >= value:
+    now = call(tb, "read", path, "", holder, role=role)
+    held = now.get("state")
+    if held and int(held["value"]) >= value:
+        value = int(held["value"])  # raised by another testbed: hold it there with it
+    elif int(now["current"]) >= value:
         yield
         return
     got = call(tb, "acquire", path, str(value), holder, role=role)

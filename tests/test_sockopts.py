@@ -46,7 +46,7 @@ def _arms(text: str, kind: str = "page") -> list:
             "arm h3-quiche: udp_rcvbuf 106496: quiche cannot apply it: quicbed's quiche "
             "server (rust/) binds a std UdpSocket",
         ),
-        ("h3-quiche:gso=false", "bulk", "quiche cannot switch it: quicbed's quiche server"),
+        ("h3-quiche:gso=false", "bulk", "gso false: quiche cannot switch it: quicbed's quiche"),
         ("h3-quiche:aead=chacha20-poly1305", "bulk", "quiche cannot choose it: quiche's TLS"),
         ("h3-envoy:aead=chacha20-poly1305", "page", "envoy cannot choose it"),
         ("h3-envoy:udp_rcvbuf=106496", "page", "envoy cannot apply it"),
@@ -142,6 +142,10 @@ def test_a_host_cap_is_raised_under_the_lock_and_restored(tmp_path: Path) -> Non
         assert param.read_text() == "4000"
         other = hostparam.answer(["acquire", str(param), "5000", "local:other"])
         assert other["refused"] == ["local:qbknob-test"]
+        # a second testbed that needs less joins the hold instead of leaving it
+        tb2 = SimpleNamespace(kind="local", describe_short=lambda: "qbknob-two")
+        with hostparam.at_least(tb2, str(param), 2000):
+            assert param.read_text() == "4000"
     assert param.read_text() == "1000"
     assert not os.path.exists(hostparam._state_file(str(param)))
 

@@ -59,7 +59,7 @@ class Arm:
             f", {k} {str(v).lower()}"
             if isinstance(v, bool)
             else f", {k} {v:g}"
-            if isinstance(v, float | int)
+            if isinstance(v, float)
             else f", {k} {v}"
             for k, v in self.params.items()
         )
@@ -239,7 +239,8 @@ class WebServer(ABC):
                 )
             if sockopts.is_key(key):
                 why = cls.knob_refusals.get(key, "cannot apply it")
-                raise QuicbedError(f"arm {arm}: {key} {params[key]}: {cls.name} {why}")
+                shown = sockopts.shown(params[key])
+                raise QuicbedError(f"arm {arm}: {key} {shown}: {cls.name} {why}")
             if tparams.is_key(key) and cls.transport == "tcp":
                 raise QuicbedError(
                     f"arm {arm}: {key} is a QUIC transport parameter, and {cls.name} "

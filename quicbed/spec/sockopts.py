@@ -75,13 +75,14 @@ def base(key: str) -> str:
     return key.removeprefix("client_")
 
 
+def shown(v: Any) -> str:
+    """A knob's value as a spec spells it (``false``, not ``False``)."""
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
 def describe(params: Mapping[str, Any]) -> str:
     """An arm's knobs as a table cell says them: ``udp_rcvbuf=106496;gso=false``."""
-    return ";".join(
-        f"{k}={str(params[k]).lower() if isinstance(params[k], bool) else params[k]}"
-        for k in KEYS
-        if params.get(k) is not None
-    )
+    return ";".join(f"{k}={shown(params[k])}" for k in KEYS if params.get(k) is not None)
 
 
 def buffer_bound(key: str, v: int | None) -> int | None:
@@ -107,9 +108,9 @@ def refuse(arm: str, who: str, params: Mapping[str, Any], why: Mapping[str, str]
         v = params.get(key)
         if v is None:
             continue
-        reason = why.get(f"{key}={v}") or why.get(key)
+        reason = why.get(f"{key}={shown(v)}") or why.get(key)
         if reason:
-            raise QuicbedError(f"arm {arm}: {key} {v}: {who} {reason}")
+            raise QuicbedError(f"arm {arm}: {key} {shown(v)}: {who} {reason}")
 
 
 class SocketKnobs(BaseModel):
