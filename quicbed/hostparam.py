@@ -104,14 +104,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def call(tb: Any, action: str, path: str, value: str, holder: str) -> dict[str, Any]:
-    """Run ``action`` on the server role of ``tb`` (the local testbed's server is this
-    host: in this process); errors name the parameter and node."""
+def call(
+    tb: Any, action: str, path: str, value: str, holder: str, role: str = "server"
+) -> dict[str, Any]:
+    """Run ``action`` on the host of ``role`` of ``tb`` (the local testbed's roles share
+    this host: in this process); errors name the parameter and node."""
     if tb.kind == "local":
         out = answer([action, path, value, holder])
     else:
         cp = tb.exec(
-            "server",
+            role,
             [*tb.python("server"), "-m", "quicbed.hostparam", action, path, value, holder],
             check=False,
         )
@@ -119,12 +121,12 @@ def call(tb: Any, action: str, path: str, value: str, holder: str) -> dict[str, 
             out = json.loads(cp.stdout.strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):
             raise QuicbedError(
-                f"{path} on the server of testbed {tb.describe_short()}: "
+                f"{path} on the {role} of testbed {tb.describe_short()}: "
                 f"{(cp.stderr or cp.stdout).strip()[-300:] or 'no answer'}"
             ) from None
     if "error" in out:
         raise QuicbedError(
-            f"cannot set {path} on the server of testbed "
+            f"cannot set {path} on the {role} of testbed "
             f"{tb.describe_short()}: {out['error']} (it needs root there)"
         )
     return out
@@ -149,14 +151,48 @@ def tcp_cubic_beta(tb: Any, beta: float, holder: str) -> Iterator[dict[str, Any]
         call(tb, "release", TCP_CUBIC_BETA, value, holder)
 
 
+@contextmanager
+def at_least(tb: Any, path: str, value: int, role: str = "server") -> Iterator[None]:
+    """An integer parameter (``net.core.rmem_max``) at least ``value`` on ``role``'s host
+    for the block: one already that high is left alone (or, where another testbed raised
+    it, held at its value too, so it is not restored while this block runs); else set to
+    ``value`` under the lock, as :func:`tcp_cubic_beta` sets beta, and restored when the
+    last holder lets go.
+    Refused, naming the holder, when another testbed holds it at another value."""
+    holder = holder_of(tb)
+    now = call(tb, "read", path, "", holder, role=role)
+    held = now.get("state")
+    if held and int(held["value"]) >= value:
+        value = int(held["value"])  # raised by another testbed: hold it there with it
+    elif int(now["current"]) >= value:
+        yield
+        return
+    got = call(tb, "acquire", path, str(value), holder, role=role)
+    if "refused" in got:
+        raise QuicbedError(
+            f"{path} {value} is wanted on the {role}, but testbed(s) "
+            f"{', '.join(got['refused'])} on that host hold it at {got['value']}: the "
+            "parameter is host-wide; wait for them, or `quicbed testbed down` a dead one"
+        )
+    try:
+        yield
+    finally:
+        call(tb, "release", path, str(value), holder, role=role)
+
+
+#: the host-wide parameters a cell may hold, which a testbed's clean-up lets go of
+HELD = (TCP_CUBIC_BETA, "/proc/sys/net/core/rmem_max", "/proc/sys/net/core/wmem_max")
+
+
 def holder_of(tb: Any) -> str:
     return f"{tb.kind}:{tb.describe_short()}"
 
 
 def release_all(tb: Any) -> None:
     """A killed owner's hold on host-wide parameters, let go (a testbed's clean-up)."""
-    if tb.kind == "local" and os.path.exists(_state_file(TCP_CUBIC_BETA)):
-        call(tb, "release", TCP_CUBIC_BETA, "", holder_of(tb))
+    for path in HELD:
+        if tb.kind == "local" and os.path.exists(_state_file(path)):
+            call(tb, "release", path, "", holder_of(tb))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ field a row needs, for a 10 Mbit/s, 36 ms, 5 KB cell, overridden by what a test 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from quicbed.report.cellrow import CellRow
@@ -26,3 +27,88 @@ def cell_row(**fields: Any) -> CellRow:
         "cc": "cubic",
     }
     return CellRow(**{**base, **fields})
+
+
+def bulk_config(cond: Any, text: str, runs: int = 2) -> Any:
+    """A bulk cell of 2 MB downloads, ``runs`` per arm, arms as ``--arms`` spells them."""
+    from quicbed.spec.arms import parse_cli
+    from quicbed.spec.cellconfig import make_cell
+
+    names, settings = parse_cli(text)
+    return make_cell(
+        condition=cond,
+        page="bulk/2MB.bin",
+        kind="bulk",
+        runs=runs,
+        warmup=0,
+        arms=names,
+        arm_settings=settings,
+        transfer={"size": "2MB"},
+    )
+
+
+def measured_bulk(cfg: Any, folder: Path, links: Any) -> Any:
+    """``cfg`` measured for real into ``folder`` over the suite's shared link of its
+    condition (``conftest.SharedLinks``: again while the link fails, as a sweep would),
+    and its stored BulkResult."""
+    from quicbed.results.store import Store
+    from quicbed.results.transfers import BulkResult, stored_transfer
+
+    r = links.run_cell(cfg, folder)
+    store = Store(folder)
+    rec = stored_transfer(store, r.cell_id, r.attempt)
+    store.close()
+    assert isinstance(rec, BulkResult), (r.status, r.problem)
+    return rec
+
+
+def _flow(arm: str, rep: int, mbit: float) -> Any:
+    from quicbed.results.transfers import FlowResult
+
+    return FlowResult(
+        flow=f"{arm}-{rep}",
+        arm=arm,
+        protocol="h3",
+        ok=True,
+        bytes=10**6,
+        completion_s=1.0,
+        goodput_bps=mbit * 1e6,
+        samples=[(1.0, 10**6)],
+    )
+
+
+def store_bulk_cell(
+    folder: Path, scenario: str, cond: Any, text: str, mbits: dict[str, float]
+) -> None:
+    """A bulk cell of scenario ``scenario`` stored in ``folder`` as if measured: arms as
+    ``--arms`` spells them, two verified flows per arm at ``mbits`` (and 1 Mbit/s more),
+    for tests that build a report from stored records only."""
+    from quicbed.results.store import Store
+    from quicbed.results.transfers import BulkResult, BulkRun
+
+    cfg = bulk_config(cond, text)
+    runs = [
+        BulkRun(arm=a, rep=rep, seq=2 * i + rep, flow=_flow(a, rep, m + rep))
+        for i, (a, m) in enumerate(mbits.items())
+        for rep in range(2)
+    ]
+    rec = BulkResult(
+        created="now",
+        condition=cfg.condition.model_dump(mode="json"),
+        arms=[a.as_dict() for a in cfg.resolved_arms()],
+        object="bulk/2MB.bin",
+        object_bytes=2 * 10**6,
+        duration_s=None,
+        reps=2,
+        ideal_goodput_bps=None,
+        runs=runs,
+    )
+    store = Store(folder, create=True)
+    cid = cfg.cell_id()
+    store.add_cell(cid, cfg.model_dump(mode="json"))
+    store.add_scenarios([(cid, scenario)])
+    att = store.new_attempt(cid, {"quicbed": "test"})
+    store.set_receipt(cid, att, {"passed": True, "checks": []})
+    store.set_transfer(cid, att, "bulk", rec.model_dump(mode="json"))
+    store.finish_attempt(cid, att, "done")
+    store.close()

@@ -47,7 +47,10 @@ LAYERS = [
     # CPU profiles on request (perf, inferno, component shares)
     ("profile", "profile profile.*"),
     # the stacks (each owns its arms' settings) and the browsers
-    ("servers and browsers", "spec.tcpopts spec.tparams servers servers.* client client.*"),
+    (
+        "servers and browsers",
+        "spec.tcpopts spec.tparams spec.sockopts servers servers.* client client.*",
+    ),
     # what a sweep or cell asks for: arms, cells, specs
     ("spec", "spec spec.arms spec.cellconfig spec.sweepspec spec.catalog"),
     # a results folder: its store, provenance, records; merge and export read it

@@ -264,12 +264,10 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
     arm whose server is started without its flags (as a stack that ignored a setting
     would) is refused per flow, naming the parameter; a client window of 64 KiB without
     auto-tuning holds its flow near window / RTT."""
+    from made_rows import bulk_config, measured_bulk
 
     from quicbed.link.model import make_condition
-    from quicbed.results.store import Store
-    from quicbed.results.transfers import BulkResult, stored_transfer
     from quicbed.servers.quiche import QuicheServer
-    from quicbed.spec.cellconfig import make_cell
 
     real = QuicheServer.transport_argv
     monkeypatch.setattr(
@@ -277,7 +275,7 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
         "transport_argv",
         lambda self: [] if self.arm.name == "h3-lie" else real(self),
     )
-    names, settings = parse_cli(
+    text = (
         "h3:initial_max_data=1000000:initial_max_stream_data_bidi_local=2000000"
         ":initial_max_stream_data_bidi_remote=2000000:initial_max_stream_data_uni=2000000"
         ":initial_max_streams_bidi=50:initial_max_streams_uni=10:max_idle_timeout=20000"
@@ -287,22 +285,8 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
         ":flow_control_autotune=false:client_initial_max_data=2000000,"
         "h3-lie:stack=quiche:max_ack_delay=10"
     )
-    cond = make_condition(rate_mbit=50, rtt_ms=20)
-    cfg = make_cell(
-        condition=cond,
-        page="bulk/2MB.bin",
-        kind="bulk",
-        runs=2,
-        warmup=0,
-        arms=names,
-        arm_settings=settings,
-        transfer={"size": "2MB"},
-    )
-    r = shared_links.run_cell(cfg, tmp_path / "r")
-    store = Store(tmp_path / "r")
-    rec = stored_transfer(store, r.cell_id, r.attempt)
-    store.close()
-    assert isinstance(rec, BulkResult)
+    cfg = bulk_config(make_condition(rate_mbit=50, rtt_ms=20), text)
+    rec = measured_bulk(cfg, tmp_path / "r", shared_links)
     flows = {(x.arm, x.rep): x.flow for x in rec.runs}
     assert len(flows) == 6
     for (name, _), f in flows.items():
@@ -481,61 +465,13 @@ def test_the_report_draws_goodput_against_the_axis_a_scenario_varies(tmp_path: P
     """A scenario whose bulk cells differ in delay: a line per arm with its band and the
     capped arm's window / RTT; one whose arms differ in one parameter: goodput against
     it. Drawn from stored records only."""
+    from made_rows import store_bulk_cell
+
     from quicbed.link.model import make_condition
     from quicbed.report.build import build
-    from quicbed.results.store import Store
-    from quicbed.results.transfers import BulkResult, BulkRun, FlowResult
-    from quicbed.spec.cellconfig import make_cell
-
-    def flow(arm: str, rep: int, mbit: float) -> FlowResult:
-        return FlowResult(
-            flow=f"{arm}-{rep}",
-            arm=arm,
-            protocol="h3",
-            ok=True,
-            bytes=10**6,
-            completion_s=1.0,
-            goodput_bps=mbit * 1e6,
-            samples=[(1.0, 10**6)],
-        )
 
     def store_cell(scenario: str, cond: object, text: str, mbits: dict[str, float]) -> None:
-        names, settings = parse_cli(text)
-        cfg = make_cell(
-            condition=cond,
-            page="bulk/2MB.bin",
-            kind="bulk",
-            runs=2,
-            warmup=0,
-            arms=names,
-            arm_settings=settings,
-            transfer={"size": "2MB"},
-        )
-        runs = [
-            BulkRun(arm=a, rep=rep, seq=2 * i + rep, flow=flow(a, rep, m + rep))
-            for i, (a, m) in enumerate(mbits.items())
-            for rep in range(2)
-        ]
-        rec = BulkResult(
-            created="now",
-            condition=cfg.condition.model_dump(mode="json"),
-            arms=[a.as_dict() for a in cfg.resolved_arms()],
-            object="bulk/2MB.bin",
-            object_bytes=2 * 10**6,
-            duration_s=None,
-            reps=2,
-            ideal_goodput_bps=None,
-            runs=runs,
-        )
-        store = Store(tmp_path, create=True)
-        cid = cfg.cell_id()
-        store.add_cell(cid, cfg.model_dump(mode="json"))
-        store.add_scenarios([(cid, scenario)])
-        att = store.new_attempt(cid, {"quicbed": "test"})
-        store.set_receipt(cid, att, {"passed": True, "checks": []})
-        store.set_transfer(cid, att, "bulk", rec.model_dump(mode="json"))
-        store.finish_attempt(cid, att, "done")
-        store.close()
+        store_bulk_cell(tmp_path, scenario, cond, text, mbits)
 
     cap = "h3-cap:stack=quic-go:client_initial_max_data=65536:client_flow_control_autotune=false"
     for d, mbits in ((10, {"h3": 90.0, "h3-cap": 40.0}), (30, {"h3": 88.0, "h3-cap": 15.0})):

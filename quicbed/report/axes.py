@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quicbed.spec import tparams
+from quicbed.spec import sockopts, tparams
 
 #: link axes: (label, how a cell's condition gives its value); the first that varies
 LINK_AXES: tuple[tuple[str, str, Any], ...] = (
@@ -55,13 +55,23 @@ def _axis(cells: list[dict[str, Any]]) -> tuple[str, str, Any] | None:
 
 
 def _param_axis(cell: dict[str, Any]) -> str | None:
-    """The one transport parameter in which a cell's arms differ (None: not one)."""
+    """The one transport parameter or knob in which a cell's arms differ (None: not
+    one). Keys that differ together, with one value per arm (a buffer family setting
+    every buffer alike), are one axis, named by the first."""
     settings = [cell["_settings"].get(a) or {} for a in cell["arms"]]
-    keys = {k for s in settings for k in s if tparams.is_key(k)}
+    keys = {k for s in settings for k in s if tparams.is_key(k) or sockopts.is_key(k)}
     differ = [k for k in sorted(keys) if len({json.dumps(s.get(k)) for s in settings}) > 1]
-    if len(differ) != 1 or any(s.get(differ[0]) is None for s in settings):
+    if not differ or any(s.get(differ[0]) is None for s in settings):
+        return None
+    if any(s.get(k) != s.get(differ[0]) for k in differ[1:] for s in settings):
         return None
     return str(differ[0])
+
+
+def _unit(key: str) -> str:
+    if tparams.is_key(key):
+        return tparams.PARAMS[tparams.base(key)].unit
+    return "bytes asked; the kernel doubles it"
 
 
 def figures(cells: list[dict[str, Any]], out: Path) -> list[tuple[str, list[Path], dict[str, Any]]]:
@@ -152,9 +162,14 @@ def _param_figure(
 ) -> tuple[str, list[Path], dict[str, Any]]:
     import matplotlib.pyplot as plt
 
-    from quicbed.report.plots import save_figure
-
     cond = json.loads(cell["_condition"])
+    numeric = all(
+        isinstance((cell["_settings"].get(a) or {}).get(key), int | float)
+        and not isinstance((cell["_settings"].get(a) or {}).get(key), bool)
+        for a in cell["arms"]
+    )
+    if not numeric:
+        return _bar_figure(scenario, cell, key, out)
     rows = []
     for arm in cell["arms"]:
         s = cell["_settings"].get(arm) or {}
@@ -188,13 +203,54 @@ def _param_figure(
     for x, y, _, _, arm in rows:
         ax.annotate(arm, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
-    ax.set_xlabel(f"{key} ({tparams.PARAMS[tparams.base(key)].unit})")
+    ax.set_xlabel(f"{key} ({_unit(key)})")
+    tops = [r[1] + r[2] for r in rows]
+    return _param_done(
+        fig, ax, tops, f"bulk, scenario {scenario}: goodput against {key}", key, scenario, out
+    )
+
+
+def _param_done(
+    fig: Any, ax: Any, tops: list[float], title: str, key: str, scenario: str, out: Path
+) -> tuple[str, list[Path], dict[str, Any]]:
+    """A goodput-per-parameter figure's axis, legend and title, saved as param-SCENARIO."""
+    from quicbed.report.plots import save_figure
+
     ax.set_ylabel("goodput (Mbit/s)")
-    ax.set_ylim(bottom=0, top=max([r[1] + r[2] for r in rows] + [1.0]) * 1.15)
+    ax.set_ylim(bottom=0, top=max([*tops, 1.0]) * 1.15)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    title = f"bulk, scenario {scenario}: goodput against {key}"
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     paths = save_figure(fig, out / "figures" / f"param-{scenario}")
     return title, paths, {"transfer": "bulk", "scenario": scenario, "axis": key, "title": title}
+
+
+def _bar_figure(
+    scenario: str, cell: dict[str, Any], key: str, out: Path
+) -> tuple[str, list[Path], dict[str, Any]]:
+    """Goodput per value of a switch or a choice (``gso``, ``aead``): one bar per arm,
+    mean +-1 sd, labelled with the arm and its value."""
+    import matplotlib.pyplot as plt
+
+    bars = []
+    for arm in cell["arms"]:
+        v = (cell["_settings"].get(arm) or {}).get(key)
+        mean, sd = _line(cell["summary"].get(arm))
+        if mean is not None:
+            shown = str(v).lower() if isinstance(v, bool) else str(v)
+            bars.append((f"{arm}\n{key} {shown}", mean, sd))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar(
+        range(len(bars)),
+        [b[1] for b in bars],
+        yerr=[b[2] for b in bars],
+        capsize=4,
+        color="C0",
+        label="goodput, mean +-1 sd",
+    )
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7)
+    tops = [b[1] + b[2] for b in bars]
+    return _param_done(
+        fig, ax, tops, f"bulk, scenario {scenario}: goodput per {key}", key, scenario, out
+    )

@@ -448,7 +448,11 @@ def _arm_label(row: CellRow, key: str, params: bool = False) -> str:
         label += (
             " ["
             + ", ".join(
-                f"{k} {v:g}" if isinstance(v, float | int) else f"{k} {v}"
+                f"{k} {str(v).lower()}"
+                if isinstance(v, bool)
+                else f"{k} {v:g}"
+                if isinstance(v, float)
+                else f"{k} {v}"
                 for k, v in a.params.items()
             )
             + "]"

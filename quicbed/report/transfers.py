@@ -27,6 +27,7 @@ from quicbed.results.transfers import (
     plot_compete,
     stored_transfer,
 )
+from quicbed.spec import sockopts
 from quicbed.spec.cellconfig import flows_text
 from quicbed.spec.sweepspec import stored_queue_warning
 
@@ -53,6 +54,8 @@ COLUMNS = [
     "arm",
     "stack",
     "cc",
+    # the arm's host and socket knobs (quicbed.spec.sockopts), "key=value" joined by ";"
+    "knobs",
     "n",
     # bulk
     "goodput_mbit_mean",
@@ -336,6 +339,7 @@ def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
         row = dict.fromkeys(COLUMNS) | base | summary | flat(summary) | {"arm": arm}
         settings = cell["_settings"].get(arm) or {}
         row.update(stack=settings.get("stack") or "", cc=settings.get("cc") or cell["_cc"])
+        row.update(knobs=sockopts.describe(settings))
         row.update(jain_mean=cell.get("jain_mean"), jain_sd=cell.get("jain_sd"))
         mine = [
             (pair.split("/")[0], metrics)

@@ -61,7 +61,7 @@ from quicbed.run.cpu import CpuMeter, joining
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
 from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
-from quicbed.spec import tparams
+from quicbed.spec import sockopts, tparams
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.tcpinfo import ss_connections
 from quicbed.testbed.base import Process, RPath, Testbed
@@ -177,6 +177,7 @@ class _Rig:
             *(["-duration", f"{int(duration_s * 1000)}ms"] if duration_s else []),
             *(["-start-at", str(start_at_ns)] if start_at_ns else []),
             *(client_transport_argv(a.params) if a.protocol == "h3" else []),
+            *(sockopts.client_argv(a.params) if a.protocol == "h3" else []),
         ]
         self.flows += 1
         log = self.client_logs / f"{flow}.jsonl"
@@ -255,7 +256,13 @@ class _Rig:
         if a.transport == "udp":  # what the client advertised and received, and ran
             f.client_transport = {
                 k: final.get(k)
-                for k in ("tp_local", "tp_remote", "windows", tparams.AUTOTUNE)
+                for k in (
+                    "tp_local",
+                    "tp_remote",
+                    "windows",
+                    tparams.AUTOTUNE,
+                    *sockopts.CLIENT_RECORD,
+                )
                 if final.get(k) is not None
             }
         if f.completion_s and (not samples or samples[-1][0] < f.completion_s):
@@ -317,6 +324,7 @@ def _verified(f: FlowResult, evidence: tuple[dict[str, Any], list[str]], arm: Ar
     facts, reasons = evidence
     if f.client_transport is not None:
         reasons = reasons + tparams.client_view(arm.params, f.client_transport)
+        reasons = reasons + sockopts.client_view(arm.params, f.client_transport)
     f.evidence = facts
     if f.ok and reasons:
         f.ok, f.error = False, "; ".join(reasons)

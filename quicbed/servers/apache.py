@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from contextlib import ExitStack
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -64,6 +64,15 @@ class ApacheServer(WebServer):
     colour = "#2065ab"
     software_name = "apache"
     program = APACHE
+    knob_refusals: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(
+            ("udp_rcvbuf", "udp_sndbuf", "client_udp_rcvbuf", "client_udp_sndbuf", "gso"),
+            "cannot apply it: Apache runs TCP; UDP knobs are for QUIC arms (TCP's buffer "
+            "is the rmem option)",
+        ),
+        "aead": "cannot choose it in quicbed yet: Apache's SSLCipherSuite TLSv1.3 could, "
+        "but quicbed's role does not set it or read the negotiated suite back",
+    }
 
     @classmethod
     def software(cls, run: Run, bindir: RPath) -> dict[str, Any] | None:
@@ -111,32 +120,20 @@ class ApacheServer(WebServer):
     def log(self) -> RPath:
         return self.spec.logdir / self.log_name  # fixed by the role's httpd.conf
 
-    def start(self, timeout: float = 20) -> None:
-        self._held = ExitStack()
+    def hold(self, held: ExitStack) -> None:
+        """TCP CUBIC's beta on the server's host and the arm's TCP options on both ends
+        while Apache runs, and the SYN capture that verifies them."""
         self._syns: tcpopts.SynCapture | None = None
-        try:
-            if "cubic_beta" in self.arm.params:
-                self._held.enter_context(
-                    hostparam.tcp_cubic_beta(
-                        self.tb, self.arm.params["cubic_beta"], hostparam.holder_of(self.tb)
-                    )
+        if "cubic_beta" in self.arm.params:
+            held.enter_context(
+                hostparam.tcp_cubic_beta(
+                    self.tb, self.arm.params["cubic_beta"], hostparam.holder_of(self.tb)
                 )
-            if tcpopts.wanted(self.arm.params):
-                self._held.enter_context(tcpopts.applied(self.tb, self.arm.params))
-                self._syns = tcpopts.SynCapture(self.tb, self.arm.port, self.arm.name)
-                self._held.callback(self._syns.abort)
-            super().start(timeout)
-        except BaseException:
-            self._held.close()
-            raise
-
-    def stop(self) -> None:
-        try:
-            super().stop()
-        finally:
-            held = getattr(self, "_held", None)
-            if held is not None:
-                held.close()
+            )
+        if tcpopts.wanted(self.arm.params):
+            held.enter_context(tcpopts.applied(self.tb, self.arm.params))
+            self._syns = tcpopts.SynCapture(self.tb, self.arm.port, self.arm.name)
+            held.callback(self._syns.abort)
 
     def argv(self) -> list[str]:
         tls = self.arm.params.get("tls")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.paths import Run, program_build
-from quicbed.spec import tparams
+from quicbed.spec import sockopts, tparams
 from quicbed.spec.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.base import Process, RPath, Testbed
 
@@ -58,7 +59,7 @@ class Arm:
             f", {k} {str(v).lower()}"
             if isinstance(v, bool)
             else f", {k} {v:g}"
-            if isinstance(v, float | int)
+            if isinstance(v, float)
             else f", {k} {v}"
             for k, v in self.params.items()
         )
@@ -157,6 +158,10 @@ class WebServer(ABC):
     #: advertise as asked, each with its reason; its ``Params`` takes them all
     #: (``TransportParams``), and ``check_arm`` refuses these by name
     transport_refusals: ClassVar[dict[str, str]] = {}
+    #: the host and socket knobs (quicbed.spec.sockopts: UDP buffers, AEAD) the stack
+    #: cannot apply, each with its reason, keyed by knob or ``knob=value``; a knob its
+    #: ``Params`` lacks is refused with the reason here (or "cannot apply it")
+    knob_refusals: ClassVar[dict[str, str]] = {}
     #: True: the server advertises one window for the three stream-data limits, so an
     #: arm gives all three, equal
     one_stream_window: ClassVar[bool] = False
@@ -232,6 +237,10 @@ class WebServer(ABC):
                     f"over UDP (set it on the cell's TCP arm, e.g. "
                     f"h2:{key}=...)"
                 )
+            if sockopts.is_key(key):
+                why = cls.knob_refusals.get(key, "cannot apply it")
+                shown = sockopts.shown(params[key])
+                raise QuicbedError(f"arm {arm}: {key} {shown}: {cls.name} {why}")
             if tparams.is_key(key) and cls.transport == "tcp":
                 raise QuicbedError(
                     f"arm {arm}: {key} is a QUIC transport parameter, and {cls.name} "
@@ -251,6 +260,7 @@ class WebServer(ABC):
             raise QuicbedError(f"arm {arm}: {msg}") from None
         out = {k: v for k, v in typed.model_dump().items() if k in params and v is not None}
         tparams.refuse(arm, cls.name, out, cls.transport_refusals)
+        sockopts.refuse(arm, cls.name, out, cls.knob_refusals)
         if cls.one_stream_window:
             tparams.one_stream_window(arm, cls.name, out)
         tparams.check_server(arm, out)
@@ -334,7 +344,22 @@ class WebServer(ABC):
         """True once the server accepts connections."""
         return self.tb.listening("server", self.transport, self.arm.port)
 
+    def hold(self, held: ExitStack) -> None:
+        """Enter on ``held`` what must be in force while the server runs (a host-wide
+        parameter under quicbed.hostparam's lock, sysctls, a capture): before it starts,
+        let go when it stops or fails to start. Nothing by default."""
+        return None
+
     def start(self, timeout: float = 20) -> None:
+        self._held = ExitStack()
+        try:
+            self.hold(self._held)
+            self._spawn(timeout)
+        except BaseException:
+            self._held.close()
+            raise
+
+    def _spawn(self, timeout: float) -> None:
         stderr = self._own(f"{self.name}.stderr")
         self.tb.mkdir("server", self.spec.logdir)
         self.process = self.tb.spawn("server", self.argv(), log=stderr, env=self.env())
@@ -353,9 +378,14 @@ class WebServer(ABC):
         return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop(timeout=10)
-            self.process = None
+        try:
+            if self.process is not None:
+                self.process.stop(timeout=10)
+                self.process = None
+        finally:
+            held = getattr(self, "_held", None)
+            if held is not None:
+                held.close()
 
     def mark(self) -> None:
         """Remember where the log ends, so the next ``since_mark`` sees one load's lines."""
@@ -408,7 +438,7 @@ class WebServer(ABC):
         transport parameters against what each side advertised (quicbed.spec.tparams)."""
         reasons = []
         for key, want in self.arm.params.items():
-            if tparams.is_key(key):
+            if tparams.is_key(key) or sockopts.is_key(key):
                 continue
             got = facts.get(key)
             if isinstance(want, str):
@@ -417,7 +447,11 @@ class WebServer(ABC):
                 continue
             if got is None or any(abs(float(v) - float(want)) > 1e-6 for v in got):
                 reasons.append(f"the server's log shows {key} {got}, not {want:g}")
-        return reasons + tparams.evidence(tparams.server_sees(self.arm.params), facts)
+        return (
+            reasons
+            + tparams.evidence(tparams.server_sees(self.arm.params), facts)
+            + sockopts.evidence(self.arm.params, facts)
+        )
 
     @abstractmethod
     def version(self) -> dict[str, Any]: ...

@@ -47,7 +47,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -195,6 +195,17 @@ class EnvoyServer(GoogleQuicheServer):
     Params = EnvoyParams
     local = True
     transport_refusals = TRANSPORT_REFUSALS
+    knob_refusals: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(
+            ("udp_rcvbuf", "udp_sndbuf", "client_udp_rcvbuf", "client_udp_sndbuf"),
+            "cannot apply it: quicbed's Envoy listener sets no socket buffers (an Envoy "
+            "socket option could, but its read-back is not wired)",
+        ),
+        "gso": "cannot switch it: Envoy decides UDP GSO itself (its UDP writer), with no "
+        "option quicbed drives",
+        "aead": "cannot choose it: Envoy's QUIC TLS is BoringSSL, whose TLS 1.3 cipher "
+        "suites cannot be configured",
+    }
     one_stream_window = True
     #: the loads' evidence includes the browser's NetLog: page cells only
     kinds = ("page",)

@@ -26,7 +26,7 @@ with the numbers, so a capped server never passes for a protocol result.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -176,6 +176,11 @@ class GquicServer(OwnH3Server):
     #: Chromium 72 loads pages; no transfer client speaks gQUIC
     kinds = ("page",)
     client = "chromium72"
+    knob_refusals: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("udp_rcvbuf", "udp_sndbuf", "client_udp_rcvbuf", "client_udp_sndbuf", "gso", "aead"),
+        "cannot apply it: gQUIC's quic-go v0.10.2 has none of these knobs (its crypto is "
+        "gQUIC's own handshake, not TLS 1.3)",
+    )
     tcp_tls = TCP_TLS
 
     @classmethod

@@ -54,7 +54,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from quicbed.errors import QuicbedError
 from quicbed.servers.base import Arm, WebServer
@@ -397,6 +397,11 @@ class GoogleQuicheServer(WebServer):
     arms = ("h3-gquiche",)
     ccs: tuple[str, ...] = ("cubic",)
     local = False
+    knob_refusals: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("udp_rcvbuf", "udp_sndbuf", "client_udp_rcvbuf", "client_udp_sndbuf", "gso", "aead"),
+        "cannot apply it: Google QUICHE's quic_server has no flag for it (BoringSSL's TLS "
+        "1.3 suites cannot be configured)",
+    )
     #: a load's evidence is the browser's NetLog (``wants_client_netlog``): a transfer
     #: client keeps none, so this stack serves page cells only
     kinds = ("page",)

@@ -17,6 +17,7 @@ provenance) ran NewReno although their cells say cubic: see docs/stacks.md.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
@@ -32,7 +33,8 @@ from quicbed.servers.base import (
     cubic_n_bound,
     port_of,
 )
-from quicbed.spec import tparams
+from quicbed.spec import sockopts, tparams
+from quicbed.testbed.base import Testbed
 
 
 def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -56,6 +58,9 @@ def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str,
                 facts[key] = sorted({c[key] for c in conns if c.get(key) is not None})
         # what each side advertised, per connection (quicbed.spec.tparams)
         facts.update(tparams.conn_sets(conns))
+        ciphers = sorted({str(c["tls_cipher"]) for c in conns if c.get("tls_cipher")})
+        if ciphers:  # the AEAD each connection negotiated (quicbed.spec.sockopts)
+            facts["tls_cipher"] = ciphers
     closes = [e for e in ev if e.get("event") == "conn_close" and e.get("stats")]
     if closes:
         facts["stats"] = [e["stats"] for e in closes]
@@ -112,6 +117,7 @@ class OwnH3Server(WebServer):
                 "tp_local",
                 "tp_remote",
                 tparams.AUTOTUNE,
+                "tls_cipher",
             )
             if conn.get(k) is not None
         }
@@ -152,7 +158,7 @@ LOSS_DETECTION = {
 CUBIC_PARAMS = ("cubic_n", "cubic_beta")
 
 
-class QuicGoParams(tparams.TransportParams, Params):
+class QuicGoParams(tparams.TransportParams, sockopts.SocketKnobs, Params):
     """quic-go's knobs (quicbed's patch, go/patches): CUBIC's N emulated connections and
     loss backoff, and the loss detection, each read back from quic-go's package state
     into the server's conn record per connection; and the transport parameters
@@ -197,6 +203,15 @@ class QuicGoServer(OwnH3Server):
     transport_refusals = tparams.QUIC_GO_CONSTANTS
     #: one stream receive window (quic.Config.InitialStreamReceiveWindow) for all three
     one_stream_window = True
+    #: Go's TLS 1.3 cipher suites are fixed (crypto/tls: no Config.CipherSuites for 1.3):
+    #: the server takes AES-128-GCM when it has AES hardware and the client lists AES
+    #: first, ChaCha20-Poly1305 otherwise; ``GODEBUG=cpu.aes=off`` hides the hardware
+    #: from the process, which is how ``aead=chacha20-poly1305`` is applied
+    knob_refusals: ClassVar[dict[str, str]] = {
+        "aead=aes-256-gcm": "cannot choose AES-256-GCM: Go's TLS 1.3 server prefers "
+        "AES-128-GCM or ChaCha20-Poly1305, whatever the client offers first (crypto/tls "
+        "has no TLS 1.3 cipher setting)",
+    }
     #: the flag that sets each transport parameter (the stream window is one flag)
     FLAGS: ClassVar[dict[str, str]] = {
         "initial_max_data": "-initial-conn-window",
@@ -245,6 +260,45 @@ class QuicGoServer(OwnH3Server):
                 )
         return params
 
+    def env(self) -> dict[str, str] | None:
+        """``aead=chacha20-poly1305``: AES hardware hidden from the Go runtime (the
+        server then prefers ChaCha20); ``gso=false``: quic-go's own switch."""
+        env = {}
+        if self.arm.params.get("aead") == "chacha20-poly1305":
+            env["GODEBUG"] = "cpu.aes=off"
+        if self.arm.params.get("gso") is False:
+            env["QUIC_GO_DISABLE_GSO"] = "true"
+        return env or None
+
+    def hold(self, held: ExitStack) -> None:
+        """net.core.rmem_max/wmem_max at least the buffers the arm asks, while it runs
+        (quicbed.spec.sockopts.limits_raised)."""
+        held.enter_context(sockopts.limits_raised(self.tb, self.arm.params))
+
+    def mark(self) -> None:
+        """Also counts what the server's namespace sent so far, when the arm sets gso."""
+        super().mark()
+        if self.arm.params.get("gso") is not None:
+            self._sends = sockopts.read_sends(self.tb, "server")
+
+    def observe(self) -> dict[str, Any]:
+        """The server socket's buffers as the kernel holds them after the load (``ss
+        -uam``), when the arm sets them; with ``gso``, the datagrams and packets the
+        server sent during it."""
+        facts: dict[str, Any] = {}
+        if any(self.arm.params.get(k) is not None for k in sockopts.BUFFERS):
+            facts |= sockopts.read_socket(self.tb, "server", self.arm.port)
+        if self.arm.params.get("gso") is not None:
+            before = getattr(self, "_sends", None)
+            facts |= sockopts.sends_since(before, sockopts.read_sends(self.tb, "server"))
+        return facts
+
+    @classmethod
+    def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
+        super().check_testbed(arm, tb)
+        if arm.params.get("gso") is not None:
+            sockopts.check_gso_testbed(arm.name, tb.kind)
+
     def argv(self) -> list[str]:
         s, a = self.spec, self.arm
         return [
@@ -269,6 +323,8 @@ class QuicGoServer(OwnH3Server):
                 else []
             ),
             *self.transport_argv(),
+            *(["-udp-rcvbuf", str(a.params["udp_rcvbuf"])] if "udp_rcvbuf" in a.params else []),
+            *(["-udp-sndbuf", str(a.params["udp_sndbuf"])] if "udp_sndbuf" in a.params else []),
             *(["-qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
         ]
 

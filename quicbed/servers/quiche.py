@@ -56,6 +56,25 @@ class QuicheServer(OwnH3Server):
     ccs = SUPPORTED_CC
     Params = QuicheParams
     colour = "#7570b3"
+    #: the host and socket knobs quicbed's quiche server cannot apply (rust/: one std
+    #: UdpSocket, one send_to per packet)
+    knob_refusals: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(
+            ("udp_rcvbuf", "udp_sndbuf"),
+            "cannot apply it: quicbed's quiche server (rust/) binds a std UdpSocket and "
+            "sets no buffer: it runs with the kernel's defaults (net.core.rmem_default, "
+            "wmem_default)",
+        ),
+        **dict.fromkeys(
+            ("client_udp_rcvbuf", "client_udp_sndbuf"),
+            "cannot apply it: the client's buffers are set on a quic-go arm (the transfer "
+            "client is quic-go's; give them to the h3 arm)",
+        ),
+        "gso": "cannot switch it: quicbed's quiche server sends one packet per send_to "
+        "(no UDP_SEGMENT), so it never uses GSO",
+        "aead": "cannot choose it: quiche's TLS is BoringSSL, whose TLS 1.3 cipher suites "
+        "cannot be configured (its order depends only on AES hardware)",
+    }
     #: the flag of each transport parameter (quicbed-quiche-server's, README)
     FLAGS: ClassVar[dict[str, str]] = {
         "initial_max_data": "--initial-conn-window",

@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from quicbed.errors import QuicbedError, from_validation
-from quicbed.spec import tparams
+from quicbed.spec import sockopts, tparams
 
 if TYPE_CHECKING:
     from quicbed.servers.base import Arm, Kind, WebServer
@@ -172,6 +172,7 @@ def resolve(
         params = stack.check_arm(name, cc, s.params())
         stack.check_kind(name, kind)
         tparams.check_client(name, kind, params)  # what the cell's client can advertise
+        sockopts.check_client(name, kind, params)  # and which of its socket knobs it takes
         if stack.transport == "udp":
             port = next(quic_ports, None)
             if port is None:

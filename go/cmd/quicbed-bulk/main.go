@@ -48,6 +48,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"quicbed/internal/qtp"
+	"quicbed/internal/udpbuf"
 )
 
 // Receive windows, the same for both arms: large enough for 100 Mbit/s at 336 ms
@@ -116,6 +117,46 @@ type config struct {
 	Addr     string // dial this address instead of the URL's host (whose name TLS checks)
 	TP       transportParams
 	tpGiven  bool // an h3 flag was given (h2 refuses them)
+	// SO_RCVBUF and SO_SNDBUF of the h3 client's UDP socket, bytes (0: quic-go's
+	// 7 MiB attempt, on a socket of quic.DialAddr's own)
+	UDPRcvBuf, UDPSndBuf int
+}
+
+// buffersGiven: the flow sets its UDP socket's buffers, so it dials on a socket
+// of its own (see dialOwn).
+func (c config) buffersGiven() bool { return c.UDPRcvBuf > 0 || c.UDPSndBuf > 0 }
+
+// dialOwn dials addr from a UDP socket of the client's own whose buffers are set
+// after quic-go has wrapped it (quic.Transport's init, which raises both to
+// 7 MiB: here triggered by a ReadNonQUICPacket that returns at once), so the
+// sizes asked for are the ones the connection runs with. The transport is not
+// quic.DialAddr's single-use one: the client's connection IDs are quic-go's
+// default 4 bytes, not 0. Returns the connection and what the kernel holds.
+func dialOwn(ctx context.Context, c config, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, udpbuf.Sizes, error) {
+	raddr, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, udpbuf.Sizes{}, err
+	}
+	udp, err := net.ListenUDP("udp", nil)
+	if err != nil {
+		return nil, udpbuf.Sizes{}, err
+	}
+	tr := &quic.Transport{Conn: udp}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _, _ = tr.ReadNonQUICPacket(done, nil) // only quic-go's init: ctx is done
+	bufs, err := udpbuf.Apply(udp, c.UDPRcvBuf, c.UDPSndBuf)
+	if err != nil {
+		_ = tr.Close()
+		_ = udp.Close()
+		return nil, bufs, err
+	}
+	conn, err := tr.Dial(ctx, raddr, tc, qc)
+	if err != nil {
+		_ = tr.Close()
+		_ = udp.Close()
+	}
+	return conn, bufs, err
 }
 
 // record is one JSON line of output.
@@ -149,13 +190,16 @@ func main() {
 	flag.Int64Var(&c.TP.MaxStreamsBidi, "initial-max-streams-bidi", 0, "h3: initial_max_streams_bidi (0: quic-go's 100; -1: none)")
 	flag.Int64Var(&c.TP.MaxStreamsUni, "initial-max-streams-uni", 0, "h3: initial_max_streams_uni (0: quic-go's 100; HTTP/3 needs 3)")
 	flag.DurationVar(&c.TP.MaxIdleTimeout, "max-idle-timeout", 0, "h3: max_idle_timeout (0: quic-go's 30s)")
+	flag.IntVar(&c.UDPRcvBuf, "udp-rcvbuf", 0, "h3: SO_RCVBUF of the client's UDP socket, bytes, set after quic-go's own 7 MiB attempt (0: quic-go's); the kernel doubles it, capped at net.core.rmem_max")
+	flag.IntVar(&c.UDPSndBuf, "udp-sndbuf", 0, "h3: SO_SNDBUF of the client's UDP socket, bytes, likewise (0: quic-go's)")
 	autotune := flag.Bool("flow-control-autotune", true, "h3: grow the receive windows as the body is read (quic-go's own); false: they stay at their initial values")
 	flag.Parse()
 	c.TP.NoAutotune = !*autotune
 	flag.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "initial-max-data", "initial-max-stream-data", "initial-max-streams-bidi",
-			"initial-max-streams-uni", "max-idle-timeout", "flow-control-autotune":
+			"initial-max-streams-uni", "max-idle-timeout", "flow-control-autotune",
+			"udp-rcvbuf", "udp-sndbuf":
 			c.tpGiven = true
 		}
 	})
@@ -188,6 +232,8 @@ func (c config) check() error {
 		return fmt.Errorf("-initial-max-streams-bidi must be >= -1 (got %d)", c.TP.MaxStreamsBidi)
 	case c.TP.MaxStreamsUni < 0 || (c.TP.MaxStreamsUni > 0 && c.TP.MaxStreamsUni < 3):
 		return fmt.Errorf("-initial-max-streams-uni %d: HTTP/3 needs at least 3 (the server's control and QPACK streams)", c.TP.MaxStreamsUni)
+	case c.UDPRcvBuf < 0 || c.UDPSndBuf < 0:
+		return fmt.Errorf("-udp-rcvbuf and -udp-sndbuf must be >= 0 (got %d, %d)", c.UDPRcvBuf, c.UDPSndBuf)
 	case c.TP.MaxIdleTimeout < 0:
 		return fmt.Errorf("-max-idle-timeout must be >= 0 (got %v)", c.TP.MaxIdleTimeout)
 	}
@@ -215,6 +261,7 @@ type client struct {
 	remote   string
 	quicConn *quic.Conn
 	tp       *qtp.Record
+	bufs     *udpbuf.Sizes // the UDP socket's buffers, when the flow set them
 	// when the first connection was ready (Unix ns): h2 from the request's trace,
 	// h3 from the dial (quic-go's http3 client calls no trace hook for it)
 	connectedAt atomic.Int64
@@ -259,7 +306,19 @@ func newClient(c config, tlsCfg *tls.Config) *client {
 				addr = c.Addr
 			}
 			ctx, rec := qtp.WithRecord(ctx) // both sides' transport parameters, from the qlog events
-			conn, err := quic.DialAddr(ctx, addr, tc, qc)
+			var conn *quic.Conn
+			var err error
+			var bufs udpbuf.Sizes
+			if c.buffersGiven() {
+				conn, bufs, err = dialOwn(ctx, c, addr, tc, qc)
+				if err == nil {
+					cl.mu.Lock()
+					cl.bufs = &bufs
+					cl.mu.Unlock()
+				}
+			} else {
+				conn, err = quic.DialAddr(ctx, addr, tc, qc)
+			}
 			if err == nil {
 				cl.connectedAt.CompareAndSwap(0, time.Now().UnixNano())
 				cl.setAddrs(conn.LocalAddr(), conn.RemoteAddr())
@@ -427,6 +486,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	if cl.tp != nil {
 		final["tp_local"], final["tp_remote"] = cl.tp.Sets()
+	}
+	if cl.bufs != nil { // as the kernel held them after they were set (twice the request)
+		final["udp_rcvbuf"], final["udp_sndbuf"] = cl.bufs.Rcv, cl.bufs.Snd
+	}
+	if cl.quicConn != nil {
+		final["tls_cipher"] = tls.CipherSuiteName(cl.quicConn.ConnectionState().TLS.CipherSuite)
 	}
 	cl.mu.Unlock()
 	em.emit(final)

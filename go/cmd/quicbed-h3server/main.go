@@ -38,6 +38,8 @@ func main() {
 	flag.StringVar(&cfg.LossDetection, "loss-detection", h3server.DefaultLossDetection, "loss detection: adaptive (quic-go's own: a spurious loss switches the packet threshold off and raises the time threshold) or rfc9002 (3 packets and 9/8 RTT, never adapted; quicbed's patch)")
 	cubicN := flag.Int("cubic-n", h3server.DefaultCubicN, "CUBIC's emulated connections N, >= 1 (Chromium: 2); only with -cc cubic")
 	cubicBeta := flag.Float64("cubic-beta", h3server.DefaultCubicBeta, "CUBIC's backoff of one connection, 0 < beta < 1; a loss cuts the window to (N-1+beta)/N; only with -cc cubic")
+	flag.IntVar(&cfg.UDPRcvBuf, "udp-rcvbuf", 0, "SO_RCVBUF of the UDP socket, bytes, set after quic-go's own 7 MiB attempt (0 = quic-go's); the kernel doubles it and caps it at net.core.rmem_max")
+	flag.IntVar(&cfg.UDPSndBuf, "udp-sndbuf", 0, "SO_SNDBUF of the UDP socket, bytes, likewise (0 = quic-go's); capped at net.core.wmem_max")
 	// A bad flag is one line on stderr and exit 2; -help prints the flags.
 	flag.CommandLine.Init(os.Args[0], flag.ContinueOnError)
 	flag.CommandLine.SetOutput(io.Discard)

@@ -24,6 +24,7 @@ import (
 	"github.com/quic-go/quic-go/qlogwriter"
 
 	"quicbed/internal/qtp"
+	"quicbed/internal/udpbuf"
 )
 
 // Congestion control. quic-go v0.65.0 runs NewReno and nothing else; quicbed
@@ -85,6 +86,12 @@ type Config struct {
 	// LossDetection is "adaptive" (quic-go's own) or "rfc9002" (its
 	// thresholds never adapted; quicbed's patch). Required.
 	LossDetection string `json:"loss_detection"`
+	// UDPRcvBuf and UDPSndBuf are the SO_RCVBUF and SO_SNDBUF asked for the
+	// listening socket, bytes (0: quic-go's own, which raises both to 7 MiB).
+	// Set after quic-go has wrapped the socket, so the request wins (package
+	// udpbuf); the kernel doubles it, and the start record gives what it holds.
+	UDPRcvBuf int `json:"udp_rcvbuf"`
+	UDPSndBuf int `json:"udp_sndbuf"`
 }
 
 // Validate names the first bad setting the way the command line spells it.
@@ -110,6 +117,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-max-incoming-streams must be >= 0 (got %d)", c.MaxIncomingStreams)
 	case c.MaxIncomingUniStreams < 0:
 		return fmt.Errorf("-max-incoming-uni-streams must be >= 0 (got %d)", c.MaxIncomingUniStreams)
+	case c.UDPRcvBuf < 0:
+		return fmt.Errorf("-udp-rcvbuf must be >= 0 (got %d)", c.UDPRcvBuf)
+	case c.UDPSndBuf < 0:
+		return fmt.Errorf("-udp-sndbuf must be >= 0 (got %d)", c.UDPSndBuf)
 	case c.IdleTimeout < 0:
 		return fmt.Errorf("-idle-timeout must be >= 0 (got %v)", c.IdleTimeout)
 	case c.MaxStreamWindow != 0 && c.InitialStreamWindow > c.MaxStreamWindow:
@@ -345,6 +356,15 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 		_ = s.udp.Close()
 		return nil, err
 	}
+	// quic-go has wrapped the socket (ListenEarly): its 7 MiB attempt is done,
+	// so the buffers asked for are the ones that stay
+	bufs, err := udpbuf.Apply(s.udp.(*net.UDPConn), cfg.UDPRcvBuf, cfg.UDPSndBuf)
+	if err != nil {
+		_ = s.ln.Close()
+		_ = s.tr.Close()
+		_ = s.udp.Close()
+		return nil, fmt.Errorf("UDP buffers: %v", err)
+	}
 	start := map[string]any{
 		"addr": s.udp.LocalAddr().String(), "docroot": cfg.Docroot, "config": cfg,
 		"quic_go_version": QuicGoVersion(), "quic_go_patch": quic.QuicbedPatch, "go_version": runtime.Version(),
@@ -357,6 +377,9 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 	start["windows"] = map[string]any{"initial_stream": initStream, "max_stream": maxStream,
 		"initial_conn": initConn, "max_conn": maxConn}
 	start["flow_control_autotune"] = maxStream > initStream || maxConn > initConn
+	// the socket's buffers as the kernel holds them (getsockopt: twice the request)
+	start["udp_rcvbuf"], start["udp_sndbuf"] = bufs.Rcv, bufs.Snd
+	start["quic_go_disable_gso"] = os.Getenv("QUIC_GO_DISABLE_GSO")
 	log.Log("start", start)
 	go func() { s.serving <- s.h3.ServeListener(s.ln) }()
 	return s, nil
@@ -383,6 +406,8 @@ func (s *Server) connContext(ctx context.Context, c *quic.Conn) context.Context 
 			"used_0rtt":    st.Used0RTT, "did_resume": st.TLS.DidResume,
 			"quic_version": st.Version.String(), "alpn": st.TLS.NegotiatedProtocol,
 			"tls_version": tls.VersionName(st.TLS.Version),
+			// the AEAD the handshake negotiated (TLS 1.3 suite, as Go names it)
+			"tls_cipher": tls.CipherSuiteName(st.TLS.CipherSuite),
 		}
 		for k, v := range ccFields() {
 			rec[k] = v

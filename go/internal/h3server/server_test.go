@@ -261,3 +261,27 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// The buffers asked for are the socket's after quic-go's own 7 MiB attempt (the
+// kernel doubles them), and each connection logs the cipher it negotiated.
+func TestBuffersAndCipherAreLogged(t *testing.T) {
+	certPath, keyPath, pool := certFiles(t)
+	logBuf := &safeBuffer{mu: make(chanMutex, 1)}
+	srv, err := Start(Config{Addr: "127.0.0.1:0", Docroot: tree(t), Cert: certPath, Key: keyPath, CC: "reno", LossDetection: DefaultLossDetection, UDPRcvBuf: 106496, UDPSndBuf: 212992}, NewLogger(logBuf))
+	must(t, err)
+	defer srv.Stop(time.Second)
+	start := waitFor(t, logBuf, "start", 1)[0]
+	if start["udp_rcvbuf"] != float64(212992) || start["udp_sndbuf"] != float64(425984) {
+		t.Fatalf("start record's buffers: %v, %v", start["udp_rcvbuf"], start["udp_sndbuf"])
+	}
+	url := "https://localhost:" + strings.Split(srv.Addr().String(), ":")[1] + "/5kb/img-000.jpg"
+	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}
+	defer func() { _ = tr.Close() }()
+	resp, err := (&http.Client{Transport: tr}).Get(url)
+	must(t, err)
+	_ = resp.Body.Close()
+	conn := waitFor(t, logBuf, "conn", 1)[0]
+	if c := conn["tls_cipher"]; c != "TLS_AES_128_GCM_SHA256" && c != "TLS_CHACHA20_POLY1305_SHA256" {
+		t.Fatalf("tls_cipher %v", c)
+	}
+}
