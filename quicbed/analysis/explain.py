@@ -666,22 +666,7 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
             ]
             if c:
                 cw.step(*zip(*c, strict=True), where="post", color=col, lw=1.4)
-                for phase, (colour, marker) in PHASE_MARKS.items():
-                    at = [
-                        (s["t_page_ms"], s["cwnd_bytes"] / 1000)
-                        for s in rows
-                        if s.get("cwnd_bytes") and s.get("phase") == phase
-                    ]
-                    if at:
-                        cw.plot(
-                            *zip(*at, strict=True),
-                            color=colour,
-                            marker=marker,
-                            ms=3.5,
-                            ls="none",
-                            label=phase.replace("_", " ") if phase not in seen_phases else None,
-                        )
-                        seen_phases.add(phase)
+                mark_phases(cw, rows, "t_page_ms", seen_phases)
             if f:
                 cw.step(*zip(*f, strict=True), where="post", color=col, lw=0.8, ls="--", alpha=0.7)
             sr = [(s["t_page_ms"], s["srtt_ms"]) for s in rows if s.get("srtt_ms")]
@@ -731,6 +716,30 @@ PHASE_MARKS = {
     "recovery": ("#d95f02", "v"),
     "application_limited": ("#7570b3", "s"),
 }
+
+
+def mark_phases(
+    ax: Any, rows: list[dict[str, Any]], x: str, seen: set[str], scale: float = 1000
+) -> None:
+    """Mark each window sample of ``rows`` (at ``x``, cwnd / ``scale``) with its sender's
+    congestion phase (:data:`PHASE_MARKS`); each phase is labelled once per figure
+    (``seen``: the phases labelled so far)."""
+    for phase, (colour, marker) in PHASE_MARKS.items():
+        at = [
+            (s[x], s["cwnd_bytes"] / scale)
+            for s in rows
+            if s.get("cwnd_bytes") and s.get("phase") == phase
+        ]
+        if at:
+            ax.plot(
+                *zip(*at, strict=True),
+                color=colour,
+                marker=marker,
+                ms=3.5,
+                ls="none",
+                label=phase.replace("_", " ") if phase not in seen else None,
+            )
+            seen.add(phase)
 
 
 def _by_conn(samples: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

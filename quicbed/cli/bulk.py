@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from quicbed.cli.options import LinkOptions, ProfileOpt, TestbedOptions, options
+from quicbed.cli.options import LinkOptions, ProfileOpt, TestbedOptions, TracesOpt, options
 from quicbed.errors import QuicbedError
 from quicbed.link.model import RECEIPT_TCP_SECONDS, LinkCondition
 from quicbed.profile import check_profile
 from quicbed.spec.cellconfig import CellConfig, make_cell
 from quicbed.testbed.base import Testbed
+from quicbed.traces import check_level
 
 if TYPE_CHECKING:  # the runner loads when a command runs, not when the CLI starts
     from quicbed.results.transfers import BulkResult, CompeteResult
@@ -96,6 +97,7 @@ def run_bulk(
     progress: Progress | None = None,
     force: bool = False,
     profile: str = "none",
+    traces: str = "none",
 ) -> BulkResult:
     """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
     a page cell: a new attempt, its receipt, the link checked around it), its record
@@ -117,7 +119,7 @@ def run_bulk(
         shaper=shaper,
         transfer={"size": size, "duration_s": duration_s},
     )
-    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile)
+    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile, traces)
     assert isinstance(r, BulkResult)
     return r
 
@@ -138,6 +140,7 @@ def run_compete(
     progress: Progress | None = None,
     force: bool = False,
     profile: str = "none",
+    traces: str = "none",
 ) -> CompeteResult:
     """One compete cell (``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)], ``reps``
     repetitions) measured into the results folder ``out``, its record read back."""
@@ -160,7 +163,7 @@ def run_compete(
             "stagger_s": stagger_s,
         },
     )
-    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile)
+    r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile, traces)
     assert isinstance(r, CompeteResult)
     return r
 
@@ -173,6 +176,7 @@ def _measure(
     progress: Progress | None,
     force: bool,
     profile: str = "none",
+    traces: str = "none",
 ) -> BulkResult | CompeteResult:
     from quicbed.results.store import Store
     from quicbed.results.transfers import stored_transfer
@@ -189,6 +193,7 @@ def _measure(
             receipt_tcp_seconds=receipt_tcp_seconds,
             progress=progress,
             profile=profile,
+            traces=traces,
         )
         if not res.link_failed:
             break
@@ -221,6 +226,7 @@ def bulk(
     tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
     profile: ProfileOpt = None,
+    traces: TracesOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure one bulk cell: goodput per arm, --reps downloads each, one flow at a time, on
@@ -247,6 +253,7 @@ def bulk(
             progress=_progress,
             force=force,
             profile=check_profile(profile or "none"),
+            traces=check_level(traces or "none"),
         )
     except QuicbedError as e:
         raise _as_typed(e) from None
@@ -276,6 +283,7 @@ def compete(
     tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
     profile: ProfileOpt = None,
+    traces: TracesOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure one compete cell: K flows of one arm against M of another on one bottleneck.
@@ -304,6 +312,7 @@ def compete(
             progress=_progress,
             force=force,
             profile=check_profile(profile or "none"),
+            traces=check_level(traces or "none"),
         )
     except QuicbedError as e:
         raise _as_typed(e) from None

@@ -432,7 +432,8 @@ TracesOpt = Annotated[
     str | None,
     typer.Option(
         "--traces",
-        help="Transport traces per load: none, light or full (default: light; run: the spec's).",
+        help="Transport traces per load or flow: none, light or full (default: light for "
+        "page loads, none for bulk and compete flows; run: the spec's).",
     ),
 ]
 ProfileOpt = Annotated[

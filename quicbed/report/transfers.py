@@ -170,7 +170,7 @@ def build(
                         }
                         for sc in scenarios.get(cid) or ["cells"]:
                             goodputs.append((sc, cell["_condition"], cell["object"], arm, got))
-                cell["figures"] = _figures(r, cid, out, sec)
+                cell["figures"] = _figures(r, cid, out, sec, root)
             sec.cells.append(cell)
             sec.rows += _rows(cell, alpha)
     finally:
@@ -366,7 +366,9 @@ def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
     return out
 
 
-def _figures(r: BulkResult | CompeteResult, cid: str, out: Path, sec: TransferSection) -> list[str]:
+def _figures(
+    r: BulkResult | CompeteResult, cid: str, out: Path, sec: TransferSection, root: Path
+) -> list[str]:
     figs = out / "figures"
     shows: dict[str, Any] = {"cell_id": cid, "transfer": r.kind}
     if isinstance(r, BulkResult):
@@ -383,5 +385,8 @@ def _figures(r: BulkResult | CompeteResult, cid: str, out: Path, sec: TransferSe
                     shows | {"rep": run.rep, "title": title},
                 )
             )
+    from quicbed.report import windows
+
+    drawn += windows.figures(r, root, cid, figs)  # traced flows: their windows
     sec.drawn += drawn
     return [paths[0].name for _, paths, _ in drawn]

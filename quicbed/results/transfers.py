@@ -73,6 +73,10 @@ class FlowResult(BaseModel):
     #: each role's UDP errors and interface drops over the flow (bulk; a compete run
     #: keeps them for all its flows in CompeteRun.counters)
     counters: dict[str, RoleCounters] = Field(default_factory=dict)
+    #: its transport trace (a cell traced at light or full; quicbed.traces.flows): the
+    #: load's files and what is missing, the flow's connection in them, ``t0_ms`` and the
+    #: facts derived from its rows; None: not traced
+    trace: dict[str, Any] | None = None
 
     def ack_ratio(self) -> float | None:
         """A QUIC flow's packets its client sent per packet it received: the client's own
@@ -494,7 +498,7 @@ _COLORS = {
 }
 
 
-def _flow_colors(flows: list[FlowResult], arms: list[dict[str, Any]]) -> dict[str, str]:
+def flow_colors(flows: list[FlowResult], arms: list[dict[str, Any]]) -> dict[str, str]:
     transport = {a["name"]: a["transport"] for a in arms}
     seen: dict[str, int] = {}
     out = {}
@@ -524,7 +528,7 @@ def plot_compete(r: CompeteResult, run: CompeteRun, base: Path) -> list[Path]:
         height_ratios=[3, 1.3][:rows],
     )
     ax = axes[0][0]
-    colors = _flow_colors(run.flows, r.arms)
+    colors = flow_colors(run.flows, r.arms)
     for f in run.flows:
         tl = f.timeline()
         share = run.shares.get(f.flow)

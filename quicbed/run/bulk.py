@@ -68,6 +68,8 @@ from quicbed.testbed.base import Process, RPath, Testbed
 
 if TYPE_CHECKING:
     from quicbed.profile.session import CpuProfile
+    from quicbed.traces.base import TraceSet
+    from quicbed.traces.flows import FlowLoad
 
 CLIENT = "quicbed-bulk"
 INTERVAL_S = 0.1
@@ -109,7 +111,15 @@ def client_transport_argv(params: dict[str, Any]) -> list[str]:
 class _Rig:
     """Servers of the arms serving the bulk object, and clients started on the client."""
 
-    def __init__(self, tb: Testbed, arms: list[Arm], size: str, out: Path, host: str) -> None:
+    def __init__(
+        self,
+        tb: Testbed,
+        arms: list[Arm],
+        size: str,
+        out: Path,
+        host: str,
+        qlog_dirs: dict[str, RPath] | None = None,
+    ) -> None:
         from quicbed import certs
         from quicbed.spec import bulkobjects
 
@@ -128,6 +138,7 @@ class _Rig:
             cert=work / "tls" / pki.cert.name,
             key=work / "tls" / pki.key.name,
             logdir=tb.outbox("server", self.logs),
+            qlog_dirs=qlog_dirs,
         )
         self.ca = tb.workdir("client") / "tls" / pki.ca_cert.name
         tb.push("client", pki.ca_cert, self.ca, mode=0o644)
@@ -367,27 +378,59 @@ def run_transfer(
     logs: Path,
     progress: Progress | None,
     profile: CpuProfile | None = None,
+    *,
+    tracing: TraceSet | None = None,
 ) -> BulkResult | CompeteResult:
     """A bulk or compete cell's transfers on ``proven`` (receipt passed, link checked
     around it by quicbed.run.cell), the arms' servers started and stopped here; their logs
     and the clients' go to ``logs``. With ``profile``, perf samples each flow's server and
-    client (quicbed.profile.session)."""
+    client (quicbed.profile.session). With ``tracing`` (the cell's trace level, as page
+    cells trace their loads), each flow gets its transport trace (quicbed.traces.flows),
+    sealed once the servers have stopped (their qlog files are complete then)."""
+    from quicbed.traces import flows as flowtraces
+
     t = cfg.transfer
     assert t is not None and cfg.kind in ("bulk", "compete")
     arms = cfg.resolved_arms()
-    rig = _Rig(tb, arms, t.size, logs, cfg.host)
+    rig = _Rig(tb, arms, t.size, logs, cfg.host, tracing.ctx.qlog_dirs if tracing else None)
     say = progress or (lambda _m, _i, _n: None)
-    rig.start()
+    loads: list[FlowLoad] = []
     try:
-        if cfg.kind == "bulk":
-            return _bulk(cfg, rig, proven, say, profile)
-        return _compete(cfg, rig, proven, say, profile)
+        if tracing:
+            tracing.start()
+        rig.start()
+        try:
+            if cfg.kind == "bulk":
+                result: BulkResult | CompeteResult = _bulk(
+                    cfg, rig, proven, say, profile, tracing, loads
+                )
+            else:
+                result = _compete(cfg, rig, proven, say, profile, tracing, loads)
+        finally:
+            rig.stop()
+        if tracing:
+            stacks = {a.name: get_stack(a.stack) for a in arms}
+            flowtraces.seal(
+                tracing,
+                loads,
+                result,
+                spurious={n: s.logs_spurious_losses for n, s in stacks.items()},
+                qlog_writers={n: s.writes_qlog for n, s in stacks.items() if s.transport == "udp"},
+            )
+        return result
     finally:
-        rig.stop()
+        if tracing:
+            tracing.stop()
 
 
 def _bulk(
-    cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress, profile: CpuProfile | None
+    cfg: CellConfig,
+    rig: _Rig,
+    proven: ProvenLink,
+    say: Progress,
+    profile: CpuProfile | None,
+    tracing: TraceSet | None = None,
+    loads: list[FlowLoad] | None = None,
 ) -> BulkResult:
     """``cfg.runs`` downloads per arm, interleaved (ABBA, the cell's schedule), one flow
     at a time. With a duration each runs that long (the object again and again on one
@@ -404,10 +447,15 @@ def _bulk(
         before = link.shaper.counters(tb)
         rig.servers[arm].mark()
         net_mark, cpu_mark = net.read(), meter.begin()
+        lt = tracing.begin(arm, rep) if tracing else None
         p, log = rig.spawn(arm, f"{arm}-{rep}", t.duration_s, None)
         profiled = profile.attach(arm, {"client": [p.pid]}) if profile else []
         limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
         rig.wait_done([log], [p], timeout=limit)
+        if tracing and lt:  # while the client lingers: its connection is in the table
+            tracing.end(lt)
+            if loads is not None:
+                loads.append(_flow_load(lt, arm, rep, lt.began_wall))
         cpu = meter.end(cpu_mark)[arm]
         counters = net.since(net_mark)
         if profile:
@@ -487,8 +535,20 @@ class _QueueSampler(threading.Thread):
             self.halt.wait(max(0.0, (next_t - time.time_ns()) / 1e9))
 
 
+def _flow_load(lt: Any, arm: str, rep: int, zero_wall: float) -> FlowLoad:
+    from quicbed.traces.flows import FlowLoad
+
+    return FlowLoad(lt, arm, rep, zero_wall)
+
+
 def _compete(
-    cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress, profile: CpuProfile | None
+    cfg: CellConfig,
+    rig: _Rig,
+    proven: ProvenLink,
+    say: Progress,
+    profile: CpuProfile | None,
+    tracing: TraceSet | None = None,
+    loads: list[FlowLoad] | None = None,
 ) -> CompeteResult:
     """``cfg.runs`` repetitions: every flow of ``transfer.flows`` (e.g. h3x1,h2x4) starts
     at one instant on the client's clock, flow i ``i x stagger_s`` later, and runs
@@ -505,12 +565,15 @@ def _compete(
         lead_s = 1.0 + 0.15 * len(plan)  # time to spawn every client before the start
         t0_client = rig.client_clock_ns() + int(lead_s * 1e9)
         # the controller's clock for the queue sampler (the same clock locally)
-        sampler = _QueueSampler(tb, proven.link, time.time_ns() + int(lead_s * 1e9))
+        zero_ns = time.time_ns() + int(lead_s * 1e9)
+        sampler = _QueueSampler(tb, proven.link, zero_ns)
         sampler.start()
         procs, logs = [], []
         for srv in rig.servers.values():
             srv.mark()
         net_mark, cpu_mark = net.read(), meter.begin()
+        # one traced load per arm and repetition, every flow of the arm in it
+        traced = {a: tracing.begin(a, rep) for a, _ in t.flows} if tracing else {}
         try:
             for i, (arm, flow) in enumerate(plan):
                 p, log = rig.spawn(
@@ -529,6 +592,11 @@ def _compete(
             )
             total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
             rig.wait_done(logs, procs, timeout=total)
+            for a, lt in traced.items():
+                assert tracing is not None
+                tracing.end(lt)
+                if loads is not None:
+                    loads.append(_flow_load(lt, a, rep, zero_ns / 1e9))
             cpu = meter.end(cpu_mark)
             counters = net.since(net_mark)
             if profile:

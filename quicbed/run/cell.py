@@ -180,7 +180,7 @@ def run_cell(
     fault: Callable[[str, int, dict[str, WebServer]], None] | None = None,
     resume_attempt: int | None = None,
     link: ProvenLink | None = None,
-    traces: str = "light",
+    traces: str | None = None,
     profile: str = "none",
 ) -> CellResult:
     """Measure one cell into the results folder ``out`` as a new attempt.
@@ -192,11 +192,12 @@ def run_cell(
     ``resume_attempt`` continues an interrupted attempt instead: the loads already
     stored are kept and skipped. ``fault`` is called before each load (arm, rep,
     servers): tests use it to break something on purpose. ``traces``: the capture
-    level (none, light, full; quicbed.traces), recorded in the attempt's provenance;
+    level (none, light, full; quicbed.traces; None: light for page cells, none for
+    transfer cells, whose flows are traced when asked), recorded in the attempt's provenance;
     ``profile``: none, or cpu (perf on each arm's server and client over the measured
     loads or flows: quicbed.profile), recorded there too.
     """
-    check_level(traces)
+    traces = check_level(traces or ("light" if cfg.kind == "page" else "none"))
     check_profile(profile)
     out = out.resolve()  # servers get paths from it and run with other working dirs
     tb = testbed or LocalTestbed(prefix)
@@ -546,7 +547,10 @@ class _Job:
 
         _, log_dir = self.store.paths(self.cell_id, self.attempt)
         profiler = self._profiler("quicbed-bulk")
-        result = run_transfer(self.cfg, self.tb, proven, log_dir, self.progress, profiler)
+        tracing = self._traceset()
+        result = run_transfer(
+            self.cfg, self.tb, proven, log_dir, self.progress, profiler, tracing=tracing
+        )
         if profiler:
             self._seal_profile(profiler)
         self.store.set_transfer(

@@ -49,7 +49,14 @@ from quicbed.run.cell import CellResult, run_cell
 from quicbed.run.pool import TestbedLost, run_pool
 from quicbed.run.shard import Shard, select
 from quicbed.spec.cellconfig import CellConfig
-from quicbed.spec.sweepspec import PlannedCell, SweepSpec, estimate_seconds, plan, plan_warnings
+from quicbed.spec.sweepspec import (
+    PlannedCell,
+    SweepSpec,
+    cell_traces,
+    estimate_seconds,
+    plan,
+    plan_warnings,
+)
 from quicbed.testbed.base import Testbed
 from quicbed.testbed.local import LocalTestbed
 
@@ -414,7 +421,7 @@ def _run_group(
                 link=proven,
                 progress=on_load,
                 resume_attempt=resume_attempt,
-                traces=spec.traces,
+                traces=cell_traces(spec, pc.scenario),
                 profile=spec.profile,
             )
             if r.status == "failed" and r.link_failed:
@@ -427,7 +434,7 @@ def _run_group(
                     testbed=tb,
                     link=proven,
                     progress=on_load,
-                    traces=spec.traces,
+                    traces=cell_traces(spec, pc.scenario),
                     profile=spec.profile,
                 )
                 if r.link_failed:

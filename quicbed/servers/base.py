@@ -168,6 +168,9 @@ class WebServer(ABC):
     #: True: the server's qlog records every spurious loss (``recovery:spurious_loss``),
     #: so a load's traces can count them (quicbed.traces.facts)
     logs_spurious_losses: ClassVar[bool] = False
+    #: True: the server writes a qlog per connection into ``qlog_dir`` (quic-go, quiche;
+    #: Envoy's QUICHE and gQUIC's servers write none), the QUIC traces' only source
+    writes_qlog: ClassVar[bool] = False
     #: False: the stack only runs on testbed nodes (its server is not built locally)
     local: bool = True
     #: True: the load's evidence is the arm's browser NetLog (quicbed.servers.gquiche):

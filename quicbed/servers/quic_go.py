@@ -198,6 +198,7 @@ class QuicGoServer(OwnH3Server):
     #: quic-go v0.65.0 logs a packet declared lost and acknowledged after all
     #: (sentPacketHandler.detectSpuriousLosses)
     logs_spurious_losses = True
+    writes_qlog = True
     #: quic-go v0.65.0's constants (internal/protocol; connection.go builds its
     #: transport parameters from them)
     transport_refusals = tparams.QUIC_GO_CONSTANTS

@@ -49,6 +49,7 @@ class QuicheServer(OwnH3Server):
     name = "quiche"
     protocol = "h3"
     transport = "udp"
+    writes_qlog = True
     log_name = "quiche-server.jsonl"
     binary = "quicbed-quiche-server"
     software_name = binary  # its build in build/bin is what the software check reads

@@ -152,6 +152,10 @@ class Scenario(BaseModel):
     arms: ArmsField | None = None
     cc: str | None = None
     browser: str | None = None
+    #: transport traces of this scenario's loads or flows (quicbed.traces) instead of the
+    #: spec's level: an observation, not a condition, so in no cell's identity and not
+    #: in the digest (a transfer scenario's way to ask for cwnd timelines of its flows)
+    traces: Literal["none", "light", "full"] | None = None
 
     _arms = field_validator("arms", mode="before")(_arms_field)
 
@@ -254,9 +258,11 @@ class SweepSpec(BaseModel):
     testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
     shaper: Literal["auto", "userspace", "netem", "dummynet", "none"] = cell_default("shaper")
     receipt_tcp_seconds: float = Field(default=RECEIPT_TCP_SECONDS, gt=0, le=MAX_TCP_SECONDS)
-    #: transport traces per load (quicbed.traces): observe the loads, not a condition of
-    #: them, so not in the digest: a folder may be resumed at another level
-    traces: Literal["none", "light", "full"] = "light"
+    #: transport traces per load or flow (quicbed.traces): observe the loads, not a
+    #: condition of them, so not in the digest: a folder may be resumed at another level.
+    #: Unset: a scenario's own ``traces``, else light for page cells and none for
+    #: transfer cells (a long flow's qlog is large and costs the server CPU: asked for)
+    traces: Literal["none", "light", "full"] | None = None
     #: CPU profiles over the measured loads and flows (quicbed.profile): like traces, an
     #: observation, not a condition: left out of the digest
     profile: Literal["none", "cpu"] = "none"
@@ -308,6 +314,7 @@ class SweepSpec(BaseModel):
         if body["defaults"]["browser"] is None:
             body["defaults"].pop("browser")
         for sc in body["scenarios"].values():
+            sc.pop("traces")  # an observation (see traces above)
             for key in (
                 "rtt",
                 "delay_down",
@@ -330,6 +337,13 @@ class SweepSpec(BaseModel):
                 sc.pop("stagger")
         blob = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cell_traces(spec: SweepSpec, scenario: str) -> str | None:
+    """The trace level of a scenario's cells: the spec's (``--traces`` sets it), else the
+    scenario's own, else None (run_cell's default for the cell's kind)."""
+    sc = spec.scenarios.get(scenario)
+    return spec.traces or (sc.traces if sc is not None else None)
 
 
 class PlannedCell(BaseModel):

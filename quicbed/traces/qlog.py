@@ -276,6 +276,22 @@ def qlog_samples(
     return rows, notes
 
 
+def qlog_client_port(data: bytes) -> int | None:
+    """The peer's UDP port of a server's qlog (quic-go's ``transport:connection_started``
+    logs it; quiche's qlog does not: None), to tell which flow a connection was."""
+    for r in _records(data)[1:40]:
+        try:
+            e = json.loads(r)
+        except ValueError:
+            continue
+        if e.get("name") == "transport:connection_started":
+            remote = (e.get("data") or {}).get("remote") or {}
+            for addr in remote.values():
+                if isinstance(addr, dict) and isinstance(addr.get("port"), int):
+                    return int(addr["port"])
+    return None
+
+
 class QlogTracer(Tracer):
     """The QUIC server's qlog files, per h3 load (module docstring)."""
 

@@ -1,0 +1,126 @@
+"""Transport traces of transfer flows (bulk, compete), from the page loads' instruments.
+
+A transfer cell traced at ``light`` or ``full`` runs the instruments page cells run
+(quicbed.traces: the QUIC server's qlog, the TCP sender's ``tcp_probe``; at ``full``
+also a packet capture on the client) through the same :class:`TraceSet`, so files,
+sample shape, ``trace.json``, facts and what is missing are what a page load has. The
+one difference is what a "load" is:
+
+- ``bulk``: one flow at a time, so a flow is a load, keyed (arm, rep) as the flow is;
+- ``compete``: the flows of a repetition run at once, so a repetition is one load per
+  arm (keyed (arm, repetition)), holding every flow of that arm, each its own
+  connection. A TCP arm's load holds every TCP connection of the server during the
+  repetition (tcp_probe cannot tell the arms apart: they share the server's port), so
+  each flow takes only the rows of its own connection.
+
+Each flow's record (``FlowResult.trace``) says where its load's files are, which
+connection in them is the flow's (TCP: the client's port; QUIC: the original
+destination connection ID, matched by the client port that quic-go's qlog logs when a
+load holds several), ``t0_ms`` (the trace time that is t = 0 of the flow's throughput
+timeline: the compete run's common start; a bulk flow's trace begins as its client is
+started) and the facts derived from its rows (quicbed.traces.facts: losses, spurious
+losses, window limit, ...). :func:`flow_samples` reads a flow's rows back on the
+throughput timeline's clock, which the report's window figures draw.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from quicbed.traces.base import LoadTrace, TraceSet, read_samples
+from quicbed.traces.facts import derive
+
+if TYPE_CHECKING:
+    from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
+
+
+@dataclass
+class FlowLoad:
+    """One traced load of a transfer cell: a bulk flow, or one arm of a compete run."""
+
+    trace: LoadTrace
+    arm: str
+    rep: int
+    #: wall-clock time (s) of t = 0 of its flows' throughput timelines
+    zero_wall: float
+
+
+def seal(
+    tracing: TraceSet,
+    loads: list[FlowLoad],
+    result: BulkResult | CompeteResult,
+    *,
+    spurious: dict[str, bool],
+    qlog_writers: dict[str, bool],
+) -> None:
+    """Complete the loads' traces (servers stopped: qlog files are closed), then give
+    every flow of ``result`` its ``trace`` record. ``spurious``: per arm, whether its
+    server logs spurious losses; ``qlog_writers``: per QUIC arm, whether its server
+    writes qlog at all (Envoy's QUICHE and gQUIC's server do not)."""
+    tracing.finish()
+    by_key = {(ld.arm, ld.rep): ld for ld in loads}
+    for rep, f in _flows(result):
+        ld = by_key.get((f.arm, rep))
+        if ld is None:
+            continue
+        lt = ld.trace
+        detail = tracing.detail(lt)
+        if not qlog_writers.get(f.arm, True):
+            detail["missing"] = {
+                **detail["missing"],
+                "qlog": "this arm's QUIC server writes no qlog: no window, RTT or losses",
+            }
+        conn = flow_conn(f, lt, tracing.ctx.results)
+        rows = [r for r in lt.samples if conn is not None and r.get("conn") == conn]
+        facts = derive(
+            rows, arm=f.flow, ttfb_ms=None, plt_ms=None, logs_spurious=spurious.get(f.arm, False)
+        )
+        t0_ms = round((ld.zero_wall - lt.began_wall) * 1000.0, 3)
+        f.trace = detail | {"conn": conn, "t0_ms": t0_ms, "facts": facts}
+
+
+def _flows(result: BulkResult | CompeteResult) -> list[tuple[int, FlowResult]]:
+    from quicbed.results.transfers import BulkResult
+
+    if isinstance(result, BulkResult):
+        return [(r.rep, r.flow) for r in result.runs]
+    return [(r.rep, f) for r in result.runs for f in r.flows]
+
+
+def flow_conn(f: FlowResult, lt: LoadTrace, root: Path) -> str | None:
+    """The connection in ``lt``'s rows that is flow ``f``'s, or None."""
+    from quicbed.servers.base import port_of
+
+    port = port_of(f.local_addr)
+    if f.protocol == "h2":
+        return str(port) if port is not None else None
+    conns = sorted({str(r["conn"]) for r in lt.samples if r.get("source") == "qlog"})
+    if len(conns) == 1:
+        return conns[0]
+    from quicbed.traces.qlog import qlog_client_port
+
+    for name, rel in lt.files.items():
+        if name.startswith("qlog:") and name[5:] in conns and port is not None:
+            with gzip.open(root / rel, "rb") as fh:
+                if qlog_client_port(fh.read()) == port:
+                    return name[5:]
+    return None
+
+
+def flow_samples(root: Path, f: FlowResult, *, offset: bool = True) -> list[dict[str, Any]]:
+    """A traced flow's rows (base.SAMPLE_COLUMNS) with ``t_s``: seconds on its
+    throughput timeline's clock (the compete run's with ``offset``, else the flow's
+    own, as FlowResult.timeline); [] when it has none."""
+    tr = f.trace or {}
+    rel, conn = (tr.get("files") or {}).get("transport"), tr.get("conn")
+    if not rel or conn is None or not (root / rel).exists():
+        return []
+    shift = (tr.get("t0_ms") or 0.0) + (0.0 if offset else f.start_offset_s * 1000.0)
+    out = []
+    for r in read_samples(root / rel):
+        if r.get("conn") == conn and r.get("t_ms") is not None:
+            out.append(r | {"t_s": (r["t_ms"] - shift) / 1000.0})
+    return out
