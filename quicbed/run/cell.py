@@ -39,6 +39,7 @@ from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.owner import shielded
 from quicbed.traces import TraceContext, TraceSet, check_level, instruments
 from quicbed.traces.base import LoadTrace
+from quicbed.traces.tcp import TRANSFER_BUFFER_KB
 
 if TYPE_CHECKING:
     from quicbed.client.base import Browser
@@ -587,6 +588,7 @@ class _Job:
             attempt=self.attempt,
             arms=self.cfg.arms,
             transports={a.name: a.transport for a in arms},
+            tcp_buffer_kb=None if self.cfg.kind == "page" else TRANSFER_BUFFER_KB,
         )
         for a in arms:
             if a.transport == "udp":

@@ -35,11 +35,19 @@ Status = Literal["local", "testbed", "not here"]
 #: how the report draws an entry: the protocol heatmaps, the 0-RTT vs 1-RTT heatmaps,
 #: the per-cell table (table.csv), the transfer cells' figures and table, the speed-up
 #: bins of transfer scenarios against a reference scenario, a cell's explain page (its
-#: arms' windows, phases and RTT over one load, from the traces), the table of what each
-#: client advertised as QUIC transport parameters, the CPU per role with its components and
-#: flame graphs
+#: arms' windows, phases and RTT over one load, from the traces), the window figures of
+#: traced transfer flows (quicbed.report.windows), the table of what each client advertised
+#: as QUIC transport parameters, the CPU per role with its components and flame graphs
 View = Literal[
-    "heatmap", "mode-heatmap", "table", "transfers", "speedup", "explain", "advertised", "cpu"
+    "heatmap",
+    "mode-heatmap",
+    "table",
+    "transfers",
+    "speedup",
+    "explain",
+    "windows",
+    "advertised",
+    "cpu",
 ]
 
 

@@ -149,6 +149,10 @@ class TraceContext:
     #: per arm, its transport (tcp or udp), as its resolved arm says (the runner knows
     #: every arm's stack; tracers sit below the spec and ask nothing of it)
     transports: dict[str, str] = field(default_factory=dict)
+    #: kernel trace buffer per CPU for the TCP tracer (KiB); None: its default, sized for
+    #: a page load. A transfer flow runs for seconds at the link's rate: its cell asks
+    #: for more (quicbed.traces.tcp reads the buffer once, at the end of a load)
+    tcp_buffer_kb: int | None = None
 
     def transport(self, arm: str) -> str:
         try:

@@ -39,6 +39,9 @@ ALIASES = {
     "quic:packet_received": "transport:packet_received",
     "quic:recovery_metrics_updated": "recovery:metrics_updated",
     "quic:packet_lost": "recovery:packet_lost",
+    # quiche names its CUBIC/Reno states as quic-go does (slow_start, recovery, ...);
+    # its BBR's own (startup, drain, ...) are no PHASES and leave the phase unknown
+    "quic:congestion_state_updated": "recovery:congestion_state_updated",
 }
 _FRACTION = re.compile(r"^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 

@@ -54,6 +54,9 @@ MSS = 1448
 INFINITE_SSTHRESH = 0x7FFFFFFF
 #: per CPU; a 10 MB page is ~3,500 ACK events of ~150 bytes: ample, and overruns are noted
 BUFFER_KB = 4096
+#: per CPU for transfer flows (TraceContext.tcp_buffer_kb): 20 s at 100 Mbit/s is about
+#: 90,000 ACK events, ~25 MB, which may all land on one CPU
+TRANSFER_BUFFER_KB = 32768
 #: arms whose loads run over TCP
 EVENTS = ("tcp_probe", "tcp_retransmit_skb")
 
@@ -217,7 +220,7 @@ class TcpTracer(Tracer):
             d.mkdir()
             self.dir = d
             (d / "trace_clock").write_text("mono")
-            (d / "buffer_size_kb").write_text(str(BUFFER_KB))
+            (d / "buffer_size_kb").write_text(str(ctx.tcp_buffer_kb or BUFFER_KB))
             for ev in EVENTS:
                 e = d / "events" / "tcp" / ev
                 (e / "filter").write_text(f"sport == {ctx.server_port}")
