@@ -82,11 +82,19 @@ def test_the_window_entries_plan_with_traces_on_their_presets_cells() -> None:
 COND = make_condition(rate_mbit=10, rtt_ms=20)
 
 
-def _measured(run: Callable[[], T]) -> T:
-    """A receipt spoiled on the busy machine is measured again, as a sweep would."""
+def _measured(run: Callable[..., T], prefix: str, out: Path, **kwargs: Any) -> T:
+    """``run`` (run_bulk, run_compete) traced at light, short, on testbed ``prefix``; a
+    receipt spoiled on the busy machine is measured again, as a sweep would."""
     for attempt in range(3):
         try:
-            return run()
+            return run(
+                COND,
+                out,
+                testbed=LocalTestbed(prefix),
+                receipt_tcp_seconds=1,
+                traces="light",
+                **kwargs,
+            )
         except QuicbedError as exc:
             if "out of tolerance" not in str(exc) or attempt == 2:
                 raise
@@ -119,18 +127,7 @@ def test_a_traced_bulk_flow_per_kind_stores_a_plausible_window(prefix: str, tmp_
     from quicbed.cli.bulk import run_bulk
 
     out = tmp_path / "r"
-    r = _measured(
-        lambda: run_bulk(
-            COND,
-            out,
-            arms=["h2", "h3"],
-            reps=2,
-            size="1MB",
-            testbed=LocalTestbed(prefix),
-            receipt_tcp_seconds=1,
-            traces="light",
-        )
-    )
+    r = _measured(run_bulk, prefix, out, arms=["h2", "h3"], reps=2, size="1MB")
     sources = set()
     for run in r.runs:
         f = run.flow
@@ -152,17 +149,7 @@ def test_a_traced_compete_run_draws_its_window_figure(prefix: str, tmp_path: Pat
 
     out = tmp_path / "r"
     r = _measured(
-        lambda: run_compete(
-            COND,
-            out,
-            groups=[("h3", 1), ("h2", 1)],
-            reps=2,
-            duration_s=3,
-            size="10MB",
-            testbed=LocalTestbed(prefix),
-            receipt_tcp_seconds=1,
-            traces="light",
-        )
+        run_compete, prefix, out, groups=[("h3", 1), ("h2", 1)], reps=2, duration_s=3, size="10MB"
     )
     for run in r.runs:
         conns = set()

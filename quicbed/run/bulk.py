@@ -69,7 +69,7 @@ from quicbed.testbed.base import Process, RPath, Testbed
 if TYPE_CHECKING:
     from quicbed.profile.session import CpuProfile
     from quicbed.traces.base import TraceSet
-    from quicbed.traces.flows import FlowLoad
+    from quicbed.traces.flows import FlowTracing
 
 CLIENT = "quicbed-bulk"
 INTERVAL_S = 0.1
@@ -118,12 +118,14 @@ class _Rig:
         size: str,
         out: Path,
         host: str,
-        qlog_dirs: dict[str, RPath] | None = None,
+        traced: FlowTracing | None = None,
     ) -> None:
         from quicbed import certs
         from quicbed.spec import bulkobjects
 
         self.tb, self.arms, self.size, self.out, self.host = tb, arms, size, out, host
+        #: the flows' transport traces (the cell's trace level), or None
+        self.traced = traced
         www = tb.local_stage("server", "www")
         self.manifest = bulkobjects.generate_bulk(www, [size])
         self.object_bytes = bulkobjects.parse_size(size)
@@ -138,7 +140,7 @@ class _Rig:
             cert=work / "tls" / pki.cert.name,
             key=work / "tls" / pki.key.name,
             logdir=tb.outbox("server", self.logs),
-            qlog_dirs=qlog_dirs,
+            qlog_dirs=traced.tracing.ctx.qlog_dirs if traced else None,
         )
         self.ca = tb.workdir("client") / "tls" / pki.ca_cert.name
         tb.push("client", pki.ca_cert, self.ca, mode=0o644)
@@ -387,32 +389,28 @@ def run_transfer(
     client (quicbed.profile.session). With ``tracing`` (the cell's trace level, as page
     cells trace their loads), each flow gets its transport trace (quicbed.traces.flows),
     sealed once the servers have stopped (their qlog files are complete then)."""
-    from quicbed.traces import flows as flowtraces
+    from quicbed.traces.flows import FlowTracing
 
     t = cfg.transfer
     assert t is not None and cfg.kind in ("bulk", "compete")
     arms = cfg.resolved_arms()
-    rig = _Rig(tb, arms, t.size, logs, cfg.host, tracing.ctx.qlog_dirs if tracing else None)
+    traced = FlowTracing(tracing) if tracing else None
+    rig = _Rig(tb, arms, t.size, logs, cfg.host, traced)
     say = progress or (lambda _m, _i, _n: None)
-    loads: list[FlowLoad] = []
     try:
         if tracing:
             tracing.start()
         rig.start()
         try:
             if cfg.kind == "bulk":
-                result: BulkResult | CompeteResult = _bulk(
-                    cfg, rig, proven, say, profile, tracing, loads
-                )
+                result: BulkResult | CompeteResult = _bulk(cfg, rig, proven, say, profile)
             else:
-                result = _compete(cfg, rig, proven, say, profile, tracing, loads)
+                result = _compete(cfg, rig, proven, say, profile)
         finally:
             rig.stop()
-        if tracing:
+        if traced:
             stacks = {a.name: get_stack(a.stack) for a in arms}
-            flowtraces.seal(
-                tracing,
-                loads,
+            traced.seal(
                 result,
                 spurious={n: s.logs_spurious_losses for n, s in stacks.items()},
                 qlog_writers={n: s.writes_qlog for n, s in stacks.items() if s.transport == "udp"},
@@ -424,13 +422,7 @@ def run_transfer(
 
 
 def _bulk(
-    cfg: CellConfig,
-    rig: _Rig,
-    proven: ProvenLink,
-    say: Progress,
-    profile: CpuProfile | None,
-    tracing: TraceSet | None = None,
-    loads: list[FlowLoad] | None = None,
+    cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress, profile: CpuProfile | None
 ) -> BulkResult:
     """``cfg.runs`` downloads per arm, interleaved (ABBA, the cell's schedule), one flow
     at a time. With a duration each runs that long (the object again and again on one
@@ -447,15 +439,13 @@ def _bulk(
         before = link.shaper.counters(tb)
         rig.servers[arm].mark()
         net_mark, cpu_mark = net.read(), meter.begin()
-        lt = tracing.begin(arm, rep) if tracing else None
+        lt = rig.traced.begin(arm, rep) if rig.traced else None
         p, log = rig.spawn(arm, f"{arm}-{rep}", t.duration_s, None)
         profiled = profile.attach(arm, {"client": [p.pid]}) if profile else []
         limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
         rig.wait_done([log], [p], timeout=limit)
-        if tracing and lt:  # while the client lingers: its connection is in the table
-            tracing.end(lt)
-            if loads is not None:
-                loads.append(_flow_load(lt, arm, rep, lt.began_wall))
+        if rig.traced and lt:  # while the client lingers: its connection is in the table
+            rig.traced.end(lt, lt.began_wall)
         cpu = meter.end(cpu_mark)[arm]
         counters = net.since(net_mark)
         if profile:
@@ -535,20 +525,8 @@ class _QueueSampler(threading.Thread):
             self.halt.wait(max(0.0, (next_t - time.time_ns()) / 1e9))
 
 
-def _flow_load(lt: Any, arm: str, rep: int, zero_wall: float) -> FlowLoad:
-    from quicbed.traces.flows import FlowLoad
-
-    return FlowLoad(lt, arm, rep, zero_wall)
-
-
 def _compete(
-    cfg: CellConfig,
-    rig: _Rig,
-    proven: ProvenLink,
-    say: Progress,
-    profile: CpuProfile | None,
-    tracing: TraceSet | None = None,
-    loads: list[FlowLoad] | None = None,
+    cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress, profile: CpuProfile | None
 ) -> CompeteResult:
     """``cfg.runs`` repetitions: every flow of ``transfer.flows`` (e.g. h3x1,h2x4) starts
     at one instant on the client's clock, flow i ``i x stagger_s`` later, and runs
@@ -573,7 +551,7 @@ def _compete(
             srv.mark()
         net_mark, cpu_mark = net.read(), meter.begin()
         # one traced load per arm and repetition, every flow of the arm in it
-        traced = {a: tracing.begin(a, rep) for a, _ in t.flows} if tracing else {}
+        traced = {a: rig.traced.begin(a, rep) for a, _ in t.flows} if rig.traced else {}
         try:
             for i, (arm, flow) in enumerate(plan):
                 p, log = rig.spawn(
@@ -592,11 +570,9 @@ def _compete(
             )
             total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
             rig.wait_done(logs, procs, timeout=total)
-            for a, lt in traced.items():
-                assert tracing is not None
-                tracing.end(lt)
-                if loads is not None:
-                    loads.append(_flow_load(lt, a, rep, zero_ns / 1e9))
+            for lt in traced.values():
+                assert rig.traced is not None
+                rig.traced.end(lt, zero_ns / 1e9)
             cpu = meter.end(cpu_mark)
             counters = net.since(net_mark)
             if profile:

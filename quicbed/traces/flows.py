@@ -48,6 +48,34 @@ class FlowLoad:
     zero_wall: float
 
 
+class FlowTracing:
+    """A transfer cell's TraceSet and the loads it traced, as the transfers go."""
+
+    def __init__(self, tracing: TraceSet) -> None:
+        self.tracing = tracing
+        self.loads: list[FlowLoad] = []
+
+    def begin(self, arm: str, rep: int) -> LoadTrace:
+        """Just before the flow (bulk) or the repetition's flows (compete) start."""
+        return self.tracing.begin(arm, rep)
+
+    def end(self, lt: LoadTrace, zero_wall: float) -> None:
+        """Once the flows are done, their clients lingering (their connections still in
+        the server's table); ``zero_wall``: t = 0 of their throughput timelines."""
+        self.tracing.end(lt)
+        self.loads.append(FlowLoad(lt, lt.key.arm, lt.key.rep, zero_wall))
+
+    def seal(
+        self,
+        result: BulkResult | CompeteResult,
+        *,
+        spurious: dict[str, bool],
+        qlog_writers: dict[str, bool],
+    ) -> None:
+        """Servers stopped: every flow of ``result`` gets its ``trace`` (:func:`seal`)."""
+        seal(self.tracing, self.loads, result, spurious=spurious, qlog_writers=qlog_writers)
+
+
 def seal(
     tracing: TraceSet,
     loads: list[FlowLoad],
