@@ -6,7 +6,8 @@ throughput (100 ms bins, as the throughput figure), congestion window (solid, ea
 sample marked with its sender's phase as explain does: quicbed.analysis.explain.mark_phases)
 and bytes in flight (dashed) with the flow's losses (``x``: QUIC's declared losses, TCP's
 retransmitted segments) and QUIC's spurious losses (``o``: declared lost, acknowledged
-later), and each flow's smoothed RTT. A bulk cell gets one such figure of the first
+later), and each flow's smoothed RTT; where the steady part is 10 s or more, also a
+5 s close-up of it (figs 4.2c/d, 4.3c, 4.4c). A bulk cell gets one such figure of the first
 traced valid flow of each arm, each on its own clock (t = 0 as its client started): one
 transfer per arm under the cell's loss or reordering. The legend counts each flow's
 losses and spurious losses (None where its server does not log them).
@@ -21,6 +22,9 @@ from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
 from quicbed.traces.flows import flow_samples
 
 LOSS_MARKS = ("lost", "retransmit")
+#: the close-up of a compete repetition's windows (the study's figs 4.2c/d, 4.3c, 4.4c:
+#: five seconds), from the start of its steady part, where the steady part is twice that
+CLOSEUP_S = 5.0
 
 
 def traced(flows: list[FlowResult]) -> bool:
@@ -53,6 +57,23 @@ def figures(
             crun.flows, root, figs / f"windows-{cid}-{crun.rep}", title, r, offset=True
         )
         out.append((title, paths, shows | {"rep": crun.rep, "title": title}))
+        if crun.steady_to_s - crun.steady_from_s >= 2 * CLOSEUP_S:
+            # the study's close-ups: how often each window is updated, in the steady part
+            span = (crun.steady_from_s, crun.steady_from_s + CLOSEUP_S)
+            title = (
+                f"compete, cell {cid}, repetition {crun.rep}: {CLOSEUP_S:g} s close-up "
+                f"of the windows from {span[0]:.1f} s"
+            )
+            paths = plot_windows(
+                crun.flows,
+                root,
+                figs / f"windows-{cid}-{crun.rep}-closeup",
+                title,
+                r,
+                offset=True,
+                span=span,
+            )
+            out.append((title, paths, shows | {"rep": crun.rep, "title": title, "span": span}))
     return out
 
 
@@ -64,8 +85,10 @@ def plot_windows(
     r: BulkResult | CompeteResult,
     *,
     offset: bool,
+    span: tuple[float, float] | None = None,
 ) -> list[Path]:
-    """Throughput, cwnd (phases marked) and in flight, RTT of ``flows`` on one axis."""
+    """Throughput, cwnd (phases marked) and in flight, RTT of ``flows`` on one axis;
+    ``span``: only that time range (s), a close-up."""
     import matplotlib.pyplot as plt
 
     from quicbed.analysis.explain import mark_phases
@@ -122,6 +145,8 @@ def plot_windows(
     for ax in (tp, cw, rt):
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
+    if span is not None:
+        rt.set_xlim(*span)
     cond = r.condition
     fig.suptitle(
         f"{title}\n{cond.get('rate_mbit')} Mbit/s, loss {cond.get('loss_pct') or 0} %, "
