@@ -1,4 +1,4 @@
-"""Transport traces of transfer flows (quicbed.traces.flows, quicbed.report.windows):
+"""Transport traces of transfer flows (quicbed.results.flowtraces, quicbed.report.windows):
 a scenario's ``traces`` is no condition, the window entries of the catalog plan with
 traces on, and real traced flows on the local testbed (short: 10 Mbit/s, 20 ms, 1 MB
 or 3 s): each kind's cwnd series is plausible, a compete run draws its window figure."""
@@ -14,11 +14,11 @@ import pytest
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
+from quicbed.results.flowtraces import flow_samples
 from quicbed.results.transfers import FlowResult
 from quicbed.spec.catalog import PRESETS, entry_spec, load_catalog
 from quicbed.spec.sweepspec import SweepSpec, cell_traces, load_spec, plan
 from quicbed.testbed.local import LocalTestbed
-from quicbed.traces.flows import flow_samples
 from quicbed.traces.qlog import RS, qlog_client_port
 
 T = TypeVar("T")

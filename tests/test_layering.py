@@ -62,7 +62,7 @@ LAYERS = [
     (
         "report",
         "report report.cellrow report.lines report.build report.cpu report.profile "
-        "report.transfers report.axes",
+        "report.transfers report.axes report.windows",
     ),
     # a replication package, checked and rerun
     ("package", "package package.*"),

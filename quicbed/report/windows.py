@@ -1,6 +1,6 @@
 """Congestion windows of transfer flows: the long look's figures 4.2-4.4, 4.10, 4.12, 4.13.
 
-For a traced transfer cell (quicbed.traces.flows) the report draws, per compete
+For a traced transfer cell (quicbed.results.flowtraces) the report draws, per compete
 repetition, every flow on one time axis (the run's clock, t = 0 the common start):
 throughput (100 ms bins, as the throughput figure), congestion window (solid, each
 sample marked with its sender's phase as explain does: quicbed.analysis.explain.mark_phases)
@@ -18,8 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from quicbed.results.flowtraces import flow_samples
 from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
-from quicbed.traces.flows import flow_samples
 
 LOSS_MARKS = ("lost", "retransmit")
 #: the close-up of a compete repetition's windows (the study's figs 4.2c/d, 4.3c, 4.4c:

@@ -73,7 +73,7 @@ class FlowResult(BaseModel):
     #: each role's UDP errors and interface drops over the flow (bulk; a compete run
     #: keeps them for all its flows in CompeteRun.counters)
     counters: dict[str, RoleCounters] = Field(default_factory=dict)
-    #: its transport trace (a cell traced at light or full; quicbed.traces.flows): the
+    #: its transport trace (a cell traced at light or full; quicbed.results.flowtraces): the
     #: load's files and what is missing, the flow's connection in them, ``t0_ms`` and the
     #: facts derived from its rows; None: not traced
     trace: dict[str, Any] | None = None

@@ -68,8 +68,8 @@ from quicbed.testbed.base import Process, RPath, Testbed
 
 if TYPE_CHECKING:
     from quicbed.profile.session import CpuProfile
+    from quicbed.results.flowtraces import FlowTracing
     from quicbed.traces.base import TraceSet
-    from quicbed.traces.flows import FlowTracing
 
 CLIENT = "quicbed-bulk"
 INTERVAL_S = 0.1
@@ -387,9 +387,9 @@ def run_transfer(
     around it by quicbed.run.cell), the arms' servers started and stopped here; their logs
     and the clients' go to ``logs``. With ``profile``, perf samples each flow's server and
     client (quicbed.profile.session). With ``tracing`` (the cell's trace level, as page
-    cells trace their loads), each flow gets its transport trace (quicbed.traces.flows),
+    cells trace their loads), each flow gets its transport trace (quicbed.results.flowtraces),
     sealed once the servers have stopped (their qlog files are complete then)."""
-    from quicbed.traces.flows import FlowTracing
+    from quicbed.results.flowtraces import FlowTracing
 
     t = cfg.transfer
     assert t is not None and cfg.kind in ("bulk", "compete")
