@@ -78,6 +78,63 @@ def test_the_window_entries_plan_with_traces_on_their_presets_cells() -> None:
     assert plan(load_spec(PRESETS / "windows.yaml"))
 
 
+def test_a_made_up_traced_repetition_draws_its_windows_and_close_up(tmp_path: Path) -> None:
+    """Two flows of a 20 s repetition, their rows in one load's transport.csv.gz each:
+    flow_samples puts them on the run's clock (t0_ms), and the report draws the whole
+    repetition and a 5 s close-up of its steady part, PNG and SVG."""
+    from quicbed.report import windows
+    from quicbed.results.transfers import CompeteResult, compete_run
+    from quicbed.traces.base import write_samples
+
+    flows = []
+    for i, (arm, conn) in enumerate((("h3", "abcd"), ("h2", "50000"))):
+        rel = f"traces/c/1/{arm}-000/transport.csv.gz"
+        rows = [
+            {"t_ms": 500.0 + 10 * k, "event": "sample", "conn": conn, "cwnd_bytes": 14480 + k}
+            | {"in_flight_bytes": 10000, "srtt_ms": 22.0, "phase": "congestion_avoidance"}
+            for k in range(2000)
+        ]
+        rows += [{"t_ms": 9000.0, "event": "lost", "conn": conn}]
+        rows += [{"t_ms": 1.0, "event": "sample", "conn": "other", "cwnd_bytes": 1}]
+        write_samples(tmp_path / rel, rows)
+        flows.append(
+            FlowResult(
+                flow=f"{arm}-0",
+                arm=arm,
+                protocol=arm,
+                ok=True,
+                bytes=25_000_000,
+                samples=[(0.1 * (k + 1), 125_000 * (k + 1)) for k in range(200)],
+                completion_s=20.0,
+                start_offset_s=0.01 * i,
+                trace={"files": {"transport": rel}, "conn": conn, "t0_ms": 500.0}
+                | {"facts": {"losses": 1, "spurious_losses": 0 if arm == "h3" else None}},
+            )
+        )
+    got = flow_samples(tmp_path, flows[0])
+    assert len(got) == 2001 and got[0]["t_s"] == 0.0  # its own connection, on the run's clock
+    assert flow_samples(tmp_path, flows[1], offset=False)[0]["t_s"] == pytest.approx(-0.01)
+    r = CompeteResult(
+        created="now",
+        condition={"rate_mbit": 10, "rtt_ms": 20, "queue": "2bdp"},
+        groups=[("h3", 1), ("h2", 1)],
+        arms=[{"name": "h3", "transport": "udp"}, {"name": "h2", "transport": "tcp"}],
+        duration_s=20,
+        stagger_s=0,
+        object="bulk/10MB.bin",
+        runs=[compete_run(0, flows, 20.0, [])],
+    )
+    drawn = windows.figures(r, tmp_path, "c", tmp_path / "figs")
+    assert [Path(p).name for _, paths, _ in drawn for p in paths] == [
+        "windows-c-0.png",
+        "windows-c-0.svg",
+        "windows-c-0-closeup.png",
+        "windows-c-0-closeup.svg",
+    ]
+    # 20 % of 20 s after the last flow started (0.01 s): its steady part, 5 s of it
+    assert drawn[1][2]["span"] == pytest.approx((4.01, 9.01))
+
+
 # --- real flows on the local testbed ---------------------------------------------------
 COND = make_condition(rate_mbit=10, rtt_ms=20)
 
