@@ -444,14 +444,14 @@ def _bulk(
         profiled = profile.attach(arm, {"client": [p.pid]}) if profile else []
         limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
         rig.wait_done([log], [p], timeout=limit)
-        if rig.traced and lt:  # while the client lingers: its connection is in the table
-            rig.traced.end(lt, lt.began_wall)
         cpu = meter.end(cpu_mark)[arm]
         counters = net.since(net_mark)
         if profile:
             profile.halt(profiled)
         tcp = rig.server_tcp()
         evidence = rig.evidence(arm)  # while the client lingers: its connection is open
+        if rig.traced and lt:  # still lingering (the TCP tracer keeps our table's flows),
+            rig.traced.end(lt, lt.began_wall)  # after ss and evidence: it reads for seconds
         after = link.shaper.counters(tb)
         recs = rig.records(log)
         final = next((r for r in recs if r.get("event") == "done"), {})
@@ -570,15 +570,15 @@ def _compete(
             )
             total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
             rig.wait_done(logs, procs, timeout=total)
-            for lt in traced.values():
-                assert rig.traced is not None
-                rig.traced.end(lt, zero_ns / 1e9)
             cpu = meter.end(cpu_mark)
             counters = net.since(net_mark)
             if profile:
                 profile.halt(profiled)
             tcp = rig.server_tcp()
             evidence = {a: rig.evidence(a) for a, _ in t.flows}
+            for lt in traced.values():  # as in _bulk: after ss and evidence
+                assert rig.traced is not None
+                rig.traced.end(lt, zero_ns / 1e9)
         finally:
             sampler.halt.set()
             sampler.join(5)

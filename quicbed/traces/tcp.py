@@ -263,12 +263,13 @@ class TcpTracer(Tracer):
         if self.dir is None or self.ctx is None or trace.key.arm not in self.ctx.tcp_arms():
             return
         t0 = time.monotonic()
+        # our flows first: a flow's connection may close while a long trace is read
+        ports = self._client_ports()
         try:
             text = (self.dir / "trace").read_text(errors="replace")
         except OSError as exc:
             raise QuicbedError(f"cannot read {self.dir}/trace: {exc}") from exc
         lines = text.splitlines()
-        ports = self._client_ports()
         if ports is None:
             trace.notes.append(
                 "tcp: the server namespace's TCP table could not be read: "
