@@ -1,27 +1,25 @@
 """Transport traces of transfer flows (quicbed.results.flowtraces, quicbed.report.windows):
 a scenario's ``traces`` is no condition, the window entries of the catalog plan with
-traces on, and real traced flows on the local testbed (short: 10 Mbit/s, 20 ms, 1 MB
-or 3 s): each kind's cwnd series is plausible, a compete run draws its window figure."""
+traces on, and real traced flows on the suite's shared link (short: 10 Mbit/s, 36 ms,
+1 MB or 3 s): each kind's cwnd series is plausible, a compete run draws its window
+figure."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from conftest import SharedLinks
 
-from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
 from quicbed.results.flowtraces import flow_samples
-from quicbed.results.transfers import FlowResult
+from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
 from quicbed.spec.catalog import PRESETS, entry_spec, load_catalog
+from quicbed.spec.cellconfig import make_cell
 from quicbed.spec.sweepspec import SweepSpec, cell_traces, load_spec, plan
-from quicbed.testbed.local import LocalTestbed
 from quicbed.traces.qlog import RS, qlog_client_port
-
-T = TypeVar("T")
 
 SPEC: dict[str, Any] = {
     "format": 1,
@@ -136,26 +134,25 @@ def test_a_made_up_traced_repetition_draws_its_windows_and_close_up(tmp_path: Pa
 
 
 # --- real flows on the local testbed ---------------------------------------------------
-COND = make_condition(rate_mbit=10, rtt_ms=20)
+#: the suite's common link (tests/conftest.py SharedLinks): no receipt of its own
+COND = make_condition(rate_mbit=10, rtt_ms=36)
 
 
-def _measured(run: Callable[..., T], prefix: str, out: Path, **kwargs: Any) -> T:
-    """``run`` (run_bulk, run_compete) traced at light, short, on testbed ``prefix``; a
-    receipt spoiled on the busy machine is measured again, as a sweep would."""
-    for attempt in range(3):
-        try:
-            return run(
-                COND,
-                out,
-                testbed=LocalTestbed(prefix),
-                receipt_tcp_seconds=1,
-                traces="light",
-                **kwargs,
-            )
-        except QuicbedError as exc:
-            if "out of tolerance" not in str(exc) or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+def _measured(links: SharedLinks, out: Path, **cell: Any) -> BulkResult | CompeteResult:
+    """A short transfer cell traced at light on the suite's shared link, read back."""
+    from quicbed.results.store import Store
+    from quicbed.results.transfers import stored_transfer
+    from quicbed.spec.bulkobjects import object_path
+
+    size = cell["transfer"]["size"]
+    cfg = make_cell(condition=COND, page=object_path(size), warmup=0, runs=2, **cell)
+    r = links.run_cell(cfg, out, traces="light")
+    assert r.status == "done", r.problem
+    store = Store.open_readonly(out)
+    try:
+        return stored_transfer(store, r.cell_id, r.attempt)
+    finally:
+        store.close()
 
 
 def _plausible(f: FlowResult, out: Path, sent: int) -> list[dict[str, Any]]:
@@ -171,7 +168,7 @@ def _plausible(f: FlowResult, out: Path, sent: int) -> list[dict[str, Any]]:
     assert all(0 <= (r["in_flight_bytes"] or 0) <= sent for r in pts)
     delivered = max(r["delivered_bytes"] or 0 for r in pts)
     assert 0.5 * f.bytes <= delivered <= sent
-    assert min(r["srtt_ms"] for r in pts if r["srtt_ms"]) >= 0.9 * 20
+    assert min(r["srtt_ms"] for r in pts if r["srtt_ms"]) >= 0.9 * 36
     assert all(-1 < r["t_s"] < (f.completion_s or 0) + 3 for r in pts)
     assert {r["phase"] for r in pts} & {"slow_start", "congestion_avoidance"}
     return pts
@@ -180,11 +177,12 @@ def _plausible(f: FlowResult, out: Path, sent: int) -> list[dict[str, Any]]:
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.built
-def test_a_traced_bulk_flow_per_kind_stores_a_plausible_window(prefix: str, tmp_path: Path) -> None:
-    from quicbed.cli.bulk import run_bulk
-
+def test_a_traced_bulk_flow_per_kind_stores_a_plausible_window(
+    shared_links: SharedLinks, tmp_path: Path
+) -> None:
     out = tmp_path / "r"
-    r = _measured(run_bulk, prefix, out, arms=["h2", "h3"], reps=2, size="1MB")
+    r = _measured(shared_links, out, kind="bulk", arms=("h2", "h3"), transfer={"size": "1MB"})
+    assert isinstance(r, BulkResult)
     sources = set()
     for run in r.runs:
         f = run.flow
@@ -200,14 +198,21 @@ def test_a_traced_bulk_flow_per_kind_stores_a_plausible_window(prefix: str, tmp_
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.built
-def test_a_traced_compete_run_draws_its_window_figure(prefix: str, tmp_path: Path) -> None:
-    from quicbed.cli.bulk import run_compete
+def test_a_traced_compete_run_draws_its_window_figure(
+    shared_links: SharedLinks, tmp_path: Path
+) -> None:
     from quicbed.report import build as report
 
     out = tmp_path / "r"
+    flows = (("h3", 1), ("h2", 1))
     r = _measured(
-        run_compete, prefix, out, groups=[("h3", 1), ("h2", 1)], reps=2, duration_s=3, size="10MB"
+        shared_links,
+        out,
+        kind="compete",
+        arms=("h3", "h2"),
+        transfer={"size": "10MB", "duration_s": 3, "flows": flows, "stagger_s": 0},
     )
+    assert isinstance(r, CompeteResult)
     for run in r.runs:
         conns = set()
         for f in run.flows:
@@ -216,7 +221,7 @@ def test_a_traced_compete_run_draws_its_window_figure(prefix: str, tmp_path: Pat
         assert len(conns) == 2  # each flow its own connection
     report.build(out)
     figs = out / "report" / "figures"
-    cid = next(iter(r.runs[0].flows)).trace["dir"].split("/")[1]  # type: ignore[index]
+    cid = str((r.runs[0].flows[0].trace or {})["dir"]).split("/")[1]
     for rep in (0, 1):
         for ext in ("png", "svg"):
             p = figs / f"windows-{cid}-{rep}.{ext}"
