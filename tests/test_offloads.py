@@ -126,3 +126,33 @@ def test_the_link_sets_the_named_offloads_and_puts_them_back(testbed: LocalTestb
         _, reasons = watch.end()
         assert reasons == ["offload tso is off on server:eth0 (expected on)"]
     testbed.check_offloads()  # all off again (raises naming any that is not)
+
+
+def test_a_spec_scenario_takes_offloads_as_a_grid_axis(tmp_path: Path) -> None:
+    from quicbed.spec.sweepspec import load_spec, plan
+
+    body = """format: 1
+name: t
+shaper: SHAPER
+scenarios:
+  offl:
+    kind: bulk
+    rate: [unlimited]
+    rtt: [0]
+    objects: [2MB]
+    arms: [h2, h3]
+    offloads:
+      - {gso: off, gro: off}
+      - {gso: on, gro: on}
+"""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(body.replace("SHAPER", "none"))
+    cells = [c.config for c in plan(load_spec(spec))]
+    assert [c.offloads for c in cells] == [
+        {"gro": "off", "gso": "off"},
+        {"gro": "on", "gso": "on"},
+    ]
+    assert cells[0].link_key() != cells[1].link_key()
+    spec.write_text(body.replace("SHAPER", "auto"))
+    with pytest.raises(QuicbedError, match="scenarios.offl: .*gro=on,gso=on with shaper auto"):
+        load_spec(spec)
