@@ -154,5 +154,33 @@ scenarios:
     ]
     assert cells[0].link_key() != cells[1].link_key()
     spec.write_text(body.replace("SHAPER", "auto"))
-    with pytest.raises(QuicbedError, match="scenarios.offl: .*gro=on,gso=on with shaper auto"):
+    with pytest.raises(QuicbedError, match=r"scenarios.offl: .*gro=on,gso=on with shaper auto"):
         load_spec(spec)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_the_ssh_testbed_sets_its_endpoints_offloads(prefix: str) -> None:
+    """Over ssh, on the endpoints' experiment interfaces (the bridge node's ports are not
+    set), read back, and put back after."""
+    from quicbed.link.session import shaped_link
+    from quicbed.testbed import hosts
+    from quicbed.testbed.sshlab import SshLab
+
+    lab = SshLab(prefix)
+    try:
+        tb = hosts.load(lab.up())
+        try:
+            assert tb.offload_interfaces() == {"server": ("eth0",), "client": ("eth0",)}
+            with shaped_link(tb, make_condition(), "none", offloads_set={"gro": "on"}) as link:
+                seen = offloads.read_all(tb)
+                assert {k: v["gro"] for k, v in seen.items()} == {
+                    "server:eth0": "on",
+                    "client:eth0": "on",
+                }
+                assert link.tuning["offloads"]["server:eth0"]["generic-receive-offload"] == "on"
+            assert {v["gro"] for v in offloads.read_all(tb).values()} == {"off"}
+        finally:
+            tb.close()
+    finally:
+        lab.down()
