@@ -20,14 +20,16 @@ ON = {"gso": "on", "gro": "on", "tso": "on", "tx": "on"}
 
 def _bulk(**kw: Any) -> Any:
     return make_cell(
-        condition=make_condition(),
-        page="bulk/2MB.bin",
-        kind="bulk",
-        runs=2,
-        warmup=0,
-        arms=("h2", "h3"),
-        transfer={"size": "2MB"},
-        **kw,
+        **{
+            "condition": make_condition(),
+            "page": "bulk/2MB.bin",
+            "kind": "bulk",
+            "runs": 2,
+            "warmup": 0,
+            "arms": ("h2", "h3"),
+            "transfer": {"size": "2MB"},
+        }
+        | kw
     )
 
 
@@ -184,3 +186,15 @@ def test_the_ssh_testbed_sets_its_endpoints_offloads(prefix: str) -> None:
             tb.close()
     finally:
         lab.down()
+
+
+def test_the_arms_gso_knob_is_refused_with_the_interfaces_gso_on() -> None:
+    """quic-go's gso is verified by its interface counting the segments of a GSO
+    datagram, which an interface with GSO on does not do."""
+    from quicbed.spec.arms import parse_cli
+
+    names, settings = parse_cli("h3-g:stack=quic-go:gso=true")
+    kw: dict[str, Any] = {"arms": names, "arm_settings": settings, "shaper": "none"}
+    with pytest.raises(QuicbedError, match=r"arm h3-g: its gso is verified .* gso=on"):
+        _bulk(offloads="gso=on", **kw)
+    assert _bulk(offloads="gro=on", **kw).offloads == {"gro": "on"}

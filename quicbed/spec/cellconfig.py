@@ -243,6 +243,14 @@ class CellConfig(BaseModel):
             check_shaper(self.shaper, self.offloads)  # offloads on need shaper none
         except QuicbedError as exc:
             raise ValueError(str(exc)) from None
+        if self.offloads.get("gso") == "on":
+            for a in arms:
+                if a.params.get("gso") is not None:
+                    raise ValueError(
+                        f"arm {a.name}: its gso is verified by the server interface's "
+                        "packets per UDP send, which an interface with offloads gso=on "
+                        "counts per datagram: set one or the other"
+                    )
         self._check_kind()
         self._check_modes(arms)
         return self
