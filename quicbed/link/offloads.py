@@ -16,10 +16,12 @@ frame with a partial checksum is dropped; so every shaping shaper needs them off
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quicbed.errors import QuicbedError
-from quicbed.testbed.roles import Roles
+
+if TYPE_CHECKING:  # a report reads settings without importing the testbed
+    from quicbed.testbed.roles import Roles
 
 #: the cell's names of the offloads, and ``ethtool -k``'s
 FEATURES = {
