@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from quicbed.cli.options import LinkOptions, ProfileOpt, TestbedOptions, options
+from quicbed.cli.options import (
+    LinkOptions,
+    OffloadsOpt,
+    ProfileOpt,
+    TestbedOptions,
+    options,
+)
 from quicbed.errors import QuicbedError
 from quicbed.link.model import RECEIPT_TCP_SECONDS, LinkCondition
 from quicbed.profile import check_profile
@@ -96,6 +102,7 @@ def run_bulk(
     progress: Progress | None = None,
     force: bool = False,
     profile: str = "none",
+    offloads: str | dict[str, str] = "",
 ) -> BulkResult:
     """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
     a page cell: a new attempt, its receipt, the link checked around it), its record
@@ -115,6 +122,7 @@ def run_bulk(
         arm_settings=settings,
         cc=cc,
         shaper=shaper,
+        offloads=offloads,
         transfer={"size": size, "duration_s": duration_s},
     )
     r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile)
@@ -138,6 +146,7 @@ def run_compete(
     progress: Progress | None = None,
     force: bool = False,
     profile: str = "none",
+    offloads: str | dict[str, str] = "",
 ) -> CompeteResult:
     """One compete cell (``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)], ``reps``
     repetitions) measured into the results folder ``out``, its record read back."""
@@ -153,6 +162,7 @@ def run_compete(
         arms=tuple(a for a, _ in groups),
         cc=cc,
         shaper=shaper,
+        offloads=offloads,
         transfer={
             "size": size,
             "duration_s": duration_s,
@@ -218,6 +228,7 @@ def bulk(
     ] = None,
     cc: CcOpt = "cubic",
     shaper: ShaperOpt = "auto",
+    offloads: OffloadsOpt = "",
     tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
     profile: ProfileOpt = None,
@@ -243,6 +254,7 @@ def bulk(
             cc=cc,
             testbed=bed,
             shaper=shaper,
+            offloads=offloads,
             receipt_tcp_seconds=tcp_seconds,
             progress=_progress,
             force=force,
@@ -273,6 +285,7 @@ def compete(
     size: SizeOpt = "100MB",
     cc: CcOpt = "cubic",
     shaper: ShaperOpt = "auto",
+    offloads: OffloadsOpt = "",
     tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
     profile: ProfileOpt = None,
@@ -300,6 +313,7 @@ def compete(
             cc=cc,
             testbed=bed,
             shaper=shaper,
+            offloads=offloads,
             receipt_tcp_seconds=tcp_seconds,
             progress=_progress,
             force=force,
