@@ -188,7 +188,9 @@ class SharedLinks:
                 self.prefixes.append(prefix)
                 tb = LocalTestbed(prefix)
                 shaped = self._stack.enter_context(
-                    shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc())
+                    shaped_link(
+                        tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc(), offloads_set=cfg.offloads
+                    )
                 )
                 self._links[key] = (tb, shaped, prove(shaped, 1, cfg.tcp_cc()))
             tb, shaped, proven = self._links[key]

@@ -436,6 +436,19 @@ def cases() -> list[Case]:
         "shaper none",
         "delay down 5 ms",
     )
+    add("cell-offloads-unknown", [*CELL, *none, "--offloads", "lro=on"], "unknown offload 'lro'")
+    add("cell-offloads-value", [*CELL, *none, "--offloads", "gso=yes"], "gso='yes'", "on or off")
+    add(
+        "cell-offloads-shaped",
+        [*CELL, "--offloads", "gso=on,gro=on"],
+        "offloads gro=on,gso=on with shaper auto",
+        "needs shaper none",
+    )
+    add(
+        "bulk-offloads-netem",
+        ["bulk", "--out", "o", "--shaper", "netem", "--offloads", "tso=on", *PREFIX],
+        "offloads tso=on with shaper netem",
+    )
     add("cell-placement-role", [*CELL, "--placement", "browser=1"], "--placement", "'browser=1'")
     add("cell-placement-cpus", [*CELL, "--placement", "server=97"], "server=97", "host has CPUs")
     add("cell-profile", [*CELL, "--profile", "gpu"], "profile", "'gpu'")

@@ -33,8 +33,8 @@ LAYERS = [
     ),
     # what runs on a testbed's three roles, without the testbed's life
     ("testbed roles", "testbed testbed.cgroups testbed.cpu testbed.roles"),
-    # the link as data and the shapers, which act on the roles
-    ("link shapers", "link link.model link.shapers"),
+    # the link as data, the shapers and the interfaces' offloads, which act on the roles
+    ("link shapers", "link link.model link.shapers link.offloads"),
     # a testbed's life: up, owned, torn down (its shaping cleared: quicbed.link.shapers)
     (
         "testbed",

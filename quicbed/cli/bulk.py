@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from quicbed.cli.options import LinkOptions, ProfileOpt, TestbedOptions, TracesOpt, options
+from quicbed.cli.options import (
+    LinkOptions,
+    OffloadsOpt,
+    ProfileOpt,
+    TestbedOptions,
+    TracesOpt,
+    options,
+)
 from quicbed.errors import QuicbedError
 from quicbed.link.model import RECEIPT_TCP_SECONDS, LinkCondition
 from quicbed.profile import check_profile
@@ -97,6 +104,7 @@ def run_bulk(
     progress: Progress | None = None,
     force: bool = False,
     profile: str = "none",
+    offloads: str | dict[str, str] = "",
     traces: str = "none",
 ) -> BulkResult:
     """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
@@ -117,6 +125,7 @@ def run_bulk(
         arm_settings=settings,
         cc=cc,
         shaper=shaper,
+        offloads=offloads,
         transfer={"size": size, "duration_s": duration_s},
     )
     r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile, traces)
@@ -140,6 +149,7 @@ def run_compete(
     progress: Progress | None = None,
     force: bool = False,
     profile: str = "none",
+    offloads: str | dict[str, str] = "",
     traces: str = "none",
 ) -> CompeteResult:
     """One compete cell (``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)], ``reps``
@@ -156,6 +166,7 @@ def run_compete(
         arms=tuple(a for a, _ in groups),
         cc=cc,
         shaper=shaper,
+        offloads=offloads,
         transfer={
             "size": size,
             "duration_s": duration_s,
@@ -223,6 +234,7 @@ def bulk(
     ] = None,
     cc: CcOpt = "cubic",
     shaper: ShaperOpt = "auto",
+    offloads: OffloadsOpt = "",
     tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
     profile: ProfileOpt = None,
@@ -249,6 +261,7 @@ def bulk(
             cc=cc,
             testbed=bed,
             shaper=shaper,
+            offloads=offloads,
             receipt_tcp_seconds=tcp_seconds,
             progress=_progress,
             force=force,
@@ -280,6 +293,7 @@ def compete(
     size: SizeOpt = "100MB",
     cc: CcOpt = "cubic",
     shaper: ShaperOpt = "auto",
+    offloads: OffloadsOpt = "",
     tcp_seconds: TcpSecondsOpt = RECEIPT_TCP_SECONDS,
     force: ForceOpt = False,
     profile: ProfileOpt = None,
@@ -308,6 +322,7 @@ def compete(
             cc=cc,
             testbed=bed,
             shaper=shaper,
+            offloads=offloads,
             receipt_tcp_seconds=tcp_seconds,
             progress=_progress,
             force=force,

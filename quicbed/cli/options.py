@@ -347,6 +347,15 @@ ShaperOpt = Annotated[
     ),
 ]
 SHAPER: str = CELL["shaper"]
+OffloadsOpt = Annotated[
+    str,
+    typer.Option(
+        "--offloads",
+        help="Interface offloads of every role's interface, e.g. gso=on,gro=on,tso=on,"
+        "tx=on (ethtool -K; gso, gro, tso, tx; on needs --shaper none); default: the "
+        "testbed's (local: all off).",
+    ),
+]
 CC: str = CELL["cc"]
 ARMS = ",".join(CELL["arms"])
 RunsOpt = Annotated[int, typer.Option(help="Measured loads per arm.")]
@@ -399,6 +408,7 @@ class CellOptions:
     order: OrderOpt = CELL["order"]
     cc: CellCcOpt = CC
     shaper: ShaperOpt = SHAPER
+    offloads: OffloadsOpt = ""
     browser: BrowserOpt = CELL["browser"]
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
@@ -416,6 +426,7 @@ class CellOptions:
             order=self.order,
             cc=self.cc,
             shaper=self.shaper,
+            offloads=self.offloads,
             browser=self.browser,
         )
 

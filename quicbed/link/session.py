@@ -7,11 +7,12 @@ shaper, tune the hosts, and on exit, error or Ctrl-C remove the shaping.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from quicbed.link import offloads as nic
 from quicbed.link.model import LinkCondition
 from quicbed.link.shapers import Shaper, get_shaper
 from quicbed.link.tuning import tune_hosts
@@ -26,32 +27,53 @@ class ShapedLink:
     shaper: Shaper
     tuning: dict[str, Any]
     cc: str = "cubic"
+    #: the cell's interface offloads (quicbed.link.offloads), set after the shaping
+    offloads: dict[str, str] = field(default_factory=dict)
 
     def reapply(self) -> None:
         """Shape and tune afresh (a new emulator: a new generation), e.g. for a retry."""
         self.shaper.apply(self.testbed, self.condition)
-        self.tuning = tune_hosts(self.testbed, self.condition, cc=self.cc)
+        nic.apply(self.testbed, self.offloads)
+        self.tuning = tune_hosts(self.testbed, self.condition, cc=self.cc, offloads=self.offloads)
+
+    def offload_watch(self) -> nic.Watch:
+        """The cell's offloads read back around one load or flow."""
+        return nic.Watch(self.testbed, self.offloads)
 
 
 @contextmanager
 def shaped_link(
-    tb: Testbed, cond: LinkCondition, shaper_name: str = "auto", cc: str = "cubic"
+    tb: Testbed,
+    cond: LinkCondition,
+    shaper_name: str = "auto",
+    cc: str = "cubic",
+    offloads_set: Mapping[str, str] | None = None,
 ) -> Iterator[ShapedLink]:
     """Everything is validated before anything is touched; everything made is undone.
+
+    ``offloads_set``: the cell's interface offloads, set on every role's interface
+    after the shaping and put back as they were before the shaping is removed.
 
     The testbed is claimed for the whole block (re-entrant: the caller may hold it);
     the clean-up cannot be interrupted by a second Ctrl-C.
     """
     shaper = get_shaper(shaper_name, tb, cond)
     shaper.check(cond)  # before anything is made
+    setting = dict(offloads_set or {})
+    nic.check_shaper(shaper.name, setting)
     with tb.claim("quicbed link"):
         created = tb.up()
+        before: dict[str, dict[str, str]] = {}
         try:
             shaper.apply(tb, cond)
-            tuning = tune_hosts(tb, cond, cc=cc)
-            yield ShapedLink(tb, cond, shaper, tuning, cc)
+            if setting:
+                before = nic.apply(tb, setting)
+            tuning = tune_hosts(tb, cond, cc=cc, offloads=setting)
+            yield ShapedLink(tb, cond, shaper, tuning, cc, setting)
         finally:
             with shielded():
+                if before:
+                    nic.restore(tb, before)
                 shaper.clear(tb)
                 if created:
                     tb.down()

@@ -9,6 +9,8 @@ and recorded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.testbed.base import Testbed
@@ -19,8 +21,14 @@ HOST_KEYS = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_
 ENDPOINTS = ("server", "client")
 
 
-def tune_hosts(tb: Testbed, cond: LinkCondition, cc: str = "cubic") -> dict[str, object]:
-    """Apply the tuning for ``cond`` and return what is really in force afterwards."""
+def tune_hosts(
+    tb: Testbed,
+    cond: LinkCondition,
+    cc: str = "cubic",
+    offloads: Mapping[str, str] | None = None,
+) -> dict[str, object]:
+    """Apply the tuning for ``cond`` and return what is really in force afterwards
+    (``offloads``: the cell's, already set by the link: quicbed.link.session)."""
     buf = cond.socket_buffer_bytes()
     for role in ENDPOINTS:
         for key in GLOBAL_KEYS:
@@ -41,18 +49,22 @@ def tune_hosts(tb: Testbed, cond: LinkCondition, cc: str = "cubic") -> dict[str,
         tb.sysctl(role, "net.ipv4.tcp_rmem", f"4096 131072 {buf}")
         tb.sysctl(role, "net.ipv4.tcp_wmem", f"4096 16384 {buf}")
         tb.sysctl(role, "net.ipv4.tcp_congestion_control", cc)
-    return read_tuning(tb)
+    return read_tuning(tb, offloads)
 
 
-def read_tuning(tb: Testbed) -> dict[str, object]:
+def read_tuning(tb: Testbed, offloads: Mapping[str, str] | None = None) -> dict[str, object]:
     """The sysctls that matter, as the kernel reports them now (for receipts and provenance),
     and the NIC offloads of every veth end (``ethtool -k``, all off or this raises): the
-    offloads decide whether the link sees real packets, so a package must show them."""
+    offloads decide whether the link sees real packets, so a package must show them. A
+    cell's ``offloads`` (quicbed.link.offloads) are what they must read back as instead,
+    recorded beside them as ``offloads_set``."""
     out: dict[str, object] = {k: tb.host_sysctl("server", k) for k in GLOBAL_RECORDED}
     for role in ENDPOINTS:
         keys = {k: tb.read_sysctl(role, k) for k in HOST_KEYS}
         if tb.kind != "local":  # another host: its global keys are its own
             keys.update({k: tb.host_sysctl(role, k) for k in GLOBAL_RECORDED})
         out[role] = keys
-    out["offloads"] = tb.check_offloads()
+    out["offloads"] = tb.check_offloads(offloads)
+    if offloads:
+        out["offloads_set"] = dict(offloads)
     return out

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quicbed.link import offloads
 from quicbed.results.rows import AttemptRow
 from quicbed.results.store import Store
 from quicbed.results.transfers import (
@@ -56,6 +57,8 @@ COLUMNS = [
     "cc",
     # the arm's host and socket knobs (quicbed.spec.sockopts), "key=value" joined by ";"
     "knobs",
+    # the cell's interface offloads (quicbed.link.offloads), "gro=on,gso=on"; "" unset
+    "offloads",
     "n",
     # bulk
     "goodput_mbit_mean",
@@ -305,6 +308,7 @@ def _cell(cfg: dict[str, Any], cid: str, att: AttemptRow, scenario: str) -> dict
         "flows": flows_text(tuple(flows)) if flows else "",
         "stagger_s": t.get("stagger_s", 0),
         "runs": cfg["runs"],
+        "offloads": offloads.text(cfg.get("offloads") or {}),
         "arms": list(cfg["arms"]),
         "summary": {},
         "comparisons": {},

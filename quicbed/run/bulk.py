@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
+from quicbed.link import offloads
 from quicbed.link.proof import ProvenLink
 from quicbed.results.store import now
 from quicbed.results.transfers import (
@@ -79,6 +80,8 @@ LINGER_S = 1.5
 
 #: (what, done, total), as quicbed.run.cell reports a cell's loads
 Progress = Callable[[str, int, int], None]
+#: a test's hook before a flow: arm, rep, the arms' servers (quicbed.run.cell's ``fault``)
+Fault = Callable[[str, int, dict[str, WebServer]], None]
 #: the client's flag for each transport parameter it advertises (an arm's ``client_``
 #: keys; quicbed.spec.tparams.CLIENTS says which it takes: quic-go's client has one
 #: stream window for the three stream-data limits)
@@ -344,6 +347,16 @@ def _verified(f: FlowResult, evidence: tuple[dict[str, Any], list[str]], arm: Ar
     return f
 
 
+def _with_offloads(
+    evidence: tuple[dict[str, Any], list[str]], watch: offloads.Watch
+) -> tuple[dict[str, Any], list[str]]:
+    """A flow's evidence with the cell's interface offloads read back before and after it
+    (quicbed.link.offloads): a flow under another setting is not ok, naming it."""
+    facts, reasons = evidence
+    more, why = watch.end()
+    return {**facts, **more}, reasons + why
+
+
 def _down(counters: dict[str, Any] | None) -> dict[str, Any]:
     return ((counters or {}).get("directions") or {}).get("down") or {}
 
@@ -380,15 +393,18 @@ def run_transfer(
     logs: Path,
     progress: Progress | None,
     profile: CpuProfile | None = None,
+    fault: Fault | None = None,
     *,
     tracing: TraceSet | None = None,
 ) -> BulkResult | CompeteResult:
     """A bulk or compete cell's transfers on ``proven`` (receipt passed, link checked
     around it by quicbed.run.cell), the arms' servers started and stopped here; their logs
     and the clients' go to ``logs``. With ``profile``, perf samples each flow's server and
-    client (quicbed.profile.session). With ``tracing`` (the cell's trace level, as page
-    cells trace their loads), each flow gets its transport trace (quicbed.results.flowtraces),
-    sealed once the servers have stopped (their qlog files are complete then)."""
+    client (quicbed.profile.session). ``fault`` (tests) is called before each bulk flow
+    (arm, rep, servers), or each compete run (its first arm, rep, servers). With
+    ``tracing`` (the cell's trace level, as page cells trace their loads), each flow gets
+    its transport trace (quicbed.results.flowtraces), sealed once the servers have
+    stopped (their qlog files are complete then)."""
     from quicbed.results.flowtraces import FlowTracing
 
     t = cfg.transfer
@@ -403,9 +419,9 @@ def run_transfer(
         rig.start()
         try:
             if cfg.kind == "bulk":
-                result: BulkResult | CompeteResult = _bulk(cfg, rig, proven, say, profile)
+                result: BulkResult | CompeteResult = _bulk(cfg, rig, proven, say, profile, fault)
             else:
-                result = _compete(cfg, rig, proven, say, profile)
+                result = _compete(cfg, rig, proven, say, profile, fault)
         finally:
             rig.stop()
         if traced:
@@ -422,7 +438,12 @@ def run_transfer(
 
 
 def _bulk(
-    cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress, profile: CpuProfile | None
+    cfg: CellConfig,
+    rig: _Rig,
+    proven: ProvenLink,
+    say: Progress,
+    profile: CpuProfile | None,
+    fault: Fault | None = None,
 ) -> BulkResult:
     """``cfg.runs`` downloads per arm, interleaved (ABBA, the cell's schedule), one flow
     at a time. With a duration each runs that long (the object again and again on one
@@ -435,6 +456,10 @@ def _bulk(
     meter, net = CpuMeter(tb, cfg.arms), NetMeter(tb)
     for seq, (arm, rep) in enumerate(schedule):
         say(f"{arm} #{rep}", seq + 1, len(schedule))
+        if fault:
+            fault(arm, rep, rig.servers)
+        offl = link.offload_watch()
+        offl.begin()
         offsets = rig.log_sizes()
         before = link.shaper.counters(tb)
         rig.servers[arm].mark()
@@ -453,6 +478,7 @@ def _bulk(
         if rig.traced and lt:  # still lingering (the TCP tracer keeps our table's flows),
             rig.traced.end(lt, lt.began_wall)  # after ss and evidence: it reads for seconds
         after = link.shaper.counters(tb)
+        evidence = _with_offloads(evidence, offl)
         recs = rig.records(log)
         final = next((r for r in recs if r.get("event") == "done"), {})
         port = port_of(final.get("local_addr"))
@@ -526,7 +552,12 @@ class _QueueSampler(threading.Thread):
 
 
 def _compete(
-    cfg: CellConfig, rig: _Rig, proven: ProvenLink, say: Progress, profile: CpuProfile | None
+    cfg: CellConfig,
+    rig: _Rig,
+    proven: ProvenLink,
+    say: Progress,
+    profile: CpuProfile | None,
+    fault: Fault | None = None,
 ) -> CompeteResult:
     """``cfg.runs`` repetitions: every flow of ``transfer.flows`` (e.g. h3x1,h2x4) starts
     at one instant on the client's clock, flow i ``i x stagger_s`` later, and runs
@@ -539,6 +570,10 @@ def _compete(
     meter, net = CpuMeter(tb, cfg.arms), NetMeter(tb)
     for rep in range(cfg.runs):
         say(f"{len(plan)} flows", rep + 1, cfg.runs)
+        if fault:
+            fault(plan[0][0], rep, rig.servers)
+        offl = proven.link.offload_watch()
+        offl.begin()
         offsets = rig.log_sizes()
         lead_s = 1.0 + 0.15 * len(plan)  # time to spawn every client before the start
         t0_client = rig.client_clock_ns() + int(lead_s * 1e9)
@@ -576,6 +611,11 @@ def _compete(
                 profile.halt(profiled)
             tcp = rig.server_tcp()
             evidence = {a: rig.evidence(a) for a, _ in t.flows}
+            offl_facts, offl_reasons = offl.end()
+            evidence = {
+                a: ({**facts, **offl_facts}, reasons + offl_reasons)
+                for a, (facts, reasons) in evidence.items()
+            }
             for lt in traced.values():  # as in _bulk: after ss and evidence
                 assert rig.traced is not None
                 rig.traced.end(lt, zero_ns / 1e9)

@@ -222,7 +222,9 @@ def run_cell(
         status, problem, reason = "failed", "", None
         try:
             if link is None:
-                with shaped_link(tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc()) as shaped:
+                with shaped_link(
+                    tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc(), offloads_set=cfg.offloads
+                ) as shaped:
                     job.measure_on(prove(shaped, receipt_tcp_seconds, cfg.tcp_cc()), shared=False)
             else:
                 job.measure_on(link, shared=link.uses > 0)
@@ -446,6 +448,8 @@ class _Job:
                     recordings = [r for a in cfg.arms for r in profiler.attach(a)]
                 srv = servers[arm]
                 srv.mark()
+                offl = proven.link.offload_watch()
+                offl.begin()
                 lt = tracing.begin(arm, rep) if tracing else None
                 net_mark, cpu_mark = net.read(), meter.begin()
                 result = browsers[arm].load(
@@ -460,7 +464,9 @@ class _Job:
                     tracing.end(lt)
                     loads.append((f"{cell_id}:{attempt}:{arm}:{rep}", lt))
                 m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
-                reasons = _judge(cfg, srv, warm, result, m, facts, page)
+                offl_facts, offl_reasons = offl.end()
+                facts.update(offl_facts)
+                reasons = _judge(cfg, srv, warm, result, m, facts, page) + offl_reasons
                 gen = proven.current_generation()
                 if gen != proven.generation:
                     reasons.append(
@@ -550,7 +556,14 @@ class _Job:
         profiler = self._profiler("quicbed-bulk")
         tracing = self._traceset()
         result = run_transfer(
-            self.cfg, self.tb, proven, log_dir, self.progress, profiler, tracing=tracing
+            self.cfg,
+            self.tb,
+            proven,
+            log_dir,
+            self.progress,
+            profiler,
+            self.fault,
+            tracing=tracing,
         )
         if profiler:
             self._seal_profile(profiler)

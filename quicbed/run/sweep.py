@@ -401,7 +401,9 @@ def _run_group(
     link_failures = 0
     if _stopping(out, group, lock, outcome, on_cell):  # before shaping a link for nothing
         return
-    with shaped_link(tb, c0.condition, c0.shaper, cc=c0.tcp_cc()) as shaped:
+    with shaped_link(
+        tb, c0.condition, c0.shaper, cc=c0.tcp_cc(), offloads_set=c0.offloads
+    ) as shaped:
         proven: ProvenLink | None = None
         for i, pc in enumerate(group):
             if _stopping(out, group[i:], lock, outcome, on_cell):

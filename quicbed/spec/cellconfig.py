@@ -36,6 +36,7 @@ _NEW_FIELDS: dict[str, object] = {
     "kind": "page",
     "transfer": None,
     "browser": None,
+    "offloads": {},
 }
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {"ecn_threshold": None}
@@ -141,6 +142,16 @@ class Transfer(BaseModel):
         return v
 
 
+def _offloads(value: object) -> dict[str, str]:
+    """A spec's mapping or the CLI's ``gso=on,gro=off`` (quicbed.link.offloads.parse)."""
+    from quicbed.link.offloads import parse
+
+    try:
+        return parse(value)
+    except QuicbedError as exc:
+        raise ValueError(str(exc).removeprefix("offloads: ")) from None
+
+
 class CellConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -158,6 +169,9 @@ class CellConfig(BaseModel):
     #: per-arm stack, CC and parameters (quicbed.spec.arms.ArmSettings), by arm name
     arm_settings: dict[str, ArmSettings] = {}
     shaper: str = "auto"
+    #: interface offloads of every role's interface (quicbed.link.offloads: gso, gro,
+    #: tso, tx -> on/off), the testbed's own where unnamed; on only with shaper none
+    offloads: Annotated[dict[str, str], BeforeValidator(_offloads)] = {}
     host: str = TEST_HOST
     load_timeout_s: float = Field(default=60.0, gt=0, le=MAX_LOAD_TIMEOUT_S)
     #: page loads, or a transfer (``transfer`` says which object, how long, which flows);
@@ -220,13 +234,23 @@ class CellConfig(BaseModel):
     def _resolve(self) -> CellConfig:
         """Every arm's stack, CC and parameters, and the condition against a named shaper,
         checked now: nothing starts otherwise."""
+        from quicbed.link.offloads import check_shaper
         from quicbed.link.shapers import check_condition
 
         try:
             arms = self.resolved_arms()
             check_condition(self.shaper, self.condition)  # e.g. shaper none with a rate
+            check_shaper(self.shaper, self.offloads)  # offloads on need shaper none
         except QuicbedError as exc:
             raise ValueError(str(exc)) from None
+        if self.offloads.get("gso") == "on":
+            for a in arms:
+                if a.params.get("gso") is not None:
+                    raise ValueError(
+                        f"arm {a.name}: its gso is verified by the server interface's "
+                        "packets per UDP send, which an interface with offloads gso=on "
+                        "counts per datagram: set one or the other"
+                    )
         self._check_kind()
         self._check_modes(arms)
         return self
@@ -343,10 +367,12 @@ class CellConfig(BaseModel):
 
     def link_key(self) -> str:
         """What the link and the hosts' tuning depend on: cells with equal keys can share
-        one shaped link and its receipt (quicbed.link.proof)."""
-        return json.dumps(
-            [self.condition.model_dump(mode="json"), self.shaper, self.tcp_cc()], sort_keys=True
-        )
+        one shaped link and its receipt (quicbed.link.proof). The interface offloads
+        are the link's too; unset, they leave the key as it always was."""
+        key: list[Any] = [self.condition.model_dump(mode="json"), self.shaper, self.tcp_cc()]
+        if self.offloads:
+            key.append({"offloads": self.offloads})
+        return json.dumps(key, sort_keys=True)
 
     def schedule(self) -> list[tuple[str, int]]:
         """(arm, rep) in execution order; reps 0..warmup-1 are warm-ups.

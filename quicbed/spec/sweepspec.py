@@ -152,6 +152,10 @@ class Scenario(BaseModel):
     arms: ArmsField | None = None
     cc: str | None = None
     browser: str | None = None
+    #: interface offloads, a grid axis: each a mapping ({gso: on, gro: on}) or
+    #: "gso=on,gro=on" (quicbed.link.offloads; on needs the spec's shaper none); unset:
+    #: the testbed's, and the key is left out of the digest
+    offloads: list[dict[str, Any] | str] | None = None
     #: transport traces of this scenario's loads or flows (quicbed.traces) instead of the
     #: spec's level: an observation, not a condition, so in no cell's identity and not
     #: in the digest (a transfer scenario's way to ask for cwnd timelines of its flows)
@@ -173,6 +177,7 @@ class Scenario(BaseModel):
         "objects",
         "duration",
         "flows",
+        "offloads",
     )
     @classmethod
     def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
@@ -328,6 +333,7 @@ class SweepSpec(BaseModel):
                 "jitter_interval",
                 "ecn_threshold",
                 "browser",
+                "offloads",
             ):
                 if sc[key] is None:
                     sc.pop(key)
@@ -383,8 +389,14 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                 raise QuicbedError(
                     f"{where}.pages: unknown page {page!r} (defined: {', '.join(pageset.pages)})"
                 )
-        for rate, delay, (loss, down, up), jitter, queue, work in itertools.product(
-            sc.rate, sc.delays(), sc.losses(), sc.jitter, sc.queue, _workloads(sc)
+        for rate, delay, (loss, down, up), jitter, queue, work, offl in itertools.product(
+            sc.rate,
+            sc.delays(),
+            sc.losses(),
+            sc.jitter,
+            sc.queue,
+            _workloads(sc),
+            sc.offloads or [{}],
         ):
             try:
                 cond = make_condition(
@@ -426,6 +438,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     if sc.kind == "page"
                     else None,
                     shaper=spec.shaper,
+                    offloads=offl,
                     load_timeout_s=d.load_timeout_s,
                     **work,
                 )

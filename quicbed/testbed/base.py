@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -129,8 +129,15 @@ class Testbed(Roles):
         return removed
 
     @abstractmethod
-    def check_offloads(self) -> dict[str, dict[str, str]]:
-        """NIC offloads of the experiment interfaces (``ethtool -k``), for the record."""
+    def check_offloads(
+        self, expected: Mapping[str, str] | None = None
+    ) -> dict[str, dict[str, str]]:
+        """NIC offloads of the experiment interfaces (``ethtool -k``), for the record;
+        ``expected``: a cell's offloads (quicbed.link.offloads), which they must have."""
+
+    @abstractmethod
+    def offload_interfaces(self) -> dict[str, tuple[str, ...]]:
+        """The interfaces a cell's offloads are set on, by role (quicbed.link.offloads)."""
 
     # --- files on the controller -----------------------------------------------------
     def local_stage(self, role: str, name: str) -> Path:

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,13 +43,6 @@ from quicbed.testbed.base import (
 
 #: interface of each role's veth end(s), inside its namespace
 IFACES = {"server": ("eth0",), "bridge": ("srv", "cli"), "client": ("eth0",)}
-#: offload features that must be off on every veth end (ethtool -k names)
-OFFLOADS_OFF = {
-    "tcp-segmentation-offload": "tso",
-    "generic-segmentation-offload": "gso",
-    "generic-receive-offload": "gro",
-    "tx-checksumming": "tx",
-}
 STATE_ROOT = Path("/run/quicbed")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 
@@ -225,27 +218,29 @@ class LocalTestbed(Testbed):
             return False
         return True
 
-    def check_offloads(self) -> dict[str, dict[str, str]]:
-        """Read back ``ethtool -k`` on every veth end; raise if any offload is still on.
+    def offload_interfaces(self) -> dict[str, tuple[str, ...]]:
+        return dict(IFACES)
+
+    def check_offloads(
+        self, expected: Mapping[str, str] | None = None
+    ) -> dict[str, dict[str, str]]:
+        """Read back ``ethtool -k`` on every veth end; raise if any offload is not as
+        ``expected`` (a cell's offloads, quicbed.link.offloads), else off.
 
         A forwarded frame with a partial checksum is dropped by the receiver, and
         64 KB super-packets would make loss, queue and rate apply per super-packet.
         """
+        from quicbed.link import offloads
+
+        want = {k: "off" for k in offloads.FEATURES} | dict(expected or {})
         report: dict[str, dict[str, str]] = {}
         for role in ROLES:
             for dev in IFACES[role]:
-                out = self.exec(role, ["ethtool", "-k", dev]).stdout
-                feats = {}
-                for line in out.splitlines():
-                    key, _, val = line.strip().partition(":")
-                    if key in OFFLOADS_OFF:
-                        feats[key] = val.strip().split()[0] if val.strip() else ""
-                bad = [k for k, v in feats.items() if v != "off"]
-                if bad or len(feats) != len(OFFLOADS_OFF):
-                    raise QuicbedError(
-                        f"offloads still on for {self.ns(role)}:{dev}: {', '.join(bad) or feats}"
-                    )
-                report[f"{role}:{dev}"] = feats
+                feats = offloads.read(self, role, dev)
+                bad = offloads.differences(want, {f"{self.ns(role)}:{dev}": feats})
+                if bad:
+                    raise QuicbedError("; ".join(bad))
+                report[f"{role}:{dev}"] = {offloads.FEATURES[k]: v for k, v in feats.items()}
         return report
 
     def down(self) -> list[str]:

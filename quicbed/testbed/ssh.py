@@ -22,7 +22,7 @@ import shlex
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -306,25 +306,30 @@ class SshTestbed(Testbed):
         info["complete"] = all(r["reachable"] for r in roles.values())
         return info
 
-    def check_offloads(self) -> dict[str, dict[str, str]]:
+    def offload_interfaces(self) -> dict[str, tuple[str, ...]]:
+        """The endpoints' experiment interfaces (the bridge node's ports are its own: a
+        cell's offloads are set on the endpoints only)."""
+        return {
+            role: (self.experiment_interface(role, ip),)
+            for role, ip in (("server", self.server_ip), ("client", self.client_ip))
+        }
+
+    def check_offloads(
+        self, expected: Mapping[str, str] | None = None
+    ) -> dict[str, dict[str, str]]:
         """Offloads of the endpoints' experiment interfaces, recorded (real NICs segment
-        on the wire, so unlike veths they need not be off)."""
-        report: dict[str, dict[str, str]] = {}
-        for role, ip in (("server", self.server_ip), ("client", self.client_ip)):
-            dev = self.experiment_interface(role, ip)
-            out = self.exec(role, ["ethtool", "-k", dev], check=False).stdout
-            feats = {}
-            for line in out.splitlines():
-                key, _, val = line.strip().partition(":")
-                if key in (
-                    "tcp-segmentation-offload",
-                    "generic-segmentation-offload",
-                    "generic-receive-offload",
-                    "tx-checksumming",
-                ):
-                    feats[key] = val.strip().split()[0] if val.strip() else ""
-            report[f"{role}:{dev}"] = feats
-        return report
+        on the wire, so unlike veths they need not be off); a cell's ``expected`` ones
+        must read back as set."""
+        from quicbed.link import offloads
+
+        seen = offloads.read_all(self)
+        bad = offloads.differences(expected or {}, seen)
+        if bad:
+            raise QuicbedError("; ".join(bad))
+        return {
+            iface: {offloads.FEATURES[k]: v for k, v in feats.items()}
+            for iface, feats in seen.items()
+        }
 
     def experiment_interface(self, role: str, ip: str) -> str:
         """The interface that holds ``ip`` on ``role`` (Emulab names them per node)."""
