@@ -192,17 +192,16 @@ class SharedLinks:
                         tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc(), offloads_set=cfg.offloads
                     )
                 )
-                self._links[key] = (tb, shaped, prove(shaped, 1, cfg.tcp_cc()))
+                self._links[key] = (tb, shaped, None)
             tb, shaped, proven = self._links[key]
-            if proven.age_s() > MAX_RECEIPT_AGE_S or not proven.receipt.passed:
-                shaped.reapply()
+            if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
                 proven = prove(shaped, 1, cfg.tcp_cc())
                 self._links[key] = (tb, shaped, proven)
             r = run_cell(cfg, out, testbed=tb, link=proven, **kwargs)
             if not r.link_failed:
                 return r
-            shaped.reapply()
-            self._links[key] = (tb, shaped, prove(shaped, 1, cfg.tcp_cc()))
+            shaped.reapply()  # and proven afresh before the next try
+            self._links[key] = (tb, shaped, None)
         return r
 
     def prefix_of(self, cfg: Any) -> str:

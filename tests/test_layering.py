@@ -29,7 +29,8 @@ LAYERS = [
     (
         "foundation",
         "quicbed errors paths proc tarsafe yamlfile identity hostparam certs progress "
-        "jsonlines plugins tcpinfo analysis.stats report.plots spec.workloads spec.bulkobjects",
+        "jsonlines plugins procnet tcpinfo analysis.stats report.plots spec.workloads "
+        "spec.bulkobjects",
     ),
     # what runs on a testbed's three roles, without the testbed's life
     ("testbed roles", "testbed testbed.cgroups testbed.cpu testbed.roles"),

@@ -53,23 +53,18 @@ class RoleCounters(BaseModel):
 def parse(snmp: str, dev: str, ifaces: list[str] | None = None) -> dict[str, Any]:
     """The kept counters from ``/proc/net/snmp`` and ``/proc/net/dev`` as read on a role,
     interfaces summed (those named, else every one but loopback)."""
-    out: dict[str, Any] = dict.fromkeys(UDP_FIELDS.values(), 0)
-    udp = [ln.split()[1:] for ln in snmp.splitlines() if ln.startswith("Udp:")]
-    if len(udp) >= 2:
-        for name, value in zip(udp[0], udp[1], strict=False):
-            if name in UDP_FIELDS:
-                out[UDP_FIELDS[name]] = int(value)
+    from quicbed.procnet import dev_table, snmp_table
+
+    udp = snmp_table(snmp).get("Udp", {})
+    out: dict[str, Any] = {key: udp.get(name, 0) for name, key in UDP_FIELDS.items()}
     out |= dict.fromkeys(DEV_FIELDS.values(), 0)
     seen = []
-    for line in dev.splitlines():
-        name, colon, rest = line.partition(":")
-        name = name.strip()
-        if not colon or "|" in line or name == "lo" or (ifaces and name not in ifaces):
+    for name, cols in dev_table(dev).items():
+        if ifaces and name not in ifaces:
             continue
-        cols = rest.split()
         seen.append(name)
         for i, key in DEV_FIELDS.items():
-            out[key] += int(cols[i])
+            out[key] += cols[i]
     out["ifaces"] = sorted(seen)
     return out
 

@@ -1,18 +1,18 @@
 """Reading each role's network counters around a load or flow (quicbed.results.netcounters).
 
 One command per role, in the role's network namespace (the counters are per
-namespace), before and after: ``cat /proc/net/snmp /proc/net/dev``.
+namespace), before and after (quicbed.procnet).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from quicbed import procnet
 from quicbed.results.netcounters import RoleCounters, difference, parse
 from quicbed.testbed.base import Testbed
 
 ROLES = ("server", "client", "bridge")
-_SPLIT = "--quicbed-dev--"
 
 
 class NetMeter:
@@ -25,13 +25,8 @@ class NetMeter:
         """Per role, its counters now, or why they could not be read."""
         out: dict[str, dict[str, Any] | str] = {}
         for role in ROLES:
-            script = f"cat /proc/net/snmp && echo {_SPLIT} && cat /proc/net/dev"
-            cp = self.tb.exec(role, ["sh", "-c", script], check=False)
-            snmp, sep, dev = cp.stdout.partition(_SPLIT)
-            if cp.returncode != 0 or not sep:
-                out[role] = (cp.stderr or "no output").strip().splitlines()[-1:][0]
-                continue
-            out[role] = parse(snmp, dev)
+            got = procnet.read(self.tb, role)
+            out[role] = got if isinstance(got, str) else parse(*got)
         return out
 
     def since(self, before: dict[str, dict[str, Any] | str]) -> dict[str, RoleCounters]:

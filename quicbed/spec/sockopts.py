@@ -209,35 +209,23 @@ def read_socket(tb: Any, role: str, port: int) -> dict[str, Any]:
 
 #: packets an interface may send in a load besides IP ones (ARP): the slack of GSO's test
 GSO_SLACK = 2
-_SPLIT = "--quicbed-dev--"
 
 
 def read_sends(tb: Any, role: str) -> dict[str, int] | None:
     """``role``'s UDP datagrams sent (sendmsg calls), TCP segments, ICMP messages and the
     packets its interfaces (all but loopback) sent, now; None: unreadable."""
-    script = f"cat /proc/net/snmp && echo {_SPLIT} && cat /proc/net/dev"
-    cp = tb.exec(role, ["sh", "-c", script], check=False)
-    snmp, sep, dev = cp.stdout.partition(_SPLIT)
-    if cp.returncode != 0 or not sep:
+    from quicbed import procnet
+
+    got = procnet.read(tb, role)
+    if isinstance(got, str):
         return None
-    out = {"udp_out_datagrams": 0, "tcp_out_segs": 0, "icmp_out_msgs": 0, "tx_packets": 0}
-    rows: dict[str, list[list[str]]] = {}
-    for line in snmp.splitlines():
-        proto, _, rest = line.partition(":")
-        rows.setdefault(proto, []).append(rest.split())
-    for proto, field, key in (
-        ("Udp", "OutDatagrams", "udp_out_datagrams"),
-        ("Tcp", "OutSegs", "tcp_out_segs"),
-        ("Icmp", "OutMsgs", "icmp_out_msgs"),
-    ):
-        head = rows.get(proto) or []
-        if len(head) >= 2 and field in head[0]:
-            out[key] = int(head[1][head[0].index(field)])
-    for line in dev.splitlines():
-        name, colon, rest = line.partition(":")
-        if colon and "|" not in line and name.strip() != "lo":
-            out["tx_packets"] += int(rest.split()[9])
-    return out
+    snmp, dev = procnet.snmp_table(got[0]), procnet.dev_table(got[1])
+    return {
+        "udp_out_datagrams": snmp.get("Udp", {}).get("OutDatagrams", 0),
+        "tcp_out_segs": snmp.get("Tcp", {}).get("OutSegs", 0),
+        "icmp_out_msgs": snmp.get("Icmp", {}).get("OutMsgs", 0),
+        "tx_packets": sum(cols[9] for cols in dev.values()),
+    }
 
 
 def sends_since(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, Any]:
