@@ -97,6 +97,12 @@ def print_receipt(receipt: Any) -> None:
         out.print(
             f"emulator CPU during TCP: {receipt.emulator['cpu_pct_during_tcp_max']:.0f} % of a core"
         )
+    if receipt.host_cpu:
+        h = receipt.host_cpu
+        out.print(
+            f"host CPU over the receipt: {h['busy_pct']:.0f} % busy, "
+            f"{h['steal_pct']:.1f} % stolen by the hypervisor"
+        )
     out.print("[green]within tolerance[/]" if receipt.passed else "[red]OUT OF TOLERANCE[/]")
 
 

@@ -61,6 +61,10 @@ def test_receipt_at_50mbit_36ms(testbed: LocalTestbed) -> None:
     assert dirs["down"]["loss_drops"] == 0
     assert r.tuning["client"]["net.ipv4.tcp_congestion_control"] == "cubic"
     assert int(r.tuning["server"]["net.ipv4.tcp_rmem"].split()[2]) >= 2 * cond.bdp_bytes()
+    # the host's CPU over the receipt: the emulator and the probes kept it busy
+    host = r.host_cpu
+    assert host is not None and host["ticks"] > 0, host
+    assert 0 < host["busy_pct"] <= 100 and 0 <= host["steal_pct"] <= 100
     json.dumps(r.model_dump(mode="json"))  # a receipt is data
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import BaseModel
 from scipy.stats import binomtest
 
-from quicbed.link import probes
+from quicbed.link import hostcpu, probes
 from quicbed.link.model import ETH_HEADER, RECEIPT_TCP_SECONDS, JitterKind, LinkCondition
 from quicbed.link.shapers import Shaper
 from quicbed.testbed.base import Testbed
@@ -94,6 +94,9 @@ class Receipt(BaseModel):
     #: the link's generation while it was measured (quicbed.link.proof); None in
     #: receipts made before generations existed
     generation: str | None = None
+    #: the bridge's machine's CPU shares over the receipt (quicbed.link.hostcpu); None in
+    #: receipts made before it was kept, or where /proc/stat could not be read
+    host_cpu: dict[str, Any] | None = None
 
     def failed_checks(self) -> list[Check]:
         return [c for c in self.checks if c.passed is False]
@@ -417,6 +420,7 @@ def measure(
     created = datetime.now(UTC).isoformat()
     checks: list[Check] = []
     before = shaper.counters(tb)
+    host_before = hostcpu.sample(tb)
     cpu: list[float] = []
     shared_clock = tb.shares_clock()
 
@@ -553,6 +557,7 @@ def measure(
                 )
 
     after = shaper.counters(tb)
+    host_cpu = hostcpu.shares(host_before, hostcpu.sample(tb))
     emulator: dict[str, Any] | None = None
     if after is not None:
         emulator = {"counters_before": before, "counters_after": after}
@@ -595,4 +600,5 @@ def measure(
         emulator=emulator,
         passed=passed,
         generation=generation,
+        host_cpu=host_cpu,
     )

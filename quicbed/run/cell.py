@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from quicbed.analysis.stats import Comparison
 from quicbed.client import har
 from quicbed.errors import QuicbedError
+from quicbed.link import hostcpu
 from quicbed.link.model import RECEIPT_TCP_SECONDS
 from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
 from quicbed.link.receipt import Receipt
@@ -321,7 +322,8 @@ class _Job:
             names = "; ".join(c.summary() for c in proven.receipt.failed_checks())
             raise LinkFailed(
                 FailureReason.LINK_OUT_OF_TOLERANCE,
-                f"the link is out of tolerance ({names}); nothing measured",
+                f"the link is out of tolerance ({names}); nothing measured"
+                + hostcpu.blame(proven.receipt.host_cpu),
             )
         span: dict[str, Any] = {
             "cell_id": self.cell_id,
