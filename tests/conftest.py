@@ -246,7 +246,8 @@ def cell_1mb_full(
     identical cells cost the suite 45 s for nothing either test needs. The capture
     tracers of the returned attempt are kept to read what each capture cost; a receipt
     spoiled on a busy machine raises ``LinkNotHeld`` and the test that asked for the cell
-    runs again (``SharedLinks``, whose 10 Mbit/s, 36 ms link it shares). Readers that write into a results folder copy it first: ``out`` is shared."""
+    runs again (``SharedLinks``, whose 10 Mbit/s, 36 ms link it shares). Readers that
+    write into a results folder copy it first: ``out`` is shared."""
     import quicbed.run.cell
     from quicbed.link.model import make_condition
     from quicbed.results.store import Store

@@ -29,12 +29,13 @@ def cell_row(**fields: Any) -> CellRow:
     return CellRow(**{**base, **fields})
 
 
-def bulk_config(cond: Any, text: str, runs: int = 2) -> Any:
-    """A bulk cell of 2 MB downloads, ``runs`` per arm, arms as ``--arms`` spells them."""
+def bulk_config(cond: Any, text: str, runs: int = 2, **settings: Any) -> Any:
+    """A bulk cell of 2 MB downloads, ``runs`` per arm, arms as ``--arms`` spells them,
+    and any other cell setting (``shaper``, ``offloads``) as given."""
     from quicbed.spec.arms import parse_cli
     from quicbed.spec.cellconfig import make_cell
 
-    names, settings = parse_cli(text)
+    names, arm_settings = parse_cli(text)
     return make_cell(
         condition=cond,
         page="bulk/2MB.bin",
@@ -42,8 +43,9 @@ def bulk_config(cond: Any, text: str, runs: int = 2) -> Any:
         runs=runs,
         warmup=0,
         arms=names,
-        arm_settings=settings,
+        arm_settings=arm_settings,
         transfer={"size": "2MB"},
+        **settings,
     )
 
 
@@ -78,15 +80,16 @@ def _flow(arm: str, rep: int, mbit: float) -> Any:
 
 
 def store_bulk_cell(
-    folder: Path, scenario: str, cond: Any, text: str, mbits: dict[str, float]
+    folder: Path, scenario: str, cond: Any, text: str, mbits: dict[str, float], **settings: Any
 ) -> None:
     """A bulk cell of scenario ``scenario`` stored in ``folder`` as if measured: arms as
     ``--arms`` spells them, two verified flows per arm at ``mbits`` (and 1 Mbit/s more),
-    for tests that build a report from stored records only."""
+    other cell settings as given, for tests that build a report from stored records
+    only."""
     from quicbed.results.store import Store
     from quicbed.results.transfers import BulkResult, BulkRun
 
-    cfg = bulk_config(cond, text)
+    cfg = bulk_config(cond, text, **settings)
     runs = [
         BulkRun(arm=a, rep=rep, seq=2 * i + rep, flow=_flow(a, rep, m + rep))
         for i, (a, m) in enumerate(mbits.items())

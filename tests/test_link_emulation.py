@@ -190,12 +190,31 @@ def test_netem_probes_of_two_testbeds_on_one_kernel_do_not_collide(testbed: Loca
         (["--rtt", "112", "--jitter-interval", "nan"], "jitter interval must be in"),
         (["--shaper", "tc"], "unknown shaper 'tc'"),
         (["--queue", "2 buckets"], "queue: cannot parse"),
+        (["--offloads", "gso=on"], "offloads gso=on with shaper auto: gso on needs shaper none"),
+        (["--shaper", "none", "--offloads", "lro=on"], "offloads: unknown offload 'lro'"),
     ],
 )
 def test_bad_input_is_one_line_and_makes_nothing(prefix: str, args: list[str], needle: str) -> None:
     cp = _cli("link", "check", "--prefix", prefix, *args)
     assert cp.returncode == 2, cp.stdout
     assert needle in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
+    assert LocalTestbed(prefix).leftovers() == []
+
+
+@pytest.mark.slow
+def test_link_check_sets_the_offloads_it_is_given_and_puts_them_back(prefix: str) -> None:
+    """``link check --shaper none --offloads``: the receipt is of the link with those
+    offloads, read back on every interface; afterwards nothing is left."""
+    args = ["--prefix", prefix, "--shaper", "none", "--offloads", "gso=on", "--tcp-seconds", "1"]
+    cp = _cli("link", "check", *args, "--json")
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    r = json.loads(cp.stdout)
+    assert r["tuning"]["offloads_set"] == {"gso": "on"}
+    seen = r["tuning"]["offloads"]
+    assert len(seen) == 4 and all(
+        f["generic-segmentation-offload"] == "on" and f["generic-receive-offload"] == "off"
+        for f in seen.values()
+    ), seen
     assert LocalTestbed(prefix).leftovers() == []
 
 

@@ -160,6 +160,30 @@ scenarios:
         load_spec(spec)
 
 
+def test_the_report_draws_goodput_per_offload_setting(tmp_path: Path) -> None:
+    """A scenario whose cells share an unshaped link and differ in their offloads: one
+    group of bars per setting, one bar per arm; a scenario of one setting draws none.
+    From stored records only."""
+    from made_rows import store_bulk_cell
+
+    from quicbed.link.model import make_condition
+    from quicbed.report.build import build
+
+    cond = make_condition(rate_mbit=None, rtt_ms=0)
+    for setting, mbits in (("gso=off,gro=off", (900.0, 700.0)), ("gso=on,gro=on", (2000.0, 950.0))):
+        h2, h3 = mbits
+        store_bulk_cell(
+            tmp_path, "offl", cond, "h2,h3", {"h2": h2, "h3": h3}, shaper="none", offloads=setting
+        )
+    store_bulk_cell(tmp_path, "one", cond, "h2", {"h2": 1.0}, shaper="none", offloads="gso=on")
+    report = build(tmp_path)
+    shown = [f["shows"] for f in report.figures if f["shows"].get("axis")]
+    assert [(s["scenario"], s["axis"]) for s in shown] == [("offl", "offloads")]
+    svg = (tmp_path / "report" / "figures" / "param-offl.svg").read_text()
+    assert "gso=off" in svg and "gro=on" in svg and "h2" in svg and "h3" in svg
+    assert "param-offl" in (tmp_path / "report" / "index.html").read_text()
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_the_ssh_testbed_sets_its_endpoints_offloads(prefix: str) -> None:

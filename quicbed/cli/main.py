@@ -36,6 +36,7 @@ from quicbed.cli.options import (
     KeepOpt,
     LinkOptions,
     MaxHoursOpt,
+    OffloadsOpt,
     ProfileOpt,
     ShaperOpt,
     SweepTestbedOptions,
@@ -167,6 +168,7 @@ def link_check(
         float, typer.Option(help="iperf3 TCP seconds per direction.")
     ] = RECEIPT_TCP_SECONDS,
     cc: Annotated[str, typer.Option(help="TCP congestion control.")] = CC,
+    offloads: OffloadsOpt = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the receipt as JSON.")] = False,
     out_file: Annotated[
         str | None, typer.Option("--out", help="Also write the receipt here.")
@@ -179,12 +181,15 @@ def link_check(
     import json
     from pathlib import Path
 
+    from quicbed.link import offloads as nic
     from quicbed.link.model import check_tcp_seconds
     from quicbed.link.receipt import measure
     from quicbed.link.session import shaped_link
 
     cond = link.condition()
     check_tcp_seconds(tcp_seconds, "--tcp-seconds")
+    setting = nic.parse(offloads)
+    nic.check_shaper(shaper, setting)
     if out_file:  # refused now, not after the measurement
         if Path(out_file).exists() or Path(out_file).is_symlink():
             raise QuicbedError(f"--out: {out_file} exists; the receipt is never written over")
@@ -192,7 +197,7 @@ def link_check(
             raise QuicbedError(f"--out: folder {Path(out_file).parent} does not exist")
     bed = tb.open("quicbed link check")
     try:
-        with shaped_link(bed, cond, shaper, cc=cc) as shaped:
+        with shaped_link(bed, cond, shaper, cc=cc, offloads_set=setting) as shaped:
             receipt = measure(
                 bed, cond, shaped.shaper, shaped.tuning, tcp_seconds=tcp_seconds, cc=cc
             )

@@ -10,6 +10,9 @@ its value. An arm whose client cannot grow its window (``client_flow_control_aut
 false``) and whose window / RTT is below the link's rate is flow-control limited to
 it, drawn as a dashed reference line in the arm's colour (the window: the smaller of its
 connection and stream limit; the RTT: the link's base RTT, without the queue's).
+A scenario whose cells share their link but differ in one **cell setting** (the
+interfaces' offloads) varies along that setting: one group of bars per value, one bar
+per arm, mean +-1 sd.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ LINK_AXES: tuple[tuple[str, str, Any], ...] = (
     ("loss", "loss (%)", lambda c: c.get("loss_pct")),
     ("rate", "bottleneck rate (Mbit/s)", lambda c: c.get("rate_mbit")),
 )
+#: cell settings a scenario may vary (a cell row's column, its label): each value is
+#: its own cell, every arm measured in it
+CELL_AXES: tuple[tuple[str, str], ...] = (("offloads", "interface offloads"),)
 #: the window keys of a client whose window stays at its advertised value
 _CAP = (tparams.CLIENT + "initial_max_data", tparams.CLIENT + "initial_max_stream_data_bidi_local")
 
@@ -51,6 +57,15 @@ def window_cap_mbit(settings: dict[str, Any], cond: dict[str, Any]) -> float | N
 def _axis(cells: list[dict[str, Any]]) -> tuple[str, str, Any] | None:
     conds = [json.loads(c["_condition"]) for c in cells]
     varying = [a for a in LINK_AXES if len({json.dumps(a[2](c)) for c in conds}) > 1]
+    return varying[0] if len(varying) == 1 else None
+
+
+def _cell_axis(cells: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """The one cell setting in which a scenario's cells differ, where they share their
+    link condition (None: not exactly one, or the link differs too)."""
+    if len({c["_condition"] for c in cells}) > 1:
+        return None
+    varying = [a for a in CELL_AXES if len({c.get(a[0]) or "" for c in cells}) > 1]
     return varying[0] if len(varying) == 1 else None
 
 
@@ -83,8 +98,11 @@ def figures(cells: list[dict[str, Any]], out: Path) -> list[tuple[str, list[Path
     drawn = []
     for scenario, group in sorted(by_scenario.items()):
         axis = _axis(group) if len(group) > 1 else None
+        setting = _cell_axis(group) if len(group) > 1 else None
         if axis is not None:
             drawn.append(_link_figure(scenario, group, axis, out))
+        elif setting is not None:
+            drawn.append(_setting_figure(scenario, group, setting, out))
         elif len(group) == 1 and (key := _param_axis(group[0])) is not None:
             drawn.append(_param_figure(scenario, group[0], key, out))
     return drawn
@@ -253,4 +271,42 @@ def _bar_figure(
     tops = [b[1] + b[2] for b in bars]
     return _param_done(
         fig, ax, tops, f"bulk, scenario {scenario}: goodput per {key}", key, scenario, out
+    )
+
+
+def _setting_figure(
+    scenario: str, cells: list[dict[str, Any]], setting: tuple[str, str], out: Path
+) -> tuple[str, list[Path], dict[str, Any]]:
+    """Goodput per value of a cell setting: a group of bars per cell (its value), one
+    bar per arm in the arm's colour, mean +-1 sd."""
+    import matplotlib.pyplot as plt
+
+    key, label = setting
+    arms = list(dict.fromkeys(a for c in cells for a in c["arms"]))
+    groups = sorted(cells, key=lambda c: c.get(key) or "")
+    width = 0.8 / max(len(arms), 1)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    tops: list[float] = []
+    for i, arm in enumerate(arms):
+        xs, ys, sds = [], [], []
+        for g, c in enumerate(groups):
+            mean, sd = _line(c["summary"].get(arm))
+            if mean is not None:
+                xs.append(g - 0.4 + width * (i + 0.5))
+                ys.append(mean)
+                sds.append(sd)
+        if xs:
+            ax.bar(xs, ys, width, yerr=sds, capsize=3, color=f"C{i % 10}", label=arm)
+            tops += [y + s for y, s in zip(ys, sds, strict=True)]
+    names = [(c.get(key) or "unset").replace(",", "\n") for c in groups]
+    ax.set_xticks(range(len(groups)), names, fontsize=7)
+    ax.set_xlabel(label)
+    return _param_done(
+        fig,
+        ax,
+        tops,
+        f"bulk, scenario {scenario}: goodput per {label}, per arm",
+        key,
+        scenario,
+        out,
     )
