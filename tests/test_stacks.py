@@ -20,6 +20,7 @@ from quicbed.spec.arms import ArmSettings, parse_cli, resolve
 from quicbed.spec.cellconfig import make_cell
 from quicbed.tcpinfo import ss_congestion
 from quicbed.testbed.local import LocalTestbed
+from quicbed.traces.base import read_samples
 
 COND = make_condition(rate_mbit=50, rtt_ms=20)
 
@@ -124,6 +125,18 @@ def test_rfc9002_loss_detection_sees_more_spurious_losses(
         spurious[x.arm].append(x.detail["transport"]["spurious_losses"])
     assert sum(spurious["h3-rfc"]) > sum(spurious["h3"]), spurious
     print("spurious losses per load:", spurious)
+    # the thresholds each server logged: fixed under RFC 9002, the packet threshold
+    # switched off at a load's first spurious loss under the adaptive detection
+    for x in runs:
+        rows = read_samples(tmp_path / "r" / x.detail["traces"]["files"]["transport"])
+        th = [s for s in rows if s["event"] == "thresholds"]
+        assert th and th[0]["packet_threshold"] == 3, (x.arm, th[:2])
+        off = [s["t_ms"] for s in th if s["packet_threshold"] == 0]
+        if x.arm == "h3-rfc":
+            assert not off and {s["time_threshold"] for s in th} == {1.125}, th
+        elif x.detail["transport"]["spurious_losses"]:
+            first = min(s["t_ms"] for s in rows if s["event"] == "spurious")
+            assert off and off[0] == pytest.approx(first, abs=1), (off, first)
 
 
 @pytest.mark.root

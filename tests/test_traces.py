@@ -321,6 +321,36 @@ def test_spurious_losses_counted_where_the_server_logs_them() -> None:
     assert derive(plain, arm="h3", ttfb_ms=1, plt_ms=2, logs_spurious=True)["spurious_losses"] == 0
 
 
+def test_loss_thresholds_become_rows_and_the_time_threshold_follows_srtt() -> None:
+    """quic-go's ``recovery:parameters_set``: a ``thresholds`` row each (the packet
+    threshold 0 once switched off), and the window figure's time threshold is the factor
+    in force times each sample's smoothed RTT."""
+    from quicbed.report.windows import time_threshold_ms
+
+    ref = wall_clock_s(REF)
+
+    def params(t: float, pkt: object, factor: float) -> dict[str, Any]:
+        data = {"reordering_threshold": pkt, "time_threshold": factor, "timer_granularity": 1}
+        return {"time": t, "name": "recovery:parameters_set", "data": data}
+
+    events = [params(0.5, 3, 1.125), *EVENTS, params(120.0, "disabled", 1.25)]
+    rows, notes = qlog_samples(_qlog(events), began_wall=ref, conn="abcd")
+    assert notes == []
+    th = [r for r in rows if r["event"] == "thresholds"]
+    assert [(r["t_ms"], r["packet_threshold"], r["time_threshold"]) for r in th] == [
+        (0.5, 3, 1.125),
+        (120.0, 0, 1.25),
+    ]
+    timed = [{**r, "t_s": r["t_ms"] / 1000} for r in rows]
+    got = time_threshold_ms(timed)
+    samples = [r for r in timed if r["event"] == "sample" and r.get("srtt_ms")]
+    assert got and len(got) == len(samples)
+    for (t, ms), smp in zip(got, samples, strict=True):
+        factor = 1.25 if t >= 0.12 else 1.125
+        assert ms == pytest.approx(factor * smp["srtt_ms"])
+    assert time_threshold_ms([{**r, "t_s": 0.0} for r in rows if r["event"] != "thresholds"]) == []
+
+
 # --- facts -----------------------------------------------------------------------------
 def _flow(
     n: int, *, cwnd: int = 30000, inflight: int = 29000, wnd: int | None = None

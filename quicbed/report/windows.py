@@ -10,7 +10,11 @@ later), and each flow's smoothed RTT; where the steady part is 10 s or more, als
 5 s close-up of it (figs 4.2c/d, 4.3c, 4.4c). A bulk cell gets one such figure of the first
 traced valid flow of each arm, each on its own clock (t = 0 as its client started): one
 transfer per arm under the cell's loss or reordering. The legend counts each flow's
-losses and spurious losses (None where its server does not log them).
+losses and spurious losses (None where its server does not log them). Where a QUIC
+server logs its loss-detection thresholds (quic-go), the RTT panel overlays the time
+threshold in force (its factor times the smoothed RTT, dotted) and marks where the
+packet threshold was switched off: the study's fig 4.12d, the adaptive reordering
+threshold over the declared losses.
 """
 
 from __future__ import annotations
@@ -25,6 +29,20 @@ LOSS_MARKS = ("lost", "retransmit")
 #: the close-up of a compete repetition's windows (the study's figs 4.2c/d, 4.3c, 4.4c:
 #: five seconds), from the start of its steady part, where the steady part is twice that
 CLOSEUP_S = 5.0
+
+
+def time_threshold_ms(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """``(t_s, ms)``: at each sample with a smoothed RTT, the loss-detection time
+    threshold then in force (the factor of the last ``thresholds`` row before it) times
+    that RTT; empty where the server logged no thresholds."""
+    factor: float | None = None
+    out = []
+    for s in sorted(rows, key=lambda r: r["t_s"]):
+        if s.get("event") == "thresholds" and s.get("time_threshold") is not None:
+            factor = float(s["time_threshold"])
+        elif s.get("event") == "sample" and s.get("srtt_ms") and factor is not None:
+            out.append((s["t_s"], factor * float(s["srtt_ms"])))
+    return out
 
 
 def traced(flows: list[FlowResult]) -> bool:
@@ -132,6 +150,25 @@ def plot_windows(
         sr = [(s["t_s"], s["srtt_ms"]) for s in pts if s.get("srtt_ms")]
         if sr:
             rt.plot(*zip(*sr, strict=True), color=col, lw=1.0)
+        th = time_threshold_ms(rows)
+        if th:
+            rt.step(
+                *zip(*th, strict=True),
+                where="post",
+                color=col,
+                lw=0.9,
+                ls=":",
+                label=f"{f.flow}: loss time threshold",
+            )
+            off = [
+                s["t_s"]
+                for s in rows
+                if s.get("event") == "thresholds" and s.get("packet_threshold") == 0
+            ]
+            if off:  # quic-go switches it off once, at the first spurious loss
+                rt.axvline(
+                    off[0], color=col, lw=0.8, ls="--", label=f"{f.flow}: packet threshold off"
+                )
     if r.condition.get("rate_mbit"):
         tp.axhline(r.condition["rate_mbit"], color="grey", lw=0.8, ls=":", label="link rate")
     tp.set_ylabel("throughput\n(Mbit/s)")
@@ -139,6 +176,8 @@ def plot_windows(
     cw.set_ylabel("cwnd (solid), in flight\n(dashed) [kB]; loss x,\nspurious o")
     cw.legend(fontsize=7, loc="upper right")
     rt.set_ylabel("srtt (ms)")
+    if rt.get_legend_handles_labels()[0]:
+        rt.legend(fontsize=7, loc="upper right")
     rt.set_xlabel(
         "time (s)" + (" since the run's common start" if offset else " since the flow's start")
     )

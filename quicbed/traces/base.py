@@ -32,11 +32,16 @@ the same axes (columns :data:`SAMPLE_COLUMNS`; empty cell = not known):
 
 - ``t_ms``: ms since the load began (``begin``), the same clock for every source;
 - ``event``: ``sample`` (the sender's state after an ACK), ``sent``, ``retransmit``
-  (TCP) or ``lost`` (QUIC), ``handshake_done``;
+  (TCP) or ``lost`` (QUIC), ``spurious`` (QUIC: declared lost, acknowledged later),
+  ``thresholds`` (QUIC: the loss-detection thresholds as the server set them, from then
+  on), ``handshake_done``;
 - ``conn``: the connection (TCP: the client's port; QUIC: the ODCID);
 - ``cwnd_bytes``, ``ssthresh_bytes``, ``in_flight_bytes``, ``delivered_bytes``
   (acknowledged so far on this connection), ``srtt_ms``, ``rtt_sample_ms``,
   ``snd_wnd_bytes`` (the peer's receive window), ``bytes`` (of a sent or lost packet);
+- ``packet_threshold`` (packets; 0: switched off) and ``time_threshold`` (a factor of
+  the RTT) of a ``thresholds`` row: quic-go logs them (``recovery:parameters_set``) at
+  the start and whenever a spurious loss makes it adapt them;
 - ``phase``: the sender's congestion phase at a sample (:data:`PHASES`): QUIC's from
   its qlog, TCP's slow start while cwnd < ssthresh, else avoidance; empty: unknown;
 - ``source``: ``tcp_probe``, ``ss`` or ``qlog``.
@@ -74,6 +79,8 @@ SAMPLE_COLUMNS = (
     "bytes",
     "phase",
     "source",
+    "packet_threshold",
+    "time_threshold",
 )
 #: a sender's congestion phase (column ``phase``): as quic-go's qlog names them
 #: (recovery:congestion_state_updated), and as tcp_probe's cwnd against ssthresh shows

@@ -151,6 +151,10 @@ def qlog_samples(
       (slow_start, congestion_avoidance, recovery, application_limited);
     - ``recovery:spurious_loss`` (quic-go: a packet declared lost, then acknowledged)
       -> ``spurious``, its ``rtt_sample_ms`` the time by which it was overtaken;
+    - ``recovery:parameters_set`` with a reordering or time threshold (quic-go: at the
+      start, and each time a spurious loss makes it switch the packet threshold off or
+      raise the time threshold) -> ``thresholds``: ``packet_threshold`` (0: off),
+      ``time_threshold`` (a factor of the RTT);
     - ``quic:connection_state_updated`` to ``handshake_complete`` (quic-go's server logs
       ``handshake_confirmed`` at the same moment) -> ``handshake_done``;
     - ``delivered_bytes``: the sizes (``raw.length``, whole UDP payload: QUIC headers
@@ -258,6 +262,20 @@ def qlog_samples(
                     "event": "spurious",
                     "conn": conn,
                     "rtt_sample_ms": d.get("reordering_time"),
+                    "source": "qlog",
+                }
+            )
+        elif name == "recovery:parameters_set" and (
+            "reordering_threshold" in d or "time_threshold" in d
+        ):
+            pkt = d.get("reordering_threshold")
+            rows.append(
+                {
+                    "t_ms": t_ms,
+                    "event": "thresholds",
+                    "conn": conn,
+                    "packet_threshold": 0 if pkt == "disabled" else pkt,
+                    "time_threshold": d.get("time_threshold"),
                     "source": "qlog",
                 }
             )
