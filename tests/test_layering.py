@@ -42,7 +42,10 @@ LAYERS = [
         "testbed.base testbed.owner testbed.local testbed.ssh testbed.hosts testbed.sshlab",
     ),
     # a shaped, tuned, proven link
-    ("link", "link.tuning link.probes link.receipt link.session link.proof link.udpprobe"),
+    (
+        "link",
+        "link.tuning link.probes link.hostcpu link.receipt link.session link.proof link.udpprobe",
+    ),
     # instruments over a cell's loads (tcpdump, qlog, TCP state)
     ("traces", "traces traces.*"),
     # CPU profiles on request (perf, inferno, component shares)
