@@ -331,7 +331,7 @@ def test_loss_thresholds_become_rows_and_the_time_threshold_follows_srtt() -> No
 
     def params(t: float, pkt: object, factor: float) -> dict[str, Any]:
         data = {"reordering_threshold": pkt, "time_threshold": factor, "timer_granularity": 1}
-        return {"time": t, "name": "recovery:parameters_set", "data": data}
+        return {"time": t, "name": "quic:recovery_parameters_set", "data": data}
 
     events = [params(0.5, 3, 1.125), *EVENTS, params(120.0, "disabled", 1.25)]
     rows, notes = qlog_samples(_qlog(events), began_wall=ref, conn="abcd")

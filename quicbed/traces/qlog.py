@@ -39,6 +39,7 @@ ALIASES = {
     "quic:packet_received": "transport:packet_received",
     "quic:recovery_metrics_updated": "recovery:metrics_updated",
     "quic:packet_lost": "recovery:packet_lost",
+    "quic:recovery_parameters_set": "recovery:parameters_set",  # quic-go's loss thresholds
     # quiche names its CUBIC/Reno states as quic-go does (slow_start, recovery, ...);
     # its BBR's own (startup, drain, ...) are no PHASES and leave the phase unknown
     "quic:congestion_state_updated": "recovery:congestion_state_updated",
