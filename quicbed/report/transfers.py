@@ -224,9 +224,9 @@ def goodput_cdfs(
         title = f"goodput per repetition, {arm}, {obj}: {where}"
         fig, ax = plt.subplots(figsize=(7, 4.2))
         for sc, vals in by_sc.items():
-            if vals:
-                ys = [(k + 1) / len(vals) for k in range(len(vals))]
-                ax.step(vals, ys, where="post", label=f"{sc} (n {len(vals)})")
+            if vals:  # from 0 at the smallest value, so each step up is one repetition
+                ys = [0.0] + [(k + 1) / len(vals) for k in range(len(vals))]
+                ax.step([vals[0], *vals], ys, where="post", label=f"{sc} (n {len(vals)})")
         ax.set_xlabel("goodput [Mbit/s]")
         ax.set_ylabel("share of repetitions")
         ax.set_ylim(0, 1.02)
