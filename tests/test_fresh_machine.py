@@ -98,8 +98,9 @@ HOST_FILES = [
 # registries. With them warm, the first set-up skips compiling quiche's BoringSSL and
 # downloading Go, Chromium 72, the Go modules and apt's packages (measured on a busy
 # machine: 500 s cold, 347 s warm; with apt's packages kept too, the set-up step took
-# 309 s against 336 s; last-run.txt has the latest). apt keeps what it downloads only because the chroot's copy of the host's
-# Docker image setting that deletes it (docker-clean) is left out. A cold
+# 309 s against 336 s; last-run.txt has the latest). apt keeps what it downloads only
+# because the chroot's copy of the host's Docker image setting that deletes it
+# (docker-clean) is left out. A cold
 # run (the first on a machine, or after `rm -r CACHE/warm`) is what CI's own first
 # `make setup` on a new machine does.
 WARM = {
