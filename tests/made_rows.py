@@ -51,8 +51,8 @@ def bulk_config(cond: Any, text: str, runs: int = 2, **settings: Any) -> Any:
 
 def measured_bulk(cfg: Any, folder: Path, links: Any) -> Any:
     """``cfg`` measured for real into ``folder`` over the suite's shared link of its
-    condition (``conftest.SharedLinks``: again while the link fails, as a sweep would),
-    and its stored BulkResult."""
+    condition (``conftest.SharedLinks``: a link that fails raises ``LinkNotHeld`` and the
+    test runs again), and its stored BulkResult."""
     from quicbed.results.store import Store
     from quicbed.results.transfers import BulkResult, stored_transfer
 

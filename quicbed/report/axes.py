@@ -98,10 +98,9 @@ def figures(cells: list[dict[str, Any]], out: Path) -> list[tuple[str, list[Path
     drawn = []
     for scenario, group in sorted(by_scenario.items()):
         axis = _axis(group) if len(group) > 1 else None
-        setting = _cell_axis(group) if len(group) > 1 else None
         if axis is not None:
             drawn.append(_link_figure(scenario, group, axis, out))
-        elif setting is not None:
+        elif len(group) > 1 and (setting := _cell_axis(group)) is not None:
             drawn.append(_setting_figure(scenario, group, setting, out))
         elif len(group) == 1 and (key := _param_axis(group[0])) is not None:
             drawn.append(_param_figure(scenario, group[0], key, out))
