@@ -12,7 +12,11 @@
 // context, kept for the whole arm, so Chromium keeps the server's session ticket
 // and QUIC state; before each load the HTTP cache, host cache and predictor are
 // cleared and all connections closed (chrome.benchmarking, --enable-net-benchmarking).
-// fresh_context=true (1-RTT mode): a new browser context per load, disposed after.
+// fresh_context=true (1-RTT mode): a new browser context per load, disposed when the
+// next command arrives, not at the end of its load: disposing it closes its
+// connections, and quicbed asks the server's kernel what the load's TCP connections
+// ran (their congestion control) after the load returns. Disposed at once, an h2
+// load had nothing left to ask about and was judged invalid.
 // The HAR is built from the CDP events with chrome-har-capturer's fromLog.
 //
 // "clearing" says, per step, what cleared it before the load: the chrome.benchmarking
@@ -212,6 +216,7 @@ async function clearBeforeLoad(client) {
 
 let browser;      // browser-level CDP client
 let kept = null;  // {client, targetId, contextId} of the 0-RTT tab
+let spent = null; // the last 1-RTT load's tab, disposed when the next command arrives
 
 async function openTab(contextId) {
     const params = {url: 'about:blank'};
@@ -247,6 +252,10 @@ function report(cleared) {
 }
 
 async function load(cmd) {
+    if (spent) {
+        await closeTab(spent);
+        spent = null;
+    }
     const started_at = Date.now();
     let tab;
     if (cmd.fresh_context) {
@@ -293,7 +302,7 @@ async function load(cmd) {
             context: tab.contextId || 'default', target: tab.targetId, started_at, ...report(cleared)};
     } finally {
         for (const o of off) { if (typeof o === 'function') o(); }
-        if (cmd.fresh_context) await closeTab(tab);
+        if (cmd.fresh_context) spent = tab;
     }
 }
 
@@ -313,6 +322,7 @@ async function main() {
         const result = await load(cmd);
         process.stdout.write(JSON.stringify(result) + '\n');
     }
+    if (spent) await closeTab(spent);
     if (kept) await closeTab(kept);
     await browser.close();
     // An open CDP socket would keep the event loop alive: quit means exit now
