@@ -67,6 +67,8 @@ def test_cell_at_112ms_h3_0rtt_beats_h2(
             assert x.used_0rtt == 1  # the QUIC server's own log says so
         if x.arm == "h2" and not x.warmup:
             assert x.tls_resumed == 1
+        if x.arm == "h2":  # Apache's log tells its connections apart (by client port)
+            assert x.detail["server"]["connections"] == 1, x.detail["server"]
         assert (tmp_path / "res" / x.har_path).exists()
     assert r.verified["h3"] == {
         "measured": 3,

@@ -34,6 +34,29 @@ TCP_CCS = ("cubic", "bbr", "reno")
 TLS_VERSIONS = {"1.2": "TLSv1.2", "1.3": "TLSv1.3"}
 
 
+def log_requests(lines: list[str], earlier: frozenset[str] = frozenset()) -> list[dict[str, str]]:
+    """The requests of Apache's access log lines (the role's ``quicbed`` LogFormat), less
+    those on a connection (client port) in ``earlier``: a load's connections are new, as
+    the browser closes its connections before each load, so a line on an earlier
+    load's connection is that load's, logged late. Before the client port was logged,
+    every line looked like one connection, and such a line decided the next load's TLS
+    resumption: the warm-up's full handshake judged the first measured load's."""
+    reqs = []
+    for line in lines:
+        f = line.split()
+        if len(f) == 11:
+            raise QuicbedError(
+                f"Apache's access log has no client port ({line!r}): {CONF} is from an "
+                "older apache_h2 role; run `make setup` (or the role) again"
+            )
+        if len(f) < 12:
+            continue
+        if f[11] in earlier:
+            continue
+        reqs.append({"proto": f[2], "status": f[5], "tls": f[7], "resumed": f[8], "port": f[11]})
+    return reqs
+
+
 class TcpParams(Params):
     """What a TCP arm may set. cubic_beta is Linux CUBIC's, host-wide
     (quicbed.hostparam) while the server runs; tls is the one TLS version Apache offers
@@ -151,15 +174,10 @@ class ApacheServer(WebServer):
         }
 
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
-        reqs = []
-        for line in lines:
-            f = line.split()
-            if len(f) < 11:
-                continue
-            reqs.append({"proto": f[2], "status": f[5], "tls": f[7], "resumed": f[8], "conn": f[9]})
+        reqs = log_requests(lines, getattr(self, "_earlier", frozenset()))
         conns: dict[str, str] = {}
         for r in reqs:
-            conns.setdefault(r["conn"], r["resumed"])
+            conns.setdefault(r["port"], r["resumed"])
         return {
             "connections": len(conns),
             "requests": len(reqs),
@@ -169,7 +187,11 @@ class ApacheServer(WebServer):
         }
 
     def mark(self) -> None:
-        """Also starts the load's SYN capture, when the arm sets TCP options."""
+        """Also remembers the connections the last load's lines came from (mod_http2 may
+        write a load's last line only when its connection closes, in the next load's
+        window: that line is the last load's); starts the load's SYN capture, when the
+        arm sets TCP options."""
+        self._earlier = frozenset(r["port"] for r in log_requests(self.since_mark()))
         super().mark()
         syns = getattr(self, "_syns", None)  # set by start
         if syns is not None:
