@@ -1,6 +1,6 @@
 """Which of Apache's access-log lines are a load's. The lines are the role's LogFormat as
-Apache wrote them in the fig 4.7 run (2026-11-29), where mod_http2 logged the warm-up's
-second request only when its connection closed, at the start of the first measured load:
+Apache wrote them in the fig 4.7 run (2026-11-29), where Apache logged the warm-up's
+second request more than 2 s late, in the first measured load's window:
 that load was judged not resumed from the warm-up's full handshake. A real Apache logs
 that late only about once in a hundred 5kb loads, so the late line is given here."""
 

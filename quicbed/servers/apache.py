@@ -187,10 +187,10 @@ class ApacheServer(WebServer):
         }
 
     def mark(self) -> None:
-        """Also remembers the connections the last load's lines came from (mod_http2 may
-        write a load's last line only when its connection closes, in the next load's
-        window: that line is the last load's); starts the load's SYN capture, when the
-        arm sets TCP options."""
+        """Also remembers the connections the last load's lines came from (Apache now and
+        then writes a load's last line more than the 2 s quicbed waits for it after the
+        load, so it lands in the next load's window: it is the last load's); starts the
+        load's SYN capture, when the arm sets TCP options."""
         self._earlier = frozenset(r["port"] for r in log_requests(self.since_mark()))
         super().mark()
         syns = getattr(self, "_syns", None)  # set by start
