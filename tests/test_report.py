@@ -82,9 +82,13 @@ def test_report_numbers_figures_and_html(tmp_path: Path) -> None:
     assert html.count('<figure class="heatmap">') == 3
     assert "protocol h2 on the h3 arm" in html and "quicbed cell --from" in html
     assert "http://" not in html and "https://" not in html  # self-contained, no CDN
-    assert (
-        tmp_path / "report" / "figures" / "heatmap-cells-h3-0rtt-vs-1rtt-single-object.svg"
-    ).exists()
+    mode_svg = tmp_path / "report" / "figures" / "heatmap-cells-h3-0rtt-vs-1rtt-single-object.svg"
+    # the colour bar says what the colour is: 1-RTT against 0-RTT, not TCP against QUIC
+    # (matplotlib's SVG keeps each text as a comment beside its paths)
+    svg = mode_svg.read_text()
+    assert "(1-RTT - 0-RTT) / 0-RTT [%]" in svg and "(TCP - QUIC)" not in svg
+    protocol_svg = mode_svg.with_name("heatmap-cells-0rtt-single-object.svg")
+    assert "(TCP - QUIC) / QUIC [%]" in protocol_svg.read_text()
 
 
 def test_report_row_and_heatmap_per_pair(tmp_path: Path) -> None:

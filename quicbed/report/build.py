@@ -836,7 +836,9 @@ def _mode_heatmaps(
             )
             base = out / "figures" / f"heatmap-{scenario}-{arm}-0rtt-vs-1rtt-{kind}"
             labels = [_label_rate(v) for v in rates]
-            paths = draw_heatmap(labels, pages, cells, title, base)
+            paths = draw_heatmap(
+                labels, pages, cells, title, base, cbar="(1-RTT - 0-RTT) / 0-RTT [%]"
+            )
             figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
     finally:
         store.close()
