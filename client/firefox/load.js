@@ -36,7 +36,11 @@
 //                  TLS session tickets and QUIC resumption tokens stay (the SSL tokens
 //                  cache), so the next connection can be 0-RTT.
 //   fresh_context=true: a new BiDi user context (its own cookie jar, TLS session cache,
-//          token cache and connection pool: no resumption), removed after the load.
+//          token cache and connection pool: no resumption), removed when the next
+//          command arrives, not at the end of its load: quicbed asks the server's kernel
+//          what the load's TCP connections ran after the load returns, and removing the
+//          context closes them (as client/load.js does with Chromium's contexts; before,
+//          Firefox's h2 loads passed only because its closing sockets lingered).
 //
 // The HAR (1.2) is built here from the BiDi network events (request, status, headers,
 // FetchTimingInfo) and the page's Resource Timing (the protocol, nextHopProtocol, and
@@ -293,6 +297,7 @@ function buildHar(url, requests, perf, browserVersion) {
 
 // --- one load ----------------------------------------------------------------------------
 let kept = null;  // the 0-RTT mode's tab: the window's first, in the default user context
+let spent = null; // the last 1-RTT load's tab and user context, removed at the next command
 let initial = null;
 let version = '';
 
@@ -309,6 +314,10 @@ async function closeTab(tab) {
 }
 
 async function load(cmd) {
+    if (spent) {
+        await closeTab(spent);
+        spent = null;
+    }
     const started_at = Date.now();
     let tab;
     if (cmd.fresh_context) {
@@ -365,7 +374,7 @@ async function load(cmd) {
         return {ok: false, error: String(e.message || e), har, nav: null, ...base, connections_closed: closed};
     } finally {
         listeners.delete(listener);
-        if (cmd.fresh_context) await closeTab(tab);
+        if (cmd.fresh_context) spent = tab;
     }
 }
 
@@ -397,6 +406,7 @@ async function main() {
         const result = await load(cmd);
         process.stdout.write(JSON.stringify(result) + '\n');
     }
+    if (spent) await closeTab(spent);
     try { await send('session.end', {}); } catch (e) { /* gone */ }
     ws.close();
     process.exit(0);
