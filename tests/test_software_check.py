@@ -122,6 +122,54 @@ def test_a_rebuilt_quiche_server_refuses_the_resume_naming_it(tmp_path: Path, pr
         sweep.run_cell_into(cfg, out, testbed=None)  # type: ignore[arg-type]
 
 
+@pytest.mark.root
+def test_a_resume_that_measures_nothing_is_not_refused(
+    tmp_path: Path, probed: None, prefix: str
+) -> None:
+    """Every cell of the sweep is done and a component was rebuilt since: ``run
+    --resume`` keeps them all, puts no run beside them, so it is not refused (as ``make
+    demo`` on a finished results/demo after a set-up change was); the testbed is never
+    set up. With one cell left to measure, the same resume is refused naming the build."""
+    from quicbed.testbed.local import LocalTestbed
+
+    out = tmp_path / "sweep"
+    cid = _started(out)
+    _recorded_another(out, cid, QUICHE, {"path": "/old/build/bin", "sha256": OLD})
+    store = Store(out)
+    try:
+        for pc in plan(SPEC):
+            other = pc.config.cell_id()
+            if other != cid:
+                store.add_cell(other, pc.config.model_dump(mode="json"))
+                store.new_attempt(other, provenance.collect())
+        store.finish_attempt(cid, 1, "done")
+    finally:
+        store.close()
+    # one cell still without a finished attempt: measuring it would mix builds
+    with pytest.raises(
+        QuicbedError, match=rf"software changed since this sweep started \({QUICHE}"
+    ):
+        sweep.run_sweep(SPEC, out, testbed=LocalTestbed(prefix), resume=True)
+    store = Store(out)
+    try:
+        for pc in plan(SPEC):
+            store.finish_attempt(pc.config.cell_id(), 1, "done")
+    finally:
+        store.close()
+    kept: list[str] = []
+    outcome = sweep.run_sweep(
+        SPEC,
+        out,
+        testbed=LocalTestbed(prefix),
+        resume=True,
+        on_cell=lambda i, n, pc, what: kept.append(what),
+    )
+    assert (outcome.skipped, outcome.done, outcome.failed, outcome.results) == (2, 0, 0, [])
+    assert kept == ["kept (done)", "kept (done)"]
+    assert read_sweep(out)["software"][QUICHE]["sha256"] == OLD  # the record as it was
+    assert not (Path("/run/netns") / f"{prefix}-server").exists()  # never set up
+
+
 def test_forced_both_builds_are_recorded_and_the_report_counts_two_set_ups(
     tmp_path: Path, probed: None
 ) -> None:

@@ -146,17 +146,22 @@ def prepare_folder(
     force: bool,
     testbed: Testbed | None = None,
     shard: Shard | None = None,
+    measuring: bool = True,
 ) -> None:
     """Claim ``out`` for ``spec`` or check that it already belongs to it.
 
     The software is read where it runs (the testbed's hosts); the testbed itself is
     recorded, and a resume on other hosts is allowed as long as the software matches.
+    A resume that will measure nothing (``measuring`` False: every cell kept) puts no
+    run beside the folder's, so it is not refused for software that changed since.
     """
     held = check_folder(out, spec, resume=resume, force=force, shard=shard)
     if testbed is not None:  # a spec whose shaper cannot run here never claims a folder
         from quicbed.link.shapers import get_shaper
 
         get_shaper(spec.shaper, testbed)
+    if held is not None and not measuring:
+        return
     software = _software(testbed)
     if held is not None:
         check_software(
@@ -224,14 +229,8 @@ def kept_statuses(retry_failed: bool = False) -> tuple[str, ...]:
 def kept_cells(out: Path, *, retry_failed: bool = False) -> set[str]:
     """The cells of the results folder ``out`` that resuming it keeps, read only: the
     plan's estimate on resume is of the cells still to measure."""
-    if not (out / DB_NAME).exists():
-        return set()
     keep = kept_statuses(retry_failed)
-    store = Store.open_readonly(out)
-    try:
-        return {cid for cid, a in store.latest_attempts().items() if a.status in keep}
-    finally:
-        store.close()
+    return {cid for cid, a in _latest_attempts(out).items() if a.status in keep}
 
 
 def estimate(cells: list[PlannedCell], receipt_tcp_seconds: float) -> float:
@@ -314,33 +313,44 @@ def run_sweep(
         for tb in tbs:
             held.enter_context(tb.claim("quicbed run"))
         held.enter_context(folder_lock(out, "sweep"))
-        prepare_folder(out, spec, resume=resume, force=force, testbed=tbs[0], shard=shard)
+        # what a resume keeps, read before the folder is checked: a resume that measures
+        # nothing is not refused for software that changed since (prepare_folder)
+        latest = _latest_attempts(out)
+        standing = kept_cells(out, retry_failed=retry_failed)
+        kept = [pc for pc in cells if pc.config.cell_id() in standing]
+        work = [
+            g
+            for g in (
+                [pc for pc in grp if pc.config.cell_id() not in standing] for grp in by_link(cells)
+            )
+            if g
+        ]
+        prepare_folder(
+            out,
+            spec,
+            resume=resume,
+            force=force,
+            testbed=tbs[0],
+            shard=shard,
+            measuring=bool(work),
+        )
         clear_stop(out, keep_for_pid=os.getpid())  # an earlier run's request is stale
-        for tb in tbs[1:]:
-            _same_software(out, tb, force)
+        if work:
+            for tb in tbs[1:]:
+                _same_software(out, tb, force)
         store = Store(out, create=True)
         try:
             # the scenarios of every cell of the spec (also of other shards: merged
             # folders agree), for the report to group by; kept from earlier starts
             store.add_scenarios([(pc.config.cell_id(), pc.scenario) for pc in planned])
-            latest = store.latest_attempts()
         finally:
             store.close()
         index = {pc.config.cell_id(): i for i, pc in enumerate(cells)}
-        work: list[list[PlannedCell]] = []
-        keep = kept_statuses(retry_failed)
-        for group in by_link(cells):
-            todo = []
-            for pc in group:
-                prev = latest.get(pc.config.cell_id())
-                if prev and prev.status in keep:
-                    outcome.skipped += 1
-                    if on_cell:
-                        on_cell(index[pc.config.cell_id()], len(cells), pc, f"kept ({prev.status})")
-                else:
-                    todo.append(pc)
-            if todo:
-                work.append(todo)
+        outcome.skipped = len(kept)
+        if on_cell:
+            for pc in kept:
+                status = latest[pc.config.cell_id()].status
+                on_cell(index[pc.config.cell_id()], len(cells), pc, f"kept ({status})")
         lock = threading.Lock()
 
         def run_group(
@@ -363,15 +373,26 @@ def run_sweep(
             )
 
         try:
-            if len(tbs) == 1:
+            if len(tbs) == 1 and work:
                 tbs[0].up()  # once for the sweep; the caller tears it down (by default)
                 for group in work:
                     run_group(tbs[0], group, lambda pc: None)
-            else:
+            elif work:
                 outcome.lost = run_pool(tbs, work, run_group, on_lost=on_lost).lost
         finally:
             clear_stop(out)
     return outcome
+
+
+def _latest_attempts(out: Path) -> dict[str, AttemptRow]:
+    """Each cell's latest attempt in ``out``'s store ({} where there is none yet)."""
+    if not (out / DB_NAME).exists():
+        return {}
+    store = Store.open_readonly(out)
+    try:
+        return store.latest_attempts()
+    finally:
+        store.close()
 
 
 #: a testbed whose receipts fail on this many cells in a row leaves a multi-testbed sweep
