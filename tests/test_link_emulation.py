@@ -52,7 +52,10 @@ def test_receipt_at_50mbit_36ms(testbed: LocalTestbed) -> None:
     assert 16 < checks["owd_down"].measured < 21 and 16 < checks["owd_up"].measured < 21
     for d in ("down", "up"):
         assert checks[f"tcp_{d}"].measured > 0.8 * checks[f"tcp_{d}"].expected
-        assert checks[f"tcp_{d}"].measured < 1.02 * checks[f"tcp_{d}"].expected
+        # not above the link: a link left unshaped would carry several times this. 5 %,
+        # not 2 %: a 3 s window on this shared 2-core VM has measured 2.1 % over
+        # (48.84 of 47.82 Mbit/s up, in a full test run on 2026-11-29)
+        assert checks[f"tcp_{d}"].measured < 1.05 * checks[f"tcp_{d}"].expected
         assert 0.9 < checks[f"udp_rate_{d}"].measured / checks[f"udp_rate_{d}"].expected < 1.05
         assert checks[f"reorder_{d}"].measured == 0
         assert checks[f"loss_{d}"].measured == 0
