@@ -316,15 +316,16 @@ def run_sweep(
         # what a resume keeps, read before the folder is checked: a resume that measures
         # nothing is not refused for software that changed since (prepare_folder)
         latest = _latest_attempts(out)
-        standing = kept_cells(out, retry_failed=retry_failed)
-        kept = [pc for pc in cells if pc.config.cell_id() in standing]
-        work = [
-            g
-            for g in (
-                [pc for pc in grp if pc.config.cell_id() not in standing] for grp in by_link(cells)
-            )
-            if g
-        ]
+        keep = kept_statuses(retry_failed)
+        kept: list[PlannedCell] = []
+        work: list[list[PlannedCell]] = []
+        for group in by_link(cells):
+            todo: list[PlannedCell] = []
+            for pc in group:
+                prev = latest.get(pc.config.cell_id())
+                (kept if prev and prev.status in keep else todo).append(pc)
+            if todo:
+                work.append(todo)
         prepare_folder(
             out,
             spec,
