@@ -100,9 +100,18 @@ type Direction struct {
 	C          Counters
 	lateMu     sync.Mutex
 	late       []uint64
+	coarse     [coarseBuckets]uint64 // latehist.go: exported, differenced per load
 	lateMax    int64
 	maxSentSeq uint64
 	sentAny    bool
+
+	// stamped: the kernel stamps each frame's arrival on the input socket
+	// (SO_TIMESTAMPNS), so a frame's schedule starts when it arrived, not when this
+	// process got round to reading it. A stall of the emulator (a stopped process, a
+	// descheduled thread, a hypervisor's steal) then shows as lateness of the frames
+	// that waited in the socket, not only of those already queued.
+	stamped     bool
+	lastArrival int64
 }
 
 // NewDirection prepares forwarding of frames read on inFd to outFd.
@@ -118,6 +127,7 @@ func NewDirection(name string, inFd, outFd int, pipe *linkmodel.Pipe) (*Directio
 	}
 	d := &Direction{Name: name, in: inFd, out: outFd, pipe: pipe, wake: wake, timer: timer,
 		late: make([]uint64, lateBuckets)}
+	d.stamped = unix.SetsockoptInt(inFd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) == nil
 	d.pool.New = func() any { b := make([]byte, 2048); return &b }
 	return d, nil
 }
@@ -138,15 +148,16 @@ func (d *Direction) Start() {
 func (d *Direction) receive() {
 	runtime.LockOSThread()
 	buf := make([]byte, maxFrame)
+	oob := make([]byte, 128)
 	for {
-		n, err := unix.Read(d.in, buf)
+		n, stamp, err := recvStamped(d.in, buf, oob)
 		if err != nil {
 			if err == unix.EINTR || err == unix.EAGAIN {
 				continue
 			}
 			return
 		}
-		now := monotonic()
+		now := d.arrival(stamp)
 		d.C.RxPackets.Add(1)
 		d.C.RxBytes.Add(uint64(n))
 		ect := ecnCapable(buf[:n])
@@ -229,6 +240,25 @@ func (d *Direction) send() {
 	}
 }
 
+// arrival is a frame's arrival on CLOCK_MONOTONIC: the kernel's receive stamp
+// (CLOCK_REALTIME, stamp ns; 0 where there is none) moved back from now by the time
+// it waited in the socket. Arrivals never go backwards (the model takes frames in
+// order) nor into the future.
+func (d *Direction) arrival(stamp int64) int64 {
+	now := monotonic()
+	at := now
+	if stamp > 0 {
+		if waited := realtime() - stamp; waited > 0 {
+			at = now - waited
+		}
+	}
+	if at < d.lastArrival {
+		at = d.lastArrival
+	}
+	d.lastArrival = at
+	return at
+}
+
 // arm sets the timer to an absolute release time (called with mu held).
 func (d *Direction) arm(at int64) {
 	if at == d.armedAt {
@@ -267,6 +297,7 @@ func (d *Direction) transmit(f frame, now int64) {
 	if us > d.lateMax {
 		d.lateMax = us
 	}
+	d.coarse[coarseBucket(us)]++
 	d.lateMu.Unlock()
 	if cap(f.data) == 2048 {
 		b := f.data[:cap(f.data)]
@@ -295,6 +326,13 @@ type Stats struct {
 	LateUsP50    int64  `json:"late_us_p50"`
 	LateUsP99    int64  `json:"late_us_p99"`
 	LateUsMax    int64  `json:"late_us_max"`
+	// LateHist is the coarse lateness histogram since the start (latehist.go):
+	// [lower edge us, frames] of its non-empty buckets. Two snapshots subtracted
+	// give the lateness of the frames sent between them.
+	LateHist [][2]uint64 `json:"late_hist"`
+	// RxTimestamps: lateness counts from each frame's arrival in the kernel, so it
+	// includes the time a frame waited to be read (false: from when it was read).
+	RxTimestamps bool   `json:"rx_timestamps"`
 	Pipe         string `json:"pipe"`
 }
 
@@ -306,7 +344,7 @@ func (d *Direction) Snapshot(socketDrops uint64) Stats {
 		TxPackets: d.C.TxPackets.Load(), TxBytes: d.C.TxBytes.Load(),
 		SendErrors: d.C.SendErrors.Load(), Reordered: d.C.Reordered.Load(),
 		ECNCapable: d.C.ECNCapable.Load(), CEMarked: d.C.CEMarked.Load(),
-		SocketDrops: socketDrops, Pipe: d.pipe.String(),
+		SocketDrops: socketDrops, Pipe: d.pipe.String(), RxTimestamps: d.stamped,
 	}
 	d.mu.Lock()
 	s.MaxQueueBytes, s.MaxQueuePackets = d.pipe.MaxQueueBytes, d.pipe.MaxQueuePackets
@@ -319,6 +357,7 @@ func (d *Direction) Snapshot(socketDrops uint64) Stats {
 		total += c
 	}
 	s.LateUsMax = d.lateMax
+	s.LateHist = sparse(&d.coarse)
 	if total > 0 {
 		var acc uint64
 		p50, p99 := (total+1)/2, (total*99+99)/100

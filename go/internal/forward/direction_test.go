@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -58,6 +59,15 @@ type testLink struct {
 
 func startLink(t *testing.T, p linkmodel.Params, seed int64) *testLink {
 	t.Helper()
+	l := newTestLink(t, p, seed)
+	l.d.Start()
+	return l
+}
+
+// newTestLink is startLink's link before its Direction starts: what is sent to it
+// waits in the input socket until l.d.Start().
+func newTestLink(t *testing.T, p linkmodel.Params, seed int64) *testLink {
+	t.Helper()
 	pipe, err := linkmodel.NewPipe(p, seed, "down")
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +91,6 @@ func startLink(t *testing.T, p linkmodel.Params, seed int64) *testLink {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Start()
 	return &testLink{t: t, d: d, tx: tx, rx: rx, inAdr: inAdr}
 }
 
@@ -207,7 +216,7 @@ func TestForwardsFramesIntactAndInOrder(t *testing.T) {
 				TxPackets: uint64(len(tc.sizes)), TxBytes: bytesSent}
 			got := Stats{RxPackets: s.RxPackets, RxBytes: s.RxBytes, TxPackets: s.TxPackets, TxBytes: s.TxBytes,
 				LossDrops: s.LossDrops, QueueDrops: s.QueueDrops, SendErrors: s.SendErrors, Reordered: s.Reordered}
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("counters: got %+v, want %+v", got, want)
 			}
 		})
@@ -476,6 +485,86 @@ func TestLatenessPercentiles(t *testing.T) {
 					s.LateUsP50, s.LateUsP99, s.LateUsMax, tc.p50, tc.p99, tc.max)
 			}
 		})
+	}
+}
+
+// A frame that waited in the input socket while the emulator did not read (here:
+// not started yet; in a run: a stopped process or a descheduled thread) is late by
+// its wait, from its kernel arrival stamp: a stall is seen even by frames that
+// arrived during it, and the coarse histogram holds every frame.
+func TestAFrameThatWaitedToBeReadIsLateByItsWait(t *testing.T) {
+	l := newTestLink(t, linkmodel.Params{Delay: 5 * time.Millisecond}, 1)
+	for i := range 4 {
+		l.send(uint32(i), 100)
+	}
+	const stall = 150 * time.Millisecond
+	time.Sleep(stall)
+	l.d.Start()
+	for range 4 {
+		l.recv()
+	}
+	s := l.stats(4)
+	if !s.RxTimestamps {
+		t.Fatal("rx_timestamps false: the input socket gave no kernel stamps")
+	}
+	// waited 150 ms, of which the 5 ms delay was due anyway
+	if min := (stall - 10*time.Millisecond).Microseconds(); s.LateUsMax < min {
+		t.Fatalf("late_us_max %d us after a %v stall, want at least %d", s.LateUsMax, stall, min)
+	}
+	var frames, lowest uint64
+	lowest = 1 << 62
+	for _, b := range s.LateHist {
+		frames += b[1]
+		lowest = min(lowest, b[0])
+	}
+	if frames != 4 || lowest < 130_000 {
+		t.Fatalf("late_hist %v: want 4 frames, each at least 130 ms late", s.LateHist)
+	}
+}
+
+// Read at once, the same frames are on time: lateness is the emulator's, not the
+// delay's.
+func TestAFrameReadAtOnceIsOnTime(t *testing.T) {
+	l := startLink(t, linkmodel.Params{Delay: 5 * time.Millisecond}, 1)
+	for i := range 4 {
+		l.send(uint32(i), 100)
+	}
+	for range 4 {
+		l.recv()
+	}
+	if s := l.stats(4); s.LateUsMax > 50_000 {
+		t.Fatalf("late_us_max %d us on an idle machine, want well under 50 ms", s.LateUsMax)
+	}
+}
+
+func TestTimestampOfFindsTheStampAmongControlMessages(t *testing.T) {
+	if got := timestampOf(nil); got != 0 {
+		t.Fatalf("no control message: %d, want 0", got)
+	}
+	hdr := unix.CmsgLen(0)
+	msg := func(level, typ int32, data []byte) []byte {
+		b := make([]byte, unix.CmsgSpace(len(data)))
+		h := unix.Cmsghdr{Level: level, Type: typ}
+		h.SetLen(unix.CmsgLen(len(data)))
+		binary.NativeEndian.PutUint64(b[0:8], h.Len)
+		binary.NativeEndian.PutUint32(b[8:12], uint32(level))
+		binary.NativeEndian.PutUint32(b[12:16], uint32(typ))
+		copy(b[hdr:], data)
+		return b
+	}
+	ts := make([]byte, 16)
+	binary.NativeEndian.PutUint64(ts[0:8], 7)
+	binary.NativeEndian.PutUint64(ts[8:16], 42)
+	other := msg(unix.SOL_IP, unix.IP_TOS, []byte{1, 0, 0, 0})
+	oob := append(other, msg(unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS, ts)...)
+	if got := timestampOf(oob); got != 7_000_000_042 {
+		t.Fatalf("timestampOf = %d, want 7000000042", got)
+	}
+	if got := timestampOf(other); got != 0 {
+		t.Fatalf("without a stamp: %d, want 0", got)
+	}
+	if got := timestampOf(oob[:5]); got != 0 {
+		t.Fatalf("a truncated header: %d, want 0", got)
 	}
 }
 

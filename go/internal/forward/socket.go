@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -78,4 +79,51 @@ func monotonic() int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
+}
+
+// realtime is CLOCK_REALTIME in ns: the clock of the kernel's receive stamps.
+func realtime() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &ts)
+	return ts.Nano()
+}
+
+// recvStamped reads one frame into buf and returns its length and the kernel's
+// receive stamp (SCM_TIMESTAMPNS, CLOCK_REALTIME ns; 0 when the socket gives none).
+// It calls recvmsg without a source address, so a frame costs no allocation
+// (unix.Recvmsg builds a Sockaddr for every call).
+func recvStamped(fd int, buf, oob []byte) (int, int64, error) {
+	iov := unix.Iovec{Base: &buf[0]}
+	iov.SetLen(len(buf))
+	msg := unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
+	msg.SetControllen(len(oob))
+	n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 0)
+	if errno != 0 {
+		return 0, 0, errno
+	}
+	return int(n), timestampOf(oob[:msg.Controllen]), nil
+}
+
+// timestampOf finds SCM_TIMESTAMPNS among the control messages and returns it in
+// ns, or 0.
+func timestampOf(oob []byte) int64 {
+	hdr := unix.CmsgLen(0)
+	for len(oob) >= hdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < hdr || l > len(oob) {
+			return 0
+		}
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && l >= hdr+16 {
+			sec := int64(binary.NativeEndian.Uint64(oob[hdr : hdr+8]))
+			nsec := int64(binary.NativeEndian.Uint64(oob[hdr+8 : hdr+16]))
+			return sec*1_000_000_000 + nsec
+		}
+		step := unix.CmsgSpace(l - hdr)
+		if step > len(oob) {
+			return 0
+		}
+		oob = oob[step:]
+	}
+	return 0
 }
