@@ -236,9 +236,12 @@ def print_cpu(items: dict[str, list[Any]], per: str) -> None:
 # --- sweeps ---------------------------------------------------------------------------
 def print_sweep_result(result: Any, what: str, name: str, folder: str) -> None:
     stopped = f", {result.stopped} not started (stop requested)" if result.stopped else ""
+    kept_failed = f" ({result.kept_failed} of them failed)" if result.kept_failed else ""
+    waited = f"; waited {result.waited_s:.0f} s for a quiet host" if result.waited_s >= 0.5 else ""
     out.print(
         f"{what} {name!r}: {result.done} cells measured, {result.skipped} kept from "
-        f"before, {result.failed} failed{stopped}; results in {folder}"
+        f"before{kept_failed}; {result.failed + result.kept_failed} failed now{stopped}"
+        f"{waited}; results in {folder}"
     )
     for r in result.results:
         if r.status != "done":

@@ -4,9 +4,12 @@ another process would change it) is caught, and the attempt fails with the reaso
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from conftest import LinkNotHeld
 
 from quicbed.link.model import make_condition
 from quicbed.link.proof import _grew, prove, spot_check
@@ -80,3 +83,65 @@ def test_a_link_changed_mid_cell_fails_the_attempt(prefix: str, tmp_path: Path) 
     assert attempt.status == "failed"
     store.close()
     assert not os.path.exists(f"/run/quicbed/{prefix}")  # the cell's testbed is gone
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_load_during_which_the_emulator_stalled_is_invalid_and_replaced(
+    prefix: str, tmp_path: Path
+) -> None:
+    """The emulator stopped (SIGSTOP) for 200 ms during h2 #2 and for 20 ms during h3 #3:
+    each of those loads is invalid with its lateness named, kept, and replaced at the
+    end of the cell, which ends done with its runs valid per arm. Issue 38: such a cell
+    ended done with every load valid, the stalls in its PLTs. The page is 10 MB (about
+    2 s at 50 Mbit/s), so a stall 0.4 s after the hook is called falls inside the load
+    (the hook runs before the load's own preparations)."""
+    cfg = make_cell(
+        condition=COND,
+        page="10mb",
+        runs=4,
+        warmup=1,
+        arms=["h2", "h3"],
+        shaper="userspace",
+    )
+    tb = LocalTestbed(prefix)
+    stalls = {("h2", 2): 0.2, ("h3", 3): 0.02}
+
+    def stall(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
+        if (arm, rep) not in stalls:
+            return
+        pid = UserspaceShaper().pid(tb)
+        assert pid is not None
+
+        def stop_and_go() -> None:
+            tb.kill("bridge", pid, "STOP")
+            time.sleep(stalls[arm, rep])
+            tb.kill("bridge", pid, "CONT")
+
+        threading.Timer(0.4, stop_and_go).start()
+
+    r = run_cell(cfg, tmp_path / "res", testbed=tb, receipt_tcp_seconds=1, fault=stall)
+    if r.link_failed:
+        raise LinkNotHeld(r.problem)
+    assert r.status == "done", r.problem
+    store = Store(tmp_path / "res")
+    runs = {(x.arm, x.rep): x for x in store.runs(r.cell_id, r.attempt)}
+    for (arm, rep), seconds in stalls.items():
+        bad = runs[arm, rep]
+        assert not bad.valid, (arm, rep)
+        late = bad.detail["link"]["load"]
+        worst = max(d["late_max_ms"] or 0 for d in late["directions"].values())
+        # the frames that waited in the socket were late by about the stall
+        assert worst >= seconds * 1000 * 0.5, late
+        assert f"the link was {worst:.1f} ms late during this load" in bad.reason
+        # its replacement: the first rep after the schedule's, valid
+        repl = runs[arm, cfg.warmup + cfg.runs]
+        assert repl.detail["link"]["load"]["replacement"] is True
+    assert r.verified["h2"]["valid"] >= cfg.runs and r.verified["h3"]["valid"] >= cfg.runs
+    assert r.verified["h2"]["replacements"] >= 1 and r.verified["h3"]["replacements"] >= 1
+    # every other load's proof is stored beside it, with the tolerance it was judged by
+    for x in runs.values():
+        load = x.detail["link"]["load"]
+        assert load["late_tolerance_ms"] == 2.0 and load["directions"]["down"]["rx_timestamps"]
+    assert r.receipt is not None and r.receipt.passed

@@ -22,10 +22,20 @@ FIXTURE = Path(__file__).parent / "fixtures" / "store-v1"
 V1_TABLES = ("meta", "cells", "attempts", "runs", "receipts", "link_spans")
 
 
+#: version 1's columns of the tables later versions widened
+V1_COLUMNS = {
+    "attempts": "cell_id, attempt, started, finished, status, problem, receipt, provenance"
+}
+
+
 def raw(db: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of version 1's tables, as SQLite holds them (no decoding)."""
+    """Every row of version 1's tables, as SQLite holds them (no decoding), in version
+    1's columns."""
     with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
-        return {t: con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in V1_TABLES}
+        return {
+            t: con.execute(f"SELECT {V1_COLUMNS.get(t, '*')} FROM {t} ORDER BY rowid").fetchall()
+            for t in V1_TABLES
+        }
 
 
 def version(db: Path) -> str:
@@ -83,6 +93,19 @@ def test_a_version_1_store_is_migrated_with_every_row_kept(v1: Path) -> None:
         assert got["attempts"][0].provenance["git"]["sha"] == "0" * 40
     finally:
         store.close()
+
+
+def test_version_4_reads_an_old_failures_reason_from_its_words(v1: Path) -> None:
+    """Attempts stored before the reason column get it from their problem's words, so
+    a resume of an old folder measures again the cells that failed on their link."""
+    store = Store(v1)
+    try:
+        first, second = store.attempts("ea0abcdd9504")
+    finally:
+        store.close()
+    assert first.status == "failed" and first.reason == "link-out-of-tolerance"
+    assert second.status == "done" and second.reason is None
+    assert first.waited_s is None and second.waited_s is None
 
 
 def test_a_read_only_open_migrates_a_copy_and_leaves_the_file(v1: Path) -> None:

@@ -102,7 +102,7 @@ def test_stop_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
         stdout, stderr = p.communicate(timeout=300)
         text = " ".join(stdout.split())
         assert p.returncode == 3, stdout[-2000:] + stderr[-2000:]
-        assert "1 cells measured, 0 kept from before, 0 failed, 1 not started" in text, text
+        assert "1 cells measured, 0 kept from before; 0 failed now, 1 not started" in text, text
         assert f"--out {out} --resume" in text
         before = set(_runs(out))
         assert len(before) == 10 and len({r[1] for r in before}) == 1  # 2 x (4 + 1)
@@ -220,3 +220,32 @@ def test_where_filter_errors(bad: str) -> None:
 
     with pytest.raises(QuicbedError, match="--where"):
         parse_where(bad)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "retry_failed", "kept"),
+    [
+        ("done", None, False, True),
+        ("done", None, True, True),
+        ("running", None, False, False),
+        # a cell that failed on its link or host holds nothing about the protocols:
+        # measured again without being asked (issue 38: a second `make demo` said it
+        # had worked, over four failed cells)
+        ("failed", "link-out-of-tolerance", False, False),
+        ("failed", "link-closing-check", False, False),
+        ("failed", "host-busy", False, False),
+        # any other failure is kept, its problem says why, unless --retry-failed
+        ("failed", "other", False, True),
+        ("failed", None, False, True),
+        ("failed", "other", True, False),
+    ],
+)
+def test_a_resume_measures_again_what_failed_on_its_link(
+    status: str, reason: str | None, retry_failed: bool, kept: bool
+) -> None:
+    from quicbed.results.rows import AttemptRow
+    from quicbed.run.sweep import keeps
+
+    row = AttemptRow(cell_id="c", attempt=1, started="t", status=status, reason=reason)
+    assert keeps(row, retry_failed) is kept
+    assert keeps(None) is False

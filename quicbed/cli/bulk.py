@@ -78,7 +78,7 @@ def _as_typed(e: QuicbedError) -> QuicbedError:
 
 
 def _progress(what: str, done: int, total: int) -> None:
-    typer.echo(f"{what} ({done}/{total})")
+    typer.echo(f"{what} ({done}/{total})" if total else what)  # no total: a sentence
 
 
 def _report(out: Path) -> None:

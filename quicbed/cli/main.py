@@ -33,6 +33,7 @@ from quicbed.cli.options import (
     MAX_HOURS,
     SHAPER,
     CellOptions,
+    HostOptions,
     KeepOpt,
     LinkOptions,
     MaxHoursOpt,
@@ -220,6 +221,7 @@ def link_check(
 @options("link", LinkOptions, only=CELL_LINK)
 @options("cell", CellOptions)
 @options("tb", TestbedOptions)
+@options("host", HostOptions)
 def cell_cmd(
     *,
     page: Annotated[str | None, typer.Option(help="Page name from workloads/pages.yaml.")] = None,
@@ -245,6 +247,7 @@ def cell_cmd(
     link: LinkOptions,
     cell: CellOptions,
     tb: TestbedOptions,
+    host: HostOptions,
     receipt_tcp_seconds: Annotated[
         float, typer.Option(help="iperf3 TCP seconds per direction of the link's receipt.")
     ] = RECEIPT_TCP_SECONDS,
@@ -282,6 +285,7 @@ def cell_cmd(
     from quicbed.spec.sweepspec import PlannedCell
 
     check_tcp_seconds(receipt_tcp_seconds, "--receipt-tcp-seconds")
+    policy = host.policy()
     packaged = None
     with ExitStack() as refused:  # a rerun refused here leaves no extracted package
         if from_dir:
@@ -314,8 +318,13 @@ def cell_cmd(
         if (Path(out_dir) / DB_NAME).exists():  # a damaged store: refused before the testbed
             Store(Path(out_dir)).close()
         validate(cfg)
+        policy.replaced_per_arm(cfg.runs)
         check_budget(
-            [PlannedCell(scenario="cell", config=cfg)], receipt_tcp_seconds, max_hours, yes
+            [PlannedCell(scenario="cell", config=cfg)],
+            receipt_tcp_seconds,
+            max_hours,
+            yes,
+            policy,
         )
     if traces is not None:
         from quicbed.traces import check_level
@@ -330,7 +339,12 @@ def cell_cmd(
         task = bar.add_task(f"cell {cfg.cell_id()}: receipt, then loads", total=len(cfg.schedule()))
 
         def step(arm: str, done: int, total: int) -> None:
-            bar.update(task, completed=done, description=f"cell {cfg.cell_id()}: {arm}")
+            if not total:  # a sentence, e.g. a wait for a quiet host (run.cell.Progress)
+                bar.update(task, description=f"cell {cfg.cell_id()}: {arm}")
+                return
+            bar.update(
+                task, completed=done, total=total, description=f"cell {cfg.cell_id()}: {arm}"
+            )
 
         result = run_cell_into(
             cfg,
@@ -341,6 +355,7 @@ def cell_cmd(
             profile=profile or "none",
             receipt_tcp_seconds=receipt_tcp_seconds,
             progress=step,
+            host=policy,
         )
     if as_json:
         print_json(result.as_dict())
@@ -361,6 +376,7 @@ STOPPED_EXIT = 3
 
 @app.command("run")
 @options("tb", SweepTestbedOptions)
+@options("host", HostOptions)
 def run_cmd(
     *,
     spec_file: Annotated[str, typer.Argument(help="Sweep spec (YAML), e.g. sweeps/demo.yaml.")],
@@ -374,6 +390,7 @@ def run_cmd(
     yes: YesOpt = False,
     max_hours: MaxHoursOpt = MAX_HOURS,
     tb: SweepTestbedOptions,
+    host: HostOptions,
     keep_testbed: KeepOpt = False,
     traces: TracesOpt = None,
     profile: ProfileOpt = None,
@@ -407,6 +424,7 @@ def run_cmd(
     from quicbed.spec.sweepspec import load_spec
 
     spec = load_spec(Path(spec_file))
+    spec = spec.model_copy(update={"host": host.policy(spec.host)})  # not in its digest
     run_spec(
         spec,
         out_dir,
@@ -476,7 +494,7 @@ def run_spec(
     held = check_folder(Path(out_dir), spec, resume=resume, force=force, shard=part)
     kept = kept_cells(Path(out_dir), retry_failed=retry_failed) if held is not None else set()
     todo = [pc for pc in cells if pc.config.cell_id() not in kept]
-    est = check_budget(todo, spec.receipt_tcp_seconds, max_hours, yes)
+    est = check_budget(todo, spec.receipt_tcp_seconds, max_hours, yes, spec.host)
     beds: list[Testbed] = []
     try:  # every testbed opened and able to shape, or none kept open
         for h in hosts or [None]:  # type: ignore[list-item]  # None: the local testbed
@@ -514,6 +532,9 @@ def run_spec(
             )
 
         def on_load(arm: str, done: int, total: int) -> None:
+            if not total:  # a sentence, e.g. a wait for a quiet host (run.cell.Progress)
+                bar.update(loads_task, description=arm)
+                return
             bar.update(loads_task, completed=done, total=total, description=f"loads ({arm})")
 
         def on_lost(bed: Testbed, why: str) -> None:
@@ -539,7 +560,7 @@ def run_spec(
             f"stopped on request with {result.stopped} cell(s) not started; continue: {again}"
         )
         raise typer.Exit(STOPPED_EXIT)
-    if result.failed:
+    if result.failed or result.kept_failed:  # every cell failed now, kept ones too
         raise typer.Exit(1)
 
 

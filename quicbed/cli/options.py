@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 import typer
 
 from quicbed.errors import QuicbedError
+from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.model import (
     JITTER_MEANING,
     JitterKind,
@@ -428,6 +429,61 @@ class CellOptions:
             shaper=self.shaper,
             offloads=self.offloads,
             browser=self.browser,
+        )
+
+
+# --- how a run copes with a noisy host (quicbed.link.hostpolicy) ----------------------
+EmulatorPriorityOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--emulator-priority",
+        help="How the userspace link emulator is scheduled: rt (SCHED_FIFO, the default) or "
+        "normal (run: the spec's host.emulator_priority).",
+    ),
+]
+QuietWaitOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--quiet-wait",
+        help="Minutes a cell may wait for a quiet host when the host spoils a receipt, a "
+        "check or a load (default 10; 0: fail at once; run: the spec's).",
+    ),
+]
+LateToleranceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--late-tolerance",
+        help="Milliseconds a load's latest frame may leave the link emulator late before the "
+        "load is replaced (default: max(2 ms, 5 % of the RTT); run: the spec's).",
+    ),
+]
+MaxReplacedOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-replaced",
+        help="Most loads per arm that a cell measures again in place of loads the link or "
+        "host spoiled (default: half the runs; run: the spec's).",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """How a cell or sweep copes with a noisy host; unset: the spec's, else the defaults."""
+
+    emulator_priority: EmulatorPriorityOpt = None
+    quiet_wait: QuietWaitOpt = None
+    late_tolerance: LateToleranceOpt = None
+    max_replaced: MaxReplacedOpt = None
+
+    def policy(self, base: HostPolicy | None = None) -> HostPolicy:
+        """``base`` (a spec's; default: the defaults) with what the options set."""
+        b = base or HostPolicy()
+        return HostPolicy.from_options(
+            self.emulator_priority or b.emulator_priority,
+            b.quiet_wait_minutes if self.quiet_wait is None else self.quiet_wait,
+            b.late_tolerance_ms if self.late_tolerance is None else self.late_tolerance,
+            b.max_replaced if self.max_replaced is None else self.max_replaced,
         )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from quicbed.link import offloads as nic
 from quicbed.link.model import LinkCondition
-from quicbed.link.shapers import Shaper, get_shaper
+from quicbed.link.shapers import DEFAULT_EMULATOR_PRIORITY, Shaper, get_shaper
 from quicbed.link.tuning import tune_hosts
 from quicbed.testbed.base import Testbed
 from quicbed.testbed.owner import shielded
@@ -48,6 +48,7 @@ def shaped_link(
     shaper_name: str = "auto",
     cc: str = "cubic",
     offloads_set: Mapping[str, str] | None = None,
+    emulator_priority: str = DEFAULT_EMULATOR_PRIORITY,
 ) -> Iterator[ShapedLink]:
     """Everything is validated before anything is touched; everything made is undone.
 
@@ -57,7 +58,7 @@ def shaped_link(
     The testbed is claimed for the whole block (re-entrant: the caller may hold it);
     the clean-up cannot be interrupted by a second Ctrl-C.
     """
-    shaper = get_shaper(shaper_name, tb, cond)
+    shaper = get_shaper(shaper_name, tb, cond, emulator_priority)
     shaper.check(cond)  # before anything is made
     setting = dict(offloads_set or {})
     nic.check_shaper(shaper.name, setting)

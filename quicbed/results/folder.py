@@ -70,12 +70,20 @@ class FailureReason(enum.Enum):
     LINK_OPENING_CHECK = "link-opening-check"  # a shared receipt's link moved before the loads
     LINK_CLOSING_CHECK = "link-closing-check"  # the link moved during the loads
     LINK_CHANGED = "link-changed"  # the link was re-applied under a load
+    #: the host stayed busy (steal, other work) past the cell's wait for a quiet host
+    HOST_BUSY = "host-busy"
     OTHER = "other"  # anything else: a server, the browser, the testbed
 
     @property
     def link(self) -> bool:
-        """The link's failure: a freshly applied link may pass."""
+        """The link's failure: a freshly applied link may pass at once."""
         return self.value.startswith("link-")
+
+    @property
+    def unmeasured(self) -> bool:
+        """The link or the host failed the attempt, not the protocols: what it holds
+        proves nothing about them, so a resume measures the cell again."""
+        return self.link or self is FailureReason.HOST_BUSY
 
 
 # --- the folder lock ------------------------------------------------------------------

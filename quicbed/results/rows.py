@@ -73,3 +73,7 @@ class AttemptRow(BaseModel):
     provenance: dict[str, Any] | None = Field(
         None, description="versions, kernel, sysctls, git SHA, components"
     )
+    reason: str | None = Field(
+        None, description="why it failed: quicbed.results.folder.FailureReason's code"
+    )
+    waited_s: float | None = Field(None, description="seconds it waited for a quiet host")

@@ -17,6 +17,10 @@ returns rows with their JSON columns decoded the same way everywhere.
 Schema versions (``meta.schema_version``); MIGRATIONS[n] takes version n to n + 1:
   1 (quicbed 0.1.0): cells, attempts, runs, receipts, link_spans.
   2: cell_scenarios, the scenarios of the sweep's spec that plan each cell.
+  3: transfers, a bulk or compete cell's record per attempt.
+  4: attempts.reason (why an attempt failed, as quicbed.results.folder.FailureReason's
+     code; filled from the problem's words for older attempts) and attempts.waited_s
+     (seconds the attempt waited for a quiet host).
 A writable store of an older version is migrated when it is opened, in one
 transaction (a migration that stops leaves the store as it was); a read-only open
 migrates an in-memory copy and leaves the file untouched. A newer version is refused.
@@ -38,7 +42,7 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.results.rows import AttemptRow, RunRow
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_NAME = "store.sqlite"
 
 #: version 1's tables (IF NOT EXISTS: early version-1 stores lack receipts and link_spans,
@@ -131,6 +135,17 @@ CREATE TABLE transfers (           -- a bulk or compete cell's attempt (quicbed.
     result TEXT NOT NULL,          -- its record (JSON): every flow's samples, the queue
     PRIMARY KEY (cell_id, attempt)
 );
+""",
+    3: """
+ALTER TABLE attempts ADD COLUMN reason TEXT;      -- why it failed (FailureReason's code)
+ALTER TABLE attempts ADD COLUMN waited_s REAL;    -- seconds it waited for a quiet host
+UPDATE attempts SET reason = CASE
+    WHEN problem LIKE 'the link is out of tolerance%' THEN 'link-out-of-tolerance'
+    WHEN problem LIKE 'opening check:%' THEN 'link-opening-check'
+    WHEN problem LIKE 'closing check after the last load:%' THEN 'link-closing-check'
+    WHEN problem LIKE 'the link changed during the cell%' THEN 'link-changed'
+    ELSE 'other' END
+  WHERE status = 'failed';
 """,
 }
 
@@ -461,10 +476,23 @@ class Store:
         )
         return [_attempt_row(r) for r in rows]
 
-    def finish_attempt(self, cell_id: str, attempt: int, status: str, problem: str = "") -> None:
+    def finish_attempt(
+        self,
+        cell_id: str,
+        attempt: int,
+        status: str,
+        problem: str = "",
+        *,
+        reason: str | None = None,
+        waited_s: float | None = None,
+    ) -> None:
+        """How the attempt ended: ``reason`` is a failure's code (FailureReason),
+        ``waited_s`` the seconds it waited for a quiet host (added to a resumed
+        attempt's)."""
         self.db.execute(
-            "UPDATE attempts SET finished=?, status=?, problem=? WHERE cell_id=? AND attempt=?",
-            (now(), status, problem, cell_id, attempt),
+            "UPDATE attempts SET finished=?, status=?, problem=?, reason=?, "
+            "waited_s=COALESCE(waited_s, 0) + ? WHERE cell_id=? AND attempt=?",
+            (now(), status, problem, reason, waited_s or 0.0, cell_id, attempt),
         )
 
     def attempt(self, cell_id: str, attempt: int | None = None) -> AttemptRow:

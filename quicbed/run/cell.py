@@ -22,8 +22,11 @@ from quicbed.analysis.stats import Comparison
 from quicbed.client import har
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
+from quicbed.link.hostpolicy import HostPolicy
+from quicbed.link.loadproof import LoadWatch, late_tolerance_ms
 from quicbed.link.model import RECEIPT_TCP_SECONDS
 from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
+from quicbed.link.quiet import HostWait, Settled
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
 from quicbed.profile import check_profile
@@ -46,7 +49,11 @@ if TYPE_CHECKING:
     from quicbed.client.base import Browser
     from quicbed.profile.session import CpuProfile
 
+#: (what, done, total): a load done of the cell's total; with total 0 a sentence to show
+#: in place of the load's name (a wait for a quiet host)
 Progress = Callable[[str, int, int], None]
+#: how often an attempt takes a spot check again after waiting for a quiet host
+SPOT_RETRIES = 3
 
 
 @dataclass
@@ -66,6 +73,8 @@ class CellResult:
     reason: FailureReason | None = None
     #: each arm's browser build, as its driver named it (page cells)
     browsers: dict[str, str] = field(default_factory=dict)
+    #: seconds the attempt waited for a quiet host (quicbed.link.quiet)
+    waited_s: float = 0.0
 
     @property
     def link_failed(self) -> bool:
@@ -86,6 +95,7 @@ class CellResult:
             "link_failed": self.link_failed,
             "reason": self.reason.value if self.reason else None,
             "browsers": self.browsers,
+            "waited_s": round(self.waited_s, 1),
         }
 
 
@@ -184,6 +194,8 @@ def run_cell(
     link: ProvenLink | None = None,
     traces: str | None = None,
     profile: str = "none",
+    host: HostPolicy | None = None,
+    wait: HostWait | None = None,
 ) -> CellResult:
     """Measure one cell into the results folder ``out`` as a new attempt.
 
@@ -197,10 +209,16 @@ def run_cell(
     level (none, light, full; quicbed.traces; None: light for page cells, none for
     transfer cells, whose flows are traced when asked), recorded in the attempt's provenance;
     ``profile``: none, or cpu (perf on each arm's server and client over the measured
-    loads or flows: quicbed.profile), recorded there too.
+    loads or flows: quicbed.profile), recorded there too. ``host``: how the cell copes with a noisy
+    host (quicbed.link.hostpolicy: the emulator's scheduling, the wait for a quiet host,
+    the lateness a load may see, how many spoiled loads an arm replaces); ``wait``: the
+    cell's budget of waiting, where a sweep's receipt already drew on it (default: a
+    fresh one of ``host``'s limit).
     """
     traces = check_level(traces or ("light" if cfg.kind == "page" else "none"))
     check_profile(profile)
+    host = host or HostPolicy()
+    host.replaced_per_arm(cfg.runs)  # a bound over the runs: refused before anything
     out = out.resolve()  # servers get paths from it and run with other working dirs
     tb = testbed or LocalTestbed(prefix)
     pageset = validate(cfg, tb)
@@ -220,13 +238,22 @@ def run_cell(
             attempt = resume_attempt
             store.reopen_attempt(cell_id, attempt)
         job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault, traces, profile)
+        job.wait = wait or HostWait(host.quiet_wait_minutes * 60, saying(progress))
+        job.late_tolerance_ms = host.late_tolerance_ms
+        job.max_replaced = host.replaced_per_arm(cfg.runs)
         status, problem, reason = "failed", "", None
         try:
             if link is None:
                 with shaped_link(
-                    tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc(), offloads_set=cfg.offloads
+                    tb,
+                    cfg.condition,
+                    cfg.shaper,
+                    cc=cfg.tcp_cc(),
+                    offloads_set=cfg.offloads,
+                    emulator_priority=host.emulator_priority,
                 ) as shaped:
-                    job.measure_on(prove(shaped, receipt_tcp_seconds, cfg.tcp_cc()), shared=False)
+                    proven = prove(shaped, receipt_tcp_seconds, cfg.tcp_cc(), wait=job.wait)
+                    job.measure_on(proven, shared=False)
             else:
                 job.measure_on(link, shared=link.uses > 0)
             empty = arms_without_valid_runs(store, cell_id, attempt, cfg)
@@ -243,7 +270,14 @@ def run_cell(
             problem, reason = str(exc), FailureReason.OTHER
         finally:
             with shielded():
-                store.finish_attempt(cell_id, attempt, status, problem)
+                store.finish_attempt(
+                    cell_id,
+                    attempt,
+                    status,
+                    problem,
+                    reason=reason.value if reason else None,
+                    waited_s=round(job.wait.waited_s, 1),
+                )
         comparisons = (
             compare_cell(store, cell_id, attempt, cfg)
             if status == "done" and cfg.kind == "page"
@@ -267,7 +301,15 @@ def run_cell(
         verify_summary(runs),
         reason,
         job.browsers,
+        job.wait.waited_s,
     )
+
+
+def saying(progress: Progress | None) -> Callable[[str], None] | None:
+    """A progress callback's way to say a sentence (a wait for a quiet host): total 0."""
+    if progress is None:
+        return None
+    return lambda text: progress(text, 0, 0)
 
 
 def arms_without_valid_runs(store: Store, cell_id: str, attempt: int, cfg: CellConfig) -> list[str]:
@@ -285,6 +327,40 @@ def arms_without_valid_runs(store: Store, cell_id: str, attempt: int, cfg: CellC
     )
     ok = {f.arm for f in flows if f.ok}
     return [a for a in cfg.arms if a not in ok]
+
+
+@dataclass
+class _PageRig:
+    """What one page cell's loads share: servers, browsers, instruments, counters."""
+
+    tracing: TraceSet | None
+    profiler: CpuProfile | None
+    servers: dict[str, WebServer] = field(default_factory=dict)
+    browsers: dict[str, Browser] = field(default_factory=dict)
+    urls: dict[str, str] = field(default_factory=dict)
+    page: dict[str, Any] = field(default_factory=dict)
+    loads: list[tuple[str, LoadTrace]] = field(default_factory=list)  # (run_id, its trace)
+    recordings: list[Any] = field(default_factory=list)
+    meter: CpuMeter | None = None
+    net: NetMeter | None = None
+    total: int = 0  # loads planned, for progress
+
+
+def replacement_counts(runs: Iterable[RunRow]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per arm, the measured loads the link or host spoiled (quicbed.link.loadproof) and
+    the replacement loads measured (reps past the schedule's: their ``replacement``
+    flag)."""
+    spoiled: dict[str, int] = {}
+    replaced: dict[str, int] = {}
+    for r in runs:
+        if r.warmup:
+            continue
+        load = (r.detail.get("link") or {}).get("load") or {}
+        if load.get("spoiled"):
+            spoiled[r.arm] = spoiled.get(r.arm, 0) + 1
+        if load.get("replacement"):
+            replaced[r.arm] = replaced.get(r.arm, 0) + 1
+    return spoiled, replaced
 
 
 class LinkFailed(LinkFailure):
@@ -313,6 +389,14 @@ class _Job:
     receipt: Receipt | None = None
     #: each arm's browser build, once its driver said hello
     browsers: dict[str, str] = field(default_factory=dict)
+    #: the cell's budget of waiting for a quiet host (quicbed.link.quiet)
+    wait: HostWait = field(default_factory=HostWait)
+    #: how late a load's latest frame may leave the emulator (ms; None: from the cell)
+    late_tolerance_ms: float | None = None
+    #: the most spoiled loads an arm replaces (quicbed.link.loadproof)
+    max_replaced: int = 0
+    #: spot checks taken again after a wait for a quiet host
+    spot_retries: int = 0
 
     def measure_on(self, proven: ProvenLink, *, shared: bool) -> None:
         """Loads under ``proven``'s receipt, and the record of which loads it covers."""
@@ -323,7 +407,12 @@ class _Job:
             raise LinkFailed(
                 FailureReason.LINK_OUT_OF_TOLERANCE,
                 f"the link is out of tolerance ({names}); nothing measured"
-                + hostcpu.blame(proven.receipt.host_cpu),
+                + hostcpu.blame(proven.receipt.host_cpu)
+                + (
+                    f"; waited {self.wait.waited_s:.0f} s for a quiet host first"
+                    if self.wait.waited_s
+                    else ""
+                ),
             )
         span: dict[str, Any] = {
             "cell_id": self.cell_id,
@@ -341,6 +430,8 @@ class _Job:
         opening = None
         if shared:
             opening = opening_check(proven)
+            while not opening.passed and self._host_spoiled("opening check", opening.problems):
+                opening = spot_check(proven, "opening")
             span["opening"] = opening.model_dump(mode="json")
             if not opening.passed:
                 span["finished"] = now()
@@ -357,7 +448,10 @@ class _Job:
             with shielded():
                 self.store.add_link_span(span)
             raise
-        closing = spot_check(proven, "closing", since=opening.counters if opening else None)
+        since = opening.counters if opening else None
+        closing = spot_check(proven, "closing", since=since)
+        while not closing.passed and self._host_spoiled("closing check", closing.problems):
+            closing = spot_check(proven, "closing", since=since)
         span.update(
             finished=now(), closing=closing.model_dump(mode="json"), passed=int(closing.passed)
         )
@@ -367,6 +461,15 @@ class _Job:
                 FailureReason.LINK_CLOSING_CHECK,
                 f"closing check after the last load: {'; '.join(closing.problems)}",
             )
+
+    def _host_spoiled(self, what: str, problems: list[str]) -> bool:
+        """Whether a failed spot check is worth taking again: only when the host was busy
+        and quiet again after a wait. A check that fails on a quiet host failed on its
+        link. Waits at most SPOT_RETRIES times per check."""
+        self.spot_retries += 1
+        if self.spot_retries > SPOT_RETRIES:
+            return False
+        return self._settle(f"{what}: {'; '.join(problems)}") is Settled.AFTER_WAIT
 
     def _loads(self, proven: ProvenLink, span: dict[str, Any]) -> None:
         if self.cfg.kind != "page":
@@ -378,20 +481,19 @@ class _Job:
         cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
         done = {(r.arm, r.rep) for r in store.runs(cell_id, attempt)}
         _, log_dir = store.paths(cell_id, attempt)
-        servers: dict[str, WebServer] = {}
-        browsers: dict[str, Browser] = {}
-        tracing = self._traceset()
-        loads: list[tuple[str, LoadTrace]] = []  # (run_id, its trace)
-        profiler = self._profiler(
-            "chromium", {a.name: a.browser or "chromium" for a in cfg.resolved_arms()}
+        rig = _PageRig(
+            tracing=self._traceset(),
+            profiler=self._profiler(
+                "chromium", {a.name: a.browser or "chromium" for a in cfg.resolved_arms()}
+            ),
         )
-        recordings: list[Any] = []
+        servers, browsers = rig.servers, rig.browsers
         try:
-            spec, page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
-            if tracing:
-                tracing.start()
-                spec = replace(spec, qlog_dirs=tracing.ctx.qlog_dirs)
-            servers = servers_for(cfg, tb, spec)
+            spec, rig.page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
+            if rig.tracing:
+                rig.tracing.start()
+                spec = replace(spec, qlog_dirs=rig.tracing.ctx.qlog_dirs)
+            servers.update(servers_for(cfg, tb, spec))
             arms = cfg.resolved_arms()
             kinds = {a.name: get_browser(a.browser or "") for a in arms}
             extra: dict[str, dict[str, Any]] = {
@@ -432,110 +534,28 @@ class _Job:
             for b in browsers.values():
                 b.ready()
             self.browsers = {name: b.version for name, b in browsers.items()}
-            urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
-            meter, net = CpuMeter(tb, cfg.arms), NetMeter(tb)
+            rig.urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
+            rig.meter, rig.net = CpuMeter(tb, cfg.arms), NetMeter(tb)
             schedule = list(enumerate(cfg.schedule()))
             if done and cfg.warmup:
                 # A resumed attempt has fresh browsers: warm them up again (stored as
                 # warm-ups with negative reps) so 0-RTT state exists before measuring.
                 low = min(r for _, r in done)
                 schedule = [(-1, (arm, low - 1)) for arm in cfg.arms] + schedule
+            rig.total = len(schedule)
             for seq, (arm, rep) in schedule:
-                if (arm, rep) in done:
-                    continue
-                if self.fault:
-                    self.fault(arm, rep, servers)
-                warm = rep < cfg.warmup
-                if profiler and not warm and not recordings:  # the measured loads only
-                    recordings = [r for a in cfg.arms for r in profiler.attach(a)]
-                srv = servers[arm]
-                srv.mark()
-                offl = proven.link.offload_watch()
-                offl.begin()
-                lt = tracing.begin(arm, rep) if tracing else None
-                net_mark, cpu_mark = net.read(), meter.begin()
-                result = browsers[arm].load(
-                    urls[arm], fresh_context=cfg.mode == "1rtt", timeout_s=cfg.load_timeout_s
-                )
-                cpu = meter.end(cpu_mark)[arm]
-                counters = net.since(net_mark)
-                facts = _server_facts(srv, page["objects"])
-                facts.update(srv.observe())
-                if tracing and lt:
-                    lt.page_started(result.get("har"))
-                    tracing.end(lt)
-                    loads.append((f"{cell_id}:{attempt}:{arm}:{rep}", lt))
-                m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
-                offl_facts, offl_reasons = offl.end()
-                facts.update(offl_facts)
-                reasons = _judge(cfg, srv, warm, result, m, facts, page) + offl_reasons
-                gen = proven.current_generation()
-                if gen != proven.generation:
-                    reasons.append(
-                        f"the link changed under this load (generation "
-                        f"{proven.generation} -> {gen})"
-                    )
-                store.add_run(
-                    RunRow(
-                        cell_id=cell_id,
-                        attempt=attempt,
-                        arm=arm,
-                        rep=rep,
-                        seq=seq,
-                        warmup=warm,
-                        valid=not reasons,
-                        reason="; ".join(reasons),
-                        plt_ms=m.get("plt_ms"),
-                        onload_ms=m.get("onload_ms"),
-                        dns_ms=m.get("dns_ms"),
-                        nav_load_ms=m.get("nav_load_ms"),
-                        ttfb_ms=m.get("ttfb_ms"),
-                        objects=m.get("objects"),
-                        bytes=m.get("bytes"),
-                        protocols=m.get("protocols"),
-                        used_0rtt=bool(facts["used_0rtt"]) if "used_0rtt" in facts else None,
-                        tls_resumed=bool(facts.get("tls_resumed", False)),
-                        detail={
-                            "entries": m.get("entries"),
-                            "server": facts,
-                            "error": result.get("error"),
-                            "context": result.get("context"),
-                            # what cleared the browser before the load, as its driver says
-                            **{
-                                k: result[k]
-                                for k in ("clearing", "connections_closed")
-                                if result.get(k)
-                            },
-                            "main_connect_ms": m.get("main_connect_ms"),
-                            "main_ssl_ms": m.get("main_ssl_ms"),
-                            "link": {"generation": gen, "receipt": proven.receipt.created},
-                            "cpu": cpu.model_dump(mode="json"),
-                            "counters": {r: c.model_dump() for r, c in counters.items()},
-                            **({"traces": tracing.detail(lt)} if tracing and lt else {}),
-                        },
-                    ),
-                    result.get("har"),
-                )
-                if span["first_seq"] is None:
-                    span["first_seq"] = seq
-                span["last_seq"] = seq
-                if gen != proven.generation:
-                    raise LinkFailed(
-                        FailureReason.LINK_CHANGED,
-                        f"the link changed during the cell ({arm} #{rep}: generation "
-                        f"{proven.generation} -> {gen}); the loads after it were not measured",
-                    )
-                if self.progress:
-                    self.progress(arm, seq + 1, len(schedule))
+                if (arm, rep) not in done:
+                    self._load(rig, proven, span, seq, arm, rep)
+            self._replace_spoiled(rig, proven, span, len(cfg.schedule()))
             versions: dict[str, Any] = {name: s.version() for name, s in servers.items()}
             versions["browser"] = next(iter(browsers.values())).version if browsers else None
             # each arm's browser build by arm: arms may load in different browsers
             versions["browsers"] = self.browsers
             store.set_versions(cell_id, attempt, versions)
-            if profiler:
-                profiler.halt(recordings)
-                profiler.fold(recordings)
-                self._seal_profile(profiler)
+            if rig.profiler:
+                rig.profiler.halt(rig.recordings)
+                rig.profiler.fold(rig.recordings)
+                self._seal_profile(rig.profiler)
         finally:
             # before the link goes: a testbed torn down under running daemons would
             # have to kill them one PID at a time
@@ -546,8 +566,152 @@ class _Job:
                     s.stop()
                 for role in ("server", "client"):
                     tb.collect(role, log_dir)  # remote logs come home beside the runs
-                if tracing:
-                    self._seal_traces(tracing, loads)
+                if rig.tracing:
+                    self._seal_traces(rig.tracing, rig.loads)
+
+    def _replace_spoiled(
+        self, rig: _PageRig, proven: ProvenLink, span: dict[str, Any], seq: int
+    ) -> None:
+        """Loads spoiled by the link or the host (quicbed.link.loadproof) are kept, invalid,
+        and replaced here: each arm measures one more load per spoiled one, after the
+        schedule (reps from warm-up + runs on, the arms alternating, reversed every
+        round, as ABBA does), until none is owed or the arm has had ``max_replaced``
+        (a spoiled replacement is owed too). Read from the store, so a resumed attempt
+        owes what it owed."""
+        first, bound = self.cfg.warmup + self.cfg.runs, self.max_replaced
+        rounds = 0
+        while True:
+            spoiled, replaced = replacement_counts(self.store.runs(self.cell_id, self.attempt))
+            owed = {
+                a: min(spoiled.get(a, 0), bound) - replaced.get(a, 0)
+                for a in self.cfg.arms
+                if min(spoiled.get(a, 0), bound) > replaced.get(a, 0)
+            }
+            if not owed:
+                return
+            order = [a for a in self.cfg.arms if a in owed]
+            rig.total = max(rig.total, seq + sum(owed.values()))
+            for arm in order if rounds % 2 == 0 else order[::-1]:
+                rep = first + replaced.get(arm, 0)
+                replaced[arm] = replaced.get(arm, 0) + 1
+                self._load(rig, proven, span, seq, arm, rep, replacement=True)
+                seq += 1
+            rounds += 1
+
+    def _load(
+        self,
+        rig: _PageRig,
+        proven: ProvenLink,
+        span: dict[str, Any],
+        seq: int,
+        arm: str,
+        rep: int,
+        *,
+        replacement: bool = False,
+    ) -> None:
+        """One load of ``arm``, verified, proven by the link's own counters, stored;
+        ``replacement``: it stands in for a spoiled one."""
+        cfg, store = self.cfg, self.store
+        if self.fault:
+            self.fault(arm, rep, rig.servers)
+        warm = rep < cfg.warmup
+        if rig.profiler and not warm and not rig.recordings:  # the measured loads only
+            rig.recordings = [r for a in cfg.arms for r in rig.profiler.attach(a)]
+        srv = rig.servers[arm]
+        srv.mark()
+        offl = proven.link.offload_watch()
+        offl.begin()
+        tolerance = late_tolerance_ms(cfg.condition, self.late_tolerance_ms)
+        watch = LoadWatch(self.tb, proven.link.shaper, cfg.condition, tolerance)
+        lt = rig.tracing.begin(arm, rep) if rig.tracing else None
+        assert rig.net is not None and rig.meter is not None
+        net_mark, cpu_mark = rig.net.read(), rig.meter.begin()
+        watch.begin()
+        result = rig.browsers[arm].load(
+            rig.urls[arm], fresh_context=cfg.mode == "1rtt", timeout_s=cfg.load_timeout_s
+        )
+        proof = watch.end()
+        proof.facts["replacement"] = replacement
+        cpu = rig.meter.end(cpu_mark)[arm]
+        counters = rig.net.since(net_mark)
+        facts = _server_facts(srv, rig.page["objects"])
+        facts.update(srv.observe())
+        if rig.tracing and lt:
+            lt.page_started(result.get("har"))
+            rig.tracing.end(lt)
+            rig.loads.append((f"{self.cell_id}:{self.attempt}:{arm}:{rep}", lt))
+        m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
+        offl_facts, offl_reasons = offl.end()
+        facts.update(offl_facts)
+        reasons = _judge(cfg, srv, warm, result, m, facts, rig.page) + offl_reasons
+        reasons += proof.reasons
+        gen = proven.current_generation()
+        if gen != proven.generation:
+            reasons.append(
+                f"the link changed under this load (generation {proven.generation} -> {gen})"
+            )
+        store.add_run(
+            RunRow(
+                cell_id=self.cell_id,
+                attempt=self.attempt,
+                arm=arm,
+                rep=rep,
+                seq=seq,
+                warmup=warm,
+                valid=not reasons,
+                reason="; ".join(reasons),
+                plt_ms=m.get("plt_ms"),
+                onload_ms=m.get("onload_ms"),
+                dns_ms=m.get("dns_ms"),
+                nav_load_ms=m.get("nav_load_ms"),
+                ttfb_ms=m.get("ttfb_ms"),
+                objects=m.get("objects"),
+                bytes=m.get("bytes"),
+                protocols=m.get("protocols"),
+                used_0rtt=bool(facts["used_0rtt"]) if "used_0rtt" in facts else None,
+                tls_resumed=bool(facts.get("tls_resumed", False)),
+                detail={
+                    "entries": m.get("entries"),
+                    "server": facts,
+                    "error": result.get("error"),
+                    "context": result.get("context"),
+                    # what cleared the browser before the load, as its driver says
+                    **{k: result[k] for k in ("clearing", "connections_closed") if result.get(k)},
+                    "main_connect_ms": m.get("main_connect_ms"),
+                    "main_ssl_ms": m.get("main_ssl_ms"),
+                    "link": {
+                        "generation": gen,
+                        "receipt": proven.receipt.created,
+                        "load": proof.facts,
+                    },
+                    "cpu": cpu.model_dump(mode="json"),
+                    "counters": {r: c.model_dump() for r, c in counters.items()},
+                    **({"traces": rig.tracing.detail(lt)} if rig.tracing and lt else {}),
+                },
+            ),
+            result.get("har"),
+        )
+        if span["first_seq"] is None:
+            span["first_seq"] = seq
+        span["last_seq"] = seq
+        if gen != proven.generation:
+            raise LinkFailed(
+                FailureReason.LINK_CHANGED,
+                f"the link changed during the cell ({arm} #{rep}: generation "
+                f"{proven.generation} -> {gen}); the loads after it were not measured",
+            )
+        if self.progress:
+            self.progress(arm, seq + 1, rig.total)
+        if proof.host_spoiled:
+            self._settle(f"{arm} #{rep}: {proof.reasons[0]}")
+
+    def _settle(self, why: str) -> Settled:
+        """Wait for a quiet host after ``why`` was spoiled by it; the cell fails once its
+        wait limit is spent (FailureReason.HOST_BUSY)."""
+        got = self.wait.settle(self.tb, why)
+        if got is Settled.BUSY:
+            raise LinkFailed(FailureReason.HOST_BUSY, self.wait.exhausted(why))
+        return got
 
     def _transfers(self, proven: ProvenLink, span: dict[str, Any]) -> None:
         """A bulk or compete cell (quicbed.run.bulk): its transfers on the proven link, one
@@ -762,8 +926,13 @@ def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
                 "used_0rtt": 0,
                 "tls_resumed": 0,
                 "cc": [],
+                "spoiled": 0,
+                "replacements": 0,
             },
         )
+        load = (r.detail.get("link") or {}).get("load") or {}
+        a["spoiled"] += int(bool(load.get("spoiled")))
+        a["replacements"] += int(bool(load.get("replacement")))
         a["measured"] += 1
         a["valid"] += int(r.valid)
         a["used_0rtt"] += int(r.used_0rtt is True)

@@ -25,13 +25,16 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.identity import testbed_id
+from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.proof import MAX_RECEIPT_AGE_S, ProvenLink, prove
+from quicbed.link.quiet import HostWait
 from quicbed.link.session import shaped_link
 from quicbed.paths import check_folder_target
 from quicbed.results import provenance
 from quicbed.results.folder import (
     LOCK_FILE,
     SWEEP_FILE,
+    FailureReason,
     check_software,
     check_spec,
     checked_software,
@@ -45,7 +48,7 @@ from quicbed.results.folder import (
 )
 from quicbed.results.rows import AttemptRow
 from quicbed.results.store import DB_NAME, Store, now
-from quicbed.run.cell import CellResult, run_cell
+from quicbed.run.cell import CellResult, run_cell, saying
 from quicbed.run.pool import TestbedLost, run_pool
 from quicbed.run.shard import Shard, select
 from quicbed.spec.cellconfig import CellConfig
@@ -73,6 +76,11 @@ class SweepOutcome:
     skipped: int = 0
     #: cells not started because ``quicbed stop`` asked the run to stop
     stopped: int = 0
+    #: cells kept from before whose latest attempt failed (not on its link or host:
+    #: those are measured again); with ``failed``, the cells failed now
+    kept_failed: int = 0
+    #: seconds the cells measured here waited for a quiet host
+    waited_s: float = 0.0
     results: list[CellResult] = field(default_factory=list)
     #: testbed -> why it was taken out of a multi-testbed sweep
     lost: dict[str, str] = field(default_factory=dict)
@@ -219,18 +227,24 @@ def check_folder(
     return held
 
 
-def kept_statuses(retry_failed: bool = False) -> tuple[str, ...]:
-    """The statuses of a latest attempt whose cell a resume keeps. A failed cell is
-    kept (its receipt says why) unless ``retry_failed``: then it is measured again as a
-    new attempt, as ``quicbed cell --from DIR --cell ID`` would."""
-    return ("done",) if retry_failed else ("done", "failed")
+def keeps(latest: AttemptRow | None, retry_failed: bool = False) -> bool:
+    """Whether a resume keeps a cell whose latest attempt is ``latest``: a done cell,
+    and a failed one (its problem says why) unless ``retry_failed``, or unless it failed
+    on its link or its host (FailureReason.unmeasured): such an attempt proves nothing
+    about the protocols, so it is measured again as a new attempt, as ``quicbed cell
+    --from DIR --cell ID`` would."""
+    if latest is None or latest.status == "running":
+        return False
+    if latest.status == "done":
+        return True
+    unmeasured = latest.reason is not None and FailureReason(latest.reason).unmeasured
+    return not (retry_failed or unmeasured)
 
 
 def kept_cells(out: Path, *, retry_failed: bool = False) -> set[str]:
     """The cells of the results folder ``out`` that resuming it keeps, read only: the
     plan's estimate on resume is of the cells still to measure."""
-    keep = kept_statuses(retry_failed)
-    return {cid for cid, a in _latest_attempts(out).items() if a.status in keep}
+    return {cid for cid, a in _latest_attempts(out).items() if keeps(a, retry_failed)}
 
 
 def estimate(cells: list[PlannedCell], receipt_tcp_seconds: float) -> float:
@@ -240,12 +254,19 @@ def estimate(cells: list[PlannedCell], receipt_tcp_seconds: float) -> float:
 
 
 def check_budget(
-    cells: list[PlannedCell], receipt_tcp_seconds: float, max_hours: float, yes: bool
+    cells: list[PlannedCell],
+    receipt_tcp_seconds: float,
+    max_hours: float,
+    yes: bool,
+    host: HostPolicy | None = None,
 ) -> float:
     """The estimated seconds of ``cells``, refused above ``max_hours`` unless ``yes``.
 
     The one rule for sweeps and single cells alike, so a typo such as ``--runs
-    100000`` is caught before the testbed is touched, as a too-large sweep is.
+    100000`` is caught before the testbed is touched, as a too-large sweep is. With
+    ``host``, a second estimate adds every load the cells may replace (its
+    max_replaced): a bound that would take the run past ``max_hours`` is refused
+    naming it. (The wait for a quiet host is not added: it is a limit, rarely spent.)
     """
     if not (0 < max_hours < math.inf):
         raise QuicbedError(f"--max-hours must be a number of hours > 0 (got {max_hours:g})")
@@ -254,13 +275,34 @@ def check_budget(
     for w in plan_warnings(cells):  # the plan's warnings (small queues), before measuring
         warn(w)
     est = estimate(cells, receipt_tcp_seconds)
+    what = "cell" if len(cells) == 1 else "cells"
     if est > max_hours * 3600 and not yes:
-        what = "cell" if len(cells) == 1 else "cells"
         raise QuicbedError(
             f"this would take about {est / 3600:.1f} h ({len(cells)} {what}), more than "
             f"--max-hours {max_hours:g}; pass --yes to run it"
         )
+    if host is not None and not yes:
+        worst = est + replacement_seconds(cells, host)
+        if worst > max_hours * 3600:
+            raise QuicbedError(
+                f"--max-replaced {host.max_replaced}: replacing that many spoiled loads per "
+                f"arm could take the {len(cells)} {what} to about {worst / 3600:.1f} h, "
+                f"more than --max-hours {max_hours:g}; a smaller bound, or --yes"
+            )
     return est
+
+
+def replacement_seconds(cells: list[PlannedCell], host: HostPolicy) -> float:
+    """The most the cells' replaced loads add to their estimate: per page cell, its
+    measured loads' share scaled by max_replaced / runs (estimate_seconds' own model)."""
+    extra = 0.0
+    for pc in cells:
+        cfg = pc.config
+        if cfg.kind != "page" or not cfg.runs:
+            continue
+        loads = estimate_seconds([pc], 0.0)
+        extra += loads * host.replaced_per_arm(cfg.runs) / cfg.runs
+    return extra
 
 
 def by_link(cells: list[PlannedCell]) -> list[list[PlannedCell]]:
@@ -316,14 +358,13 @@ def run_sweep(
         # what a resume keeps, read before the folder is checked: a resume that measures
         # nothing is not refused for software that changed since (prepare_folder)
         latest = _latest_attempts(out)
-        keep = kept_statuses(retry_failed)
         kept: list[PlannedCell] = []
         work: list[list[PlannedCell]] = []
         for group in by_link(cells):
             todo: list[PlannedCell] = []
             for pc in group:
                 prev = latest.get(pc.config.cell_id())
-                (kept if prev and prev.status in keep else todo).append(pc)
+                (kept if keeps(prev, retry_failed) else todo).append(pc)
             if todo:
                 work.append(todo)
         prepare_folder(
@@ -348,6 +389,7 @@ def run_sweep(
             store.close()
         index = {pc.config.cell_id(): i for i, pc in enumerate(cells)}
         outcome.skipped = len(kept)
+        outcome.kept_failed = sum(latest[pc.config.cell_id()].status == "failed" for pc in kept)
         if on_cell:
             for pc in kept:
                 status = latest[pc.config.cell_id()].status
@@ -424,7 +466,12 @@ def _run_group(
     if _stopping(out, group, lock, outcome, on_cell):  # before shaping a link for nothing
         return
     with shaped_link(
-        tb, c0.condition, c0.shaper, cc=c0.tcp_cc(), offloads_set=c0.offloads
+        tb,
+        c0.condition,
+        c0.shaper,
+        cc=c0.tcp_cc(),
+        offloads_set=c0.offloads,
+        emulator_priority=spec.host.emulator_priority,
     ) as shaped:
         proven: ProvenLink | None = None
         for i, pc in enumerate(group):
@@ -436,8 +483,10 @@ def _run_group(
             if prev and prev.status == "running":
                 started_on = testbed_id((prev.provenance or {}).get("testbed"))
                 resume_attempt = prev.attempt if started_on == here else None
+            # the cell's wait for a quiet host, its receipt's included
+            wait = HostWait(spec.host.quiet_wait_minutes * 60, saying(on_load))
             if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
-                proven = prove(shaped, tcp_s, c0.tcp_cc())
+                proven = prove(shaped, tcp_s, c0.tcp_cc(), wait=wait)
             r = run_cell(
                 pc.config,
                 out,
@@ -447,11 +496,14 @@ def _run_group(
                 resume_attempt=resume_attempt,
                 traces=cell_traces(spec, pc.scenario),
                 profile=spec.profile,
+                host=spec.host,
+                wait=wait,
             )
             if r.status == "failed" and r.link_failed:
                 # one retry on a freshly applied link, as a new attempt
                 shaped.reapply()
-                proven = prove(shaped, tcp_s, c0.tcp_cc())
+                wait = HostWait(spec.host.quiet_wait_minutes * 60, saying(on_load))
+                proven = prove(shaped, tcp_s, c0.tcp_cc(), wait=wait)
                 r = run_cell(
                     pc.config,
                     out,
@@ -460,6 +512,8 @@ def _run_group(
                     progress=on_load,
                     traces=cell_traces(spec, pc.scenario),
                     profile=spec.profile,
+                    host=spec.host,
+                    wait=wait,
                 )
                 if r.link_failed:
                     proven = None  # the next cell starts from a fresh receipt
@@ -476,6 +530,7 @@ def _run_group(
                 link_failures = 0
             with lock:
                 outcome.results.append(r)
+                outcome.waited_s += r.waited_s
                 if r.status == "done":
                     outcome.done += 1
                 else:

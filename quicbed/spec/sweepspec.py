@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from quicbed.analysis.stats import DEFAULT_ALPHA
 from quicbed.errors import QuicbedError, from_validation
+from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.model import (
     MAX_TCP_SECONDS,
     RECEIPT_TCP_SECONDS,
@@ -271,6 +272,10 @@ class SweepSpec(BaseModel):
     #: CPU profiles over the measured loads and flows (quicbed.profile): like traces, an
     #: observation, not a condition: left out of the digest
     profile: Literal["none", "cpu"] = "none"
+    #: how the run copes with a noisy host (quicbed.link.hostpolicy): how the emulator
+    #: runs, how long a cell waits for a quiet host, which loads are replaced; not a
+    #: condition of the cells, so left out of the digest like traces
+    host: HostPolicy = HostPolicy()
     defaults: Defaults = Defaults()
     statistics: Statistics = Statistics()
     scenarios: dict[str, Scenario]
@@ -311,7 +316,7 @@ class SweepSpec(BaseModel):
     def digest(self) -> str:
         """Hash of the resolved spec: a results folder belongs to exactly one. Keys added
         since format 1 are left out while unset, so older folders keep their digest."""
-        body = self.model_dump(mode="json", exclude={"traces", "profile"})
+        body = self.model_dump(mode="json", exclude={"traces", "profile", "host"})
         if not body["statistics"]["pairs"]:
             body["statistics"].pop("pairs")
         if body["statistics"]["speedup_against"] is None:
@@ -442,6 +447,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     load_timeout_s=d.load_timeout_s,
                     **work,
                 )
+                spec.host.replaced_per_arm(cfg.runs)  # host.max_replaced within the runs
                 mine = own_pairs(extra, cfg.arms)
                 pairs(cfg.resolved_arms(), mine)
                 used.update(mine)

@@ -1,0 +1,199 @@
+"""Every load proven by the emulator's own clock, not only the link around the cell.
+
+A receipt proves the link before a cell's loads and a spot check after them; neither
+sees a load during which the emulator fell behind (its process stopped, its thread
+descheduled, the hypervisor stealing the core). Such a load measured the stall, not
+the protocol. So around every load (and every bulk or compete flow) the runner takes
+the userspace emulator's counters twice and judges what the link did *during that
+load alone*:
+
+- **lateness**: how long after its scheduled release each frame left (the emulator
+  stamps a frame's arrival with the kernel's receive time, so a frame that waited in
+  the socket while the emulator stalled is late too). Its coarse histogram is
+  cumulative; two snapshots subtracted give this load's frames. A load whose latest
+  frame left more than :func:`late_tolerance_ms` late is spoiled;
+- **drops the model did not ask for**: frames the kernel dropped before the emulator
+  read them (socket drops) and failed sends. The model's own drops (loss, a full
+  queue) are counted, not judged: they are the link;
+- **reordering where the jitter kind allows none** (no jitter, or ``smooth``);
+- **the host's CPU** over the load (/proc/stat on the bridge's machine): busy and
+  steal shares; a load that lost more than :data:`STEAL_SPOILS_PCT` of the host's
+  time to steal is spoiled (the browser and servers lost it too).
+
+A spoiled load is stored invalid with the figure named, kept, and replaced at the end
+of the cell (quicbed.run.cell). The kernel's shapers (netem, Dummynet) keep no
+per-frame clock: there the proof says so, and only the host's CPU is judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from quicbed.errors import QuicbedError
+from quicbed.link import hostcpu
+from quicbed.link.model import JitterKind, LinkCondition
+from quicbed.link.shapers import Shaper
+from quicbed.testbed.base import Testbed
+
+#: a load that lost more of the host's CPU time than this to steal is spoiled (%)
+STEAL_SPOILS_PCT = 10.0
+#: the lateness tolerance's floor and its share of the base RTT (see late_tolerance_ms)
+LATE_FLOOR_MS, LATE_SHARE_OF_RTT = 2.0, 0.05
+#: the counters a model drop does not explain: frames lost before the model saw them
+UNASKED_DROPS = ("socket_drops", "send_errors")
+#: every counter stored per direction and load
+COUNTED = ("tx_packets", "loss_drops", "queue_drops", "reordered", *UNASKED_DROPS)
+
+
+def late_tolerance_ms(cond: LinkCondition, given: float | None = None) -> float:
+    """How late a load's latest frame may leave (ms): ``given``, else max(2 ms, 5 % of
+    the base RTT). A frame late by more than the receipt's RTT tolerance (max(1 ms,
+    2 %)) on both ways of a round trip takes that round trip out of what the receipt
+    accepts; the floor of 2 ms is that, for one frame, at RTTs up to 50 ms, and stays
+    above the emulator's own timer wake-ups (tens of microseconds)."""
+    if given is not None:
+        return check_late_tolerance(given)
+    return max(LATE_FLOOR_MS, LATE_SHARE_OF_RTT * cond.rtt())
+
+
+def check_late_tolerance(ms: float, what: str = "--late-tolerance") -> float:
+    """A lateness tolerance in ms: a number > 0."""
+    if not isinstance(ms, int | float) or ms != ms or not 0 < ms < 1e6:
+        raise QuicbedError(
+            f"{what} {ms!r}: how late a load's latest frame may leave the link emulator, in "
+            "ms (a number > 0)"
+        )
+    return float(ms)
+
+
+def hist_delta(after: list[list[int]] | None, before: list[list[int]] | None) -> dict[int, int]:
+    """The frames per lateness bucket (lower edge us) sent between two snapshots."""
+    got = {int(low): int(n) for low, n in after or []}
+    for low, n in before or []:
+        got[int(low)] = got.get(int(low), 0) - int(n)
+    return {low: n for low, n in sorted(got.items()) if n > 0}
+
+
+def percentile_us(hist: dict[int, int], q: float) -> int | None:
+    """The q-quantile's bucket (its lower edge, us: a lateness at least this), or None."""
+    total = sum(hist.values())
+    if not total:
+        return None
+    rank, acc = max(1, -(-total * q // 1)), 0
+    for low, n in hist.items():
+        acc += n
+        if acc >= rank:
+            return low
+    return max(hist)
+
+
+def direction_facts(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """One direction's figures for the frames between two of its snapshots."""
+    facts: dict[str, Any] = {k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in COUNTED}
+    hist = hist_delta(after.get("late_hist"), before.get("late_hist"))
+    for name, q in (("late_p50_ms", 0.5), ("late_p99_ms", 0.99)):
+        v = percentile_us(hist, q)
+        facts[name] = None if v is None else v / 1000
+    facts["late_max_ms"] = max(hist) / 1000 if hist else None
+    facts["late_hist"] = [[low, n] for low, n in hist.items()]
+    return facts
+
+
+@dataclass
+class Verdict:
+    """A load's proof: the facts to store and why the load is spoiled (empty: it held)."""
+
+    facts: dict[str, Any]
+    reasons: list[str]
+
+    @property
+    def spoiled(self) -> bool:
+        return bool(self.reasons)
+
+    @property
+    def host_spoiled(self) -> bool:
+        """Spoiled by the host (steal, or the emulator falling behind), so worth waiting
+        for a quiet host before the next load."""
+        return bool(self.facts.get("host_spoiled"))
+
+
+def judge(
+    cond: LinkCondition,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    host: dict[str, Any] | None,
+    tolerance_ms: float,
+) -> Verdict:
+    """A load's verdict from the emulator's counters before and after it (None: a shaper
+    without them) and the host's CPU shares over it."""
+    facts: dict[str, Any] = {"late_tolerance_ms": tolerance_ms, "host": host}
+    reasons: list[str] = []
+    host_spoiled = False
+    if before and after:
+        dirs = {}
+        for d in ("down", "up"):
+            b, a = before["directions"][d], after["directions"][d]
+            f = direction_facts(a, b)
+            f["rx_timestamps"] = bool(a.get("rx_timestamps"))
+            dirs[d] = f
+            late = f["late_max_ms"]
+            if late is not None and late > tolerance_ms:
+                host_spoiled = True
+                reasons.append(
+                    f"the link was {late:.1f} ms late during this load ({d}: its latest frame "
+                    f"left {late:.1f} ms after its time, p99 {f['late_p99_ms']:.1f} ms; "
+                    f"tolerance {tolerance_ms:g} ms)"
+                )
+            unasked = {k: f[k] for k in UNASKED_DROPS if f[k] > 0}
+            if unasked:
+                host_spoiled = True
+                reasons.append(
+                    f"the emulator lost {sum(unasked.values())} frame(s) the model did not drop "
+                    f"during this load ({d}: "
+                    + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in unasked.items())
+                    + ")"
+                )
+            if f["reordered"] > 0 and cond.jitter_kind in (JitterKind.none, JitterKind.smooth):
+                reasons.append(
+                    f"the link reordered {f['reordered']} frame(s) during this load ({d}) "
+                    f"where its jitter ({cond.jitter_kind.value}) reorders none"
+                )
+        facts["directions"] = dirs
+        facts["source"] = "the link emulator's counters around the load"
+        if "late_hist" not in after["directions"]["down"]:
+            facts["source"] = "the link emulator predates per-load lateness (make setup)"
+    else:
+        facts["source"] = "none: this shaper keeps no per-frame clock; only the host is judged"
+    steal = (host or {}).get("steal_pct")
+    if steal is not None and steal > STEAL_SPOILS_PCT:
+        host_spoiled = True
+        reasons.append(
+            f"the host lost {steal:.0f} % of its CPU time to steal during this load "
+            f"(tolerance {STEAL_SPOILS_PCT:g} %)"
+        )
+    facts["host_spoiled"] = host_spoiled
+    facts["spoiled"] = bool(reasons)
+    return Verdict(facts, reasons)
+
+
+class LoadWatch:
+    """The link read around one load or flow: ``begin`` before it, ``end`` after."""
+
+    def __init__(
+        self, tb: Testbed, shaper: Shaper, cond: LinkCondition, tolerance_ms: float
+    ) -> None:
+        self.tb, self.shaper, self.cond, self.tolerance_ms = tb, shaper, cond, tolerance_ms
+        self.before: dict[str, Any] | None = None
+        self.cpu_before: list[int] | None = None
+
+    def begin(self) -> None:
+        self.before = self.shaper.counters(self.tb) if self.shaper.shapes else None
+        self.cpu_before = hostcpu.sample(self.tb)
+
+    def end(self) -> Verdict:
+        after = self.shaper.counters(self.tb) if self.before is not None else None
+        host = hostcpu.shares(self.cpu_before, hostcpu.sample(self.tb))
+        if host:
+            host = {k: v for k, v in host.items() if k != "source"}
+        return judge(self.cond, self.before, after, host, self.tolerance_ms)
