@@ -103,9 +103,12 @@ test: setup lint
 	$(VENV)/bin/pytest -q
 
 # The main job: the demo sweep on the local testbed, then its report.
-# (--resume: a second `make demo` continues or reuses results/demo.)
+# (--resume: a second `make demo` continues or reuses results/demo, and measures again
+# the cells that failed on their link or a busy host.) The report is built either way;
+# make demo fails while any demo cell is failed.
 demo: setup
-	$(VENV)/bin/quicbed run sweeps/demo.yaml --out results/demo --resume
+	$(VENV)/bin/quicbed run sweeps/demo.yaml --out results/demo --resume || \
+	  { $(VENV)/bin/quicbed report results/demo; exit 1; }
 	$(VENV)/bin/quicbed report results/demo
 	@echo "report: $(CURDIR)/results/demo/report/index.html"
 

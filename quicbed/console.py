@@ -179,6 +179,14 @@ def print_cell(result: Any, cfg: Any) -> None:
         )
     for arm, reasons in result.invalid.items():
         out.print(f"[yellow]{len(reasons)} invalid {arm} load(s):[/] {reasons[0]}")
+    for arm, reasons in result.spoiled.items():
+        n = result.verified.get(arm, {}).get("replacements", 0)
+        out.print(
+            f"[yellow]{len(reasons)} {arm} load(s) spoiled by the link or host, "
+            f"{n} replaced:[/] {reasons[0]}"
+        )
+    if result.waited_s >= 0.5:
+        out.print(f"waited {result.waited_s:.0f} s for a quiet host")
 
 
 def print_transfer(r: Any) -> None:

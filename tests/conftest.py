@@ -192,7 +192,7 @@ class SharedLinks:
             proven = prove(shaped, 1, cfg.tcp_cc())
             self._links[key] = (tb, shaped, proven)
         r = run_cell(cfg, out, testbed=tb, link=proven, **kwargs)
-        if r.link_failed:
+        if r.link_failed or (r.reason is not None and r.reason.unmeasured):
             shaped.reapply()  # and proven afresh when the test runs again
             self._links[key] = (tb, shaped, None)
             raise LinkNotHeld(r.problem)
@@ -279,3 +279,18 @@ def cell_1mb_full(
         store.close()
     # the tracers of this attempt: the last one made
     yield {"out": out, "result": r, "runs": runs, "capture": seen[-1]}
+
+
+def scheduled(runs: list[Any]) -> list[Any]:
+    """The loads of a cell's schedule: its runs less the loads measured in place of
+    loads the link or host spoiled (quicbed.link.loadproof), which a busy machine adds
+    at the end of a cell."""
+    return [
+        x for x in runs if not ((x.detail.get("link") or {}).get("load") or {}).get("replacement")
+    ]
+
+
+def spoiled(run: Any) -> bool:
+    """A load the link or the host spoiled, and nothing else (kept invalid, replaced)."""
+    load = (run.detail.get("link") or {}).get("load") or {}
+    return bool(load.get("spoiled")) and not load.get("own_reasons")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 import pytest
+from conftest import scheduled
 
 from quicbed.errors import QuicbedError
 from quicbed.results.cpu import CpuTime, CpuUse, summary
@@ -312,7 +313,7 @@ def test_every_page_load_stores_cpu_per_role(prefix: str, tmp_path: Path) -> Non
     r = run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
     assert r.status == "done", r.problem
     store = Store(tmp_path / "r")
-    runs = store.runs(r.cell_id, r.attempt)
+    runs = scheduled(store.runs(r.cell_id, r.attempt))
     prov = store.attempt(r.cell_id, r.attempt).provenance
     store.close()
     assert len(runs) == 6

@@ -613,7 +613,12 @@ def test_readme_path_on_a_fresh_debian(machine: FreshMachine) -> None:
     assert result["status"] == "done", result
     for arm in ("h2", "h3"):
         v = result["verified"][arm]
-        assert v["measured"] == 3 and v["valid"] >= 2, (arm, v, result.get("invalid"))
+        # a load the busy machine spoiled is measured again (v["replacements"])
+        assert v["measured"] - v["replacements"] == 3 and v["valid"] >= 2, (
+            arm,
+            v,
+            result.get("invalid"),
+        )
 
 
 @pytest.mark.slow

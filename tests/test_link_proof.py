@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LinkNotHeld
+from conftest import LinkNotHeld, spoiled
 
+from quicbed.link.loadproof import late_tolerance_ms
 from quicbed.link.model import make_condition
 from quicbed.link.proof import _grew, prove, spot_check
 from quicbed.link.session import shaped_link
@@ -71,7 +72,7 @@ def test_a_link_changed_mid_cell_fails_the_attempt(prefix: str, tmp_path: Path) 
     last = runs[-1]
     assert (last.arm, last.rep, last.valid) == ("h3", 3, 0)
     assert "the link changed under this load" in last.reason
-    assert all(x.valid for x in runs[:-1]), [x.reason for x in runs if not x.valid]
+    assert all(x.valid or spoiled(x) for x in runs[:-1]), [x.reason for x in runs if not x.valid]
     assert len(runs) < len(cfg.schedule())  # nothing measured after the change
     gens = {x.detail["link"]["generation"] for x in runs}
     assert len(gens) == 2
@@ -94,12 +95,12 @@ def test_a_load_during_which_the_emulator_stalled_is_invalid_and_replaced(
     """The emulator stopped (SIGSTOP) for 200 ms during h2 #2 and for 20 ms during h3 #3:
     each of those loads is invalid with its lateness named, kept, and replaced at the
     end of the cell, which ends done with its runs valid per arm. Issue 38: such a cell
-    ended done with every load valid, the stalls in its PLTs. The page is 10 MB (about
-    2 s at 50 Mbit/s), so a stall 0.4 s after the hook is called falls inside the load
+    ended done with every load valid, the stalls in its PLTs. The page is 1 MB (about
+    1 s at 10 Mbit/s), so a stall 0.4 s after the hook is called falls inside the load
     (the hook runs before the load's own preparations)."""
     cfg = make_cell(
-        condition=COND,
-        page="10mb",
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="1mb",
         runs=4,
         warmup=1,
         arms=["h2", "h3"],
@@ -121,7 +122,7 @@ def test_a_load_during_which_the_emulator_stalled_is_invalid_and_replaced(
 
         threading.Timer(0.4, stop_and_go).start()
 
-    r = run_cell(cfg, tmp_path / "res", testbed=tb, receipt_tcp_seconds=1, fault=stall)
+    r = run_cell(cfg, tmp_path / "res", testbed=tb, receipt_tcp_seconds=3, fault=stall)
     if r.link_failed:
         raise LinkNotHeld(r.problem)
     assert r.status == "done", r.problem
@@ -140,8 +141,9 @@ def test_a_load_during_which_the_emulator_stalled_is_invalid_and_replaced(
         assert repl.detail["link"]["load"]["replacement"] is True
     assert r.verified["h2"]["valid"] >= cfg.runs and r.verified["h3"]["valid"] >= cfg.runs
     assert r.verified["h2"]["replacements"] >= 1 and r.verified["h3"]["replacements"] >= 1
-    # every other load's proof is stored beside it, with the tolerance it was judged by
+    # every load's proof is stored beside it, with the tolerance it was judged by
     for x in runs.values():
         load = x.detail["link"]["load"]
-        assert load["late_tolerance_ms"] == 2.0 and load["directions"]["down"]["rx_timestamps"]
+        assert load["late_tolerance_ms"] == round(late_tolerance_ms(cfg.condition, x.plt_ms), 2)
+        assert load["directions"]["down"]["rx_timestamps"]
     assert r.receipt is not None and r.receipt.passed

@@ -399,6 +399,20 @@ def test_pids_times_and_paths_are_one_set_up_a_kernel_or_a_digest_another() -> N
     provs = {("c1", 1): a, ("c2", 1): b, ("c3", 1): copy.deepcopy(a)}
     (one,) = provenance_groups(provs, receipts)  # c3 failed before its receipt: it joins
     assert one["attempts"] == ["c1#1", "c2#1", "c3#1"]
+    # c4 failed on its receipt, before its loads: it has no instruments' record and no
+    # browser's word, and joins too (issue 38: a demo that failed on its receipts
+    # reported two set-ups, one per source of the browser's version)
+    failed = copy.deepcopy(a)
+    del failed["traces"], failed["components"]
+    provs[("c4", 1)] = failed
+    receipts[("c4", 1)] = {**_receipt(125_000), "passed": False}
+    (one,) = provenance_groups(provs, receipts)
+    assert one["attempts"] == ["c1#1", "c2#1", "c3#1", "c4#1"]
+    assert one["browser"] == "HeadlessChrome/156.0.8078.108"
+    # a set-up whose first attempt failed before its loads still names the browser by
+    # the driver's word of a later attempt: one source for the whole set-up
+    (one,) = provenance_groups({("c4", 1): failed, ("c1", 1): a}, receipts)
+    assert one["browser"] == "HeadlessChrome/156.0.8078.108"
     kernel = copy.deepcopy(b)
     kernel["nodes"]["server"]["machine"]["kernel"] = "6.12.0-quicbed"
     digest = copy.deepcopy(b)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SharedLinks
+from conftest import SharedLinks, spoiled
 
 from quicbed import hostparam
 from quicbed.errors import QuicbedError
@@ -197,7 +197,7 @@ def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(prefix: str, tmp_path
     store.close()
     # the warm-up and loads 1 and 2 ran before the switch: cubic with the host's beta set
     cubic = [x for x in runs if x.rep < 3]
-    assert len(cubic) == 3 and all(x.valid for x in cubic), cubic
+    assert len(cubic) == 3 and all(x.valid or spoiled(x) for x in cubic), cubic
     assert [x.detail["server"]["cubic_beta_kernel"] for x in cubic] == [512, 512, 512]
     assert Path(hostparam.TCP_CUBIC_BETA).read_text().strip() == before
 

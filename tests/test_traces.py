@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SharedLinks
+from conftest import SharedLinks, scheduled
 
 from quicbed.link.model import make_condition
 from quicbed.paths import sha256_file
@@ -438,7 +438,7 @@ def test_light_cell_traces_both_arms(shared_links: SharedLinks, tmp_path: Path) 
     out = tmp_path / "res"
     r = shared_links.run_cell(cfg, out, traces="light")
     assert r.status == "done", r.problem
-    runs = Store(out).runs(r.cell_id, r.attempt)
+    runs = scheduled(Store(out).runs(r.cell_id, r.attempt))
     assert len(runs) == 8
     report = []
     for run in runs:

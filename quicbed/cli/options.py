@@ -437,8 +437,8 @@ EmulatorPriorityOpt = Annotated[
     str | None,
     typer.Option(
         "--emulator-priority",
-        help="How the userspace link emulator is scheduled: rt (SCHED_FIFO, the default) or "
-        "normal (run: the spec's host.emulator_priority).",
+        help="How the userspace link emulator is scheduled: normal (the default) or rt "
+        "(SCHED_FIFO; run: the spec's host.emulator_priority).",
     ),
 ]
 QuietWaitOpt = Annotated[
@@ -454,7 +454,8 @@ LateToleranceOpt = Annotated[
     typer.Option(
         "--late-tolerance",
         help="Milliseconds a load's latest frame may leave the link emulator late before the "
-        "load is replaced (default: max(2 ms, 5 % of the RTT); run: the spec's).",
+        "load is replaced (default: 5 % of its PLT within 5-15 ms, or 10 % of the RTT if "
+        "more; run: the spec's).",
     ),
 ]
 MaxReplacedOpt = Annotated[

@@ -107,13 +107,15 @@ def no_ecn_marking(shaper: str, cond: LinkCondition) -> None:
 
 # --- userspace ------------------------------------------------------------------------
 #: how the userspace emulator is scheduled: ``rt`` (SCHED_FIFO at RT_PRIORITY, every
-#: thread) or ``normal`` (the kernel's default policy). On a 2-core machine the page
-#: load itself (browser, servers) competes with the emulator for the CPU: at normal
-#: priority a load's latest frame left 1-5 ms late on a quiet host, and one 17 ms late
-#: under an h3 10 MB load; at rt the same loads' latest frames left well under 1 ms late
-#: (docs/benchmarks/noisy-host.md measures both)
+#: thread) or ``normal`` (the kernel's default policy). Measured here, both in one run
+#: (docs/benchmarks/noisy-host.md): at rt a load's latest frame is usually far more
+#: punctual (5 KB at 36 ms: 0.1 against 0.9 ms in the median load), but the page loads
+#: themselves got slower (+2.0 and +2.5 ms on 5 KB, +6.1 ms on 1 MB over h2; Welch p
+#: 0.02, 0.02, 5e-6) and no quieter (PLT sd 2.7 against 2.6 ms on 5 KB h2, 4.3 against
+#: 2.2 on 1 MB h2): the emulator preempts the browser and servers it shares 2 cores with.
+#: So normal is the default, rt a measured option.
 EMULATOR_PRIORITIES = ("rt", "normal")
-DEFAULT_EMULATOR_PRIORITY = "rt"
+DEFAULT_EMULATOR_PRIORITY = "normal"
 #: SCHED_FIFO's priority for the emulator: above every normal thread, below the
 #: kernel's own real-time threads (watchdogs, migration: 99)
 RT_PRIORITY = 20

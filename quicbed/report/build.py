@@ -34,6 +34,7 @@ from quicbed.report.cellrow import COLUMNS, CellRow, Compared, ModeCell
 from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report.transfers import is_transfer
 from quicbed.results.folder import SWEEP_FILE, measured_on
+from quicbed.results.linkload import cell_line
 from quicbed.results.provenance import component_identity, setup_identity
 from quicbed.results.store import Store
 from quicbed.spec.sweepspec import stored_queue_warning
@@ -890,9 +891,10 @@ def provenance_groups(
     """The provenance of every attempt the report uses, grouped by set-up: attempts of
     one set-up identity (quicbed.results.provenance.setup_identity: software builds, kernel,
     hardware, sysctls, offloads, shaper; never PIDs, times or paths) share a group, its
-    record shown in full being its first attempt's. An attempt without a receipt (it
-    failed before its link was measured: nothing of it is compared) joins the first
-    set-up that agrees on everything else. Each group says what matters first
+    record shown in full being its first attempt's. An attempt without a receipt or
+    without its instruments' record (it failed before its link was measured, or before
+    its loads began: nothing of it is compared) joins the first set-up that agrees on
+    everything else. Each group says what matters first
     (quicbed's commit, testbed, kernel, browser and servers) and which cells it
     measured; a report drawn from attempts of different set-ups shows that at its top
     (Pantheon puts it there), with what tells them apart (setup_differences)."""
@@ -902,21 +904,27 @@ def provenance_groups(
     def key(ident: dict[str, Any]) -> str:
         return json.dumps(ident, sort_keys=True, default=str)
 
-    measured: dict[str, str] = {}  # identity without the link's part -> the first one with it
+    # the parts only an attempt that got so far records: its link's (from its receipt)
+    # and its instruments' (recorded as its loads begin; none at trace level none)
+    later = [k for k in ("link", "traces") if any(k in i for i in idents.values())]
+
+    def rest(ident: dict[str, Any]) -> str:
+        return key({k: v for k, v in ident.items() if k not in later})
+
+    measured: dict[str, str] = {}  # identity without those parts -> the first one with both
     for ident in idents.values():
-        if "link" in ident:
-            rest = {k: v for k, v in ident.items() if k != "link"}
-            measured.setdefault(key(rest), key(ident))
+        if all(k in ident for k in later):
+            measured.setdefault(rest(ident), key(ident))
     groups: dict[str, dict[str, Any]] = {}
     for (cid, attempt), prov in provs.items():
         p = prov or {}
         ident = idents[(cid, attempt)]
-        gk = key(ident) if "link" in ident else measured.get(key(ident), key(ident))
+        whole = all(k in ident for k in later)
+        gk = key(ident) if whole else measured.get(rest(ident), key(ident))
         g = groups.get(gk)
         if g is None:
             sw, git = p.get("software") or {}, p.get("git") or {}
             tb = measured_on(prov)
-            browser = (component_identity(sw.get("chromium")) or {}).get("version")
             g = groups[gk] = {
                 "id": f"P{len(groups) + 1}",
                 "provenance": {k: v for k, v in p.items() if k not in PER_ATTEMPT},
@@ -929,12 +937,14 @@ def provenance_groups(
                 "testbed": tb["label"],
                 "hardware": tb["hardware"],
                 "kernel": tb["kernel"],
-                "browser": ", ".join(
-                    dict.fromkeys(((p.get("components") or {}).get("browsers") or {}).values())
-                )
-                or (p.get("components") or {}).get("browser")
-                or browser,
+                "browser": None,
+                "browser_said": False,
             }
+        if g["browser"] is None or (not g["browser_said"] and p.get("components")):
+            # one source for the whole set-up: the build the browser's driver reported
+            # where any attempt of it loaded a page, else the installed version (an
+            # attempt that failed before its loads has only that)
+            g["browser"], g["browser_said"] = _browser_label(p), bool(p.get("components"))
         g["attempts"].append(f"{cid}#{attempt}")
         if p.get("collected"):
             g["collected"].append(p["collected"])
@@ -944,7 +954,19 @@ def provenance_groups(
     out = list(groups.values())
     for g in out:
         g["collected"] = [min(g["collected"]), max(g["collected"])] if g["collected"] else []
+        g.pop("browser_said", None)
     return out
+
+
+def _browser_label(p: dict[str, Any]) -> str | None:
+    """The browser builds an attempt's provenance names: each arm's, as its driver
+    reported it, else the installed Chromium's version."""
+    comp = p.get("components") or {}
+    said = ", ".join(dict.fromkeys((comp.get("browsers") or {}).values())) or comp.get("browser")
+    if said:
+        return str(said)
+    version = (component_identity((p.get("software") or {}).get("chromium")) or {}).get("version")
+    return None if version is None else str(version)
 
 
 def setup_differences(groups: list[dict[str, Any]]) -> list[str]:
@@ -988,6 +1010,7 @@ def _write_html(
             provs[(r.cell_id, r.attempt)] = att.provenance
             r.invalid_reasons = sorted({x.reason for x in r.loads if not x.valid and not x.warmup})
             r.records = _records(r)
+            r.link_line = cell_line([x.detail for x in r.loads if not x.warmup], att.waited_s)
             r.rerun = f"quicbed cell --from {source} --cell {r.cell_id}"
             tb = (att.provenance or {}).get("testbed") or {}
             if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind

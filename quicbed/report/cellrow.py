@@ -157,6 +157,8 @@ class CellRow(Compared):
     invalid_reasons: list[str] = field(default_factory=list)
     #: per arm whose stack keeps one, what its loads ran under (WebServer.record_line)
     records: list[str] = field(default_factory=list)
+    #: what the link and the host did during the loads (quicbed.results.linkload)
+    link_line: str | None = None
     rerun: str = ""
     explain: str | None = None
     explain_problem: str | None = None

@@ -1,7 +1,8 @@
 """Tidy export: one row per load with every parameter, for pandas users.
 
 Columns are named, never positional: the condition, the cell settings, the run's
-validity and reason, PLT and its companions. Refuses to overwrite unless asked.
+validity and reason, PLT and its companions, and what the link and the host did during
+the load (quicbed.results.linkload). Refuses to overwrite unless asked.
 A second table, ``transport-params``, has a row per connection and side of every QUIC
 load and flow: the transport parameters each end advertised (quicbed.results.advertised).
 """
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.errors import QuicbedError
+from quicbed.results.linkload import COLUMNS as LINK_COLUMNS
+from quicbed.results.linkload import figures as link_figures
 from quicbed.results.store import Store
 
 COLUMNS = [
@@ -55,6 +58,7 @@ COLUMNS = [
     "main_ssl_ms",
     "started",
     "har_path",
+    *LINK_COLUMNS,
 ]
 
 
@@ -125,6 +129,7 @@ def rows(root: Path) -> list[dict[str, Any]]:
                             "protocols": ",".join(r.protocols or []),
                             "main_connect_ms": detail.get("main_connect_ms"),
                             "main_ssl_ms": detail.get("main_ssl_ms"),
+                            **link_figures(detail),
                         }
                     )
         return out

@@ -23,7 +23,7 @@ from quicbed.client import har
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
 from quicbed.link.hostpolicy import HostPolicy
-from quicbed.link.loadproof import LoadWatch, late_tolerance_ms
+from quicbed.link.loadproof import LoadWatch
 from quicbed.link.model import RECEIPT_TCP_SECONDS
 from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
 from quicbed.link.quiet import HostWait, Settled
@@ -75,6 +75,10 @@ class CellResult:
     browsers: dict[str, str] = field(default_factory=dict)
     #: seconds the attempt waited for a quiet host (quicbed.link.quiet)
     waited_s: float = 0.0
+    #: by arm, the loads the link or the host spoiled and nothing else (kept, invalid,
+    #: replaced: quicbed.link.loadproof); ``invalid`` has the loads that failed their
+    #: own checks (protocol, bytes, 0-RTT, ...)
+    spoiled: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def link_failed(self) -> bool:
@@ -96,6 +100,7 @@ class CellResult:
             "reason": self.reason.value if self.reason else None,
             "browsers": self.browsers,
             "waited_s": round(self.waited_s, 1),
+            "spoiled": self.spoiled,
         }
 
 
@@ -284,10 +289,15 @@ def run_cell(
             else {}
         )
         invalid: dict[str, list[str]] = {}
+        spoiled: dict[str, list[str]] = {}
         runs = store.runs(cell_id, attempt)
         for r in runs:
             if not r.valid:
-                invalid.setdefault(r.arm, []).append(f"#{r.rep}: {r.reason}")
+                load = (r.detail.get("link") or {}).get("load") or {}
+                only_spoiled = load.get("spoiled") and not load.get("own_reasons")
+                (spoiled if only_spoiled else invalid).setdefault(r.arm, []).append(
+                    f"#{r.rep}: {r.reason}"
+                )
         store.close()
     return CellResult(
         cell_id,
@@ -302,6 +312,7 @@ def run_cell(
         reason,
         job.browsers,
         job.wait.waited_s,
+        spoiled,
     )
 
 
@@ -344,6 +355,9 @@ class _PageRig:
     meter: CpuMeter | None = None
     net: NetMeter | None = None
     total: int = 0  # loads planned, for progress
+    #: the roles share one machine (and kernel): the host's busy time less the load's
+    #: own roles' is other work (quicbed.link.loadproof)
+    one_host: bool = False
 
 
 def replacement_counts(runs: Iterable[RunRow]) -> tuple[dict[str, int], dict[str, int]]:
@@ -536,6 +550,7 @@ class _Job:
             self.browsers = {name: b.version for name, b in browsers.items()}
             rig.urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
             rig.meter, rig.net = CpuMeter(tb, cfg.arms), NetMeter(tb)
+            rig.one_host = tb.shares_clock()
             schedule = list(enumerate(cfg.schedule()))
             if done and cfg.warmup:
                 # A resumed attempt has fresh browsers: warm them up again (stored as
@@ -621,8 +636,7 @@ class _Job:
         srv.mark()
         offl = proven.link.offload_watch()
         offl.begin()
-        tolerance = late_tolerance_ms(cfg.condition, self.late_tolerance_ms)
-        watch = LoadWatch(self.tb, proven.link.shaper, cfg.condition, tolerance)
+        watch = LoadWatch(self.tb, proven.link.shaper, cfg.condition, self.late_tolerance_ms)
         lt = rig.tracing.begin(arm, rep) if rig.tracing else None
         assert rig.net is not None and rig.meter is not None
         net_mark, cpu_mark = rig.net.read(), rig.meter.begin()
@@ -630,9 +644,11 @@ class _Job:
         result = rig.browsers[arm].load(
             rig.urls[arm], fresh_context=cfg.mode == "1rtt", timeout_s=cfg.load_timeout_s
         )
-        proof = watch.end()
-        proof.facts["replacement"] = replacement
         cpu = rig.meter.end(cpu_mark)[arm]
+        own = sum(t.total_ms for t in cpu.roles.values()) if rig.one_host else None
+        m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
+        proof = watch.end(own_cpu_ms=own, plt_ms=m.get("plt_ms"))
+        proof.facts["replacement"] = replacement
         counters = rig.net.since(net_mark)
         facts = _server_facts(srv, rig.page["objects"])
         facts.update(srv.observe())
@@ -640,10 +656,10 @@ class _Job:
             lt.page_started(result.get("har"))
             rig.tracing.end(lt)
             rig.loads.append((f"{self.cell_id}:{self.attempt}:{arm}:{rep}", lt))
-        m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
         offl_facts, offl_reasons = offl.end()
         facts.update(offl_facts)
         reasons = _judge(cfg, srv, warm, result, m, facts, rig.page) + offl_reasons
+        proof.facts["own_reasons"] = len(reasons)  # the load's own failures, not the link's
         reasons += proof.reasons
         gen = proven.current_generation()
         if gen != proven.generation:
