@@ -454,8 +454,7 @@ LateToleranceOpt = Annotated[
     typer.Option(
         "--late-tolerance",
         help="Milliseconds a load's latest frame may leave the link emulator late before the "
-        "load is replaced (default: 5 % of its PLT within 5-15 ms, or 10 % of the RTT if "
-        "more; run: the spec's).",
+        "load is replaced (default: 15 ms, or 10 % of the RTT if more; run: the spec's).",
     ),
 ]
 MaxReplacedOpt = Annotated[

@@ -647,7 +647,7 @@ class _Job:
         cpu = rig.meter.end(cpu_mark)[arm]
         own = sum(t.total_ms for t in cpu.roles.values()) if rig.one_host else None
         m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
-        proof = watch.end(own_cpu_ms=own, plt_ms=m.get("plt_ms"))
+        proof = watch.end(own_cpu_ms=own)
         proof.facts["replacement"] = replacement
         counters = rig.net.since(net_mark)
         facts = _server_facts(srv, rig.page["objects"])
