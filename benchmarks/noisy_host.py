@@ -5,6 +5,7 @@ Run as root after `make setup`, with nothing else running on the machine:
     .venv/bin/python benchmarks/noisy_host.py priority [--pages 5kb,1mb] [--runs 20]
     .venv/bin/python benchmarks/noisy_host.py faults [--runs 8]
     .venv/bin/python benchmarks/noisy_host.py quiet [--loads 200]
+    .venv/bin/python benchmarks/noisy_host.py demo --nuisance stall|hog
 
 ``priority``: PLT and the emulator's per-load lateness with the emulator at SCHED_FIFO
 (``rt``) and at the normal policy, both in one run on one testbed: per page, one cell
@@ -20,6 +21,11 @@ loads as a noisy host or a careless user would: the emulator stopped (SIGSTOP) f
 20 ms and for 200 ms during a load, a CPU hog on both cores beside a load, the link
 re-applied at another rate behind quicbed's back. Each row says whether the fault was
 caught, by what, and whether the load was replaced.
+
+``demo``: sweeps/demo.yaml beside a nuisance: ``--nuisance stall`` stops the emulator
+for 200 ms every 3 s, ``hog`` keeps every core busy for a minute, then leaves it a
+minute, and so on. Every cell must end done (the spoiled loads replaced, the waits for
+a quiet host counted).
 
 ``quiet``: ``--loads`` loads or more on a quiet host at the default settings (5 KB
 and 100 KB cells at 10 Mbit/s and 36 ms): how many the per-load proof flagged (the
@@ -252,9 +258,70 @@ def quiet(a: argparse.Namespace, tb: LocalTestbed, out: Path) -> dict[str, Any]:
     return {"loads": loads, "flagged": flagged, "rows": rows}
 
 
+class Nuisance(threading.Thread):
+    """Beside a sweep, every ``every`` s: the emulator stopped for 200 ms (``stall``), or
+    a busy process on every core for ``every`` s, then ``every`` s without (``hog``)."""
+
+    def __init__(self, tb: LocalTestbed, kind: str, every: float) -> None:
+        super().__init__(daemon=True)
+        self.tb, self.kind, self.every = tb, kind, every
+        self.halt = threading.Event()
+        self.count = 0
+
+    def run(self) -> None:
+        while not self.halt.wait(self.every):
+            if self.kind == "stall":
+                pid = UserspaceShaper().pid(self.tb)
+                if pid is None:
+                    continue
+                self.tb.kill("bridge", pid, "STOP")
+                time.sleep(0.2)
+                self.tb.kill("bridge", pid, "CONT")
+            else:
+                hog = ["timeout", str(self.every), "sh", "-c", "while :; do :; done"]
+                procs = [subprocess.Popen(hog) for _ in range(os.cpu_count() or 2)]
+                for p in procs:
+                    p.wait()
+            self.count += 1
+
+
+def demo(a: argparse.Namespace, tb: LocalTestbed, out: Path) -> dict[str, Any]:
+    """sweeps/demo.yaml beside a nuisance (``--nuisance stall`` or ``hog``): every cell
+    must end done, the spoiled loads replaced, the waits counted."""
+    from quicbed.run.sweep import run_sweep
+    from quicbed.spec.sweepspec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parent.parent / "sweeps" / "demo.yaml")
+    nuisance = Nuisance(tb, a.nuisance, 3.0 if a.nuisance == "stall" else 60.0)
+    nuisance.start()
+    try:
+        got = run_sweep(spec, out / "demo", testbed=tb)
+    finally:
+        nuisance.halt.set()
+        nuisance.join()
+    print(
+        f"\ndemo sweep beside '{a.nuisance}' ({nuisance.count} times): {got.done} cells done, "
+        f"{got.failed} failed; waited {got.waited_s:.0f} s for a quiet host\n\n"
+        "| cell | page | rate | status | spoiled loads | replacements | waited s |\n"
+        "|---|---|---|---|---|---|---|"
+    )
+    rows = []
+    for r in got.results:
+        cfg = make_cell(**Store.open_readonly(out / "demo").cell_config(r.cell_id))
+        spoiled = sum(len(v) for v in r.spoiled.values())
+        repl = sum(v.get("replacements", 0) for v in r.verified.values())
+        print(
+            f"| {r.cell_id} | {cfg.page} | {cfg.condition.rate_mbit:g} | {r.status} | "
+            f"{spoiled} | {repl} | {r.waited_s:.0f} |"
+        )
+        rows.append(r.as_dict())
+    return {"nuisance": a.nuisance, "times": nuisance.count, "cells": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=("priority", "faults", "quiet"))
+    ap.add_argument("part", choices=("priority", "faults", "quiet", "demo"))
+    ap.add_argument("--nuisance", choices=("stall", "hog"), default="stall")
     ap.add_argument("--pages", default="5kb,1mb")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--loads", type=int, default=200)
@@ -267,7 +334,7 @@ def main() -> int:
     out = Path(tempfile.mkdtemp(prefix=f"quicbed-noisy-{a.part}-"))
     before = hostcpu.sample(tb)
     t0 = time.monotonic()
-    got = {"priority": priority, "faults": faults, "quiet": quiet}[a.part](a, tb, out)
+    got = {"priority": priority, "faults": faults, "quiet": quiet, "demo": demo}[a.part](a, tb, out)
     host_cpu = hostcpu.shares(before, hostcpu.sample(tb))
     print(
         "\n" + header(f"part {a.part}, {time.monotonic() - t0:.0f} s, results in {out}", host_cpu)

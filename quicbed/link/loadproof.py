@@ -61,7 +61,7 @@ def late_tolerance_ms(cond: LinkCondition, given: float | None = None) -> float:
     the base RTT where that is more.
 
     The floor is this machine's quiet host with a margin (docs/benchmarks/
-    noisy-host.md): over 371 loads of 5 KB to 1 MB at 36 ms, with no fault and no steal,
+    noisy-host.md): over 563 loads of 5 KB to 1 MB at 36 ms, with no fault and no steal,
     the latest frame of a load left at most 12 ms late (the emulator's threads and the
     virtual CPU hiccup now and then), while an emulator stopped for 20 ms shows as
     18-20 ms and one stopped for 200 ms as 190-200 ms. A frame late by L moves the PLT

@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
+from quicbed.link.loadproof import late_tolerance_ms
 from quicbed.link.quiet import HostWait, Settled
 from quicbed.link.receipt import Check, Receipt, measure, rtt_check, unjudged
 from quicbed.link.session import ShapedLink
@@ -183,8 +184,8 @@ def prove(
     """A full receipt of ``shaped`` as it is now. With ``wait``: a receipt that fails
     while the host is busy (quicbed.link.quiet) is taken again once the host is quiet,
     up to RECEIPT_RETRIES times and the wait's limit, as is one whose own span lost
-    CPU time to steal; one that fails on a quiet host (the link itself is wrong) or
-    past the limit is returned as it is."""
+    CPU time to steal or saw the emulator fall behind; one that fails on a quiet host
+    (the link itself is wrong) or past the limit is returned as it is."""
     for tries in range(RECEIPT_RETRIES + 1):
         receipt = measure(
             shaped.testbed,
@@ -198,9 +199,13 @@ def prove(
             break
         names = "; ".join(c.summary() for c in receipt.failed_checks())
         settled = wait.settle(shaped.testbed, f"receipt out of tolerance ({names})")
-        # a receipt whose own span lost CPU to steal (its failure names it) was spoiled
-        # by the host even where the host is quiet again by now
-        stolen = bool(hostcpu.blame(receipt.host_cpu))
+        # a receipt whose own span lost CPU to steal (its failure names it), or during
+        # which the emulator fell behind by more than a load may (its own clock), was
+        # spoiled by the host even where the host is quiet again by now
+        late = (receipt.emulator or {}).get("late_max_ms")
+        stolen = bool(hostcpu.blame(receipt.host_cpu)) or (
+            late is not None and late > late_tolerance_ms(shaped.condition)
+        )
         if settled is Settled.BUSY or (settled is Settled.QUIET and not stolen):
             break
     return ProvenLink(shaped, receipt, time.monotonic())

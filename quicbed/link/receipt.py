@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from scipy.stats import binomtest
 
 from quicbed.link import hostcpu, probes
+from quicbed.link.loadproof import direction_facts
 from quicbed.link.model import ETH_HEADER, RECEIPT_TCP_SECONDS, JitterKind, LinkCondition
 from quicbed.link.shapers import Shaper
 from quicbed.testbed.base import Testbed
@@ -572,6 +573,16 @@ def measure(
                 for k in ("rx_packets", "loss_drops", "queue_drops", "tx_packets")
             }
         emulator["during_receipt"] = dirs
+        # how late the emulator's frames left over the receipt (its own clock): a receipt
+        # the emulator fell behind in measured the stall, not the configuration
+        late = [
+            direction_facts(
+                after["directions"][d], (before or {"directions": {d: {}}})["directions"][d]
+            )["late_max_ms"]
+            for d in ("down", "up")
+        ]
+        if any(x is not None for x in late):
+            emulator["late_max_ms"] = max(x for x in late if x is not None)
     if not shaper.shapes:  # figures of what the path carried; judged: that nothing shapes
         checks = [unjudged(c) if c.passed is not None else c for c in checks]
         checks.append(unshaped_check(shaper, tb))
