@@ -94,3 +94,10 @@ def test_a_bad_wait_limit_is_refused_by_name(bad: Any) -> None:
     with pytest.raises(QuicbedError, match=rf"--quiet-wait {bad!r}: the longest wait"):
         check_wait_minutes(bad)
     assert check_wait_minutes(0) == 0.0
+
+
+def test_a_pause_counts_and_stops_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept = _answers(monkeypatch)
+    w = HostWait(limit_s=15)
+    assert w.pause("x") and w.pause("x") and not w.pause("x")
+    assert slept == [10.0, 5.0] and w.waited_s == 15.0

@@ -208,4 +208,6 @@ def prove(
         )
         if settled is Settled.BUSY or (settled is Settled.QUIET and not stolen):
             break
+        if settled is Settled.QUIET and not wait.pause("the receipt was spoiled by the host"):
+            break
     return ProvenLink(shaped, receipt, time.monotonic())

@@ -122,6 +122,19 @@ class HostWait:
             self.waited_s += step + PROBE_S
             pause = min(2 * pause, MAX_PAUSE_S)
 
+    def pause(self, why: str) -> bool:
+        """A pause of FIRST_PAUSE_S before measuring again something the host spoiled
+        though it probes quiet now (a burst of steal that has passed); False, without
+        pausing, once the limit is spent."""
+        step = min(FIRST_PAUSE_S, self.limit_s - self.waited_s)
+        if step <= 0:
+            return False
+        if self.say:
+            self.say(f"{why}; measuring again in {step:.0f} s")
+        time.sleep(step)
+        self.waited_s += step
+        return True
+
     def exhausted(self, why: str) -> str:
         """The failure's message once the limit is spent."""
         return (
