@@ -45,8 +45,10 @@ from quicbed.testbed.base import Testbed
 #: a load that lost more of the host's CPU time than this to steal is spoiled (%)
 STEAL_SPOILS_PCT = 10.0
 #: a load beside which work outside its own roles took more of the host than this is
-#: spoiled (%; the local testbed only)
-OTHER_SPOILS_PCT = 25.0
+#: spoiled (%; the local testbed only). Measured loads of the demo sweep saw up to 18 %
+#: (the controller, capture, kernel work no group is charged for); a busy loop per core
+#: beside a load 79-80 %
+OTHER_SPOILS_PCT = 30.0
 #: the lateness tolerance (late_tolerance_ms): its floor, and the share of the base RTT
 #: that raises it on long paths
 LATE_FLOOR_MS, LATE_SHARE_OF_RTT = 15.0, 0.10

@@ -660,7 +660,8 @@ class _Job:
         facts.update(offl_facts)
         reasons = _judge(cfg, srv, warm, result, m, facts, rig.page) + offl_reasons
         proof.facts["own_reasons"] = len(reasons)  # the load's own failures, not the link's
-        reasons += proof.reasons
+        if not warm:  # a warm-up is not measured: its proof is kept, not judged
+            reasons += proof.reasons
         gen = proven.current_generation()
         if gen != proven.generation:
             reasons.append(
@@ -718,7 +719,7 @@ class _Job:
             )
         if self.progress:
             self.progress(arm, seq + 1, rig.total)
-        if proof.host_spoiled:
+        if proof.host_spoiled and not warm:
             self._settle(f"{arm} #{rep}: {proof.reasons[0]}")
 
     def _settle(self, why: str) -> Settled:
