@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
-from quicbed.link import offloads
+from quicbed.link import hostcpu, loadproof, offloads
+from quicbed.link.model import LinkCondition
 from quicbed.link.proof import ProvenLink
 from quicbed.results.store import now
 from quicbed.results.transfers import (
@@ -357,6 +358,22 @@ def _with_offloads(
     return {**facts, **more}, reasons + why
 
 
+def _flow_proof(
+    cond: LinkCondition,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    cpu0: list[int] | None,
+    tb: Testbed,
+) -> dict[str, Any]:
+    """What the link and the host did during one flow (quicbed.link.loadproof), kept with
+    its evidence. Recorded, not judged: a flow is not replaced as a page load is, so a
+    flow the rule would call spoiled says so here (``spoiled``, its ``reasons``) and
+    stays in the statistics."""
+    host = hostcpu.shares(cpu0, hostcpu.sample(tb))
+    v = loadproof.judge(cond, before, after, host, loadproof.late_tolerance_ms(cond))
+    return {**v.facts, "reasons": v.reasons, "judged": False}
+
+
 def _down(counters: dict[str, Any] | None) -> dict[str, Any]:
     return ((counters or {}).get("directions") or {}).get("down") or {}
 
@@ -462,6 +479,7 @@ def _bulk(
         offl.begin()
         offsets = rig.log_sizes()
         before = link.shaper.counters(tb)
+        cpu0 = hostcpu.sample(tb)
         rig.servers[arm].mark()
         net_mark, cpu_mark = net.read(), meter.begin()
         lt = rig.traced.begin(arm, rep) if rig.traced else None
@@ -479,6 +497,7 @@ def _bulk(
             rig.traced.end(lt, lt.began_wall)  # after ss and evidence: it reads for seconds
         after = link.shaper.counters(tb)
         evidence = _with_offloads(evidence, offl)
+        evidence[0]["link_proof"] = _flow_proof(cond, before, after, cpu0, tb)
         recs = rig.records(log)
         final = next((r for r in recs if r.get("event") == "done"), {})
         port = port_of(final.get("local_addr"))

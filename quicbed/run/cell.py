@@ -444,8 +444,13 @@ class _Job:
         opening = None
         if shared:
             opening = opening_check(proven)
-            while not opening.passed and self._host_spoiled("opening check", opening.problems):
-                opening = spot_check(proven, "opening")
+            try:
+                while not opening.passed and self._host_spoiled("opening check", opening.problems):
+                    opening = spot_check(proven, "opening")
+            except LinkFailed:  # the host stayed busy: the check is stored all the same
+                span.update(opening=opening.model_dump(mode="json"), finished=now())
+                self.store.add_link_span(span)
+                raise
             span["opening"] = opening.model_dump(mode="json")
             if not opening.passed:
                 span["finished"] = now()
@@ -464,12 +469,16 @@ class _Job:
             raise
         since = opening.counters if opening else None
         closing = spot_check(proven, "closing", since=since)
-        while not closing.passed and self._host_spoiled("closing check", closing.problems):
-            closing = spot_check(proven, "closing", since=since)
-        span.update(
-            finished=now(), closing=closing.model_dump(mode="json"), passed=int(closing.passed)
-        )
-        self.store.add_link_span(span)
+        try:
+            while not closing.passed and self._host_spoiled("closing check", closing.problems):
+                closing = spot_check(proven, "closing", since=since)
+        finally:  # the loads' span is stored, also when the host stayed busy
+            span.update(
+                finished=now(),
+                closing=closing.model_dump(mode="json"),
+                passed=int(closing.passed),
+            )
+            self.store.add_link_span(span)
         if not closing.passed:
             raise LinkFailed(
                 FailureReason.LINK_CLOSING_CHECK,
