@@ -152,8 +152,14 @@ def test_a_cell_over_ssh_stores_what_a_local_cell_stores(
     for r in (remote, local):
         assert r.status == "done", r.problem
         assert r.invalid == {}, r.invalid
-        assert r.verified["h3"]["protocols"] == ["h3"] and r.verified["h3"]["used_0rtt"] == 2
-        assert r.verified["h2"]["protocols"] == ["h2"] and r.verified["h2"]["tls_resumed"] == 2
+        assert (
+            r.verified["h3"]["protocols"] == ["h3"]
+            and r.verified["h3"]["used_0rtt"] == r.verified["h3"]["measured"] >= 2
+        )
+        assert (
+            r.verified["h2"]["protocols"] == ["h2"]
+            and r.verified["h2"]["tls_resumed"] == r.verified["h2"]["measured"] >= 2
+        )
     assert remote.cell_id == local.cell_id  # the same cell, measured on two testbeds
 
     def stored(root: Path) -> tuple[set[str], set[str], set[str], list[str], dict]:

@@ -249,12 +249,14 @@ def test_quiche_arm_with_bbr_verified_and_traced(shared_links: SharedLinks, tmp_
     )
     r = shared_links.run_cell(cfg, tmp_path / "r", traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
-    assert {a: (v["cc"], v["protocols"], v["used_0rtt"]) for a, v in r.verified.items()} == {
+    # (a load the link or host spoiled is measured again at the end, over 0-RTT too)
+    used = {a: v["used_0rtt"] and v["used_0rtt"] - v["replacements"] for a, v in r.verified.items()}
+    assert {a: (v["cc"], v["protocols"], used[a]) for a, v in r.verified.items()} == {
         "h2": (["bbr"], ["h2"], 0),
         "h3": (["cubic"], ["h3"], 2),
         "h3-quiche": (["bbr"], ["h3"], 2),
     }
-    assert r.verified["h2"]["tls_resumed"] == 2
+    assert r.verified["h2"]["tls_resumed"] == r.verified["h2"]["measured"] >= 2
     assert set(r.comparisons) == {"h2/h3", "h2/h3-quiche"}
     store = Store(tmp_path / "r")
     runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm == "h3-quiche"]
