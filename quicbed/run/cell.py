@@ -355,8 +355,8 @@ class _PageRig:
     meter: CpuMeter | None = None
     net: NetMeter | None = None
     total: int = 0  # loads planned, for progress
-    #: the roles share one machine (and kernel): the host's busy time less the load's
-    #: own roles' is other work (quicbed.link.loadproof)
+    #: the roles are the controller's own machine (Roles.one_machine): the host's busy
+    #: time less the load's own roles' is other work (quicbed.link.loadproof)
     one_host: bool = False
 
 
@@ -559,7 +559,7 @@ class _Job:
             self.browsers = {name: b.version for name, b in browsers.items()}
             rig.urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
             rig.meter, rig.net = CpuMeter(tb, cfg.arms), NetMeter(tb)
-            rig.one_host = tb.shares_clock()
+            rig.one_host = tb.one_machine
             schedule = list(enumerate(cfg.schedule()))
             if done and cfg.warmup:
                 # A resumed attempt has fresh browsers: warm them up again (stored as

@@ -89,6 +89,7 @@ class LocalTestbed(Testbed):
     _created: bool = field(default=False, repr=False)
 
     kind: ClassVar[str] = "local"
+    one_machine: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_prefix(self.prefix)

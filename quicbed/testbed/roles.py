@@ -74,6 +74,11 @@ class Roles(ABC):
     """Three roles, and the few operations the runner needs on them."""
 
     kind: ClassVar[str]
+    #: the three roles and the controller are one machine and quicbed's own commands
+    #: on them cost little: the host's busy time that a load's roles are not charged
+    #: is other work (quicbed.link.loadproof). Not so over ssh, where every command the
+    #: controller sends costs an ssh session's CPU, even on a lab of one machine
+    one_machine: ClassVar[bool] = False
     prefix: str
     server_ip: str
     client_ip: str
