@@ -51,19 +51,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
-
 from quicbed.link import hostcpu
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.loadproof import late_tolerance_ms
 from quicbed.link.model import make_condition
 from quicbed.link.shapers import UserspaceShaper
+from quicbed.results.linkload import figures, is_replacement, load_proof
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.run.cell import CellResult, run_cell
 from quicbed.servers.base import WebServer
 from quicbed.spec.cellconfig import CellConfig, make_cell
 from quicbed.testbed.local import LocalTestbed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported
+from placement_noise import compare_settings
 
 COND = make_condition(rate_mbit=10, rtt_ms=36)
 #: a tolerance no load reaches: every load kept valid, whatever its lateness
@@ -80,9 +82,8 @@ def runs_of(out: Path, r: CellResult) -> list[RunRow]:
 
 def worst_late(run: RunRow) -> float | None:
     """The latest frame of the load, either direction (ms)."""
-    dirs = ((run.detail.get("link") or {}).get("load") or {}).get("directions") or {}
-    got = [d["late_max_ms"] for d in dirs.values() if d.get("late_max_ms") is not None]
-    return max(got) if got else None
+    late: float | None = figures(run.detail)["link_late_max_ms"]
+    return late
 
 
 def measure(
@@ -137,24 +138,8 @@ def priority(a: argparse.Namespace, tb: LocalTestbed, out: Path) -> dict[str, An
             f"{statistics.median(late):.2f} / {late[-1]:.2f} | {flagged} |"
         )
         rows.append({"page": page, "priority": prio, "arm": arm, "plt_ms": v, "late_max_ms": late})
-    print(
-        "\n| page | arm | sd rt | sd normal | Levene p | mean rt | mean normal | Welch p |\n"
-        "|---|---|---|---|---|---|---|---|"
-    )
-    tests = []
-    for page in a.pages.split(","):
-        for arm in sorted({k[2] for k in samples if k[0] == page}):
-            x = [r.plt_ms for r in samples.get((page, "rt", arm), []) if r.plt_ms is not None]
-            y = [r.plt_ms for r in samples.get((page, "normal", arm), []) if r.plt_ms is not None]
-            if len(x) < 3 or len(y) < 3:
-                continue
-            lev = stats.levene(x, y, center="median").pvalue
-            wel = stats.ttest_ind(x, y, equal_var=False).pvalue
-            print(
-                f"| {page} | {arm} | {statistics.stdev(x):.2f} | {statistics.stdev(y):.2f} | "
-                f"{lev:.3g} | {statistics.fmean(x):.1f} | {statistics.fmean(y):.1f} | {wel:.3g} |"
-            )
-            tests.append({"page": page, "arm": arm, "levene_p": lev, "welch_p": wel})
+    plts = {k: [x.plt_ms for x in v if x.plt_ms is not None] for k, v in samples.items()}
+    tests = compare_settings(plts, a.pages.split(","), "rt", "normal")
     return {"rows": rows, "tests": tests}
 
 
@@ -219,12 +204,7 @@ def faults(a: argparse.Namespace, tb: LocalTestbed, out: Path) -> dict[str, Any]
         by = run.reason if run is not None else (r.problem or "not measured")
         # the first cell's replacements per arm; the second cell fails at its fault
         repl: int | str = (
-            sum(
-                1
-                for x in runs_of(out / "faults", r)
-                if x.arm == arm
-                and ((x.detail.get("link") or {}).get("load") or {}).get("replacement")
-            )
+            sum(1 for x in runs_of(out / "faults", r) if x.arm == arm and is_replacement(x.detail))
             if (arm, rep) not in hook2.plan
             else "- (the cell fails)"
         )
@@ -248,8 +228,7 @@ def quiet(a: argparse.Namespace, tb: LocalTestbed, out: Path) -> dict[str, Any]:
             if run.warmup:
                 continue
             loads += 1
-            load = (run.detail.get("link") or {}).get("load") or {}
-            if load.get("spoiled"):
+            if load_proof(run.detail).get("spoiled"):
                 flagged.append(f"{page} {run.arm} #{run.rep}: {run.reason}")
             rows.append({"page": page, "arm": run.arm, "late_max_ms": worst_late(run)})
     print(f"\n{loads} loads on a quiet host, {len(flagged)} flagged by the per-load proof")

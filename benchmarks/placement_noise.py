@@ -54,6 +54,33 @@ def plts(out: Path, cell_id: str, attempt: int) -> dict[str, list[float]]:
         store.close()
 
 
+def compare_settings(
+    samples: dict[tuple[str, str, str], list[float]], pages: list[str], a: str, b: str
+) -> list[dict[str, Any]]:
+    """Per page and arm, setting ``a``'s PLTs against ``b``'s (``samples`` keyed by page,
+    setting, arm): printed as a table of sds with Levene's test (Brown-Forsythe,
+    median-centred) and of means with Welch's; returned as data. A setting may become a
+    default only if it is quieter without moving the mean (also benchmarks/noisy_host.py)."""
+    print(
+        f"\n| page | arm | sd {a} | sd {b} | Levene p | mean {a} | mean {b} | Welch p |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    verdicts: list[dict[str, Any]] = []
+    for page in pages:
+        for arm in sorted({k[2] for k in samples if k[0] == page}):
+            x, y = samples.get((page, a, arm), []), samples.get((page, b, arm), [])
+            if len(x) < 3 or len(y) < 3:
+                continue
+            lev = stats.levene(x, y, center="median").pvalue
+            wel = stats.ttest_ind(x, y, equal_var=False).pvalue
+            print(
+                f"| {page} | {arm} | {statistics.stdev(x):.2f} | {statistics.stdev(y):.2f} | "
+                f"{lev:.3g} | {statistics.fmean(x):.1f} | {statistics.fmean(y):.1f} | {wel:.3g} |"
+            )
+            verdicts.append({"page": page, "arm": arm, "levene_p": lev, "welch_p": wel})
+    return verdicts
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pages", default="5kb,1mb")
@@ -107,23 +134,7 @@ def main() -> int:
             f"| {page} | {placement} | {arm} | {len(v)} | {statistics.fmean(v):.1f} | "
             f"{statistics.stdev(v):.2f} | {statistics.median(v):.1f} |"
         )
-    print(
-        f"\n| page | arm | sd none | sd {a.placement} | Levene p | mean none | "
-        f"mean {a.placement} | Welch p |\n|---|---|---|---|---|---|---|---|"
-    )
-    verdicts: list[dict[str, Any]] = []
-    for page in a.pages.split(","):
-        for arm in sorted({k[2] for k in samples if k[0] == page}):
-            x, y = samples.get((page, "none", arm), []), samples.get((page, a.placement, arm), [])
-            if len(x) < 3 or len(y) < 3:
-                continue
-            lev = stats.levene(x, y, center="median").pvalue
-            wel = stats.ttest_ind(x, y, equal_var=False).pvalue
-            print(
-                f"| {page} | {arm} | {statistics.stdev(x):.2f} | {statistics.stdev(y):.2f} | "
-                f"{lev:.3g} | {statistics.fmean(x):.1f} | {statistics.fmean(y):.1f} | {wel:.3g} |"
-            )
-            verdicts.append({"page": page, "arm": arm, "levene_p": lev, "welch_p": wel})
+    verdicts = compare_settings(samples, a.pages.split(","), "none", a.placement)
     if a.json:
         a.json.write_text(
             json.dumps({"|".join(k): v for k, v in samples.items()} | {"tests": verdicts})

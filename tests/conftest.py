@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from quicbed.results.linkload import is_replacement, spoiled_only
 from quicbed.run.cell import CellResult
 from quicbed.testbed.local import LocalTestbed
 
@@ -285,12 +286,9 @@ def scheduled(runs: list[Any]) -> list[Any]:
     """The loads of a cell's schedule: its runs less the loads measured in place of
     loads the link or host spoiled (quicbed.link.loadproof), which a busy machine adds
     at the end of a cell."""
-    return [
-        x for x in runs if not ((x.detail.get("link") or {}).get("load") or {}).get("replacement")
-    ]
+    return [x for x in runs if not is_replacement(x.detail)]
 
 
 def spoiled(run: Any) -> bool:
     """A load the link or the host spoiled, and nothing else (kept invalid, replaced)."""
-    load = (run.detail.get("link") or {}).get("load") or {}
-    return bool(load.get("spoiled")) and not load.get("own_reasons")
+    return spoiled_only(run.detail)

@@ -1,5 +1,6 @@
-"""A load's link proof (quicbed.link.loadproof) as flat figures: one reading for the
-export, the report's cell table and ``verify``, from what each run stores."""
+"""A load's link proof (quicbed.link.loadproof) as each run stores it: the one reading
+of it for the runner (spoiled, replaced), the export, the report's cell table and
+``verify``."""
 
 from __future__ import annotations
 
@@ -19,10 +20,28 @@ COLUMNS = (
 )
 
 
+def load_proof(detail: dict[str, Any] | None) -> dict[str, Any]:
+    """The link proof one run's ``detail`` keeps ({} where the run predates it)."""
+    proof: dict[str, Any] = ((detail or {}).get("link") or {}).get("load") or {}
+    return proof
+
+
+def spoiled_only(detail: dict[str, Any] | None) -> bool:
+    """The load was spoiled by the link or the host and failed none of its own checks
+    (kept invalid, replaced)."""
+    proof = load_proof(detail)
+    return bool(proof.get("spoiled")) and not proof.get("own_reasons")
+
+
+def is_replacement(detail: dict[str, Any] | None) -> bool:
+    """The load was measured at its cell's end in place of a spoiled one."""
+    return bool(load_proof(detail).get("replacement"))
+
+
 def figures(detail: dict[str, Any] | None) -> dict[str, Any]:
     """The figures of one run's ``detail`` (None where the run predates the proof, or
     the shaper keeps no per-frame clock); worst of the two directions."""
-    load = ((detail or {}).get("link") or {}).get("load") or {}
+    load = load_proof(detail)
     dirs = (load.get("directions") or {}).values()
 
     def worst(key: str) -> float | None:

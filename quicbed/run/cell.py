@@ -32,6 +32,7 @@ from quicbed.link.session import shaped_link
 from quicbed.profile import check_profile
 from quicbed.results import provenance
 from quicbed.results.folder import FailureReason, compare_cell
+from quicbed.results.linkload import is_replacement, load_proof, spoiled_only
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
 from quicbed.run.cpu import CpuMeter, joining
@@ -223,7 +224,7 @@ def run_cell(
     traces = check_level(traces or ("light" if cfg.kind == "page" else "none"))
     check_profile(profile)
     host = host or HostPolicy()
-    host.replaced_per_arm(cfg.runs)  # a bound over the runs: refused before anything
+    max_replaced = host.replaced_per_arm(cfg.runs)  # a bound over the runs: refused now
     out = out.resolve()  # servers get paths from it and run with other working dirs
     tb = testbed or LocalTestbed(prefix)
     pageset = validate(cfg, tb)
@@ -245,7 +246,7 @@ def run_cell(
         job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault, traces, profile)
         job.wait = wait or HostWait(host.quiet_wait_minutes * 60, saying(progress))
         job.late_tolerance_ms = host.late_tolerance_ms
-        job.max_replaced = host.replaced_per_arm(cfg.runs)
+        job.max_replaced = max_replaced
         status, problem, reason = "failed", "", None
         try:
             if link is None:
@@ -293,9 +294,7 @@ def run_cell(
         runs = store.runs(cell_id, attempt)
         for r in runs:
             if not r.valid:
-                load = (r.detail.get("link") or {}).get("load") or {}
-                only_spoiled = load.get("spoiled") and not load.get("own_reasons")
-                (spoiled if only_spoiled else invalid).setdefault(r.arm, []).append(
+                (spoiled if spoiled_only(r.detail) else invalid).setdefault(r.arm, []).append(
                     f"#{r.rep}: {r.reason}"
                 )
         store.close()
@@ -369,10 +368,9 @@ def replacement_counts(runs: Iterable[RunRow]) -> tuple[dict[str, int], dict[str
     for r in runs:
         if r.warmup:
             continue
-        load = (r.detail.get("link") or {}).get("load") or {}
-        if load.get("spoiled"):
+        if load_proof(r.detail).get("spoiled"):
             spoiled[r.arm] = spoiled.get(r.arm, 0) + 1
-        if load.get("replacement"):
+        if is_replacement(r.detail):
             replaced[r.arm] = replaced.get(r.arm, 0) + 1
     return spoiled, replaced
 
@@ -488,7 +486,8 @@ class _Job:
     def _host_spoiled(self, what: str, problems: list[str]) -> bool:
         """Whether a failed spot check is worth taking again: only when the host was busy
         and quiet again after a wait. A check that fails on a quiet host failed on its
-        link. Waits at most SPOT_RETRIES times per check."""
+        link. Waits at most SPOT_RETRIES times per attempt (opening and closing
+        checks together)."""
         self.spot_retries += 1
         if self.spot_retries > SPOT_RETRIES:
             return False
@@ -655,7 +654,6 @@ class _Job:
         )
         cpu = rig.meter.end(cpu_mark)[arm]
         own = sum(t.total_ms for t in cpu.roles.values()) if rig.one_host else None
-        m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
         proof = watch.end(own_cpu_ms=own)
         proof.facts["replacement"] = replacement
         counters = rig.net.since(net_mark)
@@ -665,6 +663,7 @@ class _Job:
             lt.page_started(result.get("har"))
             rig.tracing.end(lt)
             rig.loads.append((f"{self.cell_id}:{self.attempt}:{arm}:{rep}", lt))
+        m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
         offl_facts, offl_reasons = offl.end()
         facts.update(offl_facts)
         reasons = _judge(cfg, srv, warm, result, m, facts, rig.page) + offl_reasons
@@ -956,9 +955,8 @@ def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
                 "replacements": 0,
             },
         )
-        load = (r.detail.get("link") or {}).get("load") or {}
-        a["spoiled"] += int(bool(load.get("spoiled")))
-        a["replacements"] += int(bool(load.get("replacement")))
+        a["spoiled"] += int(bool(load_proof(r.detail).get("spoiled")))
+        a["replacements"] += int(is_replacement(r.detail))
         a["measured"] += 1
         a["valid"] += int(r.valid)
         a["used_0rtt"] += int(r.used_0rtt is True)
