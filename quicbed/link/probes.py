@@ -42,7 +42,12 @@ def ping(tb: Testbed, *, count: int = 200, interval: float = 0.01) -> dict[str, 
     )
     samples = [float(m.group(2)) for m in _PING_RE.finditer(cp.stdout)]
     seqs = {int(m.group(1)) for m in _PING_RE.finditer(cp.stdout)}
-    out: dict[str, Any] = {"sent": count, "received": len(seqs), "samples_ms": samples}
+    return ping_summary(samples, count, len(seqs))
+
+
+def ping_summary(samples: list[float], sent: int, received: int) -> dict[str, Any]:
+    """The figures of RTT samples (one ping run's, or several runs' joined)."""
+    out: dict[str, Any] = {"sent": sent, "received": received, "samples_ms": samples}
     if samples:
         out.update(
             mean_ms=statistics.fmean(samples),
@@ -54,75 +59,124 @@ def ping(tb: Testbed, *, count: int = 200, interval: float = 0.01) -> dict[str, 
     return out
 
 
+def ping_more(tb: Testbed, first: dict[str, Any], count: int) -> dict[str, Any]:
+    """``first`` joined by ``count`` more pings: a probe that stops early where its first
+    samples already have the power it needs, and goes on where they do not."""
+    more = ping(tb, count=count)
+    return ping_summary(
+        first["samples_ms"] + more["samples_ms"],
+        first["sent"] + more["sent"],
+        first["received"] + more["received"],
+    )
+
+
+#: the UDP probe's port on the receiving role
+UDP_PROBE_PORT = 5301
+
+
 def udp_probe(
     tb: Testbed, direction: str, *, count: int, pps: float, idle: float = 2.0
 ) -> dict[str, Any]:
-    """One paced stream of ``count`` 64-byte datagrams: one-way delay, loss, reordering.
+    """One paced stream of ``count`` 64-byte datagrams: one-way delay, loss, reordering."""
+    return udp_probes(tb, {direction: (count, pps)}, idle=idle)[direction]
 
-    The receiver waits until the link has been idle for ``idle`` seconds, longer than
-    any configured delay, so nothing in flight is counted as lost.
+
+def udp_probes(
+    tb: Testbed, plans: dict[str, tuple[int, float]], *, idle: float = 2.0
+) -> dict[str, dict[str, Any]]:
+    """Paced streams of 64-byte datagrams, ``plans``: direction -> (count, pps), both
+    directions at once (each has its own pipe, and 64-byte datagrams at a third of the
+    rate leave the link idle most of the time): one-way delay, loss and reordering.
+
+    Each receiver stops when it has every datagram, or once the link has been idle for
+    ``idle`` seconds, longer than any configured delay, so nothing in flight is counted
+    as lost.
     """
-    sender, receiver = ("server", "client") if direction == "down" else ("client", "server")
-    dst = tb.client_ip if direction == "down" else tb.server_ip
-    port = 5301
-    out = tb.workdir(receiver) / f"udpprobe-{direction}.json"
-    tb.remove(receiver, out)
-    rx = tb.spawn(
-        receiver,
-        [
-            *tb.python(receiver),
-            "-m",
-            "quicbed.link.udpprobe",
-            "recv",
-            "--bind",
-            f"{dst}:{port}",
-            "--count",
-            str(count),
-            "--out",
-            str(out),
-            "--idle",
-            str(idle),
-        ],
-    )
-    seconds = count / pps
+    runs: dict[str, dict[str, Any]] = {}
+    for direction in plans:
+        sender, receiver = ("server", "client") if direction == "down" else ("client", "server")
+        dst = tb.client_ip if direction == "down" else tb.server_ip
+        runs[direction] = {
+            "sender": sender,
+            "receiver": receiver,
+            "dst": dst,
+            "out": tb.workdir(receiver) / f"udpprobe-{direction}.json",
+        }
+    seconds = max(count / pps for count, pps in plans.values())
+    started: list[Any] = []
     try:
-        tb.wait_listening(receiver, "udp", port)
-        resolve_neighbours(tb, sender, dst)
-        tb.exec(
-            sender,
-            [
-                *tb.python(sender),
-                "-m",
-                "quicbed.link.udpprobe",
-                "send",
-                "--to",
-                f"{dst}:{port}",
-                "--count",
-                str(count),
-                "--pps",
-                f"{pps:g}",
-            ],
-            timeout=seconds + 30,
-        )
-        rx.wait(timeout=seconds + idle + 60)
+        for direction, (count, _pps) in plans.items():
+            r = runs[direction]
+            tb.remove(r["receiver"], r["out"])
+            r["rx"] = tb.spawn(
+                r["receiver"],
+                [
+                    *tb.python(r["receiver"]),
+                    "-m",
+                    "quicbed.link.udpprobe",
+                    "recv",
+                    "--bind",
+                    f"{r['dst']}:{UDP_PROBE_PORT}",
+                    "--count",
+                    str(count),
+                    "--out",
+                    str(r["out"]),
+                    "--idle",
+                    str(idle),
+                ],
+            )
+            started.append(r["rx"])
+        for direction in plans:
+            r = runs[direction]
+            tb.wait_listening(r["receiver"], "udp", UDP_PROBE_PORT)
+            resolve_neighbours(tb, r["sender"], r["dst"])
+        for direction, (count, pps) in plans.items():
+            r = runs[direction]
+            r["tx"] = tb.spawn(
+                r["sender"],
+                [
+                    *tb.python(r["sender"]),
+                    "-m",
+                    "quicbed.link.udpprobe",
+                    "send",
+                    "--to",
+                    f"{r['dst']}:{UDP_PROBE_PORT}",
+                    "--count",
+                    str(count),
+                    "--pps",
+                    f"{pps:g}",
+                ],
+            )
+            started.append(r["tx"])
+        for direction in plans:
+            r = runs[direction]
+            if r["tx"].wait(timeout=seconds + 30) != 0:
+                raise QuicbedError(f"the UDP probe's sender ({direction}) failed")
+        for direction in plans:
+            runs[direction]["rx"].wait(timeout=idle + 60)
     finally:
-        rx.stop()
-    text = tb.read_text(receiver, out)
-    if not text:
-        raise QuicbedError(f"the UDP probe ({direction}) wrote no result")
-    data: dict[str, Any] = json.loads(text)
-    tb.remove(receiver, out)
-    data.update(direction=direction, pps=pps)
-    return data
+        for p in started:
+            p.stop()
+    got: dict[str, dict[str, Any]] = {}
+    for direction, (_count, pps) in plans.items():
+        r = runs[direction]
+        text = tb.read_text(r["receiver"], r["out"])
+        if not text:
+            raise QuicbedError(f"the UDP probe ({direction}) wrote no result")
+        data: dict[str, Any] = json.loads(text)
+        tb.remove(r["receiver"], r["out"])
+        data.update(direction=direction, pps=pps)
+        got[direction] = data
+    return got
 
 
 @contextmanager
-def iperf3_server(tb: Testbed) -> Iterator[None]:
-    """An iperf3 server in the server namespace for the duration of a receipt."""
+def iperf3_server(tb: Testbed, interval: float = 1.0) -> Iterator[None]:
+    """An iperf3 server in the server namespace for the duration of a receipt;
+    ``interval``: its reporting interval (s), the upward UDP rate probe's."""
     log = tb.workdir("server") / "iperf3-server.log"
-    p = tb.spawn(
-        "server", ["iperf3", "-s", "-J", "-B", tb.server_ip, "-p", str(IPERF_PORT)], log=log
-    )
+    argv = ["iperf3", "-s", "-J", "-B", tb.server_ip, "-p", str(IPERF_PORT)]
+    p = tb.spawn("server", [*argv, "-i", f"{interval:g}"], log=log)
     try:
         tb.wait_listening("server", "tcp", IPERF_PORT)
         yield
@@ -182,15 +236,18 @@ def udp(
     seconds: float,
     length: int,
     tos: int | None = None,
+    interval: float = 1.0,
 ) -> dict[str, Any]:
     """A UDP stream at ``bitrate_bps`` (payload): delivery rate, loss and reordering.
 
-    The delivery rate is the median of the receiver's one-second intervals without
+    The delivery rate is the median of the receiver's reporting intervals without
     the first and the last: iperf3's whole-test figure divides by the sender's
     duration, while the receiver also gets the queue's drain after the sender stops.
-    ``tos``: the datagrams' IP TOS byte (2: ECN-capable, ECT(0)).
+    ``tos``: the datagrams' IP TOS byte (2: ECN-capable, ECT(0)); ``interval``: the
+    receiver's reporting interval (s).
     """
     args = ["-u", "-b", str(int(bitrate_bps)), "-l", str(length), "-t", f"{seconds:g}"]
+    args += ["-i", f"{interval:g}"]
     if tos is not None:
         args += ["-S", str(tos)]
     if direction == "down":
@@ -215,6 +272,7 @@ def udp(
         "bitrate_bps": bitrate_bps,
         "length": length,
         "seconds": seconds,
+        "interval": interval,
         "packets": packets,
         "lost": lost,
         "out_of_order": ooo,

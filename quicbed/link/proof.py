@@ -30,7 +30,6 @@ from pydantic import BaseModel
 
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
-from quicbed.link.loadproof import late_tolerance_ms
 from quicbed.link.quiet import HostWait, Settled
 from quicbed.link.receipt import Check, Receipt, measure, rtt_check, unjudged
 from quicbed.link.session import ShapedLink
@@ -199,13 +198,12 @@ def prove(
             break
         names = "; ".join(c.summary() for c in receipt.failed_checks())
         settled = wait.settle(shaped.testbed, f"receipt out of tolerance ({names})")
-        # a receipt whose own span lost CPU to steal (its failure names it), or during
-        # which the emulator fell behind by more than a load may (its own clock), was
-        # spoiled by the host even where the host is quiet again by now
-        late = (receipt.emulator or {}).get("late_max_ms")
-        stolen = bool(hostcpu.blame(receipt.host_cpu)) or (
-            late is not None and late > late_tolerance_ms(shaped.condition)
-        )
+        # a receipt a probe of which the host spoiled on every take (steal, or the
+        # emulator falling behind: quicbed.link.receipt retakes such a probe) was spoiled
+        # by the host even where the host is quiet again by now
+        stolen = receipt.spoiled_by_host
+        if not receipt.probes:  # a shaper whose receipt keeps no per-probe figures
+            stolen = bool(hostcpu.blame(receipt.host_cpu))
         if settled is Settled.BUSY or (settled is Settled.QUIET and not stolen):
             break
         if settled is Settled.QUIET and not wait.pause("the receipt was spoiled by the host"):

@@ -1,0 +1,90 @@
+"""How many samples each receipt check needs: its probe sized by the power it must have.
+
+A receipt used to send a fixed 20,000 datagrams per direction and 200 pings whatever
+the link: about 26 s per receipt, most of it spent estimating figures that a few
+hundred samples pin down. Here each probe is sized by what its check must be able to
+tell (docs/link.md lists each check's power):
+
+- a **mean delay** (RTT by ping, one-way delay by the UDP probe) is judged within a
+  base tolerance (max(1 ms, 2 %)) widened by 3 standard errors of the configured
+  jitter. The probe takes enough samples that those 3 standard errors are at most half
+  the base tolerance, at the larger of the sd just measured and the model's;
+- **loss** is judged by whether the configured probability lies inside the measured
+  99.9 % Clopper-Pearson interval. Lossless: enough datagrams that a loss of 0.1 %
+  nobody configured drops at least one of them with 95 % probability. Lossy: enough
+  that a loss off by half (1.5 x or 0.5 x the configured one) falls outside the
+  interval with 80 % power;
+- the **UDP delivery rate** is the median of the receiver's reporting intervals: each
+  interval holds at least 200 datagrams (one datagram is 0.5 % of it, against the
+  check's 3 %).
+
+Every figure is capped (the probe's old fixed size); where the cap bites, the check's
+detail records the power it had instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy.stats import norm
+
+#: the loss check's confidence (quicbed.link.receipt.LOSS_CONFIDENCE) and the power a
+#: sized probe has against a loss off by LOSS_SHIFT of itself
+LOSS_CONFIDENCE, LOSS_POWER, LOSS_SHIFT = 0.999, 0.8, 0.5
+#: a lossless link: an unwanted loss of this probability shows with this probability
+UNWANTED_LOSS, UNWANTED_SEEN = 0.001, 0.95
+#: the fewest datagrams of a reporting interval of the UDP rate probe
+RATE_INTERVAL_PACKETS = 200
+
+
+def mean_samples(sd_ms: float, base_tolerance_ms: float) -> int:
+    """Samples whose mean's 3 standard errors are at most half ``base_tolerance_ms``."""
+    if sd_ms <= 0:
+        return 1
+    return math.ceil((6 * sd_ms / base_tolerance_ms) ** 2)
+
+
+def _loss_n(p: float, q: float) -> float:
+    """Normal approximation: datagrams for a true loss ``q`` to fall outside the
+    two-sided LOSS_CONFIDENCE interval around ``p`` with LOSS_POWER."""
+    za = float(norm.ppf(1 - (1 - LOSS_CONFIDENCE) / 2))
+    zb = float(norm.ppf(LOSS_POWER))
+    return ((za * math.sqrt(p * (1 - p)) + zb * math.sqrt(q * (1 - q))) / (q - p)) ** 2
+
+
+def loss_samples(p: float) -> int:
+    """Datagrams the loss check needs at configured loss ``p`` (module docstring)."""
+    if p <= 0:
+        return math.ceil(math.log(1 - UNWANTED_SEEN) / math.log(1 - UNWANTED_LOSS))
+    high = min(p * (1 + LOSS_SHIFT), 0.999)
+    low = p * (1 - LOSS_SHIFT)
+    return math.ceil(max(_loss_n(p, high), _loss_n(p, low)))
+
+
+def loss_detects(p: float, n: int) -> float | None:
+    """The smallest relative error in a configured loss ``p`` (0.5: off by half) that
+    ``n`` datagrams detect with LOSS_POWER; None where p is 0 (see :func:`unwanted_seen`)."""
+    if p <= 0 or n <= 0:
+        return None
+    lo, hi = 1e-4, 10.0
+    if _loss_n(p, min(p * (1 + hi), 0.999)) > n:
+        return hi
+    for _ in range(60):  # bisection on the shift that needs exactly n datagrams
+        mid = (lo + hi) / 2
+        if _loss_n(p, min(p * (1 + mid), 0.999)) > n:
+            lo = mid
+        else:
+            hi = mid
+    return round(hi, 3)
+
+
+def unwanted_seen(n: int) -> float:
+    """The probability that ``n`` datagrams show an unwanted loss of UNWANTED_LOSS."""
+    return 1 - (1 - UNWANTED_LOSS) ** n
+
+
+def rate_interval_s(payload_rate_bps: float, payload_bytes: int) -> float:
+    """The UDP rate probe's reporting interval: RATE_INTERVAL_PACKETS datagrams' time at
+    the payload rate, between iperf3's 0.1 s floor and 1 s."""
+    secs = RATE_INTERVAL_PACKETS * payload_bytes * 8 / payload_rate_bps
+    return min(1.0, max(0.1, round(secs, 2)))
