@@ -147,3 +147,47 @@ def test_a_load_during_which_the_emulator_stalled_is_invalid_and_replaced(
         assert load["late_tolerance_ms"] == late_tolerance_ms(cfg.condition) == 15.0
         assert load["directions"]["down"]["rx_timestamps"]
     assert r.receipt is not None and r.receipt.passed
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_receipt_takes_again_a_probe_the_stalled_emulator_spoiled(
+    testbed: LocalTestbed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The emulator stopped (SIGSTOP) for 200 ms during the first take of the one-way
+    delay probe: that take is spoiled by the emulator's own clock and taken again, and
+    the receipt passes on the take it kept. Issue 38: a stall in a receipt failed it, and
+    a receipt of half a minute beside an emulator stopped every few seconds never
+    passed. The stall is timed from inside the probe (the moment is the test's), the
+    emulator, its clock and the probe are real."""
+    from quicbed.link import probes
+    from quicbed.link.receipt import measure
+
+    cond = make_condition(rate_mbit=10, rtt_ms=36)
+    real = probes.udp_probes
+    calls: list[int] = []
+
+    def stalled_once(*args: object, **kwargs: object) -> object:
+        if not calls:
+            pid = UserspaceShaper().pid(testbed)
+            assert pid is not None
+
+            def stop_and_go() -> None:
+                testbed.kill("bridge", pid, "STOP")
+                time.sleep(0.2)
+                testbed.kill("bridge", pid, "CONT")
+
+            threading.Timer(0.5, stop_and_go).start()
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(probes, "udp_probes", stalled_once)
+    with shaped_link(testbed, cond, "userspace") as link:
+        r = measure(testbed, cond, link.shaper, link.tuning, tcp_seconds=1)
+    owd = next(p for p in r.probes if p["probe"] == "owd")
+    assert len(calls) == 2 and len(owd["retaken"]) == 1, r.probes
+    assert "ms late" in owd["retaken"][0]
+    tol = late_tolerance_ms(cond)
+    assert not r.spoiled_by_host and r.emulator["late_max_ms"] <= tol, r.probes
+    assert r.passed, [c.summary() for c in r.failed_checks()]
+    assert r.duration_s < 20, r.duration_s  # 12-13 s here, 26-30 s before the probes were sized

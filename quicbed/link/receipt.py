@@ -642,7 +642,15 @@ def measure(
             first = min(tcp_seconds, TCP_FIRST_S)
             tcp = steady(
                 f"tcp_{direction}",
-                partial(probes.tcp_goodput, tb, direction, seconds=first, omit=omit, cc=cc),
+                partial(
+                    probes.tcp_goodput,
+                    tb,
+                    direction,
+                    seconds=first,
+                    omit=omit,
+                    cc=cc,
+                    interval=interval,
+                ),
             )
             ideal = (
                 rate_bps * TCP_MSS / _frame(cond, TCP_MSS + 52 + ETH_HEADER) if rate_bps else None
@@ -652,7 +660,13 @@ def measure(
                 tcp = steady(
                     f"tcp_{direction}",
                     partial(
-                        probes.tcp_goodput, tb, direction, seconds=tcp_seconds, omit=omit, cc=cc
+                        probes.tcp_goodput,
+                        tb,
+                        direction,
+                        seconds=tcp_seconds,
+                        omit=omit,
+                        cc=cc,
+                        interval=interval,
                     ),
                 )
             c1 = shaper.cpu_seconds(tb)
