@@ -150,8 +150,9 @@ def udp_probes(
             started.append(r["tx"])
         for direction in plans:
             r = runs[direction]
-            if r["tx"].wait(timeout=seconds + 30) != 0:
-                raise QuicbedError(f"the UDP probe's sender ({direction}) failed")
+            rc = r["tx"].wait(timeout=seconds + 30)
+            if rc not in (0, -1):  # -1: a remote daemon's code is unknown (Process.poll)
+                raise QuicbedError(f"the UDP probe's sender ({direction}) exited {rc}")
         for direction in plans:
             runs[direction]["rx"].wait(timeout=idle + 60)
     finally:
