@@ -44,8 +44,8 @@ LAYERS = [
     # a shaped, tuned, proven link
     (
         "link",
-        "link.tuning link.probes link.power link.hostcpu link.receipt link.session link.proof link.udpprobe "
-        "link.cpuprobe link.quiet link.loadproof link.hostpolicy",
+        "link.tuning link.probes link.power link.hostcpu link.receipt link.session link.proof "
+        "link.udpprobe link.cpuprobe link.quiet link.loadproof link.hostpolicy",
     ),
     # instruments over a cell's loads (tcpdump, qlog, TCP state)
     ("traces", "traces traces.*"),
