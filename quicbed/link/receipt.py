@@ -158,13 +158,20 @@ def _mean_delay(delay: float, jitter: float, kind: JitterKind) -> float:
     return (delay + jitter) ** 2 / (4 * jitter)
 
 
+def _model_sd(cond: LinkCondition, directions: int) -> float:
+    """The configured jitter's sd over ``directions`` directions (ms): uniform +/- a has
+    sd a / sqrt(3); step's range is 2a."""
+    if not cond.jitter_ms:
+        return 0.0
+    amplitude = cond.jitter_ms / 2 if cond.jitter_kind == JitterKind.step else cond.jitter_ms
+    return amplitude / math.sqrt(3) * math.sqrt(directions)
+
+
 def _jitter_allowance(cond: LinkCondition, n: int, directions: int, seconds: float) -> float:
     """3 standard errors of a mean of ``n`` samples under the configured jitter (ms)."""
     if not cond.jitter_ms:
         return 0.0
-    # uniform +/- a has sd a / sqrt(3); step's range is 2a
-    amplitude = cond.jitter_ms / 2 if cond.jitter_kind == JitterKind.step else cond.jitter_ms
-    sd = amplitude / math.sqrt(3) * math.sqrt(directions)
+    sd = _model_sd(cond, directions)
     n_eff = n
     if cond.jitter_kind in (JitterKind.smooth, JitterKind.step):
         # samples within one knot or level are correlated
@@ -483,14 +490,6 @@ def _ping_sized(tb: Testbed, cond: LinkCondition, count: int | None) -> dict[str
     return probes.ping_more(tb, first, min(PING_MAX, need) - PING_FIRST)
 
 
-def _model_sd(cond: LinkCondition, directions: int) -> float:
-    """The configured jitter's sd over ``directions`` directions (ms)."""
-    if not cond.jitter_ms:
-        return 0.0
-    amplitude = cond.jitter_ms / 2 if cond.jitter_kind == JitterKind.step else cond.jitter_ms
-    return amplitude / math.sqrt(3) * math.sqrt(directions)
-
-
 def _probe_packets(
     cond: LinkCondition, loss: float, sd_ms: float, expected: float, pps: float
 ) -> int:
@@ -621,7 +620,9 @@ def measure(
             # UDP delivery at 1.2 x the rate (ECN-capable where the link marks: the
             # overload fills the queue past the threshold, so the emulator must mark)
             if rate_bps:
-                checks.extend(_udp_rate(tb, cond, shaper, direction, rate_bps, pipe.loss, steady))
+                checks.extend(
+                    _udp_rate(tb, cond, shaper, direction, rate_bps, pipe.loss, interval, steady)
+                )
 
             # TCP goodput: judged only without loss and jitter, and only taken there
             judged = pipe.loss == 0 and cond.jitter_ms == 0
@@ -766,15 +767,15 @@ def _udp_rate(
     direction: str,
     rate_bps: float,
     loss: float,
+    interval: float,
     steady: Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]],
 ) -> list[Check]:
     """The UDP delivery check at 1.2 x the rate (and ECN's where the link marks): the
-    receiver's intervals sized to hold RATE_INTERVAL_PACKETS datagrams each, the probe
-    UDP_RATE_INTERVALS steady ones long, after the one-way delay has passed."""
+    receiver reports every ``interval`` (RATE_INTERVAL_PACKETS datagrams: quicbed.link.
+    power), the probe UDP_RATE_INTERVALS steady ones long after the one-way delay."""
     payload_bps = rate_bps * UDP_RATE_PAYLOAD / _udp_frame(cond)
     offered = 1.2 * payload_bps
     marking = cond.ecn_threshold is not None
-    interval = power.rate_interval_s(payload_bps, UDP_RATE_PAYLOAD)
     delay_s = cond.pipes()[direction].delay_us / 1e6
     # iperf3 3.12 runs whole seconds (-t 1.4 sends for 1 s); the first and the last
     # interval are left out, and those the one-way delay leaves empty
