@@ -82,7 +82,7 @@ def runs_of(out: Path, r: CellResult) -> list[RunRow]:
 
 def worst_late(run: RunRow) -> float | None:
     """The latest frame of the load, either direction (ms)."""
-    late: float | None = figures(run.detail)["link_late_max_ms"]
+    late: float | None = figures(load_proof(run.detail))["link_late_max_ms"]
     return late
 
 
@@ -204,7 +204,11 @@ def faults(a: argparse.Namespace, tb: LocalTestbed, out: Path) -> dict[str, Any]
         by = run.reason if run is not None else (r.problem or "not measured")
         # the first cell's replacements per arm; the second cell fails at its fault
         repl: int | str = (
-            sum(1 for x in runs_of(out / "faults", r) if x.arm == arm and is_replacement(x.detail))
+            sum(
+                1
+                for x in runs_of(out / "faults", r)
+                if x.arm == arm and is_replacement(load_proof(x.detail))
+            )
             if (arm, rep) not in hook2.plan
             else "- (the cell fails)"
         )

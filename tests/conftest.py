@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from quicbed.results.linkload import is_replacement, spoiled_only
+from quicbed.results.linkload import is_replacement, load_proof, spoiled_only
 from quicbed.run.cell import CellResult
 from quicbed.testbed.local import LocalTestbed
 
@@ -286,9 +286,9 @@ def scheduled(runs: list[Any]) -> list[Any]:
     """The loads of a cell's schedule: its runs less the loads measured in place of
     loads the link or host spoiled (quicbed.link.loadproof), which a busy machine adds
     at the end of a cell."""
-    return [x for x in runs if not is_replacement(x.detail)]
+    return [x for x in runs if not is_replacement(load_proof(x.detail))]
 
 
 def spoiled(run: Any) -> bool:
     """A load the link or the host spoiled, and nothing else (kept invalid, replaced)."""
-    return spoiled_only(run.detail)
+    return spoiled_only(load_proof(run.detail))

@@ -16,6 +16,7 @@ import pytest
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
+from quicbed.results.linkload import spoiled_only
 from quicbed.results.store import Store
 from quicbed.results.transfers import (
     BulkResult,
@@ -181,9 +182,14 @@ def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> No
     ideal = ideal_goodput_bps(COND)
     assert ideal is not None
 
-    assert [(x.arm, x.rep) for x in bulk.runs] == [("h2", 0), ("h3", 0), ("h3", 1), ("h2", 1)]
+    # the schedule's flows; a flow the busy machine spoiled is kept, replaced at the end
+    planned = [x for x in bulk.runs if not x.replacement]
+    assert [(x.arm, x.rep) for x in planned] == [("h2", 0), ("h3", 0), ("h3", 1), ("h2", 1)]
     for run in bulk.runs:
         f = run.flow
+        assert run.link.get("late_tolerance_ms") == 15.0, run.link  # every flow proven
+        if spoiled_only(run.link):
+            continue
         assert f.ok, f.error
         assert f.bytes == 2_000_000
         assert f.http_proto == {"h2": "HTTP/2.0", "h3": "HTTP/3.0"}[run.arm]
@@ -202,12 +208,16 @@ def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> No
         else:
             assert f.quic_client is not None and f.quic_client["packets_received"] > 1000
         assert run.bottleneck is None or run.bottleneck["tx_bytes"] > 2_000_000
-    assert set(bulk.summary) == {"h2", "h3"} and all(s.n == 2 for s in bulk.summary.values())
+    assert set(bulk.summary) == {"h2", "h3"}
+    for arm, s in bulk.summary.items():
+        assert s.n == sum(1 for x in bulk.runs if x.arm == arm and x.flow.ok) >= 1
     assert set(bulk.comparisons) == {"h2/h3"}
 
-    assert len(comp.runs) == 2
+    assert len([x for x in comp.runs if not x.replacement]) == 2
     for run in comp.runs:
         assert [f.flow for f in run.flows] == ["h3-0", "h2-0"]
+        if run.spoiled:  # by the busy machine: kept, in no summary, replaced
+            continue
         for f in run.flows:
             assert f.ok, f.error
             assert abs(f.start_offset_s) < 0.2  # started together
@@ -222,7 +232,8 @@ def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> No
         assert len(run.queue) >= 40, run.queue_note
         assert max(q.bytes for q in run.queue) > 0
         assert comp.queue_limit_bytes and max(q.bytes for q in run.queue) <= comp.queue_limit_bytes
-    assert set(comp.summary) == {"h2", "h3"} and comp.summary["h3"].n == 2
+    assert set(comp.summary) == {"h2", "h3"}
+    assert comp.summary["h3"].n == sum(1 for x in comp.runs if not x.spoiled)
     assert comp.jain_mean is not None and "h2/h3" in comp.comparisons
 
     rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=300)
@@ -230,6 +241,6 @@ def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> No
     shown = json.loads((out / "report" / "figures.json").read_text())
     assert sorted(
         (f["shows"]["transfer"], f["shows"].get("rep")) for f in shown if f["shows"].get("transfer")
-    ) == [("bulk", None), ("compete", 0), ("compete", 1)]
+    ) == [("bulk", None)] + [("compete", x.rep) for x in comp.runs]
     with open(out / "report" / "transfers.csv") as fh:
         assert len(list(csv.DictReader(fh))) == 4  # a row per cell and arm

@@ -209,6 +209,8 @@ class LoadWatch:
         """``tolerance_ms``: the user's, else the load's own (late_tolerance_ms)."""
         self.tb, self.shaper, self.cond, self.tolerance_ms = tb, shaper, cond, tolerance_ms
         self.before: dict[str, Any] | None = None
+        #: the emulator's counters when the load ended (None: not read, or no emulator)
+        self.after: dict[str, Any] | None = None
         self.cpu_before: list[int] | None = None
 
     def begin(self) -> None:
@@ -219,7 +221,7 @@ class LoadWatch:
         """The verdict; ``own_cpu_ms``: the CPU the load's own roles used over it (its
         server, browser and emulator), on a testbed whose roles share the bridge's
         machine, so the rest of the host's busy time is other work."""
-        after = self.shaper.counters(self.tb) if self.before is not None else None
+        after = self.after = self.shaper.counters(self.tb) if self.before is not None else None
         host = hostcpu.shares(self.cpu_before, hostcpu.sample(self.tb))
         if host:
             host = {k: v for k, v in host.items() if k != "source"}

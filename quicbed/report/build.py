@@ -34,7 +34,7 @@ from quicbed.report.cellrow import COLUMNS, CellRow, Compared, ModeCell
 from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report.transfers import is_transfer
 from quicbed.results.folder import SWEEP_FILE, measured_on
-from quicbed.results.linkload import cell_line
+from quicbed.results.linkload import cell_line, load_proof, shortfall
 from quicbed.results.provenance import component_identity, setup_identity
 from quicbed.results.store import Store
 from quicbed.spec.sweepspec import stored_queue_warning
@@ -1010,7 +1010,10 @@ def _write_html(
             provs[(r.cell_id, r.attempt)] = att.provenance
             r.invalid_reasons = sorted({x.reason for x in r.loads if not x.valid and not x.warmup})
             r.records = _records(r)
-            r.link_line = cell_line([x.detail for x in r.loads if not x.warmup], att.waited_s)
+            measured = [(x.arm, x.valid, load_proof(x.detail)) for x in r.loads if not x.warmup]
+            r.link_line = cell_line(
+                [p for _, _, p in measured], att.waited_s, shortfall(measured, r.runs)
+            )
             r.rerun = f"quicbed cell --from {source} --cell {r.cell_id}"
             tb = (att.provenance or {}).get("testbed") or {}
             if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind

@@ -24,6 +24,7 @@ from quicbed.results.store import Store
 from quicbed.results.transfers import (
     BulkResult,
     CompeteResult,
+    link_line,
     plot_bulk,
     plot_compete,
     stored_transfer,
@@ -161,6 +162,7 @@ def build(
                     store, cid, att.attempt, alpha=alpha, test=test, extra_pairs=pairs
                 )
                 cell["summary"] = {k: v.model_dump() for k, v in r.summary.items()}
+                cell["link_line"] = link_line(r, att.waited_s)
                 cell["comparisons"] = r.comparisons
                 if isinstance(r, CompeteResult):
                     cell.update(jain_mean=r.jain_mean, jain_sd=r.jain_sd)

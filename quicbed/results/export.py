@@ -17,6 +17,7 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.results.linkload import COLUMNS as LINK_COLUMNS
 from quicbed.results.linkload import figures as link_figures
+from quicbed.results.linkload import load_proof
 from quicbed.results.store import Store
 
 COLUMNS = [
@@ -129,7 +130,7 @@ def rows(root: Path) -> list[dict[str, Any]]:
                             "protocols": ",".join(r.protocols or []),
                             "main_connect_ms": detail.get("main_connect_ms"),
                             "main_ssl_ms": detail.get("main_ssl_ms"),
-                            **link_figures(detail),
+                            **link_figures(load_proof(detail)),
                         }
                     )
         return out

@@ -1,9 +1,11 @@
-"""A load's link proof (quicbed.link.loadproof) as each run stores it: the one reading
-of it for the runner (spoiled, replaced), the export, the report's cell table and
-``verify``."""
+"""A load's or a flow's link proof (quicbed.link.loadproof) as each run stores it: the one
+reading of it for the runner (spoiled, replaced), the export, the report's cell table and
+``verify``. A page load keeps its proof in its run's ``detail`` (load_proof); a bulk flow
+or a compete repetition in its own ``link`` (quicbed.results.transfers)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 #: the figures, in column order
@@ -26,22 +28,35 @@ def load_proof(detail: dict[str, Any] | None) -> dict[str, Any]:
     return proof
 
 
-def spoiled_only(detail: dict[str, Any] | None) -> bool:
+def spoiled_only(proof: dict[str, Any]) -> bool:
     """The load was spoiled by the link or the host and failed none of its own checks
     (kept invalid, replaced)."""
-    proof = load_proof(detail)
     return bool(proof.get("spoiled")) and not proof.get("own_reasons")
 
 
-def is_replacement(detail: dict[str, Any] | None) -> bool:
+def is_replacement(proof: dict[str, Any]) -> bool:
     """The load was measured at its cell's end in place of a spoiled one."""
-    return bool(load_proof(detail).get("replacement"))
+    return bool(proof.get("replacement"))
 
 
-def figures(detail: dict[str, Any] | None) -> dict[str, Any]:
-    """The figures of one run's ``detail`` (None where the run predates the proof, or
-    the shaper keeps no per-frame clock); worst of the two directions."""
-    load = load_proof(detail)
+def shortfall(
+    measured: Iterable[tuple[str, bool, dict[str, Any]]], planned: int
+) -> dict[str, tuple[int, int]]:
+    """Per arm (or any group) of ``measured`` (arm, valid, proof): its valid and planned
+    count where it ended short of ``planned`` with loads the link or host spoiled among
+    them, so a report says the cell's sample is smaller than asked, and why."""
+    valid: dict[str, int] = {}
+    spoiled: set[str] = set()
+    for arm, ok, proof in measured:
+        valid[arm] = valid.get(arm, 0) + int(ok)
+        if proof.get("spoiled"):
+            spoiled.add(arm)
+    return {a: (valid[a], planned) for a in sorted(spoiled) if valid[a] < planned}
+
+
+def figures(load: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one proof (None where the run predates the proof, or the shaper
+    keeps no per-frame clock); worst of the two directions."""
     dirs = (load.get("directions") or {}).values()
 
     def worst(key: str) -> float | None:
@@ -63,12 +78,19 @@ def figures(detail: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def cell_line(details: list[dict[str, Any] | None], waited_s: float | None) -> str | None:
-    """One sentence of what the link and the host did during a cell's measured loads,
-    for the report: the latest frame's lateness (median and worst over the loads, the
-    tolerance), the host's steal and other work at worst, the loads spoiled and
-    replaced, the wait for a quiet host. None where no load has a proof."""
-    rows = [figures(d) for d in details]
+def cell_line(
+    proofs: list[dict[str, Any]],
+    waited_s: float | None,
+    short: dict[str, tuple[int, int]] | None = None,
+    what: str = "loads",
+) -> str | None:
+    """One sentence of what the link and the host did during a cell's measured loads
+    (or flows, repetitions: ``what``), for the report: the latest frame's lateness
+    (median and worst, the tolerance), the host's steal and other work at worst, the
+    loads spoiled and replaced, the wait for a quiet host, and ``short``: per arm, its
+    valid and planned loads where the spoiled ones outran the replacements it may
+    measure. None where no load has a proof."""
+    rows = [figures(p) for p in proofs]
     rows = [f for f in rows if f["link_spoiled"] is not None]
     if not rows:
         return None
@@ -77,18 +99,23 @@ def cell_line(details: list[dict[str, Any] | None], waited_s: float | None) -> s
     if late:
         tol = rows[0]["link_late_tolerance_ms"]
         parts.append(
-            f"latest frame of a load {late[len(late) // 2]:.2f} ms late in the median load, "
+            f"latest frame {late[len(late) // 2]:.2f} ms late in the median of the {what}, "
             f"{late[-1]:.1f} ms at worst (tolerance {tol:g} ms)"
         )
     else:
         parts.append("no per-frame clock (the kernel's shaper): the host alone judged")
-    for key, what in (("host_steal_pct", "steal"), ("host_other_pct", "other work")):
+    for key, label in (("host_steal_pct", "steal"), ("host_other_pct", "other work")):
         got = [f[key] for f in rows if f[key] is not None]
         if got:
-            parts.append(f"{what} up to {max(got):.0f} % of the host")
+            parts.append(f"{label} up to {max(got):.0f} % of the host")
     spoiled = sum(f["link_spoiled"] for f in rows)
     replaced = sum(f["replacement"] or 0 for f in rows)
-    parts.append(f"{spoiled} of {len(rows)} loads spoiled, {replaced} replacement loads")
+    parts.append(f"{spoiled} of {len(rows)} {what} spoiled, {replaced} measured in their place")
     if waited_s:
         parts.append(f"waited {waited_s:.0f} s for a quiet host")
+    for arm, (valid, planned) in sorted((short or {}).items()):
+        parts.append(
+            f"{arm} has {valid} of its {planned} planned {what} valid: the spoiled ones outran "
+            "the replacements it may measure (max_replaced)"
+        )
     return "; ".join(parts)

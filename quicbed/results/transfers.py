@@ -19,6 +19,7 @@ from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.results.cpu import CpuUse
 from quicbed.results.cpu import summary as cpu_summary
+from quicbed.results.linkload import cell_line, is_replacement, shortfall
 from quicbed.results.netcounters import RoleCounters
 from quicbed.results.store import Store
 
@@ -105,6 +106,15 @@ class BulkRun(BaseModel):
     flow: FlowResult
     #: the emulator's down-direction counters over this run: drops, peak queue
     bottleneck: dict[str, Any] | None = None
+    #: what the link and the host did during the flow (quicbed.link.loadproof, as a page
+    #: load keeps it; quicbed.results.linkload reads it): a flow it calls spoiled is not
+    #: ok, its reasons the flow's error, and is replaced. {} in records before it
+    link: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def replacement(self) -> bool:
+        """Measured after the schedule, in place of a spoiled flow."""
+        return is_replacement(self.link)
 
 
 class ArmBulk(BaseModel):
@@ -188,6 +198,19 @@ class CompeteRun(BaseModel):
     cpu: dict[str, CpuUse] = Field(default_factory=dict)
     #: each role's UDP errors and interface drops over the repetition
     counters: dict[str, RoleCounters] = Field(default_factory=dict)
+    #: what the link and the host did during the repetition, all its flows at once
+    #: (quicbed.link.loadproof): a spoiled repetition is kept, counts in no summary, and
+    #: is replaced by one more at the cell's end. {} in records before it
+    link: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def spoiled(self) -> bool:
+        return bool(self.link.get("spoiled"))
+
+    @property
+    def replacement(self) -> bool:
+        """Measured after the planned repetitions, in place of a spoiled one."""
+        return is_replacement(self.link)
 
 
 class ArmCompete(BaseModel):
@@ -229,6 +252,8 @@ class CompeteResult(BaseModel):
         its flows carried; a repetition counts where all the arm's flows were verified."""
         out: dict[str, list[tuple[CpuUse, int | None]]] = {a["name"]: [] for a in self.arms}
         for run in self.runs:
+            if run.spoiled:
+                continue
             for arm, use in run.cpu.items():
                 flows = [f for f in run.flows if f.arm == arm]
                 if arm in out and flows and all(f.ok for f in flows):
@@ -420,7 +445,7 @@ def compete_summary(
     per_flow: dict[str, list[float]] = {a: [] for a in counts}
     shares: dict[str, list[float]] = {a: [] for a in counts}
     for run in r.runs:
-        if not run.steady_bps:
+        if not run.steady_bps or run.spoiled:
             continue
         for a in counts:
             mine = [
@@ -433,7 +458,7 @@ def compete_summary(
     acks: dict[str, list[float]] = {a: [] for a in counts}
     for run in r.runs:
         for f in run.flows:
-            if f.ok and f.arm in acks and (v := f.ack_ratio()) is not None:
+            if f.ok and not run.spoiled and f.arm in acks and (v := f.ack_ratio()) is not None:
                 acks[f.arm].append(v)
     summary = {
         a: ArmCompete(
@@ -449,14 +474,14 @@ def compete_summary(
         )
         for a, n in counts.items()
     }
-    jains = [run.jain for run in r.runs if run.jain is not None]
+    jains = [run.jain for run in r.runs if run.jain is not None and not run.spoiled]
     comparisons = {}
     for ref, cand in _pairs(r.arms, extra_pairs):
         comparisons[f"{ref}/{cand}"] = {
             "per_flow_bps": compare(
                 [v * 1e6 for v in per_flow[ref]],
                 [v * 1e6 for v in per_flow[cand]],
-                planned=len(r.runs),
+                planned=len([x for x in r.runs if not x.replacement]),
                 alpha=alpha,
                 test=test,
                 tcp_arm=ref,
@@ -471,6 +496,17 @@ def compete_summary(
             "comparisons": comparisons,
         }
     )
+
+
+def link_line(r: BulkResult | CompeteResult, waited_s: float | None) -> str | None:
+    """What the link and the host did during a transfer attempt's flows (bulk) or
+    repetitions (compete), in the page cells' words (quicbed.results.linkload)."""
+    if isinstance(r, BulkResult):
+        flows = [(x.arm, x.flow.ok, x.link) for x in r.runs]
+        return cell_line([p for _, _, p in flows], waited_s, shortfall(flows, r.reps), "flows")
+    planned = len([x for x in r.runs if not x.replacement])
+    reps = [("the cell", bool(x.steady_bps) and not x.spoiled, x.link) for x in r.runs]
+    return cell_line([p for _, _, p in reps], waited_s, shortfall(reps, planned), "repetitions")
 
 
 def stored_transfer(

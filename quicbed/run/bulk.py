@@ -30,6 +30,12 @@ client side equal. It samples the bytes received every 100 ms.
   ``runs`` times, with each arm's share over the repetitions and Welch/MWU on the arms'
   per-flow throughput.
 
+Every bulk flow and every compete repetition is proven as a page load is
+(quicbed.link.loadproof: the emulator's lateness by its own clock, drops it was not asked
+for, the host's steal and other work over it): one the link or the host spoiled is kept
+with its figures named, counts in no summary, and is replaced after the planned ones, up
+to the cell's bound (FlowJudge), the runner waiting for a quiet host after it.
+
 An attempt's record (BulkResult, CompeteResult: every flow's samples, the queue) is
 stored in the store's ``transfers`` table; summaries and comparisons are computed from
 it when read (bulk_summary, compete_summary), figures drawn by the report.
@@ -39,15 +45,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
-from quicbed.link import hostcpu, loadproof, offloads
+from quicbed.link import loadproof, offloads
 from quicbed.link.model import LinkCondition
 from quicbed.link.proof import ProvenLink
+from quicbed.results.cpu import CpuUse
+from quicbed.results.linkload import spoiled_only
 from quicbed.results.store import now
 from quicbed.results.transfers import (
     BulkResult,
@@ -358,22 +367,6 @@ def _with_offloads(
     return {**facts, **more}, reasons + why
 
 
-def _flow_proof(
-    cond: LinkCondition,
-    before: dict[str, Any] | None,
-    after: dict[str, Any] | None,
-    cpu0: list[int] | None,
-    tb: Testbed,
-) -> dict[str, Any]:
-    """What the link and the host did during one flow (quicbed.link.loadproof), kept with
-    its evidence. Recorded, not judged: a flow is not replaced as a page load is, so a
-    flow the rule would call spoiled says so here (``spoiled``, its ``reasons``) and
-    stays in the statistics."""
-    host = hostcpu.shares(cpu0, hostcpu.sample(tb))
-    v = loadproof.judge(cond, before, after, host, loadproof.late_tolerance_ms(cond))
-    return {**v.facts, "reasons": v.reasons, "judged": False}
-
-
 def _down(counters: dict[str, Any] | None) -> dict[str, Any]:
     return ((counters or {}).get("directions") or {}).get("down") or {}
 
@@ -413,6 +406,7 @@ def run_transfer(
     fault: Fault | None = None,
     *,
     tracing: TraceSet | None = None,
+    judge: FlowJudge | None = None,
 ) -> BulkResult | CompeteResult:
     """A bulk or compete cell's transfers on ``proven`` (receipt passed, link checked
     around it by quicbed.run.cell), the arms' servers started and stopped here; their logs
@@ -421,7 +415,8 @@ def run_transfer(
     (arm, rep, servers), or each compete run (its first arm, rep, servers). With
     ``tracing`` (the cell's trace level, as page cells trace their loads), each flow gets
     its transport trace (quicbed.results.flowtraces), sealed once the servers have
-    stopped (their qlog files are complete then)."""
+    stopped (their qlog files are complete then). ``judge``: how each flow is proven and
+    spoiled ones replaced (FlowJudge; default: the link's own tolerance, none replaced)."""
     from quicbed.results.flowtraces import FlowTracing
 
     t = cfg.transfer
@@ -430,15 +425,14 @@ def run_transfer(
     traced = FlowTracing(tracing) if tracing else None
     rig = _Rig(tb, arms, t.size, logs, cfg.host, traced)
     say = progress or (lambda _m, _i, _n: None)
+    how = judge or FlowJudge()
     try:
         if tracing:
             tracing.start()
         rig.start()
         try:
-            if cfg.kind == "bulk":
-                result: BulkResult | CompeteResult = _bulk(cfg, rig, proven, say, profile, fault)
-            else:
-                result = _compete(cfg, rig, proven, say, profile, fault)
+            run = _bulk if cfg.kind == "bulk" else _compete
+            result: BulkResult | CompeteResult = run(cfg, rig, proven, say, profile, fault, how)
         finally:
             rig.stop()
         if traced:
@@ -454,80 +448,169 @@ def run_transfer(
             tracing.stop()
 
 
+@dataclass
+class FlowJudge:
+    """How a transfer cell's flows are proven (quicbed.link.loadproof), as its page loads
+    are: the lateness tolerance (None: from the link), the most spoiled flows an arm (or
+    repetitions a compete cell) replaces, and the runner's wait for a quiet host after a
+    flow the host spoiled (quicbed.run.cell: it fails the attempt once its wait is
+    spent)."""
+
+    late_tolerance_ms: float | None = None
+    max_replaced: int = 0
+    settle: Callable[[str], object] | None = None
+
+    def watch(self, tb: Testbed, proven: ProvenLink, cond: LinkCondition) -> loadproof.LoadWatch:
+        return loadproof.LoadWatch(tb, proven.link.shaper, cond, self.late_tolerance_ms)
+
+    def after(self, what: str, verdict: loadproof.Verdict) -> None:
+        """Wait for a quiet host where the host spoiled ``what``."""
+        if verdict.host_spoiled and self.settle:
+            self.settle(f"{what}: {verdict.reasons[0]}")
+
+
+def _own_cpu_ms(tb: Testbed, uses: list[CpuUse]) -> float | None:
+    """The CPU the flows' own roles used (their servers, clients, emulator), where the
+    roles share the host, so the rest of its busy time is other work."""
+    if not tb.one_machine:
+        return None
+    return float(sum(t.total_ms for u in uses for t in u.roles.values()))
+
+
+def _proven(verdict: loadproof.Verdict, own_failed: bool, replacement: bool) -> dict[str, Any]:
+    """A flow's or repetition's stored proof, as a page load's (quicbed.run.cell)."""
+    return {
+        **verdict.facts,
+        "reasons": verdict.reasons,
+        "replacement": replacement,
+        "own_reasons": int(own_failed),
+    }
+
+
 def _bulk(
     cfg: CellConfig,
     rig: _Rig,
     proven: ProvenLink,
     say: Progress,
     profile: CpuProfile | None,
-    fault: Fault | None = None,
+    fault: Fault | None,
+    judge: FlowJudge,
 ) -> BulkResult:
     """``cfg.runs`` downloads per arm, interleaved (ABBA, the cell's schedule), one flow
     at a time. With a duration each runs that long (the object again and again on one
-    connection), else it fetches the object once."""
+    connection), else it fetches the object once. A flow the link or the host spoiled
+    is kept, not ok, and replaced after the schedule (_replaced)."""
     t = cfg.transfer
     assert t is not None
-    tb, cond, link = rig.tb, cfg.condition, proven.link
     runs: list[BulkRun] = []
     schedule = cfg.schedule()
-    meter, net = CpuMeter(tb, cfg.arms), NetMeter(tb)
+    meters = CpuMeter(rig.tb, cfg.arms), NetMeter(rig.tb)
     for seq, (arm, rep) in enumerate(schedule):
         say(f"{arm} #{rep}", seq + 1, len(schedule))
-        if fault:
-            fault(arm, rep, rig.servers)
-        offl = link.offload_watch()
-        offl.begin()
-        offsets = rig.log_sizes()
-        before = link.shaper.counters(tb)
-        cpu0 = hostcpu.sample(tb)
-        rig.servers[arm].mark()
-        net_mark, cpu_mark = net.read(), meter.begin()
-        lt = rig.traced.begin(arm, rep) if rig.traced else None
-        p, log = rig.spawn(arm, f"{arm}-{rep}", t.duration_s, None)
-        profiled = profile.attach(arm, {"client": [p.pid]}) if profile else []
-        limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
-        rig.wait_done([log], [p], timeout=limit)
-        cpu = meter.end(cpu_mark)[arm]
-        counters = net.since(net_mark)
-        if profile:
-            profile.halt(profiled)
-        tcp = rig.server_tcp()
-        evidence = rig.evidence(arm)  # while the client lingers: its connection is open
-        if rig.traced and lt:  # still lingering (the TCP tracer keeps our table's flows),
-            rig.traced.end(lt, lt.began_wall)  # after ss and evidence: it reads for seconds
-        after = link.shaper.counters(tb)
-        evidence = _with_offloads(evidence, offl)
-        evidence[0]["link_proof"] = _flow_proof(cond, before, after, cpu0, tb)
-        recs = rig.records(log)
-        final = next((r for r in recs if r.get("event") == "done"), {})
-        port = port_of(final.get("local_addr"))
-        rc = p.wait(LINGER_S + 10)
-        quic = _quic_wait(rig, arm, offsets.get(arm, 0), port) if arm in offsets else None
-        f = _verified(
-            rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc),
-            evidence,
-            rig.by_name[arm],
-        )
-        f.cpu, f.counters = cpu, counters
-        if profile:
-            profile.fold(profiled)
-        runs.append(
-            BulkRun(
-                arm=arm, rep=rep, seq=seq, flow=f, bottleneck=_bottleneck(before, after) or None
-            )
-        )
+        runs.append(_flow(cfg, rig, proven, profile, fault, judge, meters, arm, rep, seq))
+    owed = _replaced(cfg.arms, judge.max_replaced, runs)
+    while owed:
+        for arm in owed:
+            seq, rep = len(runs), cfg.runs + sum(1 for x in runs if x.arm == arm and x.replacement)
+            say(f"{arm} #{rep} (in place of a spoiled flow)", seq + 1, seq + len(owed))
+            runs.append(_flow(cfg, rig, proven, profile, fault, judge, meters, arm, rep, seq, True))
+        owed = _replaced(cfg.arms, judge.max_replaced, runs)
     return BulkResult(
         created=now(),
-        condition=cond.model_dump(mode="json"),
+        condition=cfg.condition.model_dump(mode="json"),
         arms=[a.as_dict() for a in cfg.resolved_arms()],
         object=rig.path,
         object_bytes=rig.object_bytes,
         duration_s=t.duration_s,
         reps=cfg.runs,
-        ideal_goodput_bps=ideal_goodput_bps(cond),
+        ideal_goodput_bps=ideal_goodput_bps(cfg.condition),
         runs=runs,
         receipt=proven.receipt.model_dump(mode="json"),
         versions=rig.versions(),
+    )
+
+
+def _replaced(arms: Iterable[str], bound: int, runs: list[BulkRun]) -> list[str]:
+    """The arms that owe a flow: one per spoiled flow of theirs (a spoiled replacement
+    too), until an arm has measured ``bound`` in place of spoiled ones."""
+    owed = []
+    for arm in arms:
+        mine = [x for x in runs if x.arm == arm]
+        spoiled = sum(1 for x in mine if spoiled_only(x.link))
+        if sum(1 for x in mine if x.replacement) < min(spoiled, bound):
+            owed.append(arm)
+    return owed
+
+
+def _flow(
+    cfg: CellConfig,
+    rig: _Rig,
+    proven: ProvenLink,
+    profile: CpuProfile | None,
+    fault: Fault | None,
+    judge: FlowJudge,
+    meters: tuple[CpuMeter, NetMeter],
+    arm: str,
+    rep: int,
+    seq: int,
+    replacement: bool = False,
+) -> BulkRun:
+    """One bulk flow of ``arm``: verified by its server's evidence, proven by the link's
+    own counters and the host's CPU over it."""
+    t = cfg.transfer
+    assert t is not None
+    tb, cond, link = rig.tb, cfg.condition, proven.link
+    meter, net = meters
+    if fault:
+        fault(arm, rep, rig.servers)
+    offl = link.offload_watch()
+    offl.begin()
+    offsets = rig.log_sizes()
+    watch = judge.watch(tb, proven, cond)
+    watch.begin()
+    rig.servers[arm].mark()
+    net_mark, cpu_mark = net.read(), meter.begin()
+    lt = rig.traced.begin(arm, rep) if rig.traced else None
+    p, log = rig.spawn(arm, f"{arm}-{rep}", t.duration_s, None)
+    profiled = profile.attach(arm, {"client": [p.pid]}) if profile else []
+    limit = (t.duration_s or rig.object_bytes * 8 / (cond.rate_mbit or 1000) / 1e6 * 4) + 60
+    rig.wait_done([log], [p], timeout=limit)
+    cpu = meter.end(cpu_mark)[arm]
+    counters = net.since(net_mark)
+    # the flow's own span: not the tracer's seconds of reading after it
+    verdict = watch.end(own_cpu_ms=_own_cpu_ms(tb, [cpu]))
+    if profile:
+        profile.halt(profiled)
+    tcp = rig.server_tcp()
+    evidence = rig.evidence(arm)  # while the client lingers: its connection is open
+    if rig.traced and lt:  # still lingering (the TCP tracer keeps our table's flows),
+        rig.traced.end(lt, lt.began_wall)  # after ss and evidence: it reads for seconds
+    evidence = _with_offloads(evidence, offl)
+    recs = rig.records(log)
+    final = next((r for r in recs if r.get("event") == "done"), {})
+    port = port_of(final.get("local_addr"))
+    rc = p.wait(LINGER_S + 10)
+    quic = _quic_wait(rig, arm, offsets.get(arm, 0), port) if arm in offsets else None
+    f = _verified(
+        rig.flow_result(arm, f"{arm}-{rep}", rig.records(log), tcp, quic, rc=rc),
+        evidence,
+        rig.by_name[arm],
+    )
+    f.cpu, f.counters = cpu, counters
+    proof = _proven(verdict, not f.ok, replacement)
+    if verdict.spoiled:
+        why = "; ".join(verdict.reasons)
+        f.ok, f.error = False, f"{f.error}; {why}" if f.error else why
+    if profile:
+        profile.fold(profiled)
+    judge.after(f"{arm} #{rep}", verdict)
+    return BulkRun(
+        arm=arm,
+        rep=rep,
+        seq=seq,
+        flow=f,
+        bottleneck=_bottleneck(watch.before, watch.after) or None,
+        link=proof,
     )
 
 
@@ -576,89 +659,30 @@ def _compete(
     proven: ProvenLink,
     say: Progress,
     profile: CpuProfile | None,
-    fault: Fault | None = None,
+    fault: Fault | None,
+    judge: FlowJudge,
 ) -> CompeteResult:
     """``cfg.runs`` repetitions: every flow of ``transfer.flows`` (e.g. h3x1,h2x4) starts
     at one instant on the client's clock, flow i ``i x stagger_s`` later, and runs
-    ``duration_s`` (the object again and again)."""
+    ``duration_s`` (the object again and again). A repetition the link or the host
+    spoiled is kept and replaced by one more after the planned ones, up to
+    ``judge.max_replaced`` (a spoiled replacement is owed too)."""
     t = cfg.transfer
     assert t is not None and t.duration_s is not None
-    tb = rig.tb
     plan = [(arm, f"{arm}-{i}") for arm, n in t.flows for i in range(n)]
     runs: list[CompeteRun] = []
-    meter, net = CpuMeter(tb, cfg.arms), NetMeter(tb)
+    meters = CpuMeter(rig.tb, cfg.arms), NetMeter(rig.tb)
     for rep in range(cfg.runs):
         say(f"{len(plan)} flows", rep + 1, cfg.runs)
-        if fault:
-            fault(plan[0][0], rep, rig.servers)
-        offl = proven.link.offload_watch()
-        offl.begin()
-        offsets = rig.log_sizes()
-        lead_s = 1.0 + 0.15 * len(plan)  # time to spawn every client before the start
-        t0_client = rig.client_clock_ns() + int(lead_s * 1e9)
-        # the controller's clock for the queue sampler (the same clock locally)
-        zero_ns = time.time_ns() + int(lead_s * 1e9)
-        sampler = _QueueSampler(tb, proven.link, zero_ns)
-        sampler.start()
-        procs, logs = [], []
-        for srv in rig.servers.values():
-            srv.mark()
-        net_mark, cpu_mark = net.read(), meter.begin()
-        # one traced load per arm and repetition, every flow of the arm in it
-        traced = {a: rig.traced.begin(a, rep) for a, _ in t.flows} if rig.traced else {}
-        try:
-            for i, (arm, flow) in enumerate(plan):
-                p, log = rig.spawn(
-                    arm, f"{flow}-r{rep}", t.duration_s, t0_client + int(i * t.stagger_s * 1e9)
-                )
-                procs.append(p)
-                logs.append(log)
-            mine = {
-                a: [p.pid for (b, _), p in zip(plan, procs, strict=True) if b == a]
-                for a in cfg.arms
-            }
-            profiled = (
-                [r for a in cfg.arms for r in profile.attach(a, {"client": mine[a]})]
-                if profile
-                else []
-            )
-            total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
-            rig.wait_done(logs, procs, timeout=total)
-            cpu = meter.end(cpu_mark)
-            counters = net.since(net_mark)
-            if profile:
-                profile.halt(profiled)
-            tcp = rig.server_tcp()
-            evidence = {a: rig.evidence(a) for a, _ in t.flows}
-            offl_facts, offl_reasons = offl.end()
-            evidence = {
-                a: ({**facts, **offl_facts}, reasons + offl_reasons)
-                for a, (facts, reasons) in evidence.items()
-            }
-            for lt in traced.values():  # as in _bulk: after ss and evidence
-                assert rig.traced is not None
-                rig.traced.end(lt, zero_ns / 1e9)
-        finally:
-            sampler.halt.set()
-            sampler.join(5)
-        rcs = [p.wait(LINGER_S + 10) for p in procs]
-        if profile:
-            profile.fold(profiled)
-        flows = []
-        for i, ((arm, flow), log, rc) in enumerate(zip(plan, logs, rcs, strict=True)):
-            recs = rig.records(log)
-            final = next((r for r in recs if r.get("event") == "done"), {})
-            quic = (
-                _quic_wait(rig, arm, offsets[arm], port_of(final.get("local_addr")))
-                if arm in offsets
-                else None
-            )
-            f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
-            flows.append(
-                _verified(f.model_copy(update={"flow": flow}), evidence[arm], rig.by_name[arm])
-            )
-        run = compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem)
-        runs.append(run.model_copy(update={"cpu": cpu, "counters": counters}))
+        runs.append(_compete_rep(cfg, rig, proven, profile, fault, judge, meters, plan, rep))
+    while True:
+        spoiled = sum(1 for x in runs if spoiled_only(x.link))
+        replaced = sum(1 for x in runs if x.replacement)
+        if replaced >= min(spoiled, judge.max_replaced):
+            break
+        rep = len(runs)
+        say(f"{len(plan)} flows (in place of a spoiled repetition)", rep + 1, rep + 1)
+        runs.append(_compete_rep(cfg, rig, proven, profile, fault, judge, meters, plan, rep, True))
     return CompeteResult(
         created=now(),
         condition=cfg.condition.model_dump(mode="json"),
@@ -671,4 +695,99 @@ def _compete(
         queue_limit_bytes=cfg.condition.pipes()["down"].queue_bytes,
         receipt=proven.receipt.model_dump(mode="json"),
         versions=rig.versions(),
+    )
+
+
+def _compete_rep(
+    cfg: CellConfig,
+    rig: _Rig,
+    proven: ProvenLink,
+    profile: CpuProfile | None,
+    fault: Fault | None,
+    judge: FlowJudge,
+    meters: tuple[CpuMeter, NetMeter],
+    plan: list[tuple[str, str]],
+    rep: int,
+    replacement: bool = False,
+) -> CompeteRun:
+    """One repetition of a compete cell, its flows verified, proven as one load is."""
+    t = cfg.transfer
+    assert t is not None and t.duration_s is not None
+    tb = rig.tb
+    meter, net = meters
+    if fault:
+        fault(plan[0][0], rep, rig.servers)
+    offl = proven.link.offload_watch()
+    offl.begin()
+    offsets = rig.log_sizes()
+    lead_s = 1.0 + 0.15 * len(plan)  # time to spawn every client before the start
+    t0_client = rig.client_clock_ns() + int(lead_s * 1e9)
+    # the controller's clock for the queue sampler (the same clock locally)
+    zero_ns = time.time_ns() + int(lead_s * 1e9)
+    sampler = _QueueSampler(tb, proven.link, zero_ns)
+    watch = judge.watch(tb, proven, cfg.condition)
+    watch.begin()
+    sampler.start()
+    procs, logs = [], []
+    for srv in rig.servers.values():
+        srv.mark()
+    net_mark, cpu_mark = net.read(), meter.begin()
+    # one traced load per arm and repetition, every flow of the arm in it
+    traced = {a: rig.traced.begin(a, rep) for a, _ in t.flows} if rig.traced else {}
+    try:
+        for i, (arm, flow) in enumerate(plan):
+            p, log = rig.spawn(
+                arm, f"{flow}-r{rep}", t.duration_s, t0_client + int(i * t.stagger_s * 1e9)
+            )
+            procs.append(p)
+            logs.append(log)
+        mine = {
+            a: [p.pid for (b, _), p in zip(plan, procs, strict=True) if b == a] for a in cfg.arms
+        }
+        profiled = (
+            [r for a in cfg.arms for r in profile.attach(a, {"client": mine[a]})] if profile else []
+        )
+        total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
+        rig.wait_done(logs, procs, timeout=total)
+        cpu = meter.end(cpu_mark)
+        counters = net.since(net_mark)
+        verdict = watch.end(own_cpu_ms=_own_cpu_ms(tb, list(cpu.values())))
+        if profile:
+            profile.halt(profiled)
+        tcp = rig.server_tcp()
+        evidence = {a: rig.evidence(a) for a, _ in t.flows}
+        offl_facts, offl_reasons = offl.end()
+        evidence = {
+            a: ({**facts, **offl_facts}, reasons + offl_reasons)
+            for a, (facts, reasons) in evidence.items()
+        }
+        for lt in traced.values():  # as in _flow: after ss and evidence
+            assert rig.traced is not None
+            rig.traced.end(lt, zero_ns / 1e9)
+    finally:
+        sampler.halt.set()
+        sampler.join(5)
+    rcs = [p.wait(LINGER_S + 10) for p in procs]
+    if profile:
+        profile.fold(profiled)
+    flows = []
+    for i, ((arm, flow), log, rc) in enumerate(zip(plan, logs, rcs, strict=True)):
+        recs = rig.records(log)
+        final = next((r for r in recs if r.get("event") == "done"), {})
+        quic = (
+            _quic_wait(rig, arm, offsets[arm], port_of(final.get("local_addr")))
+            if arm in offsets
+            else None
+        )
+        f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
+        f = f.model_copy(update={"flow": flow})
+        flows.append(_verified(f, evidence[arm], rig.by_name[arm]))
+    run = compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem)
+    judge.after(f"repetition #{rep}", verdict)
+    return run.model_copy(
+        update={
+            "cpu": cpu,
+            "counters": counters,
+            "link": _proven(verdict, not all(f.ok for f in flows), replacement),
+        }
     )

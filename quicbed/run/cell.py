@@ -294,9 +294,11 @@ def run_cell(
         runs = store.runs(cell_id, attempt)
         for r in runs:
             if not r.valid:
-                (spoiled if spoiled_only(r.detail) else invalid).setdefault(r.arm, []).append(
-                    f"#{r.rep}: {r.reason}"
-                )
+                (spoiled if spoiled_only(load_proof(r.detail)) else invalid).setdefault(
+                    r.arm, []
+                ).append(f"#{r.rep}: {r.reason}")
+        if cfg.kind != "page":
+            spoiled.update(transfer_spoiled(store, cell_id, attempt))
         store.close()
     return CellResult(
         cell_id,
@@ -322,6 +324,27 @@ def saying(progress: Progress | None) -> Callable[[str], None] | None:
     return lambda text: progress(text, 0, 0)
 
 
+def transfer_spoiled(store: Store, cell_id: str, attempt: int) -> dict[str, list[str]]:
+    """A transfer attempt's flows (bulk: by arm) or repetitions (compete: under all its
+    arms, comma-joined) that the link or the host spoiled and nothing else."""
+    from quicbed.results.transfers import BulkResult, stored_transfer
+
+    if store.transfer(cell_id, attempt) is None:
+        return {}
+    result = stored_transfer(store, cell_id, attempt)
+    out: dict[str, list[str]] = {}
+    if isinstance(result, BulkResult):
+        for x in result.runs:
+            if spoiled_only(x.link):
+                out.setdefault(x.arm, []).append(f"#{x.rep}: {'; '.join(x.link['reasons'])}")
+        return out
+    key = ",".join(a for a, _ in result.groups)
+    for run in result.runs:
+        if spoiled_only(run.link):
+            out.setdefault(key, []).append(f"#{run.rep}: {'; '.join(run.link['reasons'])}")
+    return out
+
+
 def arms_without_valid_runs(store: Store, cell_id: str, attempt: int, cfg: CellConfig) -> list[str]:
     """The cell's arms that no valid measured run of this attempt speaks for: such an
     attempt has measured nothing it can compare, so it is failed, never done."""
@@ -333,7 +356,7 @@ def arms_without_valid_runs(store: Store, cell_id: str, attempt: int, cfg: CellC
     flows = (
         [r.flow for r in result.runs]
         if isinstance(result, BulkResult)
-        else [f for r in result.runs for f in r.flows]
+        else [f for r in result.runs if not r.spoiled for f in r.flows]
     )
     ok = {f.arm for f in flows if f.ok}
     return [a for a in cfg.arms if a not in ok]
@@ -370,7 +393,7 @@ def replacement_counts(runs: Iterable[RunRow]) -> tuple[dict[str, int], dict[str
             continue
         if load_proof(r.detail).get("spoiled"):
             spoiled[r.arm] = spoiled.get(r.arm, 0) + 1
-        if is_replacement(r.detail):
+        if is_replacement(load_proof(r.detail)):
             replaced[r.arm] = replaced.get(r.arm, 0) + 1
     return spoiled, replaced
 
@@ -741,7 +764,7 @@ class _Job:
     def _transfers(self, proven: ProvenLink, span: dict[str, Any]) -> None:
         """A bulk or compete cell (quicbed.run.bulk): its transfers on the proven link, one
         record stored for the attempt (a resumed attempt runs them again, whole)."""
-        from quicbed.run.bulk import run_transfer
+        from quicbed.run.bulk import FlowJudge, run_transfer
 
         _, log_dir = self.store.paths(self.cell_id, self.attempt)
         profiler = self._profiler("quicbed-bulk")
@@ -755,6 +778,7 @@ class _Job:
             profiler,
             self.fault,
             tracing=tracing,
+            judge=FlowJudge(self.late_tolerance_ms, self.max_replaced, self._settle),
         )
         if profiler:
             self._seal_profile(profiler)
@@ -956,7 +980,7 @@ def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
             },
         )
         a["spoiled"] += int(bool(load_proof(r.detail).get("spoiled")))
-        a["replacements"] += int(is_replacement(r.detail))
+        a["replacements"] += int(is_replacement(load_proof(r.detail)))
         a["measured"] += 1
         a["valid"] += int(r.valid)
         a["used_0rtt"] += int(r.used_0rtt is True)
