@@ -147,6 +147,15 @@ def test_a_load_during_which_the_emulator_stalled_is_invalid_and_replaced(
         assert load["late_tolerance_ms"] == late_tolerance_ms(cfg.condition) == 15.0
         assert load["directions"]["down"]["rx_timestamps"]
     assert r.receipt is not None and r.receipt.passed
+    # the report's per-load table: each stalled load with its lateness, marked spoiled
+    from quicbed.report.build import build
+
+    row = next(x for x in build(tmp_path / "res").rows if x.cell_id == r.cell_id)
+    shown = {(p["arm"], p["rep"]): p for p in row.load_proofs}
+    for arm, rep in stalls:
+        assert shown[arm, rep]["link_spoiled"] == 1 and shown[arm, rep]["link_late_max_ms"] > 15
+    html = (tmp_path / "res" / "report" / "index.html").read_text()
+    assert "Each measured load: how late the link" in html and "in place of a spoiled load" in html
 
 
 @pytest.mark.root

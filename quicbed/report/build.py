@@ -35,6 +35,7 @@ from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report.transfers import is_transfer
 from quicbed.results.folder import SWEEP_FILE, measured_on
 from quicbed.results.linkload import cell_line, load_proof, shortfall
+from quicbed.results.linkload import figures as link_figures
 from quicbed.results.provenance import component_identity, setup_identity
 from quicbed.results.store import Store
 from quicbed.spec.sweepspec import stored_queue_warning
@@ -1014,6 +1015,12 @@ def _write_html(
             r.link_line = cell_line(
                 [p for _, _, p in measured], att.waited_s, shortfall(measured, r.runs)
             )
+            r.load_proofs = [
+                {"arm": x.arm, "rep": x.rep, "plt_ms": x.plt_ms, "valid": x.valid}
+                | link_figures(load_proof(x.detail))
+                for x in sorted(r.loads, key=lambda x: x.seq)
+                if not x.warmup and load_proof(x.detail)
+            ]
             r.rerun = f"quicbed cell --from {source} --cell {r.cell_id}"
             tb = (att.provenance or {}).get("testbed") or {}
             if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind

@@ -159,6 +159,9 @@ class CellRow(Compared):
     records: list[str] = field(default_factory=list)
     #: what the link and the host did during the loads (quicbed.results.linkload)
     link_line: str | None = None
+    #: each measured load: arm, rep, PLT, valid, replacement, and its proof's figures
+    #: (quicbed.results.linkload.figures), for the report's per-load table
+    load_proofs: list[dict[str, Any]] = field(default_factory=list)
     rerun: str = ""
     explain: str | None = None
     explain_problem: str | None = None
