@@ -55,12 +55,12 @@ from quicbed.link import hostcpu
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.loadproof import late_tolerance_ms
 from quicbed.link.model import make_condition
-from quicbed.link.shapers import UserspaceShaper
 from quicbed.results.linkload import figures, is_replacement, load_proof
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.run.cell import CellResult, run_cell
 from quicbed.servers.base import WebServer
+from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.cellconfig import CellConfig, make_cell
 from quicbed.testbed.local import LocalTestbed
 

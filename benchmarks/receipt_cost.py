@@ -31,7 +31,7 @@ from quicbed.link import hostcpu
 from quicbed.link.model import make_condition
 from quicbed.link.receipt import measure
 from quicbed.link.session import shaped_link
-from quicbed.link.shapers import UserspaceShaper
+from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.testbed.local import LocalTestbed
 
 #: the demo's conditions and receipt TCP seconds (sweeps/demo.yaml)

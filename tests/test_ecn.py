@@ -15,7 +15,9 @@ import pytest
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
 from quicbed.link.receipt import _ecn_check
-from quicbed.link.shapers import DummynetShaper, NetemShaper, UserspaceShaper
+from quicbed.shapers.dummynet import DummynetShaper
+from quicbed.shapers.netem import NetemShaper
+from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.cellconfig import make_cell
 
 QB = [sys.executable, "-m", "quicbed"]

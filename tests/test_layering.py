@@ -35,8 +35,8 @@ LAYERS = [
     # what runs on a testbed's three roles, without the testbed's life
     ("testbed roles", "testbed testbed.cgroups testbed.cpu testbed.roles"),
     # the link as data, the shapers and the interfaces' offloads, which act on the roles
-    ("link shapers", "link link.model link.shapers link.offloads"),
-    # a testbed's life: up, owned, torn down (its shaping cleared: quicbed.link.shapers)
+    ("link shapers", "link link.model shapers shapers.* link.offloads"),
+    # a testbed's life: up, owned, torn down (its shaping cleared: quicbed.shapers)
     (
         "testbed",
         "testbed.base testbed.owner testbed.local testbed.ssh testbed.hosts testbed.sshlab",
@@ -79,7 +79,7 @@ RUNNER = (
     "quicbed.testbed",
     "quicbed.servers",
     "quicbed.client",
-    "quicbed.link.shapers",
+    "quicbed.shapers",
 )
 
 

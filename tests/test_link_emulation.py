@@ -20,7 +20,8 @@ from quicbed.link import probes
 from quicbed.link.model import make_condition
 from quicbed.link.receipt import measure
 from quicbed.link.session import shaped_link
-from quicbed.link.shapers import NetemShaper, UserspaceShaper
+from quicbed.shapers.netem import NetemShaper
+from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.testbed.local import LocalTestbed
 
 pytestmark = pytest.mark.root

@@ -15,10 +15,10 @@ from quicbed.link.loadproof import late_tolerance_ms
 from quicbed.link.model import make_condition
 from quicbed.link.proof import _grew, prove, spot_check
 from quicbed.link.session import shaped_link
-from quicbed.link.shapers import UserspaceShaper
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer
+from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 

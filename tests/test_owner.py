@@ -171,7 +171,7 @@ def test_the_next_command_removes_what_a_killed_one_left(prefix: str) -> None:
 import sys, time
 from quicbed.testbed.local import LocalTestbed
 from quicbed.link.model import make_condition
-from quicbed.link.shapers import UserspaceShaper
+from quicbed.shapers.userspace import UserspaceShaper
 tb = LocalTestbed({prefix!r})
 with tb.claim("quicbed doomed"):
     tb.up()
@@ -204,7 +204,7 @@ with tb.claim("quicbed doomed"):
 
 
 def _emulator_pid(tb: LocalTestbed) -> int | None:
-    from quicbed.link.shapers import UserspaceShaper
+    from quicbed.shapers.userspace import UserspaceShaper
 
     return UserspaceShaper().pid(tb)
 

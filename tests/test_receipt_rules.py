@@ -7,7 +7,9 @@ import pytest
 
 from quicbed.link.model import make_condition
 from quicbed.link.receipt import _loss_check, tcp_omit_seconds, udp_delivery
-from quicbed.link.shapers import DummynetShaper, NetemShaper, UserspaceShaper
+from quicbed.shapers.dummynet import DummynetShaper
+from quicbed.shapers.netem import NetemShaper
+from quicbed.shapers.userspace import UserspaceShaper
 
 
 def test_seeded_loss_samples_of_a_correct_link_pass_and_a_wrong_loss_fails() -> None:

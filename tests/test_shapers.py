@@ -6,7 +6,10 @@ import pytest
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
-from quicbed.link.shapers import DummynetShaper, NetemShaper, UserspaceShaper
+from quicbed.shapers import get_shaper
+from quicbed.shapers.dummynet import DummynetShaper
+from quicbed.shapers.netem import NetemShaper
+from quicbed.shapers.userspace import UserspaceShaper
 
 
 def test_dummynet_lines_for_the_reference_loss_scenario() -> None:
@@ -161,8 +164,13 @@ class _EmulabBridge:
     def name(self, role: str) -> str:
         return role
 
-    def netem_unavailable(self) -> str | None:
-        return "no netem on a FreeBSD bridge"
+    prefix = "ssh"
+
+    def on_bridge_host(self, argv: list[str]) -> object:
+        class Refused:  # FreeBSD: no `ip netns` to try netem in
+            returncode, stdout, stderr = 1, "", "ip: not found"
+
+        return Refused()
 
     def bin_path(self, role: str, binary: str) -> str:
         return f"/usr/local/bin/{binary}"
@@ -171,7 +179,7 @@ class _EmulabBridge:
 def test_auto_skips_a_shaper_that_cannot_emulate_the_condition() -> None:
     """On an Emulab bridge auto takes Dummynet, unless the cell's jitter is a kind only
     our emulator has (the study's step): then the emulator, not a refusal."""
-    from quicbed.link.shapers import get_shaper
+    from quicbed.shapers import get_shaper
 
     bridge = _EmulabBridge()
     plain = make_condition(rate_mbit=10, rtt_ms=112)
@@ -181,3 +189,41 @@ def test_auto_skips_a_shaper_that_cannot_emulate_the_condition() -> None:
     assert isinstance(get_shaper("auto", bridge, step), UserspaceShaper)  # type: ignore[arg-type]
     with pytest.raises(QuicbedError, match="step"):  # asked by name: refused, not swapped
         get_shaper("dummynet", bridge, step).check(step)  # type: ignore[arg-type]
+
+
+def test_the_shapers_are_found_by_name_and_describe_themselves() -> None:
+    """Every module of quicbed/shapers is registered under its name; --shaper's choices,
+    help and auto's order come from the classes (issue 44: adding a shaper touches its
+    module only)."""
+    from quicbed.shapers import help_text, names, shapers
+
+    assert names() == ("auto", "dummynet", "netem", "userspace", "none")
+    assert set(shapers()) == {"dummynet", "netem", "userspace", "none"}
+    text = help_text()
+    for name, cls in shapers().items():
+        assert cls.summary and f"{name}: {cls.summary}" in text
+    assert "the first of dummynet, netem, userspace" in text
+    with pytest.raises(QuicbedError, match="unknown shaper 'tc' \\(one of auto, dummynet"):
+        get_shaper("tc", _EmulabBridge())  # type: ignore[arg-type]
+
+
+def test_the_shaper_recipe_lists_exactly_what_the_class_requires() -> None:
+    """docs/extending.md's table of a shaper's members: its required ones are the base
+    class's abstract methods and the attributes it declares without a value."""
+    import re
+    from pathlib import Path
+
+    from quicbed.shapers.base import Shaper
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "extending.md").read_text()
+    table = doc.split("## A shaper\n", 1)[1].split("\n## ", 1)[0]
+    required, listed = set(), set()
+    for row in re.findall(r"^\| (.+?) \| (yes|no) \|", table, re.M):
+        names = {n.split("(")[0] for n in re.findall(r"`([^`]+)`", row[0])}
+        listed |= names
+        if row[1] == "yes":
+            required |= names
+    declared = {n for n in Shaper.__annotations__ if not hasattr(Shaper, n)}
+    assert required == set(Shaper.__abstractmethods__) | declared
+    public = {n for n in vars(Shaper) if not n.startswith("_")} | set(Shaper.__annotations__)
+    assert listed == public

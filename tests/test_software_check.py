@@ -276,9 +276,9 @@ def test_the_probes_belong_to_the_stacks_and_name_what_the_runners_run() -> None
     """Every stack and browser is recorded under its own name; the constants the check
     names are the ones the runner uses (the link emulator, the transfer client)."""
     from quicbed.client import browsers
-    from quicbed.link.shapers import UserspaceShaper
     from quicbed.run.bulk import CLIENT
     from quicbed.servers import stacks
+    from quicbed.shapers.userspace import UserspaceShaper
 
     names = [s.software_name for s in stacks().values()]
     assert None not in names and len(set(names)) == len(names)

@@ -21,9 +21,10 @@ import pytest
 
 from quicbed.errors import QuicbedError
 from quicbed.link.model import make_condition
-from quicbed.link.shapers import PIPES_FILE, DummynetShaper, get_shaper
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
+from quicbed.shapers import get_shaper
+from quicbed.shapers.dummynet import PIPES_FILE, DummynetShaper
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed import hosts
 from quicbed.testbed.base import RPath

@@ -13,7 +13,6 @@ import pytest
 from test_transfer_cells import _compete_record, _flow
 
 from quicbed.link.model import make_condition
-from quicbed.link.shapers import UserspaceShaper
 from quicbed.results.linkload import shortfall
 from quicbed.results.transfers import (
     BulkResult,
@@ -24,6 +23,7 @@ from quicbed.results.transfers import (
 )
 from quicbed.run.bulk import _replaced
 from quicbed.servers.base import WebServer
+from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 

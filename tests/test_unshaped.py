@@ -17,7 +17,8 @@ from quicbed.link.model import make_condition
 from quicbed.link.proof import prove, spot_check
 from quicbed.link.receipt import unshaped_check
 from quicbed.link.session import shaped_link
-from quicbed.link.shapers import NoShaper, check_condition
+from quicbed.shapers import check_condition
+from quicbed.shapers.none import NoShaper
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 

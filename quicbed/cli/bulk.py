@@ -22,6 +22,7 @@ from quicbed.cli.options import (
 from quicbed.errors import QuicbedError
 from quicbed.link.model import RECEIPT_TCP_SECONDS, LinkCondition
 from quicbed.profile import check_profile
+from quicbed.shapers import help_text as shaper_help
 from quicbed.spec.cellconfig import CellConfig, make_cell
 from quicbed.testbed.base import Testbed
 from quicbed.traces import check_level
@@ -46,10 +47,7 @@ ArmsOpt = Annotated[
 ForceOpt = Annotated[bool, typer.Option(help="Add to a folder measured with other software.")]
 ShaperOpt = Annotated[
     str,
-    typer.Option(
-        help="Link shaper: auto, userspace, netem, dummynet, or none (the kernel bridge "
-        "alone: rate unlimited, no delay, loss or jitter)."
-    ),
+    typer.Option(help=f"Link shaper: {shaper_help()}"),
 ]
 TcpSecondsOpt = Annotated[float, typer.Option(help="iperf3 TCP seconds of the receipt.")]
 SizeOpt = Annotated[str, typer.Option(help="Bulk object size: 10MB, 100MB, 1GB (decimal).")]

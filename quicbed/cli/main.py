@@ -462,10 +462,10 @@ def run_spec(
     ``again`` is the command that continues it after a stop."""
     from pathlib import Path
 
-    from quicbed.link.shapers import get_shaper
     from quicbed.run.cell import check_browsers
     from quicbed.run.shard import parse_shard, select
     from quicbed.run.sweep import check_budget, check_folder, kept_cells, run_sweep
+    from quicbed.shapers import get_shaper
     from quicbed.spec.sweepspec import plan
 
     if retry_failed and not resume:

@@ -29,6 +29,7 @@ from quicbed.link.model import (
     LinkCondition,
     make_condition,
 )
+from quicbed.shapers import help_text as shaper_help
 from quicbed.spec.cellconfig import UNLIMITED, CellConfig, cell_default, make_cell, parse_rate
 from quicbed.testbed.base import Testbed
 
@@ -343,8 +344,7 @@ ShaperOpt = Annotated[
     str,
     typer.Option(
         "--shaper",
-        help="auto, userspace, netem, dummynet, or none (the kernel bridge alone: rate "
-        "unlimited, no delay, loss or jitter).",
+        help=shaper_help(),
     ),
 ]
 SHAPER: str = CELL["shaper"]

@@ -16,13 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from quicbed.errors import QuicbedError
 from quicbed.link.loadproof import check_late_tolerance
 from quicbed.link.quiet import DEFAULT_WAIT_MINUTES, check_wait_minutes
-from quicbed.link.shapers import DEFAULT_EMULATOR_PRIORITY, check_emulator_priority
+from quicbed.shapers.userspace import DEFAULT_EMULATOR_PRIORITY, check_emulator_priority
 
 
 class HostPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
-    #: how the userspace emulator is scheduled (quicbed.link.shapers.EMULATOR_PRIORITIES)
+    #: how the userspace emulator is scheduled (quicbed.shapers.userspace.EMULATOR_PRIORITIES)
     emulator_priority: Literal["rt", "normal"] = DEFAULT_EMULATOR_PRIORITY  # type: ignore[assignment]
     #: the longest a cell waits for a quiet host, in minutes (quicbed.link.quiet; 0: never)
     quiet_wait_minutes: float = Field(default=DEFAULT_WAIT_MINUTES, ge=0)

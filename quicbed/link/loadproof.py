@@ -39,7 +39,7 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
 from quicbed.link.model import JitterKind, LinkCondition
-from quicbed.link.shapers import Shaper
+from quicbed.shapers.base import Shaper
 from quicbed.testbed.base import Testbed
 
 #: a load that lost more of the host's CPU time than this to steal is spoiled (%)

@@ -39,7 +39,7 @@ from scipy.stats import binomtest
 from quicbed.link import hostcpu, power, probes
 from quicbed.link.loadproof import LoadWatch
 from quicbed.link.model import ETH_HEADER, RECEIPT_TCP_SECONDS, JitterKind, LinkCondition
-from quicbed.link.shapers import Shaper
+from quicbed.shapers.base import Shaper
 from quicbed.testbed.base import Testbed
 
 RECEIPT_FORMAT = 1

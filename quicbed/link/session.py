@@ -14,8 +14,10 @@ from typing import Any
 
 from quicbed.link import offloads as nic
 from quicbed.link.model import LinkCondition
-from quicbed.link.shapers import DEFAULT_EMULATOR_PRIORITY, Shaper, get_shaper
 from quicbed.link.tuning import tune_hosts
+from quicbed.shapers import get_shaper
+from quicbed.shapers.base import Shaper
+from quicbed.shapers.userspace import DEFAULT_EMULATOR_PRIORITY
 from quicbed.testbed.base import Testbed
 from quicbed.testbed.owner import shielded
 

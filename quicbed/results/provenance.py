@@ -79,7 +79,7 @@ def ask(tb: Testbed | None, role: str) -> Run:
     return run
 
 
-#: the link emulator every cell's link runs through (quicbed.link.shapers)
+#: the link emulator every cell's link runs through (quicbed.shapers)
 LINK_EMULATOR = "quicbed-linkem"
 #: the client of every transfer (bulk and compete cells: quicbed.run.bulk.CLIENT)
 BULK_CLIENT = "quicbed-bulk"

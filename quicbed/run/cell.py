@@ -159,8 +159,8 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     (quicbed.testbed.cpu): a testbed that cannot is refused before a store or an
     attempt exists, instead of becoming a failed attempt.
     """
-    from quicbed.link.shapers import get_shaper
     from quicbed.servers import get_stack
+    from quicbed.shapers import get_shaper
     from quicbed.spec import workloads
 
     pageset = workloads.load()

@@ -168,7 +168,7 @@ def prepare_folder(
     """
     held = check_folder(out, spec, resume=resume, force=force, shard=shard)
     if testbed is not None:  # a spec whose shaper cannot run here never claims a folder
-        from quicbed.link.shapers import get_shaper
+        from quicbed.shapers import get_shaper
 
         get_shaper(spec.shaper, testbed)
     if held is not None and not measuring:

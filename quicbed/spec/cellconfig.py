@@ -215,11 +215,12 @@ class CellConfig(BaseModel):
     @classmethod
     def _shaper(cls, v: str) -> str:
         """Known by name here; whether it can run on a testbed is cell.validate's question."""
-        from quicbed.link.shapers import SHAPERS
+        from quicbed.shapers import check_name
 
-        if v not in SHAPERS:
-            raise ValueError(f"unknown shaper {v!r} (one of {', '.join(SHAPERS)})")
-        return v
+        try:
+            return check_name(v)
+        except QuicbedError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("arms")
     @classmethod
@@ -235,7 +236,7 @@ class CellConfig(BaseModel):
         """Every arm's stack, CC and parameters, and the condition against a named shaper,
         checked now: nothing starts otherwise."""
         from quicbed.link.offloads import check_shaper
-        from quicbed.link.shapers import check_condition
+        from quicbed.shapers import check_condition
 
         try:
             arms = self.resolved_arms()

@@ -262,7 +262,8 @@ class SweepSpec(BaseModel):
     name: str
     description: str = ""
     testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
-    shaper: Literal["auto", "userspace", "netem", "dummynet", "none"] = cell_default("shaper")
+    #: a shaper's name (quicbed.shapers.names), checked by _shaper
+    shaper: str = cell_default("shaper")
     receipt_tcp_seconds: float = Field(default=RECEIPT_TCP_SECONDS, gt=0, le=MAX_TCP_SECONDS)
     #: transport traces per load or flow (quicbed.traces): observe the loads, not a
     #: condition of them, so not in the digest: a folder may be resumed at another level.
@@ -279,6 +280,16 @@ class SweepSpec(BaseModel):
     defaults: Defaults = Defaults()
     statistics: Statistics = Statistics()
     scenarios: dict[str, Scenario]
+
+    @field_validator("shaper")
+    @classmethod
+    def _shaper(cls, v: str) -> str:
+        from quicbed.shapers import check_name
+
+        try:
+            return check_name(v)
+        except QuicbedError as exc:
+            raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:

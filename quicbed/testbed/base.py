@@ -3,7 +3,7 @@
 :class:`Testbed` is what the runner and the commands hold: the roles' operations
 (:class:`~quicbed.testbed.roles.Roles`) and the testbed's lifecycle, whose teardown
 removes everything quicbed made on it, the link's shaping included
-(quicbed.link.shapers, which act on the roles alone).
+(quicbed.shapers, which act on the roles alone).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class Testbed(Roles):
         # loaded by a teardown, not by every module that names a Testbed (quicbed verify
         # imports none of the runner: tests/test_layering.py)
         from quicbed import hostparam
-        from quicbed.link.shapers import clear_all
+        from quicbed.shapers import clear_all
 
         with owner.shielded():
             hostparam.release_all(self)  # a host-wide setting it held (TCP CUBIC's beta)

@@ -12,15 +12,13 @@ role's machine, which is not the controller's for the ssh testbed. Local paths o
 the controller (the results folder) are :class:`pathlib.Path`.
 
 This module is the interface alone, without a testbed's life (up, down, owned, torn
-down: quicbed.testbed.base): the link's shapers (quicbed.link.shapers) act on the
+down: quicbed.testbed.base): the link's shapers (quicbed.shapers) act on the
 roles, and a testbed's teardown clears their shaping: the shapers sit between the two
 modules, and no import goes round in a circle.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
 import subprocess
 import time
 from abc import ABC, abstractmethod
@@ -240,43 +238,6 @@ class Roles(ABC):
     def on_bridge_host(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` in the bridge machine's own (root) namespace, unchecked."""
         return self.on_host("bridge", argv)
-
-    def netem_unavailable(self) -> str | None:
-        """Why the bridge's kernel cannot run netem, or None (tried in a throwaway netns).
-
-        The throwaway's name is unique per call: two testbeds of one prefix can share a
-        kernel (two ssh labs on one machine, both ``ssh``), and a fixed name let one
-        probe delete the other's namespace mid-try, which took a healthy testbed out.
-        """
-        ns = f"{self.prefix}-probe-{os.getpid()}-{secrets.token_hex(3)}"
-        self.on_bridge_host(["ip", "netns", "del", ns])
-        try:
-            made = self.on_bridge_host(["ip", "netns", "add", ns])
-            if made.returncode != 0:
-                return f"cannot make a network namespace to try netem: {made.stderr.strip()}"
-            cp = self.on_bridge_host(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
-                    "tc",
-                    "qdisc",
-                    "add",
-                    "dev",
-                    "lo",
-                    "root",
-                    "netem",
-                    "delay",
-                    "1ms",
-                ]
-            )
-        finally:
-            self.on_bridge_host(["ip", "netns", "del", ns])
-        if cp.returncode != 0:
-            why = (cp.stderr.strip().splitlines() or ["tc failed"])[0]
-            return f"this kernel cannot run netem ({why}); use --shaper userspace"
-        return None
 
     def listening(self, role: str, proto: str, port: int) -> bool:
         """True if something listens on ``proto``/``port`` on ``role`` (asks ss)."""
