@@ -24,13 +24,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "quicbed"
 #: quicbed ("quicbed" itself is the package's __init__); "x.*" is every module under x.
 #: Every module is in exactly one layer, so a new module must be placed here.
 LAYERS = [
-    # what everything uses: errors, files, processes, hashing, progress; the statistics
-    # (analysis.stats: a spec's alpha) and the figure style (report.plots) sit here too
+    # what everything uses: errors, files, processes, hashing, progress, figure files
     (
         "foundation",
         "quicbed errors paths proc tarsafe yamlfile identity hostparam certs progress "
-        "jsonlines plugins procnet tcpinfo analysis.stats report.plots spec.workloads "
-        "spec.bulkobjects",
+        "jsonlines plugins procnet tcpinfo figsave spec.workloads spec.bulkobjects",
     ),
     # what runs on a testbed's three roles, without the testbed's life
     ("testbed roles", "testbed testbed.cgroups testbed.cpu testbed.roles"),
@@ -56,19 +54,16 @@ LAYERS = [
         "servers and browsers",
         "spec.tcpopts spec.tparams spec.sockopts servers servers.* client client.*",
     ),
-    # what a sweep or cell asks for: arms, cells, specs
-    ("spec", "spec spec.arms spec.cellconfig spec.sweepspec spec.catalog"),
+    # what a sweep or cell asks for: arms, cells, specs, the statistics it may ask for
+    ("spec", "spec spec.arms spec.cellconfig spec.sweepspec spec.catalog spec.significance"),
     # a results folder: its store, provenance, records; merge and export read it
     ("results", "results results.*"),
-    # measuring: a transfer's or page's cell, a sweep over testbeds
+    # from the store: statistics, summaries and comparisons, which cells, why a load was slow
+    ("analysis", "analysis analysis.*"),
+    # measuring: a transfer's or page's cell (its verdict from analysis), a sweep over testbeds
     ("run", "console run run.*"),
-    # from the store: which cells, why a load was slow
-    ("analysis", "analysis analysis.select analysis.explain"),
-    (
-        "report",
-        "report report.cellrow report.lines report.build report.cpu report.profile "
-        "report.transfers report.axes report.windows",
-    ),
+    # tables, figures and the report's pages from the store
+    ("report", "report report.*"),
     # a replication package, checked and rerun
     ("package", "package package.*"),
     ("cli", "cli cli.* __main__"),
