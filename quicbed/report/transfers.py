@@ -1,6 +1,6 @@
 """The report's transfer cells (bulk, compete): their table, figures and statistics.
 
-A transfer cell's numbers are computed from its stored record (quicbed.results.transfers'
+A transfer cell's numbers are computed from its stored record (quicbed.analysis.transfers'
 bulk_summary and compete_summary, the same functions ``quicbed bulk``/``compete``
 print from), never kept beside it, so a package's verify recomputes them the same way.
 ``transfers.csv`` has one row per cell, arm and comparison, ``transfers.json`` the summaries and
