@@ -127,8 +127,8 @@ def print_cell(result: Any, cfg: Any) -> None:
         out.print(f"[red]failed:[/] {result.problem}")
         return
     if cfg.kind != "page":  # a bulk or compete cell: its flows' numbers, not PLTs
+        from quicbed.analysis.transfers import stored_transfer
         from quicbed.results.store import Store
-        from quicbed.results.transfers import stored_transfer
 
         store = Store.open_readonly(result.out)
         try:
@@ -223,7 +223,7 @@ def print_transfer(r: Any) -> None:
 
 def print_cpu(items: dict[str, list[Any]], per: str) -> None:
     """Per arm, each role's mean CPU time per load or flow and per MB it carried."""
-    from quicbed.results.cpu import summary
+    from quicbed.analysis.cpu import summary
 
     for arm, got in items.items():
         if not got:

@@ -53,8 +53,9 @@ def measured_bulk(cfg: Any, folder: Path, links: Any) -> Any:
     """``cfg`` measured for real into ``folder`` over the suite's shared link of its
     condition (``conftest.SharedLinks``: a link that fails raises ``LinkNotHeld`` and the
     test runs again), and its stored BulkResult."""
+    from quicbed.analysis.transfers import stored_transfer
     from quicbed.results.store import Store
-    from quicbed.results.transfers import BulkResult, stored_transfer
+    from quicbed.results.transfers import BulkResult
 
     r = links.run_cell(cfg, folder)
     store = Store(folder)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from quicbed.analysis.transfers import stored_transfer
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.results.linkload import spoiled_only
@@ -26,7 +27,6 @@ from quicbed.results.transfers import (
     ideal_goodput_bps,
     jain,
     steady_window,
-    stored_transfer,
 )
 from quicbed.spec import bulkobjects
 from quicbed.tcpinfo import ss_connections

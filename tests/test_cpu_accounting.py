@@ -17,8 +17,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 from conftest import scheduled
 
+from quicbed.analysis.cpu import summary
 from quicbed.errors import QuicbedError
-from quicbed.results.cpu import CpuTime, CpuUse, summary
+from quicbed.results.cpu import CpuTime, CpuUse
 from quicbed.testbed import cgroups
 from quicbed.testbed.cpu import CpuGroups
 from quicbed.testbed.local import LocalTestbed

@@ -140,8 +140,8 @@ COND = make_condition(rate_mbit=10, rtt_ms=36)
 
 def _measured(links: SharedLinks, out: Path, **cell: Any) -> BulkResult | CompeteResult:
     """A short transfer cell traced at light on the suite's shared link, read back."""
+    from quicbed.analysis.transfers import stored_transfer
     from quicbed.results.store import Store
-    from quicbed.results.transfers import stored_transfer
     from quicbed.spec.bulkobjects import object_path
 
     size = cell["transfer"]["size"]

@@ -5,6 +5,10 @@ lower ones, never one above, and no modules import each other in a circle. Both 
 read from the source with ``ast``, every import counted, at module level or in a
 function: a function's import still makes the lower module depend on the upper one.
 
+Its folders are layers too (``FOLDERS``, bottom first), so that where a module lives
+says what it may use: a folder imports its own or lower ones, and no folders import
+each other in a circle, but for the imports listed, one by one, in ``KNOWN_UPWARD``.
+
 A fresh interpreter for what a command loads, because pytest has long imported the
 runner by the time these tests run: ``sys.modules`` of this process says nothing about
 what ``verify`` needs.
@@ -24,13 +28,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "quicbed"
 #: quicbed ("quicbed" itself is the package's __init__); "x.*" is every module under x.
 #: Every module is in exactly one layer, so a new module must be placed here.
 LAYERS = [
-    # what everything uses: errors, files, processes, hashing, progress; the statistics
-    # (analysis.stats: a spec's alpha) and the figure style (report.plots) sit here too
+    # what everything uses: errors, files, processes, hashing, progress, figure files
     (
         "foundation",
         "quicbed errors paths proc tarsafe yamlfile identity hostparam certs progress "
-        "jsonlines plugins procnet tcpinfo analysis.stats report.plots spec.workloads "
-        "spec.bulkobjects",
+        "jsonlines plugins procnet tcpinfo figsave spec.workloads spec.bulkobjects",
     ),
     # what runs on a testbed's three roles, without the testbed's life
     ("testbed roles", "testbed testbed.cgroups testbed.cpu testbed.roles"),
@@ -56,23 +58,68 @@ LAYERS = [
         "servers and browsers",
         "spec.tcpopts spec.tparams spec.sockopts servers servers.* client client.*",
     ),
-    # what a sweep or cell asks for: arms, cells, specs
-    ("spec", "spec spec.arms spec.cellconfig spec.sweepspec spec.catalog"),
+    # what a sweep or cell asks for: arms, cells, specs, the statistics it may ask for
+    ("spec", "spec spec.arms spec.cellconfig spec.sweepspec spec.catalog spec.significance"),
     # a results folder: its store, provenance, records; merge and export read it
     ("results", "results results.*"),
-    # measuring: a transfer's or page's cell, a sweep over testbeds
+    # from the store: statistics, summaries and comparisons, which cells, why a load was slow
+    ("analysis", "analysis analysis.*"),
+    # measuring: a transfer's or page's cell (its verdict from analysis), a sweep over testbeds
     ("run", "console run run.*"),
-    # from the store: which cells, why a load was slow
-    ("analysis", "analysis analysis.select analysis.explain"),
-    (
-        "report",
-        "report report.cellrow report.lines report.build report.cpu report.profile "
-        "report.transfers report.axes report.windows",
-    ),
+    # tables, figures and the report's pages from the store
+    ("report", "report report.*"),
     # a replication package, checked and rerun
     ("package", "package package.*"),
     ("cli", "cli cli.* __main__"),
 ]
+#: The package's folders, bottom first: (folder, what the layer is). A module at the
+#: package's top (quicbed/x.py) is in "foundation"; every other module is in the first
+#: folder of its path. A new folder must be placed here.
+FOLDERS = [
+    ("foundation", "what everything uses: errors, files, processes, hashing, figure files"),
+    ("testbed", "the testbeds: their three roles, their life (up, owned, torn down)"),
+    ("link", "the link: its model, shapers, tuning, receipts, and the proof of each load"),
+    ("traces", "instruments over a cell's loads: packet captures, qlog, TCP state"),
+    ("profile", "CPU profiles on request: perf, inferno, component shares"),
+    ("client", "the browsers and the bulk client, driven on the client role"),
+    ("servers", "the stacks: each web server, its arms' settings applied"),
+    ("spec", "what a sweep or cell asks for: arms, cells, specs, stacks' settings"),
+    ("results", "a results folder: its store, layout, records, provenance; merge, export"),
+    ("analysis", "statistics from the store: summaries, comparisons, why a load was slow"),
+    ("run", "measuring: a page's or a transfer's cell, a sweep over testbeds"),
+    ("report", "tables, figures and pages from a results folder"),
+    ("package", "a replication package: built, checked, rerun"),
+    ("cli", "the quicbed command"),
+]
+#: Imports from a folder to one above it that stand for now, each (importing module,
+#: imported module). Checked exactly: an upward import not listed fails the test, and
+#: one gone from the code must be struck from here.
+KNOWN_UPWARD = {
+    # ``python -m quicbed`` runs the package's top-level __main__
+    ("quicbed.__main__", "quicbed.cli.main"),
+    # what the commands print sits at the top, though it prints for the runner (its
+    # layer is run's, LAYERS): a testbed's owner, a stored cell's numbers
+    ("quicbed.console", "quicbed.analysis.cpu"),
+    ("quicbed.console", "quicbed.analysis.transfers"),
+    ("quicbed.console", "quicbed.results.store"),
+    ("quicbed.console", "quicbed.testbed.owner"),
+    # a testbed's teardown clears the shaping and offloads the link put on its roles
+    # (link <-> testbed: the link's shapers and offloads act on the roles, LAYERS)
+    ("quicbed.testbed.base", "quicbed.link.shapers"),
+    ("quicbed.testbed.local", "quicbed.link.offloads"),
+    ("quicbed.testbed.ssh", "quicbed.link.offloads"),
+    # the stacks' settings live in spec/ but sit below the servers that apply them
+    # (LAYERS: "servers and browsers"): servers <-> spec
+    ("quicbed.servers.apache", "quicbed.spec.tcpopts"),
+    ("quicbed.servers.base", "quicbed.spec.sockopts"),
+    ("quicbed.servers.base", "quicbed.spec.tcpopts"),
+    ("quicbed.servers.base", "quicbed.spec.tparams"),
+    ("quicbed.servers.envoy", "quicbed.spec.tparams"),
+    ("quicbed.servers.gquiche", "quicbed.spec.tparams"),
+    ("quicbed.servers.quic_go", "quicbed.spec.sockopts"),
+    ("quicbed.servers.quic_go", "quicbed.spec.tparams"),
+    ("quicbed.servers.quiche", "quicbed.spec.tparams"),
+}
 #: what starts processes, shapes links or drives a browser
 RUNNER = (
     "quicbed.run",
@@ -226,3 +273,72 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
         if m in where and target in where and rank[where[target]] > rank[where[m]]
     ]
     assert upward == [], "imports of a higher layer:\n" + "\n".join(upward)
+
+
+def folder_of() -> dict[str, str]:
+    """Per module, its folder: the first folder of its path, "foundation" at the top."""
+    out = {}
+    for m, path in modules().items():
+        parts = path.relative_to(PACKAGE).parts
+        out[m] = parts[0] if len(parts) > 1 else "foundation"
+    return out
+
+
+def folder_imports() -> list[tuple[str, str, int]]:
+    """Every import of a module in another folder: (importing module, imported, line)."""
+    where = folder_of()
+    return [
+        (m, target, line)
+        for m, targets in sorted(import_graph().items())
+        for target, line in sorted(targets.items())
+        if where[m] != where[target]
+    ]
+
+
+def test_every_folder_is_placed() -> None:
+    """A new folder is placed on the folders' map (FOLDERS) when it is made."""
+    placed = [f for f, _ in FOLDERS]
+    assert sorted(placed) == sorted(set(folder_of().values())), (
+        f"FOLDERS {placed} against the package's folders {sorted(set(folder_of().values()))}"
+    )
+
+
+def test_no_folder_imports_a_folder_above_its_own() -> None:
+    """A folder builds on those below it only, so where a module lives says what it may
+    use. The upward imports that stand (KNOWN_UPWARD) are checked exactly: a new one
+    fails, and one gone from the code must be struck from the list."""
+    rank = {f: i for i, (f, _) in enumerate(FOLDERS)}
+    where = folder_of()
+    upward = {
+        (m, target): line
+        for m, target, line in folder_imports()
+        if rank[where[target]] > rank[where[m]]
+    }
+    new = [
+        f"{m} ({where[m]}), line {line}: imports {target} ({where[target]})"
+        for (m, target), line in sorted(upward.items())
+        if (m, target) not in KNOWN_UPWARD
+    ]
+    gone = [f"{m} -> {target}" for m, target in sorted(KNOWN_UPWARD - set(upward))]
+    assert new == [], "imports of a higher folder:\n" + "\n".join(new)
+    assert gone == [], "KNOWN_UPWARD lists imports the code no longer has:\n" + "\n".join(gone)
+
+
+def test_no_folder_circles() -> None:
+    """Folders that import each other (but for KNOWN_UPWARD) cannot be understood, tested
+    or moved one at a time; the message names each import between a circle's folders."""
+    where = folder_of()
+    edges = [(m, t, line) for m, t, line in folder_imports() if (m, t) not in KNOWN_UPWARD]
+    graph: dict[str, dict[str, int]] = {f: {} for f in set(where.values())}
+    for m, target, line in edges:
+        graph[where[m]].setdefault(where[target], line)
+    found = [
+        " <-> ".join(c)
+        + "".join(
+            f"\n  {m}, line {line}: imports {t}"
+            for m, t, line in edges
+            if where[m] in c and where[t] in c
+        )
+        for c in circles(graph)
+    ]
+    assert found == [], "folder circles:\n" + "\n".join(found)

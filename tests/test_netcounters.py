@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from quicbed.analysis.transfers import counter_totals
 from quicbed.link.model import make_condition
 from quicbed.link.session import shaped_link
 from quicbed.results.netcounters import RoleCounters, difference, parse
-from quicbed.results.transfers import FlowResult, counter_totals
+from quicbed.results.transfers import FlowResult
 from quicbed.run.netcounters import NetMeter
 from quicbed.testbed.local import LocalTestbed
 

@@ -71,8 +71,8 @@ def test_an_unshaped_bulk_cell_with_offloads_on(testbed: LocalTestbed, tmp_path:
     """Every interface gets the offloads for the cell and its normal state back after;
     each flow stores the read-back; a flow whose offload is switched off behind the cell
     (here the client's GRO, before the last flow) is invalid, naming it."""
+    from quicbed.analysis.transfers import stored_transfer
     from quicbed.results.store import Store
-    from quicbed.results.transfers import stored_transfer
     from quicbed.run.cell import run_cell
 
     tb = testbed

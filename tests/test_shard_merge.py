@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from made_rows import cell_row
 
+from quicbed.analysis.cells import compare_cell
 from quicbed.errors import QuicbedError
 from quicbed.report.cellrow import CellRow
-from quicbed.results.folder import compare_cell
 from quicbed.results.store import DB_NAME, Store
 from quicbed.run.shard import Shard, assign, parse_shard, select
 from quicbed.spec.cellconfig import make_cell
@@ -291,7 +291,7 @@ def _row(cid: str, testbed: dict, rtt: float = 36) -> CellRow:
 
 def test_each_attempt_names_its_testbed_and_the_report_warns_on_mixed_hardware() -> None:
     from quicbed.report.build import testbeds
-    from quicbed.results.folder import measured_on
+    from quicbed.results.provenance import measured_on
 
     def ssh(source: str, hw: str) -> dict:
         roles = ("server", "client", "bridge")

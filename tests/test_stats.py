@@ -7,7 +7,8 @@ import math
 import pytest
 from scipy.stats import t as student_t
 
-from quicbed.analysis.stats import compare, min_valid, summarize
+from quicbed.analysis.stats import compare, summarize
+from quicbed.spec.significance import min_valid
 
 
 def test_summary_by_hand() -> None:

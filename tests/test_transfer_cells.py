@@ -11,22 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from quicbed.analysis.transfers import bulk_summary, compete_summary, stored_transfer
 from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.report import build as report
 from quicbed.report import transfers as report_transfers
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
-from quicbed.results.transfers import (
-    BulkResult,
-    BulkRun,
-    CompeteResult,
-    FlowResult,
-    bulk_summary,
-    compete_run,
-    compete_summary,
-    stored_transfer,
-)
+from quicbed.results.transfers import BulkResult, BulkRun, CompeteResult, FlowResult, compete_run
 from quicbed.spec.cellconfig import make_cell, parse_flows
 from quicbed.spec.sweepspec import SweepSpec, estimate_seconds, load_spec, plan
 

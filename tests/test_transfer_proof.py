@@ -12,15 +12,10 @@ from pathlib import Path
 import pytest
 from test_transfer_cells import _compete_record, _flow
 
+from quicbed.analysis.transfers import compete_summary
 from quicbed.link.model import make_condition
 from quicbed.results.linkload import shortfall
-from quicbed.results.transfers import (
-    BulkResult,
-    BulkRun,
-    CompeteResult,
-    compete_summary,
-    link_line,
-)
+from quicbed.results.transfers import BulkResult, BulkRun, CompeteResult, link_line
 from quicbed.run.bulk import _replaced
 from quicbed.servers.base import WebServer
 from quicbed.shapers.userspace import UserspaceShaper
@@ -129,8 +124,8 @@ def test_a_stalled_flow_and_a_stalled_repetition_are_kept_invalid_and_replaced(
     and measured again after the planned ones; both cells end done."""
     from conftest import SharedLinks
 
+    from quicbed.analysis.transfers import stored_transfer
     from quicbed.results.store import Store
-    from quicbed.results.transfers import stored_transfer
 
     assert isinstance(shared_links, SharedLinks)
     cond = make_condition(rate_mbit=10, rtt_ms=36)

@@ -1,1 +1,3 @@
-"""From the store: statistics, finding cells, explaining a load's time."""
+"""From the store: statistics (summaries, comparisons), finding cells, explaining a
+load's time. Above results/ (what it reads), below the runner and the report (which
+both show what it computes)."""

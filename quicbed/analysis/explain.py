@@ -419,7 +419,7 @@ def write(
     data = _data(cell_id, attempt, title, loads)
     summary = _summary(title, loads, data)
     target.mkdir(parents=True, exist_ok=True)
-    from quicbed.report.plots import save_figure
+    from quicbed.figsave import save_figure
 
     paths = save_figure(draw(loads, title), target / "timeline")
     (target / "summary.txt").write_text(summary)

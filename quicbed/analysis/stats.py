@@ -16,9 +16,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 from scipy import stats as sps
 
-DEFAULT_ALPHA = 0.01
-#: a cell needs at least this share of its planned runs valid in each arm
-MIN_VALID_SHARE = 0.8
+from quicbed.spec.significance import CORRECTIONS, DEFAULT_ALPHA, TESTS, min_valid, smallest_p
 
 
 class ArmSummary(BaseModel):
@@ -32,8 +30,6 @@ class ArmSummary(BaseModel):
     cv: float | None = None
 
 
-TESTS = ("welch", "mannwhitney")
-CORRECTIONS = ("none", "holm", "bh")
 #: bootstrap resamples of the difference of means (BCa, seeded: reproducible)
 BOOTSTRAP_RESAMPLES = 5000
 
@@ -86,21 +82,6 @@ def summarize(arm: str, values: Sequence[float]) -> ArmSummary:
         ci95_high=mean + half,
         cv=sd / mean if mean else None,
     )
-
-
-def min_valid(planned: int) -> int:
-    """Fewest valid runs per arm for a cell to get a number (at least 2 for a variance)."""
-    return max(2, math.ceil(MIN_VALID_SHARE * planned))
-
-
-def smallest_p(test: str, n_ref: int, n_cand: int) -> float:
-    """The smallest two-sided p-value ``test`` can give samples of these sizes: for
-    Mann-Whitney U (exact, no ties) 2 / C(n_ref + n_cand, n_ref), reached only when the
-    samples do not overlap at all; Welch's t can reach any p from two runs per arm.
-    asv's ``is_different`` asks the same before testing."""
-    if test == "mannwhitney":
-        return min(1.0, 2 / math.comb(n_ref + n_cand, n_ref))
-    return 0.0
 
 
 def compare(

@@ -187,8 +187,8 @@ def _measure(
     profile: str = "none",
     traces: str = "none",
 ) -> BulkResult | CompeteResult:
+    from quicbed.analysis.transfers import stored_transfer
     from quicbed.results.store import Store
-    from quicbed.results.transfers import stored_transfer
     from quicbed.run.sweep import run_cell_into
     from quicbed.testbed.local import LocalTestbed
 

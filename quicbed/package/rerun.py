@@ -204,7 +204,7 @@ def _loads_beside(
             f"{arm:5}{a.n:>12}{f(a.mean):>10}{f(a.sd):>8}{b.n:>10}{f(b.mean):>10}"
             f"{f(b.sd):>8}{f(change, '+.1f') + ' %':>13}"
         )
-    from quicbed.results.folder import compare_cell
+    from quicbed.analysis.cells import compare_cell
     from quicbed.spec.cellconfig import make_cell
 
     store = Store(folder)
@@ -233,7 +233,8 @@ def _transfers_beside(
     folder: Path, cell_id: str, old_att: int, attempt: int, archive: str, f: Any
 ) -> list[str]:
     """A transfer cell's arms, packaged and rerun: goodput (bulk) or share (compete)."""
-    from quicbed.results.transfers import BulkResult, stored_transfer
+    from quicbed.analysis.transfers import stored_transfer
+    from quicbed.results.transfers import BulkResult
 
     store = Store(folder)
     try:

@@ -117,7 +117,7 @@ def _link_figure(
 ) -> tuple[str, list[Path], dict[str, Any]]:
     import matplotlib.pyplot as plt
 
-    from quicbed.report.plots import save_figure
+    from quicbed.figsave import save_figure
 
     name, label, value = axis
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -231,7 +231,7 @@ def _param_done(
     fig: Any, ax: Any, tops: list[float], title: str, key: str, scenario: str, out: Path
 ) -> tuple[str, list[Path], dict[str, Any]]:
     """A goodput-per-parameter figure's axis, legend and title, saved as param-SCENARIO."""
-    from quicbed.report.plots import save_figure
+    from quicbed.figsave import save_figure
 
     ax.set_ylabel("goodput (Mbit/s)")
     ax.set_ylim(bottom=0, top=max([*tops, 1.0]) * 1.15)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from quicbed import __version__
-from quicbed.analysis.stats import DEFAULT_ALPHA, Comparison, adjust, compare
+from quicbed.analysis.stats import Comparison, adjust, compare
 from quicbed.errors import QuicbedError
 from quicbed.report import cpu as report_cpu
 from quicbed.report import profile as report_profile
@@ -33,11 +33,12 @@ from quicbed.report import transfers as report_transfers
 from quicbed.report.cellrow import COLUMNS, CellRow, Compared, ModeCell
 from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report.transfers import is_transfer
-from quicbed.results.folder import SWEEP_FILE, measured_on
+from quicbed.results.folder import SWEEP_FILE
 from quicbed.results.linkload import cell_line, load_proof, shortfall
 from quicbed.results.linkload import figures as link_figures
-from quicbed.results.provenance import component_identity, setup_identity
+from quicbed.results.provenance import component_identity, measured_on, setup_identity
 from quicbed.results.store import Store
+from quicbed.spec.significance import DEFAULT_ALPHA
 from quicbed.spec.sweepspec import stored_queue_warning
 
 if TYPE_CHECKING:
@@ -277,7 +278,7 @@ def _planned_scenarios(spec: dict[str, Any]) -> dict[str, list[str]]:
 def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
     """One row per cell (latest attempt) and pair of arms compared in it (a cell of one
     arm: one row without a pair), with every statistic; corrections not yet applied."""
-    from quicbed.results.folder import compare_cell
+    from quicbed.analysis.cells import compare_cell
     from quicbed.spec.arms import own_pairs, parse_pairs
     from quicbed.spec.cellconfig import make_cell
 

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed.results.cpu import ROLE_MEANS, ROLES, CpuUse, load_cpu, summary
+from quicbed.analysis.cpu import summary
+from quicbed.analysis.transfers import counter_totals, stored_transfer
+from quicbed.results.cpu import ROLE_MEANS, ROLES, CpuUse, load_cpu
 from quicbed.results.netcounters import RoleCounters
 from quicbed.results.store import Store
-from quicbed.results.transfers import BulkResult, counter_totals, stored_transfer
+from quicbed.results.transfers import BulkResult
 
 FILE = "cpu.csv"
 COLUMNS = [

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from quicbed.figsave import save_figure
 from quicbed.report.cellrow import CellRow
-from quicbed.report.plots import save_figure
 
 #: the fewest values of an axis worth a line
 MIN_POINTS = 3

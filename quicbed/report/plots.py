@@ -6,28 +6,23 @@ Rows are rates, columns are pages; the colour is the percentage difference
 significant at alpha is white. Cells without a number say why: ``n/a`` (too few
 valid runs), ``fail`` (the link receipt failed), ``-`` (not measured).
 
-Output is deterministic (fixed SVG id salt, no date in the SVG, a fixed PNG
-software tag), so that a replication package can prove by bytes that a figure is
-what this code draws from the packaged numbers; :func:`figure_data` gives those
-numbers (what each cell shows) for comparison across matplotlib versions.
+Output is deterministic (quicbed.figsave: fixed SVG id salt, no date in the SVG, a
+fixed PNG software tag), so that a replication package can prove by bytes that a
+figure is what this code draws from the packaged numbers; :func:`figure_data` gives
+those numbers (what each cell shows) for comparison across matplotlib versions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.colors import TwoSlopeNorm, to_hex
-from matplotlib.figure import Figure
+
+from quicbed.figsave import save_figure
 
 CMAP = "RdBu_r"  # low = blue (TCP faster), high = red (QUIC faster)
-#: rc settings that make the saved files byte-reproducible for one matplotlib version
-DETERMINISTIC: dict[Any, Any] = {"svg.hashsalt": "quicbed"}
 
 
 @dataclass
@@ -108,15 +103,3 @@ def draw_heatmap(
     cb.set_label(cbar, fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path_base)
-
-
-def save_figure(fig: Figure, path_base: Path) -> list[Path]:
-    """Write ``path_base``.png and .svg deterministically (same numbers, same bytes
-    for one matplotlib), close the figure; returns the two paths."""
-    paths = [path_base.with_suffix(".png"), path_base.with_suffix(".svg")]
-    path_base.parent.mkdir(parents=True, exist_ok=True)
-    with plt.rc_context(DETERMINISTIC):
-        fig.savefig(paths[0], dpi=130, metadata={"Software": "quicbed"})
-        fig.savefig(paths[1], metadata={"Date": None, "Creator": "quicbed"})
-    plt.close(fig)
-    return paths

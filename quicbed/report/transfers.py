@@ -1,6 +1,6 @@
 """The report's transfer cells (bulk, compete): their table, figures and statistics.
 
-A transfer cell's numbers are computed from its stored record (quicbed.results.transfers'
+A transfer cell's numbers are computed from its stored record (quicbed.analysis.transfers'
 bulk_summary and compete_summary, the same functions ``quicbed bulk``/``compete``
 print from), never kept beside it, so a package's verify recomputes them the same way.
 ``transfers.csv`` has one row per cell, arm and comparison, ``transfers.json`` the summaries and
@@ -18,17 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quicbed.analysis.transfers import stored_transfer
 from quicbed.link import offloads
+from quicbed.report.transferplots import plot_bulk, plot_compete
 from quicbed.results.rows import AttemptRow
 from quicbed.results.store import Store
-from quicbed.results.transfers import (
-    BulkResult,
-    CompeteResult,
-    link_line,
-    plot_bulk,
-    plot_compete,
-    stored_transfer,
-)
+from quicbed.results.transfers import BulkResult, CompeteResult, link_line
 from quicbed.spec import sockopts
 from quicbed.spec.cellconfig import flows_text
 from quicbed.spec.sweepspec import stored_queue_warning
@@ -209,7 +204,7 @@ def goodput_cdfs(
     per option set), drawn where two or more scenarios share the link and object."""
     import matplotlib.pyplot as plt
 
-    from quicbed.report.plots import save_figure
+    from quicbed.figsave import save_figure
 
     groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     for sc, cond, obj, arm, got in goodputs:

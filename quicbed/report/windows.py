@@ -110,8 +110,8 @@ def plot_windows(
     import matplotlib.pyplot as plt
 
     from quicbed.analysis.explain import mark_phases
-    from quicbed.report.plots import save_figure
-    from quicbed.results.transfers import flow_colors
+    from quicbed.figsave import save_figure
+    from quicbed.report.transferplots import flow_colors
 
     colors = flow_colors(flows, r.arms)
     fig, (tp, cw, rt) = plt.subplots(

@@ -1,4 +1,4 @@
-"""CPU per role as stored with every load and flow, and what the report makes of it.
+"""CPU per role as stored with every load and flow.
 
 A load (RunRow.detail["cpu"]), a bulk flow (FlowResult.cpu) and a compete repetition
 (CompeteRun.cpu, per arm) each keep a :class:`CpuUse`: the CPU time the arm's server,
@@ -6,12 +6,11 @@ the arm's browser or bulk client and the link emulator spent over it, each read 
 its own control group (quicbed.testbed.cpu), user and system apart, in milliseconds.
 A role without a figure says why (a kernel shaper has no process on the bridge; a
 host without accounting). Summaries are computed from the records when read, never
-stored beside them: CPU ms per load and per MB the load or flow carried, per arm.
+stored beside them (quicbed.analysis.cpu).
 """
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -60,30 +59,3 @@ def load_cpu(detail: dict[str, Any]) -> CpuUse | None:
     """A load's CpuUse from its RunRow.detail; None for loads stored before it existed."""
     raw = detail.get("cpu")
     return None if raw is None else CpuUse.model_validate(raw)
-
-
-def summary(items: list[tuple[CpuUse, int | None]]) -> dict[str, dict[str, Any]]:
-    """Per role, over the loads or flows ``items`` ((its CpuUse, bytes it carried)):
-    n, the means of user, system and total ms per load, the total's sd, the total per
-    MB carried (all the items' CPU over all their bytes) and the share of one core
-    (CPU time over wall-clock time)."""
-    out: dict[str, dict[str, Any]] = {}
-    for role in ROLES:
-        got = [(u.roles[role], b, u.wall_ms) for u, b in items if role in u.roles]
-        if not got:
-            why = sorted({u.missing[role] for u, _ in items if role in u.missing})
-            out[role] = {"n": 0, "missing": "; ".join(why)}
-            continue
-        totals = [t.total_ms for t, _, _ in got]
-        carried = sum(b for _, b, _ in got if b)
-        spent = sum(t.total_ms for t, b, _ in got if b)
-        out[role] = {
-            "n": len(got),
-            "user_ms": statistics.fmean(t.user_ms for t, _, _ in got),
-            "system_ms": statistics.fmean(t.system_ms for t, _, _ in got),
-            "total_ms": statistics.fmean(totals),
-            "total_ms_sd": statistics.stdev(totals) if len(totals) > 1 else None,
-            "ms_per_mb": spent / (carried / 1e6) if carried else None,
-            "core_share": sum(totals) / wall if (wall := sum(w for _, _, w in got)) else None,
-        }
-    return out

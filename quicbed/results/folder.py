@@ -1,4 +1,5 @@
-"""The results folder: its layout, its lock, its sweep file, and what a stored attempt says.
+"""The results folder: its layout, its lock, its stop requests, its sweep file, and the
+software check (who may add runs to it).
 
 Below the runner and above the store: everything that reads or guards a results
 folder (the sweep runner, ``cell``, merge, package, verify, rerun, the report) asks
@@ -31,9 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quicbed.analysis.stats import DEFAULT_ALPHA, Comparison, compare
 from quicbed.errors import QuicbedError
-from quicbed.identity import testbed_id
 from quicbed.paths import check_folder_target
 from quicbed.results.provenance import (
     BULK_CLIENT,
@@ -41,8 +40,7 @@ from quicbed.results.provenance import (
     component_identity,
     setup_identity,
 )
-from quicbed.results.store import Store, now
-from quicbed.spec.arms import pairs
+from quicbed.results.store import now
 
 if TYPE_CHECKING:  # annotations only: cellconfig imports the shapers' names
     from quicbed.spec.cellconfig import CellConfig
@@ -347,74 +345,3 @@ def check_spec(
             f"{where} holds another spec (digest {held['digest']}, {this} "
             f"{digest}); use --force to {action} anyway"
         )
-
-
-# --- what an attempt says -------------------------------------------------------------
-def compare_cell(
-    store: Store,
-    cell_id: str,
-    attempt: int,
-    cfg: CellConfig,
-    extra_pairs: list[tuple[str, str]] | None = None,
-    alpha: float = DEFAULT_ALPHA,
-    test: str = "welch",
-) -> dict[str, Comparison]:
-    """The comparisons of one attempt, by pair name ``reference/candidate``
-    (quicbed.spec.arms.pairs): every arm against the reference arm, then ``extra_pairs``.
-    ``test`` and ``alpha`` are the spec's (a plain cell's: Welch at 0.01)."""
-    out = {}
-    for a, b in pairs(cfg.resolved_arms(), extra_pairs):
-        out[f"{a}/{b}"] = compare(
-            store.plts(cell_id, attempt, a),
-            store.plts(cell_id, attempt, b),
-            planned=cfg.runs,
-            alpha=alpha,
-            test=test,
-            tcp_arm=a,
-            quic_arm=b,
-        )
-    return out
-
-
-def measured_on(provenance: dict[str, Any] | None) -> dict[str, Any]:
-    """Which testbed measured an attempt, from its provenance: its identity, a label, its
-    hardware (Emulab's node type where the nodes report one, else the CPU model), the
-    kernels and the OS images. A sweep over several testbeds reports by these."""
-    prov = provenance or {}
-    desc = prov.get("testbed") or {}
-    if desc.get("kind") == "ssh":
-        label = desc.get("source") or testbed_id(desc)
-        nodes = prov.get("nodes") or {}
-        descnodes = desc.get("nodes") or {}
-
-        def per_role(get: Any) -> str | None:
-            vals = {r: get(r) for r in ("server", "client", "bridge") if get(r)}
-            if not vals:
-                return None
-            if len(set(vals.values())) == 1:
-                return str(next(iter(vals.values())))
-            return ", ".join(f"{r} {v}" for r, v in vals.items())
-
-        def mach(key: str) -> Any:
-            return lambda r: ((nodes.get(r) or {}).get("machine") or {}).get(key)
-
-        hardware = per_role(
-            lambda r: (
-                (descnodes.get(r) or {}).get("hardware_type")
-                or mach("node_type")(r)
-                or mach("cpu")(r)
-            )
-        )
-        kernel = per_role(mach("kernel"))
-        image = per_role(lambda r: (descnodes.get(r) or {}).get("image") or mach("os")(r))
-    else:
-        m = prov.get("machine") or {}
-        label = testbed_id(desc)
-        hardware, kernel, image = m.get("cpu"), m.get("kernel"), m.get("os")
-    return {
-        "id": testbed_id(desc),
-        "label": label,
-        "hardware": hardware or "unknown",
-        "kernel": kernel,
-        "image": image,
-    }

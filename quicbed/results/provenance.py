@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from quicbed import __version__
 from quicbed.errors import QuicbedError
+from quicbed.identity import testbed_id
 from quicbed.paths import REPO_ROOT, Run, program_build
 
 if TYPE_CHECKING:
@@ -364,3 +365,47 @@ def collect(tb: Testbed | None = None) -> dict[str, Any]:
                 run = ask(tb, role)
                 out["nodes"][role] = {"machine": machine(run), "sysctls": node_sysctls(run)}
     return out
+
+
+def measured_on(provenance: dict[str, Any] | None) -> dict[str, Any]:
+    """Which testbed measured an attempt, from its provenance: its identity, a label, its
+    hardware (Emulab's node type where the nodes report one, else the CPU model), the
+    kernels and the OS images. A sweep over several testbeds reports by these."""
+    prov = provenance or {}
+    desc = prov.get("testbed") or {}
+    if desc.get("kind") == "ssh":
+        label = desc.get("source") or testbed_id(desc)
+        nodes = prov.get("nodes") or {}
+        descnodes = desc.get("nodes") or {}
+
+        def per_role(get: Any) -> str | None:
+            vals = {r: get(r) for r in ("server", "client", "bridge") if get(r)}
+            if not vals:
+                return None
+            if len(set(vals.values())) == 1:
+                return str(next(iter(vals.values())))
+            return ", ".join(f"{r} {v}" for r, v in vals.items())
+
+        def mach(key: str) -> Any:
+            return lambda r: ((nodes.get(r) or {}).get("machine") or {}).get(key)
+
+        hardware = per_role(
+            lambda r: (
+                (descnodes.get(r) or {}).get("hardware_type")
+                or mach("node_type")(r)
+                or mach("cpu")(r)
+            )
+        )
+        kernel = per_role(mach("kernel"))
+        image = per_role(lambda r: (descnodes.get(r) or {}).get("image") or mach("os")(r))
+    else:
+        m = prov.get("machine") or {}
+        label = testbed_id(desc)
+        hardware, kernel, image = m.get("cpu"), m.get("kernel"), m.get("os")
+    return {
+        "id": testbed_id(desc),
+        "label": label,
+        "hardware": hardware or "unknown",
+        "kernel": kernel,
+        "image": image,
+    }

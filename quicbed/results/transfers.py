@@ -1,6 +1,10 @@
-"""Transfer cells' records and numbers: what a bulk or compete attempt stored, and
-everything computed from it (summaries, comparisons, fairness, figures).
+"""Transfer cells' records: what a bulk or compete attempt stored, and the numbers
+made when it is recorded (a compete repetition's steady window, shares and Jain's
+index, a link's ideal goodput), which the runner (quicbed.run.bulk) computes as it
+measures and so must find at or below its own level.
 
+What is read from a stored record later has its own homes: the summaries and
+comparisons in quicbed.analysis.transfers, the figures in quicbed.report.transferplots.
 Pure: the report and ``quicbed verify`` read transfer cells through this module
 without importing the runner (quicbed.run.bulk, which starts servers and clients).
 """
@@ -8,20 +12,14 @@ without importing the runner (quicbed.run.bulk, which starts servers and clients
 from __future__ import annotations
 
 import itertools
-import statistics
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from quicbed.analysis.stats import DEFAULT_ALPHA, compare
-from quicbed.errors import QuicbedError
 from quicbed.link.model import LinkCondition
 from quicbed.results.cpu import CpuUse
-from quicbed.results.cpu import summary as cpu_summary
 from quicbed.results.linkload import cell_line, is_replacement, shortfall
 from quicbed.results.netcounters import RoleCounters
-from quicbed.results.store import Store
 
 #: the steady part of a compete run starts this long after the last flow started,
 #: or after this fraction of the duration, whichever is later
@@ -153,7 +151,7 @@ class BulkResult(BaseModel):
     reps: int
     ideal_goodput_bps: float | None
     runs: list[BulkRun]
-    #: computed from ``runs`` when read (bulk_summary), never stored
+    #: computed from ``runs`` when read (quicbed.analysis.transfers.bulk_summary), never stored
     summary: dict[str, ArmBulk] = Field(default_factory=dict)
     #: reference/candidate (the TCP arm first): ``goodput_bps`` and ``completion_s`` each
     #: a quicbed.analysis.stats.Comparison (the bootstrap interval in the metric's unit, not ms)
@@ -239,7 +237,8 @@ class CompeteResult(BaseModel):
     object: str
     runs: list[CompeteRun]
     queue_limit_bytes: int | None = None
-    #: computed from ``runs`` when read (compete_summary), never stored
+    #: computed from ``runs`` when read (quicbed.analysis.transfers.compete_summary), never
+    #: stored
     summary: dict[str, ArmCompete] = Field(default_factory=dict)
     jain_mean: float | None = None
     jain_sd: float | None = None
@@ -261,7 +260,7 @@ class CompeteResult(BaseModel):
         return out
 
 
-# --- numbers --------------------------------------------------------------------------
+# --- numbers made at record time --------------------------------------------------------
 def ideal_goodput_bps(cond: LinkCondition) -> float | None:
     """The most application bytes per second the bottleneck carries for a TCP flow: its
     rate (which counts Ethernet frames, quicbed.link.model) times a full frame's TCP
@@ -301,103 +300,6 @@ def steady_window(flows: list[FlowResult], duration_s: float) -> tuple[float, fl
     return start, min(ends)
 
 
-def _mean(v: list[float]) -> float | None:
-    return statistics.fmean(v) if v else None
-
-
-def _sd(v: list[float]) -> float | None:
-    return statistics.stdev(v) if len(v) > 1 else None
-
-
-def counter_totals(items: list[dict[str, RoleCounters]]) -> dict[str, dict[str, int]]:
-    """Per role, the flows' UDP receive-buffer errors, UDP receive errors and drops."""
-    out: dict[str, dict[str, int]] = {"udp_rcvbuf_errors": {}, "udp_in_errors": {}, "drops": {}}
-    for counters in items:
-        for role, c in counters.items():
-            for key, v in (
-                ("udp_rcvbuf_errors", c.udp_rcvbuf_errors),
-                ("udp_in_errors", c.udp_in_errors),
-                ("drops", c.drops),
-            ):
-                out[key][role] = out[key].get(role, 0) + v
-    return out
-
-
-def bulk_summary(
-    r: BulkResult,
-    alpha: float = DEFAULT_ALPHA,
-    test: str = "welch",
-    extra_pairs: list[tuple[str, str]] | None = None,
-) -> BulkResult:
-    """``r`` with its per-arm summary and its comparisons, from its runs alone (the
-    report and verify call this on a stored record, so the numbers have one home).
-    Compared: each arm against the TCP reference, and the spec's ``statistics.pairs``
-    among the cell's arms (``quicbed.spec.arms.pairs``, as for page cells)."""
-    summary: dict[str, ArmBulk] = {}
-    cpu_items = r.cpu_items()
-    for a in r.arms:
-        ok = [x.flow for x in r.runs if x.arm == a["name"] and x.flow.ok]
-        gp = [f.goodput_bps / 1e6 for f in ok if f.goodput_bps]
-        rt = [float(f.retransmissions) for f in ok if f.retransmissions is not None]
-        acks = [v for f in ok if (v := f.ack_ratio()) is not None]
-        cpu = cpu_summary(cpu_items[a["name"]]) if cpu_items[a["name"]] else {}
-        ce = [
-            float((x.bottleneck or {})["ce_marked"])
-            for x in r.runs
-            if x.arm == a["name"] and x.flow.ok and "ce_marked" in (x.bottleneck or {})
-        ]
-        marking = bool(r.condition.get("ecn_threshold"))
-        summary[a["name"]] = ArmBulk(
-            arm=a["name"],
-            ack_ratio_mean=_mean(acks),
-            cpu_ms={k: v.get("total_ms") for k, v in cpu.items()},
-            cpu_ms_per_mb={k: v.get("ms_per_mb") for k, v in cpu.items()},
-            **counter_totals([f.counters for f in ok]),
-            n=len(ok),
-            goodput_mbit_mean=_mean(gp),
-            goodput_mbit_sd=_sd(gp),
-            goodput_mbit_median=statistics.median(gp) if gp else None,
-            completion_s_mean=_mean([f.completion_s for f in ok if f.completion_s]),
-            retransmissions_mean=_mean(rt),
-            ce_marks_mean=_mean(ce) if marking else None,
-            of_ideal=(statistics.fmean(gp) * 1e6 / r.ideal_goodput_bps)
-            if gp and r.ideal_goodput_bps
-            else None,
-        )
-    comparisons: dict[str, dict[str, Any]] = {}
-    for ref, cand in _pairs(r.arms, extra_pairs):
-        cmp: dict[str, Any] = {}
-        for metric in ("completion_s", "goodput_bps"):
-            vals = {
-                n: [
-                    float(getattr(x.flow, metric))
-                    for x in r.runs
-                    if x.arm == n and x.flow.ok and getattr(x.flow, metric)
-                ]
-                for n in (ref, cand)
-            }
-            cmp[metric] = compare(
-                vals[ref],
-                vals[cand],
-                planned=r.reps,
-                alpha=alpha,
-                test=test,
-                tcp_arm=ref,
-                quic_arm=cand,
-            ).model_dump()
-        comparisons[f"{ref}/{cand}"] = cmp
-    return r.model_copy(update={"summary": summary, "comparisons": comparisons})
-
-
-def _pairs(
-    arms: list[dict[str, Any]], extra: list[tuple[str, str]] | None
-) -> list[tuple[str, str]]:
-    """The page cells' pairs (``quicbed.spec.arms.pairs``) of a stored record's arms."""
-    from quicbed.spec.arms import own_pairs, pairs
-
-    return pairs(arms, own_pairs(extra, (a["name"] for a in arms)))
-
-
 def compete_run(
     rep: int,
     flows: list[FlowResult],
@@ -432,72 +334,6 @@ def compete_run(
     )
 
 
-def compete_summary(
-    r: CompeteResult,
-    alpha: float = DEFAULT_ALPHA,
-    test: str = "welch",
-    extra_pairs: list[tuple[str, str]] | None = None,
-) -> CompeteResult:
-    """``r`` with per-arm shares over its repetitions, Jain's index's mean, and per pair
-    of arms the comparison of their flows' mean steady throughput per repetition (the
-    report and verify call this on a stored record)."""
-    counts = dict(r.groups)
-    per_flow: dict[str, list[float]] = {a: [] for a in counts}
-    shares: dict[str, list[float]] = {a: [] for a in counts}
-    for run in r.runs:
-        if not run.steady_bps or run.spoiled:
-            continue
-        for a in counts:
-            mine = [
-                run.steady_bps[f.flow] for f in run.flows if f.arm == a and f.flow in run.steady_bps
-            ]
-            if mine:
-                per_flow[a].append(statistics.fmean(mine) / 1e6)
-                shares[a].append(run.arm_shares.get(a, 0.0))
-    total = sum(counts.values())
-    acks: dict[str, list[float]] = {a: [] for a in counts}
-    for run in r.runs:
-        for f in run.flows:
-            if f.ok and not run.spoiled and f.arm in acks and (v := f.ack_ratio()) is not None:
-                acks[f.arm].append(v)
-    summary = {
-        a: ArmCompete(
-            arm=a,
-            ack_ratio_mean=_mean(acks[a]),
-            n_flows=n,
-            n=len(shares[a]),
-            fair_share=n / total,
-            share_mean=_mean(shares[a]),
-            share_sd=_sd(shares[a]),
-            per_flow_mbit_mean=_mean(per_flow[a]),
-            per_flow_mbit_sd=_sd(per_flow[a]),
-        )
-        for a, n in counts.items()
-    }
-    jains = [run.jain for run in r.runs if run.jain is not None and not run.spoiled]
-    comparisons = {}
-    for ref, cand in _pairs(r.arms, extra_pairs):
-        comparisons[f"{ref}/{cand}"] = {
-            "per_flow_bps": compare(
-                [v * 1e6 for v in per_flow[ref]],
-                [v * 1e6 for v in per_flow[cand]],
-                planned=len([x for x in r.runs if not x.replacement]),
-                alpha=alpha,
-                test=test,
-                tcp_arm=ref,
-                quic_arm=cand,
-            ).model_dump()
-        }
-    return r.model_copy(
-        update={
-            "summary": summary,
-            "jain_mean": _mean(jains),
-            "jain_sd": _sd(jains),
-            "comparisons": comparisons,
-        }
-    )
-
-
 def link_line(r: BulkResult | CompeteResult, waited_s: float | None) -> str | None:
     """What the link and the host did during a transfer attempt's flows (bulk) or
     repetitions (compete), in the page cells' words (quicbed.results.linkload)."""
@@ -507,141 +343,3 @@ def link_line(r: BulkResult | CompeteResult, waited_s: float | None) -> str | No
     planned = len([x for x in r.runs if not x.replacement])
     reps = [("the cell", bool(x.steady_bps) and not x.spoiled, x.link) for x in r.runs]
     return cell_line([p for _, _, p in reps], waited_s, shortfall(reps, planned), "repetitions")
-
-
-def stored_transfer(
-    store: Store,
-    cell_id: str,
-    attempt: int,
-    *,
-    alpha: float = DEFAULT_ALPHA,
-    test: str = "welch",
-    extra_pairs: list[tuple[str, str]] | None = None,
-) -> BulkResult | CompeteResult:
-    """A transfer cell's record from the store, with its summary computed from its runs."""
-    row = store.transfer(cell_id, attempt)
-    if row is None:
-        raise QuicbedError(f"cell {cell_id} attempt {attempt} has no transfer record")
-    if row["kind"] == "bulk":
-        return bulk_summary(BulkResult.model_validate(row["result"]), alpha, test, extra_pairs)
-    return compete_summary(CompeteResult.model_validate(row["result"]), alpha, test, extra_pairs)
-
-
-# --- figures --------------------------------------------------------------------------
-_COLORS = {
-    "tcp": ["#c0392b", "#e67e22", "#8e44ad", "#d35400", "#a93226", "#f39c12"],
-    "udp": ["#1f77b4", "#17becf", "#2ca02c", "#1abc9c", "#2471a3", "#27ae60"],
-}
-
-
-def flow_colors(flows: list[FlowResult], arms: list[dict[str, Any]]) -> dict[str, str]:
-    transport = {a["name"]: a["transport"] for a in arms}
-    seen: dict[str, int] = {}
-    out = {}
-    for f in flows:
-        t = transport.get(f.arm, "tcp")
-        i = seen.get(t, 0)
-        seen[t] = i + 1
-        out[f.flow] = _COLORS[t][i % len(_COLORS[t])]
-    return out
-
-
-def plot_compete(r: CompeteResult, run: CompeteRun, base: Path) -> list[Path]:
-    """Throughput of each flow over time (100 ms bins), one line per flow, as the long
-    look at QUIC drew its fairness runs; under it, the bottleneck queue's occupancy.
-    One repetition (``run``) of ``r``."""
-    import matplotlib.pyplot as plt
-
-    from quicbed.report.plots import save_figure
-
-    rows = 2 if run.queue else 1
-    fig, axes = plt.subplots(
-        rows,
-        1,
-        figsize=(8, 4.2 if rows == 1 else 6),
-        sharex=True,
-        squeeze=False,
-        height_ratios=[3, 1.3][:rows],
-    )
-    ax = axes[0][0]
-    colors = flow_colors(run.flows, r.arms)
-    for f in run.flows:
-        tl = f.timeline()
-        share = run.shares.get(f.flow)
-        label = f.flow + (f" ({share * 100:.0f} %)" if share is not None else "")
-        ax.plot(
-            [t for t, _ in tl], [v / 1e6 for _, v in tl], lw=1.1, color=colors[f.flow], label=label
-        )
-    if r.condition.get("rate_mbit"):
-        ax.axhline(r.condition["rate_mbit"], color="grey", lw=0.8, ls=":", label="link rate")
-    if run.steady_to_s > run.steady_from_s:
-        ax.axvspan(run.steady_from_s, run.steady_to_s, color="0.93", zorder=0)
-    ax.set_ylabel("throughput (Mbit/s)")
-    jain_s = f", Jain {run.jain:.3f}" if run.jain is not None else ""
-    c = r.condition
-    who = " vs ".join(f"{n} {a}" for a, n in r.groups)
-    rtt = c.get("rtt_ms")
-    if rtt is None:  # a condition of one-way delays: their sum
-        rtt = (c.get("delay_down_ms") or 0) + (c.get("delay_up_ms") or 0)
-    ax.set_title(
-        f"{who}: {c.get('rate_mbit')} Mbit/s, {rtt} ms, queue "
-        f"{c.get('queue')}, repetition {run.rep}{jain_s}",
-        fontsize=10,
-    )
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="upper right")
-    ax.grid(alpha=0.3)
-    if run.queue:
-        qa = axes[1][0]
-        qs = [q for q in run.queue if q.t_s >= 0]
-        qa.plot([q.t_s for q in qs], [q.bytes / 1e3 for q in qs], color="black", lw=0.9)
-        if r.queue_limit_bytes:
-            qa.axhline(r.queue_limit_bytes / 1e3, color="grey", lw=0.8, ls=":")
-        qa.set_ylabel("queue (kB)")
-        qa.set_ylim(bottom=0)
-        qa.grid(alpha=0.3)
-    axes[-1][0].set_xlabel("time (s)")
-    fig.tight_layout()
-    return save_figure(fig, base)
-
-
-def plot_bulk(r: BulkResult, base: Path) -> list[Path]:
-    """Each run's throughput over time (100 ms bins), one line per run, per arm."""
-    import matplotlib.pyplot as plt
-
-    from quicbed.report.plots import save_figure
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    transport = {a["name"]: a["transport"] for a in r.arms}
-    first: set[str] = set()
-    for run in r.runs:
-        tl = run.flow.timeline(offset=False)
-        color = _COLORS[transport.get(run.arm, "tcp")][sorted(transport).index(run.arm) % 6]
-        ax.plot(
-            [t for t, _ in tl],
-            [v / 1e6 for _, v in tl],
-            lw=0.8,
-            alpha=0.7,
-            color=color,
-            label=None if run.arm in first else run.arm,
-        )
-        first.add(run.arm)
-    if r.ideal_goodput_bps:
-        ax.axhline(r.ideal_goodput_bps / 1e6, color="grey", lw=0.8, ls=":", label="ideal goodput")
-    c = r.condition
-    delay = (
-        f"{c.get('rtt_ms')} ms"
-        if c.get("rtt_ms") is not None
-        else f"{c.get('delay_down_ms') or 0:g} ms down, {c.get('delay_up_ms') or 0:g} ms up"
-    )
-    ax.set_title(
-        f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {delay}, queue {c.get('queue')}",
-        fontsize=10,
-    )
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("throughput (Mbit/s)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, base)

@@ -38,7 +38,8 @@ to the cell's bound (FlowJudge), the runner waiting for a quiet host after it.
 
 An attempt's record (BulkResult, CompeteResult: every flow's samples, the queue) is
 stored in the store's ``transfers`` table; summaries and comparisons are computed from
-it when read (bulk_summary, compete_summary), figures drawn by the report.
+it when read (quicbed.analysis.transfers), figures drawn by the report
+(quicbed.report.transferplots).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from quicbed.analysis.cells import compare_cell
 from quicbed.analysis.stats import Comparison
 from quicbed.client import har
 from quicbed.errors import QuicbedError
@@ -31,7 +32,7 @@ from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
 from quicbed.profile import check_profile
 from quicbed.results import provenance
-from quicbed.results.folder import FailureReason, compare_cell
+from quicbed.results.folder import FailureReason
 from quicbed.results.linkload import is_replacement, load_proof, spoiled_only
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
@@ -327,7 +328,8 @@ def saying(progress: Progress | None) -> Callable[[str], None] | None:
 def transfer_spoiled(store: Store, cell_id: str, attempt: int) -> dict[str, list[str]]:
     """A transfer attempt's flows (bulk: by arm) or repetitions (compete: under all its
     arms, comma-joined) that the link or the host spoiled and nothing else."""
-    from quicbed.results.transfers import BulkResult, stored_transfer
+    from quicbed.analysis.transfers import stored_transfer
+    from quicbed.results.transfers import BulkResult
 
     if store.transfer(cell_id, attempt) is None:
         return {}
@@ -350,7 +352,8 @@ def arms_without_valid_runs(store: Store, cell_id: str, attempt: int, cfg: CellC
     attempt has measured nothing it can compare, so it is failed, never done."""
     if cfg.kind == "page":
         return [a for a in cfg.arms if not store.plts(cell_id, attempt, a)]
-    from quicbed.results.transfers import BulkResult, stored_transfer
+    from quicbed.analysis.transfers import stored_transfer
+    from quicbed.results.transfers import BulkResult
 
     result = stored_transfer(store, cell_id, attempt)
     flows = (

@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from quicbed.analysis.stats import DEFAULT_ALPHA
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.model import (
@@ -30,6 +29,7 @@ from quicbed.link.model import (
 from quicbed.servers.base import Kind
 from quicbed.spec.arms import ArmSettings, own_pairs, pairs, parse_pairs
 from quicbed.spec.cellconfig import CellConfig, Rate, cell_default, make_cell
+from quicbed.spec.significance import DEFAULT_ALPHA, Correction, Test, min_valid, smallest_p
 from quicbed.yamlfile import read_yaml
 
 SPEC_FORMAT = 1
@@ -97,9 +97,9 @@ class Defaults(BaseModel):
 
 class Statistics(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    test: Literal["welch", "mannwhitney"] = "welch"
+    test: Test = "welch"
     alpha: float = Field(default=DEFAULT_ALPHA, gt=0, lt=1)
-    correction: Literal["none", "holm", "bh"] = "none"
+    correction: Correction = "none"
     #: comparisons besides every arm against the reference, e.g. ["h3/h3-quiche"]
     pairs: list[str] = []
     #: transfer scenarios: each scenario's goodput per repetition against this one's for
@@ -297,8 +297,6 @@ class SweepSpec(BaseModel):
             raise ValueError(f"format {self.format} is not supported (this quicbed reads 1)")
         if not self.scenarios:
             raise ValueError("scenarios is empty")
-        from quicbed.analysis.stats import min_valid, smallest_p
-
         st = self.statistics
         ref = st.speedup_against
         if ref is not None and ref not in self.scenarios:
