@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from quicbed.analysis.stats import DEFAULT_ALPHA, Comparison, compare
 from quicbed.errors import QuicbedError
+from quicbed.backends import described
 from quicbed.identity import testbed_id
 from quicbed.paths import check_folder_target
 from quicbed.results.provenance import (
@@ -382,7 +383,7 @@ def measured_on(provenance: dict[str, Any] | None) -> dict[str, Any]:
     kernels and the OS images. A sweep over several testbeds reports by these."""
     prov = provenance or {}
     desc = prov.get("testbed") or {}
-    if desc.get("kind") == "ssh":
+    if not described(desc.get("kind")).controller_is_host:  # each node's own machine
         label = desc.get("source") or testbed_id(desc)
         nodes = prov.get("nodes") or {}
         descnodes = desc.get("nodes") or {}
