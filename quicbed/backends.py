@@ -72,7 +72,7 @@ class Backend(ABC):
     found_ready: ClassVar[str] = "ready"
 
     @classmethod
-    def identity(cls, desc: dict[str, Any]) -> str:
+    def testbed_id(cls, desc: dict[str, Any]) -> str:
         """Which testbed a stored description names, in one line (quicbed.identity): by
         default by its hosts, as a testbed elsewhere is known by them."""
         nodes = desc.get("nodes") or {}
@@ -108,7 +108,7 @@ class LocalBackend(Backend):
     found_ready = "already up"
 
     @classmethod
-    def identity(cls, desc: dict[str, Any]) -> str:
+    def testbed_id(cls, desc: dict[str, Any]) -> str:
         """By the prefix: the namespaces' names on this machine."""
         return f"{cls.kind} {desc.get('prefix')}"
 

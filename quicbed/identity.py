@@ -15,8 +15,8 @@ from quicbed.backends import described
 def testbed_id(desc: dict[str, Any] | None) -> str:
     """Which testbed a description (``Testbed.describe()``, as stored in an attempt's
     provenance) names, in one line: the local testbed by its prefix, an ssh testbed by
-    its hosts (each kind says: quicbed.backends.Backend.identity). An interrupted
+    its hosts (each kind says: quicbed.backends.Backend.testbed_id). An interrupted
     attempt is continued only on the testbed it started on."""
     if not desc:
         return "unknown"
-    return described(desc.get("kind")).identity(desc)
+    return described(desc.get("kind")).testbed_id(desc)

@@ -25,12 +25,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "quicbed"
 #: Every module is in exactly one layer, so a new module must be placed here.
 LAYERS = [
     # what everything uses: errors, files, processes, hashing, progress; the statistics
-    # (analysis.stats: a spec's alpha) and the figure style (report.plots) sit here too
+    # (analysis.stats: a spec's alpha) and the figure style (report.plots) sit here too,
+    # and the testbed kinds (backends), which readers of stored descriptions look up
     (
         "foundation",
         "quicbed errors paths proc tarsafe yamlfile identity hostparam certs progress "
         "jsonlines plugins procnet tcpinfo analysis.stats report.plots spec.workloads "
-        "spec.bulkobjects",
+        "spec.bulkobjects backends",
     ),
     # what runs on a testbed's three roles, without the testbed's life
     ("testbed roles", "testbed testbed.cgroups testbed.cpu testbed.roles"),

@@ -187,7 +187,7 @@ def _attempts(store: Store, cell_id: str) -> list[AttemptRow]:
     return [store.attempt(cell_id, n) for n in range(1, latest + 1)]
 
 
-def _read_load(root: Path, run: RunRow, why: str, testbed_kind: str) -> ArmLoad:
+def _read_load(root: Path, run: RunRow, why: str, testbed_kind: str | None) -> ArmLoad:
     detail = run.detail
     tr = detail.get("traces") or {}
     missing = dict(tr.get("missing") or {})

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quicbed.analysis.stats import DEFAULT_ALPHA, Comparison, compare
-from quicbed.errors import QuicbedError
 from quicbed.backends import described
+from quicbed.errors import QuicbedError
 from quicbed.identity import testbed_id
 from quicbed.paths import check_folder_target
 from quicbed.results.provenance import (

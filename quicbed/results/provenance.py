@@ -65,7 +65,7 @@ def git_state() -> dict[str, Any]:
 
 def ask(tb: Testbed | None, role: str) -> Run:
     """How to ask ``role``'s machine: this one for the local testbed, else over the testbed."""
-    if tb is None or tb.kind == "local":
+    if tb is None or tb.controller_is_host:
         return _out
 
     def run(argv: list[str]) -> str | None:
@@ -92,7 +92,7 @@ BUILD_FIELDS = ("version", "sha256", "files", "deps")
 def _bindir(tb: Testbed | None, role: str) -> PurePosixPath:
     """quicbed's build/bin on ``role``'s machine: where the testbed runs our programs from
     (on this machine, as quicbed.paths.bin_path finds them: QUICBED_BIN_DIR first)."""
-    if tb is None or tb.kind == "local":
+    if tb is None or tb.controller_is_host:
         return PurePosixPath(os.environ.get("QUICBED_BIN_DIR", str(REPO_ROOT / "build" / "bin")))
     return PurePosixPath(tb.repo_dir(role)) / "build" / "bin"
 
@@ -358,7 +358,7 @@ def collect(tb: Testbed | None = None) -> dict[str, Any]:
         placed = tb.cpu.placement()
         if placed:  # only where pinned: an attempt that pins nothing has the identity it had
             out["cpu_placement"] = placed
-        if tb.kind != "local":  # the controller is not where the measurement ran
+        if not tb.controller_is_host:  # the controller is not where the measurement ran
             out["nodes"] = {}
             for role in ("server", "client", "bridge"):
                 run = ask(tb, role)

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from quicbed import proc
+from quicbed.backends import SshBackend
 from quicbed.errors import QuicbedError
 from quicbed.tarsafe import safe_extract
-from quicbed.backends import SshBackend
 from quicbed.testbed.base import CLIENT_IP, ROLES, SERVER_IP, Process, RPath, Testbed, check_role
 from quicbed.testbed.hosts import Node, read_nodes
 
