@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from quicbed.backends import get_backend
 from quicbed.progress import progress_bar
 
 out = Console()
@@ -50,28 +51,8 @@ def print_testbed_status(info: dict[str, Any], kind: str, name: str) -> None:
         from quicbed.testbed.owner import describe
 
         out.print(f"in use by {describe(info['owner'])}")
-    if kind == "ssh":
-        out.print(f"ssh testbed {name}: {'reachable' if info['complete'] else 'NOT reachable'}")
-        for role, r in info["roles"].items():
-            state = (
-                f"{r['system']}; pids {r['pids'] or '-'}"
-                if r["reachable"]
-                else f"[red]{r['error']}[/]"
-            )
-            out.print(f"  {role:7} {r['address']}: {state}")
-        return
-    state = "up" if info["complete"] else ("partial" if any(info["roles"].values()) else "down")
-    out.print(f"testbed {name}: {state}")
-    for role, r in info["roles"].items():
-        if r:
-            ifs = ", ".join(
-                f"{n} {v['state']} {' '.join(v['addresses'])}".strip()
-                for n, v in r["interfaces"].items()
-            )
-            out.print(
-                f"  {role:7} {r['namespace']}: {ifs}; pids {r['pids'] or '-'}; "
-                f"qdiscs {', '.join(r['qdiscs']) or '-'}"
-            )
+    for line in get_backend(kind).status_lines(info, name):  # each kind's own fields
+        out.print(line)
 
 
 # --- link -----------------------------------------------------------------------------

@@ -109,7 +109,7 @@ def call(
 ) -> dict[str, Any]:
     """Run ``action`` on the host of ``role`` of ``tb`` (the local testbed's roles share
     this host: in this process); errors name the parameter and node."""
-    if tb.kind == "local":
+    if tb.controller_is_host:
         out = answer([action, path, value, holder])
     else:
         cp = tb.exec(
@@ -191,7 +191,7 @@ def holder_of(tb: Any) -> str:
 def release_all(tb: Any) -> None:
     """A killed owner's hold on host-wide parameters, let go (a testbed's clean-up)."""
     for path in HELD:
-        if tb.kind == "local" and os.path.exists(_state_file(path)):
+        if tb.controller_is_host and os.path.exists(_state_file(path)):
             call(tb, "release", path, "", holder_of(tb))
 
 

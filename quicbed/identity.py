@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from quicbed.backends import described
+
 
 def testbed_id(desc: dict[str, Any] | None) -> str:
     """Which testbed a description (``Testbed.describe()``, as stored in an attempt's
     provenance) names, in one line: the local testbed by its prefix, an ssh testbed by
-    its hosts. An interrupted attempt is continued only on the testbed it started on."""
+    its hosts (each kind says: quicbed.backends.Backend.testbed_id). An interrupted
+    attempt is continued only on the testbed it started on."""
     if not desc:
         return "unknown"
-    if desc.get("kind") == "local":
-        return f"local {desc.get('prefix')}"
-    nodes = desc.get("nodes") or {}
-    hosts = ",".join(f"{r}={n.get('host')}:{n.get('port')}" for r, n in sorted(nodes.items()))
-    return f"{desc.get('kind')} {hosts}"
+    return described(desc.get("kind")).testbed_id(desc)

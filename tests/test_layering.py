@@ -32,7 +32,7 @@ LAYERS = [
     (
         "foundation",
         "quicbed errors paths proc tarsafe yamlfile identity hostparam certs progress "
-        "jsonlines plugins procnet tcpinfo figsave spec.workloads spec.bulkobjects",
+        "jsonlines plugins procnet tcpinfo figsave spec.workloads spec.bulkobjects backends",
     ),
     # what runs on a testbed's three roles, without the testbed's life
     ("testbed roles", "testbed testbed.cgroups testbed.cpu testbed.roles"),

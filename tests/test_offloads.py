@@ -190,12 +190,12 @@ def test_the_ssh_testbed_sets_its_endpoints_offloads(prefix: str) -> None:
     """Over ssh, on the endpoints' experiment interfaces (the bridge node's ports are not
     set), read back, and put back after."""
     from quicbed.link.session import shaped_link
-    from quicbed.testbed import hosts
+    from quicbed.testbed.ssh import SshTestbed
     from quicbed.testbed.sshlab import SshLab
 
     lab = SshLab(prefix)
     try:
-        tb = hosts.load(lab.up())
+        tb = SshTestbed.load(lab.up())
         try:
             assert tb.offload_interfaces() == {"server": ("eth0",), "client": ("eth0",)}
             with shaped_link(tb, make_condition(), "none", offloads_set={"gro": "on"}) as link:

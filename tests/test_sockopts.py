@@ -14,6 +14,7 @@ import pytest
 from conftest import SharedLinks
 
 from quicbed import hostparam
+from quicbed.backends import LocalBackend, SshBackend
 from quicbed.errors import QuicbedError
 from quicbed.servers.base import ServeSpec
 from quicbed.servers.quic_go import QuicGoServer
@@ -126,8 +127,8 @@ def test_ss_read_back_and_evidence() -> None:
 
 def test_gso_is_refused_on_a_testbed_that_cannot_show_it() -> None:
     with pytest.raises(QuicbedError, match="arm h3: gso is verified only on the local"):
-        sockopts.check_gso_testbed("h3", "ssh")
-    sockopts.check_gso_testbed("h3", "local")
+        sockopts.check_gso_testbed("h3", SshBackend)
+    sockopts.check_gso_testbed("h3", LocalBackend)
 
 
 @pytest.mark.root
@@ -136,7 +137,9 @@ def test_a_host_cap_is_raised_under_the_lock_and_restored(tmp_path: Path) -> Non
     restored otherwise, refused while another holder has another value."""
     param = tmp_path / "rmem_max"
     param.write_text("1000\n")
-    tb = SimpleNamespace(kind="local", describe_short=lambda: "qbknob-test")
+    tb = SimpleNamespace(
+        kind="local", controller_is_host=True, describe_short=lambda: "qbknob-test"
+    )
     with hostparam.at_least(tb, str(param), 500):
         assert param.read_text().strip() == "1000"
     with hostparam.at_least(tb, str(param), 4000):
@@ -144,7 +147,9 @@ def test_a_host_cap_is_raised_under_the_lock_and_restored(tmp_path: Path) -> Non
         other = hostparam.answer(["acquire", str(param), "5000", "local:other"])
         assert other["refused"] == ["local:qbknob-test"]
         # a second testbed that needs less joins the hold instead of leaving it
-        tb2 = SimpleNamespace(kind="local", describe_short=lambda: "qbknob-two")
+        tb2 = SimpleNamespace(
+            kind="local", controller_is_host=True, describe_short=lambda: "qbknob-two"
+        )
         with hostparam.at_least(tb2, str(param), 2000):
             assert param.read_text() == "4000"
     assert param.read_text() == "1000"

@@ -26,7 +26,6 @@ from quicbed.run.cell import run_cell
 from quicbed.shapers import get_shaper
 from quicbed.shapers.dummynet import PIPES_FILE, DummynetShaper
 from quicbed.spec.cellconfig import make_cell
-from quicbed.testbed import hosts
 from quicbed.testbed.base import RPath
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.ssh import SshTestbed
@@ -64,7 +63,7 @@ def lab() -> Iterator[tuple[str, Path]]:
 
 @pytest.fixture
 def tb(lab: tuple[str, Path]) -> Iterator[SshTestbed]:
-    t = hosts.load(lab[1])
+    t = SshTestbed.load(lab[1])
     yield t
     t.close()
 
@@ -127,10 +126,10 @@ def test_files_and_daemons(tb: SshTestbed, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_crashed_run_leaves_nothing_running_after_up(lab: tuple[str, Path]) -> None:
     """A daemon whose controller died (no stop) is stopped by the next ``up``."""
-    first = hosts.load(lab[1])
+    first = SshTestbed.load(lab[1])
     p = first.spawn("server", ["sleep", "300"])
     first.close()  # the controller "dies": nobody stops p
-    second = hosts.load(lab[1])
+    second = SshTestbed.load(lab[1])
     try:
         assert second.alive("server", p.pid)
         second.up()
@@ -302,32 +301,32 @@ def test_bad_hosts_files_name_the_problem(lab: tuple[str, Path], tmp_path: Path)
     no_bridge = tmp_path / "no-bridge.ini"
     no_bridge.write_text(inv.replace("[bridge]\n", "[other]\n"))
     with pytest.raises(QuicbedError, match="group 'bridge' must hold exactly one host"):
-        hosts.load(no_bridge)
+        SshTestbed.load(no_bridge)
     missing_key = tmp_path / "missing-key.ini"
     missing_key.write_text(inv.replace("sshlab/id_ed25519", "sshlab/nope"))
     with pytest.raises(QuicbedError, match=r"SSH key .*nope does not exist"):
-        hosts.load(missing_key)
+        SshTestbed.load(missing_key)
     # the lab takes the first control network free on this machine (10.10.0.0/24 unless
     # the machine routes it already, as some CI runners do)
-    server = hosts.load(lab[1]).nodes["server"].host
+    server = SshTestbed.load(lab[1]).nodes["server"].host
     assert server.endswith(".0.1")
     refused = tmp_path / "refused.ini"
     refused.write_text(
         inv.replace(f"ansible_host={server} ", f"ansible_host={server} ansible_port=2222 ")
     )
-    t = hosts.load(refused)
+    t = SshTestbed.load(refused)
     unreachable = rf"cannot reach server \(root@{re.escape(server)}:2222\)"
     with pytest.raises(QuicbedError, match=unreachable):
         t.up()
     t.close()
     with pytest.raises(QuicbedError, match="does not exist"):
-        hosts.load(tmp_path / "absent.ini")
+        SshTestbed.load(tmp_path / "absent.ini")
     # a second lab takes the next free control network (several testbeds, one sweep)
     other = lab[0][:-1] + "z"
     try:
         second = _quicbed("testbed", "up", "--sshd", "--prefix", other)
         assert second.returncode == 0, second.stderr
-        t2 = hosts.load(SshLab(other).inventory)
+        t2 = SshTestbed.load(SshLab(other).inventory)
         net = ipaddress.ip_network(f"{server}/24", strict=False)
         second_net = ipaddress.ip_network(f"{t2.nodes['server'].host}/24", strict=False)
         assert second_net != net and second_net in CONTROL_NETS, second_net
@@ -367,7 +366,7 @@ MANIFEST = """<?xml version="1.0" encoding="UTF-8"?>
 def test_a_portal_manifest_names_the_hosts(tmp_path: Path) -> None:
     m = tmp_path / "manifest.xml"
     m.write_text(MANIFEST)
-    t = hosts.load(m, user="bob")
+    t = SshTestbed.load(m, user="bob")
     assert t.nodes["server"].host == "pc601.emulab.net" and t.nodes["server"].user == "bob"
     assert t.nodes["server"].hardware_type == "d430" and t.nodes["client"].hardware_type is None
     assert t.describe()["nodes"]["server"]["hardware_type"] == "d430"
@@ -378,11 +377,11 @@ def test_a_portal_manifest_names_the_hosts(tmp_path: Path) -> None:
     request = tmp_path / "request.xml"
     request.write_text(MANIFEST.replace('type="manifest"', 'type="request"'))
     with pytest.raises(QuicbedError, match="give the experiment's manifest"):
-        hosts.load(request)
+        SshTestbed.load(request)
     no_bridge = tmp_path / "nobridge.xml"
     no_bridge.write_text(MANIFEST.replace("link_bridge", "other"))
     with pytest.raises(QuicbedError, match="no node 'link_bridge or bridge'"):
-        hosts.load(no_bridge)
+        SshTestbed.load(no_bridge)
 
 
 def test_a_sweep_needs_hosts_and_a_known_testbed(tmp_path: Path) -> None:

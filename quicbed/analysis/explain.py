@@ -57,6 +57,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from quicbed.backends import described
 from quicbed.errors import QuicbedError
 from quicbed.results.rows import AttemptRow, RunRow
 from quicbed.results.store import Store
@@ -149,7 +150,7 @@ def choose(
             "traces (--traces none): nothing to explain; rerun it with "
             "--traces light"
         )
-    kind = ((att.provenance or {}).get("testbed") or {}).get("kind", "local")
+    kind = ((att.provenance or {}).get("testbed") or {}).get("kind")
     loads = {}
     for arm in cfg.get("arms", ARMS):
         measured = [r for r in runs if r.arm == arm and not r.warmup]
@@ -186,7 +187,7 @@ def _attempts(store: Store, cell_id: str) -> list[AttemptRow]:
     return [store.attempt(cell_id, n) for n in range(1, latest + 1)]
 
 
-def _read_load(root: Path, run: RunRow, why: str, testbed_kind: str) -> ArmLoad:
+def _read_load(root: Path, run: RunRow, why: str, testbed_kind: str | None) -> ArmLoad:
     detail = run.detail
     tr = detail.get("traces") or {}
     missing = dict(tr.get("missing") or {})
@@ -263,7 +264,9 @@ def _har_timeline(root: Path, run: RunRow) -> tuple[list[dict[str, Any]], float 
     return out, page0
 
 
-def _align(began: float | None, page_wall: float | None, kind: str) -> tuple[float | None, str]:
+def _align(
+    began: float | None, page_wall: float | None, kind: str | None
+) -> tuple[float | None, str]:
     if began is None or page_wall is None:
         return None, (
             "trace and HAR not aligned (no trace start or no HAR page time): "
@@ -275,7 +278,7 @@ def _align(began: float | None, page_wall: float | None, kind: str) -> tuple[flo
             f"the HAR began {offset:.1f} ms after the trace, which cannot be "
             "(clocks differ); trace times are shown as recorded"
         )
-    if kind == "ssh":
+    if not described(kind).controller_is_host:  # the client's clock is another machine's
         return offset, (
             f"HAR t=0 is trace t={offset:.1f} ms, from the controller's and the "
             "client's wall clocks: within 1 ms plus their clock offset (unknown)"

@@ -24,6 +24,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from quicbed.backends import get_backend, hosts_kind
 from quicbed.cli import bulk as bulk_cli
 from quicbed.cli import reproduce as reproduce_cli
 from quicbed.cli.options import (
@@ -97,7 +98,7 @@ def testbed_up(
     inventory file, to run the ssh testbed on this machine.
     """
     if sshd:
-        if tb.kind != "local":
+        if not get_backend(tb.kind).makes_namespaces:  # the lab is namespaces with sshd
             raise QuicbedError("--sshd makes a local ssh lab; it goes with --testbed local")
         from quicbed.testbed.sshlab import SshLab
 
@@ -112,7 +113,7 @@ def testbed_up(
             made = bed.up()
     finally:
         bed.close()
-    state = "created" if made else "already up" if tb.kind == "local" else "reachable"
+    state = "created" if made else bed.found_ready
     out.print(f"testbed {tb.name()}: {state}")
 
 
@@ -475,10 +476,9 @@ def run_spec(
         )
     part = parse_shard(shard) if shard is not None else None
     hosts = tb.host_list()
-    kind = tb.kind or ("ssh" if hosts else None)
+    kind = tb.kind or (hosts_kind() if hosts else None)
     if kind is not None and kind != spec.testbed:
-        if kind not in ("local", "ssh"):
-            raise QuicbedError(f"--testbed: unknown {kind!r} (local or ssh)")
+        get_backend(kind, "--testbed")  # refuses an unknown kind by name
         spec = spec.model_copy(update={"testbed": kind})
     if traces is not None:  # overrides the spec's level (not part of its digest)
         from quicbed.traces import check_level

@@ -16,11 +16,11 @@ import sys
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
+from quicbed.backends import DEFAULT_KIND, backends, get_backend, hosts_kind, kinds_help
 from quicbed.errors import QuicbedError
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.model import (
@@ -82,9 +82,7 @@ def options(name: str, group: type, *, only: Collection[str] | None = None) -> C
 PrefixOpt = Annotated[
     str, typer.Option("--prefix", help="Name prefix of the testbed's namespaces.")
 ]
-TestbedOpt = Annotated[
-    str, typer.Option("--testbed", help="local (namespaces here) or ssh (three hosts).")
-]
+TestbedOpt = Annotated[str, typer.Option("--testbed", help=kinds_help())]
 HostsOpt = Annotated[
     str | None,
     typer.Option("--hosts", help="ssh testbed: an Ansible inventory or the portal's manifest."),
@@ -115,7 +113,7 @@ class TestbedOptions:
     __test__ = False  # not a pytest test class, despite its name
 
     prefix: PrefixOpt = "qb"
-    kind: TestbedOpt = "local"
+    kind: TestbedOpt = DEFAULT_KIND
     hosts: HostsOpt = None
     ssh_user: SshUserOpt = None
     ssh_key: SshKeyOpt = None
@@ -126,7 +124,7 @@ class TestbedOptions:
 
     def name(self) -> str:
         """How the command's output names the testbed."""
-        return self.prefix if self.kind == "local" else str(self.hosts)
+        return str(self.hosts) if get_backend(self.kind).takes_hosts else self.prefix
 
     def open(self, what: str, *, kind: str | None = None, hosts: str | None = None) -> Testbed:
         """The testbed the options name (``kind`` and ``hosts`` override them, as a
@@ -145,24 +143,20 @@ class TestbedOptions:
         return tb
 
     def _open(self, what: str, kind: str, hosts: str | None) -> Testbed:
-        if kind == "local":
-            if hosts or self.ssh_user or self.ssh_key:
-                raise QuicbedError("--hosts, --ssh-user and --ssh-key go with --testbed ssh")
-            need_root(what)
-            from quicbed.testbed.local import LocalTestbed
+        """The kind's testbed class opens it (``Testbed.from_options``), once the options
+        that go with another kind are refused and root is asked for where it is needed."""
+        from quicbed.testbed.base import testbed_class
 
-            return LocalTestbed(self.prefix)
-        if kind == "ssh":
-            from quicbed.testbed.hosts import load
-
-            if not hosts:
-                raise QuicbedError("--testbed ssh needs --hosts (an inventory or a manifest)")
-            return load(
-                Path(hosts),
-                user=self.ssh_user,
-                key=Path(self.ssh_key).expanduser() if self.ssh_key else None,
+        cls = testbed_class(kind)
+        if not cls.takes_hosts and (hosts or self.ssh_user or self.ssh_key):
+            raise QuicbedError(
+                f"--hosts, --ssh-user and --ssh-key go with --testbed {hosts_kind()}"
             )
-        raise QuicbedError(f"testbed: unknown {kind!r} (local or ssh)")
+        if cls.makes_namespaces:
+            need_root(what)
+        return cls.from_options(
+            prefix=self.prefix, hosts=hosts, user=self.ssh_user, key=self.ssh_key
+        )
 
 
 @dataclass(frozen=True)
@@ -172,7 +166,10 @@ class SweepTestbedOptions(TestbedOptions):
 
     kind: Annotated[
         str | None,
-        typer.Option("--testbed", help="local or ssh; default: the spec's (ssh with --hosts)."),
+        typer.Option(
+            "--testbed",
+            help=f"{' or '.join(backends())}; default: the spec's ({hosts_kind()} with --hosts).",
+        ),
     ] = None  # type: ignore[assignment]
     hosts: Annotated[
         list[str] | None,

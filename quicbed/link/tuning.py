@@ -61,7 +61,7 @@ def read_tuning(tb: Testbed, offloads: Mapping[str, str] | None = None) -> dict[
     out: dict[str, object] = {k: tb.host_sysctl("server", k) for k in GLOBAL_RECORDED}
     for role in ENDPOINTS:
         keys = {k: tb.read_sysctl(role, k) for k in HOST_KEYS}
-        if tb.kind != "local":  # another host: its global keys are its own
+        if not tb.shared_host_sysctls:  # another host: its global keys are its own
             keys.update({k: tb.host_sysctl(role, k) for k in GLOBAL_RECORDED})
         out[role] = keys
     out["offloads"] = tb.check_offloads(offloads)

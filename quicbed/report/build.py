@@ -26,6 +26,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from quicbed import __version__
 from quicbed.analysis.stats import Comparison, adjust, compare
+from quicbed.backends import described
 from quicbed.errors import QuicbedError
 from quicbed.report import cpu as report_cpu
 from quicbed.report import profile as report_profile
@@ -1024,8 +1025,7 @@ def _write_html(
             ]
             r.rerun = f"quicbed cell --from {source} --cell {r.cell_id}"
             tb = (att.provenance or {}).get("testbed") or {}
-            if tb.get("kind") == "ssh":  # measured on hosts: rerun on the same kind
-                r.rerun += f" --testbed ssh --hosts {tb.get('source') or 'HOSTS'}"
+            r.rerun += described(tb.get("kind")).rerun_options(tb)  # on the same kind
         for c in report.transfers.cells:
             key = (c["cell_id"], c["attempt"])
             provs[key] = store.attempt(*key).provenance

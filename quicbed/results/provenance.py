@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from quicbed import __version__
+from quicbed.backends import described
 from quicbed.errors import QuicbedError
 from quicbed.identity import testbed_id
 from quicbed.paths import REPO_ROOT, Run, program_build
@@ -66,7 +67,7 @@ def git_state() -> dict[str, Any]:
 
 def ask(tb: Testbed | None, role: str) -> Run:
     """How to ask ``role``'s machine: this one for the local testbed, else over the testbed."""
-    if tb is None or tb.kind == "local":
+    if tb is None or tb.controller_is_host:
         return _out
 
     def run(argv: list[str]) -> str | None:
@@ -93,7 +94,7 @@ BUILD_FIELDS = ("version", "sha256", "files", "deps")
 def _bindir(tb: Testbed | None, role: str) -> PurePosixPath:
     """quicbed's build/bin on ``role``'s machine: where the testbed runs our programs from
     (on this machine, as quicbed.paths.bin_path finds them: QUICBED_BIN_DIR first)."""
-    if tb is None or tb.kind == "local":
+    if tb is None or tb.controller_is_host:
         return PurePosixPath(os.environ.get("QUICBED_BIN_DIR", str(REPO_ROOT / "build" / "bin")))
     return PurePosixPath(tb.repo_dir(role)) / "build" / "bin"
 
@@ -359,7 +360,7 @@ def collect(tb: Testbed | None = None) -> dict[str, Any]:
         placed = tb.cpu.placement()
         if placed:  # only where pinned: an attempt that pins nothing has the identity it had
             out["cpu_placement"] = placed
-        if tb.kind != "local":  # the controller is not where the measurement ran
+        if not tb.controller_is_host:  # the controller is not where the measurement ran
             out["nodes"] = {}
             for role in ("server", "client", "bridge"):
                 run = ask(tb, role)
@@ -373,7 +374,7 @@ def measured_on(provenance: dict[str, Any] | None) -> dict[str, Any]:
     kernels and the OS images. A sweep over several testbeds reports by these."""
     prov = provenance or {}
     desc = prov.get("testbed") or {}
-    if desc.get("kind") == "ssh":
+    if not described(desc.get("kind")).controller_is_host:  # each node's own machine
         label = desc.get("source") or testbed_id(desc)
         nodes = prov.get("nodes") or {}
         descnodes = desc.get("nodes") or {}

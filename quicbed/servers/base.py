@@ -302,7 +302,7 @@ class WebServer(ABC):
     @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
         """Refuse, before anything starts, an arm this testbed cannot run."""
-        if not cls.local and tb.kind == "local":
+        if not cls.local and tb.controller_is_host:  # its server is built on nodes only
             raise QuicbedError(
                 f"arm {arm.name}: {cls.name} runs only on testbed nodes (--testbed ssh), "
                 "not on the local testbed"

@@ -249,8 +249,8 @@ class EnvoyServer(GoogleQuicheServer):
 
     @classmethod
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
-        # the local testbed's server is this host, and its namespace may not exist yet
-        if tb.kind == "local":
+        # the server is this host, and its namespace may not exist yet
+        if tb.controller_is_host:
             there = os.access(ENVOY, os.X_OK)
         else:
             there = tb.exec("server", ["test", "-x", str(ENVOY)], check=False).returncode == 0
@@ -329,7 +329,7 @@ class EnvoyServer(GoogleQuicheServer):
 
     def _server_module(self, module: str, *args: str, what: str) -> dict[str, Any]:
         """Run one of this stack's node-side modules on the server; its JSON answer."""
-        if self.tb.kind == "local":  # the server is this host: no process to start
+        if self.tb.controller_is_host:  # the server is this host: no process to start
             mod = importlib.import_module(f"quicbed.servers.{module}")
             out = dict(mod.answer(list(args)))
         else:

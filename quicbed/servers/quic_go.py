@@ -298,7 +298,7 @@ class QuicGoServer(OwnH3Server):
     def check_testbed(cls, arm: Arm, tb: Testbed) -> None:
         super().check_testbed(arm, tb)
         if arm.params.get("gso") is not None:
-            sockopts.check_gso_testbed(arm.name, tb.kind)
+            sockopts.check_gso_testbed(arm.name, tb)
 
     def argv(self) -> list[str]:
         s, a = self.spec, self.arm

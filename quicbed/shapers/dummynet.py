@@ -35,7 +35,7 @@ class DummynetShaper(Shaper):
     auto_rank = 0
 
     def unavailable(self, tb: Roles) -> str | None:
-        if tb.kind == "local":
+        if tb.makes_namespaces:  # its bridge is a namespace here, not an Emulab node
             return (
                 "shaper dummynet runs on a FreeBSD bridge node of an Emulab/CloudLab "
                 "experiment (ssh testbed), not on the local testbed; use --shaper "

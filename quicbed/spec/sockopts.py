@@ -174,7 +174,7 @@ def limits_raised(tb: Any, params: Mapping[str, Any]) -> Iterator[dict[str, Any]
         if params.get(key) is not None:
             path = SYSCTL[base(key)]
             role = ROLE[key]
-            if tb.kind == "local":
+            if tb.shared_host_sysctls:
                 role = "server"  # one host: one cap
             need[(role, path)] = max(need.get((role, path), 0), int(params[key]))
     seen: dict[str, Any] = {}
@@ -235,15 +235,16 @@ def sends_since(before: dict[str, int] | None, after: dict[str, int] | None) -> 
     return {"udp_sends": {k: after[k] - before[k] for k in after}}
 
 
-def check_gso_testbed(arm: str, kind: str) -> None:
-    """Refuse ``gso`` on a testbed whose interfaces do not show it: only the local
-    testbed's veths, all offloads off (LocalTestbed.check_offloads), segment a GSO
-    datagram in software before the device counts it; a real NIC with UDP segmentation
-    offload counts per datagram or per segment as its driver does."""
-    if kind != "local":
+def check_gso_testbed(arm: str, tb: Any) -> None:
+    """Refuse ``gso`` on a testbed whose interfaces do not show it
+    (``counts_gso_segments``): only the local testbed's veths, all offloads off
+    (LocalTestbed.check_offloads), segment a GSO datagram in software before the device
+    counts it; a real NIC with UDP segmentation offload counts per datagram or per
+    segment as its driver does."""
+    if not tb.counts_gso_segments:
         raise QuicbedError(
             f"arm {arm}: gso is verified only on the local testbed (its veths count the "
-            f"segments of a GSO datagram); a {kind} testbed's NICs may segment UDP "
+            f"segments of a GSO datagram); a {tb.kind} testbed's NICs may segment UDP "
             "themselves and count it as one packet"
         )
 

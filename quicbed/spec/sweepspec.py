@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from quicbed.backends import DEFAULT_KIND, KindName
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.model import (
@@ -261,7 +262,8 @@ class SweepSpec(BaseModel):
     format: int = SPEC_FORMAT
     name: str
     description: str = ""
-    testbed: Literal["local", "ssh"] = "local"  # ssh: the hosts come from `run --hosts`
+    #: a backend's kind (quicbed.backends); ssh: the hosts come from `run --hosts`
+    testbed: KindName = DEFAULT_KIND
     #: a shaper's name (quicbed.shapers.names), checked by _shaper
     shaper: str = cell_default("shaper")
     receipt_tcp_seconds: float = Field(default=RECEIPT_TCP_SECONDS, gt=0, le=MAX_TCP_SECONDS)

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from quicbed import plugins
+from quicbed.backends import get_backend
 from quicbed.identity import testbed_id
 from quicbed.testbed import owner
 from quicbed.testbed.roles import (
@@ -41,6 +43,7 @@ __all__ = [
     "RPath",
     "Testbed",
     "check_role",
+    "testbed_class",
 ]
 
 
@@ -50,6 +53,16 @@ class Testbed(Roles):
     #: why a sweep over several testbeds took this one out (quicbed.run.pool); its teardown
     #: may then fail without failing the command
     lost: str | None = None
+
+    @classmethod
+    @abstractmethod
+    def from_options(
+        cls, *, prefix: str, hosts: str | None, user: str | None, key: str | None
+    ) -> Testbed:
+        """The testbed of this kind that a command's testbed options name (``--prefix``,
+        ``--hosts``, ``--ssh-user``, ``--ssh-key``): how ``--testbed`` opens one
+        (quicbed.cli.options has refused the options that go with another kind, and
+        asked for root where ``makes_namespaces``)."""
 
     # --- lifecycle --------------------------------------------------------------------
     @abstractmethod
@@ -153,3 +166,13 @@ class Testbed(Roles):
         d = d / role / name
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+
+def testbed_class(kind: str) -> type[Testbed]:
+    """The testbed class of a kind (quicbed.backends.get_backend refuses an unknown one):
+    the subclass of its Backend among this package's modules, which are imported only
+    when a command opens a testbed, as a stack's are when it is named (quicbed.plugins),
+    so that a module that merely names a Testbed loads no backend."""
+    backend = get_backend(kind)
+    plugins.import_modules("quicbed.testbed", [str(Path(__file__).parent)])
+    return next(c for c in backend.__subclasses__() if issubclass(c, Testbed))

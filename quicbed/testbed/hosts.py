@@ -20,21 +20,65 @@ import json
 import shutil
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
-from quicbed.testbed.base import ROLES, RPath
-from quicbed.testbed.ssh import Node, SshTestbed
+from quicbed.testbed.base import ROLES, RPath, check_role
 
 #: node names in profile.py's requests (its BridgedLink "link" names its bridge link_bridge)
 MANIFEST_NODES = {"server": ("server",), "client": ("client",), "bridge": ("link_bridge", "bridge")}
 _TRUE = {"true", "yes", "1", "on"}
 
 
-def load(path: Path, *, user: str | None = None, key: Path | None = None) -> SshTestbed:
-    """The ssh testbed that ``path`` (an inventory or a manifest) describes.
+#: where the portal clones the repository on every node (profile.py's REPOSITORY)
+DEFAULT_REPO = RPath("/local/repository")
+DEFAULT_WORKDIR = RPath("/var/tmp/quicbed")
+CONNECT_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class Node:
+    """One host and how to reach it; every field can come from an inventory."""
+
+    role: str
+    host: str
+    port: int = 22
+    user: str | None = None
+    key: Path | None = None
+    exp_ip: str | None = None  # its address on the experiment network (server, client)
+    repo_dir: RPath = DEFAULT_REPO
+    workdir: RPath = DEFAULT_WORKDIR
+    sudo: bool = False  # Emulab users log in as themselves and have password-less sudo
+    ssh_args: tuple[str, ...] = ()
+    python: str = "python3"
+    #: what the portal says the node is (Emulab's hardware type, e.g. d430; its disk
+    #: image): recorded with every attempt, so a sweep over several testbeds can tell
+    hardware_type: str | None = None
+    image: str | None = None
+
+    def __post_init__(self) -> None:
+        check_role(self.role)
+        if not self.host:
+            raise QuicbedError(f"node {self.role}: no host to connect to")
+        if not 0 < self.port < 65536:
+            raise QuicbedError(f"node {self.role}: port {self.port} is not a TCP port")
+        if self.key is not None and not self.key.is_file():
+            raise QuicbedError(f"node {self.role}: SSH key {self.key} does not exist")
+        if not self.workdir.is_absolute() or str(self.workdir) == "/":
+            raise QuicbedError(f"node {self.role}: work folder {self.workdir} is not usable")
+
+    @property
+    def address(self) -> str:
+        where = f"{self.user}@{self.host}" if self.user else self.host
+        return where if self.port == 22 else f"{where}:{self.port}"
+
+
+def read_nodes(path: Path, *, user: str | None = None, key: Path | None = None) -> dict[str, Node]:
+    """The hosts that ``path`` (an inventory or a manifest) names, by role
+    (quicbed.testbed.ssh.SshTestbed.load makes the testbed of them).
 
     ``user`` and ``key`` override what the file says (a manifest lists every
     project member's login; the portal's default key is the user's own).
@@ -44,10 +88,8 @@ def load(path: Path, *, user: str | None = None, key: Path | None = None) -> Ssh
     text = path.read_text(errors="replace")
     head = text.lstrip()[:2000]
     if head.startswith("<") and "rspec" in head:
-        nodes = from_manifest(text, str(path), user=user, key=key)
-    else:
-        nodes = from_inventory(path, user=user, key=key)
-    return SshTestbed(nodes, source=str(path))
+        return from_manifest(text, str(path), user=user, key=key)
+    return from_inventory(path, user=user, key=key)
 
 
 def _inventory_tool() -> str:

@@ -25,9 +25,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from quicbed import proc
+from quicbed.backends import LocalBackend
 from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT, bin_path
 from quicbed.testbed.base import (
@@ -76,7 +77,7 @@ class LocalProcess(Process):
 
 
 @dataclass
-class LocalTestbed(Testbed):
+class LocalTestbed(LocalBackend, Testbed):
     """Three namespaces and two veth pairs; runs commands and daemons inside them.
 
     All roles share this machine's file system, so files are read and written in
@@ -88,11 +89,15 @@ class LocalTestbed(Testbed):
     client_ip: str = CLIENT_IP
     _created: bool = field(default=False, repr=False)
 
-    kind: ClassVar[str] = "local"
-    one_machine: ClassVar[bool] = True
-
     def __post_init__(self) -> None:
         check_prefix(self.prefix)
+
+    @classmethod
+    def from_options(
+        cls, *, prefix: str, hosts: str | None, user: str | None, key: str | None
+    ) -> LocalTestbed:
+        """The namespaces named by ``--prefix``; the other options are another kind's."""
+        return cls(prefix)
 
     # --- names ------------------------------------------------------------------------
     def ns(self, role: str) -> str:

@@ -25,9 +25,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
 
 from quicbed import proc
+from quicbed.backends import Backend
 from quicbed.errors import QuicbedError
 from quicbed.testbed.cpu import CpuGroups
 
@@ -68,15 +68,11 @@ class Process(ABC):
         """SIGTERM, wait, then SIGKILL; a no-op once it has exited."""
 
 
-class Roles(ABC):
-    """Three roles, and the few operations the runner needs on them."""
+class Roles(Backend):
+    """Three roles, and the few operations the runner needs on them; what the testbed's
+    kind can do (``one_machine``, ``makes_namespaces``, ...) is its Backend's
+    (quicbed.backends)."""
 
-    kind: ClassVar[str]
-    #: the three roles and the controller are one machine and quicbed's own commands
-    #: on them cost little: the host's busy time that a load's roles are not charged
-    #: is other work (quicbed.link.loadproof). Not so over ssh, where every command the
-    #: controller sends costs an ssh session's CPU, even on a lab of one machine
-    one_machine: ClassVar[bool] = False
     prefix: str
     server_ip: str
     client_ip: str

@@ -25,54 +25,16 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from quicbed import proc
+from quicbed.backends import SshBackend
 from quicbed.errors import QuicbedError
 from quicbed.tarsafe import safe_extract
 from quicbed.testbed.base import CLIENT_IP, ROLES, SERVER_IP, Process, RPath, Testbed, check_role
+from quicbed.testbed.hosts import Node, read_nodes
 
-#: where the portal clones the repository on every node (profile.py's REPOSITORY)
-DEFAULT_REPO = RPath("/local/repository")
-DEFAULT_WORKDIR = RPath("/var/tmp/quicbed")
 CONNECT_TIMEOUT_S = 10
-
-
-@dataclass(frozen=True)
-class Node:
-    """One host and how to reach it; every field can come from an inventory."""
-
-    role: str
-    host: str
-    port: int = 22
-    user: str | None = None
-    key: Path | None = None
-    exp_ip: str | None = None  # its address on the experiment network (server, client)
-    repo_dir: RPath = DEFAULT_REPO
-    workdir: RPath = DEFAULT_WORKDIR
-    sudo: bool = False  # Emulab users log in as themselves and have password-less sudo
-    ssh_args: tuple[str, ...] = ()
-    python: str = "python3"
-    #: what the portal says the node is (Emulab's hardware type, e.g. d430; its disk
-    #: image): recorded with every attempt, so a sweep over several testbeds can tell
-    hardware_type: str | None = None
-    image: str | None = None
-
-    def __post_init__(self) -> None:
-        check_role(self.role)
-        if not self.host:
-            raise QuicbedError(f"node {self.role}: no host to connect to")
-        if not 0 < self.port < 65536:
-            raise QuicbedError(f"node {self.role}: port {self.port} is not a TCP port")
-        if self.key is not None and not self.key.is_file():
-            raise QuicbedError(f"node {self.role}: SSH key {self.key} does not exist")
-        if not self.workdir.is_absolute() or str(self.workdir) == "/":
-            raise QuicbedError(f"node {self.role}: work folder {self.workdir} is not usable")
-
-    @property
-    def address(self) -> str:
-        where = f"{self.user}@{self.host}" if self.user else self.host
-        return where if self.port == 22 else f"{where}:{self.port}"
 
 
 class SshProcess(Process):
@@ -94,7 +56,7 @@ class SshProcess(Process):
 
 
 @dataclass
-class SshTestbed(Testbed):
+class SshTestbed(SshBackend, Testbed):
     """Three hosts, one SSH connection each (reused); commands run there as root via sudo."""
 
     nodes: dict[str, Node]
@@ -102,8 +64,6 @@ class SshTestbed(Testbed):
     source: str = ""  # the inventory or manifest the nodes came from
     server_ip: str = field(init=False)
     client_ip: str = field(init=False)
-
-    kind: ClassVar[str] = "ssh"
 
     def __post_init__(self) -> None:
         missing = [r for r in ROLES if r not in self.nodes]
@@ -129,6 +89,25 @@ class SshTestbed(Testbed):
             Path(tempfile.gettempdir()) / "quicbed-locks" / f"ssh-{key.hexdigest()[:16]}.lock"
         )
         self._bins: dict[tuple[str, str], RPath] = {}
+
+    @classmethod
+    def load(cls, path: Path, *, user: str | None = None, key: Path | None = None) -> SshTestbed:
+        """The ssh testbed that ``path`` (an inventory or a manifest) describes.
+
+        ``user`` and ``key`` override what the file says (a manifest lists every
+        project member's login; the portal's default key is the user's own).
+        """
+        return cls(read_nodes(path, user=user, key=key), source=str(path))
+
+    @classmethod
+    def from_options(
+        cls, *, prefix: str, hosts: str | None, user: str | None, key: str | None
+    ) -> SshTestbed:
+        """The hosts a file names (``--hosts``), logged in as ``--ssh-user`` with
+        ``--ssh-key`` where given."""
+        if not hosts:
+            raise QuicbedError(f"--testbed {cls.kind} needs --hosts (an inventory or a manifest)")
+        return cls.load(Path(hosts), user=user, key=Path(key).expanduser() if key else None)
 
     def lock_path(self) -> Path:
         """On the controller, per set of hosts, in a folder every user may lock in (like

@@ -344,7 +344,7 @@ class QlogTracer(Tracer):
         assert self.ctx is not None
         d = self.dirs[arm]
         tb = self.ctx.testbed
-        if tb.kind == "local":
+        if tb.controller_is_host:  # the server's folder is the controller's
             try:
                 names = os.listdir(d)
             except FileNotFoundError:

@@ -198,8 +198,10 @@ class TcpTracer(Tracer):
     def unavailable(self, ctx: TraceContext) -> str | None:
         if not ctx.tcp_arms():
             return None  # nothing to observe; start does nothing
-        if ctx.testbed.kind != "local":
-            return "not on the ssh testbed yet (tcp_probe runs in the server's kernel)"
+        if not ctx.testbed.controller_is_host:  # the tracefs read is the controller's
+            return (
+                f"not on the {ctx.testbed.kind} testbed yet (tcp_probe runs in the server's kernel)"
+            )
         if os.geteuid() != 0:
             return "kernel tracepoints need root"
         why = tracefs_problem()
