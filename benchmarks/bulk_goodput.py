@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from quicbed.cli.bulk import run_bulk
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.testbed.local import LocalTestbed
 
 TARGET = 0.95

@@ -33,9 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from quicbed.link.model import make_condition
 from quicbed.link.proof import prove
 from quicbed.link.session import shaped_link
+from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.spec.arms import ArmSettings

@@ -36,9 +36,9 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from quicbed.link.model import make_condition
 from quicbed.link.proof import prove
 from quicbed.link.session import shaped_link
+from quicbed.model.link import make_condition
 from quicbed.paths import REPO_ROOT
 from quicbed.results.store import Store
 from quicbed.run.cell import CellResult, run_cell

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from quicbed.link.model import LinkCondition, make_condition
 from quicbed.link.receipt import Receipt, measure
 from quicbed.link.session import shaped_link
+from quicbed.model.link import LinkCondition, make_condition
 from quicbed.progress import progress_bar
 from quicbed.testbed.local import LocalTestbed
 

@@ -54,7 +54,7 @@ from typing import Any
 from quicbed.link import hostcpu
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.loadproof import late_tolerance_ms
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.linkload import figures, is_replacement, load_proof
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store

@@ -27,9 +27,9 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from quicbed.link.model import make_condition
 from quicbed.link.proof import prove
 from quicbed.link.session import shaped_link
+from quicbed.model.link import make_condition
 from quicbed.run.cell import run_cell
 from quicbed.spec.arms import ArmSettings
 from quicbed.spec.cellconfig import make_cell

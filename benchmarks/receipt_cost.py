@@ -28,9 +28,9 @@ import time
 from datetime import UTC, datetime
 
 from quicbed.link import hostcpu
-from quicbed.link.model import make_condition
 from quicbed.link.receipt import measure
 from quicbed.link.session import shaped_link
+from quicbed.model.link import make_condition
 from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.testbed.local import LocalTestbed
 

@@ -2,7 +2,7 @@
 
 Both are per network namespace, so they are read on the role, in one command, and
 parsed here into tables: the per-load counters (quicbed.results.netcounters) and the
-server's sends that show GSO (quicbed.spec.sockopts) take their figures from them.
+server's sends that show GSO (quicbed.settings.sockopts) take their figures from them.
 """
 
 from __future__ import annotations

@@ -252,7 +252,7 @@ def cell_1mb_full(
     runs again (``SharedLinks``, whose 10 Mbit/s, 36 ms link it shares). Readers that
     write into a results folder copy it first: ``out`` is shared."""
     import quicbed.run.cell
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.results.store import Store
     from quicbed.spec.cellconfig import make_cell
     from quicbed.traces import instruments

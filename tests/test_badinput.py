@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from quicbed.cli import main as cli
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.package.build import KIND, MANIFEST, PACKAGE_FORMAT
 from quicbed.results.store import DB_NAME, Store
 from quicbed.spec.cellconfig import make_cell

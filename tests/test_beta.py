@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.spec.sweepspec import SweepSpec, load_spec, plan, plan_warnings, queue_warning
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ import pytest
 
 from quicbed.analysis.transfers import stored_transfer
 from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition
+from quicbed.model.link import LinkCondition
 from quicbed.results.linkload import spoiled_only
 from quicbed.results.store import Store
 from quicbed.results.transfers import (

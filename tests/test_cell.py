@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import SharedLinks, scheduled, spoiled
 
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.spec.cellconfig import make_cell
 
 C = make_condition(rate_mbit=10, rtt_ms=36)

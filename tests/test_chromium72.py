@@ -27,8 +27,8 @@ from quicbed import certs
 from quicbed.client.base import CA_NICKNAME, BrowserSpec
 from quicbed.client.chromium import CHROMIUM72_BUILD, Chromium, Chromium72, command_line
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
 from quicbed.link.session import shaped_link
+from quicbed.model.link import make_condition
 from quicbed.servers.apache import ApacheServer
 from quicbed.servers.base import ServeSpec
 from quicbed.spec import workloads

@@ -12,7 +12,7 @@ import typer
 from quicbed.cli.main import app
 from quicbed.cli.options import LinkOptions, TestbedOptions
 from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition, make_condition
+from quicbed.model.link import LinkCondition, make_condition
 from quicbed.spec.cellconfig import UNLIMITED, CellConfig, make_cell, parse_rate
 from quicbed.spec.sweepspec import Defaults, Scenario, SweepSpec, plan
 

@@ -20,8 +20,8 @@ from conftest import scheduled
 from quicbed.analysis.cpu import summary
 from quicbed.errors import QuicbedError
 from quicbed.results.cpu import CpuTime, CpuUse
-from quicbed.testbed import cgroups
-from quicbed.testbed.cpu import CpuGroups
+from quicbed.roles import cgroups
+from quicbed.roles.cpu import CpuGroups
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.sshlab import cgroup_mounts
 
@@ -241,7 +241,7 @@ def test_every_flow_stores_cpu_per_role(prefix: str, tmp_path: Path) -> None:
     """A bulk cell: each flow's server, client and emulator CPU, from its own group;
     the report's cpu.csv per arm and role; nothing of the groups left after."""
     from quicbed.cli.bulk import run_bulk
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.report.build import build
 
     for _ in range(3):  # a receipt spoiled on a busy machine: measured again, as a sweep would
@@ -304,7 +304,7 @@ def test_every_flow_stores_cpu_per_role(prefix: str, tmp_path: Path) -> None:
 def test_every_page_load_stores_cpu_per_role(prefix: str, tmp_path: Path) -> None:
     """A page cell: each load's server, browser and emulator CPU (the browser's
     renderers and GPU process forked into its group), and the accounting recorded."""
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.results.cpu import load_cpu
     from quicbed.results.store import Store
     from quicbed.run.cell import run_cell
@@ -340,7 +340,7 @@ def test_every_page_load_stores_cpu_per_role(prefix: str, tmp_path: Path) -> Non
     ],
 )
 def test_a_bad_placement_is_refused_by_name(text: str, error: str) -> None:
-    from quicbed.testbed.cpu import parse_placement
+    from quicbed.roles.cpu import parse_placement
 
     with pytest.raises(QuicbedError, match=error):
         parse_placement(text)
@@ -405,7 +405,7 @@ def test_every_compete_repetition_stores_cpu_per_arm_and_role(prefix: str, tmp_p
     """A compete cell: per repetition and arm, its server's and its flows' clients' CPU
     and the emulator's; the repetition's counters; each flow's ACK ratio where QUIC."""
     from quicbed.cli.bulk import run_compete
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
 
     for _ in range(3):  # a receipt spoiled on a busy machine: measured again, as a sweep would
         try:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
 from quicbed.link.receipt import _ecn_check
+from quicbed.model.link import make_condition
 from quicbed.shapers.dummynet import DummynetShaper
 from quicbed.shapers.netem import NetemShaper
 from quicbed.shapers.userspace import UserspaceShaper

@@ -12,7 +12,7 @@ import pytest
 from conftest import SharedLinks
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.servers import envoy, envoy_config
 from quicbed.servers.base import Arm

@@ -21,7 +21,7 @@ import pytest
 
 from quicbed.analysis.explain import COMPONENTS, explain
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.spec.cellconfig import make_cell

@@ -32,7 +32,7 @@ from quicbed.client import browsers, get_browser
 from quicbed.client.base import Browser, BrowserSpec
 from quicbed.client.firefox import Firefox, prefs, user_js
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.paths import Run
 from quicbed.report.build import browser_label, software_label
 from quicbed.results.store import Store

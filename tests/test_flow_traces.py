@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import SharedLinks
 
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.flowtraces import flow_samples
 from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
 from quicbed.spec.catalog import PRESETS, entry_spec, load_catalog

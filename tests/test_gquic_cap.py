@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import SharedLinks
 
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.servers.gquic import flight_per_rtt
 from quicbed.spec.cellconfig import make_cell

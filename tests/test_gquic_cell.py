@@ -18,7 +18,7 @@ import pytest
 from conftest import SharedLinks, scheduled, spoiled
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.servers.base import WebServer
 from quicbed.spec.cellconfig import make_cell

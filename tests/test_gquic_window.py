@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.servers.gquic import flight_per_rtt, window_facts, window_reasons, window_summary
 
 

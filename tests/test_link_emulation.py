@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from quicbed.link import probes
-from quicbed.link.model import make_condition
 from quicbed.link.receipt import measure
 from quicbed.link.session import shaped_link
+from quicbed.model.link import make_condition
 from quicbed.shapers.netem import NetemShaper
 from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.testbed.local import LocalTestbed

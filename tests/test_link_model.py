@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import MAX_FRAME, MIN_QUEUE_FRAMES, JitterKind, make_condition, parse_queue
+from quicbed.model.link import MAX_FRAME, MIN_QUEUE_FRAMES, JitterKind, make_condition, parse_queue
 
 
 def test_rtt_splits_evenly_and_loss_is_end_to_end() -> None:

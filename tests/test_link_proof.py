@@ -12,9 +12,9 @@ import pytest
 from conftest import LinkNotHeld, spoiled
 
 from quicbed.link.loadproof import late_tolerance_ms
-from quicbed.link.model import make_condition
 from quicbed.link.proof import _grew, prove, spot_check
 from quicbed.link.session import shaped_link
+from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer

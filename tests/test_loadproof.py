@@ -19,7 +19,7 @@ from quicbed.link.loadproof import (
     late_tolerance_ms,
     percentile_us,
 )
-from quicbed.link.model import JitterKind, make_condition
+from quicbed.model.link import JitterKind, make_condition
 
 COND = make_condition(rate_mbit=10, rtt_ms=36)
 

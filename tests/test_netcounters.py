@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from quicbed.analysis.transfers import counter_totals
-from quicbed.link.model import make_condition
 from quicbed.link.session import shaped_link
+from quicbed.model.link import make_condition
 from quicbed.results.netcounters import RoleCounters, difference, parse
 from quicbed.results.transfers import FlowResult
 from quicbed.run.netcounters import NetMeter

@@ -1,4 +1,4 @@
-"""Interface offloads as a cell setting (quicbed.link.offloads): refused by name where
+"""Interface offloads as a cell setting (quicbed.roles.offloads): refused by name where
 they cannot be sound, set on every role's interface of an unshaped link, read back
 around every flow, and a flow whose offload changed behind the cell is invalid."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link import offloads
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
+from quicbed.roles import offloads
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 
@@ -166,7 +166,7 @@ def test_the_report_draws_goodput_per_offload_setting(tmp_path: Path) -> None:
     From stored records only."""
     from made_rows import store_bulk_cell
 
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.report.build import build
 
     cond = make_condition(rate_mbit=None, rtt_ms=0)

@@ -170,7 +170,7 @@ def test_the_next_command_removes_what_a_killed_one_left(prefix: str) -> None:
     script = f"""
 import sys, time
 from quicbed.testbed.local import LocalTestbed
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.shapers.userspace import UserspaceShaper
 tb = LocalTestbed({prefix!r})
 with tb.claim("quicbed doomed"):

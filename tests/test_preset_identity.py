@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.spec.arms import parse_cli
 from quicbed.spec.cellconfig import make_cell
 from quicbed.spec.sweepspec import load_spec, plan

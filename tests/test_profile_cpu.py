@@ -140,7 +140,7 @@ def test_a_profiled_bulk_cell_keeps_folds_flame_graphs_and_shares(
     prefix: str, tmp_path: Path
 ) -> None:
     from quicbed.cli.bulk import run_bulk
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.report.build import build
     from quicbed.results.store import Store
     from quicbed.testbed.local import LocalTestbed

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from quicbed.link.model import make_condition
 from quicbed.link.receipt import _loss_check, tcp_omit_seconds, udp_delivery
+from quicbed.model.link import make_condition
 from quicbed.shapers.dummynet import DummynetShaper
 from quicbed.shapers.netem import NetemShaper
 from quicbed.shapers.userspace import UserspaceShaper

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.report.build import build
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.folder import (
     STOP_FILE,
     FailureReason,

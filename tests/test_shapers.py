@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.shapers import get_shaper
 from quicbed.shapers.dummynet import DummynetShaper
 from quicbed.shapers.netem import NetemShaper
@@ -151,6 +151,7 @@ class _EmulabBridge:
     and its pipes file, no netem, our emulator installed. No Emulab here: a stand-in."""
 
     kind = "ssh"
+    makes_namespaces = False
 
     def exec(self, role: str, cmd: list[str], check: bool = True) -> object:
         class Done:

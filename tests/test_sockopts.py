@@ -1,4 +1,4 @@
-"""Host and socket knobs as verified arm settings (quicbed.spec.sockopts): UDP buffers,
+"""Host and socket knobs as verified arm settings (quicbed.settings.sockopts): UDP buffers,
 application GSO, the AEAD. Refused by name where a stack or client cannot apply them;
 applied and read back after every flow on real servers and sockets; a flow whose
 read-back differs is invalid with the reason."""
@@ -18,7 +18,7 @@ from quicbed.backends import LocalBackend, SshBackend
 from quicbed.errors import QuicbedError
 from quicbed.servers.base import ServeSpec
 from quicbed.servers.quic_go import QuicGoServer
-from quicbed.spec import sockopts
+from quicbed.settings import sockopts
 from quicbed.spec.arms import parse_cli, resolve
 from quicbed.testbed.base import RPath
 
@@ -171,7 +171,7 @@ def test_a_bulk_cell_applies_and_verifies_the_knobs(
     GSO."""
     from made_rows import bulk_config, measured_bulk
 
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
 
     real_argv, real_env = QuicGoServer.argv, QuicGoServer.env
 
@@ -231,7 +231,7 @@ def test_the_report_draws_goodput_per_knob(tmp_path: Path) -> None:
     AEAD as bars with +-1 sd. From stored records only."""
     from made_rows import store_bulk_cell
 
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.report.build import build
 
     cond = make_condition(rate_mbit=100, rtt_ms=20)
@@ -287,7 +287,7 @@ def test_page_loads_in_chromium_verify_the_knobs(shared_links: SharedLinks, tmp_
     from the server) and GSO off, and with GSO on: every load valid, its socket, cipher
     and datagrams-to-packets read back and stored."""
 
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.results.store import Store
     from quicbed.spec.cellconfig import make_cell
 

@@ -431,7 +431,7 @@ def test_pids_times_and_paths_are_one_set_up_a_kernel_or_a_digest_another() -> N
 def test_the_report_warns_only_of_set_ups_that_differ(tmp_path: Path, probed: None) -> None:
     """The report's count and warning: two attempts of one set-up (other PIDs, times and
     paths) are one; another kernel makes two, and the warning names it."""
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.spec.cellconfig import make_cell
 
     a = _attempt_record(101, "2026-11-24T10:00:00", "e1")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.shapers import get_shaper
@@ -197,7 +197,7 @@ def test_cpu_per_role_is_read_on_each_node(tb: SshTestbed, tmp_path: Path) -> No
     groups on their own nodes (through the node-side module, with the node's Python);
     the nodes' groups outlive the cell as the hosts' work folders do, and go with
     ``down``."""
-    from quicbed.testbed import cgroups
+    from quicbed.roles import cgroups
 
     assert set(tb.cpu.describe().values()) == {"cgroup1 /sys/fs/cgroup/cpuacct"}
     top = Path("/sys/fs/cgroup/cpuacct", cgroups.TOP, tb.cpu.folder)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.servers import get_stack, stacks
 from quicbed.servers.base import WebServer
 from quicbed.spec.arms import ArmSettings, arm_colour, builtin_arms, param_model, parse_cli, resolve

@@ -12,7 +12,7 @@ from conftest import SharedLinks, spoiled
 
 from quicbed import hostparam
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
-from quicbed.spec import tcpopts
+from quicbed.model.link import make_condition
+from quicbed.settings import tcpopts
 from quicbed.spec.arms import ArmSettings, parse_cli, resolve
 from quicbed.spec.cellconfig import make_cell
 from quicbed.spec.sweepspec import load_spec, plan

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.servers.base import WebServer
-from quicbed.spec import tcpopts
+from quicbed.settings import tcpopts
 from quicbed.spec.arms import parse_cli
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed

@@ -1,4 +1,4 @@
-"""QUIC transport parameters as arm settings (quicbed.spec.tparams): RFC 9000's ranges,
+"""QUIC transport parameters as arm settings (quicbed.settings.tparams): RFC 9000's ranges,
 what each stack and client refuses by name, how they reach the server and the bulk
 client, and the evidence from what each side advertised. Real transfers are in
 tests/test_transfer_cells.py."""
@@ -16,7 +16,7 @@ from quicbed.run.bulk import client_transport_argv
 from quicbed.servers.base import ServeSpec
 from quicbed.servers.gquiche import transport_parameters
 from quicbed.servers.quic_go import QuicGoServer
-from quicbed.spec import tparams
+from quicbed.settings import tparams
 from quicbed.spec.arms import parse_cli, resolve
 from quicbed.testbed.base import RPath
 
@@ -266,7 +266,7 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
     auto-tuning holds its flow near window / RTT."""
     from made_rows import bulk_config, measured_bulk
 
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.servers.quiche import QuicheServer
 
     real = QuicheServer.transport_argv
@@ -324,7 +324,7 @@ def test_page_loads_verify_the_servers_and_store_what_chromium_advertised(
     client's NetLog), and every load storing the parameters Chromium sent: the same set
     whichever server it met."""
 
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.results.store import Store
     from quicbed.spec.cellconfig import make_cell
 
@@ -387,7 +387,7 @@ def test_what_the_browser_advertised_is_in_the_export_and_the_report(tmp_path: P
     at its RFC default)."""
     import csv
 
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.report.build import build
     from quicbed.results.export import export
     from quicbed.results.rows import RunRow
@@ -467,7 +467,7 @@ def test_the_report_draws_goodput_against_the_axis_a_scenario_varies(tmp_path: P
     it. Drawn from stored records only."""
     from made_rows import store_bulk_cell
 
-    from quicbed.link.model import make_condition
+    from quicbed.model.link import make_condition
     from quicbed.report.build import build
 
     def store_cell(scenario: str, cond: object, text: str, mbits: dict[str, float]) -> None:

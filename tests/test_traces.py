@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import SharedLinks, scheduled
 
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.paths import sha256_file
 from quicbed.results.store import Store
 from quicbed.spec.cellconfig import make_cell

@@ -13,7 +13,7 @@ import yaml
 
 from quicbed.analysis.transfers import bulk_summary, compete_summary, stored_transfer
 from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition
+from quicbed.model.link import LinkCondition
 from quicbed.report import build as report
 from quicbed.report import transfers as report_transfers
 from quicbed.results.rows import RunRow
@@ -394,7 +394,7 @@ def test_a_transfer_cell_prints_its_flows_not_plts(
     goodput per arm and the comparisons, not an empty page-load table."""
     from types import SimpleNamespace
 
-    from quicbed.console import print_cell
+    from quicbed.run.console import print_cell
     from quicbed.spec.cellconfig import CellConfig
 
     root = tmp_path / "res"

@@ -13,7 +13,7 @@ import pytest
 from test_transfer_cells import _compete_record, _flow
 
 from quicbed.analysis.transfers import compete_summary
-from quicbed.link.model import make_condition
+from quicbed.model.link import make_condition
 from quicbed.results.linkload import shortfall
 from quicbed.results.transfers import BulkResult, BulkRun, CompeteResult, link_line
 from quicbed.run.bulk import _replaced

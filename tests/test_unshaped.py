@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import make_condition
 from quicbed.link.proof import prove, spot_check
 from quicbed.link.receipt import unshaped_check
 from quicbed.link.session import shaped_link
+from quicbed.model.link import make_condition
 from quicbed.shapers import check_condition
 from quicbed.shapers.none import NoShaper
 from quicbed.spec.cellconfig import make_cell

@@ -20,7 +20,7 @@ from quicbed.cli.options import (
     options,
 )
 from quicbed.errors import QuicbedError
-from quicbed.link.model import RECEIPT_TCP_SECONDS, LinkCondition
+from quicbed.model.link import RECEIPT_TCP_SECONDS, LinkCondition
 from quicbed.profile import check_profile
 from quicbed.shapers import help_text as shaper_help
 from quicbed.spec.cellconfig import CellConfig, make_cell
@@ -245,7 +245,7 @@ def bulk(
     The arms are interleaved, and each is compared with the TCP arm. The cell is stored
     in --out as a sweep's cells are, and the folder's report is built (not with --json).
     """
-    from quicbed.console import print_json, print_transfer
+    from quicbed.run.console import print_json, print_transfer
 
     bed = tb.open("quicbed bulk")
     try:
@@ -304,7 +304,7 @@ def compete(
     --reps times. The cell is stored in --out as a sweep's cells are, and the folder's
     report is built (not with --json).
     """
-    from quicbed.console import print_json, print_transfer
+    from quicbed.run.console import print_json, print_transfer
     from quicbed.spec.cellconfig import parse_flows
 
     bed = tb.open("quicbed compete")

@@ -6,7 +6,7 @@ shaped link, an emulator or a testbed made by the command is always removed.
 
 The options several commands share are typed groups (quicbed.cli.options) whose
 defaults are the models' (CellConfig, LinkCondition, SweepSpec); what a command
-prints is quicbed.console's. docs/cli.md lists every flag (python -m
+prints is quicbed.run.console's. docs/cli.md lists every flag (python -m
 quicbed.cli.reference writes it).
 
 A command's help is its docstring, paragraphs apart by a blank line; flowing() makes
@@ -50,7 +50,9 @@ from quicbed.cli.options import (
     owned,
     refuse_early,
 )
-from quicbed.console import (
+from quicbed.errors import QuicbedError
+from quicbed.model.link import RECEIPT_TCP_SECONDS
+from quicbed.run.console import (
     note,
     out,
     print_cell,
@@ -62,8 +64,6 @@ from quicbed.console import (
     progress,
     warn,
 )
-from quicbed.errors import QuicbedError
-from quicbed.link.model import RECEIPT_TCP_SECONDS
 from quicbed.testbed.base import Testbed
 
 app = typer.Typer(
@@ -183,10 +183,10 @@ def link_check(
     import json
     from pathlib import Path
 
-    from quicbed.link import offloads as nic
-    from quicbed.link.model import check_tcp_seconds
     from quicbed.link.receipt import measure
     from quicbed.link.session import shaped_link
+    from quicbed.model.link import check_tcp_seconds
+    from quicbed.roles import offloads as nic
 
     cond = link.condition()
     check_tcp_seconds(tcp_seconds, "--tcp-seconds")
@@ -277,7 +277,7 @@ def cell_cmd(
     """
     from pathlib import Path
 
-    from quicbed.link.model import check_tcp_seconds
+    from quicbed.model.link import check_tcp_seconds
     from quicbed.paths import check_folder_target
     from quicbed.results.store import DB_NAME, Store
     from quicbed.run.cell import validate
@@ -500,7 +500,7 @@ def run_spec(
         for h in hosts or [None]:  # type: ignore[list-item]  # None: the local testbed
             beds.append(tb.open("quicbed run", kind=spec.testbed, hosts=h))
             get_shaper(spec.shaper, beds[-1])
-            beds[-1].cpu.check()  # CPU per role (quicbed.testbed.cpu)
+            beds[-1].cpu.check()  # CPU per role (quicbed.roles.cpu)
             check_browsers([pc.config for pc in todo], beds[-1])
     except BaseException:
         for bed in beds:

@@ -23,7 +23,7 @@ import typer
 from quicbed.backends import DEFAULT_KIND, backends, get_backend, hosts_kind, kinds_help
 from quicbed.errors import QuicbedError
 from quicbed.link.hostpolicy import HostPolicy
-from quicbed.link.model import (
+from quicbed.model.link import (
     JITTER_MEANING,
     JitterKind,
     LinkCondition,
@@ -130,7 +130,7 @@ class TestbedOptions:
         """The testbed the options name (``kind`` and ``hosts`` override them, as a
         sweep's spec and each of its --hosts do); every inconsistency is an error
         naming the option."""
-        from quicbed.testbed.cpu import parse_placement
+        from quicbed.roles.cpu import parse_placement
 
         parse_placement(self.placement)  # refused by name before any host is asked
         tb = self._open(what, kind or self.kind, hosts or self.one_host())

@@ -145,7 +145,7 @@ def doc() -> str:
         "prints them. Generated from the CLI by `python -m quicbed.cli.reference`; do not",
         "edit by hand (tests/test_cli_reference.py fails while it is stale). Defaults of a",
         "cell's settings and of the link are the models' (quicbed.spec.cellconfig.CellConfig,",
-        "quicbed.link.model.LinkCondition), the same a sweep spec's `defaults` take.",
+        "quicbed.model.link.LinkCondition), the same a sweep spec's `defaults` take.",
         "A rate is a number of Mbit/s or `unlimited`, on the command line, in a spec and",
         "in `--where rate=unlimited` alike.\n",
     ]

@@ -22,8 +22,8 @@ from quicbed.cli.options import (
     YesOpt,
     options,
 )
-from quicbed.console import out
 from quicbed.errors import QuicbedError
+from quicbed.run.console import out
 from quicbed.spec.catalog import Catalog, Entry, entries_spec, entry_spec, load_catalog
 
 #: what one catalog line shows of an entry that does not run here

@@ -38,7 +38,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
-from quicbed.link.model import JitterKind, LinkCondition
+from quicbed.model.link import JitterKind, LinkCondition
 from quicbed.shapers.base import Shaper
 from quicbed.testbed.base import Testbed
 

@@ -38,7 +38,7 @@ from scipy.stats import binomtest
 
 from quicbed.link import hostcpu, power, probes
 from quicbed.link.loadproof import LoadWatch
-from quicbed.link.model import ETH_HEADER, RECEIPT_TCP_SECONDS, JitterKind, LinkCondition
+from quicbed.model.link import ETH_HEADER, RECEIPT_TCP_SECONDS, JitterKind, LinkCondition
 from quicbed.shapers.base import Shaper
 from quicbed.testbed.base import Testbed
 

@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from quicbed.link import offloads as nic
-from quicbed.link.model import LinkCondition
 from quicbed.link.tuning import tune_hosts
+from quicbed.model.link import LinkCondition
+from quicbed.roles import offloads as nic
 from quicbed.shapers import get_shaper
 from quicbed.shapers.base import Shaper
 from quicbed.shapers.userspace import DEFAULT_EMULATOR_PRIORITY
@@ -29,7 +29,7 @@ class ShapedLink:
     shaper: Shaper
     tuning: dict[str, Any]
     cc: str = "cubic"
-    #: the cell's interface offloads (quicbed.link.offloads), set after the shaping
+    #: the cell's interface offloads (quicbed.roles.offloads), set after the shaping
     offloads: dict[str, str] = field(default_factory=dict)
 
     def reapply(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition
+from quicbed.model.link import LinkCondition
 from quicbed.testbed.base import Testbed
 
 GLOBAL_KEYS = ("net.core.rmem_max", "net.core.wmem_max")
@@ -56,7 +56,7 @@ def read_tuning(tb: Testbed, offloads: Mapping[str, str] | None = None) -> dict[
     """The sysctls that matter, as the kernel reports them now (for receipts and provenance),
     and the NIC offloads of every veth end (``ethtool -k``, all off or this raises): the
     offloads decide whether the link sees real packets, so a package must show them. A
-    cell's ``offloads`` (quicbed.link.offloads) are what they must read back as instead,
+    cell's ``offloads`` (quicbed.roles.offloads) are what they must read back as instead,
     recorded beside them as ``offloads_set``."""
     out: dict[str, object] = {k: tb.host_sysctl("server", k) for k in GLOBAL_RECORDED}
     for role in ENDPOINTS:

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quicbed.spec import sockopts, tparams
+from quicbed.settings import sockopts, tparams
 
 #: link axes: (label, how a cell's condition gives its value); the first that varies
 LINK_AXES: tuple[tuple[str, str, Any], ...] = (

@@ -424,7 +424,7 @@ def _stack(name: str) -> type[WebServer] | None:
 def _records(row: CellRow) -> list[str]:
     """Per arm whose stack keeps one, what its measured loads ran under (the gQUIC
     server's handshake round trips, window limit and flight: WebServer.record_line)."""
-    from quicbed.link.model import LinkCondition
+    from quicbed.model.link import LinkCondition
 
     cond = LinkCondition.model_validate(json.loads(row.condition)) if row.condition else None
     out = []
@@ -510,7 +510,7 @@ def _label_loss(loss: float, down: float | None, up: float | None) -> str:
 
 
 def _sort_queue(q: str) -> tuple[str, float]:
-    from quicbed.link.model import parse_queue
+    from quicbed.model.link import parse_queue
 
     try:
         return parse_queue(q)

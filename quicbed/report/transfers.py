@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.analysis.transfers import stored_transfer
-from quicbed.link import offloads
 from quicbed.report.transferplots import plot_bulk, plot_compete
 from quicbed.results.rows import AttemptRow
 from quicbed.results.store import Store
 from quicbed.results.transfers import BulkResult, CompeteResult, link_line
-from quicbed.spec import sockopts
+from quicbed.roles import offloads
+from quicbed.settings import sockopts
 from quicbed.spec.cellconfig import flows_text
 from quicbed.spec.sweepspec import stored_queue_warning
 
@@ -51,9 +51,9 @@ COLUMNS = [
     "arm",
     "stack",
     "cc",
-    # the arm's host and socket knobs (quicbed.spec.sockopts), "key=value" joined by ";"
+    # the arm's host and socket knobs (quicbed.settings.sockopts), "key=value" joined by ";"
     "knobs",
-    # the cell's interface offloads (quicbed.link.offloads), "gro=on,gso=on"; "" unset
+    # the cell's interface offloads (quicbed.roles.offloads), "gro=on,gso=on"; "" unset
     "offloads",
     "n",
     # bulk

@@ -4,7 +4,7 @@ and flow, both sides, and what each browser sent (issue 28, item 3).
 Every QUIC page load stores the sets its server recorded per connection
 (``detail.server.tp_local``: the server's, ``tp_remote``: the client's, as the server
 decoded them; Envoy's arms from the client's NetLog), and every QUIC flow the same in
-its evidence (quicbed.spec.tparams). :func:`rows` lays them out one row per connection
+its evidence (quicbed.settings.tparams). :func:`rows` lays them out one row per connection
 and side, a column per RFC 9000 parameter (a parameter the set leaves out has RFC
 9000's default, as the handshake means it); :func:`by_client` is the report's table:
 per client (the browser as it named itself, or the bulk client) and parameter, the
@@ -19,7 +19,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.results.store import Store
-from quicbed.spec import tparams
+from quicbed.settings import tparams
 
 #: the bulk and compete flows' client (quicbed.run.bulk)
 BULK_CLIENT = "quicbed-bulk (quic-go)"

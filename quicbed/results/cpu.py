@@ -3,7 +3,7 @@
 A load (RunRow.detail["cpu"]), a bulk flow (FlowResult.cpu) and a compete repetition
 (CompeteRun.cpu, per arm) each keep a :class:`CpuUse`: the CPU time the arm's server,
 the arm's browser or bulk client and the link emulator spent over it, each read from
-its own control group (quicbed.testbed.cpu), user and system apart, in milliseconds.
+its own control group (quicbed.roles.cpu), user and system apart, in milliseconds.
 A role without a figure says why (a kernel shaper has no process on the bridge; a
 host without accounting). Summaries are computed from the records when read, never
 stored beside them (quicbed.analysis.cpu).
@@ -29,7 +29,7 @@ class CpuTime(BaseModel):
     """CPU time of one role's group over one load or flow.
 
     ``total_ms`` is the group's run time (exact); ``user_ms`` and ``system_ms`` its
-    split as the kernel samples it at the scheduler's tick (quicbed.testbed.cgroups):
+    split as the kernel samples it at the scheduler's tick (quicbed.roles.cgroups):
     over a short load they need not add up to the total, over many they estimate it.
     """
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from quicbed.link.model import LinkCondition
+from quicbed.model.link import LinkCondition
 from quicbed.results.cpu import CpuUse
 from quicbed.results.linkload import cell_line, is_replacement, shortfall
 from quicbed.results.netcounters import RoleCounters
@@ -58,7 +58,7 @@ class FlowResult(BaseModel):
     server: dict[str, Any] = Field(default_factory=dict)
     quic_client: dict[str, Any] | None = None
     #: a QUIC flow's transport parameters as its client recorded them (``tp_local``: what
-    #: it advertised, ``tp_remote``: what the server did; quicbed.spec.tparams), and the
+    #: it advertised, ``tp_remote``: what the server did; quicbed.settings.tparams), and the
     #: receive windows it ran (``windows``, ``flow_control_autotune``)
     client_transport: dict[str, Any] | None = None
     local_addr: str | None = None
@@ -263,7 +263,7 @@ class CompeteResult(BaseModel):
 # --- numbers made at record time --------------------------------------------------------
 def ideal_goodput_bps(cond: LinkCondition) -> float | None:
     """The most application bytes per second the bottleneck carries for a TCP flow: its
-    rate (which counts Ethernet frames, quicbed.link.model) times a full frame's TCP
+    rate (which counts Ethernet frames, quicbed.model.link) times a full frame's TCP
     payload share (1448 of 1514 bytes). TLS records cost another ~0.1 %, counted
     against the flow. None for an unlimited link."""
     if cond.rate_mbit is None:

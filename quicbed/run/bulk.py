@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING, Any
 
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
-from quicbed.link import loadproof, offloads
-from quicbed.link.model import LinkCondition
+from quicbed.link import loadproof
 from quicbed.link.proof import ProvenLink
+from quicbed.model.link import LinkCondition
 from quicbed.results.cpu import CpuUse
 from quicbed.results.linkload import spoiled_only
 from quicbed.results.store import now
@@ -69,11 +69,12 @@ from quicbed.results.transfers import (
     compete_run,
     ideal_goodput_bps,
 )
+from quicbed.roles import offloads
 from quicbed.run.cpu import CpuMeter, joining
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
 from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
-from quicbed.spec import sockopts, tparams
+from quicbed.settings import sockopts, tparams
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.tcpinfo import ss_connections
 from quicbed.testbed.base import Process, RPath, Testbed
@@ -94,7 +95,7 @@ Progress = Callable[[str, int, int], None]
 #: a test's hook before a flow: arm, rep, the arms' servers (quicbed.run.cell's ``fault``)
 Fault = Callable[[str, int, dict[str, WebServer]], None]
 #: the client's flag for each transport parameter it advertises (an arm's ``client_``
-#: keys; quicbed.spec.tparams.CLIENTS says which it takes: quic-go's client has one
+#: keys; quicbed.settings.tparams.CLIENTS says which it takes: quic-go's client has one
 #: stream window for the three stream-data limits)
 CLIENT_FLAGS = {
     "initial_max_data": "-initial-max-data",
@@ -362,7 +363,7 @@ def _with_offloads(
     evidence: tuple[dict[str, Any], list[str]], watch: offloads.Watch
 ) -> tuple[dict[str, Any], list[str]]:
     """A flow's evidence with the cell's interface offloads read back before and after it
-    (quicbed.link.offloads): a flow under another setting is not ok, naming it."""
+    (quicbed.roles.offloads): a flow under another setting is not ok, naming it."""
     facts, reasons = evidence
     more, why = watch.end()
     return {**facts, **more}, reasons + why

@@ -25,11 +25,11 @@ from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.loadproof import LoadWatch
-from quicbed.link.model import RECEIPT_TCP_SECONDS
 from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
 from quicbed.link.quiet import HostWait, Settled
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
+from quicbed.model.link import RECEIPT_TCP_SECONDS
 from quicbed.profile import check_profile
 from quicbed.results import provenance
 from quicbed.results.folder import FailureReason
@@ -157,7 +157,7 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
 
     With ``testbed``, also whether the cell's shaper can run there (as ``link check``
     asks before it shapes), and whether its endpoints can account CPU per role
-    (quicbed.testbed.cpu): a testbed that cannot is refused before a store or an
+    (quicbed.roles.cpu): a testbed that cannot is refused before a store or an
     attempt exists, instead of becoming a failed attempt.
     """
     from quicbed.servers import get_stack

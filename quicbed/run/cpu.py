@@ -1,6 +1,6 @@
 """CPU per role around one load or flow: two readings of the arm's groups, their difference.
 
-The groups are the testbed's (quicbed.testbed.cpu): the runner starts each arm's
+The groups are the testbed's (quicbed.roles.cpu): the runner starts each arm's
 server and browser or bulk client inside :func:`joining`, the userspace shaper its
 emulator in the bridge's group; a load's or flow's figure is what the groups' counters
 grew by between :meth:`CpuMeter.begin` and :meth:`CpuMeter.end`, stored as a
@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from quicbed.results.cpu import CpuTime, CpuUse
+from quicbed.roles.cpu import EMULATOR, Reading, group_name
 from quicbed.testbed.base import Testbed
-from quicbed.testbed.cpu import EMULATOR, Reading, group_name
 
 
 def groups_of(arm: str) -> dict[str, str]:

@@ -274,7 +274,7 @@ def check_budget(
     """
     if not (0 < max_hours < math.inf):
         raise QuicbedError(f"--max-hours must be a number of hours > 0 (got {max_hours:g})")
-    from quicbed.console import warn
+    from quicbed.run.console import warn
 
     for w in plan_warnings(cells):  # the plan's warnings (small queues), before measuring
         warn(w)

@@ -20,7 +20,7 @@ from quicbed import hostparam
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run, sha256_of
 from quicbed.servers.base import Arm, Params, WebServer, cubic_beta_bound
-from quicbed.spec import tcpopts
+from quicbed.settings import tcpopts
 from quicbed.tcpinfo import ss_congestion
 from quicbed.testbed.base import RPath, Testbed
 
@@ -60,7 +60,7 @@ def log_requests(lines: list[str], earlier: frozenset[str] = frozenset()) -> lis
 class TcpParams(Params):
     """What a TCP arm may set. cubic_beta is Linux CUBIC's, host-wide
     (quicbed.hostparam) while the server runs; tls is the one TLS version Apache offers
-    (default: the apache_h2 role's, TLS 1.3); the TCP options (quicbed.spec.tcpopts) apply on
+    (default: the apache_h2 role's, TLS 1.3); the TCP options (quicbed.settings.tcpopts) apply on
     both ends while the server runs, verified per load from the SYN and SYN-ACK."""
 
     cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
@@ -227,7 +227,7 @@ class ApacheServer(WebServer):
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
         """CUBIC's beta in the kernel's own 1/1024 units, as read from the host; the TLS
         version of every request, from Apache's own log; the TCP options from the load's
-        handshakes (quicbed.spec.tcpopts.evidence)."""
+        handshakes (quicbed.settings.tcpopts.evidence)."""
         reasons = tcpopts.evidence(self.arm.params, facts)
         if "tls" in self.arm.params:
             want = TLS_VERSIONS[self.arm.params["tls"]]

@@ -26,10 +26,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition
+from quicbed.model.link import LinkCondition
 from quicbed.paths import Run, program_build
-from quicbed.spec import sockopts, tparams
-from quicbed.spec.tcpopts import OPTIONS as TCP_OPTIONS
+from quicbed.settings import sockopts, tparams
+from quicbed.settings.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.base import Process, RPath, Testbed
 
 #: what a cell measures: page loads in the browser, or transfers by quicbed-bulk
@@ -154,11 +154,11 @@ class WebServer(ABC):
     #: the arm's colour in figures (an arm of this stack that is not its built-in one
     #: takes the figures' cycle)
     colour: ClassVar[str | None] = None
-    #: the QUIC transport parameters (quicbed.spec.tparams) the stack's server cannot
+    #: the QUIC transport parameters (quicbed.settings.tparams) the stack's server cannot
     #: advertise as asked, each with its reason; its ``Params`` takes them all
     #: (``TransportParams``), and ``check_arm`` refuses these by name
     transport_refusals: ClassVar[dict[str, str]] = {}
-    #: the host and socket knobs (quicbed.spec.sockopts: UDP buffers, AEAD) the stack
+    #: the host and socket knobs (quicbed.settings.sockopts: UDP buffers, AEAD) the stack
     #: cannot apply, each with its reason, keyed by knob or ``knob=value``; a knob its
     #: ``Params`` lacks is refused with the reason here (or "cannot apply it")
     knob_refusals: ClassVar[dict[str, str]] = {}
@@ -438,7 +438,7 @@ class WebServer(ABC):
 
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
         """The arm's parameters (cubic_n, ...) against the values the log read back; its
-        transport parameters against what each side advertised (quicbed.spec.tparams)."""
+        transport parameters against what each side advertised (quicbed.settings.tparams)."""
         reasons = []
         for key, want in self.arm.params.items():
             if tparams.is_key(key) or sockopts.is_key(key):

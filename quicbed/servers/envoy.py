@@ -56,7 +56,7 @@ from quicbed.jsonlines import json_events
 from quicbed.servers.base import Arm, Params
 from quicbed.servers.gquiche import GoogleQuicheServer
 from quicbed.servers.gquiche import load_facts as netlog_facts
-from quicbed.spec import tparams
+from quicbed.settings import tparams
 from quicbed.testbed.base import RPath, Testbed
 
 #: roles/quic_server_envoy's ``quic_server_envoy_bin`` (a link to the pinned binary)

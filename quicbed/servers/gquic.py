@@ -32,7 +32,7 @@ from pydantic import Field
 
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
-from quicbed.link.model import LinkCondition
+from quicbed.model.link import LinkCondition
 from quicbed.servers.base import Arm, Params
 from quicbed.servers.quic_go import OwnH3Server
 

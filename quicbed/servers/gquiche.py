@@ -58,7 +58,7 @@ from typing import Any, ClassVar
 
 from quicbed.errors import QuicbedError
 from quicbed.servers.base import Arm, WebServer
-from quicbed.spec import tparams
+from quicbed.settings import tparams
 from quicbed.testbed.base import RPath, Testbed
 
 #: roles/quic_server_google's ``quic_server_google_bin`` (a link to the pinned build)
@@ -339,7 +339,7 @@ def load_facts(lines: list[str], port: int | None = None) -> dict[str, Any]:
         "cc_by_code": sorted({cc_by_code(s.options) for s in conns}),
         "statuses": sorted({x for s in found for x in s.statuses}),
         # what each side advertised, as the client's NetLog shows it: the server's
-        # (received) and the client's own (sent), per connection (quicbed.spec.tparams)
+        # (received) and the client's own (sent), per connection (quicbed.settings.tparams)
         "tp_local": [s.tp_received for s in conns],
         "tp_remote": [s.tp_sent for s in conns],
         "server_early_data": sum(EARLY_DATA_LINE in m for _, m in srv),

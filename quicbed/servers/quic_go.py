@@ -33,7 +33,7 @@ from quicbed.servers.base import (
     cubic_n_bound,
     port_of,
 )
-from quicbed.spec import sockopts, tparams
+from quicbed.settings import sockopts, tparams
 from quicbed.testbed.base import Testbed
 
 
@@ -56,10 +56,10 @@ def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str,
         for key in params:
             if not tparams.is_key(key):
                 facts[key] = sorted({c[key] for c in conns if c.get(key) is not None})
-        # what each side advertised, per connection (quicbed.spec.tparams)
+        # what each side advertised, per connection (quicbed.settings.tparams)
         facts.update(tparams.conn_sets(conns))
         ciphers = sorted({str(c["tls_cipher"]) for c in conns if c.get("tls_cipher")})
-        if ciphers:  # the AEAD each connection negotiated (quicbed.spec.sockopts)
+        if ciphers:  # the AEAD each connection negotiated (quicbed.settings.sockopts)
             facts["tls_cipher"] = ciphers
     closes = [e for e in ev if e.get("event") == "conn_close" and e.get("stats")]
     if closes:
@@ -162,7 +162,7 @@ class QuicGoParams(tparams.TransportParams, sockopts.SocketKnobs, Params):
     """quic-go's knobs (quicbed's patch, go/patches): CUBIC's N emulated connections and
     loss backoff, and the loss detection, each read back from quic-go's package state
     into the server's conn record per connection; and the transport parameters
-    (quicbed.spec.tparams), each side's read from quic-go's qlog events per connection."""
+    (quicbed.settings.tparams), each side's read from quic-go's qlog events per connection."""
 
     cubic_n: int | None = Field(default=None, description="CUBIC's emulated connections N")
     cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
@@ -273,7 +273,7 @@ class QuicGoServer(OwnH3Server):
 
     def hold(self, held: ExitStack) -> None:
         """net.core.rmem_max/wmem_max at least the buffers the arm asks, while it runs
-        (quicbed.spec.sockopts.limits_raised)."""
+        (quicbed.settings.sockopts.limits_raised)."""
         held.enter_context(sockopts.limits_raised(self.tb, self.arm.params))
 
     def mark(self) -> None:

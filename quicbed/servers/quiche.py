@@ -15,7 +15,7 @@ checks what it has (``gcongestion_enabled``, true exactly for BBRv2) and logs
 ``inconsistent`` instead if that disagrees, so such a load is invalid. quiche's CUBIC
 has no N.
 
-**Transport parameters** (quicbed.spec.tparams): quiche sets each of RFC 9000's
+**Transport parameters** (quicbed.settings.tparams): quiche sets each of RFC 9000's
 separately (``quiche::Config``), so an arm may set every one, each stream-data limit on
 its own, and ``flow_control_autotune`` (quiche grows its windows up to
 ``max_stream_window`` and ``max_connection_window``; false: those are the initial ones).
@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from quicbed.errors import QuicbedError
 from quicbed.servers.base import Arm, FlowFacts, Params
 from quicbed.servers.quic_go import OwnH3Server
-from quicbed.spec import tparams
+from quicbed.settings import tparams
 
 #: quiche 0.30.0's names (src/recovery/mod.rs), default first; the binary refuses any
 #: other with exit status 2, naming it
@@ -41,7 +41,7 @@ SUPPORTED_CC = ("cubic", "reno", "bbr", "bbr2", "bbr2_gcongestion")
 
 
 class QuicheParams(tparams.TransportParams, Params):
-    """quiche's arm settings: the transport parameters (quicbed.spec.tparams), each side's
+    """quiche's arm settings: the transport parameters (quicbed.settings.tparams), each side's
     read per connection from the server's conn line."""
 
 

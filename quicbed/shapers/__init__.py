@@ -16,9 +16,9 @@ from quicbed.errors import QuicbedError
 from quicbed.plugins import named_subclasses
 
 if TYPE_CHECKING:
-    from quicbed.link.model import LinkCondition
+    from quicbed.model.link import LinkCondition
+    from quicbed.roles.interface import Roles
     from quicbed.shapers.base import Shaper
-    from quicbed.testbed.roles import Roles
 
 #: the name that picks a shaper per testbed and link (get_shaper)
 AUTO = "auto"

@@ -1,8 +1,8 @@
 """What every shaper is: the interface the link, the receipt and the runner use.
 
-A shaper applies a :class:`~quicbed.link.model.LinkCondition` (one pipe per direction) to
+A shaper applies a :class:`~quicbed.model.link.LinkCondition` (one pipe per direction) to
 a testbed's bridge and reads back what it did. It needs a testbed's roles only
-(quicbed.testbed.roles), not its life. It keeps its state on the bridge (files, a
+(quicbed.roles.interface), not its life. It keeps its state on the bridge (files, a
 process, the kernel's qdiscs or pipes), never in Python objects, so ``clear`` in one
 process (``quicbed testbed down``, the next ``quicbed link check``) undoes ``apply`` in
 another. Each shaper is one module of this package (quicbed.shapers finds it by its
@@ -16,8 +16,8 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition
-from quicbed.testbed.roles import Roles
+from quicbed.model.link import LinkCondition
+from quicbed.roles.interface import Roles
 
 #: egress port in the bridge namespace for each direction
 EGRESS = {"down": "cli", "up": "srv"}

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from quicbed.testbed.roles import Roles
+from quicbed.roles.interface import Roles
 
 BRIDGE_DEV = "br0"
 PORTS = ("srv", "cli")

@@ -8,9 +8,9 @@ import math
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import JitterKind, LinkCondition, Pipe
+from quicbed.model.link import JitterKind, LinkCondition, Pipe
+from quicbed.roles.interface import Roles, RPath
 from quicbed.shapers.base import Shaper, no_ecn_marking
-from quicbed.testbed.roles import Roles, RPath
 
 #: written on the bridge by the bridge_dummynet role: which Emulab pipe shapes which way
 PIPES_FILE = RPath("/var/db/quicbed/pipes.json")

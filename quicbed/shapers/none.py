@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.link.model import LinkCondition
+from quicbed.model.link import LinkCondition
+from quicbed.roles.interface import Roles
 from quicbed.shapers.base import Shaper
 from quicbed.shapers.bridge import BRIDGE_DEV, PORTS, bridge_state, bridge_up
 from quicbed.shapers.userspace import UserspaceShaper
-from quicbed.testbed.roles import Roles
 
 #: the qdiscs a port may have and still shape nothing: a veth's and a bridge's default
 UNSHAPED_QDISCS = ("noqueue",)

@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from quicbed.errors import QuicbedError, from_validation
-from quicbed.spec import sockopts, tparams
+from quicbed.settings import sockopts, tparams
 
 if TYPE_CHECKING:
     from quicbed.servers.base import Arm, Kind, WebServer

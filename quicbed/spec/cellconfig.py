@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from quicbed.errors import QuicbedError, from_validation
-from quicbed.link.model import LinkCondition
+from quicbed.model.link import LinkCondition
 from quicbed.servers.base import Arm, Kind
 from quicbed.spec.arms import ArmSettings, resolve
 
@@ -143,8 +143,8 @@ class Transfer(BaseModel):
 
 
 def _offloads(value: object) -> dict[str, str]:
-    """A spec's mapping or the CLI's ``gso=on,gro=off`` (quicbed.link.offloads.parse)."""
-    from quicbed.link.offloads import parse
+    """A spec's mapping or the CLI's ``gso=on,gro=off`` (quicbed.roles.offloads.parse)."""
+    from quicbed.roles.offloads import parse
 
     try:
         return parse(value)
@@ -169,7 +169,7 @@ class CellConfig(BaseModel):
     #: per-arm stack, CC and parameters (quicbed.spec.arms.ArmSettings), by arm name
     arm_settings: dict[str, ArmSettings] = {}
     shaper: str = "auto"
-    #: interface offloads of every role's interface (quicbed.link.offloads: gso, gro,
+    #: interface offloads of every role's interface (quicbed.roles.offloads: gso, gro,
     #: tso, tx -> on/off), the testbed's own where unnamed; on only with shaper none
     offloads: Annotated[dict[str, str], BeforeValidator(_offloads)] = {}
     host: str = TEST_HOST
@@ -235,7 +235,7 @@ class CellConfig(BaseModel):
     def _resolve(self) -> CellConfig:
         """Every arm's stack, CC and parameters, and the condition against a named shaper,
         checked now: nothing starts otherwise."""
-        from quicbed.link.offloads import check_shaper
+        from quicbed.roles.offloads import check_shaper
         from quicbed.shapers import check_condition
 
         try:

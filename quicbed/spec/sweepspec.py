@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from quicbed.backends import DEFAULT_KIND, KindName
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.hostpolicy import HostPolicy
-from quicbed.link.model import (
+from quicbed.model.link import (
     MAX_TCP_SECONDS,
     RECEIPT_TCP_SECONDS,
     LinkCondition,
@@ -132,7 +132,7 @@ class Scenario(BaseModel):
     #: ms between smooth's knots or step's re-draws; unset: the link model's default
     jitter_interval: float | None = None
     queue: list[str] = [_link_default("queue")]  # type: ignore[list-item]
-    #: ECN marking from this queue occupancy on (quicbed.link.model.LinkCondition);
+    #: ECN marking from this queue occupancy on (quicbed.model.link.LinkCondition);
     #: unset: the queue only drops, and the key is left out of the digest
     ecn_threshold: str | None = None
     #: page loads, or transfers (quicbed.run.bulk): ``bulk`` (each arm's flow alone) or
@@ -155,7 +155,7 @@ class Scenario(BaseModel):
     cc: str | None = None
     browser: str | None = None
     #: interface offloads, a grid axis: each a mapping ({gso: on, gro: on}) or
-    #: "gso=on,gro=on" (quicbed.link.offloads; on needs the spec's shaper none); unset:
+    #: "gso=on,gro=on" (quicbed.roles.offloads; on needs the spec's shaper none); unset:
     #: the testbed's, and the key is left out of the digest
     offloads: list[dict[str, Any] | str] | None = None
     #: transport traces of this scenario's loads or flows (quicbed.traces) instead of the

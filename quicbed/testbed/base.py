@@ -1,7 +1,7 @@
-"""A testbed's life: made, owned, torn down; the roles themselves are quicbed.testbed.roles.
+"""A testbed's life: made, owned, torn down; the roles themselves are quicbed.roles.interface.
 
 :class:`Testbed` is what the runner and the commands hold: the roles' operations
-(:class:`~quicbed.testbed.roles.Roles`) and the testbed's lifecycle, whose teardown
+(:class:`~quicbed.roles.interface.Roles`) and the testbed's lifecycle, whose teardown
 removes everything quicbed made on it, the link's shaping included
 (quicbed.shapers, which act on the roles alone).
 """
@@ -21,8 +21,7 @@ from typing import Any
 from quicbed import plugins
 from quicbed.backends import get_backend
 from quicbed.identity import testbed_id
-from quicbed.testbed import owner
-from quicbed.testbed.roles import (
+from quicbed.roles.interface import (
     CLIENT_IP,
     PREFIX_LEN,
     ROLES,
@@ -32,6 +31,7 @@ from quicbed.testbed.roles import (
     RPath,
     check_role,
 )
+from quicbed.testbed import owner
 
 #: the roles' names, re-exported: the runner's modules import them with Testbed
 __all__ = [
@@ -146,11 +146,11 @@ class Testbed(Roles):
         self, expected: Mapping[str, str] | None = None
     ) -> dict[str, dict[str, str]]:
         """NIC offloads of the experiment interfaces (``ethtool -k``), for the record;
-        ``expected``: a cell's offloads (quicbed.link.offloads), which they must have."""
+        ``expected``: a cell's offloads (quicbed.roles.offloads), which they must have."""
 
     @abstractmethod
     def offload_interfaces(self) -> dict[str, tuple[str, ...]]:
-        """The interfaces a cell's offloads are set on, by role (quicbed.link.offloads)."""
+        """The interfaces a cell's offloads are set on, by role (quicbed.roles.offloads)."""
 
     # --- files on the controller -----------------------------------------------------
     def local_stage(self, role: str, name: str) -> Path:

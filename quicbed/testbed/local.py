@@ -231,12 +231,12 @@ class LocalTestbed(LocalBackend, Testbed):
         self, expected: Mapping[str, str] | None = None
     ) -> dict[str, dict[str, str]]:
         """Read back ``ethtool -k`` on every veth end; raise if any offload is not as
-        ``expected`` (a cell's offloads, quicbed.link.offloads), else off.
+        ``expected`` (a cell's offloads, quicbed.roles.offloads), else off.
 
         A forwarded frame with a partial checksum is dropped by the receiver, and
         64 KB super-packets would make loss, queue and rate apply per super-packet.
         """
-        from quicbed.link import offloads
+        from quicbed.roles import offloads
 
         want = {k: "off" for k in offloads.FEATURES} | dict(expected or {})
         report: dict[str, dict[str, str]] = {}
@@ -277,7 +277,7 @@ class LocalTestbed(LocalBackend, Testbed):
             removed.append(str(self.state_dir))
         removed += self._tracefs_leftovers()
         self._created = False
-        return removed + self.cpu.remove()  # the CPU groups (quicbed.testbed.cpu)
+        return removed + self.cpu.remove()  # the CPU groups (quicbed.roles.cpu)
 
     def _tracefs_leftovers(self) -> list[str]:
         """The kernel trace instances of this prefix (quicbed-<prefix>, quicbed-<prefix>-*:
@@ -347,7 +347,7 @@ class LocalTestbed(LocalBackend, Testbed):
     ) -> LocalProcess:
         """Start a daemon on ``role``; ``ip netns exec`` execs, so the PID is the daemon's.
 
-        The cgroup join (quicbed.testbed.cpu) goes in front of ``ip netns exec``, which
+        The cgroup join (quicbed.roles.cpu) goes in front of ``ip netns exec``, which
         mounts a sysfs of the namespace's own over /sys, without the cgroup hierarchies
         under it; it execs too, and the group is inherited across both."""
         path = Path(log) if log else None

@@ -254,7 +254,7 @@ class SshTestbed(SshBackend, Testbed):
 
     def down(self) -> list[str]:
         """Stop every daemon quicbed started on the hosts; remove the work folders and
-        the CPU groups (quicbed.testbed.cpu)."""
+        the CPU groups (quicbed.roles.cpu)."""
         removed: list[str] = []
         for role in ROLES:
             removed += self._stop_recorded(role)
@@ -299,7 +299,7 @@ class SshTestbed(SshBackend, Testbed):
         """Offloads of the endpoints' experiment interfaces, recorded (real NICs segment
         on the wire, so unlike veths they need not be off); a cell's ``expected`` ones
         must read back as set."""
-        from quicbed.link import offloads
+        from quicbed.roles import offloads
 
         seen = offloads.read_all(self)
         bad = offloads.differences(expected or {}, seen)
@@ -354,7 +354,7 @@ class SshTestbed(SshBackend, Testbed):
     ) -> SshProcess:
         """nohup'd on the host with its output in ``log``; its PID recorded for ``down``
         under the program's own name (the cgroup join in front of it execs it:
-        quicbed.testbed.cpu)."""
+        quicbed.roles.cpu)."""
         joined = self.cpu.wrap(role, argv)
         cmd = shlex.join(["env", *(f"{k}={v}" for k, v in (env or {}).items()), *joined])
         out = shlex.quote(str(log)) if log else "/dev/null"

@@ -16,7 +16,7 @@ throwaway client key and host key live in the testbed's state folder and go with
 Each sshd runs in its namespace's mount namespace (``ip netns exec`` mounts a sysfs of
 the network namespace's own over /sys), where the host's cgroup hierarchies are not
 mounted; a testbed node has them, and quicbed accounts CPU per role in them
-(quicbed.testbed.cpu). So the sshd mounts them again first (:func:`cgroup_mounts`):
+(quicbed.roles.cpu). So the sshd mounts them again first (:func:`cgroup_mounts`):
 the same hierarchies, the same groups, seen from the "host".
 """
 

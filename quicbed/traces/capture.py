@@ -241,7 +241,7 @@ def start_tcpdump(tb: Testbed, role: str, argv: list[str], log: RPath) -> tuple[
     """Spawn ``argv`` (a tcpdump command) on ``role`` with its messages in ``log`` and
     return once it says it is listening: the process and the seconds that took. A
     tcpdump that exits or stays silent for :data:`LISTEN_TIMEOUT_S` is stopped and
-    raises, with its last message. Also the SYN captures of quicbed.spec.tcpopts."""
+    raises, with its last message. Also the SYN captures of quicbed.settings.tcpopts."""
     t0 = time.monotonic()
     # a fresh log: a local spawn appends, and an earlier capture's "listening on" line
     # would let this one return before its tcpdump listens (a flow's SYN, sent a few ms

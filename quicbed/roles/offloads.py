@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from quicbed.errors import QuicbedError
 
 if TYPE_CHECKING:  # a report reads settings without importing the testbed
-    from quicbed.testbed.roles import Roles
+    from quicbed.roles.interface import Roles
 
 #: the cell's names of the offloads, and ``ethtool -k``'s
 FEATURES = {

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from quicbed import proc
 from quicbed.backends import Backend
 from quicbed.errors import QuicbedError
-from quicbed.testbed.cpu import CpuGroups
+from quicbed.roles.cpu import CpuGroups
 
 ROLES = ("server", "bridge", "client")
 #: the experiment network's fixed addresses (also in profile.py, which cannot import us)
@@ -83,7 +83,7 @@ class Roles(Backend):
 
     @cached_property
     def cpu(self) -> CpuGroups:
-        """The control groups that account CPU per role (quicbed.testbed.cpu): every
+        """The control groups that account CPU per role (quicbed.roles.cpu): every
         ``spawn`` joins the one the runner made active for its role."""
         return CpuGroups(self)
 

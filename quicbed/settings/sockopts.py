@@ -2,7 +2,7 @@
 
 The implementation studies (TUM, "Analysis of Performance Limitations in QUIC
 Implementations") move goodput by the endpoints' UDP buffers and cipher. Here they are
-arm settings, checked like the transport parameters (quicbed.spec.tparams): each stack
+arm settings, checked like the transport parameters (quicbed.settings.tparams): each stack
 declares what it can apply in its own ``Params`` and refuses the rest by name
 (``WebServer.knob_refusals``); every load and flow is checked against what the kernel and
 the connection report after it, and one that differs is invalid with the reason.

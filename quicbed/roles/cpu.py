@@ -1,7 +1,7 @@
 """CPU per role: the control groups of a testbed's processes, from the controller.
 
 Each arm's server, each arm's browser or bulk client and the link emulator run in a
-control group of their own on their role's host (quicbed.testbed.cgroups says which
+control group of their own on their role's host (quicbed.roles.cgroups says which
 kind a host has and where). A process joins its group before it execs, so everything
 it forks is counted there too: :meth:`CpuGroups.wrap` puts a two-line ``sh`` in front
 of the command line, which writes its own PID to the group's ``cgroup.procs`` and
@@ -15,7 +15,7 @@ groups; a load's or flow's CPU time is the difference of two readings of its gro
 counters (:meth:`CpuGroups.read`). The groups live as long as the testbed's state:
 its teardown removes them, and with them whatever a killed run left running in them.
 
-This module is below the testbed's roles (quicbed.testbed.roles gives every testbed a
+This module is below the testbed's roles (quicbed.roles.interface gives every testbed a
 :class:`CpuGroups`), so it knows a testbed only by the few operations of :class:`Host`.
 """
 
@@ -33,7 +33,7 @@ from pathlib import PurePosixPath
 from typing import Protocol
 
 from quicbed.errors import QuicbedError
-from quicbed.testbed import cgroups
+from quicbed.roles import cgroups
 
 #: the roles whose hosts must have CPU accounting for a cell to start (the bridge's
 #: shaper may be a kernel's, with no process of ours to account: its host is read
@@ -46,7 +46,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 class Host(Protocol):
-    """What the groups need of a testbed (quicbed.testbed.roles.Roles has it all)."""
+    """What the groups need of a testbed (quicbed.roles.interface.Roles has it all)."""
 
     prefix: str
 
@@ -70,7 +70,7 @@ class Mechanism:
 @dataclass(frozen=True)
 class Reading:
     """A group's counters at one instant: CPU time used so far, in nanoseconds (the
-    total exact, its user/system split sampled: quicbed.testbed.cgroups)."""
+    total exact, its user/system split sampled: quicbed.roles.cgroups)."""
 
     total_ns: int
     user_ns: int
@@ -118,7 +118,7 @@ class CpuGroups:
 
     def __init__(self, host: Host) -> None:
         self.host = host
-        #: the kind to take where a host has both (None: quicbed.testbed.cgroups.detect's
+        #: the kind to take where a host has both (None: quicbed.roles.cgroups.detect's
         #: order); the tests measure the cgroup2 path on this hybrid host with it
         self.prefer: str | None = None
         self._found: dict[str, Mechanism | str] = {}
@@ -126,7 +126,7 @@ class CpuGroups:
         self._active: dict[str, str] = {}
         self._hosts: dict[str, str] | None = None
         self._name: str | None = None
-        #: per role, where its host can pin groups to CPUs (quicbed.testbed.cgroups'
+        #: per role, where its host can pin groups to CPUs (quicbed.roles.cgroups'
         #: detect_cpuset), and the CPUs each role's groups are pinned to
         self._cpuset: dict[str, dict[str, str]] = {}
         self._placement: dict[str, str] | str = "none"
@@ -148,7 +148,7 @@ class CpuGroups:
     def found(self, role: str) -> Mechanism | str:
         """``role``'s host's accounting, or why it has none (asked there once)."""
         if role not in self._found:
-            argv = [*self.host.python(role), "-m", "quicbed.testbed.cgroups", "detect"]
+            argv = [*self.host.python(role), "-m", "quicbed.roles.cgroups", "detect"]
             argv += ["--prefer", self.prefer] if self.prefer else []
             cp = self.host.on_host(role, argv)
             try:
@@ -177,7 +177,7 @@ class CpuGroups:
 
     # --- placement ----------------------------------------------------------------------
     def place(self, placement: str) -> None:
-        """Pin each role's groups to CPUs (``--placement``: quicbed.testbed.cpu's
+        """Pin each role's groups to CPUs (``--placement``: quicbed.roles.cpu's
         parse_placement); groups already made are moved at once (their processes with
         them), roles no longer named go back to every CPU."""
         self._placement = parse_placement(placement)
@@ -237,7 +237,7 @@ class CpuGroups:
         return {"bridge": str(cpus[0]), "server": rest, "client": rest}
 
     def _pin(self, role: str, group: str, cpus: str) -> str:
-        argv = [*self.host.python(role), "-m", "quicbed.testbed.cgroups", "place"]
+        argv = [*self.host.python(role), "-m", "quicbed.roles.cgroups", "place"]
         cp = self.host.on_host(role, [*argv, self.folder, group, cpus])
         try:
             got = json.loads(cp.stdout)
@@ -394,7 +394,7 @@ class CpuGroups:
             argv = [
                 *self.host.python(role),
                 "-m",
-                "quicbed.testbed.cgroups",
+                "quicbed.roles.cgroups",
                 "remove",
                 self.folder,
             ]

@@ -3,7 +3,7 @@
 quicbed puts each role's processes in a control group of their own (each arm's
 server, each arm's browser or bulk client, the link emulator), so that the CPU time
 a load or flow cost each of them is read from the kernel's counters of the group,
-children and exited processes included (quicbed.testbed.cpu drives this from the
+children and exited processes included (quicbed.roles.cpu drives this from the
 controller). Two kinds, found on the host, never assumed:
 
 - ``cgroup1``: a cgroup v1 hierarchy with the ``cpuacct`` controller (Debian 12 and
@@ -24,7 +24,7 @@ cpuacct hierarchy is the one this kernel accounts CPU in for every tool (pidstat
 systemd-cgtop). A host with neither is named by the controller, before anything
 starts. The same layout is used on every host: ``<mount>/quicbed/<testbed>/<group>``.
 
-This module runs on a role's host (``python3 -m quicbed.testbed.cgroups detect|remove
+This module runs on a role's host (``python3 -m quicbed.roles.cgroups detect|remove
 TESTBED``), like every module a node runs: standard library only. The controller
 imports its pure functions (paths, parsing) so that both sides agree on them.
 """
@@ -263,7 +263,7 @@ def remove(testbed: str, mounts_text: str | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m quicbed.testbed.cgroups")
+    ap = argparse.ArgumentParser(prog="python3 -m quicbed.roles.cgroups")
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("detect", help="print this host's accounting and cpuset as JSON")
     d.add_argument("--prefer", choices=MECHANISMS)
