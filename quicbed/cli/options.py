@@ -21,6 +21,8 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 import typer
 
 from quicbed.backends import DEFAULT_KIND, backends, get_backend, hosts_kind, kinds_help
+from quicbed.client import browsers
+from quicbed.client.base import DEFAULT
 from quicbed.errors import QuicbedError
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.model.link import (
@@ -29,6 +31,7 @@ from quicbed.model.link import (
     LinkCondition,
     make_condition,
 )
+from quicbed.servers import stacks
 from quicbed.shapers import help_text as shaper_help
 from quicbed.spec.cellconfig import UNLIMITED, CellConfig, cell_default, make_cell, parse_rate
 from quicbed.testbed.base import Testbed
@@ -361,11 +364,30 @@ WarmupOpt = Annotated[int, typer.Option(help="Warm-up loads per arm (not in the 
 ModeOpt = Annotated[
     str, typer.Option(help="0rtt (one browser context per arm) or 1rtt (a fresh one per load).")
 ]
+
+
+def _arms_known() -> str:
+    """The built-in arms by their stacks (``h2 (apache)``), from the stacks' registry."""
+    return ", ".join(f"{arm} ({name})" for name, cls in stacks().items() for arm in cls.arms)
+
+
+def _browser_help() -> str:
+    """``--browser``'s help, from the browsers' and the stacks' registries."""
+    names = list(browsers())
+    needs = [f"{cls.client} for {', '.join(cls.arms)}" for cls in stacks().values()]
+    own = [n for n in needs if not n.startswith(f"{DEFAULT} ")]
+    return (
+        f"Browser of every arm that names none: {', '.join(names[:-1])} or {names[-1]} "
+        f"(default: the one the arms' stacks need{', ' if own else ''}{', '.join(own)}, "
+        f"else {DEFAULT})."
+    )
+
+
 ArmsOpt = Annotated[
     str,
     typer.Option(
         help=(
-            "Comma-separated arms: h2 (Apache), h3 (quic-go), h3-quiche (quiche), gquic, "
+            f"Comma-separated arms: {_arms_known()}, "
             "each with optional :KEY=VALUE settings (stack, cc, browser, cubic_n, cubic_beta, "
             "quic_version, tls; on a TCP arm tcp_sack, tcp_ecn, tcp_window_scaling, "
             "tcp_fastopen, initcwnd, rmem), e.g. h2:tcp_sack=false,h3:cubic_n=2,"
@@ -376,12 +398,7 @@ ArmsOpt = Annotated[
 OrderOpt = Annotated[str, typer.Option(help="alternate (ABBA), random or blocked.")]
 BrowserOpt = Annotated[
     str | None,
-    typer.Option(
-        help=(
-            "Browser of every arm that names none: chromium, firefox or chromium72 (default: "
-            "the one the arms' stacks need, chromium72 for gquic, else chromium)."
-        )
-    ),
+    typer.Option(help=_browser_help()),
 ]
 CellCcOpt = Annotated[
     str,

@@ -131,6 +131,9 @@ class Browser(ABC):
     needs_new_token: ClassVar[bool] = False
     #: True: it trusts the test CA from its own NSS database (needs ``ca_cert``)
     trusts_ca: ClassVar[bool] = False
+    #: the repository's files that pin its driver (npm manifests and lock files), which a
+    #: replication package carries (quicbed.package.build.repo_paths)
+    source_files: ClassVar[tuple[str, ...]] = ()
     #: the program on the client's PATH, and the Ansible role that puts it there
     program: ClassVar[str]
     role: ClassVar[str]

@@ -181,6 +181,7 @@ class Chromium(Browser):
     """
 
     name = CHROMIUM
+    source_files = ("client/package.json", "client/package-lock.json")
     label = "Chromium"
     protocols = ("h2", "h3")
     net_log = True
@@ -237,6 +238,7 @@ class Chromium72(Chromium):
     """The headless shell of Chromium 72, quicbed's gQUIC client (see the module's doc)."""
 
     name = CHROMIUM72
+    source_files = ("client/chromium72/package.json", "client/chromium72/package-lock.json")
     label = "Chrome 72"
     protocols = ("h2", "gquic")
     net_log = False

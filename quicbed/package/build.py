@@ -63,7 +63,9 @@ KIND = "quicbed replication package"
 MANIFEST = "MANIFEST.json"
 SUMS = "SHA256SUMS"
 SUFFIX = ".tar.gz"
-#: the parts of the repository that say how the testbed was built and what was swept
+#: the parts of the repository that say how the testbed was built and what was swept,
+#: and quicbed's own Go module (the emulator, the bulk client, the quic-go server); each
+#: stack and browser adds the files that pin its own build (repo_paths)
 REPO_PATHS = (
     "profile.py",
     "playbooks",
@@ -76,17 +78,22 @@ REPO_PATHS = (
     "go/go.mod",
     "go/go.sum",
     "go/patches",
-    "go/gquic/go.mod",
-    "go/gquic/go.sum",
-    "client/package.json",
-    "client/package-lock.json",
-    "client/chromium72/package.json",
-    "client/chromium72/package-lock.json",
-    "client/firefox/package.json",
-    "client/firefox/package-lock.json",
-    "rust/quicbed-quiche-server/Cargo.toml",
-    "rust/quicbed-quiche-server/Cargo.lock",
 )
+
+
+def repo_paths() -> tuple[str, ...]:
+    """REPO_PATHS and every stack's and browser's ``source_files``: a new stack's lock
+    file travels in packages without this module naming it. The registries are imported
+    here, not at the top: ``quicbed verify`` imports this module and none of the runner
+    (tests/test_layering.py)."""
+    from quicbed.client import browsers
+    from quicbed.servers import stacks
+
+    own = [f for c in stacks().values() for f in c.source_files]
+    own += [f for c in browsers().values() for f in c.source_files]
+    return (*REPO_PATHS, *dict.fromkeys(own))
+
+
 #: Python packages whose versions decide the bytes of regenerated figures and numbers
 DRAWN_WITH = ("matplotlib", "numpy", "scipy", "pyarrow")
 #: where level ``full`` puts an arm's TLS key log, relative to the attempt's traces folder
@@ -386,8 +393,9 @@ def copy_repo(dest: Path, recorded: list[tuple[str | None, bool]]) -> list[str]:
             f"; repo/ is as of the latest, {shas[-1][:12]}"
         )
     sha = shas[-1] if shas else None
+    paths = repo_paths()
     if sha and _git("cat-file", "-e", f"{sha}^{{commit}}").returncode == 0:
-        present = _git("ls-tree", "--name-only", sha, "--", *REPO_PATHS).stdout.decode().split()
+        present = _git("ls-tree", "--name-only", sha, "--", *paths).stdout.decode().split()
         tar = _git("archive", "--format=tar", sha, "--", *present)
         if tar.returncode == 0:
             with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
@@ -399,7 +407,7 @@ def copy_repo(dest: Path, recorded: list[tuple[str | None, bool]]) -> list[str]:
                 )
             return notes
     why = f"git SHA {sha[:12]} is not in this checkout" if sha else "the runs recorded no git SHA"
-    for rel in REPO_PATHS:
+    for rel in paths:
         p = REPO_ROOT / rel
         if p.is_dir():
             junk = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from quicbed import __version__
+from quicbed.results.folder import sweep_software
 
 CONTENTS = [
     (
@@ -81,21 +83,22 @@ def _one(recorded: dict[str, Any], key: str) -> Any:
     return groups[0]["value"] if groups else None
 
 
-def _software_line(recorded: dict[str, Any]) -> list[str]:
+def _software_line(recorded: dict[str, Any], used: Iterable[str] | None) -> list[str]:
+    """The components the cells ran (``used``: provenance's names for them, as the
+    software check reads them; None: every one recorded), each by its own record: a
+    version where it has one, else its build. No component is named here: stacks and
+    browsers name themselves in provenance (WebServer.software_name, Browser.software)."""
     sw = _one(recorded, "software") or {}
     mach = _one(recorded, "machine") or {}
     git = _one(recorded, "git") or {}
-    h3 = sw.get("quicbed-h3server") or {}
-    quic_go = (h3.get("deps") or {}).get("github.com/quic-go/quic-go")
+    names = [n for n in (sw if used is None else used) if n != "quicbed" and sw.get(n)]
     items = [
         (
             "quicbed",
             f"{sw.get('quicbed')} at git {str(git.get('sha'))[:12]}"
             + (" (uncommitted changes)" if git.get("dirty") else ""),
         ),
-        ("browser", sw.get("chromium")),
-        ("TCP server", sw.get("apache")),
-        ("QUIC server", f"quicbed-h3server ({h3.get('go')}, quic-go {quic_go})" if h3 else None),
+        *((n, _build(sw[n])) for n in names),
         ("kernel", mach.get("kernel")),
         ("OS", mach.get("os")),
         ("CPU", f"{mach.get('cpu')} x {mach.get('cores')}" if mach else None),
@@ -105,6 +108,21 @@ def _software_line(recorded: dict[str, Any]) -> list[str]:
     if several:
         lines.append(f"- differs between attempts: {', '.join(several)} (see provenance/runs.json)")
     return lines
+
+
+def _build(record: Any) -> str:
+    """One component's record in a few words: its version, else the toolchain and the
+    start of its build's digest (its modules and files are in provenance/runs.json)."""
+    if not isinstance(record, dict):
+        return str(record)
+    if record.get("version"):
+        return str(record["version"])
+    parts = [str(record["go"])] if record.get("go") else []
+    if record.get("sha256"):
+        parts.append(f"build {str(record['sha256'])[:12]}")
+    if record.get("deps"):
+        parts.append(f"{len(record['deps'])} Go modules")
+    return ", ".join(parts) or "recorded"
 
 
 def _result(row: dict[str, str]) -> str:
@@ -211,5 +229,5 @@ def readme(top: Path, archive: str, counts: dict[str, int], no_har: bool) -> str
         cell_columns=CELL_COLUMNS,
         cell_rows=cell_rows,
         profile=(top / "repo" / "profile.py").exists(),
-        software=_software_line(recorded),
+        software=_software_line(recorded, sweep_software(sweep["spec"]) if sweep else None),
     )

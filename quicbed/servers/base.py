@@ -192,6 +192,9 @@ class WebServer(ABC):
     #: the server: a file in quicbed's build/bin, or an absolute path (None: the name)
     software_name: ClassVar[str | None] = None
     program: ClassVar[str | None] = None
+    #: the repository's files that pin how its server is built (lock files, manifests),
+    #: which a replication package carries (quicbed.package.build.repo_paths)
+    source_files: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def software(cls, run: Run, bindir: RPath) -> dict[str, Any] | None:

@@ -165,6 +165,7 @@ class GquicParams(Params):
 
 class GquicServer(OwnH3Server):
     name = "gquic"
+    source_files = ("go/gquic/go.mod", "go/gquic/go.sum")
     protocol = "gquic"
     transport = "udp"
     log_name = "gquic-server.jsonl"

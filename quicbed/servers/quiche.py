@@ -47,6 +47,10 @@ class QuicheParams(tparams.TransportParams, Params):
 
 class QuicheServer(OwnH3Server):
     name = "quiche"
+    source_files = (
+        "rust/quicbed-quiche-server/Cargo.toml",
+        "rust/quicbed-quiche-server/Cargo.lock",
+    )
     protocol = "h3"
     transport = "udp"
     writes_qlog = True
