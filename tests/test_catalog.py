@@ -5,7 +5,6 @@ name, the speed-up bins, and a small entry run end to end."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -15,7 +14,8 @@ import pytest
 
 from quicbed.cli.reproduce import write_index
 from quicbed.errors import QuicbedError
-from quicbed.report.transfers import SPEEDUP_BINS, speedups
+from quicbed.model.link import LinkCondition
+from quicbed.report.transfers import SPEEDUP_BINS, Goodputs, speedups
 from quicbed.spec.catalog import PRESETS, entries_spec, entry_spec, load_catalog
 from quicbed.spec.sweepspec import load_spec, plan
 
@@ -82,13 +82,13 @@ def test_bad_names_and_entries_that_do_not_run_here_are_refused() -> None:
 
 
 def test_speedups_are_binned_per_repetition_against_the_reference() -> None:
-    cond = json.dumps({"rate_mbit": 50, "rtt_ms": 36, "loss_pct": 0})
+    cond = LinkCondition(rate_mbit=50, rtt_ms=36)
     base = {0: 100.0, 1: 100.0, 2: 100.0, 3: 100.0}
     rows = speedups(
         [
-            ("BL", cond, "20MB", "h2", base),
-            ("WS", cond, "20MB", "h2", {0: 250.0, 1: 105.0, 2: 95.0, 3: 60.0}),
-            ("WS", cond, "20MB", "h3", {0: 1.0}),  # no BL cell for h3: no row
+            Goodputs("BL", cond, "20MB", "h2", base),
+            Goodputs("WS", cond, "20MB", "h2", {0: 250.0, 1: 105.0, 2: 95.0, 3: 60.0}),
+            Goodputs("WS", cond, "20MB", "h3", {0: 1.0}),  # no BL cell for h3: no row
         ],
         "BL",
     )
@@ -140,12 +140,12 @@ def test_reproduce_a_fairness_figure_end_to_end(tmp_path: Path) -> None:
 def test_goodput_cdfs_per_scenario_where_scenarios_share_a_link(tmp_path: Path) -> None:
     from quicbed.report.transfers import goodput_cdfs
 
-    cond = json.dumps({"rate_mbit": 50, "rtt_ms": 36, "loss_pct": 0})
+    cond = LinkCondition(rate_mbit=50, rtt_ms=36)
     drawn = goodput_cdfs(
         [
-            ("BL", cond, "20MB", "h2", {0: 40e6, 1: 42e6}),
-            ("ECN", cond, "20MB", "h2", {0: 45e6, 1: 44e6, 2: 46e6}),
-            ("BL", cond, "20MB", "h3", {0: 47e6}),  # one scenario only: no figure
+            Goodputs("BL", cond, "20MB", "h2", {0: 40e6, 1: 42e6}),
+            Goodputs("ECN", cond, "20MB", "h2", {0: 45e6, 1: 44e6, 2: 46e6}),
+            Goodputs("BL", cond, "20MB", "h3", {0: 47e6}),  # one scenario only: no figure
         ],
         tmp_path,
     )

@@ -489,12 +489,15 @@ def test_the_report_draws_goodput_against_the_axis_a_scenario_varies(tmp_path: P
     assert shown["delay_down"]["shows"]["scenario"] == "delay"
     assert (tmp_path / "report" / "figures" / "axis-delay.svg").exists()
     assert (tmp_path / "report" / "figures" / "param-imd.png").exists()
+    from quicbed.model.link import LinkCondition
     from quicbed.report.axes import window_cap_mbit
 
     settings = {"client_initial_max_data": 65536, "client_flow_control_autotune": False}
-    assert window_cap_mbit(settings, {"delay_down_ms": 36}) == pytest.approx(14.56, abs=0.01)
-    assert window_cap_mbit({"client_initial_max_data": 65536}, {"rtt_ms": 36}) is None
-    at_100 = {"delay_down_ms": 36, "rate_mbit": 100}
+    down_36 = LinkCondition(delay_down_ms=36, delay_up_ms=0)
+    assert window_cap_mbit(settings, down_36) == pytest.approx(14.56, abs=0.01)
+    unlimited = {"client_initial_max_data": 65536}
+    assert window_cap_mbit(unlimited, LinkCondition(rtt_ms=36)) is None
+    at_100 = LinkCondition(delay_down_ms=36, delay_up_ms=0, rate_mbit=100)
     assert window_cap_mbit(settings, at_100) == pytest.approx(14.56, abs=0.01)
     big = {**settings, "client_initial_max_data": 15728640}
     assert window_cap_mbit(big, at_100) is None  # above the link: the window is not the limit

@@ -21,15 +21,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from quicbed.model.link import LinkCondition
+from quicbed.report.transfercell import TransferCell
 from quicbed.settings import sockopts, tparams
 
 #: link axes: (label, how a cell's condition gives its value); the first that varies
 LINK_AXES: tuple[tuple[str, str, Any], ...] = (
-    ("delay_down", "added delay, downlink (ms)", lambda c: c.get("delay_down_ms")),
-    ("rtt", "RTT (ms)", lambda c: c.get("rtt_ms")),
-    ("loss_down", "loss, downlink (%)", lambda c: c.get("loss_down_pct")),
-    ("loss", "loss (%)", lambda c: c.get("loss_pct")),
-    ("rate", "bottleneck rate (Mbit/s)", lambda c: c.get("rate_mbit")),
+    ("delay_down", "added delay, downlink (ms)", lambda c: c.delay_down_ms),
+    ("rtt", "RTT (ms)", lambda c: c.rtt_ms),
+    ("loss_down", "loss, downlink (%)", lambda c: c.loss_down_pct),
+    ("loss", "loss (%)", lambda c: c.loss_pct),
+    ("rate", "bottleneck rate (Mbit/s)", lambda c: c.rate_mbit),
 )
 #: cell settings a scenario may vary (a cell row's column, its label): each value is
 #: its own cell, every arm measured in it
@@ -38,42 +40,40 @@ CELL_AXES: tuple[tuple[str, str], ...] = (("offloads", "interface offloads"),)
 _CAP = (tparams.CLIENT + "initial_max_data", tparams.CLIENT + "initial_max_stream_data_bidi_local")
 
 
-def window_cap_mbit(settings: dict[str, Any], cond: dict[str, Any]) -> float | None:
+def window_cap_mbit(settings: dict[str, Any], cond: LinkCondition) -> float | None:
     """window / RTT for an arm whose client does not grow its window, where that is
     below the bottleneck's rate (the window then limits the flow); None otherwise."""
     if settings.get(tparams.CLIENT + tparams.AUTOTUNE) is not False:
         return None
     windows = [int(settings[k]) for k in _CAP if settings.get(k) is not None]
-    rtt = cond.get("rtt_ms")
-    if rtt is None:
-        rtt = (cond.get("delay_down_ms") or 0) + (cond.get("delay_up_ms") or 0)
+    rtt = cond.rtt()
     if not windows or not rtt:
         return None
     cap = float(min(windows) * 8 / (rtt / 1000) / 1e6)
-    rate = cond.get("rate_mbit")
+    rate = cond.rate_mbit
     return cap if rate is None or cap < float(rate) else None
 
 
-def _axis(cells: list[dict[str, Any]]) -> tuple[str, str, Any] | None:
-    conds = [json.loads(c["_condition"]) for c in cells]
+def _axis(cells: list[TransferCell]) -> tuple[str, str, Any] | None:
+    conds = [c.condition for c in cells]
     varying = [a for a in LINK_AXES if len({json.dumps(a[2](c)) for c in conds}) > 1]
     return varying[0] if len(varying) == 1 else None
 
 
-def _cell_axis(cells: list[dict[str, Any]]) -> tuple[str, str] | None:
+def _cell_axis(cells: list[TransferCell]) -> tuple[str, str] | None:
     """The one cell setting in which a scenario's cells differ, where they share their
     link condition (None: not exactly one, or the link differs too)."""
-    if len({c["_condition"] for c in cells}) > 1:
+    if len({c.link_key() for c in cells}) > 1:
         return None
-    varying = [a for a in CELL_AXES if len({c.get(a[0]) or "" for c in cells}) > 1]
+    varying = [a for a in CELL_AXES if len({getattr(c, a[0]) or "" for c in cells}) > 1]
     return varying[0] if len(varying) == 1 else None
 
 
-def _param_axis(cell: dict[str, Any]) -> str | None:
+def _param_axis(cell: TransferCell) -> str | None:
     """The one transport parameter or knob in which a cell's arms differ (None: not
     one). Keys that differ together, with one value per arm (a buffer family setting
     every buffer alike), are one axis, named by the first."""
-    settings = [cell["_settings"].get(a) or {} for a in cell["arms"]]
+    settings = [cell.arm_settings(a) for a in cell.arms]
     keys = {k for s in settings for k in s if tparams.is_key(k) or sockopts.is_key(k)}
     differ = [k for k in sorted(keys) if len({json.dumps(s.get(k)) for s in settings}) > 1]
     if not differ or any(s.get(differ[0]) is None for s in settings):
@@ -89,12 +89,12 @@ def _unit(key: str) -> str:
     return "bytes asked; the kernel doubles it"
 
 
-def figures(cells: list[dict[str, Any]], out: Path) -> list[tuple[str, list[Path], dict[str, Any]]]:
+def figures(cells: list[TransferCell], out: Path) -> list[tuple[str, list[Path], dict[str, Any]]]:
     """Every bulk scenario's goodput-vs-axis figure (see the module docstring)."""
-    by_scenario: dict[str, list[dict[str, Any]]] = {}
+    by_scenario: dict[str, list[TransferCell]] = {}
     for c in cells:
-        if c["kind"] == "bulk" and c["summary"]:
-            by_scenario.setdefault(c["scenario"], []).append(c)
+        if c.kind == "bulk" and c.summary:
+            by_scenario.setdefault(c.scenario, []).append(c)
     drawn = []
     for scenario, group in sorted(by_scenario.items()):
         axis = _axis(group) if len(group) > 1 else None
@@ -107,13 +107,13 @@ def figures(cells: list[dict[str, Any]], out: Path) -> list[tuple[str, list[Path
     return drawn
 
 
-def _line(summary: dict[str, Any]) -> tuple[float | None, float]:
+def _line(summary: dict[str, Any] | None) -> tuple[float | None, float]:
     s = summary or {}
     return s.get("goodput_mbit_mean"), s.get("goodput_mbit_sd") or 0.0
 
 
 def _link_figure(
-    scenario: str, cells: list[dict[str, Any]], axis: tuple[str, str, Any], out: Path
+    scenario: str, cells: list[TransferCell], axis: tuple[str, str, Any], out: Path
 ) -> tuple[str, list[Path], dict[str, Any]]:
     import matplotlib.pyplot as plt
 
@@ -121,23 +121,21 @@ def _link_figure(
 
     name, label, value = axis
     fig, ax = plt.subplots(figsize=(7, 4))
-    arms = list(dict.fromkeys(a for c in cells for a in c["arms"]))
-    points = sorted(
-        ((float(value(json.loads(c["_condition"]))), c) for c in cells), key=lambda p: p[0]
-    )
+    arms = list(dict.fromkeys(a for c in cells for a in c.arms))
+    points = sorted(((float(value(c.condition)), c) for c in cells), key=lambda p: p[0])
     for i, arm in enumerate(arms):
         xs: list[float] = []
         ys: list[float] = []
         sds: list[float] = []
         caps: list[float | None] = []
         for x, c in points:
-            mean, sd = _line(c["summary"].get(arm))
+            mean, sd = _line(c.summary.get(arm))
             if mean is None:
                 continue
             xs.append(x)
             ys.append(mean)
             sds.append(sd)
-            caps.append(window_cap_mbit(c["_settings"].get(arm) or {}, json.loads(c["_condition"])))
+            caps.append(window_cap_mbit(c.arm_settings(arm), c.condition))
         if not xs:
             continue
         color = f"C{i % 10}"
@@ -175,22 +173,22 @@ def _link_figure(
 
 
 def _param_figure(
-    scenario: str, cell: dict[str, Any], key: str, out: Path
+    scenario: str, cell: TransferCell, key: str, out: Path
 ) -> tuple[str, list[Path], dict[str, Any]]:
     import matplotlib.pyplot as plt
 
-    cond = json.loads(cell["_condition"])
+    cond = cell.condition
     numeric = all(
-        isinstance((cell["_settings"].get(a) or {}).get(key), int | float)
-        and not isinstance((cell["_settings"].get(a) or {}).get(key), bool)
-        for a in cell["arms"]
+        isinstance(cell.arm_settings(a).get(key), int | float)
+        and not isinstance(cell.arm_settings(a).get(key), bool)
+        for a in cell.arms
     )
     if not numeric:
         return _bar_figure(scenario, cell, key, out)
     rows = []
-    for arm in cell["arms"]:
-        s = cell["_settings"].get(arm) or {}
-        mean, sd = _line(cell["summary"].get(arm))
+    for arm in cell.arms:
+        s = cell.arm_settings(arm)
+        mean, sd = _line(cell.summary.get(arm))
         if mean is not None:
             rows.append((float(s[key]), mean, sd, window_cap_mbit(s, cond), arm))
     rows.sort()
@@ -244,16 +242,16 @@ def _param_done(
 
 
 def _bar_figure(
-    scenario: str, cell: dict[str, Any], key: str, out: Path
+    scenario: str, cell: TransferCell, key: str, out: Path
 ) -> tuple[str, list[Path], dict[str, Any]]:
     """Goodput per value of a switch or a choice (``gso``, ``aead``): one bar per arm,
     mean +-1 sd, labelled with the arm and its value."""
     import matplotlib.pyplot as plt
 
     bars = []
-    for arm in cell["arms"]:
-        v = (cell["_settings"].get(arm) or {}).get(key)
-        mean, sd = _line(cell["summary"].get(arm))
+    for arm in cell.arms:
+        v = cell.arm_settings(arm).get(key)
+        mean, sd = _line(cell.summary.get(arm))
         if mean is not None:
             shown = str(v).lower() if isinstance(v, bool) else str(v)
             bars.append((f"{arm}\n{key} {shown}", mean, sd))
@@ -274,22 +272,22 @@ def _bar_figure(
 
 
 def _setting_figure(
-    scenario: str, cells: list[dict[str, Any]], setting: tuple[str, str], out: Path
+    scenario: str, cells: list[TransferCell], setting: tuple[str, str], out: Path
 ) -> tuple[str, list[Path], dict[str, Any]]:
     """Goodput per value of a cell setting: a group of bars per cell (its value), one
     bar per arm in the arm's colour, mean +-1 sd."""
     import matplotlib.pyplot as plt
 
     key, label = setting
-    arms = list(dict.fromkeys(a for c in cells for a in c["arms"]))
-    groups = sorted(cells, key=lambda c: c.get(key) or "")
+    arms = list(dict.fromkeys(a for c in cells for a in c.arms))
+    groups = sorted(cells, key=lambda c: getattr(c, key) or "")
     width = 0.8 / max(len(arms), 1)
     fig, ax = plt.subplots(figsize=(7, 4))
     tops: list[float] = []
     for i, arm in enumerate(arms):
         xs, ys, sds = [], [], []
         for g, c in enumerate(groups):
-            mean, sd = _line(c["summary"].get(arm))
+            mean, sd = _line(c.summary.get(arm))
             if mean is not None:
                 xs.append(g - 0.4 + width * (i + 0.5))
                 ys.append(mean)
@@ -297,7 +295,7 @@ def _setting_figure(
         if xs:
             ax.bar(xs, ys, width, yerr=sds, capsize=3, color=f"C{i % 10}", label=arm)
             tops += [y + s for y, s in zip(ys, sds, strict=True)]
-    names = [(c.get(key) or "unset").replace(",", "\n") for c in groups]
+    names = [(getattr(c, key) or "unset").replace(",", "\n") for c in groups]
     ax.set_xticks(range(len(groups)), names, fontsize=7)
     ax.set_xlabel(label)
     return _param_done(

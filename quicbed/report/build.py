@@ -624,7 +624,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     report.testbeds, report.testbed_warnings = testbeds(rows)
     report.queue_warnings = queue_warnings(
         [(r.condition, r.queue_warning, r.scenario) for r in rows]
-        + [(t["_condition"], t["queue_warning"], t["scenario"]) for t in report.transfers.rows]
+        + [(c.link_key(), c.queue_warning, c.scenario) for c in report.transfers.cells]
     )
     from quicbed.results import advertised
 
@@ -1027,7 +1027,7 @@ def _write_html(
             tb = (att.provenance or {}).get("testbed") or {}
             r.rerun += described(tb.get("kind")).rerun_options(tb)  # on the same kind
         for c in report.transfers.cells:
-            key = (c["cell_id"], c["attempt"])
+            key = (c.cell_id, c.attempt)
             provs[key] = store.attempt(*key).provenance
         receipts = {key: store.attempt(*key).receipt for key in provs}
     finally:

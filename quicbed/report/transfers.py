@@ -16,17 +16,15 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from quicbed.analysis.transfers import stored_transfer
+from quicbed.model.link import LinkCondition
+from quicbed.report.transfercell import TransferCell
 from quicbed.report.transferplots import plot_bulk, plot_compete
-from quicbed.results.rows import AttemptRow
 from quicbed.results.store import Store
 from quicbed.results.transfers import BulkResult, CompeteResult, link_line
-from quicbed.roles import offloads
 from quicbed.settings import sockopts
-from quicbed.spec.cellconfig import flows_text
-from quicbed.spec.sweepspec import stored_queue_warning
 
 FILE = "transfers.csv"
 COLUMNS = [
@@ -117,7 +115,7 @@ SPEEDUP_FILE = "speedups.csv"
 @dataclass
 class TransferSection:
     rows: list[dict[str, Any]] = field(default_factory=list)
-    cells: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[TransferCell] = field(default_factory=list)
     #: (title, [png, svg], what it shows): the report makes them its figures
     drawn: list[tuple[str, list[Path], dict[str, Any]]] = field(default_factory=list)
     #: each bulk scenario's goodput against the spec's ``speedup_against`` scenario
@@ -142,7 +140,7 @@ def build(
     ``out/figures``), ``out/transfers.csv`` and ``out/transfers.json``; with
     ``speedup_against``, the speed-ups against that scenario (``out/speedups.csv``)."""
     sec = TransferSection(speedup_reference=speedup_against)
-    goodputs: list[tuple[str, str, str, str, dict[int, float]]] = []
+    goodputs: list[Goodputs] = []
     store = Store.open_readonly(root)
     try:
         scenarios = store.cell_scenarios()
@@ -151,26 +149,26 @@ def build(
             if not is_transfer(cfg) or cid not in latest:
                 continue
             att = latest[cid]
-            cell = _cell(cfg, cid, att, (scenarios.get(cid) or ["cells"])[0])
+            cell = TransferCell.stored(cfg, cid, att, (scenarios.get(cid) or ["cells"])[0])
             if store.transfer(cid, att.attempt) is not None:
                 r = stored_transfer(
                     store, cid, att.attempt, alpha=alpha, test=test, extra_pairs=pairs
                 )
-                cell["summary"] = {k: v.model_dump() for k, v in r.summary.items()}
-                cell["link_line"] = link_line(r, att.waited_s)
-                cell["comparisons"] = r.comparisons
+                cell.summary = {k: v.model_dump() for k, v in r.summary.items()}
+                cell.link_line = link_line(r, att.waited_s)
+                cell.comparisons = r.comparisons
                 if isinstance(r, CompeteResult):
-                    cell.update(jain_mean=r.jain_mean, jain_sd=r.jain_sd)
+                    cell.jain_mean, cell.jain_sd = r.jain_mean, r.jain_sd
                 else:
-                    for arm in cell["arms"]:
+                    for arm in cell.arms:
                         got = {
                             x.rep: x.flow.goodput_bps
                             for x in r.runs
                             if x.arm == arm and x.flow.ok and x.flow.goodput_bps
                         }
                         for sc in scenarios.get(cid) or ["cells"]:
-                            goodputs.append((sc, cell["_condition"], cell["object"], arm, got))
-                cell["figures"] = _figures(r, cid, out, sec, root)
+                            goodputs.append(Goodputs(sc, cell.condition, cell.object, arm, got))
+                cell.figures = _figures(r, cid, out, sec, root)
             sec.cells.append(cell)
             sec.rows += _rows(cell, alpha)
     finally:
@@ -183,7 +181,7 @@ def build(
             w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
             w.writeheader()
             w.writerows(sec.rows)
-        public = [{k: v for k, v in c.items() if not k.startswith("_")} for c in sec.cells]
+        public = [c.public() for c in sec.cells]
         (out / "transfers.json").write_text(json.dumps(public, indent=1, sort_keys=True) + "\n")
     if speedup_against is not None:
         sec.drawn += goodput_cdfs(goodputs, out / "figures")
@@ -196,8 +194,24 @@ def build(
     return sec
 
 
+class Goodputs(NamedTuple):
+    """One bulk arm's goodput per repetition in one cell, by what it is compared across:
+    the scenario, under one link and object."""
+
+    scenario: str
+    condition: LinkCondition
+    object: str
+    arm: str
+    #: bit/s per repetition
+    got: dict[int, float]
+
+    def where(self) -> tuple[str, str, str]:
+        """The link, object and arm: repetitions compare only within one such group."""
+        return (self.condition.model_dump_json(), self.object, self.arm)
+
+
 def goodput_cdfs(
-    goodputs: list[tuple[str, str, str, str, dict[int, float]]], figs: Path
+    goodputs: list[Goodputs], figs: Path
 ) -> list[tuple[str, list[Path], dict[str, Any]]]:
     """Per link, object and arm: the distribution of each scenario's goodput per
     repetition, one empirical CDF per scenario (the TCP-options study's throughput CDFs
@@ -207,17 +221,15 @@ def goodput_cdfs(
     from quicbed.figsave import save_figure
 
     groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
-    for sc, cond, obj, arm, got in goodputs:
-        groups.setdefault((cond, obj, arm), {})[sc] = sorted(v / 1e6 for v in got.values())
+    links = {g.where()[0]: g.condition for g in goodputs}
+    for g in goodputs:
+        groups.setdefault(g.where(), {})[g.scenario] = sorted(v / 1e6 for v in g.got.values())
     drawn = []
-    for i, ((cond, obj, arm), by_sc) in enumerate(sorted(groups.items())):
+    for i, ((key, obj, arm), by_sc) in enumerate(sorted(groups.items())):
         if len(by_sc) < 2:
             continue
-        link = json.loads(cond)
-        where = (
-            f"{link.get('rate_mbit') or 'unlimited'} Mbit/s, {link.get('rtt_ms')} ms, "
-            f"loss {link.get('loss_pct')} %"
-        )
+        link = links[key]
+        where = f"{link.rate_mbit or 'unlimited'} Mbit/s, {link.rtt_ms} ms, loss {link.loss_pct} %"
         title = f"goodput per repetition, {arm}, {obj}: {where}"
         fig, ax = plt.subplots(figsize=(7, 4.2))
         for sc, vals in by_sc.items():
@@ -243,32 +255,30 @@ def goodput_cdfs(
     return drawn
 
 
-def speedups(
-    goodputs: list[tuple[str, str, str, str, dict[int, float]]], reference: str
-) -> list[dict[str, Any]]:
+def speedups(goodputs: list[Goodputs], reference: str) -> list[dict[str, Any]]:
     """Per scenario, link, object and arm: the goodput of each repetition over the
     reference scenario's same repetition (same arm, link and object), binned as the
     TCP-options study binned its downloads (:data:`SPEEDUP_BINS`), with the shares
     faster (ratio > 1) and slower (< 1) and the median ratio. Repetition i against
     repetition i: one "target" here, so a share is a share of repetitions. An arm whose
     settings the scenarios do not change (h3 beside TCP options) shows the noise."""
-    base = {(c, o, a): g for sc, c, o, a, g in goodputs if sc == reference}
+    base = {g.where(): g.got for g in goodputs if g.scenario == reference}
     out = []
-    for sc, cond, obj, arm, got in goodputs:
-        ref = base.get((cond, obj, arm))
-        if sc == reference or ref is None:
+    for g in goodputs:
+        ref = base.get(g.where())
+        if g.scenario == reference or ref is None:
             continue
+        got = g.got
         ratios = [got[i] / ref[i] for i in sorted(set(got) & set(ref)) if ref[i]]
         n = len(ratios)
-        link = json.loads(cond)
         row: dict[str, Any] = {
-            "scenario": sc,
+            "scenario": g.scenario,
             "against": reference,
-            "rate_mbit": link.get("rate_mbit"),
-            "rtt_ms": link.get("rtt_ms"),
-            "loss_pct": link.get("loss_pct"),
-            "object": obj,
-            "arm": arm,
+            "rate_mbit": g.condition.rate_mbit,
+            "rtt_ms": g.condition.rtt_ms,
+            "loss_pct": g.condition.loss_pct,
+            "object": g.object,
+            "arm": g.arm,
             "n": n,
             "median_ratio": statistics.median(ratios) if ratios else None,
             "faster": sum(r > 1 for r in ratios) / n if n else None,
@@ -278,43 +288,6 @@ def speedups(
             row[label] = sum(lo <= r < hi for r in ratios) / n if n else None
         out.append(row)
     return out
-
-
-def _cell(cfg: dict[str, Any], cid: str, att: AttemptRow, scenario: str) -> dict[str, Any]:
-    cond, t = cfg["condition"], cfg["transfer"]
-    flows = [tuple(x) for x in t.get("flows") or []]
-    receipt = att.receipt
-    return {
-        "kind": cfg["kind"],
-        "scenario": scenario,
-        "cell_id": cid,
-        "attempt": att.attempt,
-        "status": att.status,
-        "problem": att.problem or "",
-        "receipt_passed": None if receipt is None else receipt["passed"],
-        "rate_mbit": cond["rate_mbit"],
-        # a cell given one-way delays has no rtt_ms: their sum is its base RTT
-        "rtt_ms": cond["rtt_ms"]
-        if cond.get("rtt_ms") is not None
-        else (cond.get("delay_down_ms") or 0) + (cond.get("delay_up_ms") or 0),
-        "loss_pct": cond["loss_pct"],
-        "loss_down_pct": cond.get("loss_down_pct"),
-        "queue": cond["queue"],
-        "object": t["size"],
-        "duration_s": t.get("duration_s"),
-        "flows": flows_text(tuple(flows)) if flows else "",
-        "stagger_s": t.get("stagger_s", 0),
-        "runs": cfg["runs"],
-        "offloads": offloads.text(cfg.get("offloads") or {}),
-        "arms": list(cfg["arms"]),
-        "summary": {},
-        "comparisons": {},
-        "figures": [],
-        "_settings": cfg.get("arm_settings") or {},
-        "_cc": cfg.get("cc"),
-        "queue_warning": stored_queue_warning(cond),
-        "_condition": json.dumps(cond, sort_keys=True),
-    }
 
 
 def flat(summary: dict[str, Any]) -> dict[str, Any]:
@@ -329,22 +302,22 @@ def flat(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _rows(cell: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
+def _rows(cell: TransferCell, alpha: float) -> list[dict[str, Any]]:
     """One row per arm and comparison it is the candidate of (against the reference,
     then the spec's pairs), as table.csv has one per cell and pair; an arm compared
     with nothing (the reference) has one row without a comparison."""
-    base = {k: v for k, v in cell.items() if k in COLUMNS} | {"_condition": cell["_condition"]}
+    base = {k: getattr(cell, k) for k in COLUMNS if hasattr(cell, k)}
     out = []
-    for arm in cell["arms"]:
-        summary = cell["summary"].get(arm) or {}
+    for arm in cell.arms:
+        summary = cell.summary.get(arm) or {}
         row = dict.fromkeys(COLUMNS) | base | summary | flat(summary) | {"arm": arm}
-        settings = cell["_settings"].get(arm) or {}
-        row.update(stack=settings.get("stack") or "", cc=settings.get("cc") or cell["_cc"])
+        settings = cell.arm_settings(arm)
+        row.update(stack=settings.get("stack") or "", cc=settings.get("cc") or cell.cc)
         row.update(knobs=sockopts.describe(settings))
-        row.update(jain_mean=cell.get("jain_mean"), jain_sd=cell.get("jain_sd"))
+        row.update(jain_mean=cell.jain_mean, jain_sd=cell.jain_sd)
         mine = [
             (pair.split("/")[0], metrics)
-            for pair, metrics in cell["comparisons"].items()
+            for pair, metrics in cell.comparisons.items()
             if pair.split("/")[1] == arm
         ]
         for ref, metrics in mine:
