@@ -57,10 +57,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from quicbed.analysis.select import find_cell
 from quicbed.backends import described
 from quicbed.errors import QuicbedError
+from quicbed.figsave import save_figure
 from quicbed.results.rows import AttemptRow, RunRow
 from quicbed.results.store import Store
+from quicbed.spec.arms import arm_colour
+from quicbed.traces.base import SAMPLE_COLUMNS, read_samples
 
 ARMS = ("h2", "h3")
 COMPONENTS = ("handshake", "first_byte", "ramp_up", "loss_recovery", "full_rate")
@@ -114,7 +118,6 @@ def explain(
     """Explain one cell of ``results`` into ``out`` (default
     ``results/report/explain/<cell>``); every input is checked before anything is
     written, so a refused call leaves nothing behind."""
-    from quicbed.analysis.select import find_cell
 
     results = Path(results)
     store = Store(results)
@@ -200,8 +203,6 @@ def _read_load(root: Path, run: RunRow, why: str, testbed_kind: str | None) -> A
     samples = None
     rel = (tr.get("files") or {}).get("transport")
     if rel and (root / rel).exists():
-        from quicbed.traces.base import read_samples
-
         samples = read_samples(root / rel)
         for s in samples:
             s["t_page_ms"] = None if s["t_ms"] is None else s["t_ms"] - (offset or 0.0)
@@ -422,7 +423,6 @@ def write(
     data = _data(cell_id, attempt, title, loads)
     summary = _summary(title, loads, data)
     target.mkdir(parents=True, exist_ok=True)
-    from quicbed.figsave import save_figure
 
     paths = save_figure(draw(loads, title), target / "timeline")
     (target / "summary.txt").write_text(summary)
@@ -572,7 +572,6 @@ def _facts_line(f: dict[str, Any]) -> str:
 
 
 def _write_csv(path: Path, loads: dict[str, ArmLoad]) -> None:
-    from quicbed.traces.base import SAMPLE_COLUMNS
 
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -608,8 +607,6 @@ def _write_page(target: Path, title: str, summary: str, paths: list[Path]) -> No
 def draw(loads: dict[str, ArmLoad], title: str) -> Any:
     """Four panels over one time axis (ms since page start); h2 blue, h3 red."""
     import matplotlib.pyplot as plt
-
-    from quicbed.spec.arms import arm_colour
 
     fig, axes = plt.subplots(
         4, 1, figsize=(9, 9.5), sharex=True, gridspec_kw={"height_ratios": [1.1, 2, 2, 1.6]}

@@ -11,6 +11,10 @@ quicbed.cli.reference writes it).
 
 A command's help is its docstring, paragraphs apart by a blank line; flowing() makes
 each paragraph one line for every command, so that the terminal wraps the sentences.
+
+Each command imports its machinery inside its function: the statistics load scipy and
+the report matplotlib, which would add about 0.7 s to every start of ``quicbed``,
+``--help`` included (python -X importtime -m quicbed --help).
 """
 
 from __future__ import annotations

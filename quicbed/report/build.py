@@ -25,22 +25,31 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from quicbed import __version__
+from quicbed.analysis.cells import compare_cell
+from quicbed.analysis.explain import choose, traced, write
 from quicbed.analysis.stats import Comparison, adjust, compare
 from quicbed.backends import described
 from quicbed.errors import QuicbedError
+from quicbed.model.link import LinkCondition, parse_queue
 from quicbed.report import cpu as report_cpu
+from quicbed.report import lines
 from quicbed.report import profile as report_profile
 from quicbed.report import transfers as report_transfers
 from quicbed.report.cellrow import COLUMNS, CellRow, Compared, ModeCell
 from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report.transfers import is_transfer
+from quicbed.results import advertised
 from quicbed.results.folder import SWEEP_FILE
 from quicbed.results.linkload import cell_line, load_proof, shortfall
 from quicbed.results.linkload import figures as link_figures
 from quicbed.results.provenance import component_identity, measured_on, setup_identity
 from quicbed.results.store import Store
+from quicbed.servers import get_stack
+from quicbed.spec import workloads
+from quicbed.spec.arms import own_pairs, parse_pairs
+from quicbed.spec.cellconfig import make_cell
 from quicbed.spec.significance import DEFAULT_ALPHA
-from quicbed.spec.sweepspec import stored_queue_warning
+from quicbed.spec.sweepspec import SweepSpec, plan, stored_queue_warning
 
 if TYPE_CHECKING:
     from quicbed.servers.base import WebServer
@@ -231,7 +240,6 @@ def page_kind(page: str) -> str:
 
 @functools.cache
 def _pages() -> dict[str, Any]:
-    from quicbed.spec import workloads
 
     return dict(workloads.load().pages)
 
@@ -264,8 +272,6 @@ def _planned_scenarios(spec: dict[str, Any]) -> dict[str, list[str]]:
     are reported under "cells" rather than not at all."""
     from pydantic import ValidationError
 
-    from quicbed.spec.sweepspec import SweepSpec, plan
-
     out: dict[str, list[str]] = {}
     try:
         planned = plan(SweepSpec(**spec))
@@ -279,9 +285,6 @@ def _planned_scenarios(spec: dict[str, Any]) -> dict[str, list[str]]:
 def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
     """One row per cell (latest attempt) and pair of arms compared in it (a cell of one
     arm: one row without a pair), with every statistic; corrections not yet applied."""
-    from quicbed.analysis.cells import compare_cell
-    from quicbed.spec.arms import own_pairs, parse_pairs
-    from quicbed.spec.cellconfig import make_cell
 
     sweep = json.loads((root / SWEEP_FILE).read_text()) if (root / SWEEP_FILE).exists() else None
     stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
@@ -385,7 +388,6 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
 def _line_plots(rows: list[CellRow], out: Path) -> list[dict[str, Any]]:
     """Per heatmap group whose cells vary loss, RTT or jitter enough: its line plot
     (quicbed.report.lines)."""
-    from quicbed.report import lines
 
     figs = []
     for (scenario, pair, mode, kind), group in sorted(_heat_groups(rows).items()):
@@ -413,7 +415,6 @@ def _heat_groups(
 
 def _stack(name: str) -> type[WebServer] | None:
     """A stored arm's stack, if this quicbed has it (a folder may come from another)."""
-    from quicbed.servers import get_stack
 
     try:
         return get_stack(name)
@@ -424,7 +425,6 @@ def _stack(name: str) -> type[WebServer] | None:
 def _records(row: CellRow) -> list[str]:
     """Per arm whose stack keeps one, what its measured loads ran under (the gQUIC
     server's handshake round trips, window limit and flight: WebServer.record_line)."""
-    from quicbed.model.link import LinkCondition
 
     cond = LinkCondition.model_validate(json.loads(row.condition)) if row.condition else None
     out = []
@@ -510,7 +510,6 @@ def _label_loss(loss: float, down: float | None, up: float | None) -> str:
 
 
 def _sort_queue(q: str) -> tuple[str, float]:
-    from quicbed.model.link import parse_queue
 
     try:
         return parse_queue(q)
@@ -581,7 +580,6 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         store.close()
     if not rows and not transfer_cells:
         raise QuicbedError(f"{root} has no measured cells to report")
-    from quicbed.spec import workloads
 
     page_order = list(workloads.load().pages)
     out = Path(out) if out else root / "report"
@@ -603,7 +601,6 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     report.figures += _line_plots(rows, out)
     report.figures += _mode_heatmaps(root, rows, page_order, alpha, test, correction, out)
     _explain_pages(root, rows, out)
-    from quicbed.spec.arms import parse_pairs
 
     report.transfers = report_transfers.build(
         root,
@@ -626,7 +623,6 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         [(r.condition, r.queue_warning, r.scenario) for r in rows]
         + [(c.link_key(), c.queue_warning, c.scenario) for c in report.transfers.cells]
     )
-    from quicbed.results import advertised
 
     report.advertised = advertised.by_client(advertised.rows(root))
     if report.advertised:
@@ -854,7 +850,6 @@ def _explain_pages(root: Path, rows: list[CellRow], out: Path) -> None:
     every finished cell whose loads were traced, so the report's links always resolve
     and need nothing but the results folder. Drawn deterministically; verify does not
     compare them (they are not heatmaps, and traces may be left out of a package)."""
-    from quicbed.analysis.explain import choose, traced, write
 
     store = Store(root)
     try:

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from quicbed.analysis.transfers import stored_transfer
+from quicbed.figsave import save_figure
 from quicbed.model.link import LinkCondition
+from quicbed.report import axes, windows
 from quicbed.report.transfercell import TransferCell
 from quicbed.report.transferplots import plot_bulk, plot_compete
 from quicbed.results.store import Store
@@ -173,7 +175,6 @@ def build(
             sec.rows += _rows(cell, alpha)
     finally:
         store.close()
-    from quicbed.report import axes
 
     sec.drawn += axes.figures(sec.cells, out)
     if sec.cells:
@@ -217,8 +218,6 @@ def goodput_cdfs(
     repetition, one empirical CDF per scenario (the TCP-options study's throughput CDFs
     per option set), drawn where two or more scenarios share the link and object."""
     import matplotlib.pyplot as plt
-
-    from quicbed.figsave import save_figure
 
     groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     links = {g.where()[0]: g.condition for g in goodputs}
@@ -359,7 +358,6 @@ def _figures(
                     shows | {"rep": run.rep, "title": title},
                 )
             )
-    from quicbed.report import windows
 
     drawn += windows.figures(r, root, cid, figs)  # traced flows: their windows
     sec.drawn += drawn

@@ -22,6 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from quicbed.analysis.explain import mark_phases
+from quicbed.figsave import save_figure
+from quicbed.report.transferplots import flow_colors
 from quicbed.results.flowtraces import flow_samples
 from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
 
@@ -108,10 +111,6 @@ def plot_windows(
     """Throughput, cwnd (phases marked) and in flight, RTT of ``flows`` on one axis;
     ``span``: only that time range (s), a close-up."""
     import matplotlib.pyplot as plt
-
-    from quicbed.analysis.explain import mark_phases
-    from quicbed.figsave import save_figure
-    from quicbed.report.transferplots import flow_colors
 
     colors = flow_colors(flows, r.arms)
     fig, (tp, cw, rt) = plt.subplots(

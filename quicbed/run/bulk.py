@@ -51,12 +51,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from quicbed import certs
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
 from quicbed.link import loadproof
 from quicbed.link.proof import ProvenLink
 from quicbed.model.link import LinkCondition
 from quicbed.results.cpu import CpuUse
+from quicbed.results.flowtraces import FlowTracing
 from quicbed.results.linkload import spoiled_only
 from quicbed.results.store import now
 from quicbed.results.transfers import (
@@ -75,6 +77,7 @@ from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
 from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
 from quicbed.settings import sockopts, tparams
+from quicbed.spec import bulkobjects
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.tcpinfo import ss_connections
 from quicbed.testbed.base import Process, RPath, Testbed
@@ -135,8 +138,6 @@ class _Rig:
         host: str,
         traced: FlowTracing | None = None,
     ) -> None:
-        from quicbed import certs
-        from quicbed.spec import bulkobjects
 
         self.tb, self.arms, self.size, self.out, self.host = tb, arms, size, out, host
         #: the flows' transport traces (the cell's trace level), or None
@@ -419,7 +420,6 @@ def run_transfer(
     its transport trace (quicbed.results.flowtraces), sealed once the servers have
     stopped (their qlog files are complete then). ``judge``: how each flow is proven and
     spoiled ones replaced (FlowJudge; default: the link's own tolerance, none replaced)."""
-    from quicbed.results.flowtraces import FlowTracing
 
     t = cfg.transfer
     assert t is not None and cfg.kind in ("bulk", "compete")

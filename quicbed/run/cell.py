@@ -18,9 +18,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from quicbed import certs
 from quicbed.analysis.cells import compare_cell
 from quicbed.analysis.stats import Comparison
-from quicbed.client import har
+from quicbed.analysis.transfers import stored_transfer
+from quicbed.client import get_browser, har
+from quicbed.client.base import BrowserSpec
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
 from quicbed.link.hostpolicy import HostPolicy
@@ -31,20 +34,28 @@ from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
 from quicbed.model.link import RECEIPT_TCP_SECONDS
 from quicbed.profile import check_profile
+from quicbed.profile.session import CpuProfile, unavailable
 from quicbed.results import provenance
 from quicbed.results.folder import FailureReason
 from quicbed.results.linkload import is_replacement, load_proof, spoiled_only
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
+from quicbed.results.transfers import BulkResult
+from quicbed.run.bulk import FlowJudge, run_transfer
 from quicbed.run.cpu import CpuMeter, joining
 from quicbed.run.netcounters import NetMeter
+from quicbed.servers import get_stack
 from quicbed.servers.base import ServeSpec, WebServer
+from quicbed.shapers import get_shaper
+from quicbed.spec import workloads
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.testbed.base import RPath, Testbed
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.owner import shielded
 from quicbed.traces import TraceContext, TraceSet, check_level, instruments
-from quicbed.traces.base import LoadTrace
+from quicbed.traces.base import LoadTrace, write_gz
+from quicbed.traces.capture import complete_netlog
+from quicbed.traces.facts import derive
 from quicbed.traces.tcp import TRANSFER_BUFFER_KB
 
 if TYPE_CHECKING:
@@ -108,7 +119,6 @@ class CellResult:
 
 def servers_for(cfg: CellConfig, tb: Testbed, spec: ServeSpec) -> dict[str, WebServer]:
     """One server per arm, of the arm's stack (quicbed.servers)."""
-    from quicbed.servers import get_stack
 
     servers = {a.name: get_stack(a.stack)(tb, spec, a) for a in cfg.resolved_arms()}
     for srv in servers.values():
@@ -160,9 +170,6 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     (quicbed.roles.cpu): a testbed that cannot is refused before a store or an
     attempt exists, instead of becoming a failed attempt.
     """
-    from quicbed.servers import get_stack
-    from quicbed.shapers import get_shaper
-    from quicbed.spec import workloads
 
     pageset = workloads.load()
     if cfg.kind == "page":  # a transfer cell's object was checked with its config
@@ -181,7 +188,6 @@ def check_browsers(cells: Iterable[CellConfig], tb: Testbed) -> None:
     """Refuse, before anything starts, page cells whose browsers the testbed's client
     lacks (their software probe, as provenance records them, finds nothing): a cell
     before its testbed is shaped, a sweep before its first cell."""
-    from quicbed.client import get_browser
 
     run = provenance.ask(tb, "client")
     for name in dict.fromkeys(b for cfg in cells for b in cfg.browsers()):
@@ -230,8 +236,6 @@ def run_cell(
     tb = testbed or LocalTestbed(prefix)
     pageset = validate(cfg, tb)
     if profile == "cpu":
-        from quicbed.profile.session import unavailable
-
         why_not = unavailable(tb)
         if why_not:
             raise QuicbedError(f"--profile cpu: {why_not}")
@@ -328,8 +332,6 @@ def saying(progress: Progress | None) -> Callable[[str], None] | None:
 def transfer_spoiled(store: Store, cell_id: str, attempt: int) -> dict[str, list[str]]:
     """A transfer attempt's flows (bulk: by arm) or repetitions (compete: under all its
     arms, comma-joined) that the link or the host spoiled and nothing else."""
-    from quicbed.analysis.transfers import stored_transfer
-    from quicbed.results.transfers import BulkResult
 
     if store.transfer(cell_id, attempt) is None:
         return {}
@@ -352,8 +354,6 @@ def arms_without_valid_runs(store: Store, cell_id: str, attempt: int, cfg: CellC
     attempt has measured nothing it can compare, so it is failed, never done."""
     if cfg.kind == "page":
         return [a for a in cfg.arms if not store.plts(cell_id, attempt, a)]
-    from quicbed.analysis.transfers import stored_transfer
-    from quicbed.results.transfers import BulkResult
 
     result = stored_transfer(store, cell_id, attempt)
     flows = (
@@ -523,8 +523,6 @@ class _Job:
         if self.cfg.kind != "page":
             self._transfers(proven, span)
             return
-        from quicbed.client import get_browser
-        from quicbed.client.base import BrowserSpec
 
         cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
         done = {(r.arm, r.rep) for r in store.runs(cell_id, attempt)}
@@ -767,7 +765,6 @@ class _Job:
     def _transfers(self, proven: ProvenLink, span: dict[str, Any]) -> None:
         """A bulk or compete cell (quicbed.run.bulk): its transfers on the proven link, one
         record stored for the attempt (a resumed attempt runs them again, whole)."""
-        from quicbed.run.bulk import FlowJudge, run_transfer
 
         _, log_dir = self.store.paths(self.cell_id, self.attempt)
         profiler = self._profiler("quicbed-bulk")
@@ -795,7 +792,6 @@ class _Job:
         its own client program where it is not ``client``."""
         if self.profile != "cpu":
             return None
-        from quicbed.profile.session import CpuProfile
 
         return CpuProfile(
             self.tb, self.store.root, self.cell_id, self.attempt, client, dict(clients or {})
@@ -857,9 +853,6 @@ class _Job:
     def _seal_traces(self, tracing: TraceSet, loads: list[tuple[str, LoadTrace]]) -> None:
         """Once browsers and servers are gone: complete every load's traces (qlog files
         close with their connections), derive its facts, and record both with the run."""
-        from quicbed.traces.base import write_gz
-        from quicbed.traces.capture import complete_netlog
-        from quicbed.traces.facts import derive
 
         try:
             if self.traces == "full":
@@ -887,7 +880,6 @@ class _Job:
                         else:
                             lt.missing[name] = "the browser wrote no file"
             tracing.finish()
-            from quicbed.servers import get_stack
 
             runs = {r.run_id: r for r in self.store.runs(self.cell_id, self.attempt)}
             spurious = {
@@ -911,7 +903,6 @@ class _Job:
 
 
 def _writes_netlog(browser: str | None) -> bool:
-    from quicbed.client import get_browser
 
     return browser is not None and get_browser(browser).net_log
 
@@ -940,8 +931,6 @@ def _serve(
     Both are made on the controller (one CA per testbed, kept there) and pushed to
     the server role; the servers' logs go to the role's outbox for ``log_dir``.
     """
-    from quicbed import certs
-    from quicbed.spec import workloads
 
     www = tb.local_stage("server", "www")
     manifest = workloads.generate(www, [cfg.page], pageset)

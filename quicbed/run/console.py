@@ -18,6 +18,7 @@ from rich.table import Table
 
 from quicbed.backends import get_backend
 from quicbed.progress import progress_bar
+from quicbed.testbed.owner import describe
 
 out = Console()
 
@@ -48,8 +49,6 @@ def _num(v: float | None, fmt: str) -> str:
 def print_testbed_status(info: dict[str, Any], kind: str, name: str) -> None:
     """``testbed status`` for people: the owner, then each role's state."""
     if info["owner"]:
-        from quicbed.testbed.owner import describe
-
         out.print(f"in use by {describe(info['owner'])}")
     for line in get_backend(kind).status_lines(info, name):  # each kind's own fields
         out.print(line)
@@ -108,8 +107,8 @@ def print_cell(result: Any, cfg: Any) -> None:
         out.print(f"[red]failed:[/] {result.problem}")
         return
     if cfg.kind != "page":  # a bulk or compete cell: its flows' numbers, not PLTs
-        from quicbed.analysis.transfers import stored_transfer
-        from quicbed.results.store import Store
+        from quicbed.analysis.transfers import stored_transfer  # not at the top: scipy
+        from quicbed.results.store import Store  # loads in 0.6 s of every command's start
 
         store = Store.open_readonly(result.out)
         try:
@@ -204,7 +203,7 @@ def print_transfer(r: Any) -> None:
 
 def print_cpu(items: dict[str, list[Any]], per: str) -> None:
     """Per arm, each role's mean CPU time per load or flow and per MB it carried."""
-    from quicbed.analysis.cpu import summary
+    from quicbed.analysis.cpu import summary  # scipy's start-up cost, as above
 
     for arm, got in items.items():
         if not got:

@@ -50,8 +50,10 @@ from quicbed.results.folder import (
 from quicbed.results.rows import AttemptRow
 from quicbed.results.store import DB_NAME, Store, now
 from quicbed.run.cell import CellResult, run_cell, saying
+from quicbed.run.console import warn
 from quicbed.run.pool import TestbedLost, run_pool
 from quicbed.run.shard import Shard, select
+from quicbed.shapers import get_shaper
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.spec.sweepspec import (
     PlannedCell,
@@ -168,8 +170,6 @@ def prepare_folder(
     """
     held = check_folder(out, spec, resume=resume, force=force, shard=shard)
     if testbed is not None:  # a spec whose shaper cannot run here never claims a folder
-        from quicbed.shapers import get_shaper
-
         get_shaper(spec.shaper, testbed)
     if held is not None and not measuring:
         return
@@ -274,7 +274,6 @@ def check_budget(
     """
     if not (0 < max_hours < math.inf):
         raise QuicbedError(f"--max-hours must be a number of hours > 0 (got {max_hours:g})")
-    from quicbed.run.console import warn
 
     for w in plan_warnings(cells):  # the plan's warnings (small queues), before measuring
         warn(w)

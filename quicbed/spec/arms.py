@@ -16,6 +16,10 @@ place: the arm's own ``browser``, else the cell's, else the one the arm's stacks
 arm's stack asks of it (its protocol, its evidence). Arms in different browsers are
 compared only as named pairs: by default every arm is compared with the reference of
 its own browser (``pairs``), so the browser is never a silent confound.
+
+The stacks, browsers and shapers (quicbed.servers, quicbed.client, quicbed.shapers)
+are imported inside the functions that ask them: the results folder's readers and
+``quicbed verify`` load this module and must not load the runner (tests/test_layering.py).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ A cell's identity is a hash of its fully resolved configuration, so results can 
 resumed, rerun and merged safely: the same configuration always gets the same ID.
 Software versions are not in the hash; they are stored with every attempt and
 checked before runs are pooled.
+
+The stacks, browsers and shapers (quicbed.servers, quicbed.client, quicbed.shapers)
+are imported inside the functions that ask them: the results folder's readers and
+``quicbed verify`` load this module and must not load the runner (tests/test_layering.py).
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from pydantic import (
 
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.model.link import LinkCondition
+from quicbed.roles.offloads import check_shaper, parse
 from quicbed.servers.base import Arm, Kind
 from quicbed.spec.arms import ArmSettings, resolve
+from quicbed.spec.bulkobjects import object_path, parse_size
 
 ARMS = ("h2", "h3")
 #: fields added after stores existed: left out of the cell ID while at their default,
@@ -123,7 +129,6 @@ class Transfer(BaseModel):
     @field_validator("size")
     @classmethod
     def _size(cls, v: str) -> str:
-        from quicbed.spec.bulkobjects import parse_size
 
         try:
             parse_size(v)
@@ -144,7 +149,6 @@ class Transfer(BaseModel):
 
 def _offloads(value: object) -> dict[str, str]:
     """A spec's mapping or the CLI's ``gso=on,gro=off`` (quicbed.roles.offloads.parse)."""
-    from quicbed.roles.offloads import parse
 
     try:
         return parse(value)
@@ -235,7 +239,6 @@ class CellConfig(BaseModel):
     def _resolve(self) -> CellConfig:
         """Every arm's stack, CC and parameters, and the condition against a named shaper,
         checked now: nothing starts otherwise."""
-        from quicbed.roles.offloads import check_shaper
         from quicbed.shapers import check_condition
 
         try:
@@ -295,7 +298,6 @@ class CellConfig(BaseModel):
             raise ValueError(f"a {self.kind} cell has no warm-up loads (warmup {self.warmup})")
         if self.mode != "0rtt":
             raise ValueError(f"mode {self.mode} is for page loads, not a {self.kind} cell")
-        from quicbed.spec.bulkobjects import object_path
 
         if self.page != object_path(t.size):
             raise ValueError(

@@ -4,6 +4,10 @@ Named scenarios let one file hold the reference study's partial grids (baseline,
 loss, latency, reordering), each a product of rates x RTTs x losses x jitters x
 queues x pages x modes. Everything is validated before anything runs, and every
 error names the key and the value.
+
+The stacks, browsers and shapers (quicbed.servers, quicbed.client, quicbed.shapers)
+are imported inside the functions that ask them: the results folder's readers and
+``quicbed verify`` load this module and must not load the runner (tests/test_layering.py).
 """
 
 from __future__ import annotations
@@ -28,8 +32,17 @@ from quicbed.model.link import (
     parse_queue,
 )
 from quicbed.servers.base import Kind
+from quicbed.spec import workloads
 from quicbed.spec.arms import ArmSettings, own_pairs, pairs, parse_pairs
-from quicbed.spec.cellconfig import CellConfig, Rate, cell_default, make_cell
+from quicbed.spec.bulkobjects import object_path, parse_size
+from quicbed.spec.cellconfig import (
+    CellConfig,
+    Rate,
+    cell_default,
+    flows_text,
+    make_cell,
+    parse_flows,
+)
 from quicbed.spec.significance import DEFAULT_ALPHA, Correction, Test, min_valid, smallest_p
 from quicbed.yamlfile import read_yaml
 
@@ -387,7 +400,6 @@ def load_spec(path: Path) -> SweepSpec:
 
 def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
     """Expand every scenario into cells, in a stable order; errors name the scenario."""
-    from quicbed.spec import workloads
 
     pageset = workloads.load()
     cells: list[PlannedCell] = []
@@ -479,7 +491,6 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
 
 def _mix(mix: str | dict[str, int]) -> tuple[tuple[str, int], ...]:
     """A compete scenario's flow mix, written "h3x1,h2x4" or {h3: 1, h2: 4}."""
-    from quicbed.spec.cellconfig import flows_text, parse_flows
 
     return parse_flows(flows_text(tuple(mix.items())) if isinstance(mix, dict) else mix)
 
@@ -487,7 +498,6 @@ def _mix(mix: str | dict[str, int]) -> tuple[tuple[str, int], ...]:
 def _workloads(sc: Scenario) -> list[dict[str, Any]]:
     """The cell settings of a scenario's workloads: each mode x page, or each object x
     duration (x flow mix) of a transfer scenario."""
-    from quicbed.spec.bulkobjects import object_path
 
     if sc.kind == "page":
         return [{"mode": m, "page": p} for m in sc.modes for p in sc.pages or []]
@@ -581,7 +591,6 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
     their bound, or on a lossy downlink at the loss bound (``loss_bound_mbit``), which
     sets the time there: the beta study's 3.3 MB page at 200 ms and 2 % loss took 25 s
     a load here, not the 4 s that the rate and RTT alone predict."""
-    from quicbed.spec import workloads
 
     pageset = workloads.load()
     total = receipt_s * len({pc.config.link_key() for pc in cells})
@@ -615,7 +624,6 @@ def loss_bound_mbit(cond: LinkCondition) -> float:
 def _transfer_seconds(c: CellConfig, rate_mbit: float) -> float:
     """A transfer cell's runs: each flow's duration, or its object at the link's rate
     (at most 1 Gbit/s) with a margin, plus the clients' start and linger."""
-    from quicbed.spec.bulkobjects import parse_size
 
     t = c.transfer
     assert t is not None
