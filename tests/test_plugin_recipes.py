@@ -1,0 +1,109 @@
+"""docs/extending.md's recipes proven end to end (issue 44): a stack and a shaper that
+exist only in this test, registered by being defined, measured in a real cell, stored,
+reported, recorded in provenance and packaged into a replication package that
+verifies, with no file of quicbed/ naming them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from quicbed.model.link import make_condition
+from quicbed.package.build import build_package
+from quicbed.package.verify import verify
+from quicbed.report.build import build
+from quicbed.results.store import Store
+from quicbed.run.cell import run_cell
+from quicbed.servers import stacks
+from quicbed.servers.base import WebServer
+from quicbed.servers.quic_go import QuicGoServer
+from quicbed.shapers import shapers
+from quicbed.shapers.base import Shaper
+from quicbed.shapers.userspace import UserspaceShaper
+from quicbed.spec.arms import param_model
+from quicbed.spec.cellconfig import make_cell
+
+STACK, ARM, SHAPER = "toy-go", "h3-toygo", "toy-em"
+
+
+def _forget() -> None:
+    stacks.cache_clear()
+    param_model.cache_clear()
+    shapers.cache_clear()
+
+
+def _unregister(base: type, name: str) -> None:
+    """Take a test's plug-in out of its registry: the registries list only classes that
+    carry their own ``name``."""
+    todo: list[type] = list(base.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls.__dict__.get("name") == name:
+            del cls.name
+
+
+@pytest.fixture
+def toys() -> Iterator[None]:
+    """A stack that starts quic-go's server under a name of its own, and a shaper that
+    runs the userspace emulator under another: each one class, as the recipes say."""
+
+    class ToyGoServer(QuicGoServer):
+        name = STACK
+        arms = (ARM,)
+        colour = "#2e8b57"
+
+    class ToyShaper(UserspaceShaper):
+        name = SHAPER
+        summary = "the userspace emulator under a test's name"
+        auto_rank: int | None = None  # only when named
+
+    _forget()
+    try:
+        assert stacks()[STACK] is ToyGoServer and shapers()[SHAPER] is ToyShaper
+        yield
+    finally:
+        _unregister(WebServer, STACK)
+        _unregister(Shaper, SHAPER)
+        _forget()
+    assert STACK not in stacks() and SHAPER not in shapers()
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_toy_stack_and_shaper_go_from_a_cell_to_a_verified_package(
+    toys: None, prefix: str, tmp_path: Path
+) -> None:
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="5kb",
+        runs=3,
+        warmup=1,
+        arms=["h2", ARM],
+        shaper=SHAPER,
+    )
+    out = tmp_path / "res"
+    r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2)
+    assert r.status == "done", r.problem
+    assert r.receipt is not None and r.receipt.shaper.get("shaper") == SHAPER
+    store = Store.open_readonly(out)
+    try:
+        runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm == ARM and x.valid]
+        prov = store.attempt(r.cell_id, r.attempt).provenance or {}
+    finally:
+        store.close()
+    assert len(runs) >= 2 and all(x.protocols == ["h3"] for x in runs)
+    # its server's build recorded under its program's name, as the software check reads it
+    assert QuicGoServer.software_name in (prov.get("software") or {}), prov.get("software")
+    report = build(out)
+    (row,) = [x for x in report.rows if x.cell_id == r.cell_id]
+    assert ARM in row.arms and row.arms[ARM].stack == STACK
+    assert ARM in (out / "report" / "index.html").read_text()
+    home = tmp_path / "home"
+    home.mkdir()
+    pkg = build_package(out, tmp_path / "toy.tar.gz", home=home, environ={})
+    res = verify(pkg.path)
+    assert res.ok, res.problems
