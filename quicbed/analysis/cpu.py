@@ -10,7 +10,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from quicbed.results.cpu import ROLES, CpuUse
+from quicbed.results.cpu import CpuUse
+from quicbed.roles import ROLES
 
 
 def summary(items: list[tuple[CpuUse, int | None]]) -> dict[str, dict[str, Any]]:

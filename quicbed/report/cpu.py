@@ -15,10 +15,11 @@ from typing import Any
 
 from quicbed.analysis.cpu import summary
 from quicbed.analysis.transfers import counter_totals, stored_transfer
-from quicbed.results.cpu import ROLE_MEANS, ROLES, CpuUse, load_cpu
+from quicbed.results.cpu import ROLE_MEANS, CpuUse, load_cpu
 from quicbed.results.netcounters import RoleCounters
 from quicbed.results.store import Store
 from quicbed.results.transfers import BulkResult
+from quicbed.roles import ROLES
 
 FILE = "cpu.csv"
 COLUMNS = [

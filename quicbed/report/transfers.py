@@ -26,6 +26,7 @@ from quicbed.report.transfercell import TransferCell
 from quicbed.report.transferplots import plot_bulk, plot_compete
 from quicbed.results.store import Store
 from quicbed.results.transfers import BulkResult, CompeteResult, link_line
+from quicbed.roles import ROLES
 from quicbed.settings import sockopts
 
 FILE = "transfers.csv"
@@ -293,7 +294,7 @@ def flat(summary: dict[str, Any]) -> dict[str, Any]:
     """A bulk arm's per-role figures as columns: ``cpu_ms_per_mb: {server: x}`` ->
     ``cpu_server_ms_per_mb``, ``drops: {client: n}`` -> ``drops_client``."""
     out: dict[str, Any] = {}
-    for role in ("server", "client", "bridge"):
+    for role in ROLES:
         for key, col in (("cpu_ms", f"cpu_{role}_ms"), ("cpu_ms_per_mb", f"cpu_{role}_ms_per_mb")):
             out[col] = (summary.get(key) or {}).get(role)
         for key in ("udp_rcvbuf_errors", "udp_in_errors", "drops"):

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 #: the roles a CpuUse has figures for, in the order tables show them
-ROLES = ("server", "client", "bridge")
+
 #: what each role's figure is the CPU of
 ROLE_MEANS = {
     "server": "the arm's server (all its processes)",

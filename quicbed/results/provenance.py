@@ -30,6 +30,7 @@ from quicbed.backends import described
 from quicbed.errors import QuicbedError
 from quicbed.identity import testbed_id
 from quicbed.paths import REPO_ROOT, Run, program_build
+from quicbed.roles import ROLES
 
 if TYPE_CHECKING:
     from quicbed.testbed.base import Testbed
@@ -362,7 +363,7 @@ def collect(tb: Testbed | None = None) -> dict[str, Any]:
             out["cpu_placement"] = placed
         if not tb.controller_is_host:  # the controller is not where the measurement ran
             out["nodes"] = {}
-            for role in ("server", "client", "bridge"):
+            for role in ROLES:
                 run = ask(tb, role)
                 out["nodes"][role] = {"machine": machine(run), "sysctls": node_sysctls(run)}
     return out
@@ -380,7 +381,7 @@ def measured_on(provenance: dict[str, Any] | None) -> dict[str, Any]:
         descnodes = desc.get("nodes") or {}
 
         def per_role(get: Any) -> str | None:
-            vals = {r: get(r) for r in ("server", "client", "bridge") if get(r)}
+            vals = {r: get(r) for r in ROLES if get(r)}
             if not vals:
                 return None
             if len(set(vals.values())) == 1:

@@ -33,7 +33,7 @@ from pathlib import PurePosixPath
 from typing import Protocol
 
 from quicbed.errors import QuicbedError
-from quicbed.roles import cgroups
+from quicbed.roles import ROLES, cgroups
 
 #: the roles whose hosts must have CPU accounting for a cell to start (the bridge's
 #: shaper may be a kernel's, with no process of ours to account: its host is read
@@ -41,7 +41,6 @@ from quicbed.roles import cgroups
 ENDPOINTS = ("server", "client")
 #: the link emulator's group on the bridge
 EMULATOR = "emulator"
-ROLES = ("server", "client", "bridge")
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 

@@ -29,9 +29,9 @@ from pathlib import Path, PurePosixPath
 from quicbed import proc
 from quicbed.backends import Backend
 from quicbed.errors import QuicbedError
+from quicbed.roles import ROLES
 from quicbed.roles.cpu import CpuGroups
 
-ROLES = ("server", "bridge", "client")
 #: the experiment network's fixed addresses (also in profile.py, which cannot import us)
 SERVER_IP = "10.10.1.1"
 CLIENT_IP = "10.10.1.2"

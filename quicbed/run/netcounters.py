@@ -10,9 +10,8 @@ from typing import Any
 
 from quicbed import procnet
 from quicbed.results.netcounters import RoleCounters, difference, parse
+from quicbed.roles import ROLES
 from quicbed.testbed.base import Testbed
-
-ROLES = ("server", "client", "bridge")
 
 
 class NetMeter:

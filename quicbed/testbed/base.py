@@ -21,10 +21,10 @@ from typing import Any
 from quicbed import plugins
 from quicbed.backends import get_backend
 from quicbed.identity import testbed_id
+from quicbed.roles import ROLES
 from quicbed.roles.interface import (
     CLIENT_IP,
     PREFIX_LEN,
-    ROLES,
     SERVER_IP,
     Process,
     Roles,
