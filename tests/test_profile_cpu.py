@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from quicbed.client import browsers
 from quicbed.errors import QuicbedError
 from quicbed.profile import check_profile
 from quicbed.profile.components import (
@@ -25,22 +26,31 @@ from quicbed.profile.components import (
     shares,
 )
 from quicbed.profile.session import INFERNO_VERSION
+from quicbed.report.profile import program_map
+from quicbed.run.bulk import CLIENT as BULK_CLIENT
+from quicbed.servers import stacks
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_pattern_compiles_and_every_category_is_known() -> None:
-    m = maps()
+    """Each plug-in's own map (its cpu_map_file beside its module) and the kernel's."""
     cats = set(categories())
     assert cats == {"packet_io", "crypto", "connection", "marshalling", "file_io", "other"}
-    for kind in ("stacks", "clients"):
-        for name, table in m[kind].items():
-            assert set(table) <= cats, (kind, name, set(table) - cats)
-            for pats in table.values():
-                for p in pats:
-                    re.compile(p)
-    assert set(m["stacks"]) >= {"quic-go", "quiche", "apache", "envoy"}
-    assert set(m["clients"]) >= {"quicbed-bulk", "chromium", "firefox"}
+    assert set(maps()) == {"categories", "kernel"}  # no program's map is kept here
+    mapped = {
+        (role, name): program_map(role, name)
+        for role, names in (("server", stacks()), ("client", [*browsers(), BULK_CLIENT]))
+        for name in names
+    }
+    for key, table in mapped.items():
+        assert set(table) <= cats, (key, set(table) - cats)
+        for pats in table.values():
+            for p in pats:
+                re.compile(p)
+    have = {key for key, table in mapped.items() if table}
+    assert have >= {("server", n) for n in ("quic-go", "quiche", "apache", "envoy")}
+    assert have >= {("client", n) for n in ("quicbed-bulk", "chromium", "firefox")}
 
 
 @pytest.mark.parametrize(
@@ -48,7 +58,7 @@ def test_every_pattern_compiles_and_every_category_is_known() -> None:
     [
         # the leaf decides, from the leaf up
         (
-            "stacks",
+            "server",
             "quic-go",
             "quicbed-h3serve;runtime.goexit;github.com/quic-go/quic-go.(*connection).run;"
             "github.com/quic-go/quic-go.(*packetPacker).appendPacket;"
@@ -56,61 +66,61 @@ def test_every_pattern_compiles_and_every_category_is_known() -> None:
             "crypto",
         ),
         (
-            "stacks",
+            "server",
             "quic-go",
             "quicbed-h3serve;github.com/quic-go/quic-go.(*connection).run;"
             "github.com/quic-go/quic-go.(*packetPacker).appendPacket;runtime.mallocgc",
             "marshalling",  # the allocator decides nothing while a caller does
         ),
         (
-            "stacks",
+            "server",
             "quic-go",
             "quicbed-h3serve;github.com/quic-go/quic-go.(*oobConn).WritePacket;"
             "syscall.Syscall;entry_SYSCALL_64;__sys_sendmsg;udp_sendmsg;ip_finish_output2",
             "packet_io",
         ),
         (
-            "stacks",
+            "server",
             "quic-go",
             "quicbed-h3serve;github.com/quic-go/quic-go/internal/ackhandler."
             "(*sentPacketHandler).ReceivedAck",
             "connection",
         ),
-        ("stacks", "quic-go", "quicbed-h3serve;runtime.schedule;runtime.findRunnable", "other"),
-        ("stacks", "apache", "apache2;[unknown];[libcrypto.so.3]", "crypto"),
-        ("stacks", "apache", "apache2;[unknown];[libnghttp2.so.14.24.1]", "marshalling"),
-        ("stacks", "apache", "apache2;ap_sendfile;do_sendfile", "file_io"),
+        ("server", "quic-go", "quicbed-h3serve;runtime.schedule;runtime.findRunnable", "other"),
+        ("server", "apache", "apache2;[unknown];[libcrypto.so.3]", "crypto"),
+        ("server", "apache", "apache2;[unknown];[libnghttp2.so.14.24.1]", "marshalling"),
+        ("server", "apache", "apache2;ap_sendfile;do_sendfile", "file_io"),
         (
-            "stacks",
+            "server",
             "quiche",
             "quicbed-quiche-;quicbed_quiche_server::server::Server::run;"
             "quiche::Connection<F>::send_single",
             "marshalling",
         ),
         (
-            "stacks",
+            "server",
             "quiche",
             "quicbed-quiche-;quiche::Connection<F>::recv;quiche::recovery::Recovery::on_ack_received",
             "connection",
         ),
-        ("stacks", "quiche", "quicbed-quiche-;Server::run;__libc_sendto", "packet_io"),
+        ("server", "quiche", "quicbed-quiche-;Server::run;__libc_sendto", "packet_io"),
         (
-            "clients",
+            "client",
             "quicbed-bulk",
             "quicbed-bulk;net/http.(*http2Framer).ReadFrame",
             "marshalling",
         ),
-        ("clients", "chromium", "chromium;[unknown];[unknown]", UNCLASSIFIED),
+        ("client", "chromium", "chromium;[unknown];[unknown]", UNCLASSIFIED),
         # Debian's libxul is stripped: its frames say nothing; NSS's libraries do
-        ("clients", "firefox", "Socket Thread;[libxul.so];[libfreeblpriv3.so]", "crypto"),
-        ("clients", "firefox", "Socket Thread;[libxul.so];[libnspr4.so]", "packet_io"),
-        ("clients", "firefox", "firefox-esr;[libxul.so];[libxul.so]", UNCLASSIFIED),
+        ("client", "firefox", "Socket Thread;[libxul.so];[libfreeblpriv3.so]", "crypto"),
+        ("client", "firefox", "Socket Thread;[libxul.so];[libnspr4.so]", "packet_io"),
+        ("client", "firefox", "firefox-esr;[libxul.so];[libxul.so]", UNCLASSIFIED),
     ],
 )
 def test_a_stack_is_classified_from_its_leaf_up(
     kind: str, name: str, stack: str, want: str
 ) -> None:
-    assert classify_stack(stack.split(";"), compiled(kind, name)) == want
+    assert classify_stack(stack.split(";"), compiled(program_map(kind, name))) == want
 
 
 def test_shares_are_of_the_sampled_cpu_time() -> None:
@@ -118,7 +128,7 @@ def test_shares_are_of_the_sampled_cpu_time() -> None:
         "s;udp_sendmsg 3000000\ns;aesni_gcm_enc 1000000\n"
         "s;[unknown] 2000000\ns;udp_sendmsg 2000000\n"
     )
-    got = shares(folded, "stacks", "apache")
+    got = shares(folded, program_map("server", "apache"))
     assert got["sampled_ms"] == 8.0
     assert got["packet_io"] == 5 / 8 and got["crypto"] == 1 / 8 and got[UNCLASSIFIED] == 2 / 8
     assert sum(v for k, v in got.items() if k != "sampled_ms") == pytest.approx(1.0)

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from quicbed import proc
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run
+from quicbed.profile.components import own_map
 from quicbed.testbed.base import Process, RPath, Testbed
 
 #: the browser of a page cell whose settings and stacks name none
@@ -134,6 +135,15 @@ class Browser(ABC):
     #: the repository's files that pin its driver (npm manifests and lock files), which a
     #: replication package carries (quicbed.package.build.repo_paths)
     source_files: ClassVar[tuple[str, ...]] = ()
+    #: its CPU map (quicbed.profile.components.own_map): a YAML file beside this
+    #: browser's module (None: the kernel's map alone)
+    cpu_map_file: ClassVar[str | None] = None
+
+    @classmethod
+    def cpu_map(cls) -> dict[str, tuple[str, ...]]:
+        """Which component each sampled frame of the browser belongs to (``--profile``)."""
+        return own_map(cls)
+
     #: the program on the client's PATH, and the Ansible role that puts it there
     program: ClassVar[str]
     role: ClassVar[str]

@@ -181,6 +181,7 @@ class Chromium(Browser):
     """
 
     name = CHROMIUM
+    cpu_map_file = "chromium.cpu.yaml"
     source_files = ("client/package.json", "client/package-lock.json")
     label = "Chromium"
     protocols = ("h2", "h3")

@@ -176,6 +176,7 @@ class Firefox(Browser):
     """Firefox ESR and its WebDriver BiDi page-load driver (``client/firefox/load.js``)."""
 
     name = "firefox"
+    cpu_map_file = "firefox.cpu.yaml"
     source_files = ("client/firefox/package.json", "client/firefox/package-lock.json")
     label = "Firefox"
     protocols = ("h2", "h3")

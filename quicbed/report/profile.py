@@ -14,10 +14,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quicbed.client import browsers
 from quicbed.profile.components import UNCLASSIFIED, categories, parse_folded, shares
 from quicbed.results.store import Store
+from quicbed.run.bulk import CLIENT as BULK_CLIENT
+from quicbed.run.bulk import cpu_map as bulk_cpu_map
+from quicbed.servers import stacks
 
 FILE = "profile.csv"
+
+
+def program_map(role: str, name: str) -> dict[str, tuple[str, ...]]:
+    """The CPU map a profiled program declares: a server's by its stack, a client's by
+    its browser, or the bulk client's; {} (the kernel's map alone) for one unknown here."""
+    if role == "server":
+        stack = stacks().get(name)
+        return stack.cpu_map() if stack else {}
+    if name == BULK_CLIENT:
+        return bulk_cpu_map()
+    browser = browsers().get(name)
+    return browser.cpu_map() if browser else {}
 
 
 @dataclass
@@ -46,12 +62,12 @@ def build(root: Path, out: Path) -> ProfileSection:
                     f = folder / files.get(role, "")
                     if not files.get(role) or not f.is_file():
                         continue
-                    kind, name = (
-                        ("stacks", rec["stacks"].get(arm, ""))
+                    name = (
+                        rec["stacks"].get(arm, "")
                         if role == "server"
-                        else ("clients", (rec.get("clients") or {}).get(arm, rec.get("client", "")))
+                        else (rec.get("clients") or {}).get(arm, rec.get("client", ""))
                     )
-                    got = shares(parse_folded(f.read_text()), kind, name)
+                    got = shares(parse_folded(f.read_text()), program_map(role, name))
                     sec.rows.append(
                         {
                             "cell_id": cid,

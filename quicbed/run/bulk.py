@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from quicbed import certs
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
@@ -88,6 +90,9 @@ if TYPE_CHECKING:
     from quicbed.traces.base import TraceSet
 
 CLIENT = "quicbed-bulk"
+#: the client's own CPU map beside this module: the HTTP/2 framing of its h2 flows, on
+#: top of quic-go's (its h3 flows are quic-go's client)
+CPU_MAP_FILE = "bulk.cpu.yaml"
 INTERVAL_S = 0.1
 #: how long a client keeps its connection after its final record, so the server's
 #: kernel can still be asked about it (``ss``)
@@ -106,6 +111,14 @@ CLIENT_FLAGS = {
     "initial_max_streams_bidi": "-initial-max-streams-bidi",
     "initial_max_streams_uni": "-initial-max-streams-uni",
 }
+
+
+def cpu_map() -> dict[str, tuple[str, ...]]:
+    """quicbed-bulk's CPU map (``--profile``): quic-go's, and Go's HTTP/2 frames."""
+    own = yaml.safe_load(Path(__file__).with_name(CPU_MAP_FILE).read_text()) or {}
+    base = get_stack("quic-go").cpu_map()
+    cats = dict.fromkeys([*base, *own])
+    return {c: (*base.get(c, ()), *own.get(c, ())) for c in cats}
 
 
 def client_transport_argv(params: dict[str, Any]) -> list[str]:

@@ -77,6 +77,7 @@ class TcpParams(Params):
 
 class ApacheServer(WebServer):
     name = "apache"
+    cpu_map_file = "apache.cpu.yaml"
     protocol = "h2"
     transport = "tcp"
     log_name = "access.log"

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from quicbed.errors import QuicbedError
 from quicbed.model.link import LinkCondition
 from quicbed.paths import Run, program_build
+from quicbed.profile.components import own_map
 from quicbed.settings import sockopts, tparams
 from quicbed.settings.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.base import Process, RPath, Testbed
@@ -195,6 +196,15 @@ class WebServer(ABC):
     #: the repository's files that pin how its server is built (lock files, manifests),
     #: which a replication package carries (quicbed.package.build.repo_paths)
     source_files: ClassVar[tuple[str, ...]] = ()
+    #: its server's CPU map (quicbed.profile.components.own_map): a YAML file beside
+    #: this stack's module, of the implementation study's categories and the patterns of
+    #: its frames (None: the kernel's map alone)
+    cpu_map_file: ClassVar[str | None] = None
+
+    @classmethod
+    def cpu_map(cls) -> dict[str, tuple[str, ...]]:
+        """Which component each sampled frame of its server belongs to (``--profile``)."""
+        return own_map(cls)
 
     @classmethod
     def software(cls, run: Run, bindir: RPath) -> dict[str, Any] | None:

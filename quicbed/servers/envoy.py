@@ -188,6 +188,7 @@ def cc_of(senders: dict[str, int], options: list[str]) -> list[str]:
 
 class EnvoyServer(GoogleQuicheServer):
     name = "envoy"
+    cpu_map_file = "envoy.cpu.yaml"
     #: Envoy's stderr goes to envoy.stderr (WebServer.start); its access log here
     log_name = "envoy-access.jsonl"
     arms = ("h3-envoy",)

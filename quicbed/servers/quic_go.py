@@ -185,6 +185,7 @@ class QuicGoParams(tparams.TransportParams, sockopts.SocketKnobs, Params):
 
 class QuicGoServer(OwnH3Server):
     name = "quic-go"
+    cpu_map_file = "quic_go.cpu.yaml"
     protocol = "h3"
     transport = "udp"
     log_name = "h3server.jsonl"

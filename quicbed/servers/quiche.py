@@ -47,6 +47,7 @@ class QuicheParams(tparams.TransportParams, Params):
 
 class QuicheServer(OwnH3Server):
     name = "quiche"
+    cpu_map_file = "quiche.cpu.yaml"
     source_files = (
         "rust/quicbed-quiche-server/Cargo.toml",
         "rust/quicbed-quiche-server/Cargo.lock",
