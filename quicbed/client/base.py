@@ -31,6 +31,7 @@ from quicbed import proc
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run
 from quicbed.profile.components import own_map
+from quicbed.settings import tparams
 from quicbed.testbed.base import Process, RPath, Testbed
 
 #: the browser of a page cell whose settings and stacks name none
@@ -138,6 +139,9 @@ class Browser(ABC):
     #: its CPU map (quicbed.profile.components.own_map): a YAML file beside this
     #: browser's module (None: the kernel's map alone)
     cpu_map_file: ClassVar[str | None] = None
+    #: the QUIC transport parameters it can be made to advertise, and why not the others
+    #: (quicbed.settings.tparams.check_client; None: none, for no reason given)
+    transport_support: ClassVar[tparams.ClientSupport | None] = None
 
     @classmethod
     def cpu_map(cls) -> dict[str, tuple[str, ...]]:

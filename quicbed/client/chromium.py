@@ -31,6 +31,7 @@ from typing import Any
 from quicbed.client.base import Browser, BrowserSpec, seed_nss_db
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run, program_build
+from quicbed.settings import tparams
 from quicbed.testbed.base import RPath, Testbed
 
 CHROMIUM = "chromium"
@@ -182,6 +183,35 @@ class Chromium(Browser):
 
     name = CHROMIUM
     cpu_map_file = "chromium.cpu.yaml"
+    #: Chromium takes no transport parameter from its command line or field trials: its
+    #: windows are compiled in (net/quic/quic_context.cc: kQuicSessionMaxRecvWindowSize
+    #: 15 MiB, kQuicStreamMaxRecvWindowSize 6 MiB), its idle timeout comes only from a
+    #: field-trial parameter in whole seconds (QUIC's ``idle_connection_timeout_seconds``),
+    #: and ``--quic-max-packet-length`` sets the size of the packets it sends, not the
+    #: max_udp_payload_size it advertises (docs/transport-params.md)
+    transport_support = tparams.ClientSupport(
+        "Chromium",
+        (),
+        {
+            **dict.fromkeys(
+                ("initial_max_data", *tparams.STREAM_DATA, tparams.AUTOTUNE),
+                "has no switch for it: its flow-control windows are compiled in "
+                "(kQuicSessionMaxRecvWindowSize 15 MiB, kQuicStreamMaxRecvWindowSize 6 MiB)",
+            ),
+            **dict.fromkeys(
+                ("initial_max_streams_bidi", "initial_max_streams_uni"),
+                "has no switch for it (its stream limits are compiled in)",
+            ),
+            "max_idle_timeout": "has no switch for it (only the field-trial parameter "
+            "idle_connection_timeout_seconds, which quicbed does not drive)",
+            "max_udp_payload_size": "has no switch for it (--quic-max-packet-length sets "
+            "the packets it sends, not what it advertises)",
+            **dict.fromkeys(
+                ("max_ack_delay", "ack_delay_exponent", "active_connection_id_limit"),
+                "has no switch for it (QUICHE's values are compiled in)",
+            ),
+        },
+    )
     source_files = ("client/package.json", "client/package-lock.json")
     label = "Chromium"
     protocols = ("h2", "h3")

@@ -37,6 +37,7 @@ from typing import Any
 from quicbed.client.base import Browser, BrowserSpec, seed_nss_db
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run
+from quicbed.settings import tparams
 from quicbed.testbed.base import RPath
 
 FIREFOX = "firefox-esr"
@@ -177,6 +178,13 @@ class Firefox(Browser):
 
     name = "firefox"
     cpu_map_file = "firefox.cpu.yaml"
+    #: quicbed sets no Firefox preference for a QUIC transport parameter: neqo advertises
+    #: its own values
+    transport_support = tparams.ClientSupport(
+        "Firefox",
+        (),
+        dict.fromkeys(tparams.CLIENT_KEYS, "has no setting quicbed drives for it (neqo's own)"),
+    )
     source_files = ("client/firefox/package.json", "client/firefox/package-lock.json")
     label = "Firefox"
     protocols = ("h2", "h3")

@@ -238,14 +238,9 @@ QUIC_GO_CONSTANTS = {
     "ack_delay_exponent": "advertises quic-go's constant AckDelayExponent, 3",
     "active_connection_id_limit": "advertises quic-go's constant MaxActiveConnectionIDs, 4",
 }
-#: the client of each kind of cell. Bulk and compete flows: quicbed-bulk, quic-go's
-#: client (go/cmd/quicbed-bulk). Page loads: Chromium, which takes no transport parameter
-#: from its command line or field trials: its windows are compiled in
-#: (net/quic/quic_context.cc: kQuicSessionMaxRecvWindowSize 15 MiB,
-#: kQuicStreamMaxRecvWindowSize 6 MiB), its idle timeout comes only from a field-trial
-#: parameter in whole seconds (QUIC's ``idle_connection_timeout_seconds``), and
-#: ``--quic-max-packet-length`` sets the size of the packets it sends, not the
-#: max_udp_payload_size it advertises (docs/transport-params.md)
+#: the client of each kind of transfer cell: quicbed-bulk, quic-go's client
+#: (go/cmd/quicbed-bulk). A page cell's client is its arm's browser, which says what it
+#: can advertise itself (quicbed.client.base.Browser.transport_support)
 CLIENTS: dict[str, ClientSupport] = {
     "bulk": ClientSupport(
         "quicbed-bulk (quic-go's client)",
@@ -261,36 +256,17 @@ CLIENTS: dict[str, ClientSupport] = {
         one_stream_window=True,
         zero_is_default=("initial_max_data", *STREAM_DATA, "max_idle_timeout"),
     ),
-    "page": ClientSupport(
-        "Chromium",
-        (),
-        {
-            **dict.fromkeys(
-                ("initial_max_data", *STREAM_DATA, AUTOTUNE),
-                "has no switch for it: its flow-control windows are compiled in "
-                "(kQuicSessionMaxRecvWindowSize 15 MiB, kQuicStreamMaxRecvWindowSize 6 MiB)",
-            ),
-            **dict.fromkeys(
-                ("initial_max_streams_bidi", "initial_max_streams_uni"),
-                "has no switch for it (its stream limits are compiled in)",
-            ),
-            "max_idle_timeout": "has no switch for it (only the field-trial parameter "
-            "idle_connection_timeout_seconds, which quicbed does not drive)",
-            "max_udp_payload_size": "has no switch for it (--quic-max-packet-length sets "
-            "the packets it sends, not what it advertises)",
-            **dict.fromkeys(
-                ("max_ack_delay", "ack_delay_exponent", "active_connection_id_limit"),
-                "has no switch for it (QUICHE's values are compiled in)",
-            ),
-        },
-    ),
 }
 CLIENTS["compete"] = CLIENTS["bulk"]
 
 
-def check_client(arm: str, kind: str, params: Mapping[str, Any]) -> None:
-    """Refuse a client key the client of a ``kind`` cell cannot advertise, naming it."""
-    client = CLIENTS[kind]
+#: every parameter a client could be asked to advertise
+CLIENT_KEYS = (*PARAMS, AUTOTUNE)
+
+
+def check_client(arm: str, client: ClientSupport, params: Mapping[str, Any]) -> None:
+    """Refuse a client key ``client`` (a transfer cell's, CLIENTS; a page cell's browser's)
+    cannot advertise, naming it."""
     for key in set_keys(params):
         if not key.startswith(CLIENT):
             continue

@@ -175,8 +175,9 @@ def resolve(
         cc = s.cc or default_cc
         params = stack.check_arm(name, cc, s.params())
         stack.check_kind(name, kind)
-        tparams.check_client(name, kind, params)  # what the cell's client can advertise
-        sockopts.check_client(name, kind, params)  # and which of its socket knobs it takes
+        if kind != "page":  # a page cell's client is its arm's browser, resolved below
+            tparams.check_client(name, tparams.CLIENTS[kind], params)
+        sockopts.check_client(name, kind, params)  # which of its socket knobs it takes
         if stack.transport == "udp":
             port = next(quic_ports, None)
             if port is None:
@@ -187,6 +188,8 @@ def resolve(
     stacks_of = {a.name: get_stack(a.stack) for a in out}
     if kind == "page":
         out = _with_browsers(out, settings, stacks_of, browser)
+        for a in out:  # what each arm's browser can advertise
+            tparams.check_client(a.name, _browser_support(a.browser), a.params)
     else:
         given = [n for n in names if settings.get(n, ArmSettings()).browser]
         if given or browser:
@@ -209,6 +212,15 @@ def resolve(
             "a cell has one TCP arm"
         )
     return out
+
+
+def _browser_support(name: str | None) -> tparams.ClientSupport:
+    """What a browser can be made to advertise (its own ``transport_support``)."""
+    from quicbed.client import get_browser
+    from quicbed.client.base import DEFAULT
+
+    cls = get_browser(name or DEFAULT)
+    return cls.transport_support or tparams.ClientSupport(cls.label or cls.name, (), {})
 
 
 def _with_browsers(
