@@ -259,7 +259,7 @@ def test_every_flow_stores_cpu_per_role(prefix: str, tmp_path: Path) -> None:
         except QuicbedError as exc:
             if "out of tolerance" not in str(exc):
                 raise
-    assert len(r.runs) == 4
+    assert len([x for x in r.runs if not x.replacement]) == 4  # and any replacement
     for run in r.runs:
         cpu = run.flow.cpu
         assert cpu is not None and cpu.missing == {}, cpu

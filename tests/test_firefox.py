@@ -463,14 +463,15 @@ def test_full_traces_decrypt_firefox_captures(shared_links: SharedLinks, tmp_pat
         frames = fields(cap, keys, proto, field)
         assert {"0", "1"} <= {t for line in frames for t in line.split(",")}, frames
         assert fields(cap, None, proto, field) == []  # without the keys: nothing
-    qlogs = list((top / "h3-client-qlog").rglob("*.sqlog"))
-    assert len(qlogs) == 2, qlogs  # one per connection: one per load
-    assert not (top / "h2-client-qlog").exists()
     store = Store(tmp_path)
     try:
         runs = store.runs(r.cell_id, r.attempt)
     finally:
         store.close()
+    qlogs = list((top / "h3-client-qlog").rglob("*.sqlog"))
+    # one per connection: one per load, a load the busy host spoiled and replaced too
+    assert len(qlogs) == sum(x.arm == "h3" for x in runs) >= 2, qlogs
+    assert not (top / "h2-client-qlog").exists()
     for run in runs:
         assert run.detail["traces"]["missing"] == {"netlog": "firefox writes no NetLog"}
 

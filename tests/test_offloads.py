@@ -72,6 +72,7 @@ def test_an_unshaped_bulk_cell_with_offloads_on(testbed: LocalTestbed, tmp_path:
     each flow stores the read-back; a flow whose offload is switched off behind the cell
     (here the client's GRO, before the last flow) is invalid, naming it."""
     from quicbed.analysis.transfers import stored_transfer
+    from quicbed.results.linkload import spoiled_only
     from quicbed.results.store import Store
     from quicbed.run.cell import run_cell
 
@@ -90,10 +91,13 @@ def test_an_unshaped_bulk_cell_with_offloads_on(testbed: LocalTestbed, tmp_path:
         result = stored_transfer(store, r.cell_id, r.attempt)
     finally:
         store.close()
-    runs = result.runs
+    # the schedule's flows (a flow the busy host spoiled is kept and replaced at the end)
+    runs = [x for x in result.runs if not x.replacement]
     assert len(runs) == 4
     for run in runs[:-1]:
         f = run.flow
+        if spoiled_only(run.link):
+            continue
         assert f.ok, f.error
         seen = f.evidence["offloads"]
         assert seen["set"] == ON
