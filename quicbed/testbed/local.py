@@ -150,7 +150,7 @@ class LocalTestbed(LocalBackend, Testbed):
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for role in ROLES:
             proc.run(["ip", "netns", "add", self.ns(role)])
-        s, b, c = (self.ns(r) for r in ROLES)
+        s, b, c = self.ns("server"), self.ns("bridge"), self.ns("client")
         proc.run(
             [
                 "ip",
