@@ -156,6 +156,17 @@ def _offloads(value: object) -> dict[str, str]:
         raise ValueError(str(exc).removeprefix("offloads: ")) from None
 
 
+def shaper_field(v: str) -> str:
+    """A shaper's name as a cell's or a spec's field takes it: known by name here
+    (quicbed.shapers); whether it can run on a testbed is cell.validate's question."""
+    from quicbed.shapers import check_name
+
+    try:
+        return check_name(v)
+    except QuicbedError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class CellConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -215,16 +226,7 @@ class CellConfig(BaseModel):
             raise ValueError(f"warmup must be in [0, {MAX_WARMUP}] (got {v})")
         return v
 
-    @field_validator("shaper")
-    @classmethod
-    def _shaper(cls, v: str) -> str:
-        """Known by name here; whether it can run on a testbed is cell.validate's question."""
-        from quicbed.shapers import check_name
-
-        try:
-            return check_name(v)
-        except QuicbedError as exc:
-            raise ValueError(str(exc)) from None
+    _shaper = field_validator("shaper")(shaper_field)
 
     @field_validator("arms")
     @classmethod

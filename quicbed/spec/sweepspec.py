@@ -42,6 +42,7 @@ from quicbed.spec.cellconfig import (
     flows_text,
     make_cell,
     parse_flows,
+    shaper_field,
 )
 from quicbed.spec.significance import DEFAULT_ALPHA, Correction, Test, min_valid, smallest_p
 from quicbed.yamlfile import read_yaml
@@ -296,15 +297,7 @@ class SweepSpec(BaseModel):
     statistics: Statistics = Statistics()
     scenarios: dict[str, Scenario]
 
-    @field_validator("shaper")
-    @classmethod
-    def _shaper(cls, v: str) -> str:
-        from quicbed.shapers import check_name
-
-        try:
-            return check_name(v)
-        except QuicbedError as exc:
-            raise ValueError(str(exc)) from None
+    _shaper = field_validator("shaper")(shaper_field)
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
