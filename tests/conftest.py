@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -30,6 +32,7 @@ import pytest
 
 from quicbed.results.linkload import is_replacement, load_proof, spoiled_only
 from quicbed.run.cell import CellResult
+from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.testbed.local import LocalTestbed
 
 ROOT, BROWSER, SLOW, BUILT = "root", "browser", "slow", "built"
@@ -292,3 +295,17 @@ def scheduled(runs: list[Any]) -> list[Any]:
 def spoiled(run: Any) -> bool:
     """A load the link or the host spoiled, and nothing else (kept invalid, replaced)."""
     return spoiled_only(load_proof(run.detail))
+
+
+def stall_emulator(tb: LocalTestbed, after_s: float, for_s: float) -> None:
+    """Stop the testbed's link emulator (SIGSTOP) ``after_s`` from now for ``for_s``, from
+    a timer thread: a stall the emulator's own clock must see, as a busy host's would."""
+    pid = UserspaceShaper().pid(tb)
+    assert pid is not None, "no link emulator runs on this testbed"
+
+    def stop_and_go() -> None:
+        tb.kill("bridge", pid, "STOP")
+        time.sleep(for_s)
+        tb.kill("bridge", pid, "CONT")
+
+    threading.Timer(after_s, stop_and_go).start()

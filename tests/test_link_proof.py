@@ -4,12 +4,10 @@ another process would change it) is caught, and the attempt fails with the reaso
 from __future__ import annotations
 
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from conftest import LinkNotHeld, spoiled
+from conftest import LinkNotHeld, spoiled, stall_emulator
 
 from quicbed.link.loadproof import late_tolerance_ms
 from quicbed.link.proof import _grew, prove, spot_check
@@ -110,17 +108,8 @@ def test_a_load_during_which_the_emulator_stalled_is_invalid_and_replaced(
     stalls = {("h2", 2): 0.2, ("h3", 3): 0.02}
 
     def stall(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
-        if (arm, rep) not in stalls:
-            return
-        pid = UserspaceShaper().pid(tb)
-        assert pid is not None
-
-        def stop_and_go() -> None:
-            tb.kill("bridge", pid, "STOP")
-            time.sleep(stalls[arm, rep])
-            tb.kill("bridge", pid, "CONT")
-
-        threading.Timer(0.4, stop_and_go).start()
+        if (arm, rep) in stalls:
+            stall_emulator(tb, 0.4, stalls[arm, rep])
 
     r = run_cell(cfg, tmp_path / "res", testbed=tb, receipt_tcp_seconds=3, fault=stall)
     if r.link_failed:
@@ -178,15 +167,7 @@ def test_a_receipt_takes_again_a_probe_the_stalled_emulator_spoiled(
 
     def stalled_once(*args: object, **kwargs: object) -> object:
         if not calls:
-            pid = UserspaceShaper().pid(testbed)
-            assert pid is not None
-
-            def stop_and_go() -> None:
-                testbed.kill("bridge", pid, "STOP")
-                time.sleep(0.2)
-                testbed.kill("bridge", pid, "CONT")
-
-            threading.Timer(0.5, stop_and_go).start()
+            stall_emulator(testbed, 0.5, 0.2)
         calls.append(1)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 

@@ -5,8 +5,6 @@ emulator (SIGSTOP) during a chosen flow and a chosen repetition."""
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,6 @@ from quicbed.results.linkload import shortfall
 from quicbed.results.transfers import BulkResult, BulkRun, CompeteResult, link_line
 from quicbed.run.bulk import _replaced
 from quicbed.servers.base import WebServer
-from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 
@@ -122,7 +119,7 @@ def test_a_stalled_flow_and_a_stalled_repetition_are_kept_invalid_and_replaced(
     """The emulator stopped for 200 ms during h2's second bulk flow and during the first
     compete repetition: each is kept with the lateness named, left out of the numbers,
     and measured again after the planned ones; both cells end done."""
-    from conftest import SharedLinks
+    from conftest import SharedLinks, stall_emulator
 
     from quicbed.analysis.transfers import stored_transfer
     from quicbed.results.store import Store
@@ -153,16 +150,7 @@ def test_a_stalled_flow_and_a_stalled_repetition_are_kept_invalid_and_replaced(
         def hook(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
             if (arm, rep) not in at:
                 return
-            tb = LocalTestbed(shared_links.prefix_of(cfg))
-            pid = UserspaceShaper().pid(tb)
-            assert pid is not None
-
-            def stop_and_go() -> None:
-                tb.kill("bridge", pid, "STOP")
-                time.sleep(0.2)
-                tb.kill("bridge", pid, "CONT")
-
-            threading.Timer(at[arm, rep], stop_and_go).start()
+            stall_emulator(LocalTestbed(shared_links.prefix_of(cfg)), at[arm, rep], 0.2)
 
         return hook
 

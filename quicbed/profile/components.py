@@ -50,7 +50,11 @@ def own_map(cls: type, attr: str = "cpu_map_file") -> dict[str, tuple[str, ...]]
     owner = next((c for c in cls.__mro__ if c.__dict__.get(attr)), None)
     if owner is None:
         return {}
-    path = Path(inspect.getfile(owner)).with_name(owner.__dict__[attr])
+    return read_map(Path(inspect.getfile(owner)).with_name(owner.__dict__[attr]))
+
+
+def read_map(path: Path) -> dict[str, tuple[str, ...]]:
+    """A program's own map from its YAML file (category: [patterns])."""
     data = yaml.safe_load(path.read_text()) or {}
     unknown = set(data) - set(categories())
     if unknown:

@@ -5,7 +5,7 @@ figures and transfers.json read fields, not keys of a dict."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from quicbed.model.link import LinkCondition
@@ -108,36 +108,16 @@ class TransferCell:
         return self.settings.get(arm) or {}
 
     def public(self) -> dict[str, Any]:
-        """The cell as transfers.json has it."""
-        out: dict[str, Any] = {
-            k: getattr(self, k)
-            for k in (
-                "kind",
-                "scenario",
-                "cell_id",
-                "attempt",
-                "status",
-                "problem",
-                "receipt_passed",
-                "rate_mbit",
-                "rtt_ms",
-                "loss_pct",
-                "loss_down_pct",
-                "queue",
-                "object",
-                "duration_s",
-                "flows",
-                "stagger_s",
-                "runs",
-                "offloads",
-                "arms",
-                "summary",
-                "comparisons",
-                "figures",
-                "queue_warning",
-                "link_line",
-            )
-        }
-        if self.kind == "compete":
-            out.update(jain_mean=self.jain_mean, jain_sd=self.jain_sd)
+        """The cell as transfers.json has it: its fields but the typed inputs it was read
+        from (the condition, the arms' settings and CC), the link as the table's columns,
+        Jain's index for compete cells only."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _INPUTS}
+        out |= {k: getattr(self, k) for k in _LINK}
+        if self.kind != "compete":
+            del out["jain_mean"], out["jain_sd"]
         return out
+
+
+#: what TransferCell.public leaves out (the inputs) and adds (the link's columns)
+_INPUTS = ("condition", "settings", "cc")
+_LINK = ("rate_mbit", "rtt_ms", "loss_pct", "loss_down_pct", "queue")

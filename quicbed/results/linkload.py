@@ -39,6 +39,15 @@ def is_replacement(proof: dict[str, Any]) -> bool:
     return bool(proof.get("replacement"))
 
 
+def owes_replacement(proofs: Iterable[dict[str, Any]], bound: int) -> bool:
+    """Whether a group of transfers (an arm's bulk flows, a cell's compete repetitions)
+    owes one more: one per transfer the link or host spoiled and nothing else (a spoiled
+    replacement too), until ``bound`` were measured in place of spoiled ones."""
+    seen = list(proofs)
+    spoiled = sum(1 for p in seen if spoiled_only(p))
+    return sum(1 for p in seen if is_replacement(p)) < min(spoiled, bound)
+
+
 def shortfall(
     measured: Iterable[tuple[str, bool, dict[str, Any]]], planned: int
 ) -> dict[str, tuple[int, int]]:

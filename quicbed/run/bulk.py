@@ -51,17 +51,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from quicbed import certs
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
 from quicbed.link import loadproof
 from quicbed.link.proof import ProvenLink
 from quicbed.model.link import LinkCondition
-from quicbed.results.cpu import CpuUse
+from quicbed.profile.components import read_map
 from quicbed.results.flowtraces import FlowTracing
-from quicbed.results.linkload import spoiled_only
+from quicbed.results.linkload import owes_replacement
 from quicbed.results.store import now
 from quicbed.results.transfers import (
     BulkResult,
@@ -74,7 +72,7 @@ from quicbed.results.transfers import (
     ideal_goodput_bps,
 )
 from quicbed.roles import offloads
-from quicbed.run.cpu import CpuMeter, joining
+from quicbed.run.cpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
 from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
@@ -115,7 +113,7 @@ CLIENT_FLAGS = {
 
 def cpu_map() -> dict[str, tuple[str, ...]]:
     """quicbed-bulk's CPU map (``--profile``): quic-go's, and Go's HTTP/2 frames."""
-    own = yaml.safe_load(Path(__file__).with_name(CPU_MAP_FILE).read_text()) or {}
+    own = read_map(Path(__file__).with_name(CPU_MAP_FILE))
     base = get_stack("quic-go").cpu_map()
     cats = dict.fromkeys([*base, *own])
     return {c: (*base.get(c, ()), *own.get(c, ())) for c in cats}
@@ -446,8 +444,8 @@ def run_transfer(
             tracing.start()
         rig.start()
         try:
-            run = _bulk if cfg.kind == "bulk" else _compete
-            result: BulkResult | CompeteResult = run(cfg, rig, proven, say, profile, fault, how)
+            cell = _Cell(cfg, rig, proven, say, profile, fault, how)
+            result: BulkResult | CompeteResult = (_bulk if cfg.kind == "bulk" else _compete)(cell)
         finally:
             rig.stop()
         if traced:
@@ -484,14 +482,6 @@ class FlowJudge:
             self.settle(f"{what}: {verdict.reasons[0]}")
 
 
-def _own_cpu_ms(tb: Testbed, uses: list[CpuUse]) -> float | None:
-    """The CPU the flows' own roles used (their servers, clients, emulator), where the
-    roles share the host, so the rest of its busy time is other work."""
-    if not tb.one_machine:
-        return None
-    return float(sum(t.total_ms for u in uses for t in u.roles.values()))
-
-
 def _proven(verdict: loadproof.Verdict, own_failed: bool, replacement: bool) -> dict[str, Any]:
     """A flow's or repetition's stored proof, as a page load's (quicbed.run.cell)."""
     return {
@@ -502,34 +492,43 @@ def _proven(verdict: loadproof.Verdict, own_failed: bool, replacement: bool) -> 
     }
 
 
-def _bulk(
-    cfg: CellConfig,
-    rig: _Rig,
-    proven: ProvenLink,
-    say: Progress,
-    profile: CpuProfile | None,
-    fault: Fault | None,
-    judge: FlowJudge,
-) -> BulkResult:
+@dataclass
+class _Cell:
+    """What every flow or repetition of one transfer cell shares: its config, its rig of
+    servers and clients, the proven link, its instruments and its judge."""
+
+    cfg: CellConfig
+    rig: _Rig
+    proven: ProvenLink
+    say: Progress
+    profile: CpuProfile | None
+    fault: Fault | None
+    judge: FlowJudge
+
+    def __post_init__(self) -> None:
+        #: CPU and interface counters, read around each flow or repetition
+        self.meter, self.net = CpuMeter(self.rig.tb, self.cfg.arms), NetMeter(self.rig.tb)
+
+
+def _bulk(c: _Cell) -> BulkResult:
     """``cfg.runs`` downloads per arm, interleaved (ABBA, the cell's schedule), one flow
     at a time. With a duration each runs that long (the object again and again on one
     connection), else it fetches the object once. A flow the link or the host spoiled
     is kept, not ok, and replaced after the schedule (_replaced)."""
-    t = cfg.transfer
+    cfg, rig, proven, t = c.cfg, c.rig, c.proven, c.cfg.transfer
     assert t is not None
     runs: list[BulkRun] = []
     schedule = cfg.schedule()
-    meters = CpuMeter(rig.tb, cfg.arms), NetMeter(rig.tb)
     for seq, (arm, rep) in enumerate(schedule):
-        say(f"{arm} #{rep}", seq + 1, len(schedule))
-        runs.append(_flow(cfg, rig, proven, profile, fault, judge, meters, arm, rep, seq))
-    owed = _replaced(cfg.arms, judge.max_replaced, runs)
+        c.say(f"{arm} #{rep}", seq + 1, len(schedule))
+        runs.append(_flow(c, arm, rep, seq))
+    owed = _replaced(cfg.arms, c.judge.max_replaced, runs)
     while owed:
         for arm in owed:
             seq, rep = len(runs), cfg.runs + sum(1 for x in runs if x.arm == arm and x.replacement)
-            say(f"{arm} #{rep} (in place of a spoiled flow)", seq + 1, seq + len(owed))
-            runs.append(_flow(cfg, rig, proven, profile, fault, judge, meters, arm, rep, seq, True))
-        owed = _replaced(cfg.arms, judge.max_replaced, runs)
+            c.say(f"{arm} #{rep} (in place of a spoiled flow)", seq + 1, seq + len(owed))
+            runs.append(_flow(c, arm, rep, seq, replacement=True))
+        owed = _replaced(cfg.arms, c.judge.max_replaced, runs)
     return BulkResult(
         created=now(),
         condition=cfg.condition.model_dump(mode="json"),
@@ -546,36 +545,18 @@ def _bulk(
 
 
 def _replaced(arms: Iterable[str], bound: int, runs: list[BulkRun]) -> list[str]:
-    """The arms that owe a flow: one per spoiled flow of theirs (a spoiled replacement
-    too), until an arm has measured ``bound`` in place of spoiled ones."""
-    owed = []
-    for arm in arms:
-        mine = [x for x in runs if x.arm == arm]
-        spoiled = sum(1 for x in mine if spoiled_only(x.link))
-        if sum(1 for x in mine if x.replacement) < min(spoiled, bound):
-            owed.append(arm)
-    return owed
+    """The arms that owe a flow (quicbed.results.linkload.owes_replacement)."""
+    return [a for a in arms if owes_replacement((x.link for x in runs if x.arm == a), bound)]
 
 
-def _flow(
-    cfg: CellConfig,
-    rig: _Rig,
-    proven: ProvenLink,
-    profile: CpuProfile | None,
-    fault: Fault | None,
-    judge: FlowJudge,
-    meters: tuple[CpuMeter, NetMeter],
-    arm: str,
-    rep: int,
-    seq: int,
-    replacement: bool = False,
-) -> BulkRun:
+def _flow(c: _Cell, arm: str, rep: int, seq: int, *, replacement: bool = False) -> BulkRun:
     """One bulk flow of ``arm``: verified by its server's evidence, proven by the link's
     own counters and the host's CPU over it."""
+    cfg, rig, proven, profile, fault, judge = c.cfg, c.rig, c.proven, c.profile, c.fault, c.judge
     t = cfg.transfer
     assert t is not None
     tb, cond, link = rig.tb, cfg.condition, proven.link
-    meter, net = meters
+    meter, net = c.meter, c.net
     if fault:
         fault(arm, rep, rig.servers)
     offl = link.offload_watch()
@@ -593,7 +574,7 @@ def _flow(
     cpu = meter.end(cpu_mark)[arm]
     counters = net.since(net_mark)
     # the flow's own span: not the tracer's seconds of reading after it
-    verdict = watch.end(own_cpu_ms=_own_cpu_ms(tb, [cpu]))
+    verdict = watch.end(own_cpu_ms=own_cpu_ms(tb, [cpu]))
     if profile:
         profile.halt(profiled)
     tcp = rig.server_tcp()
@@ -668,36 +649,23 @@ class _QueueSampler(threading.Thread):
             self.halt.wait(max(0.0, (next_t - time.time_ns()) / 1e9))
 
 
-def _compete(
-    cfg: CellConfig,
-    rig: _Rig,
-    proven: ProvenLink,
-    say: Progress,
-    profile: CpuProfile | None,
-    fault: Fault | None,
-    judge: FlowJudge,
-) -> CompeteResult:
+def _compete(c: _Cell) -> CompeteResult:
     """``cfg.runs`` repetitions: every flow of ``transfer.flows`` (e.g. h3x1,h2x4) starts
     at one instant on the client's clock, flow i ``i x stagger_s`` later, and runs
     ``duration_s`` (the object again and again). A repetition the link or the host
     spoiled is kept and replaced by one more after the planned ones, up to
     ``judge.max_replaced`` (a spoiled replacement is owed too)."""
-    t = cfg.transfer
+    cfg, rig, proven, t = c.cfg, c.rig, c.proven, c.cfg.transfer
     assert t is not None and t.duration_s is not None
     plan = [(arm, f"{arm}-{i}") for arm, n in t.flows for i in range(n)]
     runs: list[CompeteRun] = []
-    meters = CpuMeter(rig.tb, cfg.arms), NetMeter(rig.tb)
     for rep in range(cfg.runs):
-        say(f"{len(plan)} flows", rep + 1, cfg.runs)
-        runs.append(_compete_rep(cfg, rig, proven, profile, fault, judge, meters, plan, rep))
-    while True:
-        spoiled = sum(1 for x in runs if spoiled_only(x.link))
-        replaced = sum(1 for x in runs if x.replacement)
-        if replaced >= min(spoiled, judge.max_replaced):
-            break
+        c.say(f"{len(plan)} flows", rep + 1, cfg.runs)
+        runs.append(_compete_rep(c, plan, rep))
+    while owes_replacement((x.link for x in runs), c.judge.max_replaced):
         rep = len(runs)
-        say(f"{len(plan)} flows (in place of a spoiled repetition)", rep + 1, rep + 1)
-        runs.append(_compete_rep(cfg, rig, proven, profile, fault, judge, meters, plan, rep, True))
+        c.say(f"{len(plan)} flows (in place of a spoiled repetition)", rep + 1, rep + 1)
+        runs.append(_compete_rep(c, plan, rep, replacement=True))
     return CompeteResult(
         created=now(),
         condition=cfg.condition.model_dump(mode="json"),
@@ -714,22 +682,14 @@ def _compete(
 
 
 def _compete_rep(
-    cfg: CellConfig,
-    rig: _Rig,
-    proven: ProvenLink,
-    profile: CpuProfile | None,
-    fault: Fault | None,
-    judge: FlowJudge,
-    meters: tuple[CpuMeter, NetMeter],
-    plan: list[tuple[str, str]],
-    rep: int,
-    replacement: bool = False,
+    c: _Cell, plan: list[tuple[str, str]], rep: int, *, replacement: bool = False
 ) -> CompeteRun:
     """One repetition of a compete cell, its flows verified, proven as one load is."""
+    cfg, rig, proven, profile, fault, judge = c.cfg, c.rig, c.proven, c.profile, c.fault, c.judge
     t = cfg.transfer
     assert t is not None and t.duration_s is not None
     tb = rig.tb
-    meter, net = meters
+    meter, net = c.meter, c.net
     if fault:
         fault(plan[0][0], rep, rig.servers)
     offl = proven.link.offload_watch()
@@ -766,7 +726,7 @@ def _compete_rep(
         rig.wait_done(logs, procs, timeout=total)
         cpu = meter.end(cpu_mark)
         counters = net.since(net_mark)
-        verdict = watch.end(own_cpu_ms=_own_cpu_ms(tb, list(cpu.values())))
+        verdict = watch.end(own_cpu_ms=own_cpu_ms(tb, list(cpu.values())))
         if profile:
             profile.halt(profiled)
         tcp = rig.server_tcp()

@@ -42,7 +42,7 @@ from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
 from quicbed.results.transfers import BulkResult
 from quicbed.run.bulk import FlowJudge, run_transfer
-from quicbed.run.cpu import CpuMeter, joining
+from quicbed.run.cpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
 from quicbed.servers.base import ServeSpec, WebServer
@@ -380,9 +380,6 @@ class _PageRig:
     meter: CpuMeter | None = None
     net: NetMeter | None = None
     total: int = 0  # loads planned, for progress
-    #: the roles are the controller's own machine (Roles.one_machine): the host's busy
-    #: time less the load's own roles' is other work (quicbed.link.loadproof)
-    one_host: bool = False
 
 
 def replacement_counts(runs: Iterable[RunRow]) -> tuple[dict[str, int], dict[str, int]]:
@@ -582,7 +579,6 @@ class _Job:
             self.browsers = {name: b.version for name, b in browsers.items()}
             rig.urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
             rig.meter, rig.net = CpuMeter(tb, cfg.arms), NetMeter(tb)
-            rig.one_host = tb.one_machine
             schedule = list(enumerate(cfg.schedule()))
             if done and cfg.warmup:
                 # A resumed attempt has fresh browsers: warm them up again (stored as
@@ -677,8 +673,7 @@ class _Job:
             rig.urls[arm], fresh_context=cfg.mode == "1rtt", timeout_s=cfg.load_timeout_s
         )
         cpu = rig.meter.end(cpu_mark)[arm]
-        own = sum(t.total_ms for t in cpu.roles.values()) if rig.one_host else None
-        proof = watch.end(own_cpu_ms=own)
+        proof = watch.end(own_cpu_ms=own_cpu_ms(self.tb, [cpu]))
         proof.facts["replacement"] = replacement
         counters = rig.net.since(net_mark)
         facts = _server_facts(srv, rig.page["objects"])

@@ -80,3 +80,12 @@ class CpuMeter:
                     missing[role] = str(b if isinstance(b, str) else a)
             out[arm] = CpuUse(wall_ms=wall_ms, roles=roles, missing=missing, groups=groups)
         return out
+
+
+def own_cpu_ms(tb: Testbed, uses: Sequence[CpuUse]) -> float | None:
+    """The CPU a load's or flows' own roles used (servers, browser or clients, emulator),
+    where the roles share the host (Testbed.one_machine), so the rest of its busy time is
+    other work (quicbed.link.loadproof); None where they have hosts of their own."""
+    if not tb.one_machine:
+        return None
+    return float(sum(t.total_ms for u in uses for t in u.roles.values()))

@@ -96,7 +96,7 @@ def get_shaper(
                 name = n
                 break
     cls = shapers()[name]
-    shaper = UserspaceShaper(priority) if cls is UserspaceShaper else cls()
+    shaper = cls(priority) if issubclass(cls, UserspaceShaper) else cls()
     reason = shaper.unavailable(tb)
     if reason:
         raise QuicbedError(f"shaper {name!r} cannot run here: {reason}")

@@ -14,7 +14,10 @@ from quicbed.shapers.base import Shaper, no_ecn_marking
 
 #: written on the bridge by the bridge_dummynet role: which Emulab pipe shapes which way
 PIPES_FILE = RPath("/var/db/quicbed/pipes.json")
-#: the endpoint whose egress carries each direction's jitter (netem, as the study did)
+#: the endpoint whose egress carries each direction's jitter. The long-look study
+#: (section 3, Table 3.1: "Dummynet and TC Netem") shaped with Dummynet and added jitter
+#: with TC on its client node, Dummynet's delay not being updatable fast enough; here
+#: each direction's netem sits on its sender's egress (down: server, up: client)
 JITTER_ROLE = {"down": "server", "up": "client"}
 
 
