@@ -59,7 +59,7 @@ from quicbed.results.linkload import figures, is_replacement, load_proof
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.run.cell import CellResult, run_cell
-from quicbed.servers.base import WebServer
+from quicbed.servers.webserver import WebServer
 from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.cellconfig import CellConfig, make_cell
 from quicbed.testbed.local import LocalTestbed

@@ -8,7 +8,7 @@ Run as root after `make setup`, with nothing else running on the machine:
 Noise is a cost paid in runs: a cell's PLT sd decides how many loads a difference
 needs. Here the 5 KB cell at 36 ms has sd 2-4 ms per arm, against 1.8-2.6 ms in the
 reference study on Emulab, where the link emulator has a node of its own. Placement
-pins the roles' control groups to CPUs (quicbed.roles.cpu, ``--placement``):
+pins the roles' control groups to CPUs (quicbed.roles.cpuaccounting, ``--placement``):
 ``split`` puts the link emulator on one core and server and browser on the other.
 
 Both in one run, on one testbed: per round, for each page, one cell pinned and one

@@ -2,7 +2,7 @@
 
 It lives apart from quicbed.testbed so that readers of results (the report, ``verify``
 on a machine without root) name testbeds without importing the code that starts
-processes on them; quicbed.testbed.base re-exports it for the runner.
+processes on them; quicbed.testbed.lifecycle re-exports it for the runner.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Also what identifies a program's build on the machine that runs it (program_build: the
 SHA-256 of its file, and a Go program's module versions): a program rebuilt from
 changed code keeps its version, so the version alone cannot tell two builds apart. The
-stacks and browsers probe their own programs with it (quicbed.servers.base.WebServer
-.software, quicbed.client.base.Browser.software), provenance records every one
+stacks and browsers probe their own programs with it (quicbed.servers.webserver.WebServer
+.software, quicbed.client.browser.Browser.software), provenance records every one
 and the software check compares them (quicbed.results.provenance, quicbed.results.folder). It knows
 no testbed, only ``run``, which asks the right machine.
 """

@@ -38,7 +38,7 @@ class _Log:
 
 @pytest.fixture
 def srv_log(monkeypatch: pytest.MonkeyPatch) -> tuple[ApacheServer, _Log]:
-    from quicbed.servers.base import WebServer
+    from quicbed.servers.webserver import WebServer
 
     srv = ApacheServer.__new__(ApacheServer)
     log = _Log(srv)

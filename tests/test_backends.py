@@ -21,7 +21,7 @@ from quicbed.backends import (
 )
 from quicbed.errors import QuicbedError
 from quicbed.spec.sweepspec import SweepSpec
-from quicbed.testbed import base
+from quicbed.testbed import lifecycle
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.ssh import SshTestbed
 
@@ -38,11 +38,11 @@ def test_the_kinds_keep_their_stored_names() -> None:
 def test_every_kind_has_its_testbed() -> None:
     """A kind's testbed subclasses it (so inherits its name and capabilities) and is
     not registered a second time."""
-    assert base.testbed_class("local") is LocalTestbed
-    assert base.testbed_class("ssh") is SshTestbed
+    assert lifecycle.testbed_class("local") is LocalTestbed
+    assert lifecycle.testbed_class("ssh") is SshTestbed
     for kind, backend in backends().items():
-        cls = base.testbed_class(kind)
-        assert issubclass(cls, backend) and issubclass(cls, base.Testbed)
+        cls = lifecycle.testbed_class(kind)
+        assert issubclass(cls, backend) and issubclass(cls, lifecycle.Testbed)
         assert cls.kind == kind
     with pytest.raises(QuicbedError, match=r"--testbed: unknown 'emulab' \(local or ssh\)"):
         get_backend("emulab", "--testbed")

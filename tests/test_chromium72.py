@@ -24,16 +24,16 @@ from typing import Any
 import pytest
 
 from quicbed import certs
-from quicbed.client.base import CA_NICKNAME, BrowserSpec
+from quicbed.client.browser import CA_NICKNAME, BrowserSpec
 from quicbed.client.chromium import CHROMIUM72_BUILD, Chromium, Chromium72, command_line
 from quicbed.errors import QuicbedError
 from quicbed.link.session import shaped_link
 from quicbed.model.link import make_condition
 from quicbed.servers.apache import ApacheServer
-from quicbed.servers.base import ServeSpec
+from quicbed.servers.webserver import ServeSpec
 from quicbed.spec import workloads
 from quicbed.spec.arms import resolve
-from quicbed.testbed.base import RPath
+from quicbed.testbed.lifecycle import RPath
 from quicbed.testbed.local import LocalTestbed
 
 ROOT = Path(__file__).resolve().parent.parent

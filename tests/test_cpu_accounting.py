@@ -17,11 +17,11 @@ from pathlib import Path, PurePosixPath
 import pytest
 from conftest import scheduled
 
-from quicbed.analysis.cpu import summary
+from quicbed.analysis.cpusummary import summary
 from quicbed.errors import QuicbedError
-from quicbed.results.cpu import CpuTime, CpuUse
+from quicbed.results.cpuuse import CpuTime, CpuUse
 from quicbed.roles import cgroups
-from quicbed.roles.cpu import CpuGroups
+from quicbed.roles.cpuaccounting import CpuGroups
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.sshlab import cgroup_mounts
 
@@ -305,7 +305,7 @@ def test_every_page_load_stores_cpu_per_role(prefix: str, tmp_path: Path) -> Non
     """A page cell: each load's server, browser and emulator CPU (the browser's
     renderers and GPU process forked into its group), and the accounting recorded."""
     from quicbed.model.link import make_condition
-    from quicbed.results.cpu import load_cpu
+    from quicbed.results.cpuuse import load_cpu
     from quicbed.results.store import Store
     from quicbed.run.cell import run_cell
     from quicbed.spec.cellconfig import make_cell
@@ -340,7 +340,7 @@ def test_every_page_load_stores_cpu_per_role(prefix: str, tmp_path: Path) -> Non
     ],
 )
 def test_a_bad_placement_is_refused_by_name(text: str, error: str) -> None:
-    from quicbed.roles.cpu import parse_placement
+    from quicbed.roles.cpuaccounting import parse_placement
 
     with pytest.raises(QuicbedError, match=error):
         parse_placement(text)

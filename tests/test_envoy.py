@@ -15,7 +15,7 @@ from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.servers import envoy, envoy_config
-from quicbed.servers.base import Arm
+from quicbed.servers.webserver import Arm
 from quicbed.spec.arms import parse_cli, resolve
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed

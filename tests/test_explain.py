@@ -25,7 +25,7 @@ from quicbed.model.link import make_condition
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.spec.cellconfig import make_cell
-from quicbed.traces.base import SAMPLE_COLUMNS, write_samples
+from quicbed.traces.tracer import SAMPLE_COLUMNS, write_samples
 
 QB = [sys.executable, "-m", "quicbed"]
 T0 = 1_790_000_000.0  # the trace's began_wall of every synthetic load

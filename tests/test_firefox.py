@@ -29,7 +29,7 @@ from conftest import SharedLinks
 from tshark import fields
 
 from quicbed.client import browsers, get_browser
-from quicbed.client.base import Browser, BrowserSpec
+from quicbed.client.browser import Browser, BrowserSpec
 from quicbed.client.firefox import Firefox, prefs, user_js
 from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
@@ -39,7 +39,7 @@ from quicbed.results.store import Store
 from quicbed.spec.arms import pairs, parse_cli
 from quicbed.spec.cellconfig import make_cell
 from quicbed.spec.sweepspec import SweepSpec, load_spec, plan
-from quicbed.testbed.base import RPath
+from quicbed.testbed.lifecycle import RPath
 from quicbed.testbed.local import LocalTestbed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -517,7 +517,7 @@ def _served(
     from quicbed import certs
     from quicbed.link.session import shaped_link
     from quicbed.servers import get_stack
-    from quicbed.servers.base import ServeSpec
+    from quicbed.servers.webserver import ServeSpec
     from quicbed.spec import workloads
     from quicbed.spec.arms import resolve
 

@@ -82,7 +82,7 @@ def test_a_made_up_traced_repetition_draws_its_windows_and_close_up(tmp_path: Pa
     repetition and a 5 s close-up of its steady part, PNG and SVG."""
     from quicbed.report import windows
     from quicbed.results.transfers import CompeteResult, compete_run
-    from quicbed.traces.base import write_samples
+    from quicbed.traces.tracer import write_samples
 
     flows = []
     for i, (arm, conn) in enumerate((("h3", "abcd"), ("h2", "50000"))):

@@ -33,7 +33,7 @@ def test_gquic_fills_a_100_mbit_link(shared_links: SharedLinks, tmp_path: Path) 
     assert r.status == "done", r.problem
     assert not r.invalid.get("gquic") and r.verified["gquic"]["valid"] == 2, r.invalid
     c = r.comparisons["h2/gquic"]
-    h2, gquic = c.tcp.mean, c.quic.mean
+    h2, gquic = c.reference.mean, c.candidate.mean
     assert h2 is not None and gquic is not None and gquic < 2 * h2, (gquic, h2)
     bdp = cond.bdp_bytes() or 0
     store = Store(tmp_path)

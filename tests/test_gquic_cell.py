@@ -20,7 +20,7 @@ from conftest import SharedLinks, scheduled, spoiled
 from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.results.store import Store
-from quicbed.servers.base import WebServer
+from quicbed.servers.webserver import WebServer
 from quicbed.spec.cellconfig import make_cell
 
 
@@ -82,7 +82,7 @@ def test_a_gquic_cell_is_verified_per_load(shared_links: SharedLinks, tmp_path: 
         assert failed == [4], (r.invalid, r.spoiled)
     finally:
         store.close()
-    assert "h2/gquic" in r.comparisons and r.comparisons["h2/gquic"].quic.n == 3
+    assert "h2/gquic" in r.comparisons and r.comparisons["h2/gquic"].candidate.n == 3
 
 
 @pytest.mark.parametrize(

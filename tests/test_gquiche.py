@@ -50,7 +50,6 @@ import pytest
 from quicbed import certs
 from quicbed.errors import QuicbedError
 from quicbed.servers import get_stack
-from quicbed.servers.base import Arm, ServeSpec
 from quicbed.servers.gquiche import (
     QUIC_SERVER,
     GoogleQuicheServer,
@@ -64,9 +63,10 @@ from quicbed.servers.gquiche import (
 from quicbed.servers.gquiche_cache import build
 from quicbed.servers.gquiche_cache import main as cache_main
 from quicbed.servers.quic_go import quic_load_facts
+from quicbed.servers.webserver import Arm, ServeSpec
 from quicbed.spec import workloads
 from quicbed.spec.arms import ArmSettings, resolve
-from quicbed.testbed.base import RPath
+from quicbed.testbed.lifecycle import RPath
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.ssh import Node, SshTestbed
 

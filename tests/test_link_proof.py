@@ -15,7 +15,7 @@ from quicbed.link.session import shaped_link
 from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
-from quicbed.servers.base import WebServer
+from quicbed.servers.webserver import WebServer
 from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed

@@ -17,10 +17,10 @@ from quicbed.report.build import build
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.servers import stacks
-from quicbed.servers.base import WebServer
 from quicbed.servers.quic_go import QuicGoServer
+from quicbed.servers.webserver import WebServer
 from quicbed.shapers import shapers
-from quicbed.shapers.base import Shaper
+from quicbed.shapers.shaper import Shaper
 from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.arms import param_model
 from quicbed.spec.cellconfig import make_cell

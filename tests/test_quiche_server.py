@@ -38,10 +38,10 @@ from quicbed import certs
 from quicbed.errors import QuicbedError
 from quicbed.paths import bin_path
 from quicbed.servers import get_stack
-from quicbed.servers.base import ServeSpec
 from quicbed.servers.quiche import SUPPORTED_CC, QuicheServer
+from quicbed.servers.webserver import ServeSpec
 from quicbed.spec.arms import ArmSettings, resolve
-from quicbed.testbed.base import RPath
+from quicbed.testbed.lifecycle import RPath
 from quicbed.testbed.local import LocalTestbed
 
 pytestmark = pytest.mark.built

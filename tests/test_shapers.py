@@ -214,7 +214,7 @@ def test_the_shaper_recipe_lists_exactly_what_the_class_requires() -> None:
     import re
     from pathlib import Path
 
-    from quicbed.shapers.base import Shaper
+    from quicbed.shapers.shaper import Shaper
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "extending.md").read_text()
     table = doc.split("## A shaper\n", 1)[1].split("\n## ", 1)[0]

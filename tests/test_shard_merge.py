@@ -120,7 +120,14 @@ def _stats(root: Path) -> dict[str, dict[str, tuple]]:
             cfg = make_cell(**store.cell_config(cid))
             comps = compare_cell(store, cid, att.attempt, cfg)
             out[cid] = {
-                p: (c.tcp.n, c.tcp.mean, c.quic.n, c.quic.mean, c.pct_diff, c.welch_p)
+                p: (
+                    c.reference.n,
+                    c.reference.mean,
+                    c.candidate.n,
+                    c.candidate.mean,
+                    c.pct_diff,
+                    c.welch_p,
+                )
                 for p, c in comps.items()
             }
         return out

@@ -16,11 +16,11 @@ from conftest import SharedLinks
 from quicbed import hostparam
 from quicbed.backends import LocalBackend, SshBackend
 from quicbed.errors import QuicbedError
-from quicbed.servers.base import ServeSpec
 from quicbed.servers.quic_go import QuicGoServer
+from quicbed.servers.webserver import ServeSpec
 from quicbed.settings import sockopts
 from quicbed.spec.arms import parse_cli, resolve
-from quicbed.testbed.base import RPath
+from quicbed.testbed.lifecycle import RPath
 
 
 def _arms(text: str, kind: str = "page") -> list:

@@ -26,7 +26,7 @@ from quicbed.run.cell import run_cell
 from quicbed.shapers import get_shaper
 from quicbed.shapers.dummynet import PIPES_FILE, DummynetShaper
 from quicbed.spec.cellconfig import make_cell
-from quicbed.testbed.base import RPath
+from quicbed.testbed.lifecycle import RPath
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.ssh import SshTestbed
 from quicbed.testbed.sshlab import CONTROL_NETS, SshLab, control_bridge

@@ -15,7 +15,7 @@ import pytest
 from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.servers import get_stack, stacks
-from quicbed.servers.base import WebServer
+from quicbed.servers.webserver import WebServer
 from quicbed.spec.arms import ArmSettings, arm_colour, builtin_arms, param_model, parse_cli, resolve
 from quicbed.spec.bulkobjects import object_path
 from quicbed.spec.cellconfig import Transfer, make_cell

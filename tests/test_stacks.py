@@ -15,12 +15,12 @@ from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
-from quicbed.servers.base import WebServer
+from quicbed.servers.webserver import WebServer
 from quicbed.spec.arms import ArmSettings, parse_cli, resolve
 from quicbed.spec.cellconfig import make_cell
 from quicbed.tcpinfo import ss_congestion
 from quicbed.testbed.local import LocalTestbed
-from quicbed.traces.base import read_samples
+from quicbed.traces.tracer import read_samples
 
 COND = make_condition(rate_mbit=50, rtt_ms=20)
 
@@ -61,9 +61,9 @@ def test_quic_go_loss_detection_is_its_own_setting() -> None:
     """quic-go's loss_detection (the same key as Envoy's, with quic-go's own values):
     adaptive or rfc9002, on any CC, passed to the server and checked against what its
     log reads back from quic-go; anything else refused naming quic-go's values."""
-    from quicbed.servers.base import ServeSpec
     from quicbed.servers.quic_go import QuicGoServer
-    from quicbed.testbed.base import RPath
+    from quicbed.servers.webserver import ServeSpec
+    from quicbed.testbed.lifecycle import RPath
 
     names, settings = parse_cli("h3:cc=reno:loss_detection=rfc9002,h3-a:stack=quic-go")
     arm, plain = resolve(names, settings, "cubic")

@@ -10,7 +10,7 @@ import pytest
 from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
-from quicbed.servers.base import WebServer
+from quicbed.servers.webserver import WebServer
 from quicbed.settings import tcpopts
 from quicbed.spec.arms import parse_cli
 from quicbed.spec.cellconfig import make_cell

@@ -13,12 +13,12 @@ from conftest import SharedLinks
 
 from quicbed.errors import QuicbedError
 from quicbed.run.bulk import client_transport_argv
-from quicbed.servers.base import ServeSpec
 from quicbed.servers.gquiche import transport_parameters
 from quicbed.servers.quic_go import QuicGoServer
+from quicbed.servers.webserver import ServeSpec
 from quicbed.settings import tparams
 from quicbed.spec.arms import parse_cli, resolve
-from quicbed.testbed.base import RPath
+from quicbed.testbed.lifecycle import RPath
 
 
 def arm(text: str, kind: str = "bulk") -> dict[str, object]:

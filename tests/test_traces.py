@@ -19,13 +19,13 @@ from quicbed.model.link import make_condition
 from quicbed.paths import sha256_file
 from quicbed.results.store import Store
 from quicbed.spec.cellconfig import make_cell
-from quicbed.testbed.base import ROLES
+from quicbed.testbed.lifecycle import ROLES
 from quicbed.testbed.ssh import Node, SshTestbed
 from quicbed.traces import tcp
-from quicbed.traces.base import TraceContext, read_samples
 from quicbed.traces.facts import KEYS, derive
 from quicbed.traces.qlog import qlog_samples, validate_qlog, wall_clock_s
 from quicbed.traces.tcp import TcpTracer, client_ports_in, parse_probe_lines, tracefs_problem
+from quicbed.traces.tracer import TraceContext, read_samples
 
 SERVER = "10.10.1.1"
 

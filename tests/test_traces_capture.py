@@ -27,8 +27,8 @@ from quicbed.package.verify import verify
 from quicbed.results.rows import RunRow
 from quicbed.run.cell import CellResult
 from quicbed.testbed.local import LocalTestbed
-from quicbed.traces.base import TraceContext, TraceSet
 from quicbed.traces.capture import CaptureTracer, _cut, complete_netlog
+from quicbed.traces.tracer import TraceContext, TraceSet
 
 pytestmark = pytest.mark.root
 

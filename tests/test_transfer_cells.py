@@ -268,7 +268,7 @@ def test_compete_summary_from_its_repetitions() -> None:
     assert h3.per_flow_mbit_mean == pytest.approx(6.0667, rel=1e-3)
     assert 0.8 < r.jain_mean < 1.0 and r.jain_sd is not None
     c = r.comparisons["h2/h3"]["per_flow_bps"]
-    assert c["tcp"]["n"] == c["quic"]["n"] == 3 and c["p"] < 0.01
+    assert c["reference"]["n"] == c["candidate"]["n"] == 3 and c["p"] < 0.01
 
 
 def _store_cell(
@@ -361,7 +361,7 @@ def test_a_specs_pairs_compare_two_settings_of_one_protocol(tmp_path: Path) -> N
     both = bulk_summary(rec, extra_pairs=[("h3", "h3-quiche"), ("h3", "h3-n2")])
     assert set(both.comparisons) == {"h2/h3", "h2/h3-quiche", "h3/h3-quiche"}
     c = both.comparisons["h3/h3-quiche"]["goodput_bps"]
-    assert c["tcp"]["arm"] == "h3" and c["quic"]["arm"] == "h3-quiche" and c["p"] < 0.01
+    assert c["reference"]["arm"] == "h3" and c["candidate"]["arm"] == "h3-quiche" and c["p"] < 0.01
     # the report: one row per arm and comparison, the spec's pair among them
     root = tmp_path / "res"
     cfg = make_cell(

@@ -38,7 +38,7 @@ def compare_cell(
             planned=cfg.runs,
             alpha=alpha,
             test=test,
-            tcp_arm=a,
-            quic_arm=b,
+            reference_arm=a,
+            candidate_arm=b,
         )
     return out

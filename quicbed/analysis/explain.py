@@ -5,7 +5,7 @@ difference between the arms comes from.
 does), its latest finished attempt and one measured, valid load per arm: by default
 the load whose PLT is closest to its arm's median (a typical load, not a lucky one),
 with ``--rep N`` load N of both arms. From the load's transport samples
-(``transport.csv.gz``, quicbed.traces.base), its HAR and its derived facts it draws
+(``transport.csv.gz``, quicbed.traces.tracer), its HAR and its derived facts it draws
 one figure (PNG and SVG), with time in ms since the page load began (the HAR's t=0):
 
 - events: the connection's handshake, each request sent and its first response byte,
@@ -17,7 +17,7 @@ one figure (PNG and SVG), with time in ms since the page load began (the HAR's t
 h2 (TCP) is blue, h3 (QUIC) red, as in the heatmaps. Beside the figure go
 ``summary.txt`` (plain text), ``explain.json`` (every number) and ``transport.csv``
 (the chosen loads' samples: ``arm``, ``rep``, ``t_page_ms``, then the columns of
-:data:`quicbed.traces.base.SAMPLE_COLUMNS`; docs/explain.md), and ``index.html``,
+:data:`quicbed.traces.tracer.SAMPLE_COLUMNS`; docs/explain.md), and ``index.html``,
 the page the report links each traced cell to.
 
 **The components of a PLT** (per arm, ms; they are indicative: the browser's own
@@ -64,7 +64,7 @@ from quicbed.figsave import save_figure
 from quicbed.results.rows import AttemptRow, RunRow
 from quicbed.results.store import Store
 from quicbed.spec.arms import arm_colour
-from quicbed.traces.base import SAMPLE_COLUMNS, read_samples
+from quicbed.traces.tracer import SAMPLE_COLUMNS, read_samples
 
 ARMS = ("h2", "h3")
 COMPONENTS = ("handshake", "first_byte", "ramp_up", "loss_recovery", "full_rate")
@@ -709,7 +709,7 @@ def draw(loads: dict[str, ArmLoad], title: str) -> Any:
     return fig
 
 
-#: how the window panel marks a sample's congestion phase (quicbed.traces.base.PHASES)
+#: how the window panel marks a sample's congestion phase (quicbed.traces.tracer.PHASES)
 PHASE_MARKS = {
     "slow_start": ("#1b9e77", "^"),
     "congestion_avoidance": ("#7f7f7f", "."),

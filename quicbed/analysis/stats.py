@@ -35,9 +35,9 @@ BOOTSTRAP_RESAMPLES = 5000
 
 
 class Comparison(BaseModel):
-    """A reference arm (``tcp``: h2 in the reference study) against a candidate
-    (``quic``) for one cell: every number the cell summary, table, heatmaps and verify
-    show of it, computed here only.
+    """A reference arm (h2 in the reference study) against a candidate for one cell:
+    every number the cell summary, table, heatmaps and verify show of it, computed here
+    only.
 
     ``p`` is the p-value of ``test`` (the spec's); ``testable`` is False when the
     samples are too small for that test to ever reach ``alpha`` (Mann-Whitney U with a
@@ -45,8 +45,8 @@ class Comparison(BaseModel):
     before any correction across cells (``adjust`` does that per heatmap).
     """
 
-    tcp: ArmSummary
-    quic: ArmSummary
+    reference: ArmSummary
+    candidate: ArmSummary
     enough: bool
     problem: str = ""
     pct_diff: float | None = None
@@ -85,14 +85,14 @@ def summarize(arm: str, values: Sequence[float]) -> ArmSummary:
 
 
 def compare(
-    tcp: Sequence[float],
-    quic: Sequence[float],
+    reference: Sequence[float],
+    candidate: Sequence[float],
     *,
     planned: int | tuple[int, int],
     alpha: float = DEFAULT_ALPHA,
     test: str = "welch",
-    tcp_arm: str = "h2",
-    quic_arm: str = "h3",
+    reference_arm: str = "h2",
+    candidate_arm: str = "h3",
 ) -> Comparison:
     """The comparison of two samples of one cell (the valid, non-warm-up PLTs of two
     arms). Fewer valid runs than ``min_valid(planned)`` in either arm: no number, a
@@ -101,7 +101,7 @@ def compare(
     cells (0-RTT against 1-RTT)."""
     if test not in TESTS:
         raise ValueError(f"unknown test {test!r} ({', '.join(TESTS)})")
-    t, q = summarize(tcp_arm, tcp), summarize(quic_arm, quic)
+    t, q = summarize(reference_arm, reference), summarize(candidate_arm, candidate)
     plan = planned if isinstance(planned, tuple) else (planned, planned)
     short = [(s, n) for s, n in zip((t, q), plan, strict=True) if s.n < min_valid(n)]
     if short:
@@ -114,8 +114,8 @@ def compare(
             )
         )
         return Comparison(
-            tcp=t,
-            quic=q,
+            reference=t,
+            candidate=q,
             enough=False,
             alpha=alpha,
             test=test,
@@ -126,8 +126,8 @@ def compare(
     if (t.sd or 0) == 0 and (q.sd or 0) == 0:
         welch = 0.0 if t.mean != q.mean else 1.0
     else:
-        welch = float(sps.ttest_ind(tcp, quic, equal_var=False).pvalue)
-    mw = float(sps.mannwhitneyu(tcp, quic, alternative="two-sided").pvalue)
+        welch = float(sps.ttest_ind(reference, candidate, equal_var=False).pvalue)
+    mw = float(sps.mannwhitneyu(reference, candidate, alternative="two-sided").pvalue)
     p = welch if test == "welch" else mw
     testable = smallest_p(test, t.n, q.n) < alpha
     warnings = []
@@ -141,10 +141,10 @@ def compare(
             f"too few runs to test: {test} with {t.n} and {q.n} runs can reach at "
             f"best p = {best:.3g}, not below alpha {alpha:g}"
         )
-    low, high = bootstrap_diff_ci(tcp, quic)
+    low, high = bootstrap_diff_ci(reference, candidate)
     return Comparison(
-        tcp=t,
-        quic=q,
+        reference=t,
+        candidate=q,
         enough=True,
         problem=problem,
         pct_diff=pct,
@@ -162,16 +162,20 @@ def compare(
 
 
 def bootstrap_diff_ci(
-    tcp: Sequence[float], quic: Sequence[float], *, n: int = BOOTSTRAP_RESAMPLES, seed: int = 1
+    reference: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    n: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 1,
 ) -> tuple[float, float]:
-    """95 % BCa bootstrap CI of mean(tcp) - mean(quic), in ms (scipy's, seeded so a
+    """95 % BCa bootstrap CI of mean(reference) - mean(candidate), in ms (scipy's, seeded so a
     report rebuilt from the same store gives the same interval). Samples resampled
     independently (``paired=False``), as the two arms' loads are."""
     import numpy as np
 
-    if len(tcp) < 2 or len(quic) < 2:
+    if len(reference) < 2 or len(candidate) < 2:
         raise ValueError("a bootstrap CI needs at least two values per sample")
-    t, q = np.asarray(tcp, float), np.asarray(quic, float)
+    t, q = np.asarray(reference, float), np.asarray(candidate, float)
     if np.ptp(t) == 0 and np.ptp(q) == 0:  # no spread: every resample is the same
         d = float(t[0] - q[0])
         return d, d

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from quicbed.analysis.cpu import summary as cpu_summary
+from quicbed.analysis.cpusummary import summary as cpu_summary
 from quicbed.analysis.stats import compare
 from quicbed.errors import QuicbedError
 from quicbed.results.netcounters import RoleCounters
@@ -102,8 +102,8 @@ def bulk_summary(
                 planned=r.reps,
                 alpha=alpha,
                 test=test,
-                tcp_arm=ref,
-                quic_arm=cand,
+                reference_arm=ref,
+                candidate_arm=cand,
             ).model_dump()
         comparisons[f"{ref}/{cand}"] = cmp
     return r.model_copy(update={"summary": summary, "comparisons": comparisons})
@@ -168,8 +168,8 @@ def compete_summary(
                 planned=len([x for x in r.runs if not x.replacement]),
                 alpha=alpha,
                 test=test,
-                tcp_arm=ref,
-                quic_arm=cand,
+                reference_arm=ref,
+                candidate_arm=cand,
             ).model_dump()
         }
     return r.model_copy(

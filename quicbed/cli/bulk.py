@@ -28,7 +28,7 @@ from quicbed.model.link import RECEIPT_TCP_SECONDS, LinkCondition
 from quicbed.profile import check_profile
 from quicbed.shapers import help_text as shaper_help
 from quicbed.spec.cellconfig import CellConfig, make_cell
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 from quicbed.traces import check_level
 
 if TYPE_CHECKING:  # the runner loads when a command runs, not when the CLI starts

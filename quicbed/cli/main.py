@@ -68,7 +68,7 @@ from quicbed.run.console import (
     progress,
     warn,
 )
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -504,7 +504,7 @@ def run_spec(
         for h in hosts or [None]:  # type: ignore[list-item]  # None: the local testbed
             beds.append(tb.open("quicbed run", kind=spec.testbed, hosts=h))
             get_shaper(spec.shaper, beds[-1])
-            beds[-1].cpu.check()  # CPU per role (quicbed.roles.cpu)
+            beds[-1].cpu.check()  # CPU per role (quicbed.roles.cpuaccounting)
             check_browsers([pc.config for pc in todo], beds[-1])
     except BaseException:
         for bed in beds:

@@ -22,7 +22,7 @@ import typer
 
 from quicbed.backends import DEFAULT_KIND, backends, get_backend, hosts_kind, kinds_help
 from quicbed.client import browsers
-from quicbed.client.base import DEFAULT
+from quicbed.client.browser import DEFAULT
 from quicbed.errors import QuicbedError
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.model.link import (
@@ -34,7 +34,7 @@ from quicbed.model.link import (
 from quicbed.servers import stacks
 from quicbed.shapers import help_text as shaper_help
 from quicbed.spec.cellconfig import UNLIMITED, CellConfig, cell_default, make_cell, parse_rate
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,7 +133,7 @@ class TestbedOptions:
         """The testbed the options name (``kind`` and ``hosts`` override them, as a
         sweep's spec and each of its --hosts do); every inconsistency is an error
         naming the option."""
-        from quicbed.roles.cpu import parse_placement
+        from quicbed.roles.cpuaccounting import parse_placement
 
         parse_placement(self.placement)  # refused by name before any host is asked
         tb = self._open(what, kind or self.kind, hosts or self.one_host())
@@ -148,7 +148,7 @@ class TestbedOptions:
     def _open(self, what: str, kind: str, hosts: str | None) -> Testbed:
         """The kind's testbed class opens it (``Testbed.from_options``), once the options
         that go with another kind are refused and root is asked for where it is needed."""
-        from quicbed.testbed.base import testbed_class
+        from quicbed.testbed.lifecycle import testbed_class
 
         cls = testbed_class(kind)
         if not cls.takes_hosts and (hosts or self.ssh_user or self.ssh_key):

@@ -1,6 +1,6 @@
 """The browsers under test, one module each, found by name; HARs and load verification.
 
-A browser is a :class:`~quicbed.client.base.Browser` subclass in a module of this
+A browser is a :class:`~quicbed.client.browser.Browser` subclass in a module of this
 package (``chromium``, ``chromium72``, ``firefox``): how it is installed, started,
 cleared between loads and stopped, which protocols and modes it can measure, and how
 figures name it. The spec asks :func:`get_browser` what a browser can do; the runner
@@ -17,7 +17,7 @@ from quicbed.errors import QuicbedError
 from quicbed.plugins import named_subclasses
 
 if TYPE_CHECKING:
-    from quicbed.client.base import Browser
+    from quicbed.client.browser import Browser
 
 #: modules of this package that hold no browser
 _NOT_BROWSERS = ("base", "har")
@@ -26,7 +26,7 @@ _NOT_BROWSERS = ("base", "har")
 @cache
 def browsers() -> dict[str, type[Browser]]:
     """Every browser of this package by its registry name."""
-    from quicbed.client.base import Browser
+    from quicbed.client.browser import Browser
 
     found: dict[str, type[Browser]] = named_subclasses(Browser, __name__, __path__, _NOT_BROWSERS)
     return found

@@ -28,11 +28,11 @@ import json
 import time
 from typing import Any
 
-from quicbed.client.base import Browser, BrowserSpec, seed_nss_db
+from quicbed.client.browser import Browser, BrowserSpec, seed_nss_db
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run, program_build
 from quicbed.settings import tparams
-from quicbed.testbed.base import RPath, Testbed
+from quicbed.testbed.lifecycle import RPath, Testbed
 
 CHROMIUM = "chromium"
 #: Chromium 72's headless shell as roles/chromium_client_gquic links it on PATH

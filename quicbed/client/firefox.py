@@ -34,11 +34,11 @@ import json
 import time
 from typing import Any
 
-from quicbed.client.base import Browser, BrowserSpec, seed_nss_db
+from quicbed.client.browser import Browser, BrowserSpec, seed_nss_db
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run
 from quicbed.settings import tparams
-from quicbed.testbed.base import RPath
+from quicbed.testbed.lifecycle import RPath
 
 FIREFOX = "firefox-esr"
 #: the Debian package quicbed's role installs (its version is in the software record)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 
 #: /proc/stat's cpu columns, in its order (Linux >= 2.6.33)
 FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")

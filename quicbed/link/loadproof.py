@@ -21,7 +21,7 @@ load alone*:
   time to steal is spoiled (the browser and servers lost it too). On the local
   testbed, where the three roles share the machine, also the *other work*: the host's
   busy time less what the load's own server, browser and emulator used (their
-  control groups, quicbed.run.cpu); a load beside which other work took more than
+  control groups, quicbed.run.loadcpu); a load beside which other work took more than
   :data:`OTHER_SPOILS_PCT` of the machine is spoiled too (a build, a second sweep, a
   hog: the emulator at SCHED_FIFO keeps its time, the browser and servers do not).
 
@@ -39,8 +39,8 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
 from quicbed.model.link import JitterKind, LinkCondition
-from quicbed.shapers.base import Shaper
-from quicbed.testbed.base import Testbed
+from quicbed.shapers.shaper import Shaper
+from quicbed.testbed.lifecycle import Testbed
 
 #: a load that lost more of the host's CPU time than this to steal is spoiled (%)
 STEAL_SPOILS_PCT = 10.0

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 
 IPERF_PORT = 5201
 _PING_RE = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 
 #: how long the probe keeps every core busy (s)
 PROBE_S = 2.0

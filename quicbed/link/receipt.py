@@ -39,8 +39,8 @@ from scipy.stats import binomtest
 from quicbed.link import hostcpu, power, probes
 from quicbed.link.loadproof import LoadWatch
 from quicbed.model.link import ETH_HEADER, RECEIPT_TCP_SECONDS, JitterKind, LinkCondition
-from quicbed.shapers.base import Shaper
-from quicbed.testbed.base import Testbed
+from quicbed.shapers.shaper import Shaper
+from quicbed.testbed.lifecycle import Testbed
 
 RECEIPT_FORMAT = 1
 T = TypeVar("T")

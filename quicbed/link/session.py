@@ -16,9 +16,9 @@ from quicbed.link.tuning import tune_hosts
 from quicbed.model.link import LinkCondition
 from quicbed.roles import offloads as nic
 from quicbed.shapers import get_shaper
-from quicbed.shapers.base import Shaper
+from quicbed.shapers.shaper import Shaper
 from quicbed.shapers.userspace import DEFAULT_EMULATOR_PRIORITY
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 from quicbed.testbed.owner import shielded
 
 

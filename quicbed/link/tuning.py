@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from quicbed.errors import QuicbedError
 from quicbed.model.link import LinkCondition
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 
 GLOBAL_KEYS = ("net.core.rmem_max", "net.core.wmem_max")
 GLOBAL_RECORDED = (*GLOBAL_KEYS, "net.ipv4.tcp_allowed_congestion_control")

@@ -1,6 +1,6 @@
 """A cell's CPU profile: perf attached to each arm's server and client, folded, drawn.
 
-Each arm's processes are found by their control groups (quicbed.roles.cpu): every
+Each arm's processes are found by their control groups (quicbed.roles.cpuaccounting): every
 process of the arm's server group and of its client group when the measured loads or
 a flow begin. ``perf record -e cpu-clock -g -p PIDS`` runs on the role's host, and
 follows what those processes fork later (perf's inherit: Chromium's renderers, a
@@ -24,8 +24,8 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT
 from quicbed.profile import EVENT, FREQUENCY_HZ
-from quicbed.roles.cpu import group_name
-from quicbed.testbed.base import Process, RPath, Testbed
+from quicbed.roles.cpuaccounting import group_name
+from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
 #: = roles/inferno/defaults/main.yml inferno_version (tests/test_profile_cpu.py checks)
 INFERNO_VERSION = "0.12.3"

@@ -31,8 +31,7 @@ from quicbed.analysis.stats import Comparison, adjust, compare
 from quicbed.backends import described
 from quicbed.errors import QuicbedError
 from quicbed.model.link import LinkCondition, parse_queue
-from quicbed.report import cpu as report_cpu
-from quicbed.report import lines
+from quicbed.report import cputable, lines
 from quicbed.report import profile as report_profile
 from quicbed.report import transfers as report_transfers
 from quicbed.report.cellrow import COLUMNS, CellRow, Compared, ModeCell
@@ -52,7 +51,7 @@ from quicbed.spec.significance import DEFAULT_ALPHA
 from quicbed.spec.sweepspec import SweepSpec, plan, stored_queue_warning
 
 if TYPE_CHECKING:
-    from quicbed.servers.base import WebServer
+    from quicbed.servers.webserver import WebServer
 
 #: the per-group counts (groups.csv): per scenario, pair and mode, how many cells have
 #: a number and how many are positive (the candidate faster), significantly or not
@@ -86,8 +85,8 @@ class Report:
     transfers: report_transfers.TransferSection = field(
         default_factory=report_transfers.TransferSection
     )
-    #: CPU per role, arm and cell (quicbed.report.cpu)
-    cpu: report_cpu.CpuSection = field(default_factory=report_cpu.CpuSection)
+    #: CPU per role, arm and cell (quicbed.report.cputable)
+    cpu: cputable.CpuSection = field(default_factory=cputable.CpuSection)
     #: CPU profiles: flame graphs and component shares (quicbed.report.profile)
     profile: report_profile.ProfileSection = field(default_factory=report_profile.ProfileSection)
     #: per client and QUIC transport parameter: what it advertised (transport_params.csv)
@@ -135,14 +134,14 @@ def comparison_columns(c: Comparison) -> dict[str, Any]:
     """The table's columns of one comparison (quicbed.analysis.stats.compare computed them all;
     ``p_adjusted`` and the final ``significant`` come per heatmap, in ``build``)."""
     out: dict[str, Any] = {}
-    for key, s in (("ref", c.tcp), ("cand", c.quic)):
+    for key, s in (("ref", c.reference), ("cand", c.candidate)):
         out.update(
             {f"n_{key}": s.n, f"mean_{key}": s.mean, f"sd_{key}": s.sd, f"median_{key}": s.median}
         )
     # PLTC (the beta study's metric): the change relative to the reference arm,
     # (mean ref - mean cand) / mean ref x 100; from compare()'s summaries, and only where
     # compare() gave its own difference (enough valid runs)
-    ref, cand = c.tcp.mean, c.quic.mean
+    ref, cand = c.reference.mean, c.candidate.mean
     pltc = None
     if c.pct_diff is not None and ref is not None and cand is not None and ref > 0:
         pltc = (ref - cand) / ref * 100
@@ -611,7 +610,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         speedup_against=stats_cfg.get("speedup_against"),
     )
     report.figures += [_figure(*d) for d in report.transfers.drawn]
-    report.cpu = report_cpu.build(root, out)
+    report.cpu = cputable.build(root, out)
     report.profile = report_profile.build(root, out)
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -731,7 +730,7 @@ def _pair_heatmap(
 
 def against_study(rows: list[CellRow]) -> list[str]:
     """Per QUIC arm of a heatmap's cells, how it differs from the reference study's QUIC
-    (each stack words its own; quicbed.servers.base.WebServer.against_study)."""
+    (each stack words its own; quicbed.servers.webserver.WebServer.against_study)."""
     notes: dict[str, str] = {}
     for r in rows:
         for name, a in (r.arms or {}).items():
@@ -813,8 +812,8 @@ def _mode_heatmaps(
                     planned=(one.runs, zero.runs),
                     alpha=alpha,
                     test=test,
-                    tcp_arm=f"{arm} 1-RTT",
-                    quic_arm=f"{arm} 0-RTT",
+                    reference_arm=f"{arm} 1-RTT",
+                    candidate_arm=f"{arm} 0-RTT",
                 )
                 failed = "failed" in (zero.status, one.status)
                 grp.append(

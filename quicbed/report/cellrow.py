@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from quicbed.results.rows import RunRow
 
 if TYPE_CHECKING:  # the report reads stored arms without importing the stacks' runners
-    from quicbed.servers.base import Arm
+    from quicbed.servers.webserver import Arm
 
 #: the columns of table.csv, in order
 COLUMNS = [

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quicbed.traces.base import LoadTrace, TraceSet, read_samples
 from quicbed.traces.facts import derive
+from quicbed.traces.tracer import LoadTrace, TraceSet, read_samples
 
 if TYPE_CHECKING:
     from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
@@ -120,7 +120,7 @@ def _flows(result: BulkResult | CompeteResult) -> list[tuple[int, FlowResult]]:
 
 def flow_conn(f: FlowResult, lt: LoadTrace, root: Path) -> str | None:
     """The connection in ``lt``'s rows that is flow ``f``'s, or None."""
-    from quicbed.servers.base import port_of
+    from quicbed.servers.webserver import port_of
 
     port = port_of(f.local_addr)
     if f.protocol == "h2":

@@ -33,7 +33,7 @@ from quicbed.paths import REPO_ROOT, Run, program_build
 from quicbed.roles import ROLES
 
 if TYPE_CHECKING:
-    from quicbed.testbed.base import Testbed
+    from quicbed.testbed.lifecycle import Testbed
 
 
 def _out(argv: list[str], timeout: float = 20) -> str | None:

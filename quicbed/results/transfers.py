@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from quicbed.model.link import LinkCondition
-from quicbed.results.cpu import CpuUse
+from quicbed.results.cpuuse import CpuUse
 from quicbed.results.linkload import cell_line, is_replacement, shortfall
 from quicbed.results.netcounters import RoleCounters
 

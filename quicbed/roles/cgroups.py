@@ -3,7 +3,7 @@
 quicbed puts each role's processes in a control group of their own (each arm's
 server, each arm's browser or bulk client, the link emulator), so that the CPU time
 a load or flow cost each of them is read from the kernel's counters of the group,
-children and exited processes included (quicbed.roles.cpu drives this from the
+children and exited processes included (quicbed.roles.cpuaccounting drives this from the
 controller). Two kinds, found on the host, never assumed:
 
 - ``cgroup1``: a cgroup v1 hierarchy with the ``cpuacct`` controller (Debian 12 and

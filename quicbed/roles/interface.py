@@ -12,7 +12,7 @@ role's machine, which is not the controller's for the ssh testbed. Local paths o
 the controller (the results folder) are :class:`pathlib.Path`.
 
 This module is the interface alone, without a testbed's life (up, down, owned, torn
-down: quicbed.testbed.base): the link's shapers (quicbed.shapers) act on the
+down: quicbed.testbed.lifecycle): the link's shapers (quicbed.shapers) act on the
 roles, and a testbed's teardown clears their shaping: the shapers sit between the two
 modules, and no import goes round in a circle.
 """
@@ -30,7 +30,7 @@ from quicbed import proc
 from quicbed.backends import Backend
 from quicbed.errors import QuicbedError
 from quicbed.roles import ROLES
-from quicbed.roles.cpu import CpuGroups
+from quicbed.roles.cpuaccounting import CpuGroups
 
 #: the experiment network's fixed addresses (also in profile.py, which cannot import us)
 SERVER_IP = "10.10.1.1"
@@ -83,7 +83,7 @@ class Roles(Backend):
 
     @cached_property
     def cpu(self) -> CpuGroups:
-        """The control groups that account CPU per role (quicbed.roles.cpu): every
+        """The control groups that account CPU per role (quicbed.roles.cpuaccounting): every
         ``spawn`` joins the one the runner made active for its role."""
         return CpuGroups(self)
 

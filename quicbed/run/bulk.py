@@ -72,20 +72,20 @@ from quicbed.results.transfers import (
     ideal_goodput_bps,
 )
 from quicbed.roles import offloads
-from quicbed.run.cpu import CpuMeter, joining, own_cpu_ms
+from quicbed.run.loadcpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
-from quicbed.servers.base import Arm, ServeSpec, WebServer, port_of
+from quicbed.servers.webserver import Arm, ServeSpec, WebServer, port_of
 from quicbed.settings import sockopts, tparams
 from quicbed.spec import bulkobjects
 from quicbed.spec.cellconfig import CellConfig
 from quicbed.tcpinfo import ss_connections
-from quicbed.testbed.base import Process, RPath, Testbed
+from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
 if TYPE_CHECKING:
     from quicbed.profile.session import CpuProfile
     from quicbed.results.flowtraces import FlowTracing
-    from quicbed.traces.base import TraceSet
+    from quicbed.traces.tracer import TraceSet
 
 CLIENT = "quicbed-bulk"
 #: the client's own CPU map beside this module: the HTTP/2 framing of its h2 flows, on
@@ -330,7 +330,7 @@ class _Rig:
     def evidence(self, arm: str) -> tuple[dict[str, Any], list[str]]:
         """The arm's server's facts since its mark (its log, its kernel: CC, parameters,
         TCP options from the handshakes) and why they do not show the arm's settings,
-        as every page load is judged (quicbed.servers.base.WebServer.evidence)."""
+        as every page load is judged (quicbed.servers.webserver.WebServer.evidence)."""
         srv = self.servers[arm]
         facts = srv.load_facts(srv.since_mark()) | srv.observe()
         return facts, srv.evidence(facts)

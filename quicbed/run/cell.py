@@ -23,7 +23,7 @@ from quicbed.analysis.cells import compare_cell
 from quicbed.analysis.stats import Comparison
 from quicbed.analysis.transfers import stored_transfer
 from quicbed.client import get_browser, har
-from quicbed.client.base import BrowserSpec
+from quicbed.client.browser import BrowserSpec
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
 from quicbed.link.hostpolicy import HostPolicy
@@ -42,24 +42,24 @@ from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
 from quicbed.results.transfers import BulkResult
 from quicbed.run.bulk import FlowJudge, run_transfer
-from quicbed.run.cpu import CpuMeter, joining, own_cpu_ms
+from quicbed.run.loadcpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
-from quicbed.servers.base import ServeSpec, WebServer
+from quicbed.servers.webserver import ServeSpec, WebServer
 from quicbed.shapers import get_shaper
 from quicbed.spec import workloads
 from quicbed.spec.cellconfig import CellConfig
-from quicbed.testbed.base import RPath, Testbed
+from quicbed.testbed.lifecycle import RPath, Testbed
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.owner import shielded
 from quicbed.traces import TraceContext, TraceSet, check_level, instruments
-from quicbed.traces.base import LoadTrace, write_gz
 from quicbed.traces.capture import complete_netlog
 from quicbed.traces.facts import derive
 from quicbed.traces.tcp import TRANSFER_BUFFER_KB
+from quicbed.traces.tracer import LoadTrace, write_gz
 
 if TYPE_CHECKING:
-    from quicbed.client.base import Browser
+    from quicbed.client.browser import Browser
     from quicbed.profile.session import CpuProfile
 
 #: (what, done, total): a load done of the cell's total; with total 0 a sentence to show
@@ -167,7 +167,7 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
 
     With ``testbed``, also whether the cell's shaper can run there (as ``link check``
     asks before it shapes), and whether its endpoints can account CPU per role
-    (quicbed.roles.cpu): a testbed that cannot is refused before a store or an
+    (quicbed.roles.cpuaccounting): a testbed that cannot is refused before a store or an
     attempt exists, instead of becoming a failed attempt.
     """
 

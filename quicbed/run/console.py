@@ -125,7 +125,7 @@ def print_cell(result: Any, cfg: Any) -> None:
         t.add_column(col)
     shown: set[str] = set()
     for c in result.comparisons.values():
-        for s in (c.tcp, c.quic):
+        for s in (c.reference, c.candidate):
             if s.arm not in shown:
                 shown.add(s.arm)
                 t.add_row(
@@ -203,7 +203,7 @@ def print_transfer(r: Any) -> None:
 
 def print_cpu(items: dict[str, list[Any]], per: str) -> None:
     """Per arm, each role's mean CPU time per load or flow and per MB it carried."""
-    from quicbed.analysis.cpu import summary  # scipy's start-up cost, as above
+    from quicbed.analysis.cpusummary import summary  # scipy's start-up cost, as above
 
     for arm, got in items.items():
         if not got:

@@ -11,7 +11,7 @@ from typing import Any
 from quicbed import procnet
 from quicbed.results.netcounters import RoleCounters, difference, parse
 from quicbed.roles import ROLES
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 
 
 class NetMeter:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from quicbed.errors import QuicbedError
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 
 T = TypeVar("T")
 

@@ -63,7 +63,7 @@ from quicbed.spec.sweepspec import (
     plan,
     plan_warnings,
 )
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 from quicbed.testbed.local import LocalTestbed
 
 #: a receipt's seconds beside its TCP (quicbed.link.receipt): pings, the delay and loss

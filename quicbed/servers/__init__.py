@@ -1,6 +1,6 @@
 """Server stacks under test, one module each, found by name.
 
-A stack is a :class:`~quicbed.servers.base.WebServer` subclass in a module of this
+A stack is a :class:`~quicbed.servers.webserver.WebServer` subclass in a module of this
 package: how to start its server, which congestion controls and parameters it
 takes, how to read a load's facts from its log and what a valid load must show.
 Adding a stack is adding one module; nothing else names stacks.
@@ -15,13 +15,13 @@ from quicbed.errors import QuicbedError
 from quicbed.plugins import named_subclasses
 
 if TYPE_CHECKING:
-    from quicbed.servers.base import WebServer
+    from quicbed.servers.webserver import WebServer
 
 
 @cache
 def stacks() -> dict[str, type[WebServer]]:
     """Every stack of this package by its registry name."""
-    from quicbed.servers.base import WebServer
+    from quicbed.servers.webserver import WebServer
 
     found: dict[str, type[WebServer]] = named_subclasses(WebServer, __name__, __path__, ("base",))
     return found

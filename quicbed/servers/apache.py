@@ -19,10 +19,10 @@ from pydantic import Field, field_validator
 from quicbed import hostparam
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run, sha256_of
-from quicbed.servers.base import Arm, Params, WebServer, cubic_beta_bound
+from quicbed.servers.webserver import Arm, Params, WebServer, cubic_beta_bound
 from quicbed.settings import tcpopts
 from quicbed.tcpinfo import ss_congestion
-from quicbed.testbed.base import RPath, Testbed
+from quicbed.testbed.lifecycle import RPath, Testbed
 
 CONF = "/etc/quicbed/apache/httpd.conf"
 APACHE = "/usr/sbin/apache2"

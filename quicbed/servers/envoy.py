@@ -53,11 +53,11 @@ from pydantic import Field, field_validator
 
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
-from quicbed.servers.base import Arm, Params
 from quicbed.servers.gquiche import GoogleQuicheServer
 from quicbed.servers.gquiche import load_facts as netlog_facts
+from quicbed.servers.webserver import Arm, Params
 from quicbed.settings import tparams
-from quicbed.testbed.base import RPath, Testbed
+from quicbed.testbed.lifecycle import RPath, Testbed
 
 #: roles/quic_server_envoy's ``quic_server_envoy_bin`` (a link to the pinned binary)
 ENVOY = RPath("/usr/local/bin/quicbed-envoy")

@@ -33,8 +33,8 @@ from pydantic import Field
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
 from quicbed.model.link import LinkCondition
-from quicbed.servers.base import Arm, Params
 from quicbed.servers.quic_go import OwnH3Server
+from quicbed.servers.webserver import Arm, Params
 
 #: the versions quic-go v0.10.2 and Chromium 72 both speak, default first
 VERSIONS = ("Q039", "Q043", "Q044")

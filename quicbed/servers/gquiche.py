@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from quicbed.errors import QuicbedError
-from quicbed.servers.base import Arm, WebServer
+from quicbed.servers.webserver import Arm, WebServer
 from quicbed.settings import tparams
-from quicbed.testbed.base import RPath, Testbed
+from quicbed.testbed.lifecycle import RPath, Testbed
 
 #: roles/quic_server_google's ``quic_server_google_bin`` (a link to the pinned build)
 QUIC_SERVER = RPath("/usr/local/bin/quic_server")

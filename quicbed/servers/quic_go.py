@@ -24,7 +24,7 @@ from pydantic import Field, field_validator
 
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
-from quicbed.servers.base import (
+from quicbed.servers.webserver import (
     Arm,
     FlowFacts,
     Params,
@@ -34,7 +34,7 @@ from quicbed.servers.base import (
     port_of,
 )
 from quicbed.settings import sockopts, tparams
-from quicbed.testbed.base import Testbed
+from quicbed.testbed.lifecycle import Testbed
 
 
 def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -31,8 +31,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from quicbed.errors import QuicbedError
-from quicbed.servers.base import Arm, FlowFacts, Params
 from quicbed.servers.quic_go import OwnH3Server
+from quicbed.servers.webserver import Arm, FlowFacts, Params
 from quicbed.settings import tparams
 
 #: quiche 0.30.0's names (src/recovery/mod.rs), default first; the binary refuses any

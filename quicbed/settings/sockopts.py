@@ -115,7 +115,7 @@ def refuse(arm: str, who: str, params: Mapping[str, Any], why: Mapping[str, str]
 
 class SocketKnobs(BaseModel):
     """The fields of the ``Params`` of a stack that can apply these knobs (a base of it,
-    beside quicbed.servers.base.Params): typed and bounded here, so every stack takes
+    beside quicbed.servers.webserver.Params): typed and bounded here, so every stack takes
     them alike; what a stack cannot do of them is its ``knob_refusals``."""
 
     udp_rcvbuf: int | None = Field(default=None, description="bytes (SO_RCVBUF; Linux doubles it)")

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.testbed.base import Process, RPath, Testbed
+from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
 #: the TCP options a TCP arm may set (the TCP stack's parameters of the same names), on
 #: both ends while its server runs

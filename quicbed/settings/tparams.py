@@ -131,7 +131,7 @@ def check_range(key: str, v: Any) -> None:
 
 class TransportParams(BaseModel):
     """The fields of every QUIC stack's ``Params`` (a base of it, beside
-    quicbed.servers.base.Params): both ends' keys, RFC 9000's ranges checked. Which of
+    quicbed.servers.webserver.Params): both ends' keys, RFC 9000's ranges checked. Which of
     them a stack can set is its own ``refuse``; which a client can, :func:`check_client`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -240,7 +240,7 @@ QUIC_GO_CONSTANTS = {
 }
 #: the client of each kind of transfer cell: quicbed-bulk, quic-go's client
 #: (go/cmd/quicbed-bulk). A page cell's client is its arm's browser, which says what it
-#: can advertise itself (quicbed.client.base.Browser.transport_support)
+#: can advertise itself (quicbed.client.browser.Browser.transport_support)
 CLIENTS: dict[str, ClientSupport] = {
     "bulk": ClientSupport(
         "quicbed-bulk (quic-go's client)",

@@ -1,6 +1,6 @@
 """Link shapers, one module each, found by name: the ways quicbed applies one link model.
 
-A shaper is a :class:`~quicbed.shapers.base.Shaper` subclass in a module of this package
+A shaper is a :class:`~quicbed.shapers.shaper.Shaper` subclass in a module of this package
 that names itself (``userspace``, ``netem``, ``dummynet``, ``none``) and says what it is
 (``summary``), where ``auto`` tries it (``auto_rank``) and where its shaping lives
 (``kernel_state``). The names a spec and ``--shaper`` take, their help and ``auto``'s
@@ -18,7 +18,7 @@ from quicbed.plugins import named_subclasses
 if TYPE_CHECKING:
     from quicbed.model.link import LinkCondition
     from quicbed.roles.interface import Roles
-    from quicbed.shapers.base import Shaper
+    from quicbed.shapers.shaper import Shaper
 
 #: the name that picks a shaper per testbed and link (get_shaper)
 AUTO = "auto"
@@ -27,7 +27,7 @@ AUTO = "auto"
 @cache
 def shapers() -> dict[str, type[Shaper]]:
     """Every shaper of this package by its name."""
-    from quicbed.shapers.base import Shaper
+    from quicbed.shapers.shaper import Shaper
 
     found: dict[str, type[Shaper]] = named_subclasses(Shaper, __name__, __path__, ("base",))
     return found

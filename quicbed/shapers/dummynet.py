@@ -10,7 +10,7 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.model.link import JitterKind, LinkCondition, Pipe
 from quicbed.roles.interface import Roles, RPath
-from quicbed.shapers.base import Shaper, no_ecn_marking
+from quicbed.shapers.shaper import Shaper, no_ecn_marking
 
 #: written on the bridge by the bridge_dummynet role: which Emulab pipe shapes which way
 PIPES_FILE = RPath("/var/db/quicbed/pipes.json")

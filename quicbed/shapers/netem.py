@@ -11,8 +11,8 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.model.link import ETH_HEADER, MAX_FRAME, JitterKind, LinkCondition, Pipe
 from quicbed.roles.interface import Roles
-from quicbed.shapers.base import EGRESS, Shaper, no_ecn_marking
 from quicbed.shapers.bridge import BRIDGE_DEV, bridge_state, bridge_up
+from quicbed.shapers.shaper import EGRESS, Shaper, no_ecn_marking
 
 
 class NetemShaper(Shaper):

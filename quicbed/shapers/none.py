@@ -8,8 +8,8 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.model.link import LinkCondition
 from quicbed.roles.interface import Roles
-from quicbed.shapers.base import Shaper
 from quicbed.shapers.bridge import BRIDGE_DEV, PORTS, bridge_state, bridge_up
+from quicbed.shapers.shaper import Shaper
 from quicbed.shapers.userspace import UserspaceShaper
 
 #: the qdiscs a port may have and still shape nothing: a veth's and a bridge's default

@@ -13,9 +13,9 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.model.link import LinkCondition
-from quicbed.roles.cpu import EMULATOR
+from quicbed.roles.cpuaccounting import EMULATOR
 from quicbed.roles.interface import Roles, RPath
-from quicbed.shapers.base import INGRESS, Shaper
+from quicbed.shapers.shaper import INGRESS, Shaper
 
 #: how the userspace emulator is scheduled: ``rt`` (SCHED_FIFO at RT_PRIORITY, every
 #: thread) or ``normal`` (the kernel's default policy). Measured here, both in one run
@@ -105,7 +105,7 @@ class UserspaceShaper(Shaper):
         for k in ("stats", "ready"):
             tb.remove("bridge", f[k])
         tb.write_text("bridge", f["config"], json.dumps(self.config(cond), indent=2))
-        with tb.cpu.joining("bridge", EMULATOR):  # its CPU per load (quicbed.roles.cpu)
+        with tb.cpu.joining("bridge", EMULATOR):  # its CPU per load (quicbed.roles.cpuaccounting)
             p = tb.spawn(
                 "bridge",
                 [

@@ -42,7 +42,7 @@ from quicbed.errors import QuicbedError, from_validation
 from quicbed.settings import sockopts, tparams
 
 if TYPE_CHECKING:
-    from quicbed.servers.base import Arm, Kind, WebServer
+    from quicbed.servers.webserver import Arm, Kind, WebServer
 
 #: arm settings that every stored cell and spec writes, set or not (format 1); every
 #: other parameter is left out of a dump while unset, so cells that do not use it keep
@@ -152,7 +152,7 @@ def resolve(
     which cells it can be measured in) and, in a page cell, given its browser (``browser``:
     the cell's, None: the stacks' choice); errors name the value."""
     from quicbed.servers import get_stack
-    from quicbed.servers.base import Arm
+    from quicbed.servers.webserver import Arm
 
     extra = sorted(set(settings) - set(names))
     if extra:
@@ -217,7 +217,7 @@ def resolve(
 def _browser_support(name: str | None) -> tparams.ClientSupport:
     """What a browser can be made to advertise (its own ``transport_support``)."""
     from quicbed.client import get_browser
-    from quicbed.client.base import DEFAULT
+    from quicbed.client.browser import DEFAULT
 
     cls = get_browser(name or DEFAULT)
     return cls.transport_support or tparams.ClientSupport(cls.label or cls.name, (), {})
@@ -233,8 +233,8 @@ def _with_browsers(
     (``browser``), else the one its cell's stacks need, else the default; refused, by
     name, where the browser cannot do what the arm's stack asks of it."""
     from quicbed.client import get_browser
-    from quicbed.client.base import DEFAULT
-    from quicbed.servers.base import WebServer
+    from quicbed.client.browser import DEFAULT
+    from quicbed.servers.webserver import WebServer
 
     named = {a.name: b for a in arms if (b := settings.get(a.name, ArmSettings()).browser)}
     # one browser per cell unless the spec names them: the one an arm's stack needs

@@ -30,7 +30,7 @@ from pydantic import (
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.model.link import LinkCondition
 from quicbed.roles.offloads import check_shaper, parse
-from quicbed.servers.base import Arm, Kind
+from quicbed.servers.webserver import Arm, Kind
 from quicbed.spec.arms import ArmSettings, resolve
 from quicbed.spec.bulkobjects import object_path, parse_size
 

@@ -31,7 +31,7 @@ from quicbed.model.link import (
     make_condition,
     parse_queue,
 )
-from quicbed.servers.base import Kind
+from quicbed.servers.webserver import Kind
 from quicbed.spec import workloads
 from quicbed.spec.arms import ArmSettings, own_pairs, pairs, parse_pairs
 from quicbed.spec.bulkobjects import object_path, parse_size

@@ -26,7 +26,7 @@ from typing import Any
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
-from quicbed.testbed.base import ROLES, RPath, check_role
+from quicbed.testbed.lifecycle import ROLES, RPath, check_role
 
 #: node names in profile.py's requests (its BridgedLink "link" names its bridge link_bridge)
 MANIFEST_NODES = {"server": ("server",), "client": ("client",), "bridge": ("link_bridge", "bridge")}

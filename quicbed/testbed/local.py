@@ -31,7 +31,7 @@ from quicbed import proc
 from quicbed.backends import LocalBackend
 from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT, bin_path
-from quicbed.testbed.base import (
+from quicbed.testbed.lifecycle import (
     CLIENT_IP,
     PREFIX_LEN,
     ROLES,
@@ -277,7 +277,7 @@ class LocalTestbed(LocalBackend, Testbed):
             removed.append(str(self.state_dir))
         removed += self._tracefs_leftovers()
         self._created = False
-        return removed + self.cpu.remove()  # the CPU groups (quicbed.roles.cpu)
+        return removed + self.cpu.remove()  # the CPU groups (quicbed.roles.cpuaccounting)
 
     def _tracefs_leftovers(self) -> list[str]:
         """The kernel trace instances of this prefix (quicbed-<prefix>, quicbed-<prefix>-*:
@@ -347,7 +347,7 @@ class LocalTestbed(LocalBackend, Testbed):
     ) -> LocalProcess:
         """Start a daemon on ``role``; ``ip netns exec`` execs, so the PID is the daemon's.
 
-        The cgroup join (quicbed.roles.cpu) goes in front of ``ip netns exec``, which
+        The cgroup join (quicbed.roles.cpuaccounting) goes in front of ``ip netns exec``, which
         mounts a sysfs of the namespace's own over /sys, without the cgroup hierarchies
         under it; it execs too, and the group is inherited across both."""
         path = Path(log) if log else None

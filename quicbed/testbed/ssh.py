@@ -31,8 +31,16 @@ from quicbed import proc
 from quicbed.backends import SshBackend
 from quicbed.errors import QuicbedError
 from quicbed.tarsafe import safe_extract
-from quicbed.testbed.base import CLIENT_IP, ROLES, SERVER_IP, Process, RPath, Testbed, check_role
 from quicbed.testbed.hosts import Node, read_nodes
+from quicbed.testbed.lifecycle import (
+    CLIENT_IP,
+    ROLES,
+    SERVER_IP,
+    Process,
+    RPath,
+    Testbed,
+    check_role,
+)
 
 CONNECT_TIMEOUT_S = 10
 
@@ -254,7 +262,7 @@ class SshTestbed(SshBackend, Testbed):
 
     def down(self) -> list[str]:
         """Stop every daemon quicbed started on the hosts; remove the work folders and
-        the CPU groups (quicbed.roles.cpu)."""
+        the CPU groups (quicbed.roles.cpuaccounting)."""
         removed: list[str] = []
         for role in ROLES:
             removed += self._stop_recorded(role)
@@ -354,7 +362,7 @@ class SshTestbed(SshBackend, Testbed):
     ) -> SshProcess:
         """nohup'd on the host with its output in ``log``; its PID recorded for ``down``
         under the program's own name (the cgroup join in front of it execs it:
-        quicbed.roles.cpu)."""
+        quicbed.roles.cpuaccounting)."""
         joined = self.cpu.wrap(role, argv)
         cmd = shlex.join(["env", *(f"{k}={v}" for k, v in (env or {}).items()), *joined])
         out = shlex.quote(str(log)) if log else "/dev/null"

@@ -16,7 +16,7 @@ throwaway client key and host key live in the testbed's state folder and go with
 Each sshd runs in its namespace's mount namespace (``ip netns exec`` mounts a sysfs of
 the network namespace's own over /sys), where the host's cgroup hierarchies are not
 mounted; a testbed node has them, and quicbed accounts CPU per role in them
-(quicbed.roles.cpu). So the sshd mounts them again first (:func:`cgroup_mounts`):
+(quicbed.roles.cpuaccounting). So the sshd mounts them again first (:func:`cgroup_mounts`):
 the same hierarchies, the same groups, seen from the "host".
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from quicbed import proc
 from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT
-from quicbed.testbed.base import RPath
+from quicbed.testbed.lifecycle import RPath
 from quicbed.testbed.local import LocalTestbed
 
 #: the control networks a lab may take, in order (never the experiment's 10.10.1.0/24)

@@ -1,11 +1,11 @@
 """Per-load transport traces: qlog, TCP sender state, packet captures, TLS keys.
 
-Levels, layout and the common sample shape are in :mod:`quicbed.traces.base`.
+Levels, layout and the common sample shape are in :mod:`quicbed.traces.tracer`.
 """
 
 from __future__ import annotations
 
-from quicbed.traces.base import LEVELS, TraceContext, Tracer, TraceSet, check_level
+from quicbed.traces.tracer import LEVELS, TraceContext, Tracer, TraceSet, check_level
 
 __all__ = ["LEVELS", "TraceContext", "TraceSet", "Tracer", "check_level", "instruments"]
 

@@ -20,7 +20,7 @@ Who wants headers only (a long sweep, TCP dynamics without HTTP frames) passes
 snaplen in its own file header (``capinfos -l`` shows it).
 
 **Size cap.** A capture may hold at most :data:`CAP_BYTES` (48 MiB, leaving room in
-the load's :data:`~quicbed.traces.base.MAX_LOAD_BYTES` for the rest): tcpdump is given
+the load's :data:`~quicbed.traces.tracer.MAX_LOAD_BYTES` for the rest): tcpdump is given
 a packet count (``-c``) of the cap over the largest frame (MTU 1500 + Ethernet 14 +
 pcap record 16), so the file cannot grow past the cap during a load; a capture that
 reached it ends early and the load's notes say so ("capture cut at ... packets"),
@@ -44,8 +44,8 @@ import time
 from dataclasses import dataclass
 
 from quicbed.errors import QuicbedError
-from quicbed.testbed.base import Process, RPath, Testbed
-from quicbed.traces.base import LoadTrace, TraceContext, Tracer, write_gz
+from quicbed.testbed.lifecycle import Process, RPath, Testbed
+from quicbed.traces.tracer import LoadTrace, TraceContext, Tracer, write_gz
 
 #: bytes of each packet kept: whole packets (decryption needs them; module docstring)
 SNAPLEN = 65535

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.testbed.base import RPath
-from quicbed.traces.base import PHASES, LoadTrace, TraceContext, Tracer, write_gz
+from quicbed.testbed.lifecycle import RPath
+from quicbed.traces.tracer import PHASES, LoadTrace, TraceContext, Tracer, write_gz
 
 RS = b"\x1e"
 #: packet types -> packet number space (0-RTT and 1-RTT share the application space)

@@ -44,7 +44,7 @@ from typing import Any
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
-from quicbed.traces.base import LoadTrace, TraceContext, Tracer, write_gz
+from quicbed.traces.tracer import LoadTrace, TraceContext, Tracer, write_gz
 
 #: where tracefs is mounted (module level so a test can point it at a path that fails)
 TRACEFS = Path("/sys/kernel/tracing")

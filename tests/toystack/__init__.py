@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from quicbed.servers.base import Params, WebServer
+from quicbed.servers.webserver import Params, WebServer
 
 
 class ToyParams(Params):

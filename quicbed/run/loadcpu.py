@@ -1,10 +1,10 @@
 """CPU per role around one load or flow: two readings of the arm's groups, their difference.
 
-The groups are the testbed's (quicbed.roles.cpu): the runner starts each arm's
+The groups are the testbed's (quicbed.roles.cpuaccounting): the runner starts each arm's
 server and browser or bulk client inside :func:`joining`, the userspace shaper its
 emulator in the bridge's group; a load's or flow's figure is what the groups' counters
 grew by between :meth:`CpuMeter.begin` and :meth:`CpuMeter.end`, stored as a
-quicbed.results.cpu.CpuUse with the load or flow.
+quicbed.results.cpuuse.CpuUse with the load or flow.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from quicbed.results.cpu import CpuTime, CpuUse
-from quicbed.roles.cpu import EMULATOR, Reading, group_name
-from quicbed.testbed.base import Testbed
+from quicbed.results.cpuuse import CpuTime, CpuUse
+from quicbed.roles.cpuaccounting import EMULATOR, Reading, group_name
+from quicbed.testbed.lifecycle import Testbed
 
 
 def groups_of(arm: str) -> dict[str, str]:

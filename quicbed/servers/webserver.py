@@ -31,7 +31,7 @@ from quicbed.paths import Run, program_build
 from quicbed.profile.components import own_map
 from quicbed.settings import sockopts, tparams
 from quicbed.settings.tcpopts import OPTIONS as TCP_OPTIONS
-from quicbed.testbed.base import Process, RPath, Testbed
+from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
 #: what a cell measures: page loads in the browser, or transfers by quicbed-bulk
 #: (quicbed.run.bulk): ``bulk`` one flow at a time per arm, ``compete`` flows of several
@@ -183,7 +183,7 @@ class WebServer(ABC):
     client: str = "chromium"
     #: True: its QUIC server sends NEW_TOKEN frames (RFC 9000, 8.1.3) after the handshake
     #: (quic-go does, quiche never does): some browsers keep a session ticket, and so can
-    #: resume and send 0-RTT, only after one (quicbed.client.base.Browser.needs_new_token)
+    #: resume and send 0-RTT, only after one (quicbed.client.browser.Browser.needs_new_token)
     new_token: ClassVar[bool] = True
     #: the TLS version a cell's TCP arm speaks beside an arm of this stack, unless the
     #: TCP arm sets ``tls`` itself (None: the TCP stack's own default)

@@ -3,10 +3,10 @@
 A load (RunRow.detail["cpu"]), a bulk flow (FlowResult.cpu) and a compete repetition
 (CompeteRun.cpu, per arm) each keep a :class:`CpuUse`: the CPU time the arm's server,
 the arm's browser or bulk client and the link emulator spent over it, each read from
-its own control group (quicbed.roles.cpu), user and system apart, in milliseconds.
+its own control group (quicbed.roles.cpuaccounting), user and system apart, in milliseconds.
 A role without a figure says why (a kernel shaper has no process on the bridge; a
 host without accounting). Summaries are computed from the records when read, never
-stored beside them (quicbed.analysis.cpu).
+stored beside them (quicbed.analysis.cpusummary).
 """
 
 from __future__ import annotations

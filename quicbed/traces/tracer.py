@@ -62,7 +62,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.paths import sha256_file
-from quicbed.testbed.base import RPath, Testbed
+from quicbed.testbed.lifecycle import RPath, Testbed
 
 LEVELS = ("none", "light", "full")
 SAMPLE_COLUMNS = (

@@ -1,5 +1,5 @@
 """CPU per role summarised over loads or flows: what the report, the console and the
-transfer summaries show of the CpuUse every load and flow stored (quicbed.results.cpu).
+transfer summaries show of the CpuUse every load and flow stored (quicbed.results.cpuuse).
 
 Computed from the records when read, never stored beside them: CPU ms per load and
 per MB the load or flow carried, per arm.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from quicbed.results.cpu import CpuUse
+from quicbed.results.cpuuse import CpuUse
 from quicbed.roles import ROLES
 
 

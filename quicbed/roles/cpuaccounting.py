@@ -176,7 +176,7 @@ class CpuGroups:
 
     # --- placement ----------------------------------------------------------------------
     def place(self, placement: str) -> None:
-        """Pin each role's groups to CPUs (``--placement``: quicbed.roles.cpu's
+        """Pin each role's groups to CPUs (``--placement``: quicbed.roles.cpuaccounting's
         parse_placement); groups already made are moved at once (their processes with
         them), roles no longer named go back to every CPU."""
         self._placement = parse_placement(placement)

@@ -32,7 +32,7 @@ from quicbed.errors import QuicbedError
 from quicbed.paths import Run
 from quicbed.profile.components import own_map
 from quicbed.settings import tparams
-from quicbed.testbed.base import Process, RPath, Testbed
+from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
 #: the browser of a page cell whose settings and stacks name none
 DEFAULT = "chromium"

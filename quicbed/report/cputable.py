@@ -1,6 +1,6 @@
 """The report's CPU per role: per cell, arm and role, CPU ms per load and per MB.
 
-Computed from the records every load and flow stored (quicbed.results.cpu), for each
+Computed from the records every load and flow stored (quicbed.results.cpuuse), for each
 cell's latest attempt as the rest of the report: a page cell's measured valid loads,
 a bulk cell's verified flows, a compete cell's repetitions (per arm, its flows'
 bytes together). ``cpu.csv`` has one row per cell, arm and role.
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed.analysis.cpu import summary
+from quicbed.analysis.cpusummary import summary
 from quicbed.analysis.transfers import counter_totals, stored_transfer
-from quicbed.results.cpu import ROLE_MEANS, CpuUse, load_cpu
+from quicbed.results.cpuuse import ROLE_MEANS, CpuUse, load_cpu
 from quicbed.results.netcounters import RoleCounters
 from quicbed.results.store import Store
 from quicbed.results.transfers import BulkResult
