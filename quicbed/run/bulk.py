@@ -101,7 +101,7 @@ Progress = Callable[[str, int, int], None]
 #: a test's hook before a flow: arm, rep, the arms' servers (quicbed.run.cell's ``fault``)
 Fault = Callable[[str, int, dict[str, WebServer]], None]
 #: the client's flag for each transport parameter it advertises (an arm's ``client_``
-#: keys; quicbed.settings.tparams.CLIENTS says which it takes: quic-go's client has one
+#: keys; quicbed.client.transfer says which it takes: quic-go's client has one
 #: stream window for the three stream-data limits)
 CLIENT_FLAGS = {
     "initial_max_data": "-initial-max-data",

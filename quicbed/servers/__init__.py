@@ -23,7 +23,9 @@ def stacks() -> dict[str, type[WebServer]]:
     """Every stack of this package by its registry name."""
     from quicbed.servers.webserver import WebServer
 
-    found: dict[str, type[WebServer]] = named_subclasses(WebServer, __name__, __path__, ("base",))
+    found: dict[str, type[WebServer]] = named_subclasses(
+        WebServer, __name__, __path__, ("webserver",)
+    )
     return found
 
 

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
+from quicbed.client.transfer import QUIC_GO_CONSTANTS
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
 from quicbed.servers.webserver import (
@@ -202,7 +203,7 @@ class QuicGoServer(OwnH3Server):
     writes_qlog = True
     #: quic-go v0.65.0's constants (internal/protocol; connection.go builds its
     #: transport parameters from them)
-    transport_refusals = tparams.QUIC_GO_CONSTANTS
+    transport_refusals = QUIC_GO_CONSTANTS
     #: one stream receive window (quic.Config.InitialStreamReceiveWindow) for all three
     one_stream_window = True
     #: Go's TLS 1.3 cipher suites are fixed (crypto/tls: no Config.CipherSuites for 1.3):

@@ -10,7 +10,8 @@ initial values as the application reads, as quic-go and quiche do; false keeps t
 the initial values). The same keys with ``client_`` (``client_initial_max_data``) set
 what the arm's **client** advertises: the transfer client of bulk and compete cells
 (quicbed-bulk, quic-go's client) and, for page cells, the browser where a documented
-switch sets one (:data:`CLIENTS`). Unset: the stack's or client's own default, and left
+switch sets one (each declares what it takes: quicbed.client.transfer and the
+browsers' ``transport_support``). Unset: the stack's or client's own default, and left
 out of the cell's ID (every stored cell keeps its ID).
 
 Here: the RFC's ranges (:data:`PARAMS`, checked for every stack), :class:`TransportParams`
@@ -229,43 +230,13 @@ class ClientSupport:
     zero_is_default: tuple[str, ...] = ()
 
 
-#: what quic-go advertises whatever it is asked (internal/protocol's constants, which
-#: connection.go puts into its transport parameters), client and server alike
-QUIC_GO_CONSTANTS = {
-    "max_udp_payload_size": "advertises quic-go's constant MaxPacketBufferSize, 1452 bytes",
-    "max_ack_delay": "advertises quic-go's constant 26 ms (MaxAckDelay 25 ms + 1 ms "
-    "timer granularity)",
-    "ack_delay_exponent": "advertises quic-go's constant AckDelayExponent, 3",
-    "active_connection_id_limit": "advertises quic-go's constant MaxActiveConnectionIDs, 4",
-}
-#: the client of each kind of transfer cell: quicbed-bulk, quic-go's client
-#: (go/cmd/quicbed-bulk). A page cell's client is its arm's browser, which says what it
-#: can advertise itself (quicbed.client.browser.Browser.transport_support)
-CLIENTS: dict[str, ClientSupport] = {
-    "bulk": ClientSupport(
-        "quicbed-bulk (quic-go's client)",
-        (
-            "initial_max_data",
-            *STREAM_DATA,
-            "initial_max_streams_bidi",
-            "initial_max_streams_uni",
-            "max_idle_timeout",
-            AUTOTUNE,
-        ),
-        QUIC_GO_CONSTANTS,
-        one_stream_window=True,
-        zero_is_default=("initial_max_data", *STREAM_DATA, "max_idle_timeout"),
-    ),
-}
-CLIENTS["compete"] = CLIENTS["bulk"]
-
-
 #: every parameter a client could be asked to advertise
 CLIENT_KEYS = (*PARAMS, AUTOTUNE)
 
 
 def check_client(arm: str, client: ClientSupport, params: Mapping[str, Any]) -> None:
-    """Refuse a client key ``client`` (a transfer cell's, CLIENTS; a page cell's browser's)
+    """Refuse a client key ``client`` (a transfer cell's, quicbed.client.transfer; a page
+    cell's browser's)
     cannot advertise, naming it."""
     for key in set_keys(params):
         if not key.startswith(CLIENT):

@@ -29,7 +29,7 @@ def shapers() -> dict[str, type[Shaper]]:
     """Every shaper of this package by its name."""
     from quicbed.shapers.shaper import Shaper
 
-    found: dict[str, type[Shaper]] = named_subclasses(Shaper, __name__, __path__, ("base",))
+    found: dict[str, type[Shaper]] = named_subclasses(Shaper, __name__, __path__, ("shaper",))
     return found
 
 

@@ -38,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from quicbed.client.transfer import TRANSFER_CLIENTS
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.settings import sockopts, tparams
 
@@ -176,7 +177,7 @@ def resolve(
         params = stack.check_arm(name, cc, s.params())
         stack.check_kind(name, kind)
         if kind != "page":  # a page cell's client is its arm's browser, resolved below
-            tparams.check_client(name, tparams.CLIENTS[kind], params)
+            tparams.check_client(name, TRANSFER_CLIENTS[kind], params)
         sockopts.check_client(name, kind, params)  # which of its socket knobs it takes
         if stack.transport == "udp":
             port = next(quic_ports, None)
