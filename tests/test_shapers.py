@@ -206,25 +206,3 @@ def test_the_shapers_are_found_by_name_and_describe_themselves() -> None:
     assert "the first of dummynet, netem, userspace" in text
     with pytest.raises(QuicbedError, match="unknown shaper 'tc' \\(one of auto, dummynet"):
         get_shaper("tc", _EmulabBridge())  # type: ignore[arg-type]
-
-
-def test_the_shaper_recipe_lists_exactly_what_the_class_requires() -> None:
-    """docs/extending.md's table of a shaper's members: its required ones are the base
-    class's abstract methods and the attributes it declares without a value."""
-    import re
-    from pathlib import Path
-
-    from quicbed.shapers.shaper import Shaper
-
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "extending.md").read_text()
-    table = doc.split("## A shaper\n", 1)[1].split("\n## ", 1)[0]
-    required, listed = set(), set()
-    for row in re.findall(r"^\| (.+?) \| (yes|no) \|", table, re.M):
-        names = {n.split("(")[0] for n in re.findall(r"`([^`]+)`", row[0])}
-        listed |= names
-        if row[1] == "yes":
-            required |= names
-    declared = {n for n in Shaper.__annotations__ if not hasattr(Shaper, n)}
-    assert required == set(Shaper.__abstractmethods__) | declared
-    public = {n for n in vars(Shaper) if not n.startswith("_")} | set(Shaper.__annotations__)
-    assert listed == public
