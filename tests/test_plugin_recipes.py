@@ -1,15 +1,19 @@
-"""docs/extending.md's recipes proven end to end (issue 44): a stack and a shaper that
-exist only in this test, registered by being defined, measured in a real cell, stored,
-reported, recorded in provenance and packaged into a replication package that
-verifies, with no file of quicbed/ naming them."""
+"""docs/extending.md's recipes proven end to end (issue 44): a stack, a browser and a
+shaper that exist only in this test, registered by being defined, measured in a real
+cell, stored, reported, recorded in provenance and packaged into a replication package
+that verifies, with no file of quicbed/ naming them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
+from quicbed.client import browsers
+from quicbed.client.browser import Browser
+from quicbed.client.chromium import Chromium
 from quicbed.model.link import make_condition
 from quicbed.package.build import build_package
 from quicbed.package.verify import verify
@@ -25,13 +29,14 @@ from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.arms import param_model
 from quicbed.spec.cellconfig import make_cell
 
-STACK, ARM, SHAPER = "toy-go", "h3-toygo", "toy-em"
+STACK, ARM, SHAPER, BROWSER = "toy-go", "h3-toygo", "toy-em", "toy-chrome"
 
 
 def _forget() -> None:
     stacks.cache_clear()
     param_model.cache_clear()
     shapers.cache_clear()
+    browsers.cache_clear()
 
 
 def _unregister(base: type, name: str) -> None:
@@ -46,9 +51,11 @@ def _unregister(base: type, name: str) -> None:
 
 
 @pytest.fixture
-def toys() -> Iterator[None]:
-    """A stack that starts quic-go's server under a name of its own, and a shaper that
-    runs the userspace emulator under another: each one class, as the recipes say."""
+def toys() -> Iterator[list[str]]:
+    """A stack that starts quic-go's server under a name of its own, a browser that starts
+    Chromium under another, and a shaper that runs the userspace emulator under a third:
+    each one class, as the recipes say. Yields the arms the toy browser launched for."""
+    launched: list[str] = []
 
     class ToyGoServer(QuicGoServer):
         name = STACK
@@ -60,22 +67,33 @@ def toys() -> Iterator[None]:
         summary = "the userspace emulator under a test's name"
         auto_rank: int | None = None  # only when named
 
+    class ToyChromium(Chromium):
+        name = BROWSER
+        label = "Toy Chromium"
+        seen: ClassVar[list[str]] = launched
+
+        def launch(self) -> None:
+            self.seen.append(self.spec.arm)
+            super().launch()
+
     _forget()
     try:
         assert stacks()[STACK] is ToyGoServer and shapers()[SHAPER] is ToyShaper
-        yield
+        assert browsers()[BROWSER] is ToyChromium
+        yield launched
     finally:
         _unregister(WebServer, STACK)
         _unregister(Shaper, SHAPER)
+        _unregister(Browser, BROWSER)
         _forget()
-    assert STACK not in stacks() and SHAPER not in shapers()
+    assert STACK not in stacks() and SHAPER not in shapers() and BROWSER not in browsers()
 
 
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_a_toy_stack_and_shaper_go_from_a_cell_to_a_verified_package(
-    toys: None, prefix: str, tmp_path: Path
+def test_a_toy_stack_browser_and_shaper_go_from_a_cell_to_a_verified_package(
+    toys: list[str], prefix: str, tmp_path: Path
 ) -> None:
     cfg = make_cell(
         condition=make_condition(rate_mbit=10, rtt_ms=36),
@@ -84,10 +102,12 @@ def test_a_toy_stack_and_shaper_go_from_a_cell_to_a_verified_package(
         warmup=1,
         arms=["h2", ARM],
         shaper=SHAPER,
+        browser=BROWSER,
     )
     out = tmp_path / "res"
     r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2)
     assert r.status == "done", r.problem
+    assert sorted(set(toys)) == sorted(["h2", ARM])  # every arm's pages in the toy browser
     assert r.receipt is not None and r.receipt.shaper.get("shaper") == SHAPER
     store = Store.open_readonly(out)
     try:

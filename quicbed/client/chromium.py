@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from quicbed.client.browser import Browser, BrowserSpec, seed_nss_db
 from quicbed.errors import QuicbedError
@@ -71,60 +71,15 @@ QUIET = [
 QUIET72 = ["--headless", *QUIET[1:]]
 
 
-def check_spec(spec: BrowserSpec) -> None:
-    """Refuse a protocol/version combination a Chromium cannot honour, naming the value,
-    before anything starts (``Chromium.check`` and ``Chromium72.check``)."""
-    a = spec.arm
-    if spec.client not in (CHROMIUM, CHROMIUM72):
-        raise QuicbedError(
-            f"arm {a}: browser {spec.client!r} is not a Chromium (chromium or chromium72)"
-        )
-    if spec.protocol not in ("h2", "h3", "gquic"):
-        raise QuicbedError(f"arm {a}: unknown protocol {spec.protocol!r} (h2, h3 or gquic)")
-    if spec.client == "chromium72" and spec.protocol == "h3":
-        raise QuicbedError(
-            f"arm {a}: protocol 'h3' with client 'chromium72': Chromium 72 has "
-            f"no IETF QUIC v1 (it speaks gQUIC: protocol gquic)"
-        )
-    if spec.client == "chromium" and spec.protocol == "gquic":
-        raise QuicbedError(
-            f"arm {a}: protocol 'gquic' with client 'chromium': the current "
-            f"Chromium has no gQUIC (use client chromium72)"
-        )
-    if spec.protocol == "gquic":
-        if spec.quic_version is None:
-            raise QuicbedError(
-                f"arm {a}: protocol 'gquic' needs a quic_version ({', '.join(GQUIC_VERSIONS)})"
-            )
-        if spec.quic_version not in GQUIC_VERSIONS:
-            raise QuicbedError(
-                f"arm {a}: unknown quic_version {spec.quic_version!r} "
-                f"(Chromium 72's gQUIC: {', '.join(GQUIC_VERSIONS)})"
-            )
-    elif spec.quic_version is not None:
-        raise QuicbedError(
-            f"arm {a}: quic_version {spec.quic_version!r} is for protocol "
-            f"gquic, not {spec.protocol!r}"
-        )
-    if spec.quic_connection_options and (spec.protocol != "h3" or spec.client != "chromium"):
-        raise QuicbedError(
-            f"arm {a}: QUIC connection options {','.join(spec.quic_connection_options)} "
-            f"are sent by the current Chromium over h3 only (got {spec.client}, "
-            f"{spec.protocol})"
-        )
-    if spec.client == "chromium72":
-        if spec.ca_cert is None:
-            raise QuicbedError(
-                f"arm {a}: client 'chromium72' needs ca_cert (it trusts the test "
-                f"CA from its own NSS database; it ignores the SPKI pin for "
-                f"QUIC)"
-            )
-        if spec.net_log is not None:
-            raise QuicbedError(
-                f"arm {a}: net_log {str(spec.net_log)!r} with client "
-                f"'chromium72': Chromium 72's headless shell writes no "
-                f"NetLog"
-            )
+def chromium_of(spec: BrowserSpec) -> type[Chromium]:
+    """The Chromium variant ``spec.client`` names (a ``Chromium`` of the registry)."""
+    from quicbed.client import browsers  # the registry imports this module
+
+    found = browsers().get(spec.client)
+    if found is None or not issubclass(found, Chromium):
+        names = ", ".join(n for n, c in browsers().items() if issubclass(c, Chromium))
+        raise QuicbedError(f"arm {spec.arm}: browser {spec.client!r} is not a Chromium ({names})")
+    return found
 
 
 def quic_version_switch(version: str) -> str:
@@ -134,12 +89,13 @@ def quic_version_switch(version: str) -> str:
 
 
 def command_line(spec: BrowserSpec) -> list[str]:
-    """The full Chromium argv for one arm (stored with the results)."""
-    check_spec(spec)
-    old = spec.client == "chromium72"
+    """The full Chromium argv for one arm (stored with the results), refusing first what
+    the variant ``spec.client`` names cannot do."""
+    cls = chromium_of(spec)
+    cls.check(spec)
     argv = [
-        CHROMIUM72 if old else CHROMIUM,
-        *(QUIET72 if old else QUIET),
+        cls.program,
+        *cls.quiet,
         f"--user-data-dir={spec.user_data_dir}",
         "--remote-debugging-port=0",
         f"--host-resolver-rules=MAP {spec.host} {spec.server_ip}, MAP * ~NOTFOUND",
@@ -151,7 +107,7 @@ def command_line(spec: BrowserSpec) -> list[str]:
         if spec.quic_connection_options:
             argv.append(f"--quic-connection-options={','.join(spec.quic_connection_options)}")
     elif spec.protocol == "gquic":
-        assert spec.quic_version is not None  # check_spec
+        assert spec.quic_version is not None  # Chromium.check
         argv += [
             "--enable-quic",
             f"--origin-to-force-quic-on={spec.host}:{spec.port}",
@@ -218,6 +174,12 @@ class Chromium(Browser):
     net_log = True
     program = CHROMIUM
     role = "chromium_client"
+    #: the switches that keep it quiet on a closed network
+    quiet: ClassVar[tuple[str, ...]] = tuple(QUIET)
+    #: it sends QUIC connection options (``--quic-connection-options``) over h3
+    sends_connection_options: ClassVar[bool] = True
+    #: the page-load driver's flags for it (``client/load.js``)
+    driver_flags: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def software(cls, run: Run) -> dict[str, Any] | None:
@@ -228,7 +190,28 @@ class Chromium(Browser):
 
     @classmethod
     def check(cls, spec: BrowserSpec) -> None:
-        check_spec(spec)
+        """The browser's own refusals, then a gQUIC version it offers, and QUIC connection
+        options only where it sends them."""
+        super().check(spec)
+        a = spec.arm
+        if spec.protocol == "gquic":
+            if spec.quic_version is None:
+                raise QuicbedError(
+                    f"arm {a}: protocol 'gquic' needs a quic_version ({', '.join(GQUIC_VERSIONS)})"
+                )
+            if spec.quic_version not in GQUIC_VERSIONS:
+                raise QuicbedError(
+                    f"arm {a}: unknown quic_version {spec.quic_version!r} "
+                    f"({cls.label}'s gQUIC: {', '.join(GQUIC_VERSIONS)})"
+                )
+        if spec.quic_connection_options and (
+            spec.protocol != "h3" or not cls.sends_connection_options
+        ):
+            raise QuicbedError(
+                f"arm {a}: QUIC connection options {','.join(spec.quic_connection_options)} "
+                f"are sent by a Chromium that sends them, over h3 only (got {spec.client}, "
+                f"{spec.protocol})"
+            )
 
     def launch(self) -> None:
         """Start Chromium (returns at once; ``connect`` waits for it). Several browsers
@@ -237,7 +220,7 @@ class Chromium(Browser):
         argv = command_line(self.spec)  # refuses a bad spec before anything is made
         seed_profile(tb, self.spec.user_data_dir)
         env = None
-        if self.spec.client == CHROMIUM72:
+        if self.trusts_ca:  # by its own NSS database, under a throwaway HOME
             seed_nss_db(tb, self.spec, self.spec.nss_db, self.role)
             env = {"HOME": str(self.spec.home)}
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -260,9 +243,7 @@ class Chromium(Browser):
             time.sleep(0.02)
         port = int(text.split()[0])
         load_js = tb.repo_dir("client") / "client" / "load.js"
-        # chromium72 has no chrome.benchmarking: the driver falls back and says so per load
-        fallbacks = ["--fallbacks"] if self.spec.client == CHROMIUM72 else []
-        self._start_driver(["node", str(load_js), str(port), *fallbacks])
+        self._start_driver(["node", str(load_js), str(port), *self.driver_flags])
 
 
 class Chromium72(Chromium):
@@ -276,6 +257,10 @@ class Chromium72(Chromium):
     trusts_ca = True
     program = CHROMIUM72
     role = "chromium_client_gquic"
+    quiet = tuple(QUIET72)
+    sends_connection_options = False
+    #: it has no chrome.benchmarking: the driver falls back and says so per load
+    driver_flags = ("--fallbacks",)
 
     @classmethod
     def software(cls, run: Run) -> dict[str, Any] | None:
