@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -38,12 +38,13 @@ from pydantic import (
     model_validator,
 )
 
+from quicbed.client import get_browser
+from quicbed.client.browser import DEFAULT
 from quicbed.client.transfer import TRANSFER_CLIENTS
 from quicbed.errors import QuicbedError, from_validation
+from quicbed.servers import get_stack, stacks
+from quicbed.servers.webserver import Arm, Kind, WebServer
 from quicbed.settings import sockopts, tparams
-
-if TYPE_CHECKING:
-    from quicbed.servers.webserver import Arm, Kind, WebServer
 
 #: arm settings that every stored cell and spec writes, set or not (format 1); every
 #: other parameter is left out of a dump while unset, so cells that do not use it keep
@@ -55,19 +56,17 @@ QUIC_PORTS = (443, 4433, 4434, 4435, 4436, 4437)
 TCP_PORT = 443
 
 
-# The stacks are asked, not imported, at module level: reading a results folder
-# (verify, the report) reads arms' pairs and must not load the servers' runtime.
+# The stacks are asked through their registry, which imports their modules on its first
+# call: reading a results folder (verify, the report) loads no server's module.
 def builtin_arms() -> dict[str, str]:
     """Arm name -> stack, for arms a spec may name without saying their stack: each
     stack says which names mean it."""
-    from quicbed.servers import stacks
 
     return {arm: cls.name for cls in stacks().values() for arm in cls.arms}
 
 
 def arm_colour(name: str) -> str | None:
     """A built-in arm's colour in figures (its stack's); other arms take a cycle."""
-    from quicbed.servers import get_stack
 
     stack = builtin_arms().get(name)
     return get_stack(stack).colour if stack else None
@@ -78,7 +77,6 @@ def param_model() -> type[BaseModel]:
     """Every stack's parameters in one model, each typed as its stacks declare it: what
     a spec or ``--arms`` may set before the arm's own stack checks it (which stack an
     arm runs is only known once every setting is read)."""
-    from quicbed.servers import stacks
 
     fields: dict[str, Any] = {}
     owner: dict[str, str] = {}
@@ -152,8 +150,6 @@ def resolve(
     """The arms of a cell in order, each checked against its stack (what it takes and
     which cells it can be measured in) and, in a page cell, given its browser (``browser``:
     the cell's, None: the stacks' choice); errors name the value."""
-    from quicbed.servers import get_stack
-    from quicbed.servers.webserver import Arm
 
     extra = sorted(set(settings) - set(names))
     if extra:
@@ -217,8 +213,6 @@ def resolve(
 
 def _browser_support(name: str | None) -> tparams.ClientSupport:
     """What a browser can be made to advertise (its own ``transport_support``)."""
-    from quicbed.client import get_browser
-    from quicbed.client.browser import DEFAULT
 
     cls = get_browser(name or DEFAULT)
     return cls.transport_support or tparams.ClientSupport(cls.label or cls.name, (), {})
@@ -233,9 +227,6 @@ def _with_browsers(
     """Each arm of a page cell with its browser: its own setting, else the cell's
     (``browser``), else the one its cell's stacks need, else the default; refused, by
     name, where the browser cannot do what the arm's stack asks of it."""
-    from quicbed.client import get_browser
-    from quicbed.client.browser import DEFAULT
-    from quicbed.servers.webserver import WebServer
 
     named = {a.name: b for a in arms if (b := settings.get(a.name, ArmSettings()).browser)}
     # one browser per cell unless the spec names them: the one an arm's stack needs

@@ -27,10 +27,13 @@ from pydantic import (
     model_validator,
 )
 
+from quicbed.client import get_browser
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.model.link import LinkCondition
 from quicbed.roles.offloads import check_shaper, parse
+from quicbed.servers import get_stack, stacks
 from quicbed.servers.webserver import Arm, Kind
+from quicbed.shapers import check_condition, check_name
 from quicbed.spec.arms import ArmSettings, resolve
 from quicbed.spec.bulkobjects import object_path, parse_size
 
@@ -159,7 +162,6 @@ def _offloads(value: object) -> dict[str, str]:
 def shaper_field(v: str) -> str:
     """A shaper's name as a cell's or a spec's field takes it: known by name here
     (quicbed.shapers); whether it can run on a testbed is cell.validate's question."""
-    from quicbed.shapers import check_name
 
     try:
         return check_name(v)
@@ -201,7 +203,6 @@ class CellConfig(BaseModel):
     @field_validator("browser")
     @classmethod
     def _browser(cls, v: str | None) -> str | None:
-        from quicbed.client import get_browser
 
         if v is not None:
             try:
@@ -241,7 +242,6 @@ class CellConfig(BaseModel):
     def _resolve(self) -> CellConfig:
         """Every arm's stack, CC and parameters, and the condition against a named shaper,
         checked now: nothing starts otherwise."""
-        from quicbed.shapers import check_condition
 
         try:
             arms = self.resolved_arms()
@@ -264,8 +264,6 @@ class CellConfig(BaseModel):
     def _check_modes(self, arms: list[Arm]) -> None:
         """Every arm's browser can measure the cell's mode (0-RTT or 1-RTT) against the
         arm's server."""
-        from quicbed.client import get_browser
-        from quicbed.servers import get_stack
 
         for a in arms:
             if a.browser is None:
@@ -338,12 +336,11 @@ class CellConfig(BaseModel):
     def tcp_cc(self) -> str:
         """The hosts' TCP congestion control: the TCP arm's, else the cell's CC where the
         kernel has it by that name, else cubic (a QUIC-only cell's iperf3 receipt)."""
-        from quicbed.servers.apache import TCP_CCS
-
         tcp = [a for a in self.resolved_arms() if a.transport == "tcp"]
         if tcp:
             return tcp[0].cc
-        return self.cc if self.cc in TCP_CCS else "cubic"
+        kernel = {cc for s in stacks().values() if s.transport == "tcp" for cc in s.ccs}
+        return self.cc if self.cc in kernel else "cubic"
 
     def cell_id(self) -> str:
         """12 hex digits of SHA-256 over the canonical JSON of the resolved configuration."""
