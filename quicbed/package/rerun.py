@@ -29,6 +29,10 @@ from quicbed.results.folder import (
 )
 from quicbed.results.store import Store
 
+# The spec, the analysis and the report are imported where used, not here: they bring in
+# the stacks' and browsers' modules, and this module is read by commands that must not
+# load the runner (tests/test_layering.py, test_verify_and_the_results_layout_...).
+
 MARK = "rerun-of.json"
 
 

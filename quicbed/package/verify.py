@@ -154,6 +154,8 @@ def verify(archive: Path) -> VerifyResult:
 
 
 def _recompute(res: VerifyResult, top: Path, again: Path) -> None:
+    # here, not at the top: the report reads arms through the stacks' registry, and
+    # importing verify must load none of the runner (tests/test_layering.py)
     from quicbed.report.build import build
     from quicbed.report.transfers import FILE as TRANSFERS
     from quicbed.results.export import export
