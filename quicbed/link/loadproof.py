@@ -33,7 +33,7 @@ per-frame clock: there the proof says so, and only the host's CPU is judged.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from quicbed.errors import QuicbedError
@@ -134,6 +134,20 @@ class Verdict:
         return bool(self.facts.get("host_spoiled"))
 
 
+@dataclass
+class _Findings:
+    """Why a load is spoiled, and whether the host is to blame: the link's judges and the
+    host's each add to them, and the blame decides whether the next load waits for a
+    quiet host (Verdict.host_spoiled)."""
+
+    reasons: list[str] = field(default_factory=list)
+    host_spoiled: bool = False
+
+    def add(self, reason: str, *, by_host: bool) -> None:
+        self.reasons.append(reason)
+        self.host_spoiled = self.host_spoiled or by_host
+
+
 def judge(
     cond: LinkCondition,
     before: dict[str, Any] | None,
@@ -144,60 +158,88 @@ def judge(
     """A load's verdict from the emulator's counters before and after it (None: a shaper
     without them) and the host's CPU shares over it."""
     facts: dict[str, Any] = {"late_tolerance_ms": tolerance_ms, "host": host}
-    reasons: list[str] = []
-    host_spoiled = False
+    found = _Findings()
     if before and after:
-        dirs = {}
-        for d in ("down", "up"):
-            b, a = before["directions"][d], after["directions"][d]
-            f = direction_facts(a, b)
-            f["rx_timestamps"] = bool(a.get("rx_timestamps"))
-            dirs[d] = f
-            late = f["late_max_ms"]
-            if late is not None and late > tolerance_ms:
-                host_spoiled = True
-                reasons.append(
-                    f"the link was {late:.1f} ms late during this load ({d}: its latest frame "
-                    f"left {late:.1f} ms after its time, p99 {f['late_p99_ms']:.1f} ms; "
-                    f"tolerance {tolerance_ms:g} ms)"
-                )
-            unasked = {k: f[k] for k in UNASKED_DROPS if f[k] > 0}
-            if unasked:
-                host_spoiled = True
-                reasons.append(
-                    f"the emulator lost {sum(unasked.values())} frame(s) the model did not drop "
-                    f"during this load ({d}: "
-                    + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in unasked.items())
-                    + ")"
-                )
-            if f["reordered"] > 0 and cond.jitter_kind in (JitterKind.none, JitterKind.smooth):
-                reasons.append(
-                    f"the link reordered {f['reordered']} frame(s) during this load ({d}) "
-                    f"where its jitter ({cond.jitter_kind.value}) reorders none"
-                )
-        facts["directions"] = dirs
+        facts["directions"] = _judge_link(cond, before, after, tolerance_ms, found)
         facts["source"] = "the link emulator's counters around the load"
         if "late_hist" not in after["directions"]["down"]:
             facts["source"] = "the link emulator predates per-load lateness (make setup)"
     else:
         facts["source"] = "none: this shaper keeps no per-frame clock; only the host is judged"
+    _judge_host(host, found)
+    facts["host_spoiled"] = found.host_spoiled
+    facts["spoiled"] = bool(found.reasons)
+    return Verdict(facts, found.reasons)
+
+
+def _judge_link(
+    cond: LinkCondition,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    tolerance_ms: float,
+    found: _Findings,
+) -> dict[str, dict[str, Any]]:
+    """Each direction's figures over the load, judged by the emulator's own clock and
+    counters, which alone see a stall inside the load; returns the figures to store."""
+    dirs = {}
+    for d in ("down", "up"):
+        b, a = before["directions"][d], after["directions"][d]
+        f = direction_facts(a, b)
+        f["rx_timestamps"] = bool(a.get("rx_timestamps"))
+        dirs[d] = f
+        _judge_direction(cond, d, f, tolerance_ms, found)
+    return dirs
+
+
+def _judge_direction(
+    cond: LinkCondition, d: str, f: dict[str, Any], tolerance_ms: float, found: _Findings
+) -> None:
+    """A late frame or a frame lost outside the model means the emulator fell behind, the
+    host's doing; reordering where the jitter kind makes none spoils the load as well,
+    but is not put down to the host."""
+    late = f["late_max_ms"]
+    if late is not None and late > tolerance_ms:
+        found.add(
+            f"the link was {late:.1f} ms late during this load ({d}: its latest frame "
+            f"left {late:.1f} ms after its time, p99 {f['late_p99_ms']:.1f} ms; "
+            f"tolerance {tolerance_ms:g} ms)",
+            by_host=True,
+        )
+    unasked = {k: f[k] for k in UNASKED_DROPS if f[k] > 0}
+    if unasked:
+        found.add(
+            f"the emulator lost {sum(unasked.values())} frame(s) the model did not drop "
+            f"during this load ({d}: "
+            + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in unasked.items())
+            + ")",
+            by_host=True,
+        )
+    if f["reordered"] > 0 and cond.jitter_kind in (JitterKind.none, JitterKind.smooth):
+        found.add(
+            f"the link reordered {f['reordered']} frame(s) during this load ({d}) "
+            f"where its jitter ({cond.jitter_kind.value}) reorders none",
+            by_host=False,
+        )
+
+
+def _judge_host(host: dict[str, Any] | None, found: _Findings) -> None:
+    """The host's CPU over the load, judged on every shaper (the kernel's keep no
+    per-frame clock): other work beside the load and steal take time from the browser
+    and servers as well as from the emulator."""
     other = (host or {}).get("other_pct")
     if other is not None and other > OTHER_SPOILS_PCT:
-        host_spoiled = True
-        reasons.append(
+        found.add(
             f"other work took {other:.0f} % of the host's CPU beside this load (its own "
-            f"server, browser and emulator excepted; tolerance {OTHER_SPOILS_PCT:g} %)"
+            f"server, browser and emulator excepted; tolerance {OTHER_SPOILS_PCT:g} %)",
+            by_host=True,
         )
     steal = (host or {}).get("steal_pct")
     if steal is not None and steal > STEAL_SPOILS_PCT:
-        host_spoiled = True
-        reasons.append(
+        found.add(
             f"the host lost {steal:.0f} % of its CPU time to steal during this load "
-            f"(tolerance {STEAL_SPOILS_PCT:g} %)"
+            f"(tolerance {STEAL_SPOILS_PCT:g} %)",
+            by_host=True,
         )
-    facts["host_spoiled"] = host_spoiled
-    facts["spoiled"] = bool(reasons)
-    return Verdict(facts, reasons)
 
 
 class LoadWatch:

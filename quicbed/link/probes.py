@@ -11,10 +11,11 @@ import re
 import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.testbed.lifecycle import Testbed
+from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
 IPERF_PORT = 5201
 _PING_RE = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")
@@ -81,6 +82,30 @@ def udp_probe(
     return udp_probes(tb, {direction: (count, pps)}, idle=idle)[direction]
 
 
+@dataclass(frozen=True)
+class _Stream:
+    """One direction of the UDP probe: which role sends, which receives, where to and
+    the receiver's result file. Starting, waiting for and reading back a stream each need
+    all of them, so they are decided once."""
+
+    direction: str
+    count: int
+    pps: float
+    sender: str
+    receiver: str
+    dst: str
+    out: RPath
+
+
+def _stream(tb: Testbed, direction: str, count: int, pps: float) -> _Stream:
+    """The stream of ``direction``: down is sent by the server to the client, up the other
+    way, each to the receiver's address so it crosses the link."""
+    sender, receiver = ("server", "client") if direction == "down" else ("client", "server")
+    dst = tb.client_ip if direction == "down" else tb.server_ip
+    out = tb.workdir(receiver) / f"udpprobe-{direction}.json"
+    return _Stream(direction, count, pps, sender, receiver, dst, out)
+
+
 def udp_probes(
     tb: Testbed, plans: dict[str, tuple[int, float]], *, idle: float = 2.0
 ) -> dict[str, dict[str, Any]]:
@@ -92,83 +117,83 @@ def udp_probes(
     ``idle`` seconds, longer than any configured delay, so nothing in flight is counted
     as lost.
     """
-    runs: dict[str, dict[str, Any]] = {}
-    for direction in plans:
-        sender, receiver = ("server", "client") if direction == "down" else ("client", "server")
-        dst = tb.client_ip if direction == "down" else tb.server_ip
-        runs[direction] = {
-            "sender": sender,
-            "receiver": receiver,
-            "dst": dst,
-            "out": tb.workdir(receiver) / f"udpprobe-{direction}.json",
-        }
+    streams = [_stream(tb, d, count, pps) for d, (count, pps) in plans.items()]
     seconds = max(count / pps for count, pps in plans.values())
-    started: list[Any] = []
+    _run_streams(tb, streams, seconds, idle)
+    return {s.direction: _stream_result(tb, s) for s in streams}
+
+
+def _run_streams(tb: Testbed, streams: list[_Stream], seconds: float, idle: float) -> None:
+    """Every receiver listening, and the path to it resolved, before any sender starts, so
+    no datagram is lost to a closed port or waits in the neighbour queue; every process
+    stopped whatever happens, so a failed probe leaves none behind."""
+    receivers: list[Process] = []
+    senders: list[Process] = []
     try:
-        for direction, (count, _pps) in plans.items():
-            r = runs[direction]
-            tb.remove(r["receiver"], r["out"])
-            r["rx"] = tb.spawn(
-                r["receiver"],
-                [
-                    *tb.python(r["receiver"]),
-                    "-m",
-                    "quicbed.link.udpprobe",
-                    "recv",
-                    "--bind",
-                    f"{r['dst']}:{UDP_PROBE_PORT}",
-                    "--count",
-                    str(count),
-                    "--out",
-                    str(r["out"]),
-                    "--idle",
-                    str(idle),
-                ],
-            )
-            started.append(r["rx"])
-        for direction in plans:
-            r = runs[direction]
-            tb.wait_listening(r["receiver"], "udp", UDP_PROBE_PORT)
-            resolve_neighbours(tb, r["sender"], r["dst"])
-        for direction, (count, pps) in plans.items():
-            r = runs[direction]
-            r["tx"] = tb.spawn(
-                r["sender"],
-                [
-                    *tb.python(r["sender"]),
-                    "-m",
-                    "quicbed.link.udpprobe",
-                    "send",
-                    "--to",
-                    f"{r['dst']}:{UDP_PROBE_PORT}",
-                    "--count",
-                    str(count),
-                    "--pps",
-                    f"{pps:g}",
-                ],
-            )
-            started.append(r["tx"])
-        for direction in plans:
-            r = runs[direction]
-            rc = r["tx"].wait(timeout=seconds + 30)
+        for s in streams:
+            tb.remove(s.receiver, s.out)
+            receivers.append(tb.spawn(s.receiver, _receiver_argv(tb, s, idle)))
+        for s in streams:
+            tb.wait_listening(s.receiver, "udp", UDP_PROBE_PORT)
+            resolve_neighbours(tb, s.sender, s.dst)
+        for s in streams:
+            senders.append(tb.spawn(s.sender, _sender_argv(tb, s)))
+        for s, tx in zip(streams, senders, strict=True):
+            rc = tx.wait(timeout=seconds + 30)
             if rc not in (0, -1):  # -1: a remote daemon's code is unknown (Process.poll)
-                raise QuicbedError(f"the UDP probe's sender ({direction}) exited {rc}")
-        for direction in plans:
-            runs[direction]["rx"].wait(timeout=idle + 60)
+                raise QuicbedError(f"the UDP probe's sender ({s.direction}) exited {rc}")
+        for rx in receivers:
+            rx.wait(timeout=idle + 60)
     finally:
-        for p in started:
+        for p in [*receivers, *senders]:
             p.stop()
-    got: dict[str, dict[str, Any]] = {}
-    for direction, (_count, pps) in plans.items():
-        r = runs[direction]
-        text = tb.read_text(r["receiver"], r["out"])
-        if not text:
-            raise QuicbedError(f"the UDP probe ({direction}) wrote no result")
-        data: dict[str, Any] = json.loads(text)
-        tb.remove(r["receiver"], r["out"])
-        data.update(direction=direction, pps=pps)
-        got[direction] = data
-    return got
+
+
+def _receiver_argv(tb: Testbed, s: _Stream, idle: float) -> list[str]:
+    """quicbed.link.udpprobe's receiver of ``s``, on its role's own Python (the roles may
+    be other machines)."""
+    return [
+        *tb.python(s.receiver),
+        "-m",
+        "quicbed.link.udpprobe",
+        "recv",
+        "--bind",
+        f"{s.dst}:{UDP_PROBE_PORT}",
+        "--count",
+        str(s.count),
+        "--out",
+        str(s.out),
+        "--idle",
+        str(idle),
+    ]
+
+
+def _sender_argv(tb: Testbed, s: _Stream) -> list[str]:
+    """quicbed.link.udpprobe's paced sender of ``s``, on its role's own Python."""
+    return [
+        *tb.python(s.sender),
+        "-m",
+        "quicbed.link.udpprobe",
+        "send",
+        "--to",
+        f"{s.dst}:{UDP_PROBE_PORT}",
+        "--count",
+        str(s.count),
+        "--pps",
+        f"{s.pps:g}",
+    ]
+
+
+def _stream_result(tb: Testbed, s: _Stream) -> dict[str, Any]:
+    """The receiver's figures of ``s``, its file removed once read so the next probe
+    cannot read a stale one; with the direction and rate, as the receipt judges by them."""
+    text = tb.read_text(s.receiver, s.out)
+    if not text:
+        raise QuicbedError(f"the UDP probe ({s.direction}) wrote no result")
+    data: dict[str, Any] = json.loads(text)
+    tb.remove(s.receiver, s.out)
+    data.update(direction=s.direction, pps=s.pps)
+    return data
 
 
 @contextmanager

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -202,37 +203,7 @@ def _reorder_checks(
     """What the probe stream's reordering must be under the condition's jitter kind."""
     ooo = lo["reordered"]
     if cond.jitter_kind == JitterKind.step and cond.jitter_ms > 0:
-        expected, low, high = step_reordering(cond, int(lo["received"]), pps)
-        half = cond.jitter_ms / 2
-        late_high = half + max(2.0, 0.1 * half)
-        late = lo.get("late_max_ms")
-        detail = {k: lo.get(k) for k in ("received", "late_mean_ms", "extent_max")}
-        return [
-            Check(
-                name=f"reorder_{direction}",
-                unit="packets",
-                expected=expected,
-                measured=ooo,
-                low=low,
-                high=high,
-                passed=low <= ooo <= high,
-                note="jitter kind 'step': packets overtake where the delay drops, "
-                "range / (6 x interval) of them",
-                detail=detail,
-            ),
-            Check(
-                name=f"reorder_late_{direction}",
-                unit="ms",
-                expected=half,
-                measured=late,
-                low=0,
-                high=late_high,
-                passed=late is not None and late <= late_high,
-                note="jitter kind 'step': no packet later than a half-step (range / 2) after "
-                "one sent after it (+ max(2 ms, 10 %) for the receiver's wake-ups)",
-                detail=detail,
-            ),
-        ]
+        return _step_reorder_checks(cond, direction, lo, pps)
     if cond.jitter_kind == JitterKind.reorder and cond.jitter_ms > 0:
         return [
             Check(
@@ -256,6 +227,46 @@ def _reorder_checks(
             passed=ooo == 0,
             note="no reordering unless the jitter kind is 'reorder' or 'step'",
         )
+    ]
+
+
+def _step_reorder_checks(
+    cond: LinkCondition, direction: str, lo: dict[str, Any], pps: float
+) -> list[Check]:
+    """The step kind reorders by design, so "any" or "none" says nothing: the model
+    predicts both how many packets overtake (:func:`step_reordering`) and how far, and a
+    link that drops its delay more often or by more than a half-step fails one of them."""
+    ooo = lo["reordered"]
+    expected, low, high = step_reordering(cond, int(lo["received"]), pps)
+    half = cond.jitter_ms / 2
+    late_high = half + max(2.0, 0.1 * half)
+    late = lo.get("late_max_ms")
+    detail = {k: lo.get(k) for k in ("received", "late_mean_ms", "extent_max")}
+    return [
+        Check(
+            name=f"reorder_{direction}",
+            unit="packets",
+            expected=expected,
+            measured=ooo,
+            low=low,
+            high=high,
+            passed=low <= ooo <= high,
+            note="jitter kind 'step': packets overtake where the delay drops, "
+            "range / (6 x interval) of them",
+            detail=detail,
+        ),
+        Check(
+            name=f"reorder_late_{direction}",
+            unit="ms",
+            expected=half,
+            measured=late,
+            low=0,
+            high=late_high,
+            passed=late is not None and late <= late_high,
+            note="jitter kind 'step': no packet later than a half-step (range / 2) after "
+            "one sent after it (+ max(2 ms, 10 %) for the receiver's wake-ups)",
+            detail=detail,
+        ),
     ]
 
 
@@ -516,6 +527,74 @@ def _power_note(check: Check, loss: float, n: int) -> Check:
     return check.model_copy(update={"detail": detail})
 
 
+@dataclass
+class _Probing:
+    """One receipt's probes and what they found. Every probe is taken against the same
+    link, kept only once the host left it alone (:func:`_undisturbed`), and each take's
+    facts are stored beside the checks; holding them here spares every probe of the
+    receipt the same five arguments."""
+
+    tb: Testbed
+    cond: LinkCondition
+    shaper: Shaper
+    #: server and client read one monotonic clock (one host), so one-way delays can be
+    #: judged
+    shared_clock: bool
+    checks: list[Check] = field(default_factory=list)
+    #: per probe kept: what its last take saw (Receipt.probes)
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    #: the emulator's CPU (%) over each direction's TCP probe
+    cpu: list[float] = field(default_factory=list)
+
+    def steady(self, name: str, take: Callable[[], T]) -> T:
+        """``take()`` as :func:`_undisturbed` keeps it, so that a probe the host spoiled
+        is taken again and the receipt records what the take it kept saw."""
+        got, facts = _undisturbed(self.tb, self.shaper, self.cond, name, take)
+        self.seen.append(facts)
+        return got
+
+
+@dataclass(frozen=True)
+class _DelayPlan:
+    """The one-way delay probe as planned: each direction's stream is judged against the
+    count and rate it was sent with and the delay its pipe should add, so the plan
+    travels from the probe to its checks as one."""
+
+    #: direction -> (datagrams, pps), as probes.udp_probes takes them
+    plans: dict[str, tuple[int, float]]
+    #: direction -> the mean one-way delay the condition implies (ms)
+    expected: dict[str, float]
+    pps: float
+    #: seconds a receiver waits on an idle link before it stops
+    idle: float
+
+
+@dataclass(frozen=True)
+class _IperfProbes:
+    """The iperf3 probes' settings, one set for both directions: the rate they are judged
+    against, the server's reporting interval (fixed when the server starts, so shared by
+    the UDP and the TCP probes) and how TCP runs."""
+
+    rate_bps: float | None
+    interval: float
+    tcp_seconds: float
+    omit: float
+    cc: str
+
+    def tcp(self, tb: Testbed, direction: str, seconds: float) -> Callable[[], dict[str, Any]]:
+        """One TCP goodput take of ``seconds``, as :meth:`_Probing.steady` takes it
+        (again, where the host spoiled it)."""
+        return partial(
+            probes.tcp_goodput,
+            tb,
+            direction,
+            seconds=seconds,
+            omit=self.omit,
+            cc=self.cc,
+            interval=self.interval,
+        )
+
+
 def measure(
     tb: Testbed,
     cond: LinkCondition,
@@ -532,212 +611,34 @@ def measure(
     it. ``ping_count``: a fixed number of pings instead of the sized one."""
     t0 = time.monotonic()
     created = datetime.now(UTC).isoformat()
-    checks: list[Check] = []
-    seen: list[dict[str, Any]] = []
     before = shaper.counters(tb)
     host_before = hostcpu.sample(tb)
-    cpu: list[float] = []
-    shared_clock = tb.shares_clock()
-
-    def steady(name: str, take: Callable[[], T]) -> T:
-        got, facts = _undisturbed(tb, shaper, cond, name, take)
-        seen.append(facts)
-        return got
-
+    run = _Probing(tb, cond, shaper, shared_clock=tb.shares_clock())
     generation = shaper.generation(tb)
-    pr = steady("rtt", lambda: _ping_sized(tb, cond, ping_count))
+
+    pr = run.steady("rtt", lambda: _ping_sized(tb, cond, ping_count))
     n_ping = len(pr.get("samples_ms", []))
-    checks.append(_delay_check("rtt", cond, expected_rtt(cond), pr, 2, n_ping * 0.01))
+    run.checks.append(_delay_check("rtt", cond, expected_rtt(cond), pr, 2, n_ping * 0.01))
 
-    pipes = cond.pipes()
-    rate_bps = None if cond.rate_mbit is None else cond.rate_mbit * 1e6
-    # one-way delay, loss and reordering: one paced stream of 64-byte datagrams per
-    # direction, both at once (each direction has its own pipe)
-    frame_bits = _frame(cond, OWD_FRAME) * 8
-    pps = min(PROBE_MAX_PPS, 0.3 * rate_bps / frame_bits) if rate_bps else PROBE_MAX_PPS
-    one_way_sd = max(pr.get("sd_ms", 0.0) / math.sqrt(2), _model_sd(cond, 1))
-    plans: dict[str, tuple[int, float]] = {}
-    expected: dict[str, float] = {}
-    for direction in ("down", "up"):
-        pipe = pipes[direction]
-        delay = pipe.delay_us / 1000
-        expected[direction] = _mean_delay(delay, cond.jitter_ms, cond.jitter_kind) + _ser_ms(
-            cond, OWD_FRAME
-        )
-        n = _probe_packets(cond, pipe.loss, one_way_sd, expected[direction], pps)
-        plans[direction] = (n, pps)
-    longest = max(p.delay_us for p in pipes.values()) / 1000
-    idle = max(1.0, 4 * (longest + cond.jitter_ms) / 1000)
-    streams = steady("owd", lambda: probes.udp_probes(tb, plans, idle=idle))
+    delay = _plan_delay_probe(cond, pr.get("sd_ms", 0.0))
+    streams = run.steady("owd", lambda: probes.udp_probes(tb, delay.plans, idle=delay.idle))
 
-    omit = tcp_omit_seconds(cond) if tcp_omit is None else tcp_omit
-    # the server reports the upward UDP rate probe's intervals (quicbed.link.power)
-    interval = (
-        power.rate_interval_s(rate_bps * UDP_RATE_PAYLOAD / _udp_frame(cond), UDP_RATE_PAYLOAD)
-        if rate_bps
-        else 1.0
+    rate_bps = _rate_bps(cond)
+    iperf = _IperfProbes(
+        rate_bps=rate_bps,
+        interval=_report_interval(cond, rate_bps),
+        tcp_seconds=tcp_seconds,
+        omit=tcp_omit_seconds(cond) if tcp_omit is None else tcp_omit,
+        cc=cc,
     )
-    with probes.iperf3_server(tb, interval=interval):
+    with probes.iperf3_server(tb, interval=iperf.interval):
         for direction in ("down", "up"):
-            pipe = pipes[direction]
-            lo = streams[direction]
-            want = plans[direction][0]
-            owd = _delay_check(f"owd_{direction}", cond, expected[direction], lo, 1, want / pps)
-            if not shared_clock:
-                # separate hosts: their monotonic clocks differ by an unknown offset
-                owd = Check(
-                    name=owd.name,
-                    unit="ms",
-                    expected=expected[direction],
-                    measured=None,
-                    passed=None,
-                    note="not judged: server and client do not share a clock "
-                    "(different hosts); the RTT check covers the delay",
-                )
-            checks.append(owd)
-            checks.append(_power_note(_loss_check(direction, pipe.loss, lo), pipe.loss, want))
-            checks.extend(_reorder_checks(cond, direction, lo, pps))
-
-            if not shaper.shapes:  # the most UDP the path carries, unpaced
-                ud = steady(
-                    f"udp_max_{direction}",
-                    partial(
-                        probes.udp, tb, direction, bitrate_bps=0, seconds=4, length=UDP_RATE_PAYLOAD
-                    ),
-                )
-                checks.append(
-                    Check(
-                        name=f"udp_max_{direction}",
-                        unit="Mbit/s",
-                        expected=None,
-                        measured=ud["steady_received_bps"] / 1e6,
-                        passed=None,
-                        note=f"UDP payload delivered of {UDP_RATE_PAYLOAD}-byte datagrams sent "
-                        "as fast as iperf3 can",
-                        detail=ud,
-                    )
-                )
-            # UDP delivery at 1.2 x the rate (ECN-capable where the link marks: the
-            # overload fills the queue past the threshold, so the emulator must mark)
-            if rate_bps:
-                checks.extend(
-                    _udp_rate(tb, cond, shaper, direction, rate_bps, pipe.loss, interval, steady)
-                )
-
-            # TCP goodput: judged only without loss and jitter, and only taken there
-            judged = pipe.loss == 0 and cond.jitter_ms == 0
-            if rate_bps and not judged and shaper.shapes:
-                checks.append(
-                    Check(
-                        name=f"tcp_{direction}",
-                        unit="Mbit/s",
-                        expected=None,
-                        measured=None,
-                        passed=None,
-                        note=f"{UNJUDGED_TCP}: not taken",
-                    )
-                )
-                continue
-            c0 = shaper.cpu_seconds(tb)
-            w0 = time.monotonic()
-            first = min(tcp_seconds, TCP_FIRST_S)
-            tcp = steady(
-                f"tcp_{direction}",
-                partial(
-                    probes.tcp_goodput,
-                    tb,
-                    direction,
-                    seconds=first,
-                    omit=omit,
-                    cc=cc,
-                    interval=interval,
-                ),
-            )
-            ideal = (
-                rate_bps * TCP_MSS / _frame(cond, TCP_MSS + 52 + ETH_HEADER) if rate_bps else None
-            )
-            if ideal and tcp["goodput_bps"] < 0.97 * ideal and tcp_seconds > first:
-                # a short run can read low where a longer one reads the link: the full run
-                tcp = steady(
-                    f"tcp_{direction}",
-                    partial(
-                        probes.tcp_goodput,
-                        tb,
-                        direction,
-                        seconds=tcp_seconds,
-                        omit=omit,
-                        cc=cc,
-                        interval=interval,
-                    ),
-                )
-            c1 = shaper.cpu_seconds(tb)
-            if c0 is not None and c1 is not None:
-                cpu.append((c1 - c0) / (time.monotonic() - w0) * 100)
-            if ideal:
-                checks.append(
-                    Check(
-                        name=f"tcp_{direction}",
-                        unit="Mbit/s",
-                        expected=ideal / 1e6,
-                        measured=tcp["goodput_bps"] / 1e6,
-                        low=0.97 * ideal / 1e6,
-                        passed=tcp["goodput_bps"] >= 0.97 * ideal,
-                        note=f"steady state, {tcp['sender_cc']}",
-                        detail=tcp,
-                    )
-                )
-            else:
-                checks.append(
-                    Check(
-                        name=f"tcp_{direction}",
-                        unit="Mbit/s",
-                        expected=None,
-                        measured=tcp["goodput_bps"] / 1e6,
-                        passed=None,
-                        note="unlimited rate: reported, not judged"
-                        if shaper.shapes
-                        else "what TCP carried",
-                        detail=tcp,
-                    )
-                )
+            _probe_direction(run, direction, streams[direction], delay, iperf)
 
     after = shaper.counters(tb)
     host_cpu = hostcpu.shares(host_before, hostcpu.sample(tb))
-    emulator: dict[str, Any] | None = None
-    if after is not None:
-        emulator = {"counters_before": before, "counters_after": after}
-        if cpu:
-            emulator["cpu_pct_during_tcp_max"] = max(cpu)
-        dirs = {}
-        for d in ("down", "up"):
-            a = after["directions"][d]
-            b = (before or {"directions": {d: {}}})["directions"][d]
-            dirs[d] = {
-                k: a[k] - b.get(k, 0)
-                for k in ("rx_packets", "loss_drops", "queue_drops", "tx_packets")
-            }
-        emulator["during_receipt"] = dirs
-        # how late the emulator's frames left during the probes the receipt kept (its
-        # own clock): a probe the emulator fell behind in measured the stall
-        late = [x["late_max_ms"] for x in seen if x["late_max_ms"] is not None]
-        if late:
-            emulator["late_max_ms"] = max(late)
-    if not shaper.shapes:  # figures of what the path carried; judged: that nothing shapes
-        checks = [unjudged(c) if c.passed is not None else c for c in checks]
-        checks.append(unshaped_check(shaper, tb))
-    passed = all(c.passed is not False for c in checks)
-    if shaper.generation(tb) != generation:
-        passed = False
-        checks.append(
-            Check(
-                name="generation",
-                unit="",
-                expected=None,
-                measured=None,
-                passed=False,
-                note="the link was reconfigured during the receipt",
-            )
-        )
+    emulator = _emulator_facts(before, after, run)
+    checks, passed = _verdict(run, generation)
     return Receipt(
         created=created,
         duration_s=time.monotonic() - t0,
@@ -751,8 +652,227 @@ def measure(
         passed=passed,
         generation=generation,
         host_cpu=host_cpu,
-        probes=seen,
+        probes=run.seen,
     )
+
+
+def _rate_bps(cond: LinkCondition) -> float | None:
+    """The configured rate in bit/s, unrounded (the pipes' is rounded), None: unlimited."""
+    return None if cond.rate_mbit is None else cond.rate_mbit * 1e6
+
+
+def _plan_delay_probe(cond: LinkCondition, rtt_sd_ms: float) -> _DelayPlan:
+    """One paced stream of 64-byte datagrams per direction, both at once (each direction
+    has its own pipe), at most 30 % of the rate so that the link stays idle most of the
+    time, each as long as its checks' power asks at the larger of the sd the pings saw
+    (split over two directions) and the model's. Its receivers wait out an idle link of at
+    least 1 s and four times the longest delay and jitter, so nothing in flight counts as
+    lost."""
+    pipes = cond.pipes()
+    rate_bps = _rate_bps(cond)
+    frame_bits = _frame(cond, OWD_FRAME) * 8
+    pps = min(PROBE_MAX_PPS, 0.3 * rate_bps / frame_bits) if rate_bps else PROBE_MAX_PPS
+    one_way_sd = max(rtt_sd_ms / math.sqrt(2), _model_sd(cond, 1))
+    plans: dict[str, tuple[int, float]] = {}
+    expected: dict[str, float] = {}
+    for direction in ("down", "up"):
+        pipe = pipes[direction]
+        delay = pipe.delay_us / 1000
+        expected[direction] = _mean_delay(delay, cond.jitter_ms, cond.jitter_kind) + _ser_ms(
+            cond, OWD_FRAME
+        )
+        n = _probe_packets(cond, pipe.loss, one_way_sd, expected[direction], pps)
+        plans[direction] = (n, pps)
+    longest = max(p.delay_us for p in pipes.values()) / 1000
+    idle = max(1.0, 4 * (longest + cond.jitter_ms) / 1000)
+    return _DelayPlan(plans=plans, expected=expected, pps=pps, idle=idle)
+
+
+def _report_interval(cond: LinkCondition, rate_bps: float | None) -> float:
+    """The iperf3 server's reporting interval (s): the server reports the upward UDP rate
+    probe, whose intervals must each hold enough datagrams to judge (quicbed.link.power);
+    1 s where no rate is set."""
+    if not rate_bps:
+        return 1.0
+    return power.rate_interval_s(rate_bps * UDP_RATE_PAYLOAD / _udp_frame(cond), UDP_RATE_PAYLOAD)
+
+
+def _probe_direction(
+    run: _Probing, direction: str, stream: dict[str, Any], delay: _DelayPlan, iperf: _IperfProbes
+) -> None:
+    """One direction's checks, kept together so the receipt lists each direction's figures
+    in one run: the delay stream's (taken for both directions at once, as it leaves the
+    link idle most of the time), then those of the probes that fill the link, which run
+    one direction at a time."""
+    loss = run.cond.pipes()[direction].loss
+    run.checks.extend(_stream_checks(run, direction, stream, delay, loss))
+    if not run.shaper.shapes:
+        run.checks.append(_udp_max_check(run, direction))
+    # UDP delivery at 1.2 x the rate (ECN-capable where the link marks: the
+    # overload fills the queue past the threshold, so the emulator must mark)
+    if iperf.rate_bps:
+        run.checks.extend(_udp_rate(run, direction, iperf.rate_bps, loss, iperf.interval))
+    run.checks.append(_tcp_check(run, iperf, direction, loss))
+
+
+def _stream_checks(
+    run: _Probing, direction: str, lo: dict[str, Any], delay: _DelayPlan, loss: float
+) -> list[Check]:
+    """The delay stream's figures of one direction: its one-way delay (judged only where
+    both ends read one clock), its loss (with the power its count had) and its
+    reordering; one stream serves all three so the receipt sends it once."""
+    cond = run.cond
+    want = delay.plans[direction][0]
+    expected = delay.expected[direction]
+    owd = _delay_check(f"owd_{direction}", cond, expected, lo, 1, want / delay.pps)
+    if not run.shared_clock:
+        # separate hosts: their monotonic clocks differ by an unknown offset
+        owd = Check(
+            name=owd.name,
+            unit="ms",
+            expected=expected,
+            measured=None,
+            passed=None,
+            note="not judged: server and client do not share a clock "
+            "(different hosts); the RTT check covers the delay",
+        )
+    return [
+        owd,
+        _power_note(_loss_check(direction, loss, lo), loss, want),
+        *_reorder_checks(cond, direction, lo, delay.pps),
+    ]
+
+
+def _udp_max_check(run: _Probing, direction: str) -> Check:
+    """A link nothing shapes has no rate to judge against: the most UDP its path carries,
+    unpaced, is kept as what it is."""
+    ud = run.steady(
+        f"udp_max_{direction}",
+        partial(probes.udp, run.tb, direction, bitrate_bps=0, seconds=4, length=UDP_RATE_PAYLOAD),
+    )
+    return Check(
+        name=f"udp_max_{direction}",
+        unit="Mbit/s",
+        expected=None,
+        measured=ud["steady_received_bps"] / 1e6,
+        passed=None,
+        note=f"UDP payload delivered of {UDP_RATE_PAYLOAD}-byte datagrams sent "
+        "as fast as iperf3 can",
+        detail=ud,
+    )
+
+
+def _tcp_check(run: _Probing, iperf: _IperfProbes, direction: str, loss: float) -> Check:
+    """TCP goodput against the rate, judged only without loss and jitter, where TCP can
+    reach it; on a shaped link with a rate it is not even taken elsewhere, since it falls
+    short there by design and its seconds would judge nothing."""
+    judged = loss == 0 and run.cond.jitter_ms == 0
+    if iperf.rate_bps and not judged and run.shaper.shapes:
+        return Check(
+            name=f"tcp_{direction}",
+            unit="Mbit/s",
+            expected=None,
+            measured=None,
+            passed=None,
+            note=f"{UNJUDGED_TCP}: not taken",
+        )
+    ideal = (
+        iperf.rate_bps * TCP_MSS / _frame(run.cond, TCP_MSS + 52 + ETH_HEADER)
+        if iperf.rate_bps
+        else None
+    )
+    tcp = _take_tcp(run, iperf, direction, ideal)
+    if ideal:
+        return Check(
+            name=f"tcp_{direction}",
+            unit="Mbit/s",
+            expected=ideal / 1e6,
+            measured=tcp["goodput_bps"] / 1e6,
+            low=0.97 * ideal / 1e6,
+            passed=tcp["goodput_bps"] >= 0.97 * ideal,
+            note=f"steady state, {tcp['sender_cc']}",
+            detail=tcp,
+        )
+    return Check(
+        name=f"tcp_{direction}",
+        unit="Mbit/s",
+        expected=None,
+        measured=tcp["goodput_bps"] / 1e6,
+        passed=None,
+        note="unlimited rate: reported, not judged" if run.shaper.shapes else "what TCP carried",
+        detail=tcp,
+    )
+
+
+def _take_tcp(
+    run: _Probing, iperf: _IperfProbes, direction: str, ideal: float | None
+) -> dict[str, Any]:
+    """TCP goodput from a short run (TCP_FIRST_S), and from the full ``tcp_seconds`` only
+    where the short one read low: a short run can read low where a longer one reads the
+    link, and most links pass on the short one. The emulator's CPU over the runs is kept
+    for the receipt's cpu_pct_during_tcp_max."""
+    c0 = run.shaper.cpu_seconds(run.tb)
+    w0 = time.monotonic()
+    first = min(iperf.tcp_seconds, TCP_FIRST_S)
+    tcp = run.steady(f"tcp_{direction}", iperf.tcp(run.tb, direction, first))
+    if ideal and tcp["goodput_bps"] < 0.97 * ideal and iperf.tcp_seconds > first:
+        tcp = run.steady(f"tcp_{direction}", iperf.tcp(run.tb, direction, iperf.tcp_seconds))
+    c1 = run.shaper.cpu_seconds(run.tb)
+    if c0 is not None and c1 is not None:
+        run.cpu.append((c1 - c0) / (time.monotonic() - w0) * 100)
+    return tcp
+
+
+def _emulator_facts(
+    before: dict[str, Any] | None, after: dict[str, Any] | None, run: _Probing
+) -> dict[str, Any] | None:
+    """What the emulator itself counted over the receipt (None: a shaper without
+    counters): the checks say what the probes saw, these what the emulator did meanwhile
+    (its packets and drops, its CPU under TCP, how late its frames left), stored beside
+    them."""
+    if after is None:
+        return None
+    emulator: dict[str, Any] = {"counters_before": before, "counters_after": after}
+    if run.cpu:
+        emulator["cpu_pct_during_tcp_max"] = max(run.cpu)
+    dirs = {}
+    for d in ("down", "up"):
+        a = after["directions"][d]
+        b = (before or {"directions": {d: {}}})["directions"][d]
+        dirs[d] = {
+            k: a[k] - b.get(k, 0) for k in ("rx_packets", "loss_drops", "queue_drops", "tx_packets")
+        }
+    emulator["during_receipt"] = dirs
+    # how late the emulator's frames left during the probes the receipt kept (its
+    # own clock): a probe the emulator fell behind in measured the stall
+    late = [x["late_max_ms"] for x in run.seen if x["late_max_ms"] is not None]
+    if late:
+        emulator["late_max_ms"] = max(late)
+    return emulator
+
+
+def _verdict(run: _Probing, generation: str) -> tuple[list[Check], bool]:
+    """The receipt's checks and whether it passed. A link nothing shapes is judged on one
+    thing, that nothing shapes it (its figures kept, unjudged); a link reconfigured while
+    it was measured fails whatever its figures, as they describe no one link."""
+    checks = run.checks
+    if not run.shaper.shapes:  # figures of what the path carried; judged: that nothing shapes
+        checks = [unjudged(c) if c.passed is not None else c for c in checks]
+        checks.append(unshaped_check(run.shaper, run.tb))
+    passed = all(c.passed is not False for c in checks)
+    if run.shaper.generation(run.tb) != generation:
+        passed = False
+        checks.append(
+            Check(
+                name="generation",
+                unit="",
+                expected=None,
+                measured=None,
+                passed=False,
+                note="the link was reconfigured during the receipt",
+            )
+        )
+    return checks, passed
 
 
 def _udp_frame(cond: LinkCondition) -> int:
@@ -761,18 +881,12 @@ def _udp_frame(cond: LinkCondition) -> int:
 
 
 def _udp_rate(
-    tb: Testbed,
-    cond: LinkCondition,
-    shaper: Shaper,
-    direction: str,
-    rate_bps: float,
-    loss: float,
-    interval: float,
-    steady: Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]],
+    run: _Probing, direction: str, rate_bps: float, loss: float, interval: float
 ) -> list[Check]:
     """The UDP delivery check at 1.2 x the rate (and ECN's where the link marks): the
     receiver reports every ``interval`` (RATE_INTERVAL_PACKETS datagrams: quicbed.link.
     power), the probe UDP_RATE_INTERVALS steady ones long after the one-way delay."""
+    tb, cond, shaper = run.tb, run.cond, run.shaper
     payload_bps = rate_bps * UDP_RATE_PAYLOAD / _udp_frame(cond)
     offered = 1.2 * payload_bps
     marking = cond.ecn_threshold is not None
@@ -784,7 +898,7 @@ def _udp_rate(
         seconds = max(seconds, UDP_ECN_SECONDS)
     out: list[Check] = []
     c_udp = shaper.counters(tb) if marking else None
-    ud = steady(
+    ud = run.steady(
         f"udp_rate_{direction}",
         lambda: probes.udp(
             tb,
