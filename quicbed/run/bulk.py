@@ -47,7 +47,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -260,6 +260,9 @@ class _Rig:
         start_offset: float = 0.0,
         rc: int | None = None,
     ) -> FlowResult:
+        """One flow as its client recorded it, judged by the protocol it came over and by
+        its server's view of the wire; a flow without a final record is not ok, naming
+        what its client said instead."""
         a = self.by_name[arm]
         final = next((r for r in recs if r.get("event") == "done"), None)
         start = next((r for r in recs if r.get("event") == "start"), {})
@@ -274,42 +277,37 @@ class _Rig:
             start_offset_s=start_offset + float(start.get("lag_s") or 0.0),
         )
         if final is None:
-            other = [
-                ln
-                for ln in self.tb.read_text(
-                    "client", self.client_logs / f"{flow}.jsonl"
-                ).splitlines()
-                if not ln.startswith("{")
-            ]
-            f.error = f"{CLIENT} wrote no final record (exit {rc}): {' | '.join(other[-2:])}"
+            f.error = self._no_final_record(flow, rc)
             return f
-        f.ok = bool(final.get("ok"))
-        f.error = final.get("error")
-        f.http_proto = final.get("http_proto")
-        f.bytes = int(final.get("bytes") or 0)
-        f.completion_s = final.get("completion_s")
-        f.goodput_bps = final.get("goodput_bps")
-        f.connect_s = final.get("connect_s")
-        f.ttfb_s = final.get("ttfb_s")
-        f.local_addr = final.get("local_addr")
-        f.quic_client = final.get("quic_client")
-        if a.transport == "udp":  # what the client advertised and received, and ran
-            f.client_transport = {
-                k: final.get(k)
-                for k in (
-                    "tp_local",
-                    "tp_remote",
-                    "windows",
-                    tparams.AUTOTUNE,
-                    *sockopts.CLIENT_RECORD,
-                )
-                if final.get(k) is not None
-            }
+        _take_final(f, final, a)
         if f.completion_s and (not samples or samples[-1][0] < f.completion_s):
             f.samples.append((float(f.completion_s), f.bytes))  # the last partial interval
         want = {"h2": "HTTP/2.0", "h3": "HTTP/3.0"}[a.protocol]
         if f.ok and f.http_proto != want:
             f.ok, f.error = False, f"the response came over {f.http_proto}, not {want}"
+        self._server_view(f, a, tcp, quic_log)
+        return f
+
+    def _no_final_record(self, flow: str, rc: int | None) -> str:
+        """Why a flow has no result: the client's last lines that are not its records
+        (Go's own errors, a panic), since its records stopped short of saying."""
+        other = [
+            ln
+            for ln in self.tb.read_text("client", self.client_logs / f"{flow}.jsonl").splitlines()
+            if not ln.startswith("{")
+        ]
+        return f"{CLIENT} wrote no final record (exit {rc}): {' | '.join(other[-2:])}"
+
+    def _server_view(
+        self,
+        f: FlowResult,
+        a: Arm,
+        tcp: dict[int, dict[str, Any]],
+        quic_log: list[str] | None,
+    ) -> None:
+        """The flow's retransmissions as its server saw them (the client cannot count
+        them): the kernel's ``ss -ti`` for TCP, which must also show the arm's CC, the
+        stack's log for QUIC; the flow found by its client port."""
         port = port_of(f.local_addr)
         if a.transport == "tcp":
             conn = tcp.get(port) if port is not None else None
@@ -322,10 +320,9 @@ class _Rig:
                 if conn.get("cc") not in (None, a.cc):
                     f.ok, f.error = False, f"the server's kernel ran {conn.get('cc')}, not {a.cc}"
         else:
-            facts = self.servers[arm].flow_facts(quic_log or [], port)
+            facts = self.servers[a.name].flow_facts(quic_log or [], port)
             f.server, f.retrans_source = facts.server, facts.source
             f.retransmissions, f.retrans_bytes = facts.retransmissions, facts.retrans_bytes
-        return f
 
     def evidence(self, arm: str) -> tuple[dict[str, Any], list[str]]:
         """The arm's server's facts since its mark (its log, its kernel: CC, parameters,
@@ -369,6 +366,33 @@ def _verified(f: FlowResult, evidence: tuple[dict[str, Any], list[str]], arm: Ar
     if f.ok and reasons:
         f.ok, f.error = False, "; ".join(reasons)
     return f
+
+
+def _take_final(f: FlowResult, final: dict[str, Any], a: Arm) -> None:
+    """What the client's final record says of the flow into ``f``: for QUIC also the
+    transport parameters it advertised and received, so the flow is judged by both ends."""
+    f.ok = bool(final.get("ok"))
+    f.error = final.get("error")
+    f.http_proto = final.get("http_proto")
+    f.bytes = int(final.get("bytes") or 0)
+    f.completion_s = final.get("completion_s")
+    f.goodput_bps = final.get("goodput_bps")
+    f.connect_s = final.get("connect_s")
+    f.ttfb_s = final.get("ttfb_s")
+    f.local_addr = final.get("local_addr")
+    f.quic_client = final.get("quic_client")
+    if a.transport == "udp":  # what the client advertised and received, and ran
+        f.client_transport = {
+            k: final.get(k)
+            for k in (
+                "tp_local",
+                "tp_remote",
+                "windows",
+                tparams.AUTOTUNE,
+                *sockopts.CLIENT_RECORD,
+            )
+            if final.get(k) is not None
+        }
 
 
 def _with_offloads(
@@ -685,80 +709,50 @@ def _compete_rep(
     c: _Cell, plan: list[tuple[str, str]], rep: int, *, replacement: bool = False
 ) -> CompeteRun:
     """One repetition of a compete cell, its flows verified, proven as one load is."""
-    cfg, rig, proven, profile, fault, judge = c.cfg, c.rig, c.proven, c.profile, c.fault, c.judge
-    t = cfg.transfer
+    rig, proven, profile, t = c.rig, c.proven, c.profile, c.cfg.transfer
     assert t is not None and t.duration_s is not None
-    tb = rig.tb
-    meter, net = c.meter, c.net
-    if fault:
-        fault(plan[0][0], rep, rig.servers)
+    if c.fault:
+        c.fault(plan[0][0], rep, rig.servers)
     offl = proven.link.offload_watch()
     offl.begin()
-    offsets = rig.log_sizes()
+    r = _Rep(plan, rep, offsets=rig.log_sizes())
     lead_s = 1.0 + 0.15 * len(plan)  # time to spawn every client before the start
     t0_client = rig.client_clock_ns() + int(lead_s * 1e9)
     # the controller's clock for the queue sampler (the same clock locally)
     zero_ns = time.time_ns() + int(lead_s * 1e9)
-    sampler = _QueueSampler(tb, proven.link, zero_ns)
-    watch = judge.watch(tb, proven, cfg.condition)
+    sampler = _QueueSampler(rig.tb, proven.link, zero_ns)
+    watch = c.judge.watch(rig.tb, proven, c.cfg.condition)
     watch.begin()
     sampler.start()
-    procs, logs = [], []
     for srv in rig.servers.values():
         srv.mark()
-    net_mark, cpu_mark = net.read(), meter.begin()
+    net_mark, cpu_mark = c.net.read(), c.meter.begin()
     # one traced load per arm and repetition, every flow of the arm in it
     traced = {a: rig.traced.begin(a, rep) for a, _ in t.flows} if rig.traced else {}
     try:
-        for i, (arm, flow) in enumerate(plan):
-            p, log = rig.spawn(
-                arm, f"{flow}-r{rep}", t.duration_s, t0_client + int(i * t.stagger_s * 1e9)
-            )
-            procs.append(p)
-            logs.append(log)
-        mine = {
-            a: [p.pid for (b, _), p in zip(plan, procs, strict=True) if b == a] for a in cfg.arms
-        }
-        profiled = (
-            [r for a in cfg.arms for r in profile.attach(a, {"client": mine[a]})] if profile else []
-        )
+        _spawn_clients(c, r, t0_client)
+        profiled = _profile_clients(c, r)
         total = lead_s + t.stagger_s * len(plan) + t.duration_s + 60
-        rig.wait_done(logs, procs, timeout=total)
-        cpu = meter.end(cpu_mark)
-        counters = net.since(net_mark)
-        verdict = watch.end(own_cpu_ms=own_cpu_ms(tb, list(cpu.values())))
+        rig.wait_done(r.logs, r.procs, timeout=total)
+        cpu = c.meter.end(cpu_mark)
+        counters = c.net.since(net_mark)
+        verdict = watch.end(own_cpu_ms=own_cpu_ms(rig.tb, list(cpu.values())))
         if profile:
             profile.halt(profiled)
         tcp = rig.server_tcp()
-        evidence = {a: rig.evidence(a) for a, _ in t.flows}
-        offl_facts, offl_reasons = offl.end()
-        evidence = {
-            a: ({**facts, **offl_facts}, reasons + offl_reasons)
-            for a, (facts, reasons) in evidence.items()
-        }
+        evidence = _arms_evidence(rig, (a for a, _ in t.flows), offl)
         for lt in traced.values():  # as in _flow: after ss and evidence
             assert rig.traced is not None
             rig.traced.end(lt, zero_ns / 1e9)
     finally:
         sampler.halt.set()
         sampler.join(5)
-    rcs = [p.wait(LINGER_S + 10) for p in procs]
+    rcs = [p.wait(LINGER_S + 10) for p in r.procs]
     if profile:
         profile.fold(profiled)
-    flows = []
-    for i, ((arm, flow), log, rc) in enumerate(zip(plan, logs, rcs, strict=True)):
-        recs = rig.records(log)
-        final = next((r for r in recs if r.get("event") == "done"), {})
-        quic = (
-            _quic_wait(rig, arm, offsets[arm], port_of(final.get("local_addr")))
-            if arm in offsets
-            else None
-        )
-        f = rig.flow_result(arm, f"{flow}-r{rep}", recs, tcp, quic, i * t.stagger_s, rc)
-        f = f.model_copy(update={"flow": flow})
-        flows.append(_verified(f, evidence[arm], rig.by_name[arm]))
+    flows = _compete_flows(c, r, rcs, tcp, evidence)
     run = compete_run(rep, flows, t.duration_s, sampler.samples, sampler.problem)
-    judge.after(f"repetition #{rep}", verdict)
+    c.judge.after(f"repetition #{rep}", verdict)
     return run.model_copy(
         update={
             "cpu": cpu,
@@ -766,3 +760,80 @@ def _compete_rep(
             "link": _proven(verdict, not all(f.ok for f in flows), replacement),
         }
     )
+
+
+@dataclass
+class _Rep:
+    """One compete repetition's flows (``plan``: arm, flow name) and the clients spawned
+    for them, in plan order: spawned, profiled, waited for and read back as one."""
+
+    plan: list[tuple[str, str]]
+    rep: int
+    #: the QUIC servers' log sizes before the repetition: its flows' lines follow them
+    offsets: dict[str, int]
+    procs: list[Process] = field(default_factory=list)
+    logs: list[RPath] = field(default_factory=list)
+
+
+def _spawn_clients(c: _Cell, r: _Rep, t0_client_ns: int) -> None:
+    """Every flow's client, each told to start at its own instant on the client's clock
+    (flow i ``i x stagger_s`` after ``t0_client_ns``), so the flows start together."""
+    t = c.cfg.transfer
+    assert t is not None and t.duration_s is not None
+    for i, (arm, flow) in enumerate(r.plan):
+        p, log = c.rig.spawn(
+            arm, f"{flow}-r{r.rep}", t.duration_s, t0_client_ns + int(i * t.stagger_s * 1e9)
+        )
+        r.procs.append(p)
+        r.logs.append(log)
+
+
+def _profile_clients(c: _Cell, r: _Rep) -> list[Any]:
+    """perf on each arm's server and its just spawned clients (with ``--profile``): a
+    spawn returns before its client has joined the arm's group."""
+    if not c.profile:
+        return []
+    mine = {
+        a: [p.pid for (b, _), p in zip(r.plan, r.procs, strict=True) if b == a] for a in c.cfg.arms
+    }
+    return [rec for a in c.cfg.arms for rec in c.profile.attach(a, {"client": mine[a]})]
+
+
+def _arms_evidence(
+    rig: _Rig, arms: Iterable[str], offl: offloads.Watch
+) -> dict[str, tuple[dict[str, Any], list[str]]]:
+    """Each arm's server evidence, with the interface offloads read back once for the
+    repetition (_with_offloads reads them per flow): its flows ran together."""
+    evidence = {a: rig.evidence(a) for a in arms}
+    offl_facts, offl_reasons = offl.end()
+    return {
+        a: ({**facts, **offl_facts}, reasons + offl_reasons)
+        for a, (facts, reasons) in evidence.items()
+    }
+
+
+def _compete_flows(
+    c: _Cell,
+    r: _Rep,
+    rcs: list[int],
+    tcp: dict[int, dict[str, Any]],
+    evidence: dict[str, tuple[dict[str, Any], list[str]]],
+) -> list[FlowResult]:
+    """Each flow's result, named as planned (not by its client's per-repetition log),
+    verified by its arm's evidence."""
+    t = c.cfg.transfer
+    assert t is not None
+    rig = c.rig
+    flows = []
+    for i, ((arm, flow), log, rc) in enumerate(zip(r.plan, r.logs, rcs, strict=True)):
+        recs = rig.records(log)
+        final = next((x for x in recs if x.get("event") == "done"), {})
+        quic = (
+            _quic_wait(rig, arm, r.offsets[arm], port_of(final.get("local_addr")))
+            if arm in r.offsets
+            else None
+        )
+        f = rig.flow_result(arm, f"{flow}-r{r.rep}", recs, tcp, quic, i * t.stagger_s, rc)
+        f = f.model_copy(update={"flow": flow})
+        flows.append(_verified(f, evidence[arm], rig.by_name[arm]))
+    return flows

@@ -54,67 +54,9 @@ def run_pool(
 ) -> PoolOutcome[T]:
     """Run every group on some testbed; raises QuicbedError naming each testbed's
     reason if testbeds run out before the work does."""
-    queue: deque[list[T]] = deque(g for g in groups if g)
-    #: guards queue, held and outcome; notified when a group comes back, when the last
-    #: group held is given up, and on stop
-    cond = threading.Condition()
-    held = 0  # groups that testbeds hold now (taken, neither finished nor given back)
-    stop = threading.Event()
-    outcome: PoolOutcome[T] = PoolOutcome()
-
-    def take(name: str, *, finished: bool) -> list[T] | None:
-        """The next group for testbed ``name``, or None when it is to leave (on stop, or
-        with the queue empty and no group held by anyone, so none can come back).
-        ``finished``: it has run the group it held, given up here in the same step as
-        it asks for the next, so no other testbed sees the queue empty and nothing held
-        in between."""
-        nonlocal held
-        with cond:
-            if finished:
-                held -= 1
-                if not held:
-                    cond.notify_all()  # waiting testbeds may leave
-            while not stop.is_set():
-                if queue:
-                    held += 1
-                    outcome.groups_run[name] = outcome.groups_run.get(name, 0) + 1
-                    return queue.popleft()
-                if not held:
-                    return None
-                cond.wait()
-            return None
-
-    def worker(tb: Testbed) -> None:
-        nonlocal held
-        name = tb.describe_short()
-        group: list[T] | None = None  # the group this testbed holds, while it holds one
-        done: list[T] = []
-        reason: str | None = None
-        try:
-            tb.up()
-            while (group := take(name, finished=group is not None)) is not None:
-                done = []
-                run_group(tb, group, done.append)
-        except Exception as exc:  # any failure takes this testbed out
-            reason = str(exc) or type(exc).__name__
-            tb.lost = reason
-        finally:
-            # also on an exception that is not an Exception, so no testbed waits for ever
-            # on a group nobody holds any more
-            with cond:
-                if group is not None:
-                    held -= 1
-                    rest = [x for x in group if x not in done]
-                    if rest:
-                        queue.appendleft(rest)
-                if reason is not None:
-                    outcome.lost[name] = reason
-                cond.notify_all()
-        if reason is not None and on_lost:
-            on_lost(tb, reason)
-
+    work = _Pool(groups, run_group, on_lost)
     threads = [
-        threading.Thread(target=worker, args=(tb,), daemon=True, name=tb.describe_short())
+        threading.Thread(target=work.worker, args=(tb,), daemon=True, name=tb.describe_short())
         for tb in testbeds
     ]
     try:
@@ -124,12 +66,91 @@ def run_pool(
             while t.is_alive():
                 t.join(0.2)
     except BaseException:
-        with cond:  # under the lock: a testbed between its check of stop and its wait
-            stop.set()  # would otherwise miss the wake-up
-            cond.notify_all()
+        work.halt()
         raise
-    if queue:
-        left = sum(len(g) for g in queue)
-        why = "; ".join(f"{k}: {v}" for k, v in outcome.lost.items())
+    if work.queue:
+        left = sum(len(g) for g in work.queue)
+        why = "; ".join(f"{k}: {v}" for k, v in work.outcome.lost.items())
         raise QuicbedError(f"every testbed was taken out with {left} cell(s) left to run ({why})")
-    return outcome
+    return work.outcome
+
+
+class _Pool(Generic[T]):
+    """The groups of one run_pool call and who holds them, shared by its testbeds'
+    threads: one object, so what the lock guards is in one place."""
+
+    def __init__(
+        self,
+        groups: list[list[T]],
+        run_group: GroupRunner[T],
+        on_lost: Callable[[Testbed, str], None] | None,
+    ) -> None:
+        self.queue: deque[list[T]] = deque(g for g in groups if g)
+        #: guards queue, held and outcome; notified when a group comes back, when the last
+        #: group held is given up, and on stop
+        self.cond = threading.Condition()
+        self.held = 0  # groups that testbeds hold now (taken, neither finished nor given back)
+        self.stop = threading.Event()
+        self.outcome: PoolOutcome[T] = PoolOutcome()
+        self.run_group, self.on_lost = run_group, on_lost
+
+    def take(self, name: str, *, finished: bool) -> list[T] | None:
+        """The next group for testbed ``name``, or None when it is to leave (on stop, or
+        with the queue empty and no group held by anyone, so none can come back).
+        ``finished``: it has run the group it held, given up here in the same step as
+        it asks for the next, so no other testbed sees the queue empty and nothing held
+        in between."""
+        with self.cond:
+            if finished:
+                self.held -= 1
+                if not self.held:
+                    self.cond.notify_all()  # waiting testbeds may leave
+            while not self.stop.is_set():
+                if self.queue:
+                    self.held += 1
+                    self.outcome.groups_run[name] = self.outcome.groups_run.get(name, 0) + 1
+                    return self.queue.popleft()
+                if not self.held:
+                    return None
+                self.cond.wait()
+            return None
+
+    def worker(self, tb: Testbed) -> None:
+        """One testbed's thread: groups until none is left for it, or until it fails."""
+        name = tb.describe_short()
+        group: list[T] | None = None  # the group this testbed holds, while it holds one
+        done: list[T] = []
+        reason: str | None = None
+        try:
+            tb.up()
+            while (group := self.take(name, finished=group is not None)) is not None:
+                done = []
+                self.run_group(tb, group, done.append)
+        except Exception as exc:  # any failure takes this testbed out
+            reason = str(exc) or type(exc).__name__
+            tb.lost = reason
+        finally:
+            # also on an exception that is not an Exception, so no testbed waits for ever
+            # on a group nobody holds any more
+            self.leave(name, group, done, reason)
+        if reason is not None and self.on_lost:
+            self.on_lost(tb, reason)
+
+    def leave(self, name: str, group: list[T] | None, done: list[T], reason: str | None) -> None:
+        """Testbed ``name`` leaves: the items of its group not ``done`` back to the front
+        of the queue for the others, and why it was taken out (``reason``), if it was."""
+        with self.cond:
+            if group is not None:
+                self.held -= 1
+                rest = [x for x in group if x not in done]
+                if rest:
+                    self.queue.appendleft(rest)
+            if reason is not None:
+                self.outcome.lost[name] = reason
+            self.cond.notify_all()
+
+    def halt(self) -> None:
+        """Stop handing out work and wake the testbeds that wait for some (Ctrl-C)."""
+        with self.cond:  # under the lock: a testbed between its check of stop and its wait
+            self.stop.set()  # would otherwise miss the wake-up
+            self.cond.notify_all()

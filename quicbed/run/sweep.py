@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.proof import MAX_RECEIPT_AGE_S, ProvenLink, prove
 from quicbed.link.quiet import HostWait
 from quicbed.link.receipt import TCP_FIRST_S
-from quicbed.link.session import shaped_link
+from quicbed.link.session import ShapedLink, shaped_link
 from quicbed.paths import check_folder_target
 from quicbed.results import provenance
 from quicbed.results.folder import (
@@ -360,74 +361,129 @@ def run_sweep(
         held.enter_context(folder_lock(out, "sweep"))
         # what a resume keeps, read before the folder is checked: a resume that measures
         # nothing is not refused for software that changed since (prepare_folder)
-        latest = _latest_attempts(out)
-        kept: list[PlannedCell] = []
-        work: list[list[PlannedCell]] = []
-        for group in by_link(cells):
-            todo: list[PlannedCell] = []
-            for pc in group:
-                prev = latest.get(pc.config.cell_id())
-                (kept if keeps(prev, retry_failed) else todo).append(pc)
-            if todo:
-                work.append(todo)
-        prepare_folder(
-            out,
-            spec,
-            resume=resume,
-            force=force,
-            testbed=tbs[0],
-            shard=shard,
-            measuring=bool(work),
-        )
-        clear_stop(out, keep_for_pid=os.getpid())  # an earlier run's request is stale
-        if work:
-            for tb in tbs[1:]:
-                _same_software(out, tb, force)
-        store = Store(out, create=True)
+        s = _Sweep(out, spec, tbs, _latest_attempts(out), outcome, cells, on_cell, on_load)
+        kept, work = _split_kept(cells, s.latest, retry_failed)
+        _claim_folder(s, planned, measuring=bool(work), resume=resume, force=force, shard=shard)
+        _count_kept(s, kept)
         try:
-            # the scenarios of every cell of the spec (also of other shards: merged
-            # folders agree), for the report to group by; kept from earlier starts
-            store.add_scenarios([(pc.config.cell_id(), pc.scenario) for pc in planned])
-        finally:
-            store.close()
-        index = {pc.config.cell_id(): i for i, pc in enumerate(cells)}
-        outcome.skipped = len(kept)
-        outcome.kept_failed = sum(latest[pc.config.cell_id()].status == "failed" for pc in kept)
-        if on_cell:
-            for pc in kept:
-                status = latest[pc.config.cell_id()].status
-                on_cell(index[pc.config.cell_id()], len(cells), pc, f"kept ({status})")
-        lock = threading.Lock()
-
-        def run_group(
-            tb: Testbed, group: list[PlannedCell], finished: Callable[[PlannedCell], None]
-        ) -> None:
-            _run_group(
-                tb,
-                group,
-                out,
-                spec,
-                latest,
-                lock,
-                outcome,
-                finished,
-                strict=len(tbs) > 1,
-                on_cell=lambda pc, what: (
-                    on_cell(index[pc.config.cell_id()], len(cells), pc, what) if on_cell else None
-                ),
-                on_load=on_load,
-            )
-
-        try:
-            if len(tbs) == 1 and work:
-                tbs[0].up()  # once for the sweep; the caller tears it down (by default)
-                for group in work:
-                    run_group(tbs[0], group, lambda pc: None)
-            elif work:
-                outcome.lost = run_pool(tbs, work, run_group, on_lost=on_lost).lost
+            _measure_work(s, work, on_lost)
         finally:
             clear_stop(out)
     return outcome
+
+
+@dataclass
+class _Sweep:
+    """What every phase of one sweep run shares - its folder, spec, testbeds, the
+    cells' latest attempts, the outcome the groups add to under one lock, the caller's
+    callbacks - in one object, so the phases of a link group take it, not eleven
+    parameters each."""
+
+    out: Path
+    spec: SweepSpec
+    testbeds: list[Testbed]
+    #: each cell's latest attempt before this run (what a resume keeps or continues)
+    latest: dict[str, AttemptRow]
+    outcome: SweepOutcome
+    cells: list[PlannedCell]
+    on_cell: Callable[[int, int, PlannedCell, str], None] | None
+    on_load: Callable[[str, int, int], None] | None
+    #: guards ``outcome``: the groups of a multi-testbed sweep add to it from threads
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        #: a cell's place in the plan, as the caller's ``on_cell`` names it
+        self.index = {pc.config.cell_id(): i for i, pc in enumerate(self.cells)}
+
+    @property
+    def strict(self) -> bool:
+        """Several testbeds: a failing one hands its cells on (_failures_in_a_row)."""
+        return len(self.testbeds) > 1
+
+    def say(self, pc: PlannedCell, what: str) -> None:
+        """Tell the caller what became of ``pc`` (its place among the run's cells)."""
+        if self.on_cell:
+            self.on_cell(self.index[pc.config.cell_id()], len(self.cells), pc, what)
+
+    def host_wait(self) -> HostWait:
+        """A cell's wait for a quiet host, its receipt's included: a new one per cell
+        and per retry, so each gets the whole limit."""
+        return HostWait(self.spec.host.quiet_wait_minutes * 60, saying(self.on_load))
+
+
+def _split_kept(
+    cells: list[PlannedCell], latest: dict[str, AttemptRow], retry_failed: bool
+) -> tuple[list[PlannedCell], list[list[PlannedCell]]]:
+    """The cells a resume keeps, and the rest grouped by link condition: only groups
+    with a cell to measure shape a link."""
+    kept: list[PlannedCell] = []
+    work: list[list[PlannedCell]] = []
+    for group in by_link(cells):
+        todo: list[PlannedCell] = []
+        for pc in group:
+            prev = latest.get(pc.config.cell_id())
+            (kept if keeps(prev, retry_failed) else todo).append(pc)
+        if todo:
+            work.append(todo)
+    return kept, work
+
+
+def _claim_folder(
+    s: _Sweep,
+    planned: list[PlannedCell],
+    *,
+    measuring: bool,
+    resume: bool,
+    force: bool,
+    shard: Shard | None,
+) -> None:
+    """Make the folder the sweep's before any cell runs: claimed or checked, an earlier
+    run's stop request gone, every testbed's software the folder's, and the scenarios
+    of the whole plan stored for the report."""
+    out, tbs = s.out, s.testbeds
+    prepare_folder(
+        out,
+        s.spec,
+        resume=resume,
+        force=force,
+        testbed=tbs[0],
+        shard=shard,
+        measuring=measuring,
+    )
+    clear_stop(out, keep_for_pid=os.getpid())  # an earlier run's request is stale
+    if measuring:
+        for tb in tbs[1:]:
+            _same_software(out, tb, force)
+    store = Store(out, create=True)
+    try:
+        # the scenarios of every cell of the spec (also of other shards: merged
+        # folders agree), for the report to group by; kept from earlier starts
+        store.add_scenarios([(pc.config.cell_id(), pc.scenario) for pc in planned])
+    finally:
+        store.close()
+
+
+def _count_kept(s: _Sweep, kept: list[PlannedCell]) -> None:
+    """The kept cells in the outcome and told to the caller: a resumed sweep reports
+    every planned cell, measured now or before."""
+    s.outcome.skipped = len(kept)
+    s.outcome.kept_failed = sum(s.latest[pc.config.cell_id()].status == "failed" for pc in kept)
+    for pc in kept:
+        s.say(pc, f"kept ({s.latest[pc.config.cell_id()].status})")
+
+
+def _measure_work(
+    s: _Sweep, work: list[list[PlannedCell]], on_lost: Callable[[Testbed, str], None] | None
+) -> None:
+    """The link groups to measure, on the one testbed in turn or shared out by the pool
+    (which records the testbeds it took out)."""
+    tbs = s.testbeds
+    if len(tbs) == 1 and work:
+        tbs[0].up()  # once for the sweep; the caller tears it down (by default)
+        for group in work:
+            _run_group(s, tbs[0], group, lambda pc: None)
+    elif work:
+        s.outcome.lost = run_pool(tbs, work, partial(_run_group, s), on_lost=on_lost).lost
 
 
 def _latest_attempts(out: Path) -> dict[str, AttemptRow]:
@@ -446,115 +502,128 @@ LINK_FAILURES_IN_A_ROW = 2
 
 
 def _run_group(
-    tb: Testbed,
-    group: list[PlannedCell],
-    out: Path,
-    spec: SweepSpec,
-    latest: dict[str, AttemptRow],
-    lock: threading.Lock,
-    outcome: SweepOutcome,
-    finished: Callable[[PlannedCell], None],
-    *,
-    strict: bool,
-    on_cell: Callable[[PlannedCell, str], None],
-    on_load: Callable[[str, int, int], None] | None,
+    s: _Sweep, tb: Testbed, group: list[PlannedCell], finished: Callable[[PlannedCell], None]
 ) -> None:
-    """One link condition's cells on one testbed. ``strict`` (several testbeds): a
+    """One link condition's cells on one testbed. ``s.strict`` (several testbeds): a
     failed cell on a testbed that is gone, or receipts failing on cells in a row, raise
     TestbedLost before the cell counts, so another testbed measures it."""
-    tcp_s = spec.receipt_tcp_seconds
     c0 = group[0].config
+    cc = c0.tcp_cc()
     here = tb.identity()
     link_failures = 0
-    if _stopping(out, group, lock, outcome, on_cell):  # before shaping a link for nothing
+    if _stopping(s, group):  # before shaping a link for nothing
         return
     with shaped_link(
         tb,
         c0.condition,
         c0.shaper,
-        cc=c0.tcp_cc(),
+        cc=cc,
         offloads_set=c0.offloads,
-        emulator_priority=spec.host.emulator_priority,
+        emulator_priority=s.spec.host.emulator_priority,
     ) as shaped:
         proven: ProvenLink | None = None
         for i, pc in enumerate(group):
-            if _stopping(out, group[i:], lock, outcome, on_cell):
+            if _stopping(s, group[i:]):
                 return
-            on_cell(pc, "running" if not strict else f"running on {tb.describe_short()}")
-            prev = latest.get(pc.config.cell_id())
-            resume_attempt = None
-            if prev and prev.status == "running":
-                started_on = testbed_id((prev.provenance or {}).get("testbed"))
-                resume_attempt = prev.attempt if started_on == here else None
-            # the cell's wait for a quiet host, its receipt's included
-            wait = HostWait(spec.host.quiet_wait_minutes * 60, saying(on_load))
-            if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
-                proven = prove(shaped, tcp_s, c0.tcp_cc(), wait=wait)
-            r = run_cell(
-                pc.config,
-                out,
-                testbed=tb,
-                link=proven,
-                progress=on_load,
-                resume_attempt=resume_attempt,
-                traces=cell_traces(spec, pc.scenario),
-                profile=spec.profile,
-                host=spec.host,
-                wait=wait,
-            )
-            if r.status == "failed" and r.link_failed:
-                # one retry on a freshly applied link, as a new attempt
-                shaped.reapply()
-                wait = HostWait(spec.host.quiet_wait_minutes * 60, saying(on_load))
-                proven = prove(shaped, tcp_s, c0.tcp_cc(), wait=wait)
-                r = run_cell(
-                    pc.config,
-                    out,
-                    testbed=tb,
-                    link=proven,
-                    progress=on_load,
-                    traces=cell_traces(spec, pc.scenario),
-                    profile=spec.profile,
-                    host=spec.host,
-                    wait=wait,
-                )
-                if r.link_failed:
-                    proven = None  # the next cell starts from a fresh receipt
-            if strict and r.status == "failed":
-                gone = _gone(tb)
-                link_failures = link_failures + 1 if r.link_failed else 0
-                if gone:
-                    raise TestbedLost(f"{gone} (cell {r.cell_id} attempt {r.attempt}: {r.problem})")
-                if link_failures >= LINK_FAILURES_IN_A_ROW:
-                    raise TestbedLost(
-                        f"receipts failed on {link_failures} cells in a row (last: {r.problem})"
-                    )
-            else:
-                link_failures = 0
-            with lock:
-                outcome.results.append(r)
-                outcome.waited_s += r.waited_s
+            s.say(pc, "running" if not s.strict else f"running on {tb.describe_short()}")
+            resume_attempt = _resume_attempt(s.latest.get(pc.config.cell_id()), here)
+            r, proven = _measure(s, tb, shaped, pc, proven, resume_attempt, cc)
+            link_failures = _failures_in_a_row(tb, r, link_failures) if s.strict else 0
+            with s.lock:
+                s.outcome.results.append(r)
+                s.outcome.waited_s += r.waited_s
                 if r.status == "done":
-                    outcome.done += 1
+                    s.outcome.done += 1
                 else:
-                    outcome.failed += 1
+                    s.outcome.failed += 1
             finished(pc)
 
 
-def _stopping(
-    out: Path,
-    rest: list[PlannedCell],
-    lock: threading.Lock,
-    outcome: SweepOutcome,
-    on_cell: Callable[[PlannedCell, str], None],
-) -> bool:
+def _resume_attempt(prev: AttemptRow | None, here: str) -> int | None:
+    """The interrupted attempt a cell continues, only on the testbed it started on (its
+    stored loads were measured there); None, a new attempt, elsewhere or otherwise."""
+    if prev and prev.status == "running":
+        started_on = testbed_id((prev.provenance or {}).get("testbed"))
+        return prev.attempt if started_on == here else None
+    return None
+
+
+def _measure(
+    s: _Sweep,
+    tb: Testbed,
+    shaped: ShapedLink,
+    pc: PlannedCell,
+    proven: ProvenLink | None,
+    resume_attempt: int | None,
+    cc: str,
+) -> tuple[CellResult, ProvenLink | None]:
+    """One cell on the group's link, and the receipt the next cell may reuse (None: it
+    takes a fresh one). The receipt is taken anew when there is none or it is older
+    than MAX_RECEIPT_AGE_S; a cell whose link failed says nothing about the protocols,
+    so it is retried once on a freshly applied link, as a new attempt."""
+    tcp_s = s.spec.receipt_tcp_seconds
+    wait = s.host_wait()
+    if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
+        proven = prove(shaped, tcp_s, cc, wait=wait)
+    r = _run_one(s, tb, pc, proven, wait, resume_attempt)
+    if r.status == "failed" and r.link_failed:
+        # one retry on a freshly applied link, as a new attempt
+        shaped.reapply()
+        wait = s.host_wait()
+        proven = prove(shaped, tcp_s, cc, wait=wait)
+        r = _run_one(s, tb, pc, proven, wait, None)
+        if r.link_failed:
+            return r, None  # the next cell starts from a fresh receipt
+    return r, proven
+
+
+def _run_one(
+    s: _Sweep,
+    tb: Testbed,
+    pc: PlannedCell,
+    proven: ProvenLink,
+    wait: HostWait,
+    resume_attempt: int | None,
+) -> CellResult:
+    """run_cell as every cell of the sweep runs: on the proven link, with the spec's
+    traces, profile and host policy."""
+    return run_cell(
+        pc.config,
+        s.out,
+        testbed=tb,
+        link=proven,
+        progress=s.on_load,
+        resume_attempt=resume_attempt,
+        traces=cell_traces(s.spec, pc.scenario),
+        profile=s.spec.profile,
+        host=s.spec.host,
+        wait=wait,
+    )
+
+
+def _failures_in_a_row(tb: Testbed, r: CellResult, before: int) -> int:
+    """The receipts failed on cells in a row after ``r`` (``before``: up to it); raises
+    TestbedLost where a failed cell finds ``tb`` gone or receipts failing too often, so
+    the pool gives its cells to another testbed instead of counting them failed."""
+    if r.status != "failed":
+        return 0
+    gone = _gone(tb)
+    failures = before + 1 if r.link_failed else 0
+    if gone:
+        raise TestbedLost(f"{gone} (cell {r.cell_id} attempt {r.attempt}: {r.problem})")
+    if failures >= LINK_FAILURES_IN_A_ROW:
+        raise TestbedLost(f"receipts failed on {failures} cells in a row (last: {r.problem})")
+    return failures
+
+
+def _stopping(s: _Sweep, rest: list[PlannedCell]) -> bool:
     """True (the cells ``rest`` counted as stopped) if ``quicbed stop`` asked for it."""
-    if not stop_requested(out):
+    if not stop_requested(s.out):
         return False
-    with lock:
-        outcome.stopped += len(rest)
+    with s.lock:
+        s.outcome.stopped += len(rest)
     for pc in rest:
-        on_cell(pc, "not started: stop requested")
+        s.say(pc, "not started: stop requested")
     return True
 
 
