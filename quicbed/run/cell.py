@@ -27,8 +27,8 @@ from quicbed.client.browser import BrowserSpec
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
 from quicbed.link.hostpolicy import HostPolicy
-from quicbed.link.loadproof import LoadWatch
-from quicbed.link.proof import LinkFailure, ProvenLink, opening_check, prove, spot_check
+from quicbed.link.loadproof import LoadWatch, Verdict
+from quicbed.link.proof import LinkFailure, ProvenLink, SpotCheck, opening_check, prove, spot_check
 from quicbed.link.quiet import HostWait, Settled
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
@@ -36,8 +36,10 @@ from quicbed.model.link import RECEIPT_TCP_SECONDS
 from quicbed.profile import check_profile
 from quicbed.profile.session import CpuProfile, unavailable
 from quicbed.results import provenance
+from quicbed.results.cpuuse import CpuUse
 from quicbed.results.folder import FailureReason
 from quicbed.results.linkload import is_replacement, load_proof, spoiled_only
+from quicbed.results.netcounters import RoleCounters
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
 from quicbed.results.transfers import BulkResult
@@ -45,7 +47,7 @@ from quicbed.run.bulk import FlowJudge, run_transfer
 from quicbed.run.loadcpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
-from quicbed.servers.webserver import ServeSpec, WebServer
+from quicbed.servers.webserver import Arm, ServeSpec, WebServer
 from quicbed.shapers import get_shaper
 from quicbed.spec import workloads
 from quicbed.spec.cellconfig import CellConfig
@@ -241,85 +243,27 @@ def run_cell(
             raise QuicbedError(f"--profile cpu: {why_not}")
     with tb.claim("quicbed cell"):
         store = Store(out, create=True)
-        cell_id = cfg.cell_id()
-        store.add_cell(cell_id, cfg.model_dump(mode="json"))
-        if resume_attempt is None:
-            attempt = store.new_attempt(cell_id, provenance.collect(tb))
-        else:
-            attempt = resume_attempt
-            store.reopen_attempt(cell_id, attempt)
+        cell_id, attempt = _open_attempt(store, cfg, tb, resume_attempt)
         job = _Job(cfg, tb, store, cell_id, attempt, pageset, progress, fault, traces, profile)
         job.wait = wait or HostWait(host.quiet_wait_minutes * 60, saying(progress))
         job.late_tolerance_ms = host.late_tolerance_ms
         job.max_replaced = max_replaced
-        status, problem, reason = "failed", "", None
-        try:
-            if link is None:
-                with shaped_link(
-                    tb,
-                    cfg.condition,
-                    cfg.shaper,
-                    cc=cfg.tcp_cc(),
-                    offloads_set=cfg.offloads,
-                    emulator_priority=host.emulator_priority,
-                ) as shaped:
-                    proven = prove(shaped, receipt_tcp_seconds, cfg.tcp_cc(), wait=job.wait)
-                    job.measure_on(proven, shared=False)
-            else:
-                job.measure_on(link, shared=link.uses > 0)
-            empty = arms_without_valid_runs(store, cell_id, attempt, cfg)
-            if empty:
-                raise QuicbedError(
-                    f"arm(s) {', '.join(empty)} ended with no valid run: nothing to compare "
-                    "(each run's reason is stored with it)"
-                )
-            status = "done"
-        except LinkFailure as exc:
-            problem = str(exc)
-            reason = exc.reason if isinstance(exc, LinkFailed) else FailureReason.LINK_CHANGED
-        except QuicbedError as exc:
-            problem, reason = str(exc), FailureReason.OTHER
-        finally:
-            with shielded():
-                store.finish_attempt(
-                    cell_id,
-                    attempt,
-                    status,
-                    problem,
-                    reason=reason.value if reason else None,
-                    waited_s=round(job.wait.waited_s, 1),
-                )
-        comparisons = (
-            compare_cell(store, cell_id, attempt, cfg)
-            if status == "done" and cfg.kind == "page"
-            else {}
-        )
-        invalid: dict[str, list[str]] = {}
-        spoiled: dict[str, list[str]] = {}
-        runs = store.runs(cell_id, attempt)
-        for r in runs:
-            if not r.valid:
-                (spoiled if spoiled_only(load_proof(r.detail)) else invalid).setdefault(
-                    r.arm, []
-                ).append(f"#{r.rep}: {r.reason}")
-        if cfg.kind != "page":
-            spoiled.update(transfer_spoiled(store, cell_id, attempt))
-        store.close()
-    return CellResult(
-        cell_id,
-        attempt,
-        status,
-        problem,
-        job.receipt,
-        comparisons,
-        invalid,
-        out,
-        verify_summary(runs),
-        reason,
-        job.browsers,
-        job.wait.waited_s,
-        spoiled,
-    )
+        outcome = job.measure(link, host, receipt_tcp_seconds)
+        job.tally(outcome)
+    return outcome.result(job, out)
+
+
+def _open_attempt(
+    store: Store, cfg: CellConfig, tb: Testbed, resume_attempt: int | None
+) -> tuple[str, int]:
+    """The cell recorded in the store and the attempt this run writes: a new one with the
+    testbed's provenance, or ``resume_attempt`` reopened so its stored loads are kept."""
+    cell_id = cfg.cell_id()
+    store.add_cell(cell_id, cfg.model_dump(mode="json"))
+    if resume_attempt is None:
+        return cell_id, store.new_attempt(cell_id, provenance.collect(tb))
+    store.reopen_attempt(cell_id, resume_attempt)
+    return cell_id, resume_attempt
 
 
 def saying(progress: Progress | None) -> Callable[[str], None] | None:
@@ -382,6 +326,27 @@ class _PageRig:
     total: int = 0  # loads planned, for progress
 
 
+@dataclass
+class _PageLoad:
+    """One page load on its way from the browser to its stored row: what the browser
+    returned and the instruments read around it, then the verdict on it, carried
+    together instead of a dozen values through every step."""
+
+    arm: str
+    rep: int
+    warm: bool  # a warm-up: stored, flagged, never in the statistics
+    result: dict[str, Any]  # the browser's (its HAR, navigation timing, error)
+    metrics: dict[str, Any]  # the HAR's figures (har.metrics)
+    facts: dict[str, Any]  # what the server logged, and the offloads read back
+    cpu: CpuUse
+    proof: Verdict  # the link's and host's proof of the load (quicbed.link.loadproof)
+    counters: dict[str, RoleCounters]
+    trace: LoadTrace | None
+    offload_reasons: list[str]
+    reasons: list[str] = field(default_factory=list)  # the verdict: why it is invalid
+    generation: str = ""  # the link's generation read after the load
+
+
 def replacement_counts(runs: Iterable[RunRow]) -> tuple[dict[str, int], dict[str, int]]:
     """Per arm, the measured loads the link or host spoiled (quicbed.link.loadproof) and
     the replacement loads measured (reps past the schedule's: their ``replacement``
@@ -405,6 +370,38 @@ class LinkFailed(LinkFailure):
     def __init__(self, reason: FailureReason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+@dataclass
+class _Outcome:
+    """How an attempt ended and what its stored runs say: what its CellResult reports,
+    gathered while the testbed is still claimed and the store open."""
+
+    status: str = "failed"  # until the measuring says otherwise
+    problem: str = ""
+    reason: FailureReason | None = None
+    comparisons: dict[str, Comparison] = field(default_factory=dict)
+    invalid: dict[str, list[str]] = field(default_factory=dict)
+    spoiled: dict[str, list[str]] = field(default_factory=dict)
+    runs: list[RunRow] = field(default_factory=list)
+
+    def result(self, job: _Job, out: Path) -> CellResult:
+        """The attempt as the caller sees it, from this and what ``job`` met on the way."""
+        return CellResult(
+            job.cell_id,
+            job.attempt,
+            self.status,
+            self.problem,
+            job.receipt,
+            self.comparisons,
+            self.invalid,
+            out,
+            verify_summary(self.runs),
+            self.reason,
+            job.browsers,
+            job.wait.waited_s,
+            self.spoiled,
+        )
 
 
 @dataclass
@@ -433,8 +430,99 @@ class _Job:
     #: spot checks taken again after a wait for a quiet host
     spot_retries: int = 0
 
+    def measure(
+        self, link: ProvenLink | None, host: HostPolicy, receipt_tcp_seconds: float
+    ) -> _Outcome:
+        """Measure the cell, then finish its attempt in the store however the measuring
+        ended (interrupted too), with the reason a runner decides on: the link's (out of
+        tolerance, a failed opening or closing check, changed under a load), a host that
+        stayed busy, or an arm left with no valid run, which leaves nothing to compare."""
+        outcome = _Outcome()
+        try:
+            self._measure_link(link, host, receipt_tcp_seconds)
+            empty = arms_without_valid_runs(self.store, self.cell_id, self.attempt, self.cfg)
+            if empty:
+                raise QuicbedError(
+                    f"arm(s) {', '.join(empty)} ended with no valid run: nothing to compare "
+                    "(each run's reason is stored with it)"
+                )
+            outcome.status = "done"
+        except LinkFailure as exc:
+            outcome.problem = str(exc)
+            outcome.reason = (
+                exc.reason if isinstance(exc, LinkFailed) else FailureReason.LINK_CHANGED
+            )
+        except QuicbedError as exc:
+            outcome.problem, outcome.reason = str(exc), FailureReason.OTHER
+        finally:
+            with shielded():
+                self.store.finish_attempt(
+                    self.cell_id,
+                    self.attempt,
+                    outcome.status,
+                    outcome.problem,
+                    reason=outcome.reason.value if outcome.reason else None,
+                    waited_s=round(self.wait.waited_s, 1),
+                )
+        return outcome
+
+    def _measure_link(
+        self, link: ProvenLink | None, host: HostPolicy, receipt_tcp_seconds: float
+    ) -> None:
+        """The loads on ``link``, a sweep's link shared with earlier cells (its opening
+        spot check stands in for a receipt once it has been used), or without one on a
+        link shaped and proven for this cell alone, undone after its loads."""
+        cfg = self.cfg
+        if link is not None:
+            self.measure_on(link, shared=link.uses > 0)
+            return
+        with shaped_link(
+            self.tb,
+            cfg.condition,
+            cfg.shaper,
+            cc=cfg.tcp_cc(),
+            offloads_set=cfg.offloads,
+            emulator_priority=host.emulator_priority,
+        ) as shaped:
+            proven = prove(shaped, receipt_tcp_seconds, cfg.tcp_cc(), wait=self.wait)
+            self.measure_on(proven, shared=False)
+
+    def tally(self, outcome: _Outcome) -> None:
+        """Into ``outcome``, what the finished attempt's stored runs say: a done page
+        cell's comparisons, and each arm's invalid loads apart from those the link or host
+        spoiled and nothing else (quicbed.link.loadproof); then the store is closed."""
+        cfg, store = self.cfg, self.store
+        if outcome.status == "done" and cfg.kind == "page":
+            outcome.comparisons = compare_cell(store, self.cell_id, self.attempt, cfg)
+        outcome.runs = store.runs(self.cell_id, self.attempt)
+        for r in outcome.runs:
+            if not r.valid:
+                spoiled = spoiled_only(load_proof(r.detail))
+                (outcome.spoiled if spoiled else outcome.invalid).setdefault(r.arm, []).append(
+                    f"#{r.rep}: {r.reason}"
+                )
+        if cfg.kind != "page":
+            outcome.spoiled.update(transfer_spoiled(store, self.cell_id, self.attempt))
+        store.close()
+
     def measure_on(self, proven: ProvenLink, *, shared: bool) -> None:
         """Loads under ``proven``'s receipt, and the record of which loads it covers."""
+        self._accept_receipt(proven)
+        span = self._link_span(proven, shared)
+        opening = self._opening_check(proven, span) if shared else None
+        proven.uses += 1
+        try:
+            self._loads(proven, span)
+        except BaseException:
+            span["finished"] = now()
+            with shielded():
+                self.store.add_link_span(span)
+            raise
+        self._closing_check(proven, span, opening)
+
+    def _accept_receipt(self, proven: ProvenLink) -> None:
+        """Store the link's receipt with the attempt, and refuse to measure on a link out
+        of tolerance: the attempt fails with the receipt that says why."""
         self.receipt = proven.receipt
         self.store.set_receipt(self.cell_id, self.attempt, proven.receipt.model_dump(mode="json"))
         if not proven.receipt.passed:
@@ -449,7 +537,11 @@ class _Job:
                     else ""
                 ),
             )
-        span: dict[str, Any] = {
+
+    def _link_span(self, proven: ProvenLink, shared: bool) -> dict[str, Any]:
+        """The record of which of this attempt's loads ``proven``'s receipt covers and the
+        checks around them, filled in as they happen and stored however they end."""
+        return {
             "cell_id": self.cell_id,
             "attempt": self.attempt,
             "receipt_created": proven.receipt.created,
@@ -462,32 +554,35 @@ class _Job:
             "closing": None,
             "passed": 0,
         }
-        opening = None
-        if shared:
-            opening = opening_check(proven)
-            try:
-                while not opening.passed and self._host_spoiled("opening check", opening.problems):
-                    opening = spot_check(proven, "opening")
-            except LinkFailed:  # the host stayed busy: the check is stored all the same
-                span.update(opening=opening.model_dump(mode="json"), finished=now())
-                self.store.add_link_span(span)
-                raise
-            span["opening"] = opening.model_dump(mode="json")
-            if not opening.passed:
-                span["finished"] = now()
-                self.store.add_link_span(span)
-                raise LinkFailed(
-                    FailureReason.LINK_OPENING_CHECK,
-                    f"opening check: {'; '.join(opening.problems)}; nothing measured",
-                )
-        proven.uses += 1
+
+    def _opening_check(self, proven: ProvenLink, span: dict[str, Any]) -> SpotCheck:
+        """A shared link's spot check before the first load, since other cells used it
+        after its receipt; taken again while the host spoiled it. A failed one is stored
+        with the span and fails the attempt before anything is measured."""
+        opening = opening_check(proven)
         try:
-            self._loads(proven, span)
-        except BaseException:
-            span["finished"] = now()
-            with shielded():
-                self.store.add_link_span(span)
+            while not opening.passed and self._host_spoiled("opening check", opening.problems):
+                opening = spot_check(proven, "opening")
+        except LinkFailed:  # the host stayed busy: the check is stored all the same
+            span.update(opening=opening.model_dump(mode="json"), finished=now())
+            self.store.add_link_span(span)
             raise
+        span["opening"] = opening.model_dump(mode="json")
+        if not opening.passed:
+            span["finished"] = now()
+            self.store.add_link_span(span)
+            raise LinkFailed(
+                FailureReason.LINK_OPENING_CHECK,
+                f"opening check: {'; '.join(opening.problems)}; nothing measured",
+            )
+        return opening
+
+    def _closing_check(
+        self, proven: ProvenLink, span: dict[str, Any], opening: SpotCheck | None
+    ) -> None:
+        """The spot check after the last load (counters since the opening check, if one
+        was taken), taken again while the host spoiled it: a link that no longer holds
+        fails the attempt, as its loads may not have held either. The span is stored."""
         since = opening.counters if opening else None
         closing = spot_check(proven, "closing", since=since)
         try:
@@ -517,100 +612,139 @@ class _Job:
         return self._settle(f"{what}: {'; '.join(problems)}") is Settled.AFTER_WAIT
 
     def _loads(self, proven: ProvenLink, span: dict[str, Any]) -> None:
+        """A page cell's loads, or a transfer cell's transfers, on the proven link; the
+        servers and browsers are stopped, and the traces sealed, however they end."""
         if self.cfg.kind != "page":
             self._transfers(proven, span)
             return
 
-        cfg, tb, store, cell_id, attempt = self.cfg, self.tb, self.store, self.cell_id, self.attempt
-        done = {(r.arm, r.rep) for r in store.runs(cell_id, attempt)}
-        _, log_dir = store.paths(cell_id, attempt)
+        cfg = self.cfg
+        done = {(r.arm, r.rep) for r in self.store.runs(self.cell_id, self.attempt)}
+        _, log_dir = self.store.paths(self.cell_id, self.attempt)
         rig = _PageRig(
             tracing=self._traceset(),
             profiler=self._profiler(
                 "chromium", {a.name: a.browser or "chromium" for a in cfg.resolved_arms()}
             ),
         )
-        servers, browsers = rig.servers, rig.browsers
         try:
-            spec, rig.page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
-            if rig.tracing:
-                rig.tracing.start()
-                spec = replace(spec, qlog_dirs=rig.tracing.ctx.qlog_dirs)
-            servers.update(servers_for(cfg, tb, spec))
-            arms = cfg.resolved_arms()
-            kinds = {a.name: get_browser(a.browser or "") for a in arms}
-            extra: dict[str, dict[str, Any]] = {
-                a.name: self._browser_traces(a.name, kinds[a.name], a.transport) for a in arms
-            }
-            for name, srv in servers.items():
-                if srv.wants_client_netlog:
-                    extra[name].setdefault("net_log", tb.workdir("client") / f"netlog-{name}.json")
-                    srv.client_netlog = extra[name]["net_log"]
-                extra[name].update(srv.browser_options())
-            for name, s in servers.items():
-                with joining(tb, "server", name):
-                    s.start()
-            for a in arms:
-                kind = kinds[a.name]
-                profile = tb.workdir("client") / f"profile-{a.name}"
-                bspec = BrowserSpec(
-                    arm=a.name,
-                    protocol=a.protocol,
-                    host=cfg.host,
-                    server_ip=tb.server_ip,
-                    port=a.port,
-                    spki_pin=spki_pin,
-                    user_data_dir=profile,
-                    client=kind.name,
-                    quic_version=servers[a.name].quic_version,
-                    ca_cert=ca_cert if kind.trusts_ca else None,
-                    **extra[a.name],
-                )
-                browsers[a.name] = kind(bspec, tb, log_dir)
-            # the arms' browsers start side by side, all from this thread (a child's
-            # PR_SET_PDEATHSIG fires when the *thread* that forked it ends)
-            for name, b in browsers.items():
-                with joining(tb, "client", name):
-                    b.launch()
-            for b in browsers.values():
-                b.connect()
-            for b in browsers.values():
-                b.ready()
-            self.browsers = {name: b.version for name, b in browsers.items()}
-            rig.urls = {a: srv.url(cfg.host, cfg.page) for a, srv in servers.items()}
-            rig.meter, rig.net = CpuMeter(tb, cfg.arms), NetMeter(tb)
-            schedule = list(enumerate(cfg.schedule()))
-            if done and cfg.warmup:
-                # A resumed attempt has fresh browsers: warm them up again (stored as
-                # warm-ups with negative reps) so 0-RTT state exists before measuring.
-                low = min(r for _, r in done)
-                schedule = [(-1, (arm, low - 1)) for arm in cfg.arms] + schedule
-            rig.total = len(schedule)
-            for seq, (arm, rep) in schedule:
-                if (arm, rep) not in done:
-                    self._load(rig, proven, span, seq, arm, rep)
+            self._start_arms(rig, log_dir)
+            self._scheduled_loads(rig, proven, span, done)
             self._replace_spoiled(rig, proven, span, len(cfg.schedule()))
-            versions: dict[str, Any] = {name: s.version() for name, s in servers.items()}
-            versions["browser"] = next(iter(browsers.values())).version if browsers else None
-            # each arm's browser build by arm: arms may load in different browsers
-            versions["browsers"] = self.browsers
-            store.set_versions(cell_id, attempt, versions)
+            self._store_versions(rig)
             if rig.profiler:
                 rig.profiler.halt(rig.recordings)
                 rig.profiler.fold(rig.recordings)
                 self._seal_profile(rig.profiler)
         finally:
-            # before the link goes: a testbed torn down under running daemons would
-            # have to kill them one PID at a time
-            with shielded():
-                for b in browsers.values():
-                    b.stop()
-                for s in servers.values():
-                    s.stop()
-                for role in ("server", "client"):
-                    tb.collect(role, log_dir)  # remote logs come home beside the runs
-                if rig.tracing:
-                    self._seal_traces(rig.tracing, rig.loads)
+            self._stop_arms(rig, log_dir)
+
+    def _start_arms(self, rig: _PageRig, log_dir: Path) -> None:
+        """Into ``rig``: the page served, each arm's server started, then each arm's
+        browser launched and ready, and the meters read around every load. Servers and
+        browsers enter ``rig`` as they are made, so a failure stops those that exist."""
+        cfg, tb = self.cfg, self.tb
+        spec, rig.page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
+        if rig.tracing:
+            rig.tracing.start()
+            spec = replace(spec, qlog_dirs=rig.tracing.ctx.qlog_dirs)
+        rig.servers.update(servers_for(cfg, tb, spec))
+        arms = cfg.resolved_arms()
+        kinds = {a.name: get_browser(a.browser or "") for a in arms}
+        extra = self._browser_options(rig, arms, kinds)
+        for name, s in rig.servers.items():
+            with joining(tb, "server", name):
+                s.start()
+        for a in arms:
+            kind = kinds[a.name]
+            profile = tb.workdir("client") / f"profile-{a.name}"
+            bspec = BrowserSpec(
+                arm=a.name,
+                protocol=a.protocol,
+                host=cfg.host,
+                server_ip=tb.server_ip,
+                port=a.port,
+                spki_pin=spki_pin,
+                user_data_dir=profile,
+                client=kind.name,
+                quic_version=rig.servers[a.name].quic_version,
+                ca_cert=ca_cert if kind.trusts_ca else None,
+                **extra[a.name],
+            )
+            rig.browsers[a.name] = kind(bspec, tb, log_dir)
+        self._launch_browsers(rig)
+        rig.urls = {a: srv.url(cfg.host, cfg.page) for a, srv in rig.servers.items()}
+        rig.meter, rig.net = CpuMeter(tb, cfg.arms), NetMeter(tb)
+
+    def _browser_options(
+        self, rig: _PageRig, arms: list[Arm], kinds: dict[str, type[Browser]]
+    ) -> dict[str, dict[str, Any]]:
+        """Per arm, its browser's options beyond the spec: the trace files it writes at
+        the cell's level, and what the arm's server asks of it (a NetLog the server reads,
+        whose path the server is told before it starts)."""
+        extra: dict[str, dict[str, Any]] = {
+            a.name: self._browser_traces(a.name, kinds[a.name], a.transport) for a in arms
+        }
+        for name, srv in rig.servers.items():
+            if srv.wants_client_netlog:
+                extra[name].setdefault("net_log", self.tb.workdir("client") / f"netlog-{name}.json")
+                srv.client_netlog = extra[name]["net_log"]
+            extra[name].update(srv.browser_options())
+        return extra
+
+    def _launch_browsers(self, rig: _PageRig) -> None:
+        """The arms' browsers started side by side, all from this thread (a child's
+        PR_SET_PDEATHSIG fires when the *thread* that forked it ends), then each one's
+        build as its driver names it."""
+        for name, b in rig.browsers.items():
+            with joining(self.tb, "client", name):
+                b.launch()
+        for b in rig.browsers.values():
+            b.connect()
+        for b in rig.browsers.values():
+            b.ready()
+        self.browsers = {name: b.version for name, b in rig.browsers.items()}
+
+    def _scheduled_loads(
+        self, rig: _PageRig, proven: ProvenLink, span: dict[str, Any], done: set[tuple[str, int]]
+    ) -> None:
+        """The schedule's loads (warm-ups, then the runs, the arms interleaved), but for
+        those ``done``: stored already by the attempt resumed."""
+        cfg = self.cfg
+        schedule = list(enumerate(cfg.schedule()))
+        if done and cfg.warmup:
+            # A resumed attempt has fresh browsers: warm them up again (stored as
+            # warm-ups with negative reps) so 0-RTT state exists before measuring.
+            low = min(r for _, r in done)
+            schedule = [(-1, (arm, low - 1)) for arm in cfg.arms] + schedule
+        rig.total = len(schedule)
+        for seq, (arm, rep) in schedule:
+            if (arm, rep) not in done:
+                self._load(rig, proven, span, seq, arm, rep)
+
+    def _store_versions(self, rig: _PageRig) -> None:
+        """The software that served and loaded the page, as it reported itself, with the
+        attempt: each server's version and each arm's browser build."""
+        versions: dict[str, Any] = {name: s.version() for name, s in rig.servers.items()}
+        browsers = rig.browsers
+        versions["browser"] = next(iter(browsers.values())).version if browsers else None
+        # each arm's browser build by arm: arms may load in different browsers
+        versions["browsers"] = self.browsers
+        self.store.set_versions(self.cell_id, self.attempt, versions)
+
+    def _stop_arms(self, rig: _PageRig, log_dir: Path) -> None:
+        """Browsers and servers stopped before the link goes: a testbed torn down under
+        running daemons would have to kill them one PID at a time. Then the remote logs
+        come home beside the runs, and the loads' traces are sealed."""
+        with shielded():
+            for b in rig.browsers.values():
+                b.stop()
+            for s in rig.servers.values():
+                s.stop()
+            for role in ("server", "client"):
+                self.tb.collect(role, log_dir)
+            if rig.tracing:
+                self._seal_traces(rig.tracing, rig.loads)
 
     def _replace_spoiled(
         self, rig: _PageRig, proven: ProvenLink, span: dict[str, Any], seq: int
@@ -654,9 +788,33 @@ class _Job:
     ) -> None:
         """One load of ``arm``, verified, proven by the link's own counters, stored;
         ``replacement``: it stands in for a spoiled one."""
-        cfg, store = self.cfg, self.store
         if self.fault:
             self.fault(arm, rep, rig.servers)
+        load = self._measure_load(rig, proven, arm, rep, replacement)
+        self._judge_load(rig, proven, load)
+        self.store.add_run(self._run_row(rig, proven, load, seq), load.result.get("har"))
+        if span["first_seq"] is None:
+            span["first_seq"] = seq
+        span["last_seq"] = seq
+        gen = load.generation
+        if gen != proven.generation:
+            raise LinkFailed(
+                FailureReason.LINK_CHANGED,
+                f"the link changed during the cell ({arm} #{rep}: generation "
+                f"{proven.generation} -> {gen}); the loads after it were not measured",
+            )
+        if self.progress:
+            self.progress(arm, seq + 1, rig.total)
+        if load.proof.host_spoiled and not load.warm:
+            self._settle(f"{arm} #{rep}: {load.proof.reasons[0]}")
+
+    def _measure_load(
+        self, rig: _PageRig, proven: ProvenLink, arm: str, rep: int, replacement: bool
+    ) -> _PageLoad:
+        """The browser's load of the page, its instruments (server log, offloads, the
+        link's proof, traces, CPU, counters) begun just before it and read just after, so
+        that what they read is this load's."""
+        cfg = self.cfg
         warm = rep < cfg.warmup
         if rig.profiler and not warm and not rig.recordings:  # the measured loads only
             rig.recordings = [r for a in cfg.arms for r in rig.profiler.attach(a)]
@@ -685,69 +843,52 @@ class _Job:
         m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
         offl_facts, offl_reasons = offl.end()
         facts.update(offl_facts)
-        reasons = _judge(cfg, srv, warm, result, m, facts, rig.page) + offl_reasons
-        proof.facts["own_reasons"] = len(reasons)  # the load's own failures, not the link's
-        if not warm:  # a warm-up is not measured: its proof is kept, not judged
-            reasons += proof.reasons
+        return _PageLoad(arm, rep, warm, result, m, facts, cpu, proof, counters, lt, offl_reasons)
+
+    def _judge_load(self, rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> None:
+        """Into ``load``, every reason it must not enter the statistics: its own checks'
+        (counted apart from the link's in its proof), its link proof's unless it is a
+        warm-up, and a change of the link's generation under it."""
+        srv = rig.servers[load.arm]
+        reasons = (
+            _judge(self.cfg, srv, load.warm, load.result, load.metrics, load.facts, rig.page)
+            + load.offload_reasons
+        )
+        load.proof.facts["own_reasons"] = len(reasons)  # the load's own failures, not the link's
+        if not load.warm:  # a warm-up is not measured: its proof is kept, not judged
+            reasons += load.proof.reasons
         gen = proven.current_generation()
         if gen != proven.generation:
             reasons.append(
                 f"the link changed under this load (generation {proven.generation} -> {gen})"
             )
-        store.add_run(
-            RunRow(
-                cell_id=self.cell_id,
-                attempt=self.attempt,
-                arm=arm,
-                rep=rep,
-                seq=seq,
-                warmup=warm,
-                valid=not reasons,
-                reason="; ".join(reasons),
-                plt_ms=m.get("plt_ms"),
-                onload_ms=m.get("onload_ms"),
-                dns_ms=m.get("dns_ms"),
-                nav_load_ms=m.get("nav_load_ms"),
-                ttfb_ms=m.get("ttfb_ms"),
-                objects=m.get("objects"),
-                bytes=m.get("bytes"),
-                protocols=m.get("protocols"),
-                used_0rtt=bool(facts["used_0rtt"]) if "used_0rtt" in facts else None,
-                tls_resumed=bool(facts.get("tls_resumed", False)),
-                detail={
-                    "entries": m.get("entries"),
-                    "server": facts,
-                    "error": result.get("error"),
-                    "context": result.get("context"),
-                    # what cleared the browser before the load, as its driver says
-                    **{k: result[k] for k in ("clearing", "connections_closed") if result.get(k)},
-                    "main_connect_ms": m.get("main_connect_ms"),
-                    "main_ssl_ms": m.get("main_ssl_ms"),
-                    "link": {
-                        "generation": gen,
-                        "receipt": proven.receipt.created,
-                        "load": proof.facts,
-                    },
-                    "cpu": cpu.model_dump(mode="json"),
-                    "counters": {r: c.model_dump() for r, c in counters.items()},
-                    **({"traces": rig.tracing.detail(lt)} if rig.tracing and lt else {}),
-                },
-            ),
-            result.get("har"),
+        load.reasons, load.generation = reasons, gen
+
+    def _run_row(self, rig: _PageRig, proven: ProvenLink, load: _PageLoad, seq: int) -> RunRow:
+        """The stored row of a judged load: its figures, its verdict, and in its detail
+        the evidence the verdict was read from."""
+        m, facts = load.metrics, load.facts
+        return RunRow(
+            cell_id=self.cell_id,
+            attempt=self.attempt,
+            arm=load.arm,
+            rep=load.rep,
+            seq=seq,
+            warmup=load.warm,
+            valid=not load.reasons,
+            reason="; ".join(load.reasons),
+            plt_ms=m.get("plt_ms"),
+            onload_ms=m.get("onload_ms"),
+            dns_ms=m.get("dns_ms"),
+            nav_load_ms=m.get("nav_load_ms"),
+            ttfb_ms=m.get("ttfb_ms"),
+            objects=m.get("objects"),
+            bytes=m.get("bytes"),
+            protocols=m.get("protocols"),
+            used_0rtt=bool(facts["used_0rtt"]) if "used_0rtt" in facts else None,
+            tls_resumed=bool(facts.get("tls_resumed", False)),
+            detail=_run_detail(rig, proven, load),
         )
-        if span["first_seq"] is None:
-            span["first_seq"] = seq
-        span["last_seq"] = seq
-        if gen != proven.generation:
-            raise LinkFailed(
-                FailureReason.LINK_CHANGED,
-                f"the link changed during the cell ({arm} #{rep}: generation "
-                f"{proven.generation} -> {gen}); the loads after it were not measured",
-            )
-        if self.progress:
-            self.progress(arm, seq + 1, rig.total)
-        if proof.host_spoiled and not warm:
-            self._settle(f"{arm} #{rep}: {proof.reasons[0]}")
 
     def _settle(self, why: str) -> Settled:
         """Wait for a quiet host after ``why`` was spoiled by it; the cell fails once its
@@ -915,6 +1056,31 @@ def _server_facts(srv: WebServer, objects: int, wait_s: float = 2.0) -> dict[str
         if facts.get("requests", 0) >= objects or time.monotonic() >= deadline:
             return facts
         time.sleep(0.005)
+
+
+def _run_detail(rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> dict[str, Any]:
+    """A load's stored detail: the evidence behind its row (HAR entries, the server's
+    facts, its link proof under the receipt, CPU, counters, traces), so a verdict can be
+    checked, and a figure explained, from the store alone."""
+    m, result, lt = load.metrics, load.result, load.trace
+    return {
+        "entries": m.get("entries"),
+        "server": load.facts,
+        "error": result.get("error"),
+        "context": result.get("context"),
+        # what cleared the browser before the load, as its driver says
+        **{k: result[k] for k in ("clearing", "connections_closed") if result.get(k)},
+        "main_connect_ms": m.get("main_connect_ms"),
+        "main_ssl_ms": m.get("main_ssl_ms"),
+        "link": {
+            "generation": load.generation,
+            "receipt": proven.receipt.created,
+            "load": load.proof.facts,
+        },
+        "cpu": load.cpu.model_dump(mode="json"),
+        "counters": {r: c.model_dump() for r, c in load.counters.items()},
+        **({"traces": rig.tracing.detail(lt)} if rig.tracing and lt else {}),
+    }
 
 
 def _serve(

@@ -89,6 +89,21 @@ def print_receipt(receipt: Any) -> None:
 # --- cell -----------------------------------------------------------------------------
 def print_cell(result: Any, cfg: Any) -> None:
     """A measured cell: per arm n, mean, sd, median, CI; each comparison; verification."""
+    _print_cell_heading(result, cfg)
+    if result.status != "done":
+        out.print(f"[red]failed:[/] {result.problem}")
+        return
+    if cfg.kind != "page":  # a bulk or compete cell: its flows' numbers, not PLTs
+        _print_stored_transfer(result)
+        return
+    _print_plt_table(result.comparisons)
+    _print_comparisons(result.comparisons)
+    _print_load_checks(result, cfg)
+
+
+def _print_cell_heading(result: Any, cfg: Any) -> None:
+    """Which cell, attempt and results folder, its arms and the browsers they loaded in:
+    printed first, also for a failed attempt, so its failure is read against them."""
     how = cfg.mode if cfg.kind == "page" else cfg.kind  # a transfer has no 0-RTT mode
     out.print(
         f"cell {result.cell_id} attempt {result.attempt}: {cfg.page}, "
@@ -103,19 +118,23 @@ def print_cell(result: Any, cfg: Any) -> None:
             by_browser.setdefault(key, []).append(a.name)
     if by_browser:
         out.print("browser: " + "; ".join(f"{', '.join(v)} in {k}" for k, v in by_browser.items()))
-    if result.status != "done":
-        out.print(f"[red]failed:[/] {result.problem}")
-        return
-    if cfg.kind != "page":  # a bulk or compete cell: its flows' numbers, not PLTs
-        from quicbed.analysis.transfers import stored_transfer  # not at the top: scipy
-        from quicbed.results.store import Store  # loads in 0.6 s of every command's start
 
-        store = Store.open_readonly(result.out)
-        try:
-            print_transfer(stored_transfer(store, result.cell_id, result.attempt))
-        finally:
-            store.close()
-        return
+
+def _print_stored_transfer(result: Any) -> None:
+    """A transfer cell's flows as ``quicbed bulk`` prints them, read back from the store
+    (a CellResult holds a page cell's comparisons only)."""
+    from quicbed.analysis.transfers import stored_transfer  # not at the top: scipy
+    from quicbed.results.store import Store  # loads in 0.6 s of every command's start
+
+    store = Store.open_readonly(result.out)
+    try:
+        print_transfer(stored_transfer(store, result.cell_id, result.attempt))
+    finally:
+        store.close()
+
+
+def _print_plt_table(comparisons: dict[str, Any]) -> None:
+    """Each arm's page load times once, though an arm may be in several comparisons."""
 
     def f(v: float | None) -> str:
         return _num(v, ".1f")
@@ -124,7 +143,7 @@ def print_cell(result: Any, cfg: Any) -> None:
     for col in ("arm", "valid n", "mean ms", "sd ms", "median ms", "95 % CI"):
         t.add_column(col)
     shown: set[str] = set()
-    for c in result.comparisons.values():
+    for c in comparisons.values():
         for s in (c.reference, c.candidate):
             if s.arm not in shown:
                 shown.add(s.arm)
@@ -138,7 +157,12 @@ def print_cell(result: Any, cfg: Any) -> None:
                 )
     if shown:
         out.print(t)
-    for name, c in result.comparisons.items():
+
+
+def _print_comparisons(comparisons: dict[str, Any]) -> None:
+    """Per pair, the difference, which arm was faster and whether it is significant, or
+    why there is no comparison; then the pair's warnings."""
+    for name, c in comparisons.items():
         ref, cand = name.split("/")
         if not c.enough:
             out.print(f"[yellow]{name}: no comparison:[/] {c.problem}")
@@ -151,6 +175,12 @@ def print_cell(result: Any, cfg: Any) -> None:
             )
         for w in c.warnings:
             warn(w)
+
+
+def _print_load_checks(result: Any, cfg: Any) -> None:
+    """What the checks of the loads found, per arm in the cell's order, so the claim
+    (h3 with 0-RTT, h2 with TLS resumption) is read off the evidence; then the invalid
+    and spoiled loads, and the wait for a quiet host."""
     for arm, v in sorted(result.verified.items(), key=lambda kv: list(cfg.arms).index(kv[0])):
         out.print(
             f"{arm}: {v['valid']}/{v['measured']} loads verified, protocols "
