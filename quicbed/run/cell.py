@@ -23,6 +23,7 @@ from quicbed.analysis.cells import compare_cell
 from quicbed.analysis.stats import Comparison
 from quicbed.analysis.transfers import stored_transfer
 from quicbed.client import get_browser, har
+from quicbed.client.browser import DEFAULT as DEFAULT_BROWSER
 from quicbed.client.browser import BrowserSpec
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
@@ -624,7 +625,7 @@ class _Job:
         rig = _PageRig(
             tracing=self._traceset(),
             profiler=self._profiler(
-                "chromium", {a.name: a.browser or "chromium" for a in cfg.resolved_arms()}
+                DEFAULT_BROWSER, {a.name: a.browser or DEFAULT_BROWSER for a in cfg.resolved_arms()}
             ),
         )
         try:
