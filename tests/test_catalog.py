@@ -95,10 +95,11 @@ def test_speedups_are_binned_per_repetition_against_the_reference() -> None:
     )
     assert len(rows) == 1
     (r,) = rows
-    assert (r["scenario"], r["arm"], r["n"], r["rate_mbit"]) == ("WS", "h2", 4, 50)
-    assert (r["> 2"], r["1.0-1.1"], r["0.9-1.0"], r["< 0.7"]) == (0.25, 0.25, 0.25, 0.25)
-    assert r["faster"] == r["slower"] == 0.5
-    assert sum(r[label] for _, _, label in SPEEDUP_BINS) == pytest.approx(1.0)
+    assert (r.scenario, r.arm, r.n, r.rate_mbit) == ("WS", "h2", 4, 50)
+    b = r.bins
+    assert (b["> 2"], b["1.0-1.1"], b["0.9-1.0"], b["< 0.7"]) == (0.25, 0.25, 0.25, 0.25)
+    assert r.faster == r.slower == 0.5
+    assert sum(b[label] for _, _, label in SPEEDUP_BINS) == pytest.approx(1.0)
 
 
 def test_a_speedup_reference_must_be_a_bulk_scenario(tmp_path: Path) -> None:
@@ -157,7 +158,7 @@ def test_goodput_cdfs_per_scenario_where_scenarios_share_a_link(tmp_path: Path) 
         tmp_path,
     )
     assert len(drawn) == 1
-    title, paths, shows = drawn[0]
+    title, paths, shows = drawn[0].title, drawn[0].paths, drawn[0].shows
     assert shows["arm"] == "h2" and shows["scenarios"] == {
         "BL": [40.0, 42.0],
         "ECN": [44.0, 45.0, 46.0],

@@ -123,14 +123,14 @@ def test_a_made_up_traced_repetition_draws_its_windows_and_close_up(tmp_path: Pa
         runs=[compete_run(0, flows, 20.0, [])],
     )
     drawn = windows.figures(r, tmp_path, "c", tmp_path / "figs")
-    assert [Path(p).name for _, paths, _ in drawn for p in paths] == [
+    assert [p.name for d in drawn for p in d.paths] == [
         "windows-c-0.png",
         "windows-c-0.svg",
         "windows-c-0-closeup.png",
         "windows-c-0-closeup.svg",
     ]
     # 20 % of 20 s after the last flow started (0.01 s): its steady part, 5 s of it
-    assert drawn[1][2]["span"] == pytest.approx((4.01, 9.01))
+    assert drawn[1].shows["span"] == pytest.approx((4.01, 9.01))
 
 
 # --- real flows on the local testbed ---------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +17,9 @@ from quicbed.errors import QuicbedError
 from quicbed.model.link import LinkCondition
 from quicbed.report import build as report
 from quicbed.report import transfers as report_transfers
+from quicbed.results.cpuuse import CpuTime, CpuUse
+from quicbed.results.folder import SWEEP_FILE
+from quicbed.results.netcounters import RoleCounters
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.results.transfers import BulkResult, BulkRun, CompeteResult, FlowResult, compete_run
@@ -23,6 +27,9 @@ from quicbed.spec.cellconfig import make_cell, parse_flows
 from quicbed.spec.sweepspec import SweepSpec, estimate_seconds, load_spec, plan
 
 COND = LinkCondition(rate_mbit=10, rtt_ms=36)
+#: transfers.csv and speedups.csv as quicbed wrote them at d31bcd9, before the report's
+#: transfer rows were typed, from the folder _known_good_folder makes
+KNOWN_GOOD = Path(__file__).parent / "fixtures" / "transfers-report"
 
 
 def _flow(name: str, arm: str, rate_bps: float, dur: float, start: float = 0.0) -> FlowResult:
@@ -268,11 +275,15 @@ def test_compete_summary_from_its_repetitions() -> None:
     assert h3.per_flow_mbit_mean == pytest.approx(6.0667, rel=1e-3)
     assert 0.8 < r.jain_mean < 1.0 and r.jain_sd is not None
     c = r.comparisons["h2/h3"]["per_flow_bps"]
-    assert c["reference"]["n"] == c["candidate"]["n"] == 3 and c["p"] < 0.01
+    assert c.reference.n == c.candidate.n == 3 and c.p is not None and c.p < 0.01
 
 
 def _store_cell(
-    root: Path, kind: str, record: BulkResult | CompeteResult, cond: LinkCondition = COND
+    root: Path,
+    kind: str,
+    record: BulkResult | CompeteResult,
+    cond: LinkCondition = COND,
+    **cfg: Any,
 ) -> str:
     t = (
         {"size": "10MB"}
@@ -280,12 +291,19 @@ def _store_cell(
         else {"size": "10MB", "duration_s": 8, "flows": "h3x1,h2x1"}
     )
     arms = ("h2", "h3") if kind == "bulk" else ("h3", "h2")
-    cfg = make_cell(
-        condition=cond, page="bulk/10MB.bin", kind=kind, runs=3, warmup=0, arms=arms, transfer=t
+    config = make_cell(
+        condition=cond,
+        page="bulk/10MB.bin",
+        kind=kind,
+        runs=3,
+        warmup=0,
+        arms=arms,
+        transfer=t,
+        **cfg,
     )
     store = Store(root, create=True)
-    cid = cfg.cell_id()
-    store.add_cell(cid, cfg.model_dump(mode="json"))
+    cid = config.cell_id()
+    store.add_cell(cid, config.model_dump(mode="json"))
     att = store.new_attempt(cid, {"quicbed": "test"})
     store.set_receipt(cid, att, {"passed": True, "checks": []})
     store.set_transfer(cid, att, kind, record.model_dump(mode="json"))
@@ -328,6 +346,104 @@ def test_the_report_shows_transfer_cells_from_the_store(tmp_path: Path) -> None:
     assert (again.out / "transfers.csv").read_text() == (rep.out / "transfers.csv").read_text()
 
 
+def _rich_bulk_record(cond: LinkCondition) -> BulkResult:
+    """_bulk_record on ``cond`` with every bulk column filled: each flow's CPU per role,
+    the endpoints' counters, retransmissions, the QUIC client's packet counts and the
+    link's CE marks; goodput off _bulk_record's by repetition, so speed-ups fill bins."""
+    base = _bulk_record()
+    runs = []
+    for i, x in enumerate(base.runs):
+        cpu = CpuUse(
+            wall_ms=4000,
+            roles={
+                "server": CpuTime(total_ms=300 + i, user_ms=200, system_ms=100 + i),
+                "client": CpuTime(total_ms=150, user_ms=100, system_ms=50),
+            },
+            missing={"bridge": "not measured"},
+        )
+        counters = {
+            "client": RoleCounters(udp_rcvbuf_errors=i, udp_in_errors=i + 1, rx_dropped=1),
+            "server": RoleCounters(tx_dropped=i),
+            "bridge": RoleCounters(rx_dropped=2),
+        }
+        more = {
+            "cpu": cpu,
+            "counters": counters,
+            "retransmissions": 10 + i,
+            "quic_client": {"packets_sent": 100 + i, "packets_received": 900}
+            if x.arm == "h3"
+            else None,
+            "goodput_bps": (x.flow.goodput_bps or 0) * (1.1, 0.95, 1.0)[x.rep],
+        }
+        flow = x.flow.model_copy(update=more)
+        runs.append(x.model_copy(update={"flow": flow, "bottleneck": {"ce_marked": 3 * i}}))
+    return base.model_copy(update={"runs": runs, "condition": cond.model_dump(mode="json")})
+
+
+def _known_good_folder(root: Path) -> None:
+    """A results folder with every column of transfers.csv and speedups.csv filled
+    somewhere: the bulk and compete cells above (scenario BL), a bulk cell of another
+    CC with CPU, counters and ACK counts against BL (WS), one more on an ECN-marking
+    link (ECN), one whose h3 has too few valid flows to compare (SHORT), and a cell
+    whose attempt failed before it stored a record."""
+    ecn = LinkCondition(rate_mbit=20, rtt_ms=20, ecn_threshold="20kB")
+    short = _bulk_record()
+    for x in short.runs:
+        x.flow.ok = not (x.arm == "h3" and x.rep < 2)
+    other = LinkCondition(rate_mbit=30, rtt_ms=20)
+    cells = {
+        _store_cell(root, "bulk", _bulk_record()): "BL",
+        _store_cell(root, "compete", _compete_record()): "BL",
+        _store_cell(root, "bulk", _rich_bulk_record(COND), cc="reno"): "WS",
+        _store_cell(root, "bulk", _rich_bulk_record(ecn), cond=ecn): "ECN",
+        _store_cell(root, "bulk", short, cond=other): "SHORT",
+    }
+    cfg = make_cell(
+        condition=LinkCondition(rate_mbit=40, rtt_ms=20),
+        page="bulk/10MB.bin",
+        kind="bulk",
+        runs=3,
+        warmup=0,
+        arms=("h2", "h3"),
+        transfer={"size": "10MB"},
+    )
+    store = Store(root)
+    store.add_cell(cfg.cell_id(), cfg.model_dump(mode="json"))
+    att = store.new_attempt(cfg.cell_id(), {"quicbed": "test"})
+    store.set_receipt(cfg.cell_id(), att, {"passed": False, "checks": []})
+    store.finish_attempt(cfg.cell_id(), att, "failed", "the receipt failed")
+    store.add_scenarios([*cells.items(), (cfg.cell_id(), "BL")])
+    store.close()
+    spec = {"name": "known good", "description": "", "statistics": {"speedup_against": "BL"}}
+    (root / SWEEP_FILE).write_text(json.dumps({"digest": "0" * 12, "spec": spec}))
+
+
+def test_typed_rows_write_the_csvs_the_dict_rows_wrote(tmp_path: Path) -> None:
+    """The report's transfer rows typed (quicbed.report.transferrow, SpeedupRow) write
+    transfers.csv and speedups.csv as the dicts before them did: verify compares a
+    package's CSV with one rebuilt from its store, so a package built before must still
+    verify. Every cell as text, but the p-values to 1e-9 (scipy's last digits)."""
+    _known_good_folder(tmp_path / "res")
+    rep = report.build(tmp_path / "res")
+
+    def cells(path: Path) -> list[list[str]]:
+        with open(path, newline="") as f:
+            return list(csv.reader(f))
+
+    got, want = cells(rep.out / "transfers.csv"), cells(KNOWN_GOOD / "transfers.csv")
+    assert got[0] == want[0] == report_transfers.COLUMNS
+    scipy = {want[0].index(c) for c in ("p", "welch_p", "mannwhitney_p")}
+    assert len(got) == len(want) == 13
+    for g, w in zip(got, want, strict=True):
+        assert [v for i, v in enumerate(g) if i not in scipy] == [
+            v for i, v in enumerate(w) if i not in scipy
+        ]
+        for i in scipy:
+            assert g[i] == w[i] or float(g[i]) == pytest.approx(float(w[i]), rel=1e-9)
+    speedups = (KNOWN_GOOD / "speedups.csv").read_text()
+    assert (rep.out / "speedups.csv").read_text() == speedups and speedups.count("\n") == 3
+
+
 def test_a_specs_pairs_compare_two_settings_of_one_protocol(tmp_path: Path) -> None:
     """Arm A vs arm B (issue 14): a bulk cell of TCP and two QUIC stacks. Each arm is
     compared with the TCP reference, and the spec's pair (the two QUIC stacks) too, as
@@ -361,7 +477,8 @@ def test_a_specs_pairs_compare_two_settings_of_one_protocol(tmp_path: Path) -> N
     both = bulk_summary(rec, extra_pairs=[("h3", "h3-quiche"), ("h3", "h3-n2")])
     assert set(both.comparisons) == {"h2/h3", "h2/h3-quiche", "h3/h3-quiche"}
     c = both.comparisons["h3/h3-quiche"]["goodput_bps"]
-    assert c["reference"]["arm"] == "h3" and c["candidate"]["arm"] == "h3-quiche" and c["p"] < 0.01
+    assert c.reference.arm == "h3" and c.candidate.arm == "h3-quiche"
+    assert c.p is not None and c.p < 0.01
     # the report: one row per arm and comparison, the spec's pair among them
     root = tmp_path / "res"
     cfg = make_cell(
@@ -383,7 +500,7 @@ def test_a_specs_pairs_compare_two_settings_of_one_protocol(tmp_path: Path) -> N
     store.close()
     (tmp_path / "out" / "figures").mkdir(parents=True)
     sec = report_transfers.build(root, tmp_path / "out", 0.01, "welch", [("h3", "h3-quiche")])
-    pairs = sorted((r["reference"] or "", r["arm"]) for r in sec.rows)
+    pairs = sorted((r.reference or "", r.arm) for r in sec.rows)
     assert pairs == [("", "h2"), ("h2", "h3"), ("h2", "h3-quiche"), ("h3", "h3-quiche")]
 
 

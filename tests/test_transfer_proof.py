@@ -76,7 +76,7 @@ def test_a_spoiled_compete_repetition_counts_in_no_summary() -> None:
     assert got.summary["h3"].n == 3  # 0, 2 and the replacement; 1 left out
     assert got.summary["h3"].share_mean != whole.summary["h3"].share_mean
     c = got.comparisons["h2/h3"]["per_flow_bps"]
-    assert c["reference"]["n"] == c["candidate"]["n"] == 3
+    assert c.reference.n == c.candidate.n == 3
     line = link_line(r, 12.0)
     assert line is not None
     assert "1.20 ms late in the median of the repetitions, 190.0 ms at worst" in line

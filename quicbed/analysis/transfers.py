@@ -11,14 +11,35 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from pydantic import Field
+
 from quicbed.analysis.cpusummary import summary as cpu_summary
-from quicbed.analysis.stats import compare
+from quicbed.analysis.stats import Comparison, compare
 from quicbed.errors import QuicbedError
 from quicbed.results.netcounters import RoleCounters
 from quicbed.results.store import Store
 from quicbed.results.transfers import ArmBulk, ArmCompete, BulkResult, CompeteResult
 from quicbed.spec.arms import own_pairs, pairs
 from quicbed.spec.significance import DEFAULT_ALPHA
+
+#: a transfer cell's comparisons: per pair ``reference/candidate``, per metric (bulk:
+#: ``completion_s`` and ``goodput_bps``, compete: ``per_flow_bps``)
+Comparisons = dict[str, dict[str, Comparison]]
+
+
+class BulkSummary(BulkResult):
+    """A bulk record as read (:func:`bulk_summary`): its summary and its comparisons
+    typed. Typed here, not on the record: Comparison lives in quicbed.analysis.stats,
+    above the records' folder (and with scipy), and a stored record's comparisons are
+    always empty. Serialized as the record with dict comparisons was, field for field."""
+
+    comparisons: Comparisons = Field(default_factory=dict)
+
+
+class CompeteSummary(CompeteResult):
+    """A compete record as read (:func:`compete_summary`); see :class:`BulkSummary`."""
+
+    comparisons: Comparisons = Field(default_factory=dict)
 
 
 def _mean(v: list[float]) -> float | None:
@@ -48,7 +69,7 @@ def bulk_summary(
     alpha: float = DEFAULT_ALPHA,
     test: str = "welch",
     extra_pairs: list[tuple[str, str]] | None = None,
-) -> BulkResult:
+) -> BulkSummary:
     """``r`` with its per-arm summary and its comparisons, from its runs alone (the
     report and verify call this on a stored record, so the numbers have one home).
     Compared: each arm against the TCP reference, and the spec's ``statistics.pairs``
@@ -84,9 +105,9 @@ def bulk_summary(
             if gp and r.ideal_goodput_bps
             else None,
         )
-    comparisons: dict[str, dict[str, Any]] = {}
+    comparisons: Comparisons = {}
     for ref, cand in _pairs(r.arms, extra_pairs):
-        cmp: dict[str, Any] = {}
+        cmp: dict[str, Comparison] = {}
         for metric in ("completion_s", "goodput_bps"):
             vals = {
                 n: [
@@ -104,9 +125,9 @@ def bulk_summary(
                 test=test,
                 reference_arm=ref,
                 candidate_arm=cand,
-            ).model_dump()
+            )
         comparisons[f"{ref}/{cand}"] = cmp
-    return r.model_copy(update={"summary": summary, "comparisons": comparisons})
+    return BulkSummary(**(dict(r) | {"summary": summary, "comparisons": comparisons}))
 
 
 def _pairs(
@@ -121,7 +142,7 @@ def compete_summary(
     alpha: float = DEFAULT_ALPHA,
     test: str = "welch",
     extra_pairs: list[tuple[str, str]] | None = None,
-) -> CompeteResult:
+) -> CompeteSummary:
     """``r`` with per-arm shares over its repetitions, Jain's index's mean, and per pair
     of arms the comparison of their flows' mean steady throughput per repetition (the
     report and verify call this on a stored record)."""
@@ -159,7 +180,7 @@ def compete_summary(
         for a, n in counts.items()
     }
     jains = [run.jain for run in r.runs if run.jain is not None and not run.spoiled]
-    comparisons = {}
+    comparisons: Comparisons = {}
     for ref, cand in _pairs(r.arms, extra_pairs):
         comparisons[f"{ref}/{cand}"] = {
             "per_flow_bps": compare(
@@ -170,15 +191,18 @@ def compete_summary(
                 test=test,
                 reference_arm=ref,
                 candidate_arm=cand,
-            ).model_dump()
+            )
         }
-    return r.model_copy(
-        update={
-            "summary": summary,
-            "jain_mean": _mean(jains),
-            "jain_sd": _sd(jains),
-            "comparisons": comparisons,
-        }
+    return CompeteSummary(
+        **(
+            dict(r)
+            | {
+                "summary": summary,
+                "jain_mean": _mean(jains),
+                "jain_sd": _sd(jains),
+                "comparisons": comparisons,
+            }
+        )
     )
 
 
@@ -190,7 +214,7 @@ def stored_transfer(
     alpha: float = DEFAULT_ALPHA,
     test: str = "welch",
     extra_pairs: list[tuple[str, str]] | None = None,
-) -> BulkResult | CompeteResult:
+) -> BulkSummary | CompeteSummary:
     """A transfer cell's record from the store, with its summary computed from its runs."""
     row = store.transfer(cell_id, attempt)
     if row is None:

@@ -32,7 +32,7 @@ from quicbed.testbed.lifecycle import Testbed
 from quicbed.traces import check_level
 
 if TYPE_CHECKING:  # the runner loads when a command runs, not when the CLI starts
-    from quicbed.results.transfers import BulkResult, CompeteResult
+    from quicbed.analysis.transfers import BulkSummary, CompeteSummary
     from quicbed.run.bulk import Progress
 
 OutOpt = Annotated[
@@ -108,11 +108,11 @@ def run_bulk(
     profile: str = "none",
     offloads: str | dict[str, str] = "",
     traces: str = "none",
-) -> BulkResult:
+) -> BulkSummary:
     """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
     a page cell: a new attempt, its receipt, the link checked around it), its record
     read back with its summary. ``arms`` as ``--arms`` spells them (``h2:tcp_sack=false``)."""
-    from quicbed.results.transfers import BulkResult
+    from quicbed.analysis.transfers import BulkSummary
     from quicbed.spec.arms import parse_cli
     from quicbed.spec.bulkobjects import object_path
 
@@ -131,7 +131,7 @@ def run_bulk(
         transfer={"size": size, "duration_s": duration_s},
     )
     r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile, traces)
-    assert isinstance(r, BulkResult)
+    assert isinstance(r, BulkSummary)
     return r
 
 
@@ -153,10 +153,10 @@ def run_compete(
     profile: str = "none",
     offloads: str | dict[str, str] = "",
     traces: str = "none",
-) -> CompeteResult:
+) -> CompeteSummary:
     """One compete cell (``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)], ``reps``
     repetitions) measured into the results folder ``out``, its record read back."""
-    from quicbed.results.transfers import CompeteResult
+    from quicbed.analysis.transfers import CompeteSummary
     from quicbed.spec.bulkobjects import object_path
 
     cfg = make_cell(
@@ -177,7 +177,7 @@ def run_compete(
         },
     )
     r = _measure(cfg, out, testbed, receipt_tcp_seconds, progress, force, profile, traces)
-    assert isinstance(r, CompeteResult)
+    assert isinstance(r, CompeteSummary)
     return r
 
 
@@ -190,7 +190,7 @@ def _measure(
     force: bool,
     profile: str = "none",
     traces: str = "none",
-) -> BulkResult | CompeteResult:
+) -> BulkSummary | CompeteSummary:
     from quicbed.analysis.transfers import stored_transfer
     from quicbed.results.store import Store
     from quicbed.run.sweep import run_cell_into

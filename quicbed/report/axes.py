@@ -23,6 +23,8 @@ from typing import Any
 
 from quicbed.model.link import LinkCondition
 from quicbed.report.transfercell import TransferCell
+from quicbed.report.transferplots import Drawn
+from quicbed.results.transfers import ArmBulk, ArmCompete
 from quicbed.settings import sockopts, tparams
 
 #: link axes: (label, how a cell's condition gives its value); the first that varies
@@ -89,13 +91,13 @@ def _unit(key: str) -> str:
     return "bytes asked; the kernel doubles it"
 
 
-def figures(cells: list[TransferCell], out: Path) -> list[tuple[str, list[Path], dict[str, Any]]]:
+def figures(cells: list[TransferCell], out: Path) -> list[Drawn]:
     """Every bulk scenario's goodput-vs-axis figure (see the module docstring)."""
     by_scenario: dict[str, list[TransferCell]] = {}
     for c in cells:
         if c.kind == "bulk" and c.summary:
             by_scenario.setdefault(c.scenario, []).append(c)
-    drawn = []
+    drawn: list[Drawn] = []
     for scenario, group in sorted(by_scenario.items()):
         axis = _axis(group) if len(group) > 1 else None
         if axis is not None:
@@ -107,14 +109,17 @@ def figures(cells: list[TransferCell], out: Path) -> list[tuple[str, list[Path],
     return drawn
 
 
-def _line(summary: dict[str, Any] | None) -> tuple[float | None, float]:
-    s = summary or {}
-    return s.get("goodput_mbit_mean"), s.get("goodput_mbit_sd") or 0.0
+def _line(summary: ArmBulk | ArmCompete | None) -> tuple[float | None, float]:
+    """A bulk arm's mean goodput and its sd (0 where it has none): the figures' points.
+    An arm without a bulk summary has no point."""
+    if not isinstance(summary, ArmBulk):
+        return None, 0.0
+    return summary.goodput_mbit_mean, summary.goodput_mbit_sd or 0.0
 
 
 def _link_figure(
     scenario: str, cells: list[TransferCell], axis: tuple[str, str, Any], out: Path
-) -> tuple[str, list[Path], dict[str, Any]]:
+) -> Drawn:
     import matplotlib.pyplot as plt
 
     from quicbed.figsave import save_figure
@@ -169,12 +174,12 @@ def _link_figure(
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     paths = save_figure(fig, out / "figures" / f"axis-{scenario}")
-    return title, paths, {"transfer": "bulk", "scenario": scenario, "axis": name, "title": title}
+    return Drawn(
+        title, paths, {"transfer": "bulk", "scenario": scenario, "axis": name, "title": title}
+    )
 
 
-def _param_figure(
-    scenario: str, cell: TransferCell, key: str, out: Path
-) -> tuple[str, list[Path], dict[str, Any]]:
+def _param_figure(scenario: str, cell: TransferCell, key: str, out: Path) -> Drawn:
     import matplotlib.pyplot as plt
 
     cond = cell.condition
@@ -227,7 +232,7 @@ def _param_figure(
 
 def _param_done(
     fig: Any, ax: Any, tops: list[float], title: str, key: str, scenario: str, out: Path
-) -> tuple[str, list[Path], dict[str, Any]]:
+) -> Drawn:
     """A goodput-per-parameter figure's axis, legend and title, saved as param-SCENARIO."""
     from quicbed.figsave import save_figure
 
@@ -238,12 +243,12 @@ def _param_done(
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     paths = save_figure(fig, out / "figures" / f"param-{scenario}")
-    return title, paths, {"transfer": "bulk", "scenario": scenario, "axis": key, "title": title}
+    return Drawn(
+        title, paths, {"transfer": "bulk", "scenario": scenario, "axis": key, "title": title}
+    )
 
 
-def _bar_figure(
-    scenario: str, cell: TransferCell, key: str, out: Path
-) -> tuple[str, list[Path], dict[str, Any]]:
+def _bar_figure(scenario: str, cell: TransferCell, key: str, out: Path) -> Drawn:
     """Goodput per value of a switch or a choice (``gso``, ``aead``): one bar per arm,
     mean +-1 sd, labelled with the arm and its value."""
     import matplotlib.pyplot as plt
@@ -273,7 +278,7 @@ def _bar_figure(
 
 def _setting_figure(
     scenario: str, cells: list[TransferCell], setting: tuple[str, str], out: Path
-) -> tuple[str, list[Path], dict[str, Any]]:
+) -> Drawn:
     """Goodput per value of a cell setting: a group of bars per cell (its value), one
     bar per arm in the arm's colour, mean +-1 sd."""
     import matplotlib.pyplot as plt

@@ -8,8 +8,10 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from quicbed.analysis.transfers import Comparisons
 from quicbed.model.link import LinkCondition
 from quicbed.results.rows import AttemptRow
+from quicbed.results.transfers import ArmBulk, ArmCompete
 from quicbed.roles import offloads
 from quicbed.spec.cellconfig import flows_text
 from quicbed.spec.sweepspec import stored_queue_warning
@@ -41,9 +43,10 @@ class TransferCell:
     #: the cell's CC, for arms that name none
     cc: str | None
     queue_warning: str | None
-    #: per arm, its summary (quicbed.analysis.transfers), and per pair its comparisons
-    summary: dict[str, Any] = field(default_factory=dict)
-    comparisons: dict[str, Any] = field(default_factory=dict)
+    #: per arm, its summary (quicbed.analysis.transfers), and per pair its comparisons;
+    #: empty for an attempt without a record
+    summary: dict[str, ArmBulk] | dict[str, ArmCompete] = field(default_factory=dict)
+    comparisons: Comparisons = field(default_factory=dict)
     #: its figures' file names
     figures: list[str] = field(default_factory=list)
     jain_mean: float | None = None
@@ -110,9 +113,15 @@ class TransferCell:
     def public(self) -> dict[str, Any]:
         """The cell as transfers.json has it: its fields but the typed inputs it was read
         from (the condition, the arms' settings and CC), the link as the table's columns,
-        Jain's index for compete cells only."""
+        the summaries and comparisons as their models dump them, Jain's index for compete
+        cells only."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _INPUTS}
         out |= {k: getattr(self, k) for k in _LINK}
+        out["summary"] = {arm: s.model_dump() for arm, s in self.summary.items()}
+        out["comparisons"] = {
+            pair: {metric: c.model_dump() for metric, c in metrics.items()}
+            for pair, metrics in self.comparisons.items()
+        }
         if self.kind != "compete":
             del out["jain_mean"], out["jain_sd"]
         return out

@@ -3,9 +3,9 @@
 A transfer cell's numbers are computed from its stored record (quicbed.analysis.transfers'
 bulk_summary and compete_summary, the same functions ``quicbed bulk``/``compete``
 print from), never kept beside it, so a package's verify recomputes them the same way.
-``transfers.csv`` has one row per cell, arm and comparison, ``transfers.json`` the summaries and
-comparisons; each bulk cell has a throughput figure, each compete repetition its
-flows' timelines and the queue.
+``transfers.csv`` has one row per cell, arm and comparison (quicbed.report.transferrow),
+``transfers.json`` the summaries and comparisons; each bulk cell has a throughput figure,
+each compete repetition its flows' timelines and the queue.
 """
 
 from __future__ import annotations
@@ -14,91 +14,21 @@ import csv
 import json
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from quicbed.analysis.transfers import stored_transfer
+from quicbed.analysis.transfers import BulkSummary, CompeteSummary, stored_transfer
 from quicbed.figsave import save_figure
 from quicbed.model.link import LinkCondition
 from quicbed.report import axes, windows
 from quicbed.report.transfercell import TransferCell
-from quicbed.report.transferplots import plot_bulk, plot_compete
+from quicbed.report.transferplots import Drawn, plot_bulk, plot_compete
+from quicbed.report.transferrow import COLUMNS, TransferRow, transfer_rows
 from quicbed.results.store import Store
-from quicbed.results.transfers import BulkResult, CompeteResult, link_line
-from quicbed.roles import ROLES
-from quicbed.settings import sockopts
+from quicbed.results.transfers import link_line
 
 FILE = "transfers.csv"
-COLUMNS = [
-    "kind",
-    "scenario",
-    "cell_id",
-    "attempt",
-    "status",
-    "problem",
-    "receipt_passed",
-    "rate_mbit",
-    "rtt_ms",
-    "loss_pct",
-    "loss_down_pct",
-    "queue",
-    "queue_warning",
-    "object",
-    "duration_s",
-    "flows",
-    "stagger_s",
-    "runs",
-    "arm",
-    "stack",
-    "cc",
-    # the arm's host and socket knobs (quicbed.settings.sockopts), "key=value" joined by ";"
-    "knobs",
-    # the cell's interface offloads (quicbed.roles.offloads), "gro=on,gso=on"; "" unset
-    "offloads",
-    "n",
-    # bulk
-    "goodput_mbit_mean",
-    "goodput_mbit_sd",
-    "of_ideal",
-    "completion_s_mean",
-    "retransmissions_mean",
-    "ce_marks_mean",
-    # QUIC: packets the client sent per packet it received
-    "ack_ratio_mean",
-    # bulk: CPU per role (mean ms per flow, ms per MB), the endpoints' counters (totals)
-    "cpu_server_ms",
-    "cpu_client_ms",
-    "cpu_bridge_ms",
-    "cpu_server_ms_per_mb",
-    "cpu_client_ms_per_mb",
-    "cpu_bridge_ms_per_mb",
-    "udp_rcvbuf_errors_server",
-    "udp_rcvbuf_errors_client",
-    "udp_in_errors_server",
-    "udp_in_errors_client",
-    "drops_server",
-    "drops_client",
-    "drops_bridge",
-    # compete
-    "fair_share",
-    "share_mean",
-    "share_sd",
-    "per_flow_mbit_mean",
-    "per_flow_mbit_sd",
-    "jain_mean",
-    "jain_sd",
-    # against the reference arm (the first TCP arm): goodput (bulk), per-flow
-    # throughput (compete)
-    "reference",
-    "metric",
-    "pct_diff",
-    "p",
-    "welch_p",
-    "mannwhitney_p",
-    "significant",
-]
-
 
 #: the TCP-options study's speed-up bins (its table 2): the ratio of a configuration's
 #: throughput to the reference configuration's, lower edge inclusive
@@ -115,15 +45,50 @@ SPEEDUP_BINS: tuple[tuple[float, float, str], ...] = (
 SPEEDUP_FILE = "speedups.csv"
 
 
+@dataclass(frozen=True, kw_only=True)
+class SpeedupRow:
+    """One row of speedups.csv (:func:`speedups`): a scenario's arm under one link and
+    object against the reference scenario's, repetition by repetition."""
+
+    scenario: str
+    #: the reference scenario
+    against: str
+    rate_mbit: float | None
+    rtt_ms: float | None
+    loss_pct: float
+    object: str
+    arm: str
+    #: repetitions compared (those both scenarios measured)
+    n: int
+    median_ratio: float | None
+    #: the shares of repetitions faster (ratio > 1) and slower (< 1)
+    faster: float | None
+    slower: float | None
+    #: per bin of :data:`SPEEDUP_BINS`, by its label, the share of repetitions in it:
+    #: a label ("1.0-1.1") is a column's name, not a field's
+    bins: dict[str, float | None]
+
+    def columns(self) -> dict[str, Any]:
+        """The row as speedups.csv holds it: its fields, then a column per bin."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "bins"}
+        return own | self.bins
+
+
+#: the columns of speedups.csv, in order: SpeedupRow's fields but its bins, then the bins
+SPEEDUP_COLUMNS = [f.name for f in fields(SpeedupRow) if f.name != "bins"] + [
+    label for _, _, label in SPEEDUP_BINS
+]
+
+
 @dataclass
 class TransferSection:
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[TransferRow] = field(default_factory=list)
     cells: list[TransferCell] = field(default_factory=list)
-    #: (title, [png, svg], what it shows): the report makes them its figures
-    drawn: list[tuple[str, list[Path], dict[str, Any]]] = field(default_factory=list)
+    #: the transfer figures: the report makes them its figures
+    drawn: list[Drawn] = field(default_factory=list)
     #: each bulk scenario's goodput against the spec's ``speedup_against`` scenario
     #: (:func:`speedups`), and that scenario's name
-    speedups: list[dict[str, Any]] = field(default_factory=list)
+    speedups: list[SpeedupRow] = field(default_factory=list)
     speedup_reference: str | None = None
 
 
@@ -157,10 +122,10 @@ def build(
                 r = stored_transfer(
                     store, cid, att.attempt, alpha=alpha, test=test, extra_pairs=pairs
                 )
-                cell.summary = {k: v.model_dump() for k, v in r.summary.items()}
+                cell.summary = r.summary
                 cell.link_line = link_line(r, att.waited_s)
                 cell.comparisons = r.comparisons
-                if isinstance(r, CompeteResult):
+                if isinstance(r, CompeteSummary):
                     cell.jain_mean, cell.jain_sd = r.jain_mean, r.jain_sd
                 else:
                     for arm in cell.arms:
@@ -173,16 +138,16 @@ def build(
                             goodputs.append(Goodputs(sc, cell.condition, cell.object, arm, got))
                 cell.figures = _figures(r, cid, out, sec, root)
             sec.cells.append(cell)
-            sec.rows += _rows(cell, alpha)
+            sec.rows += transfer_rows(cell, alpha)
     finally:
         store.close()
 
     sec.drawn += axes.figures(sec.cells, out)
     if sec.cells:
         with open(out / FILE, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
             w.writeheader()
-            w.writerows(sec.rows)
+            w.writerows(r.columns() for r in sec.rows)
         public = [c.public() for c in sec.cells]
         (out / "transfers.json").write_text(json.dumps(public, indent=1, sort_keys=True) + "\n")
     if speedup_against is not None:
@@ -190,9 +155,9 @@ def build(
         sec.speedups = speedups(goodputs, speedup_against)
         if sec.speedups:
             with open(out / SPEEDUP_FILE, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=list(sec.speedups[0]))
+                w = csv.DictWriter(f, fieldnames=SPEEDUP_COLUMNS)
                 w.writeheader()
-                w.writerows(sec.speedups)
+                w.writerows(s.columns() for s in sec.speedups)
     return sec
 
 
@@ -212,9 +177,7 @@ class Goodputs(NamedTuple):
         return (self.condition.model_dump_json(), self.object, self.arm)
 
 
-def goodput_cdfs(
-    goodputs: list[Goodputs], figs: Path
-) -> list[tuple[str, list[Path], dict[str, Any]]]:
+def goodput_cdfs(goodputs: list[Goodputs], figs: Path) -> list[Drawn]:
     """Per link, object and arm: the distribution of each scenario's goodput per
     repetition, one empirical CDF per scenario (the TCP-options study's throughput CDFs
     per option set), drawn where two or more scenarios share the link and object."""
@@ -224,7 +187,7 @@ def goodput_cdfs(
     links = {g.where()[0]: g.condition for g in goodputs}
     for g in goodputs:
         groups.setdefault(g.where(), {})[g.scenario] = sorted(v / 1e6 for v in g.got.values())
-    drawn = []
+    drawn: list[Drawn] = []
     for i, ((key, obj, arm), by_sc) in enumerate(sorted(groups.items())):
         if len(by_sc) < 2:
             continue
@@ -251,11 +214,11 @@ def goodput_cdfs(
             "object": obj,
             "scenarios": {sc: [round(v, 3) for v in vals] for sc, vals in by_sc.items()},
         }
-        drawn.append((title, paths, shows))
+        drawn.append(Drawn(title, paths, shows))
     return drawn
 
 
-def speedups(goodputs: list[Goodputs], reference: str) -> list[dict[str, Any]]:
+def speedups(goodputs: list[Goodputs], reference: str) -> list[SpeedupRow]:
     """Per scenario, link, object and arm: the goodput of each repetition over the
     reference scenario's same repetition (same arm, link and object), binned as the
     TCP-options study binned its downloads (:data:`SPEEDUP_BINS`), with the shares
@@ -271,89 +234,42 @@ def speedups(goodputs: list[Goodputs], reference: str) -> list[dict[str, Any]]:
         got = g.got
         ratios = [got[i] / ref[i] for i in sorted(set(got) & set(ref)) if ref[i]]
         n = len(ratios)
-        row: dict[str, Any] = {
-            "scenario": g.scenario,
-            "against": reference,
-            "rate_mbit": g.condition.rate_mbit,
-            "rtt_ms": g.condition.rtt_ms,
-            "loss_pct": g.condition.loss_pct,
-            "object": g.object,
-            "arm": g.arm,
-            "n": n,
-            "median_ratio": statistics.median(ratios) if ratios else None,
-            "faster": sum(r > 1 for r in ratios) / n if n else None,
-            "slower": sum(r < 1 for r in ratios) / n if n else None,
-        }
-        for lo, hi, label in SPEEDUP_BINS:
-            row[label] = sum(lo <= r < hi for r in ratios) / n if n else None
-        out.append(row)
-    return out
-
-
-def flat(summary: dict[str, Any]) -> dict[str, Any]:
-    """A bulk arm's per-role figures as columns: ``cpu_ms_per_mb: {server: x}`` ->
-    ``cpu_server_ms_per_mb``, ``drops: {client: n}`` -> ``drops_client``."""
-    out: dict[str, Any] = {}
-    for role in ROLES:
-        for key, col in (("cpu_ms", f"cpu_{role}_ms"), ("cpu_ms_per_mb", f"cpu_{role}_ms_per_mb")):
-            out[col] = (summary.get(key) or {}).get(role)
-        for key in ("udp_rcvbuf_errors", "udp_in_errors", "drops"):
-            out[f"{key}_{role}"] = (summary.get(key) or {}).get(role)
-    return out
-
-
-def _rows(cell: TransferCell, alpha: float) -> list[dict[str, Any]]:
-    """One row per arm and comparison it is the candidate of (against the reference,
-    then the spec's pairs), as table.csv has one per cell and pair; an arm compared
-    with nothing (the reference) has one row without a comparison."""
-    base = {k: getattr(cell, k) for k in COLUMNS if hasattr(cell, k)}
-    out = []
-    for arm in cell.arms:
-        summary = cell.summary.get(arm) or {}
-        row = dict.fromkeys(COLUMNS) | base | summary | flat(summary) | {"arm": arm}
-        settings = cell.arm_settings(arm)
-        row.update(stack=settings.get("stack") or "", cc=settings.get("cc") or cell.cc)
-        row.update(knobs=sockopts.describe(settings))
-        row.update(jain_mean=cell.jain_mean, jain_sd=cell.jain_sd)
-        mine = [
-            (pair.split("/")[0], metrics)
-            for pair, metrics in cell.comparisons.items()
-            if pair.split("/")[1] == arm
-        ]
-        for ref, metrics in mine:
-            metric = "goodput_bps" if "goodput_bps" in metrics else "per_flow_bps"
-            c = metrics[metric]
-            out.append(
-                row
-                | dict(
-                    reference=ref,
-                    metric=metric,
-                    pct_diff=c.get("pct_diff"),
-                    p=c.get("p"),
-                    welch_p=c.get("welch_p"),
-                    mannwhitney_p=c.get("mannwhitney_p"),
-                    significant=c.get("p") is not None and c["p"] < alpha,
-                )
+        out.append(
+            SpeedupRow(
+                scenario=g.scenario,
+                against=reference,
+                rate_mbit=g.condition.rate_mbit,
+                rtt_ms=g.condition.rtt_ms,
+                loss_pct=g.condition.loss_pct,
+                object=g.object,
+                arm=g.arm,
+                n=n,
+                median_ratio=statistics.median(ratios) if ratios else None,
+                faster=sum(r > 1 for r in ratios) / n if n else None,
+                slower=sum(r < 1 for r in ratios) / n if n else None,
+                bins={
+                    label: sum(lo <= r < hi for r in ratios) / n if n else None
+                    for lo, hi, label in SPEEDUP_BINS
+                },
             )
-        if not mine:
-            out.append(row)
+        )
     return out
 
 
 def _figures(
-    r: BulkResult | CompeteResult, cid: str, out: Path, sec: TransferSection, root: Path
+    r: BulkSummary | CompeteSummary, cid: str, out: Path, sec: TransferSection, root: Path
 ) -> list[str]:
     figs = out / "figures"
     shows: dict[str, Any] = {"cell_id": cid, "transfer": r.kind}
-    if isinstance(r, BulkResult):
+    drawn: list[Drawn] = []
+    if isinstance(r, BulkSummary):
         title = f"bulk, cell {cid}: every run's throughput per arm"
-        drawn = [(title, plot_bulk(r, figs / f"bulk-{cid}"), shows | {"title": title})]
+        drawn.append(Drawn(title, plot_bulk(r, figs / f"bulk-{cid}"), shows | {"title": title}))
     else:
-        drawn = []
         for run in r.runs:
             title = f"compete, cell {cid}, repetition {run.rep}: throughput per flow, queue"
             drawn.append(
-                (
+                Drawn(
                     title,
                     plot_compete(r, run, figs / f"compete-{cid}-{run.rep}"),
                     shows | {"rep": run.rep, "title": title},
@@ -362,4 +278,4 @@ def _figures(
 
     drawn += windows.figures(r, root, cid, figs)  # traced flows: their windows
     sec.drawn += drawn
-    return [paths[0].name for _, paths, _ in drawn]
+    return [d.paths[0].name for d in drawn]

@@ -24,7 +24,7 @@ from typing import Any
 
 from quicbed.analysis.explain import mark_phases
 from quicbed.figsave import save_figure
-from quicbed.report.transferplots import flow_colors
+from quicbed.report.transferplots import Drawn, flow_colors
 from quicbed.results.flowtraces import flow_samples
 from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
 
@@ -52,12 +52,10 @@ def traced(flows: list[FlowResult]) -> bool:
     return any(f.trace for f in flows)
 
 
-def figures(
-    r: BulkResult | CompeteResult, root: Path, cid: str, figs: Path
-) -> list[tuple[str, list[Path], dict[str, Any]]]:
+def figures(r: BulkResult | CompeteResult, root: Path, cid: str, figs: Path) -> list[Drawn]:
     """The window figures of one cell's record (none if its flows were not traced)."""
     shows: dict[str, Any] = {"cell_id": cid, "transfer": r.kind, "view": "windows"}
-    out = []
+    out: list[Drawn] = []
     if isinstance(r, BulkResult):
         first: dict[str, FlowResult] = {}
         for run in r.runs:
@@ -68,7 +66,7 @@ def figures(
             paths = plot_windows(
                 list(first.values()), root, figs / f"windows-{cid}", title, r, offset=False
             )
-            out.append((title, paths, shows | {"title": title}))
+            out.append(Drawn(title, paths, shows | {"title": title}))
         return out
     for crun in r.runs:
         if not traced(crun.flows):
@@ -77,7 +75,7 @@ def figures(
         paths = plot_windows(
             crun.flows, root, figs / f"windows-{cid}-{crun.rep}", title, r, offset=True
         )
-        out.append((title, paths, shows | {"rep": crun.rep, "title": title}))
+        out.append(Drawn(title, paths, shows | {"rep": crun.rep, "title": title}))
         if crun.steady_to_s - crun.steady_from_s >= 2 * CLOSEUP_S:
             # the study's close-ups: how often each window is updated, in the steady part
             span = (crun.steady_from_s, crun.steady_from_s + CLOSEUP_S)
@@ -94,7 +92,7 @@ def figures(
                 offset=True,
                 span=span,
             )
-            out.append((title, paths, shows | {"rep": crun.rep, "title": title, "span": span}))
+            out.append(Drawn(title, paths, shows | {"rep": crun.rep, "title": title, "span": span}))
     return out
 
 

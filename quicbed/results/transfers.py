@@ -154,7 +154,8 @@ class BulkResult(BaseModel):
     #: computed from ``runs`` when read (quicbed.analysis.transfers.bulk_summary), never stored
     summary: dict[str, ArmBulk] = Field(default_factory=dict)
     #: reference/candidate (the TCP arm first): ``goodput_bps`` and ``completion_s`` each
-    #: a quicbed.analysis.stats.Comparison (the bootstrap interval in the metric's unit, not ms)
+    #: a quicbed.analysis.stats.Comparison (the bootstrap interval in the metric's unit, not
+    #: ms); stored empty, typed where computed (quicbed.analysis.transfers.BulkSummary)
     comparisons: dict[str, dict[str, Any]] = Field(default_factory=dict)
     receipt: dict[str, Any] | None = None
     versions: dict[str, Any] = Field(default_factory=dict)
@@ -242,6 +243,8 @@ class CompeteResult(BaseModel):
     summary: dict[str, ArmCompete] = Field(default_factory=dict)
     jain_mean: float | None = None
     jain_sd: float | None = None
+    #: per pair, ``per_flow_bps``: stored empty, typed where computed
+    #: (quicbed.analysis.transfers.CompeteSummary)
     comparisons: dict[str, dict[str, Any]] = Field(default_factory=dict)
     receipt: dict[str, Any] | None = None
     versions: dict[str, Any] = Field(default_factory=dict)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import Progress
@@ -19,6 +19,9 @@ from rich.table import Table
 from quicbed.backends import get_backend
 from quicbed.progress import progress_bar
 from quicbed.testbed.owner import describe
+
+if TYPE_CHECKING:  # scipy loads with the analysis: when a transfer is printed, not at start
+    from quicbed.analysis.transfers import BulkSummary, CompeteSummary
 
 out = Console()
 
@@ -199,9 +202,11 @@ def _print_load_checks(result: Any, cfg: Any) -> None:
         out.print(f"waited {result.waited_s:.0f} s for a quiet host")
 
 
-def print_transfer(r: Any) -> None:
+def print_transfer(r: BulkSummary | CompeteSummary) -> None:
     """A bulk cell's goodput per arm, or a compete cell's shares and Jain's index."""
-    if r.kind == "bulk":
+    from quicbed.results.transfers import BulkResult
+
+    if isinstance(r, BulkResult):
         for name, a in r.summary.items():
             gp = "-" if a.goodput_mbit_mean is None else f"{a.goodput_mbit_mean:.2f} Mbit/s"
             ideal = "" if a.of_ideal is None else f" ({a.of_ideal * 100:.1f} % of ideal)"
@@ -211,24 +216,22 @@ def print_transfer(r: Any) -> None:
             udp = "" if not rcv else f", client UDP receive-buffer drops {rcv}"
             out.print(f"{name}: n {a.n}, goodput {gp}{ideal}, retransmissions {rt}{ack}{udp}")
     else:
-        for a in r.summary.values():
-            share = "-" if a.share_mean is None else f"{a.share_mean * 100:.1f} %"
-            per_flow = "-" if a.per_flow_mbit_mean is None else f"{a.per_flow_mbit_mean:.2f} Mbit/s"
+        for g in r.summary.values():
+            share = "-" if g.share_mean is None else f"{g.share_mean * 100:.1f} %"
+            per_flow = "-" if g.per_flow_mbit_mean is None else f"{g.per_flow_mbit_mean:.2f} Mbit/s"
             out.print(
-                f"{a.arm} x{a.n_flows}: share {share} (fair {a.fair_share * 100:.0f} %), "
-                f"{per_flow} per flow, over {a.n} repetitions"
+                f"{g.arm} x{g.n_flows}: share {share} (fair {g.fair_share * 100:.0f} %), "
+                f"{per_flow} per flow, over {g.n} repetitions"
             )
         jain = "n/a" if r.jain_mean is None else f"{r.jain_mean:.3f}"
         out.print(f"Jain's index {jain} (mean over repetitions)")
     print_cpu(r.cpu_items(), "flow" if r.kind == "bulk" else "repetition")
     for name, metrics in r.comparisons.items():
         for metric, c in metrics.items():
-            if not c["enough"]:
-                out.print(f"[yellow]{name} ({metric}): no comparison:[/] {c['problem']}")
+            if not c.enough:
+                out.print(f"[yellow]{name} ({metric}): no comparison:[/] {c.problem}")
             else:
-                out.print(
-                    f"{name} ({metric}): {c['pct_diff']:+.1f} %, {c['test']} p = {c['p']:.3g}"
-                )
+                out.print(f"{name} ({metric}): {c.pct_diff:+.1f} %, {c.test} p = {c.p:.3g}")
 
 
 def print_cpu(items: dict[str, list[Any]], per: str) -> None:
