@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.model.link import LinkCondition
+from quicbed.report.figure import Drawn
 from quicbed.report.transfercell import TransferCell
-from quicbed.report.transferplots import Drawn
 from quicbed.results.transfers import ArmBulk, ArmCompete
 from quicbed.settings import sockopts, tparams
 

@@ -9,7 +9,6 @@ regenerated figures can be compared by their numbers as well as by their bytes.
 
 from __future__ import annotations
 
-import base64
 import csv
 import functools
 import itertools
@@ -35,6 +34,7 @@ from quicbed.report import cputable, lines
 from quicbed.report import profile as report_profile
 from quicbed.report import transfers as report_transfers
 from quicbed.report.cellrow import COLUMNS, CellRow, Compared, ModeCell
+from quicbed.report.figure import Drawn, ReportFigure, ReportInput, entry, report_figures
 from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report.transfers import is_transfer
 from quicbed.results import advertised
@@ -384,19 +384,23 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
     return rows, sweep
 
 
-def _line_plots(rows: list[CellRow], out: Path) -> list[dict[str, Any]]:
+class LinePlots(ReportFigure):
     """Per heatmap group whose cells vary loss, RTT or jitter enough: its line plot
     (quicbed.report.lines)."""
 
-    figs = []
-    for (scenario, pair, mode, kind), group in sorted(_heat_groups(rows).items()):
-        title = f"{scenario}: {pair.replace('/', ' vs ')}, {mode}, {kind}"
-        name = f"lines-{_slug(scenario)}-{pair.replace('/', '-vs-')}-{mode}-{kind}"
-        drawn = lines.draw(group, title, out / "figures" / name)
-        if drawn is not None:
-            paths, shows = drawn
-            figs.append(_figure(title, paths, shows))
-    return figs
+    name = "lines"
+    order = 20
+
+    def draw(self, data: ReportInput) -> list[Drawn]:
+        figs = []
+        for (scenario, pair, mode, kind), group in sorted(_heat_groups(data.rows).items()):
+            title = f"{scenario}: {pair.replace('/', ' vs ')}, {mode}, {kind}"
+            name = f"lines-{_slug(scenario)}-{pair.replace('/', '-vs-')}-{mode}-{kind}"
+            drawn = lines.draw(group, title, data.figures_dir / name)
+            if drawn is not None:
+                paths, shows = drawn
+                figs.append(Drawn(title, paths, shows))
+        return figs
 
 
 def _heat_groups(
@@ -588,17 +592,9 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         shutil.rmtree(out)
     (out / "figures").mkdir(parents=True)
     report = Report(out=out, rows=rows)
-    for (scenario, pair, mode, kind), group in sorted(_heat_groups(rows).items()):
-        rdim, cdim, split = heat_axes(group)
-        parts: dict[tuple[str, ...], list[CellRow]] = {}
-        for r in sorted(group, key=lambda r: tuple(_DIMS[d][2](r) for d in split)):
-            parts.setdefault(tuple(_DIMS[d][1](r) for d in split), []).append(r)
-        for values, grp in parts.items():
-            axes = (rdim, cdim, values)
-            fig = _pair_heatmap(grp, scenario, pair, mode, kind, axes, alpha, correction, out)
-            report.figures.append(fig)
-    report.figures += _line_plots(rows, out)
-    report.figures += _mode_heatmaps(root, rows, page_order, alpha, test, correction, out)
+    data = ReportInput(root, out, rows, alpha, test, correction, page_order)
+    for kind in report_figures():
+        report.figures += [entry(d) for d in kind().draw(data)]
     _explain_pages(root, rows, out)
 
     report.transfers = report_transfers.build(
@@ -609,7 +605,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         parse_pairs(stats_cfg.get("pairs")),
         speedup_against=stats_cfg.get("speedup_against"),
     )
-    report.figures += [_figure(*d) for d in report.transfers.drawn]
+    report.figures += [entry(d) for d in report.transfers.drawn]
     report.cpu = cputable.build(root, out)
     report.profile = report_profile.build(root, out)
     with open(out / "table.csv", "w", newline="") as f:
@@ -649,6 +645,30 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
     return report
 
 
+class PairHeatmaps(ReportFigure):
+    """The reference study's heatmaps: per scenario, pair of arms, mode and kind of page,
+    rates x pages (or the axes ``heat_axes`` chooses), one per value of the rest."""
+
+    name = "heatmaps"
+    order = 10
+
+    def draw(self, data: ReportInput) -> list[Drawn]:
+        out = []
+        for (scenario, pair, mode, kind), group in sorted(_heat_groups(data.rows).items()):
+            rdim, cdim, split = heat_axes(group)
+            parts: dict[tuple[str, ...], list[CellRow]] = {}
+            for r in sorted(group, key=lambda r: tuple(_DIMS[d][2](r) for d in split)):
+                parts.setdefault(tuple(_DIMS[d][1](r) for d in split), []).append(r)
+            for values, grp in parts.items():
+                axes = (rdim, cdim, values)
+                out.append(
+                    _pair_heatmap(
+                        grp, scenario, pair, mode, kind, axes, data.alpha, data.correction, data.out
+                    )
+                )
+        return out
+
+
 def _pair_heatmap(
     grp: list[CellRow],
     scenario: str,
@@ -659,7 +679,7 @@ def _pair_heatmap(
     alpha: float,
     correction: str,
     out: Path,
-) -> dict[str, Any]:
+) -> Drawn:
     """One heatmap of one pair's cells (its correction across them): rates x pages with
     the reference study's title and name, or the axes ``heat_axes`` chose."""
     rdim, cdim, values = axes
@@ -723,9 +743,7 @@ def _pair_heatmap(
             ylabel=_DIMS[rdim][0],
             cbar=f"({ref} - {cand}) / {cand} [%]",
         )
-    fig = _figure(title, paths, figure_data(rows_, cols, cells, title))
-    fig["notes"] = against_study(grp)
-    return fig
+    return Drawn(title, paths, figure_data(rows_, cols, cells, title), against_study(grp))
 
 
 def against_study(rows: list[CellRow]) -> list[str]:
@@ -743,16 +761,22 @@ def against_study(rows: list[CellRow]) -> list[str]:
     return [f"{name}: {text}" for name, text in sorted(notes.items())]
 
 
-def _figure(title: str, paths: list[Path], shows: dict[str, Any]) -> dict[str, Any]:
-    """A figure of the HTML report: the PNG inlined (works offline, in a package)."""
-    data = base64.b64encode(paths[0].read_bytes()).decode()
-    return {
-        "title": title,
-        "png": paths[0].name,
-        "svg": paths[1].name,
-        "data": data,
-        "shows": shows,
-    }
+class ModeHeatmaps(ReportFigure):
+    """QUIC 0-RTT against QUIC 1-RTT where a scenario ran both modes."""
+
+    name = "mode-heatmaps"
+    order = 30
+
+    def draw(self, data: ReportInput) -> list[Drawn]:
+        return _mode_heatmaps(
+            data.root,
+            data.rows,
+            data.page_order,
+            data.alpha,
+            data.test,
+            data.correction,
+            data.out,
+        )
 
 
 def _mode_heatmaps(
@@ -763,7 +787,7 @@ def _mode_heatmaps(
     test: str,
     correction: str,
     out: Path,
-) -> list[dict[str, Any]]:
+) -> list[Drawn]:
     """QUIC 0-RTT against QUIC 1-RTT where a scenario ran both modes.
 
     Colour = (mean 1-RTT - mean 0-RTT) / mean 0-RTT x 100 (red: 0-RTT faster): the
@@ -838,7 +862,7 @@ def _mode_heatmaps(
             paths = draw_heatmap(
                 labels, pages, cells, title, base, cbar="(1-RTT - 0-RTT) / 0-RTT [%]"
             )
-            figures.append(_figure(title, paths, figure_data(labels, pages, cells, title)))
+            figures.append(Drawn(title, paths, figure_data(labels, pages, cells, title)))
     finally:
         store.close()
     return figures

@@ -7,7 +7,7 @@ drawn, not with the module: reading a record's numbers needs no plotting library
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from quicbed.results.transfers import BulkResult, CompeteResult, CompeteRun, FlowResult
 
@@ -15,16 +15,6 @@ _COLORS = {
     "tcp": ["#c0392b", "#e67e22", "#8e44ad", "#d35400", "#a93226", "#f39c12"],
     "udp": ["#1f77b4", "#17becf", "#2ca02c", "#1abc9c", "#2471a3", "#27ae60"],
 }
-
-
-class Drawn(NamedTuple):
-    """A transfer figure as drawn, before the report makes it one of its figures
-    (quicbed.report.build): its title, its files (PNG, then SVG) and what it shows, the
-    numbers figures.json keeps of it (each kind of figure its own keys)."""
-
-    title: str
-    paths: list[Path]
-    shows: dict[str, Any]
 
 
 def flow_colors(flows: list[FlowResult], arms: list[dict[str, Any]]) -> dict[str, str]:

@@ -22,8 +22,9 @@ from quicbed.analysis.transfers import BulkSummary, CompeteSummary, stored_trans
 from quicbed.figsave import save_figure
 from quicbed.model.link import LinkCondition
 from quicbed.report import axes, windows
+from quicbed.report.figure import Drawn
 from quicbed.report.transfercell import TransferCell
-from quicbed.report.transferplots import Drawn, plot_bulk, plot_compete
+from quicbed.report.transferplots import plot_bulk, plot_compete
 from quicbed.report.transferrow import COLUMNS, TransferRow, transfer_rows
 from quicbed.results.store import Store
 from quicbed.results.transfers import link_line

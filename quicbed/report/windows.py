@@ -24,7 +24,8 @@ from typing import Any
 
 from quicbed.analysis.explain import mark_phases
 from quicbed.figsave import save_figure
-from quicbed.report.transferplots import Drawn, flow_colors
+from quicbed.report.figure import Drawn
+from quicbed.report.transferplots import flow_colors
 from quicbed.results.flowtraces import flow_samples
 from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
 
