@@ -3,9 +3,11 @@
 Not registered by itself: quicbed/cli/main.py adds them with ``bulk_cli.register(app)``
 (two top-level commands), so the CLI's owner decides where they appear.
 
-Each command imports its machinery inside its function: the statistics load scipy and
-the report matplotlib, which would add about 0.7 s to every start of ``quicbed``,
-``--help`` included (python -X importtime -m quicbed --help).
+Imports are at the top but for the machinery a command runs, imported where it is used
+and tagged ``# lazy``: the runner and the statistics load scipy and the report
+matplotlib (0.5 to 0.9 s), the transfer records (~14 ms) and the store sqlite3 (~8
+ms); every start of ``quicbed``, ``--help`` included, would pay for them (measured on
+top of what --help loads; python -X importtime -m quicbed --help shows what it loads).
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ from quicbed.cli.options import (
 from quicbed.errors import QuicbedError
 from quicbed.model.link import RECEIPT_TCP_SECONDS, LinkCondition
 from quicbed.profile import check_profile
+from quicbed.run.console import print_json, print_transfer
 from quicbed.shapers import help_text as shaper_help
-from quicbed.spec.cellconfig import CellConfig, make_cell
+from quicbed.spec.arms import parse_cli
+from quicbed.spec.bulkobjects import object_path
+from quicbed.spec.cellconfig import CellConfig, make_cell, parse_flows
 from quicbed.testbed.lifecycle import Testbed
+from quicbed.testbed.local import LocalTestbed
 from quicbed.traces import check_level
 
 if TYPE_CHECKING:  # the runner loads when a command runs, not when the CLI starts
@@ -84,7 +90,7 @@ def _progress(what: str, done: int, total: int) -> None:
 
 
 def _report(out: Path) -> None:
-    from quicbed.report import build as report
+    from quicbed.report import build as report  # lazy: matplotlib and scipy, ~0.9 s
 
     rep = report.build(out)
     typer.echo(f"report: {rep.out / 'index.html'} (numbers: {rep.out / 'transfers.csv'})")
@@ -112,9 +118,7 @@ def run_bulk(
     """One bulk cell measured into the results folder ``out`` (as ``quicbed cell`` measures
     a page cell: a new attempt, its receipt, the link checked around it), its record
     read back with its summary. ``arms`` as ``--arms`` spells them (``h2:tcp_sack=false``)."""
-    from quicbed.analysis.transfers import BulkSummary
-    from quicbed.spec.arms import parse_cli
-    from quicbed.spec.bulkobjects import object_path
+    from quicbed.analysis.transfers import BulkSummary  # lazy: scipy, ~0.5 s
 
     names, settings = parse_cli(",".join(arms or ("h2", "h3")))  # "h2:tcp_sack=false", ...
     cfg = make_cell(
@@ -156,8 +160,7 @@ def run_compete(
 ) -> CompeteSummary:
     """One compete cell (``groups``: (arm, flows), e.g. [("h3", 1), ("h2", 4)], ``reps``
     repetitions) measured into the results folder ``out``, its record read back."""
-    from quicbed.analysis.transfers import CompeteSummary
-    from quicbed.spec.bulkobjects import object_path
+    from quicbed.analysis.transfers import CompeteSummary  # lazy: scipy, ~0.5 s
 
     cfg = make_cell(
         condition=cond,
@@ -191,10 +194,9 @@ def _measure(
     profile: str = "none",
     traces: str = "none",
 ) -> BulkSummary | CompeteSummary:
-    from quicbed.analysis.transfers import stored_transfer
-    from quicbed.results.store import Store
-    from quicbed.run.sweep import run_cell_into
-    from quicbed.testbed.local import LocalTestbed
+    from quicbed.analysis.transfers import stored_transfer  # lazy: scipy, ~0.5 s
+    from quicbed.results.store import Store  # lazy: sqlite3 and the store, ~8 ms
+    from quicbed.run.sweep import run_cell_into  # lazy: scipy, ~0.65 s
 
     tb = testbed or LocalTestbed("qb")
     for _ in range(2):  # one retry on a freshly applied link, as a sweep gives a cell
@@ -249,8 +251,6 @@ def bulk(
     The arms are interleaved, and each is compared with the TCP arm. The cell is stored
     in --out as a sweep's cells are, and the folder's report is built (not with --json).
     """
-    from quicbed.run.console import print_json, print_transfer
-
     bed = tb.open("quicbed bulk")
     try:
         r = run_bulk(
@@ -308,9 +308,6 @@ def compete(
     --reps times. The cell is stored in --out as a sweep's cells are, and the folder's
     report is built (not with --json).
     """
-    from quicbed.run.console import print_json, print_transfer
-    from quicbed.spec.cellconfig import parse_flows
-
     bed = tb.open("quicbed compete")
     try:
         r = run_compete(

@@ -12,23 +12,32 @@ quicbed.cli.reference writes it).
 A command's help is its docstring, paragraphs apart by a blank line; flowing() makes
 each paragraph one line for every command, so that the terminal wraps the sentences.
 
-Each command imports its machinery inside its function: the statistics load scipy and
-the report matplotlib, which would add about 0.7 s to every start of ``quicbed``,
-``--help`` included (python -X importtime -m quicbed --help).
+Imports are at the top but for a command's heavy machinery, imported where it is used
+and tagged ``# lazy``: the runner and the statistics load scipy and the report
+matplotlib (0.3 to 0.9 s each), the results folder's readers sqlite3 and the store (8
+to 25 ms each, about 45 ms together); every start of ``quicbed``, ``--help`` included,
+would pay for them (measured on top of what --help loads; python -X importtime -m
+quicbed --help shows what it loads).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import signal
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Annotated, Any, NoReturn
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from rich.progress import Progress
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
-from quicbed.backends import get_backend, hosts_kind
+from quicbed.backends import get_backend
 from quicbed.cli import bulk as bulk_cli
 from quicbed.cli import reproduce as reproduce_cli
 from quicbed.cli.options import (
@@ -54,8 +63,14 @@ from quicbed.cli.options import (
     owned,
     refuse_early,
 )
+from quicbed.cli.runspec import SweepRun, run_spec
 from quicbed.errors import QuicbedError
-from quicbed.model.link import RECEIPT_TCP_SECONDS
+from quicbed.link.hostpolicy import HostPolicy
+from quicbed.link.session import shaped_link
+from quicbed.model.link import RECEIPT_TCP_SECONDS, check_tcp_seconds
+from quicbed.paths import check_folder_target
+from quicbed.profile import check_profile
+from quicbed.roles import offloads as nic
 from quicbed.run.console import (
     note,
     out,
@@ -63,12 +78,17 @@ from quicbed.run.console import (
     print_json,
     print_package,
     print_receipt,
-    print_sweep_result,
     print_testbed_status,
     progress,
     warn,
 )
-from quicbed.testbed.lifecycle import Testbed
+from quicbed.spec.cellconfig import CellConfig, make_cell
+from quicbed.spec.sweepspec import PlannedCell, load_spec
+from quicbed.testbed.sshlab import SshLab
+from quicbed.traces import check_level
+
+if TYPE_CHECKING:  # the runner loads when a cell runs, not when the CLI starts
+    from quicbed.run.cell import CellResult
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -104,8 +124,6 @@ def testbed_up(
     if sshd:
         if not get_backend(tb.kind).makes_namespaces:  # the lab is namespaces with sshd
             raise QuicbedError("--sshd makes a local ssh lab; it goes with --testbed local")
-        from quicbed.testbed.sshlab import SshLab
-
         need_root("quicbed testbed up --sshd")
         inv = SshLab(tb.prefix).up()
         out.print(f"testbed {tb.prefix}: up with sshd; hosts: {inv}")
@@ -184,13 +202,7 @@ def link_check(
 
     The receipt is printed (--json: as JSON) and, with --out, written to a new file.
     """
-    import json
-    from pathlib import Path
-
-    from quicbed.link.receipt import measure
-    from quicbed.link.session import shaped_link
-    from quicbed.model.link import check_tcp_seconds
-    from quicbed.roles import offloads as nic
+    from quicbed.link.receipt import measure  # lazy: scipy, ~0.5 s
 
     cond = link.condition()
     check_tcp_seconds(tcp_seconds, "--tcp-seconds")
@@ -222,6 +234,18 @@ def link_check(
 
 
 # --- cell -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CellTarget:
+    """The cell ``quicbed cell`` measures and the folder its attempt goes to, decided
+    before any check: a new cell from the options, or a stored one (--from)."""
+
+    cfg: CellConfig
+    out: Path
+    #: the replication package's runs when --from names a package (its cell is rerun
+    #: beside them, to be compared), else None
+    packaged: dict[str, Any] | None = None
+
+
 @app.command("cell")
 @options("link", LinkOptions, only=CELL_LINK)
 @options("cell", CellOptions)
@@ -279,106 +303,134 @@ def cell_cmd(
     beside the archive), the new attempt is there to be compared with the packaged one,
     and the comparison printed names what differs.
     """
-    from pathlib import Path
-
-    from quicbed.model.link import check_tcp_seconds
-    from quicbed.paths import check_folder_target
-    from quicbed.results.store import DB_NAME, Store
-    from quicbed.run.cell import validate
-    from quicbed.run.sweep import check_budget, run_cell_into
-    from quicbed.spec.cellconfig import make_cell
-    from quicbed.spec.sweepspec import PlannedCell
+    from quicbed.run.cell import validate  # lazy: scipy, ~0.65 s
+    from quicbed.run.sweep import run_cell_into  # lazy: scipy, ~0.65 s
 
     check_tcp_seconds(receipt_tcp_seconds, "--receipt-tcp-seconds")
     policy = host.policy()
-    packaged = None
     with ExitStack() as refused:  # a rerun refused here leaves no extracted package
         if from_dir:
-            from quicbed.analysis.select import find_cell
-            from quicbed.package.rerun import is_package, rerun_workspace
-
-            if is_package(from_dir):  # a replication package: rerun beside its runs
-                folder, packaged = refused.enter_context(
-                    rerun_workspace(Path(from_dir), Path(out_dir) if out_dir else None)
-                )
-                from_dir = out_dir = str(folder)
-            store = Store(Path(from_dir))
-            try:
-                cid = find_cell(store, cell_id=cell_id, where=where)
-                cfg = make_cell(**store.cell_config(cid))
-            finally:
-                store.close()
-            if cell_id and cid != cell_id:
-                note(f"--cell {cell_id} matched cell {cid}")
-            out_dir = out_dir or from_dir
+            target = _stored_cell(from_dir, out_dir, cell_id, where, refused)
         else:
-            if cell_id or where:
-                raise QuicbedError("--cell and --where need --from DIR")
-            if not page or not out_dir:
-                raise QuicbedError(
-                    "give --page and --out (or --from DIR --cell ID to rerun a cell)"
-                )
-            cfg = cell.config(link.condition(), page)
-        check_folder_target(Path(out_dir), "--out")
-        if (Path(out_dir) / DB_NAME).exists():  # a damaged store: refused before the testbed
-            Store(Path(out_dir)).close()
-        validate(cfg)
-        policy.replaced_per_arm(cfg.runs)
-        check_budget(
-            [PlannedCell(scenario="cell", config=cfg)],
-            receipt_tcp_seconds,
-            max_hours,
-            yes,
-            policy,
-        )
+            target = _new_cell(page, out_dir, cell_id, where, link, cell)
+        _check_cell(target, policy, receipt_tcp_seconds, max_hours, yes)
     if traces is not None:
-        from quicbed.traces import check_level
-
         check_level(traces)
-    from quicbed.profile import check_profile
-
     check_profile(profile or "none")
     bed = tb.open("quicbed cell")
-    refuse_early(bed, lambda: validate(cfg, bed))  # e.g. its shaper cannot run on bed
+    refuse_early(bed, lambda: validate(target.cfg, bed))  # e.g. its shaper cannot run on bed
     with owned(bed, "quicbed cell", keep_testbed), progress(transient=True) as bar:
-        task = bar.add_task(f"cell {cfg.cell_id()}: receipt, then loads", total=len(cfg.schedule()))
-
-        def step(arm: str, done: int, total: int) -> None:
-            if not total:  # a sentence, e.g. a wait for a quiet host (run.cell.Progress)
-                bar.update(task, description=f"cell {cfg.cell_id()}: {arm}")
-                return
-            bar.update(
-                task, completed=done, total=total, description=f"cell {cfg.cell_id()}: {arm}"
-            )
-
         result = run_cell_into(
-            cfg,
-            Path(out_dir),
+            target.cfg,
+            target.out,
             testbed=bed,
-            force=force or packaged is not None,
+            force=force or target.packaged is not None,
             traces=traces or "light",
             profile=profile or "none",
             receipt_tcp_seconds=receipt_tcp_seconds,
-            progress=step,
+            progress=_cell_progress(bar, target.cfg),
             host=policy,
         )
-    if as_json:
-        print_json(result.as_dict())
-    else:
-        print_cell(result, cfg)
-    if packaged is not None and not as_json:
-        from quicbed.package.rerun import beside
-
-        print("\n".join(beside(Path(out_dir), packaged, result.cell_id, result.attempt)))
+    _print_cell(result, target, as_json)
     if result.status != "done":
         raise typer.Exit(1)
 
 
+def _new_cell(
+    page: str | None,
+    out_dir: str | None,
+    cell_id: str | None,
+    where: str | None,
+    link: LinkOptions,
+    cell: CellOptions,
+) -> CellTarget:
+    """The cell the options state; --cell and --where name a stored cell, so without
+    --from they are a mistake, said as one."""
+    if cell_id or where:
+        raise QuicbedError("--cell and --where need --from DIR")
+    if not page or not out_dir:
+        raise QuicbedError("give --page and --out (or --from DIR --cell ID to rerun a cell)")
+    return CellTarget(cell.config(link.condition(), page), Path(out_dir))
+
+
+def _stored_cell(
+    from_dir: str, out_dir: str | None, cell_id: str | None, where: str | None, refused: ExitStack
+) -> CellTarget:
+    """The stored cell --from DIR and --cell or --where name, with its exact stored
+    configuration, into --out (default: DIR). A replication package is extracted first
+    (on ``refused``: removed again if a later check refuses the rerun)."""
+    from quicbed.analysis.select import find_cell  # lazy: sqlite3 and the store, ~9 ms
+    from quicbed.package.rerun import is_package, rerun_workspace  # lazy: scipy, ~0.5 s
+    from quicbed.results.store import Store  # lazy: sqlite3 and the store, ~8 ms
+
+    packaged = None
+    if is_package(from_dir):  # a replication package: rerun beside its runs
+        folder, packaged = refused.enter_context(
+            rerun_workspace(Path(from_dir), Path(out_dir) if out_dir else None)
+        )
+        from_dir = out_dir = str(folder)
+    store = Store(Path(from_dir))
+    try:
+        cid = find_cell(store, cell_id=cell_id, where=where)
+        cfg = make_cell(**store.cell_config(cid))
+    finally:
+        store.close()
+    if cell_id and cid != cell_id:
+        note(f"--cell {cell_id} matched cell {cid}")
+    return CellTarget(cfg, Path(out_dir or from_dir), packaged)
+
+
+def _check_cell(
+    target: CellTarget, policy: HostPolicy, receipt_tcp_seconds: float, max_hours: float, yes: bool
+) -> None:
+    """Everything about the cell that needs no testbed, refused before one is opened:
+    its folder (a damaged store too), its configuration, its replacements, its time."""
+    from quicbed.results.store import DB_NAME, Store  # lazy: sqlite3 and the store, ~8 ms
+    from quicbed.run.cell import validate  # lazy: scipy, ~0.65 s
+    from quicbed.run.sweep import check_budget  # lazy: scipy, ~0.65 s
+
+    check_folder_target(target.out, "--out")
+    if (target.out / DB_NAME).exists():  # a damaged store: refused before the testbed
+        Store(target.out).close()
+    validate(target.cfg)
+    policy.replaced_per_arm(target.cfg.runs)
+    check_budget(
+        [PlannedCell(scenario="cell", config=target.cfg)],
+        receipt_tcp_seconds,
+        max_hours,
+        yes,
+        policy,
+    )
+
+
+def _cell_progress(bar: Progress, cfg: CellConfig) -> Callable[[str, int, int], None]:
+    """The cell's bar, the receipt's then its loads', and what moves it (run_cell's
+    ``progress``); a call without a total is a sentence, shown as it is."""
+    task = bar.add_task(f"cell {cfg.cell_id()}: receipt, then loads", total=len(cfg.schedule()))
+
+    def step(arm: str, done: int, total: int) -> None:
+        if not total:  # a sentence, e.g. a wait for a quiet host (run.cell.Progress)
+            bar.update(task, description=f"cell {cfg.cell_id()}: {arm}")
+            return
+        bar.update(task, completed=done, total=total, description=f"cell {cfg.cell_id()}: {arm}")
+
+    return step
+
+
+def _print_cell(result: CellResult, target: CellTarget, as_json: bool) -> None:
+    """The measured cell (--json: as JSON); a rerun of a package's cell also beside its
+    packaged attempt, so that what differs is seen at once."""
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        print_cell(result, target.cfg)
+    if target.packaged is not None and not as_json:
+        from quicbed.package.rerun import beside  # lazy: scipy, ~0.5 s
+
+        print("\n".join(beside(target.out, target.packaged, result.cell_id, result.attempt)))
+
+
 # --- sweeps ---------------------------------------------------------------------------
-#: ``quicbed run``'s exit status when ``quicbed stop`` ended it between cells
-STOPPED_EXIT = 3
-
-
 @app.command("run")
 @options("tb", SweepTestbedOptions)
 @options("host", HostOptions)
@@ -424,148 +476,22 @@ def run_cmd(
     --resume continues it; with --retry-failed the failed cells are measured again, as
     new attempts.
     """
-    from pathlib import Path
-
-    from quicbed.spec.sweepspec import load_spec
-
     spec = load_spec(Path(spec_file))
     spec = spec.model_copy(update={"host": host.policy(spec.host)})  # not in its digest
-    run_spec(
-        spec,
-        out_dir,
+    run = SweepRun(
         again=f"quicbed run {spec_file} --out {out_dir} --resume",
+        tb=tb,
         resume=resume,
         retry_failed=retry_failed,
         force=force,
         yes=yes,
         max_hours=max_hours,
-        tb=tb,
         keep_testbed=keep_testbed,
         traces=traces,
         shard=shard,
         profile=profile,
     )
-
-
-def run_spec(
-    spec: Any,
-    out_dir: str,
-    *,
-    again: str,
-    resume: bool,
-    retry_failed: bool,
-    force: bool,
-    yes: bool,
-    max_hours: float,
-    tb: SweepTestbedOptions,
-    keep_testbed: bool,
-    traces: str | None,
-    shard: str | None,
-    profile: str | None = None,
-) -> None:
-    """Run a sweep spec into ``out_dir`` (``run``'s and ``reproduce``'s one way);
-    ``again`` is the command that continues it after a stop."""
-    from pathlib import Path
-
-    from quicbed.run.cell import check_browsers
-    from quicbed.run.shard import parse_shard, select
-    from quicbed.run.sweep import check_budget, check_folder, kept_cells, run_sweep
-    from quicbed.shapers import get_shaper
-    from quicbed.spec.sweepspec import plan
-
-    if retry_failed and not resume:
-        raise QuicbedError(
-            "--retry-failed measures a sweep's failed cells again: it needs "
-            "--resume (and the sweep's --out)"
-        )
-    part = parse_shard(shard) if shard is not None else None
-    hosts = tb.host_list()
-    kind = tb.kind or (hosts_kind() if hosts else None)
-    if kind is not None and kind != spec.testbed:
-        get_backend(kind, "--testbed")  # refuses an unknown kind by name
-        spec = spec.model_copy(update={"testbed": kind})
-    if traces is not None:  # overrides the spec's level (not part of its digest)
-        from quicbed.traces import check_level
-
-        spec = spec.model_copy(update={"traces": check_level(traces)})
-    if profile is not None:  # overrides the spec's (not part of its digest either)
-        from quicbed.profile import check_profile
-
-        spec = spec.model_copy(update={"profile": check_profile(profile)})
-    cells = plan(spec)
-    if part is not None:
-        cells = select(cells, part)
-    held = check_folder(Path(out_dir), spec, resume=resume, force=force, shard=part)
-    kept = kept_cells(Path(out_dir), retry_failed=retry_failed) if held is not None else set()
-    todo = [pc for pc in cells if pc.config.cell_id() not in kept]
-    est = check_budget(todo, spec.receipt_tcp_seconds, max_hours, yes, spec.host)
-    beds: list[Testbed] = []
-    try:  # every testbed opened and able to shape, or none kept open
-        for h in hosts or [None]:  # type: ignore[list-item]  # None: the local testbed
-            beds.append(tb.open("quicbed run", kind=spec.testbed, hosts=h))
-            get_shaper(spec.shaper, beds[-1])
-            beds[-1].cpu.check()  # CPU per role (quicbed.roles.cpuaccounting)
-            check_browsers([pc.config for pc in todo], beds[-1])
-    except BaseException:
-        for bed in beds:
-            bed.close()
-        raise
-    where = f" on {len(beds)} testbeds" if len(beds) > 1 else ""
-    what = f"shard {part} of sweep" if part else "sweep"
-    before = f" ({len(cells) - len(todo)} kept from before)" if len(todo) < len(cells) else ""
-    out.print(
-        f"{what} {spec.name!r}: {len(cells)} cells{before}, about "
-        f"{est / 60 / len(beds):.0f} min{where}; results in {out_dir}"
-    )
-    with ExitStack() as owning, progress() as bar:
-        for bed in beds:
-            owning.enter_context(owned(bed, "quicbed run", keep_testbed))
-        cells_task = bar.add_task("cells", total=len(cells))
-        loads_task = bar.add_task("loads", total=1)
-
-        seen: set[str] = set()
-
-        def on_cell(i: int, n: int, pc: Any, what: str) -> None:
-            c = pc.config
-            seen.add(c.cell_id())  # several testbeds: cells start out of plan order
-            done = i if len(beds) == 1 else max(0, len(seen) - len(beds))
-            bar.update(
-                cells_task,
-                completed=done,
-                description=f"{pc.scenario}: {c.page}, {c.condition.label()} ({what})",
-            )
-
-        def on_load(arm: str, done: int, total: int) -> None:
-            if not total:  # a sentence, e.g. a wait for a quiet host (run.cell.Progress)
-                bar.update(loads_task, description=arm)
-                return
-            bar.update(loads_task, completed=done, total=total, description=f"loads ({arm})")
-
-        def on_lost(bed: Testbed, why: str) -> None:
-            out.print(f"[red]testbed {bed.describe_short()} taken out of the sweep:[/] {why}")
-
-        result = run_sweep(
-            spec,
-            Path(out_dir),
-            testbeds=beds,
-            resume=resume,
-            retry_failed=retry_failed,
-            force=force,
-            shard=part,
-            on_cell=on_cell,
-            on_load=on_load,
-            on_lost=on_lost,
-        )
-        if not result.stopped:
-            bar.update(cells_task, completed=len(cells))
-    print_sweep_result(result, what, spec.name, out_dir)
-    if result.stopped:
-        out.print(
-            f"stopped on request with {result.stopped} cell(s) not started; continue: {again}"
-        )
-        raise typer.Exit(STOPPED_EXIT)
-    if result.failed or result.kept_failed:  # every cell failed now, kept ones too
-        raise typer.Exit(1)
+    run_spec(spec, out_dir, run)
 
 
 @app.command("stop")
@@ -578,9 +504,7 @@ def stop_cmd(
     it. Refused where no sweep is running, e.g. in a folder a single cell or a merge is
     writing.
     """
-    from pathlib import Path
-
-    from quicbed.results.folder import request_stop
+    from quicbed.results.folder import request_stop  # lazy: sqlite3 and the store, ~14 ms
 
     pid = request_stop(Path(results))
     who = f" (PID {pid})" if pid else ""
@@ -605,9 +529,7 @@ def merge_cmd(
     another spec or other software, or a cell measured in two folders, are refused
     unless --force; every attempt is kept.
     """
-    from pathlib import Path
-
-    from quicbed.results.merge import merge
+    from quicbed.results.merge import merge  # lazy: sqlite3 and the store, ~15 ms
 
     result = merge([Path(f) for f in folders], Path(out_dir), force=force)
     for w in result.warnings:
@@ -628,9 +550,7 @@ def report_cmd(
     Per cell the latest attempt is reported. Page cells: table.csv and heatmaps (PNG,
     SVG); bulk and compete cells: transfers.csv and their figures.
     """
-    from pathlib import Path
-
-    from quicbed.report.build import build
+    from quicbed.report.build import build  # lazy: matplotlib and scipy, ~0.9 s
 
     r = build(Path(results))
     pages = len({row.cell_id for row in r.rows})
@@ -662,9 +582,7 @@ def explain_cmd(
     --rep N): a figure (PNG, SVG), where the PLT difference comes from (summary.txt,
     explain.json) and the loads' transport samples (transport.csv).
     """
-    from pathlib import Path
-
-    from quicbed.analysis.explain import explain
+    from quicbed.analysis.explain import explain  # lazy: matplotlib, ~0.3 s
 
     r = explain(Path(results), cell, where, rep, Path(dest) if dest else None)
     print(r.summary)  # plain: paths and tables must not be wrapped at the terminal width
@@ -697,9 +615,7 @@ def export_cmd(
     parameters both ends advertised, per connection of every load and flow (the client's
     are what the browser, or the bulk client, sent).
     """
-    from pathlib import Path
-
-    from quicbed.results.export import export
+    from quicbed.results.export import export  # lazy: sqlite3 and the store, ~10 ms
 
     path = export(Path(results), fmt, Path(dest) if dest else None, replace, table=table)
     out.print(f"wrote {path}")
@@ -737,9 +653,7 @@ def package_cmd(
 
     One .tar.gz with checksums, which quicbed verify checks on any machine.
     """
-    from pathlib import Path
-
-    from quicbed.package.build import build_package
+    from quicbed.package.build import build_package  # lazy: sqlite3, tarfile and the store, ~22 ms
 
     r = build_package(
         Path(results),
@@ -760,9 +674,7 @@ def verify_cmd(
 
     Exit status 0 if everything matches, 1 listing what differs. Needs no root, no browser.
     """
-    from pathlib import Path
-
-    from quicbed.package.verify import lines, verify
+    from quicbed.package.verify import lines, verify  # lazy: sqlite3, tarfile and the store, ~25 ms
 
     res = verify(Path(archive))
     print("\n".join(lines(res)))
@@ -815,7 +727,7 @@ def usage_error_line(exc: Any) -> str:
 # --- bulk transfers and flows sharing a bottleneck (quicbed.run.bulk; one-shot for now) -----
 bulk_cli.register(app)
 # --- the studies' figures and tables by name (quicbed.spec.catalog) ----------------------
-reproduce_cli.register(app, run_spec)
+reproduce_cli.register(app)
 
 
 # --- help -----------------------------------------------------------------------------
@@ -846,8 +758,6 @@ _flow_help(app)  # after the last command is registered
 def main() -> None:
     """The ``quicbed`` entry point: every way a command ends becomes an exit status
     (0, 1 for a measured failure, 2 for a user's error, 130 when interrupted)."""
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
-
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _on_signal)
     try:

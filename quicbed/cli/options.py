@@ -31,10 +31,12 @@ from quicbed.model.link import (
     LinkCondition,
     make_condition,
 )
+from quicbed.roles.cpuaccounting import parse_placement
 from quicbed.servers import stacks
 from quicbed.shapers import help_text as shaper_help
+from quicbed.spec.arms import parse_cli
 from quicbed.spec.cellconfig import UNLIMITED, CellConfig, cell_default, make_cell, parse_rate
-from quicbed.testbed.lifecycle import Testbed
+from quicbed.testbed.lifecycle import Testbed, testbed_class
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,8 +135,6 @@ class TestbedOptions:
         """The testbed the options name (``kind`` and ``hosts`` override them, as a
         sweep's spec and each of its --hosts do); every inconsistency is an error
         naming the option."""
-        from quicbed.roles.cpuaccounting import parse_placement
-
         parse_placement(self.placement)  # refused by name before any host is asked
         tb = self._open(what, kind or self.kind, hosts or self.one_host())
         if self.placement != "none":
@@ -148,8 +148,6 @@ class TestbedOptions:
     def _open(self, what: str, kind: str, hosts: str | None) -> Testbed:
         """The kind's testbed class opens it (``Testbed.from_options``), once the options
         that go with another kind are refused and root is asked for where it is needed."""
-        from quicbed.testbed.lifecycle import testbed_class
-
         cls = testbed_class(kind)
         if not cls.takes_hosts and (hosts or self.ssh_user or self.ssh_key):
             raise QuicbedError(
@@ -427,8 +425,6 @@ class CellOptions:
     browser: BrowserOpt = CELL["browser"]
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
-        from quicbed.spec.arms import parse_cli
-
         names, settings = parse_cli(self.arms)
         return make_cell(
             condition=condition,

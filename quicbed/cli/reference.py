@@ -14,6 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import typer
+from typer._click import Context
+
+from quicbed.cli.main import app
 from quicbed.paths import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
@@ -62,11 +66,6 @@ def _metavar(p: Any) -> str:
 
 def commands() -> list[Command]:
     """Every command of ``quicbed`` in help order, with its arguments and options."""
-    import typer
-    from typer._click import Context
-
-    from quicbed.cli.main import app
-
     root = typer.main.get_command(app)
 
     def walk(group: Any, path: list[str], ctx: Any) -> Iterator[Command]:
