@@ -1,23 +1,28 @@
-"""docs/extending.md's recipes proven end to end (issue 44): a stack, a browser and a
-shaper that exist only in this test, registered by being defined, measured in a real
-cell, stored, reported, recorded in provenance and packaged into a replication package
-that verifies, with no file of quicbed/ naming them."""
+"""docs/extending.md's recipes proven end to end (issue 44): a stack, a browser, a
+shaper and a report figure that exist only in this test, registered by being defined,
+measured (or drawn) in a real cell, stored, reported, recorded in provenance and
+packaged into a replication package that verifies, with no file of quicbed/ naming
+them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
+import matplotlib.pyplot as plt
 import pytest
 
 from quicbed.client import browsers
 from quicbed.client.browser import Browser
 from quicbed.client.chromium import Chromium
+from quicbed.figsave import save_figure
 from quicbed.model.link import make_condition
 from quicbed.package.build import build_package
 from quicbed.package.verify import verify
 from quicbed.report.build import build
+from quicbed.report.figure import Drawn, ReportFigure, ReportInput, report_figures
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.servers import stacks
@@ -30,6 +35,7 @@ from quicbed.spec.arms import param_model
 from quicbed.spec.cellconfig import make_cell
 
 STACK, ARM, SHAPER, BROWSER = "toy-go", "h3-toygo", "toy-em", "toy-chrome"
+FIGURE = "toy-means"
 
 
 def _forget() -> None:
@@ -67,6 +73,28 @@ def toys() -> Iterator[list[str]]:
         summary = "the userspace emulator under a test's name"
         auto_rank: int | None = None  # only when named
 
+    class ToyFigure(ReportFigure):
+        """Each pair's mean PLTs as two bars, after the report's own figures."""
+
+        name = FIGURE
+        order = 90
+
+        def draw(self, data: ReportInput) -> list[Drawn]:
+            out = []
+            for r in data.rows:
+                if r.mean_ref is None or r.mean_cand is None:
+                    continue
+                fig, ax = plt.subplots(figsize=(4, 3))
+                ax.bar([r.ref, r.cand], [r.mean_ref, r.mean_cand])
+                ax.set_ylabel("mean PLT [ms]")
+                title = f"toy: mean PLT, {r.ref} vs {r.cand}, cell {r.cell_id}"
+                ax.set_title(title, fontsize=8)
+                paths = save_figure(fig, data.figures_dir / f"toy-{r.cell_id}-{r.cand}")
+                plt.close(fig)
+                shows = {"figure": FIGURE, "means": [r.mean_ref, r.mean_cand]}
+                out.append(Drawn(title, paths, shows))
+            return out
+
     class ToyChromium(Chromium):
         name = BROWSER
         label = "Toy Chromium"
@@ -80,19 +108,22 @@ def toys() -> Iterator[list[str]]:
     try:
         assert stacks()[STACK] is ToyGoServer and shapers()[SHAPER] is ToyShaper
         assert browsers()[BROWSER] is ToyChromium
+        assert report_figures()[-1] is ToyFigure
         yield launched
     finally:
         _unregister(WebServer, STACK)
         _unregister(Shaper, SHAPER)
         _unregister(Browser, BROWSER)
+        _unregister(ReportFigure, FIGURE)
         _forget()
     assert STACK not in stacks() and SHAPER not in shapers() and BROWSER not in browsers()
+    assert FIGURE not in [f.name for f in report_figures()]
 
 
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_a_toy_stack_browser_and_shaper_go_from_a_cell_to_a_verified_package(
+def test_toy_plugins_go_from_a_cell_to_a_verified_package(
     toys: list[str], prefix: str, tmp_path: Path
 ) -> None:
     cfg = make_cell(
@@ -121,7 +152,11 @@ def test_a_toy_stack_browser_and_shaper_go_from_a_cell_to_a_verified_package(
     report = build(out)
     (row,) = [x for x in report.rows if x.cell_id == r.cell_id]
     assert ARM in row.arms and row.arms[ARM].stack == STACK
-    assert ARM in (out / "report" / "index.html").read_text()
+    html = (out / "report" / "index.html").read_text()
+    assert ARM in html and f"toy: mean PLT, h2 vs {ARM}" in html  # the toy figure, titled
+    drawn = json.loads((out / "report" / "figures.json").read_text())
+    (toy,) = [f for f in drawn if f["shows"].get("figure") == FIGURE]
+    assert (out / "report" / "figures" / toy["svg"]).is_file()
     home = tmp_path / "home"
     home.mkdir()
     pkg = build_package(out, tmp_path / "toy.tar.gz", home=home, environ={})

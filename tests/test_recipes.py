@@ -15,6 +15,8 @@ import pytest
 from quicbed.backends import Backend, backends
 from quicbed.client import browsers
 from quicbed.client.browser import Browser
+from quicbed.report.build import PairHeatmaps
+from quicbed.report.figure import ReportFigure, report_figures
 from quicbed.servers import stacks
 from quicbed.servers.webserver import WebServer
 from quicbed.shapers import shapers
@@ -83,6 +85,7 @@ RECIPES = {
     "stack": ("A server stack", 0, WebServer, lambda: stacks().values(), ()),
     "browser": ("A browser", 0, Browser, lambda: browsers().values(), ()),
     "shaper": ("A shaper", 0, Shaper, lambda: shapers().values(), ()),
+    "figure": ("A report figure", 0, ReportFigure, report_figures, ()),
     "backend kind": ("A testbed backend", 0, Backend, lambda: backends().values(), ()),
     "testbed": (
         "A testbed backend",
@@ -102,6 +105,11 @@ def test_a_recipe_lists_what_its_interface_requires_and_its_plugins_set(recipe: 
     assert not listed - _public(base), "listed, but not members of the interface"
     missing = _set_by(plugins(), base, beside) - listed
     assert not missing, f"set by the project's {recipe}s but not in the recipe: {missing}"
+
+
+def test_the_reports_own_figures_are_registered_in_order() -> None:
+    assert report_figures()[0] is PairHeatmaps
+    assert [f.name for f in report_figures()][:3] == ["heatmaps", "lines", "mode-heatmaps"]
 
 
 def test_the_shaper_recipe_lists_every_member_of_its_interface() -> None:

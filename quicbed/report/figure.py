@@ -67,8 +67,8 @@ class ReportFigure(ABC):
 
 
 def report_figures() -> list[type[ReportFigure]]:
-    """Every figure class that names itself, by ``order`` then name. The report's own
-    are in quicbed.report.build, which calls this after they are defined."""
+    """Every figure class that names itself, by ``order`` then name: those of the
+    modules imported so far (the report's own are defined in quicbed.report.build)."""
     found: dict[str, type[ReportFigure]] = {}
     todo: list[type[ReportFigure]] = list(ReportFigure.__subclasses__())
     while todo:
