@@ -1,8 +1,8 @@
 """docs/extending.md's recipes proven end to end (issue 44): a stack, a browser, a
-shaper and a report figure that exist only in this test, registered by being defined,
-measured (or drawn) in a real cell, stored, reported, recorded in provenance and
-packaged into a replication package that verifies, with no file of quicbed/ naming
-them."""
+shaper, a testbed backend and a report figure that exist only in this test, registered
+by being defined, measured (or drawn) in a real cell, stored, reported, recorded in
+provenance and packaged into a replication package that verifies, with no file of
+quicbed/ naming them."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import ClassVar
 import matplotlib.pyplot as plt
 import pytest
 
+from quicbed.backends import Backend, LocalBackend, backends
 from quicbed.client import browsers
 from quicbed.client.browser import Browser
 from quicbed.client.chromium import Chromium
@@ -33,27 +34,30 @@ from quicbed.shapers.shaper import Shaper
 from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.spec.arms import param_model
 from quicbed.spec.cellconfig import make_cell
+from quicbed.testbed import lifecycle
+from quicbed.testbed.local import LocalTestbed
 
 STACK, ARM, SHAPER, BROWSER = "toy-go", "h3-toygo", "toy-em", "toy-chrome"
-FIGURE = "toy-means"
+FIGURE, KIND = "toy-means", "toy-ns"
 
 
 def _forget() -> None:
     stacks.cache_clear()
+    backends.cache_clear()
     param_model.cache_clear()
     shapers.cache_clear()
     browsers.cache_clear()
 
 
-def _unregister(base: type, name: str) -> None:
+def _unregister(base: type, name: str, key: str = "name") -> None:
     """Take a test's plug-in out of its registry: the registries list only classes that
-    carry their own ``name``."""
+    carry their own ``name`` (a backend: its own ``kind``)."""
     todo: list[type] = list(base.__subclasses__())
     while todo:
         cls = todo.pop()
         todo += cls.__subclasses__()
-        if cls.__dict__.get("name") == name:
-            del cls.name
+        if cls.__dict__.get(key) == name:
+            delattr(cls, key)
 
 
 @pytest.fixture
@@ -104,8 +108,18 @@ def toys() -> Iterator[list[str]]:
             self.seen.append(self.spec.arm)
             super().launch()
 
+    class ToyBackend(LocalBackend):
+        """The local namespaces under a test's name: the recipe's kind..."""
+
+        kind = KIND
+        help = "namespaces here, under a test's name"
+
+    class ToyTestbed(ToyBackend, LocalTestbed):
+        """...and its testbed."""
+
     _forget()
     try:
+        assert backends()[KIND] is ToyBackend and lifecycle.testbed_class(KIND) is ToyTestbed
         assert stacks()[STACK] is ToyGoServer and shapers()[SHAPER] is ToyShaper
         assert browsers()[BROWSER] is ToyChromium
         assert report_figures()[-1] is ToyFigure
@@ -115,9 +129,10 @@ def toys() -> Iterator[list[str]]:
         _unregister(Shaper, SHAPER)
         _unregister(Browser, BROWSER)
         _unregister(ReportFigure, FIGURE)
+        _unregister(Backend, KIND, key="kind")
         _forget()
     assert STACK not in stacks() and SHAPER not in shapers() and BROWSER not in browsers()
-    assert FIGURE not in [f.name for f in report_figures()]
+    assert FIGURE not in [f.name for f in report_figures()] and KIND not in backends()
 
 
 @pytest.mark.root
@@ -136,7 +151,10 @@ def test_toy_plugins_go_from_a_cell_to_a_verified_package(
         browser=BROWSER,
     )
     out = tmp_path / "res"
-    r = run_cell(cfg, out, prefix=prefix, receipt_tcp_seconds=2)
+    testbed = lifecycle.testbed_class(KIND).from_options(
+        prefix=prefix, hosts=None, user=None, key=None
+    )
+    r = run_cell(cfg, out, testbed=testbed, receipt_tcp_seconds=2)
     assert r.status == "done", r.problem
     assert sorted(set(toys)) == sorted(["h2", ARM])  # every arm's pages in the toy browser
     assert r.receipt is not None and r.receipt.shaper.get("shaper") == SHAPER
@@ -149,6 +167,7 @@ def test_toy_plugins_go_from_a_cell_to_a_verified_package(
     assert len(runs) >= 2 and all(x.protocols == ["h3"] for x in runs)
     # its server's build recorded under its program's name, as the software check reads it
     assert QuicGoServer.software_name in (prov.get("software") or {}), prov.get("software")
+    assert prov["testbed"]["kind"] == KIND  # the toy backend measured it, and says so
     report = build(out)
     (row,) = [x for x in report.rows if x.cell_id == r.cell_id]
     assert ARM in row.arms and row.arms[ARM].stack == STACK

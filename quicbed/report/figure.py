@@ -81,13 +81,16 @@ def report_figures() -> list[type[ReportFigure]]:
 
 def entry(drawn: Drawn) -> dict[str, Any]:
     """A figure of the HTML report: its title, its files' names, the PNG inlined (the
-    report works offline and inside a package), what it shows and its notes."""
+    report works offline and inside a package), what it shows and its notes. What it
+    shows always carries its title (figures.json's readers, the package's README, name a
+    figure by it); a figure that put it there itself keeps its keys' order."""
+    shows = drawn.shows if "title" in drawn.shows else {**drawn.shows, "title": drawn.title}
     fig = {
         "title": drawn.title,
         "png": drawn.paths[0].name,
         "svg": drawn.paths[1].name,
         "data": base64.b64encode(drawn.paths[0].read_bytes()).decode(),
-        "shows": drawn.shows,
+        "shows": shows,
     }
     if drawn.notes is not None:
         fig["notes"] = drawn.notes
