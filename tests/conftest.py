@@ -309,3 +309,23 @@ def stall_emulator(tb: LocalTestbed, after_s: float, for_s: float) -> None:
         tb.kill("bridge", pid, "CONT")
 
     threading.Timer(after_s, stop_and_go).start()
+
+
+#: where the report check keeps each report's screenshot (a test artifact CI can keep)
+REPORT_SHOTS = (
+    Path(
+        os.environ.get(
+            "QUICBED_TEST_ARTIFACTS", str(Path(__file__).parent.parent / "test-artifacts")
+        )
+    )
+    / "report-check"
+)
+
+
+def reads_well(report: Path, name: str) -> None:
+    """The report in ``report`` (a folder with index.html) rendered in headless Chromium
+    reads as a reader needs (quicbed.report.check): its screenshot kept as ``name``.png."""
+    from quicbed.report.check import check_report  # the browser check: browser tests only
+
+    res = check_report(report, REPORT_SHOTS / f"{name}.png")
+    assert res.ok, f"{report} ({res.screenshot}):\n" + "\n".join(res.problems)

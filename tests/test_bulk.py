@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import reads_well
 
 from quicbed.analysis.transfers import stored_transfer
 from quicbed.errors import QuicbedError
@@ -148,6 +149,7 @@ scenarios:
 
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.browser  # the report check renders its report
 def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> None:
     """One link condition, one receipt: the bulk cell measures on it fresh, the compete
     cell after an opening spot check; both stored, verified per flow, reported."""
@@ -238,6 +240,7 @@ def test_a_sweep_of_a_bulk_and_a_compete_cell(prefix: str, tmp_path: Path) -> No
 
     rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr
+    reads_well(out / "report", "bulk-and-compete")
     shown = json.loads((out / "report" / "figures.json").read_text())
     assert sorted(
         (f["shows"]["transfer"], f["shows"].get("rep")) for f in shown if f["shows"].get("transfer")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import SharedLinks
+from conftest import SharedLinks, reads_well
 from tshark import fields
 
 from quicbed.client import browsers, get_browser
@@ -723,6 +723,7 @@ def test_a_spec_pairs_h3_in_chromium_with_h3_in_firefox(prefix: str, tmp_path: P
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     cp = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=300)
     assert cp.returncode == 0, cp.stderr
+    reads_well(out / "report", "firefox")
     figures = json.loads((out / "report" / "figures.json").read_text())
     by_png = {f["png"]: f["shows"] for f in figures}
     pair = by_png["heatmap-s-h3-vs-h3-ff-0rtt-single-object.png"]

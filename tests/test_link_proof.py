@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import LinkNotHeld, spoiled, stall_emulator
+from conftest import LinkNotHeld, reads_well, spoiled, stall_emulator
 
 from quicbed.link.loadproof import late_tolerance_ms
 from quicbed.link.proof import _grew, prove, spot_check
@@ -81,6 +81,10 @@ def test_a_link_changed_mid_cell_fails_the_attempt(prefix: str, tmp_path: Path) 
     attempt = store.attempt(r.cell_id, r.attempt)
     assert attempt.status == "failed"
     store.close()
+    from quicbed.report.build import build
+
+    build(tmp_path / "res")  # a folder whose only cell failed
+    reads_well(tmp_path / "res" / "report", "failed-cell")
     assert not os.path.exists(f"/run/quicbed/{prefix}")  # the cell's testbed is gone
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import reads_well
 
 from quicbed.client import browsers
 from quicbed.errors import QuicbedError
@@ -146,6 +147,7 @@ def test_an_unknown_profile_is_refused_by_name() -> None:
 
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.browser  # the report check renders its report
 def test_a_profiled_bulk_cell_keeps_folds_flame_graphs_and_shares(
     prefix: str, tmp_path: Path
 ) -> None:
@@ -179,6 +181,7 @@ def test_a_profiled_bulk_cell_keeps_folds_flame_graphs_and_shares(
             folded = parse_folded((folder / f"{arm}.{role}.folded").read_text())
             assert sum(folded.values()) > 10e6, (arm, role)  # > 10 ms of CPU sampled
     rep = build(tmp_path / "r")
+    reads_well(tmp_path / "r" / "report", "profiled-bulk")
     rows = {(x["arm"], x["role"]): x for x in rep.profile.rows}
     assert set(rows) == {(a, role) for a in ("h2", "h3") for role in ("server", "client")}
     for row in rows.values():

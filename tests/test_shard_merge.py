@@ -22,6 +22,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from conftest import reads_well
 from made_rows import cell_row
 
 from quicbed.analysis.cells import compare_cell
@@ -203,6 +204,7 @@ def test_shards_merge_into_the_sweep_run_once(folders: tuple[Path, Path]) -> Non
     for cid in _stats(merged):  # every attempt's files came along
         assert len(list((merged / "hars" / cid / str(latest[cid])).glob("*.har.gz"))) == 6
     rep = qb("report", merged, home=home)
+    reads_well(merged / "report", "merged")
     assert rep.returncode == 0, rep.stderr
     assert (merged / "report" / "testbeds.csv").read_text().count("\n") == 3
     pkg = qb("package", merged, "-o", base / "merged.tar.gz", home=home)

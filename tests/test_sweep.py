@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import reads_well
 
 from quicbed.results.store import DB_NAME
 
@@ -181,6 +182,7 @@ def test_stop_kill_9_resume_report(prefix: str, tmp_path: Path) -> None:
 
         rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=120)
         assert rep.returncode == 0, rep.stderr
+        reads_well(out / "report", "page-sweep")
         index = out / "report" / "index.html"
         assert (out / "report" / "table.csv").read_text().count("\n") == 3
         figs = sorted(p.name for p in (out / "report" / "figures").iterdir())

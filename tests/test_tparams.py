@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SharedLinks
+from conftest import SharedLinks, reads_well
 
 from quicbed.errors import QuicbedError
 from quicbed.run.bulk import client_transport_argv
@@ -381,15 +381,10 @@ CHROMIUM = {  # what Chromium 156 advertised in tests' real loads (its NetLog, a
 }
 
 
-def test_what_the_browser_advertised_is_in_the_export_and_the_report(tmp_path: Path) -> None:
-    """Each load's stored sets, a row per connection and side in the export's
-    transport-params table, and per client in the report (a parameter a set leaves out
-    at its RFC default)."""
-    import csv
-
+def _advertised_folder(tmp_path: Path) -> None:
+    """A results folder of one page cell whose h3 loads stored both ends' transport
+    parameters, as real loads store them."""
     from quicbed.model.link import make_condition
-    from quicbed.report.build import build
-    from quicbed.results.export import export
     from quicbed.results.rows import RunRow
     from quicbed.results.store import Store
     from quicbed.spec.cellconfig import make_cell
@@ -419,6 +414,18 @@ def test_what_the_browser_advertised_is_in_the_export_and_the_report(tmp_path: P
         )
     store.finish_attempt(cid, att, "done")
     store.close()
+
+
+def test_what_the_browser_advertised_is_in_the_export_and_the_report(tmp_path: Path) -> None:
+    """Each load's stored sets, a row per connection and side in the export's
+    transport-params table, and per client in the report (a parameter a set leaves out
+    at its RFC default)."""
+    import csv
+
+    from quicbed.report.build import build
+    from quicbed.results.export import export
+
+    _advertised_folder(tmp_path)
     path = export(tmp_path, "csv", table="transport-params")
     assert path.name == "transport_params.csv"
     table = list(csv.DictReader(path.read_text().splitlines()))
@@ -440,6 +447,15 @@ def test_what_the_browser_advertised_is_in_the_export_and_the_report(tmp_path: P
     html = (tmp_path / "report" / "index.html").read_text()
     assert "QUIC transport parameters the clients advertised" in html
     assert (tmp_path / "report" / "transport_params.csv").exists()
+
+
+@pytest.mark.browser
+def test_a_transport_parameters_report_reads_well(tmp_path: Path) -> None:
+    from quicbed.report.build import build
+
+    _advertised_folder(tmp_path)
+    build(tmp_path)
+    reads_well(tmp_path / "report", "transport-parameters")
 
 
 def test_one_way_delays_are_spec_keys() -> None:

@@ -24,6 +24,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from conftest import reads_well
 
 from quicbed.results.store import DB_NAME
 from quicbed.testbed.local import LocalTestbed
@@ -159,6 +160,7 @@ def test_a_sweep_spreads_over_two_testbeds_and_survives_one(
     assert cut["started"] < first_a["finished"]
     rep = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr
+    reads_well(out / "report", "two-testbeds")
     with open(out / "report" / "testbeds.csv") as f:
         rows = list(csv.DictReader(f))
     assert {r["testbed"] for r in rows} <= {inv_a, inv_b} and len(rows) == 2

@@ -900,6 +900,16 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
+def _set_only(v: Any) -> Any:
+    """``v`` without the keys and items that hold nothing (None): what a reader of the
+    page needs, without a ``null`` standing where a word should."""
+    if isinstance(v, dict):
+        return {k: _set_only(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [_set_only(x) for x in v if x is not None]
+    return v
+
+
 #: provenance keys that say when and how an attempt ran, not what measured it: the group's
 #: record shown in full is its first attempt's, without them
 PER_ATTEMPT = ("collected", "argv")
@@ -1052,8 +1062,8 @@ def _write_html(
         store.close()
     groups = provenance_groups(provs, receipts)
     (report.out / "provenance.json").write_text(json.dumps(groups, indent=1, sort_keys=True) + "\n")
-    for g in groups:
-        g["json"] = json.dumps(g["provenance"], indent=1, sort_keys=True)
+    for g in groups:  # the page leaves out what is unset: provenance.json has every key
+        g["json"] = json.dumps(_set_only(g["provenance"]), indent=1, sort_keys=True)
     html = env.get_template("report.html.j2").render(
         rows=report.rows,
         figures=report.figures,

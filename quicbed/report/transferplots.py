@@ -17,6 +17,16 @@ _COLORS = {
 }
 
 
+def link_words(r: BulkResult | CompeteResult, shaped: str) -> str:
+    """How a figure's title names the cell's link: ``shaped`` (rate, delay, queue) where an
+    emulator shaped it; where nothing did (the ``none`` shaper), "unshaped": it had no
+    rate, delay or queue to name. A shaped link without a rate is "unlimited"."""
+    shaper = ((r.receipt or {}).get("shaper") or {}).get("shaper")
+    if shaper == "none":
+        return "unshaped (no emulator: the hosts were the bottleneck)"
+    return shaped.replace("None Mbit/s", "unlimited rate")
+
+
 def flow_colors(flows: list[FlowResult], arms: list[dict[str, Any]]) -> dict[str, str]:
     """Each flow's colour: TCP arms' flows in reds, UDP (QUIC) arms' in blues, one shade
     per flow in their order, so the flows of one transport tell apart in a figure."""
@@ -68,11 +78,8 @@ def plot_compete(r: CompeteResult, run: CompeteRun, base: Path) -> list[Path]:
     rtt = c.get("rtt_ms")
     if rtt is None:  # a condition of one-way delays: their sum
         rtt = (c.get("delay_down_ms") or 0) + (c.get("delay_up_ms") or 0)
-    ax.set_title(
-        f"{who}: {c.get('rate_mbit')} Mbit/s, {rtt} ms, queue "
-        f"{c.get('queue')}, repetition {run.rep}{jain_s}",
-        fontsize=10,
-    )
+    link = f"{c.get('rate_mbit')} Mbit/s, {rtt} ms, queue {c.get('queue')}"
+    ax.set_title(f"{who}: {link_words(r, link)}, repetition {run.rep}{jain_s}", fontsize=10)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
@@ -119,10 +126,8 @@ def plot_bulk(r: BulkResult, base: Path) -> list[Path]:
         if c.get("rtt_ms") is not None
         else f"{c.get('delay_down_ms') or 0:g} ms down, {c.get('delay_up_ms') or 0:g} ms up"
     )
-    ax.set_title(
-        f"bulk {r.object}: {c.get('rate_mbit')} Mbit/s, {delay}, queue {c.get('queue')}",
-        fontsize=10,
-    )
+    link = f"{c.get('rate_mbit')} Mbit/s, {delay}, queue {c.get('queue')}"
+    ax.set_title(f"bulk {r.object}: {link_words(r, link)}", fontsize=10)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("throughput (Mbit/s)")
     ax.set_ylim(bottom=0)
