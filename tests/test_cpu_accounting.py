@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 import pytest
-from conftest import scheduled
+from conftest import reads_well, scheduled
 
 from quicbed.analysis.cpusummary import summary
 from quicbed.errors import QuicbedError
@@ -401,6 +401,7 @@ def test_cpus_a_host_lacks_are_refused_by_name(testbed: LocalTestbed) -> None:
 
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.browser  # the report check renders its report
 def test_every_compete_repetition_stores_cpu_per_arm_and_role(prefix: str, tmp_path: Path) -> None:
     """A compete cell: per repetition and arm, its server's and its flows' clients' CPU
     and the emulator's; the repetition's counters; each flow's ACK ratio where QUIC."""
@@ -433,3 +434,7 @@ def test_every_compete_repetition_stores_cpu_per_arm_and_role(prefix: str, tmp_p
     assert len(items["h3"]) == 2 and len(items["h2"]) == 2
     assert r.summary["h3"].ack_ratio_mean is not None
     assert _no_groups_of(prefix) == []
+    from quicbed.report.build import build
+
+    build(tmp_path / "r")  # a folder of one compete cell
+    reads_well(tmp_path / "r" / "report", "compete")

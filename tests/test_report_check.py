@@ -56,3 +56,20 @@ def test_what_a_reader_would_stop_at_fails_the_check(
     with pytest.raises(AssertionError) as failed:  # as the tests that make reports use it
         reads_well(tmp_path, "planted")
     assert problem in str(failed.value)
+
+
+def test_quicbed_report_check_reads_the_page_and_says_what_it_found(tmp_path: Path) -> None:
+    """`quicbed report DIR --check`: the report built, then read; a problem named, exit 1."""
+    import subprocess
+    import sys
+
+    from test_tparams import _advertised_folder
+
+    qb = [sys.executable, "-m", "quicbed", "report", str(tmp_path)]
+    _advertised_folder(tmp_path)
+    shot = tmp_path / "shot.png"
+    cp = subprocess.run([*qb, "--check", "--screenshot", str(shot)], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "report check: reads as it should" in cp.stdout and shot.stat().st_size > 1000
+    cp = subprocess.run([*qb, "--screenshot", str(shot)], capture_output=True, text=True)
+    assert cp.returncode != 0 and "--screenshot is --check's" in cp.stdout + cp.stderr

@@ -8,9 +8,11 @@ found by name. Conditions that would shape are refused before anything starts
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from conftest import reads_well
 
 from quicbed.errors import QuicbedError
 from quicbed.link.proof import prove, spot_check
@@ -71,6 +73,7 @@ def test_the_receipt_judges_only_that_nothing_shapes(testbed: LocalTestbed) -> N
 
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.browser  # the report check renders its report
 def test_a_bulk_cell_without_the_emulator(prefix: str, tmp_path: Path) -> None:
     """Goodput above what the emulator forwards; CPU of server and client, none of the
     bridge (nothing of quicbed's runs there), with the reason."""
@@ -95,3 +98,12 @@ def test_a_bulk_cell_without_the_emulator(prefix: str, tmp_path: Path) -> None:
         assert f.cpu is not None and set(f.cpu.roles) == {"server", "client"}
         assert "no process of quicbed's ran in group emulator" in f.cpu.missing["bridge"]
         assert run.bottleneck is None  # no emulator: no queue, no drops to count
+    # the report names the link unshaped, in its figure's title too (issue 47)
+    from quicbed.report.build import build
+
+    build(tmp_path / "r")
+    reads_well(tmp_path / "r" / "report", "unshaped-bulk")
+    shown = json.loads((tmp_path / "r" / "report" / "figures.json").read_text())
+    bulk_svg = next(f["svg"] for f in shown if f["shows"].get("transfer") == "bulk")
+    svg = (tmp_path / "r" / "report" / "figures" / bulk_svg).read_text()
+    assert "unshaped" in svg and "None" not in svg

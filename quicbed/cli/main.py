@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
@@ -70,6 +71,7 @@ from quicbed.link.session import shaped_link
 from quicbed.model.link import RECEIPT_TCP_SECONDS, check_tcp_seconds
 from quicbed.paths import check_folder_target
 from quicbed.profile import check_profile
+from quicbed.report.check import check_report
 from quicbed.roles import offloads as nic
 from quicbed.run.console import (
     note,
@@ -544,6 +546,19 @@ def merge_cmd(
 @app.command("report")
 def report_cmd(
     results: Annotated[str, typer.Argument(help="Results folder (a sweep or cells).")],
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Then read the report in headless Chromium as a reader would: "
+            "placeholder text, empty tables, images or links that do not resolve, a page "
+            "wider than a laptop's window (exit status 1 if any).",
+        ),
+    ] = False,
+    screenshot: Annotated[
+        str | None,
+        typer.Option("--screenshot", help="With --check: a PNG of the whole page here."),
+    ] = None,
 ) -> None:
     """Build DIR/report from the store alone: statistics, table.csv, heatmaps, index.html.
 
@@ -552,6 +567,8 @@ def report_cmd(
     """
     from quicbed.report.build import build  # lazy: matplotlib and scipy, ~0.9 s
 
+    if screenshot is not None and not check:
+        raise QuicbedError("--screenshot is --check's: give both")
     r = build(Path(results))
     pages = len({row.cell_id for row in r.rows})
     transfers = len(r.transfers.cells)
@@ -560,6 +577,13 @@ def report_cmd(
         f"; {transfers} transfer cells, {len(r.transfers.drawn)} figures" if transfers else ""
     )
     out.print(f"{what}; report: {r.out / 'index.html'}")
+    if check:
+        seen = check_report(r.out, Path(screenshot) if screenshot else None)
+        for problem in seen.problems:
+            out.print(f"[red]report check:[/red] {escape(problem)}")
+        if not seen.ok:
+            raise typer.Exit(1)
+        out.print("report check: reads as it should" + (f"; {screenshot}" if screenshot else ""))
 
 
 @app.command("explain")
