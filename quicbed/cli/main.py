@@ -71,7 +71,6 @@ from quicbed.link.session import shaped_link
 from quicbed.model.link import RECEIPT_TCP_SECONDS, check_tcp_seconds
 from quicbed.paths import check_folder_target
 from quicbed.profile import check_profile
-from quicbed.report.check import check_report
 from quicbed.roles import offloads as nic
 from quicbed.run.console import (
     note,
@@ -578,6 +577,8 @@ def report_cmd(
     )
     out.print(f"{what}; report: {r.out / 'index.html'}")
     if check:
+        from quicbed.report.check import check_report  # lazy: the browsers' modules, ~90 ms
+
         seen = check_report(r.out, Path(screenshot) if screenshot else None)
         for problem in seen.problems:
             out.print(f"[red]report check:[/red] {escape(problem)}")
