@@ -86,15 +86,16 @@ lint: venv quic-go $(GOLANGCI_LINT)
 	$(call lint-work,$(GQUIC),$(GQUIC_QUICGO),build/lint/gquic.work)
 	cd $(GQUIC) && GOWORK=$(CURDIR)/build/lint/gquic.work $(GOLANGCI_RUN) ./...
 
-# The quick loop while changing code (under 2 minutes; any user, only the venv): the
+# The quick loop while changing code (under 90 s; any user, only the venv): the
 # Python linters and the tests marked neither root, browser, slow nor built (markers in
-# pyproject.toml; tests/conftest.py fails a test that uses a testbed fixture unmarked).
+# pyproject.toml; tests/conftest.py fails a test that uses a testbed fixture unmarked),
+# on two workers, a test file per worker: they measure nothing, so nothing spoils them.
 # `make test` stays the whole suite, the one CI runs.
 check: venv
 	$(VENV)/bin/ruff check quicbed tests benchmarks tools profile.py
 	$(VENV)/bin/ruff format --check quicbed tests benchmarks tools profile.py
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -m "not root and not browser and not slow and not built"
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile -m "not root and not browser and not slow and not built"
 
 test: setup lint
 	cd go && $(GO) test $(GOMODFILE) ./... $(QUICGO_TESTED)

@@ -58,7 +58,6 @@ NEEDS: dict[str | tuple[str, str], frozenset[str]] = {
 SLOW_SECONDS = 5.0
 
 _UNMARKED = pytest.StashKey[str]()
-_TOOK = pytest.StashKey[dict[str, float]]()
 
 
 def _missing_marks(item: pytest.Item) -> str | None:
@@ -95,17 +94,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(f"{item.nodeid}: {why}", pytrace=False)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    if call.when in ("setup", "call") and item.get_closest_marker(SLOW) is None:
-        took = item.config.stash.setdefault(_TOOK, {})
-        took[item.nodeid] = took.get(item.nodeid, 0.0) + call.duration
-    return report
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Setup and call times of tests not marked slow, from the reports: in the process
+    that prints the summary, which under pytest-xdist is not the one that ran the test."""
+    if report.when in ("setup", "call") and SLOW not in report.keywords:
+        _TIMES[report.nodeid] = _TIMES.get(report.nodeid, 0.0) + report.duration
+
+
+#: per test not marked slow: its setup and call time so far
+_TIMES: dict[str, float] = {}
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    took = config.stash.get(_TOOK, {})
+    took = _TIMES
     over = sorted(((s, n) for n, s in took.items() if s > SLOW_SECONDS), reverse=True)
     if over:
         terminalreporter.section(f"not marked slow, yet over {SLOW_SECONDS:g} s")
