@@ -46,9 +46,19 @@ mkdir -p $(dir $(3)) && { grep '^go ' $(1)/go.mod; echo 'use $(CURDIR)/$(1)'; \
   sed -n 's|^replace \(.*\) => \(\.\./.*\)$$|replace \1 => $(CURDIR)/$(1)/\2|p' $(2)/quicbed.mod; } > $(3)
 endef
 
-.PHONY: setup venv provision quic-go build test lint check unit demo bench clean
+.PHONY: setup setup-all venv provision quic-go build test lint check unit demo bench clean
 
+# The base: what the demo uses (tools, host tuning, Apache, quicbed's Go servers and
+# emulator, Chromium and its driver). Each further component is installed when asked
+# (`make setup-envoy`; the names: playbooks/group_vars/all.yml), `make setup-all` all of
+# them; a cell that needs one that is missing is refused naming its command.
 setup: provision
+
+setup-all: venv
+	$(ANSIBLE) -i localhost, playbooks/local.yml
+
+setup-%: venv
+	$(ANSIBLE) -i localhost, playbooks/local.yml -e '{"quicbed_with": ["$*"]}'
 
 venv: $(VENV)/.installed
 
@@ -61,7 +71,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 # Apt packages, host tuning, Apache, Chromium and our Go binaries, via the roles.
 provision: venv
-	$(ANSIBLE) -i localhost, playbooks/local.yml
+	$(ANSIBLE) -i localhost, playbooks/local.yml -e '{"quicbed_with": []}'
 
 quic-go:
 	cd go && $(GO) run ./patches -go $(GO) -out ../$(QUICGO)
@@ -97,7 +107,7 @@ check: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile -m "not root and not browser and not slow and not built"
 
-test: setup lint
+test: setup-all lint
 	cd go && $(GO) test $(GOMODFILE) ./... $(QUICGO_TESTED)
 	cd $(GQUIC) && $(GO) test $(GQUIC_MODFILE) ./... $(GQUIC_QUICGO_TESTED)
 	cd $(GQUIC) && $(GO) test $(GQUIC_MODFILE) -run '^TestQuicbed' github.com/lucas-clemente/quic-go

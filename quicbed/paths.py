@@ -22,6 +22,12 @@ from quicbed.errors import QuicbedError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def setup_command(component: str | None) -> str:
+    """The one command that installs ``component`` on this machine (its names:
+    playbooks/group_vars/all.yml; None: the base, which `make setup` installs)."""
+    return f"make setup-{component}" if component else "make setup"
+
+
 def bin_path(name: str) -> Path:
     """Path of one of the project's Go binaries (built by `make setup` into build/bin).
 

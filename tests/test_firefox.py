@@ -303,8 +303,8 @@ def test_a_browser_the_client_lacks_is_refused_before_anything_starts(tmp_path: 
         )
         assert cp.returncode == 2, cp.stdout + cp.stderr
         assert cp.stderr.strip() == (
-            "quicbed: error: browser firefox: firefox-esr is not installed on tnoff-client "
-            "(roles/firefox_client, applied by make setup)"
+            "quicbed: error: browser firefox: firefox-esr is not installed on tnoff-client; "
+            "install it: make setup-firefox (roles/firefox_client)"
         )
         assert not (tmp_path / "o").exists()
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

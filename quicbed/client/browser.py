@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from quicbed import proc
 from quicbed.errors import QuicbedError
-from quicbed.paths import Run
+from quicbed.paths import Run, setup_command
 from quicbed.profile.components import own_map
 from quicbed.settings import tparams
 from quicbed.testbed.lifecycle import Process, RPath, Testbed
@@ -133,6 +133,9 @@ class Browser(ABC):
     needs_new_token: ClassVar[bool] = False
     #: True: it trusts the test CA from its own NSS database (needs ``ca_cert``)
     trusts_ca: ClassVar[bool] = False
+    #: the component that installs it beyond the base (playbooks/group_vars:
+    #: `make setup-NAME`); None: the base
+    component: ClassVar[str | None] = None
     #: the repository's files that pin its driver (npm manifests and lock files), which a
     #: replication package carries (quicbed.package.build.repo_paths)
     source_files: ClassVar[tuple[str, ...]] = ()
@@ -206,8 +209,8 @@ class Browser(ABC):
         it) that lacks this browser: its software probe finds nothing."""
         if cls.software(run) is None:
             raise QuicbedError(
-                f"browser {cls.name}: {cls.program} is not installed on {where} "
-                f"(roles/{cls.role}, applied by make setup)"
+                f"browser {cls.name}: {cls.program} is not installed on {where}; "
+                f"install it: {setup_command(cls.component)} (roles/{cls.role})"
             )
 
     # --- one browser's life ---------------------------------------------------------------

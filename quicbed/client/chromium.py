@@ -257,6 +257,7 @@ class Chromium72(Chromium):
     trusts_ca = True
     program = CHROMIUM72
     role = "chromium_client_gquic"
+    component = "chromium72"
     quiet = tuple(QUIET72)
     sends_connection_options = False
     #: it has no chrome.benchmarking: the driver falls back and says so per load

@@ -198,6 +198,7 @@ class Firefox(Browser):
     needs_new_token = True
     program = FIREFOX
     role = "firefox_client"
+    component = "firefox"
 
     @classmethod
     def software(cls, run: Run) -> dict[str, Any] | None:

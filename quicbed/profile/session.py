@@ -41,7 +41,7 @@ def unavailable(tb: Testbed) -> str | None:
     """Why ``--profile cpu`` cannot run on ``tb`` (one line naming what), or None."""
     for name in ("inferno-collapse-perf", "inferno-flamegraph"):
         if not inferno(name).is_file():
-            return f"{inferno(name)} is missing on this machine (make setup: roles/inferno)"
+            return f"{inferno(name)} is missing on this machine (install it: make setup-profile)"
     for role in ROLES:
         tmp = RPath(f"/tmp/quicbed-perf-probe-{os.getpid()}-{role}.data")
         cp = tb.on_host(role, ["perf", "record", "-q", "-e", EVENT, "-o", str(tmp), "--", "true"])

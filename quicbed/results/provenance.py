@@ -33,6 +33,7 @@ from quicbed.paths import REPO_ROOT, Run, program_build
 from quicbed.roles import ROLES
 
 if TYPE_CHECKING:
+    from quicbed.servers.webserver import WebServer
     from quicbed.testbed.lifecycle import Testbed
 
 
@@ -126,6 +127,14 @@ def software(tb: Testbed | None = None) -> dict[str, Any]:
         if name and name not in out:  # stacks that run one program probe it once
             out[name] = cls.software(server, _bindir(tb, "server"))
     return out
+
+
+def stack_installed(tb: Testbed | None, cls: type[WebServer]) -> bool:
+    """Whether the testbed's server has ``cls``'s program, as its software probe finds
+    it (a stack without a program to probe counts as installed)."""
+    if not cls.software_name:
+        return True
+    return cls.software(ask(tb, "server"), _bindir(tb, "server")) is not None
 
 
 # --- what identifies a set-up ------------------------------------------------------------

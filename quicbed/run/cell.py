@@ -34,6 +34,7 @@ from quicbed.link.quiet import HostWait, Settled
 from quicbed.link.receipt import Receipt
 from quicbed.link.session import shaped_link
 from quicbed.model.link import RECEIPT_TCP_SECONDS
+from quicbed.paths import setup_command
 from quicbed.profile import check_profile
 from quicbed.profile.session import CpuProfile, unavailable
 from quicbed.results import provenance
@@ -183,8 +184,22 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
         testbed.cpu.check()  # CPU per role needs its hosts' control groups
         for a in arms:
             get_stack(a.stack).check_testbed(a, testbed)
+        check_installed([cfg], testbed)
         check_browsers([cfg], testbed)
     return pageset
+
+
+def check_installed(cells: Iterable[CellConfig], tb: Testbed) -> None:
+    """Refuse, before anything starts, cells whose stacks' servers the testbed's server
+    lacks (their software probe finds nothing), naming the one command that installs
+    each: a cell before its testbed is shaped, a sweep before its first cell."""
+    for name in dict.fromkeys(a.stack for cfg in cells for a in cfg.resolved_arms()):
+        cls = get_stack(name)
+        if not provenance.stack_installed(tb, cls):
+            raise QuicbedError(
+                f"stack {name}: its server ({cls.program or cls.software_name}) is not "
+                f"installed on {tb.name('server')}; install it: {setup_command(cls.component)}"
+            )
 
 
 def check_browsers(cells: Iterable[CellConfig], tb: Testbed) -> None:

@@ -53,6 +53,7 @@ from pydantic import Field, field_validator
 
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
+from quicbed.paths import setup_command
 from quicbed.servers.gquiche import GoogleQuicheServer
 from quicbed.servers.gquiche import load_facts as netlog_facts
 from quicbed.servers.webserver import Arm, Params
@@ -211,6 +212,7 @@ class EnvoyServer(GoogleQuicheServer):
     #: the loads' evidence includes the browser's NetLog: page cells only
     kinds = ("page",)
     colour = "#1b9e77"
+    component = "envoy"
     software_name = "quicbed-envoy"
     program = str(ENVOY)
 
@@ -258,8 +260,8 @@ class EnvoyServer(GoogleQuicheServer):
         if not there:
             raise QuicbedError(
                 f"arm {arm.name}: Envoy is not installed at {ENVOY} on "
-                f"{tb.name('server')} (provision the server with the quic_server_envoy "
-                "role: make setup)"
+                f"{tb.name('server')}; install it: {setup_command(cls.component)} "
+                "(roles/quic_server_envoy)"
             )
 
     @classmethod

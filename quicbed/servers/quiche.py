@@ -57,6 +57,7 @@ class QuicheServer(OwnH3Server):
     writes_qlog = True
     log_name = "quiche-server.jsonl"
     binary = "quicbed-quiche-server"
+    component = "quiche"
     software_name = binary  # its build in build/bin is what the software check reads
     arms = ("h3-quiche",)
     ccs = SUPPORTED_CC

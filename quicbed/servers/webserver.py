@@ -193,6 +193,9 @@ class WebServer(ABC):
     #: the server: a file in quicbed's build/bin, or an absolute path (None: the name)
     software_name: ClassVar[str | None] = None
     program: ClassVar[str | None] = None
+    #: the component that installs its server beyond the base (playbooks/group_vars:
+    #: `make setup-NAME`), named when a cell needs it and it is missing; None: the base
+    component: ClassVar[str | None] = None
     #: the repository's files that pin how its server is built (lock files, manifests),
     #: which a replication package carries (quicbed.package.build.repo_paths)
     source_files: ClassVar[tuple[str, ...]] = ()

@@ -80,7 +80,7 @@ class SshLab:
     def up(self) -> Path:
         """Make (or keep) the lab; returns the inventory's path. Idempotent."""
         if not Path(SSHD).exists():
-            raise QuicbedError(f"{SSHD} is missing (openssh-server; run `make setup`)")
+            raise QuicbedError(f"{SSHD} is missing (openssh-server; install it: make setup-sshlab)")
         self.tb.up()
         if self._running():
             return self.inventory
