@@ -30,10 +30,11 @@ chroot): the chroot shares this machine's network, and the set-up installs Apach
 sshd, which a real fresh machine would start on its ports 80 and 22. quicbed starts
 its own servers in its own namespaces and needs neither.
 
-4 to 6 minutes here, by the machine's load: debootstrap 30 s the first time on a
-machine (then the cached tarball, 3 s to unpack), prerequisites 15 s, the first set-up
-140-230 s, the second 20-35 s, the cell 60 s. The step times of the last run are
-printed (pytest -s) and kept in /var/cache/quicbed/fresh-machine/last-run.txt.
+3 to 4 minutes here, by the machine's load: debootstrap 30 s the first time on a
+machine (then the cached tarball, 3 s to unpack), prerequisites 10 s, the first set-up
+(the base) 110 s with the root's caches warm, the second 15 s, the cell 20 s, the
+component and its cell 40 s. The step times of the last run are printed (pytest -s) and
+kept in /var/cache/quicbed/fresh-machine/last-run.txt.
 """
 
 from __future__ import annotations
