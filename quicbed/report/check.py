@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from quicbed.client.chromium import CHROMIUM, QUIET
+from quicbed.client.chromium import Chromium
 from quicbed.errors import QuicbedError
 
 #: the window the page is read in: a laptop's
@@ -117,16 +117,17 @@ class _Findings:
 
 
 def _chromium(args: list[str], timeout: float, height: int = HEIGHT) -> str:
-    argv = [CHROMIUM, *QUIET, "--hide-scrollbars", f"--window-size={WIDTH},{height}", *args]
+    size = f"--window-size={WIDTH},{height}"
+    argv = [Chromium.program, *Chromium.quiet, "--hide-scrollbars", size, *args]
     try:
         cp = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
-        raise QuicbedError(f"{CHROMIUM} is not installed (roles/chromium_client)") from None
+        raise QuicbedError(f"{Chromium.program} is not installed (roles/{Chromium.role})") from None
     except subprocess.TimeoutExpired:
-        raise QuicbedError(f"{CHROMIUM} did not render the report in {timeout:g} s") from None
+        raise QuicbedError(f"{Chromium.program} did not render it in {timeout:g} s") from None
     if cp.returncode != 0:
         tail = " | ".join(cp.stderr.strip().splitlines()[-3:])
-        raise QuicbedError(f"{CHROMIUM} failed on the report: {tail or cp.returncode}")
+        raise QuicbedError(f"{Chromium.program} failed on the report: {tail or cp.returncode}")
     return cp.stdout
 
 

@@ -17,14 +17,16 @@ _COLORS = {
 }
 
 
-def link_words(r: BulkResult | CompeteResult, shaped: str) -> str:
-    """How a figure's title names the cell's link: ``shaped`` (rate, delay, queue) where an
-    emulator shaped it; where nothing did (the ``none`` shaper), "unshaped": it had no
-    rate, delay or queue to name. A shaped link without a rate is "unlimited"."""
+def link_words(r: BulkResult | CompeteResult, delay: str) -> str:
+    """How a figure's title names the cell's link: its rate, ``delay`` and queue where an
+    emulator shaped it (a link without a rate: "unlimited rate"); where nothing did (the
+    ``none`` shaper), "unshaped": it had no rate, delay or queue to name."""
     shaper = ((r.receipt or {}).get("shaper") or {}).get("shaper")
     if shaper == "none":
         return "unshaped (no emulator: the hosts were the bottleneck)"
-    return shaped.replace("None Mbit/s", "unlimited rate")
+    c = r.condition
+    rate = "unlimited rate" if c.get("rate_mbit") is None else f"{c['rate_mbit']} Mbit/s"
+    return f"{rate}, {delay}, queue {c.get('queue')}"
 
 
 def flow_colors(flows: list[FlowResult], arms: list[dict[str, Any]]) -> dict[str, str]:
@@ -78,8 +80,8 @@ def plot_compete(r: CompeteResult, run: CompeteRun, base: Path) -> list[Path]:
     rtt = c.get("rtt_ms")
     if rtt is None:  # a condition of one-way delays: their sum
         rtt = (c.get("delay_down_ms") or 0) + (c.get("delay_up_ms") or 0)
-    link = f"{c.get('rate_mbit')} Mbit/s, {rtt} ms, queue {c.get('queue')}"
-    ax.set_title(f"{who}: {link_words(r, link)}, repetition {run.rep}{jain_s}", fontsize=10)
+    link = link_words(r, f"{rtt} ms")
+    ax.set_title(f"{who}: {link}, repetition {run.rep}{jain_s}", fontsize=10)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
@@ -126,8 +128,7 @@ def plot_bulk(r: BulkResult, base: Path) -> list[Path]:
         if c.get("rtt_ms") is not None
         else f"{c.get('delay_down_ms') or 0:g} ms down, {c.get('delay_up_ms') or 0:g} ms up"
     )
-    link = f"{c.get('rate_mbit')} Mbit/s, {delay}, queue {c.get('queue')}"
-    ax.set_title(f"bulk {r.object}: {link_words(r, link)}", fontsize=10)
+    ax.set_title(f"bulk {r.object}: {link_words(r, delay)}", fontsize=10)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("throughput (Mbit/s)")
     ax.set_ylim(bottom=0)
