@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quicbed.link.hostcpu import FIELDS, blame, shares
+from quicbed.link.hostcpu import FIELDS, blame, parse, sample_here, shares
 
 
 def _ticks(**kw: int) -> list[int]:
@@ -32,3 +32,18 @@ def test_a_failed_receipt_names_the_host_only_when_it_lost_cpu_to_steal() -> Non
     assert blame({"steal_pct": 0.4, "busy_pct": 90.0}) == ""
     said = blame({"steal_pct": 12.5, "busy_pct": 40.0})
     assert "12.5 % of its CPU time to steal" in said
+
+
+def test_the_cpu_line_is_parsed_in_fields_order_and_nothing_else_is() -> None:
+    line = "cpu  10 1 20 300 4 0 2 7 0 0"
+    assert parse(line) == [10, 1, 20, 300, 4, 0, 2, 7]
+    assert parse("cpu0 10 1 20 300 4 0 2 7 0 0") is None  # one core's line, not the sum
+    assert parse("cpu 1 2 3") is None  # a kernel before steal was counted
+    assert parse("") is None
+
+
+def test_this_machine_is_sampled_from_its_own_proc_stat() -> None:
+    got = sample_here()
+    assert got is not None and len(got) == len(FIELDS)
+    with open("/proc/stat") as f:
+        assert parse(f.readline()) is not None

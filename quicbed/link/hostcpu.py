@@ -25,8 +25,22 @@ STEAL_NOTABLE_PCT = 2.0
 def sample(tb: Testbed, role: str = "bridge") -> list[int] | None:
     """The host's cumulative CPU ticks by ``FIELDS``, or None where it cannot be read."""
     cp = tb.on_host(role, ["head", "-n", "1", "/proc/stat"])
-    parts = cp.stdout.split()
-    if cp.returncode != 0 or not parts or parts[0] != "cpu" or len(parts) < 1 + len(FIELDS):
+    return parse(cp.stdout) if cp.returncode == 0 else None
+
+
+def sample_here() -> list[int] | None:
+    """``sample`` of the machine this process runs on (a benchmark with no testbed)."""
+    try:
+        with open("/proc/stat") as f:
+            return parse(f.readline())
+    except OSError:
+        return None
+
+
+def parse(cpu_line: str) -> list[int] | None:
+    """The ticks of /proc/stat's aggregate ``cpu`` line, or None if it is not one."""
+    parts = cpu_line.split()
+    if not parts or parts[0] != "cpu" or len(parts) < 1 + len(FIELDS):
         return None
     return [int(x) for x in parts[1 : 1 + len(FIELDS)]]
 
