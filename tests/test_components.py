@@ -64,3 +64,42 @@ def test_a_cell_whose_stack_is_not_installed_names_its_install_command(
         "qbnone-server; install it: make setup-quiche"
     )
     check_installed([make_cell(condition=cfg.condition, page="5kb")], LocalTestbed("qbnone"))
+
+
+@pytest.mark.root
+def test_a_sweep_whose_stack_is_not_installed_is_refused_before_its_first_cell(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A sweep with an arm on a stack whose server is missing: refused with the same
+    words as a cell, once its testbed is open and before any cell; the testbed is taken
+    down again and the results folder holds nothing measured."""
+    from quicbed.cli.options import SweepTestbedOptions
+    from quicbed.cli.runspec import SweepRun, run_spec
+    from quicbed.spec.sweepspec import load_spec
+
+    monkeypatch.setattr(QuicheServer, "software_name", "quicbed-quiche-server-not-built")
+    spec_file = tmp_path / "s.yaml"
+    spec_file.write_text(
+        "format: 1\nname: t\ndefaults:\n  arms: [h2, h3-quiche]\nscenarios:\n  s:\n"
+        "    rate: [10]\n    rtt: [36]\n    pages: [5kb]\n"
+    )
+    run = SweepRun(
+        again="",
+        tb=SweepTestbedOptions(prefix="tcmiss"),
+        resume=False,
+        retry_failed=False,
+        force=False,
+        yes=True,
+        max_hours=1.0,
+        keep_testbed=False,
+        traces=None,
+        shard=None,
+    )
+    out = tmp_path / "o"
+    with pytest.raises(QuicbedError) as exc:
+        run_spec(load_spec(spec_file), str(out), run)
+    assert str(exc.value) == (
+        "stack quiche: its server (quicbed-quiche-server-not-built) is not installed on "
+        "tcmiss-server; install it: make setup-quiche"
+    )
+    assert not list(out.rglob("store.sqlite")) and not LocalTestbed("tcmiss").exists()

@@ -123,7 +123,7 @@ def _with_overrides(spec: SweepSpec, run: SweepRun, hosts: list[str]) -> SweepSp
 def _open_testbeds(sweep: _Plan, tb: SweepTestbedOptions) -> list[Testbed]:
     """Every testbed of the sweep opened and able to shape and load its cells, or none
     kept open: a sweep never starts on some of its testbeds only."""
-    from quicbed.run.cell import check_browsers  # lazy: scipy, ~0.65 s
+    from quicbed.run.cell import check_components  # lazy: scipy, ~0.65 s
 
     beds: list[Testbed] = []
     try:
@@ -131,7 +131,7 @@ def _open_testbeds(sweep: _Plan, tb: SweepTestbedOptions) -> list[Testbed]:
             beds.append(tb.open("quicbed run", kind=sweep.spec.testbed, hosts=h))
             get_shaper(sweep.spec.shaper, beds[-1])
             beds[-1].cpu.check()  # CPU per role (quicbed.roles.cpuaccounting)
-            check_browsers([pc.config for pc in sweep.todo], beds[-1])
+            check_components([pc.config for pc in sweep.todo], beds[-1])
     except BaseException:
         for bed in beds:
             bed.close()

@@ -184,9 +184,17 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
         testbed.cpu.check()  # CPU per role needs its hosts' control groups
         for a in arms:
             get_stack(a.stack).check_testbed(a, testbed)
-        check_installed([cfg], testbed)
-        check_browsers([cfg], testbed)
+        check_components([cfg], testbed)
     return pageset
+
+
+def check_components(cells: Iterable[CellConfig], tb: Testbed) -> None:
+    """Refuse, before anything starts, cells whose servers or browsers ``tb`` lacks,
+    naming the one command that installs each: a cell before its testbed is shaped, a
+    sweep before its first cell."""
+    cells = list(cells)
+    check_installed(cells, tb)
+    check_browsers(cells, tb)
 
 
 def check_installed(cells: Iterable[CellConfig], tb: Testbed) -> None:
