@@ -1,0 +1,1 @@
+"""Real pages replayed on the testbed: archives, their import and the page models."""
