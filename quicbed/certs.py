@@ -2,6 +2,11 @@
 
 Made at set-up into the testbed's state directory. Private keys are written with
 mode 0600 and never copied into results unless the user asks.
+
+A replayed page (quicbed.replay) has many origins, each served with its own
+certificate as a real site's are (a certificate's size is part of each handshake):
+one leaf per origin host, named for it alone, signed by the same CA in the same
+session, all on the server leaf's key, so one SPKI pin trusts them all.
 """
 
 from __future__ import annotations
@@ -11,10 +16,13 @@ import datetime as dt
 import hashlib
 import ipaddress
 import os
-from dataclasses import dataclass
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -29,6 +37,12 @@ class TestPKI:
     cert: Path  # leaf + CA chain (PEM)
     key: Path
     spki_pin: str  # base64(sha256(leaf SubjectPublicKeyInfo DER))
+    #: a replayed page's origins: host -> its own leaf + CA chain (PEM), on ``key``
+    origin_certs: dict[str, Path] = field(default_factory=dict)
+
+
+#: the origin leaves' folder in the PKI's directory
+ORIGINS = "origins"
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -67,11 +81,32 @@ def _usable(cert_path: Path, names: list[str], ips: list[str]) -> x509.Certifica
     return leaf if have == sorted(names) + sorted(ips) else None
 
 
-def ensure(directory: Path, names: list[str], ips: list[str]) -> TestPKI:
-    """Make (or reuse) the CA and the server leaf in ``directory``."""
+def _origins_usable(directory: Path, leaf: x509.Certificate, hosts: Sequence[str]) -> bool:
+    """Every origin's leaf is there, for its host alone, on the server leaf's key and
+    signed by the CA that signed it."""
+    ca = x509.load_pem_x509_certificates((directory / "ca.pem").read_bytes())[0]
+    for host in hosts:
+        found = _usable(directory / ORIGINS / f"{host}.pem", [host], [])
+        if found is None or spki_pin(found) != spki_pin(leaf):
+            return False
+        try:
+            found.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            return False
+    return True
+
+
+def ensure(
+    directory: Path, names: list[str], ips: list[str], origins: Sequence[str] = ()
+) -> TestPKI:
+    """Make (or reuse) the CA, the server leaf and the ``origins``' leaves in
+    ``directory``: all of them anew when one is missing or stale (the CA key is never
+    kept, so no leaf is ever signed later)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_path, cert_path, key_path = (directory / n for n in ("ca.pem", "server.pem", "server.key"))
     leaf = _usable(cert_path, names, ips) if key_path.exists() else None
+    if leaf is not None and origins and not _origins_usable(directory, leaf, origins):
+        leaf = None
     if leaf is None:
         now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
         until = now + dt.timedelta(days=VALIDITY_DAYS)
@@ -108,5 +143,27 @@ def ensure(directory: Path, names: list[str], ips: list[str]) -> TestPKI:
         ca_path.write_bytes(ca_pem)
         cert_path.write_bytes(leaf.public_bytes(serialization.Encoding.PEM) + ca_pem)
         _write_private(key_path, _pem_key(key))
+        shutil.rmtree(directory / ORIGINS, ignore_errors=True)  # an older CA's
+        if origins:
+            (directory / ORIGINS).mkdir()
+        for host in origins:
+            own = (
+                x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+                .issuer_name(ca_name)
+                .public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now)
+                .not_valid_after(until)
+                .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(
+                    x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+                )
+                .sign(ca_key, hashes.SHA256())
+            )
+            pem = own.public_bytes(serialization.Encoding.PEM) + ca_pem
+            (directory / ORIGINS / f"{host}.pem").write_bytes(pem)
         # the CA key is not kept: nothing else is ever signed with it
-    return TestPKI(ca_path, cert_path, key_path, spki_pin(leaf))
+    mine = {h: directory / ORIGINS / f"{h}.pem" for h in origins}
+    return TestPKI(ca_path, cert_path, key_path, spki_pin(leaf), mine)

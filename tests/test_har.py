@@ -22,14 +22,14 @@ def _har(protos: list[str], sizes: list[int], status: int = 200, onload: float =
 
 
 def test_metrics_and_valid_load() -> None:
-    m = metrics(_har(["h3", "h3"], [300, 5120]), {"loadEventEnd": 160, "responseStart": 80}, HOST)
+    m = metrics(_har(["h3", "h3"], [300, 5120]), {"loadEventEnd": 160, "responseStart": 80}, {HOST})
     assert m["plt_ms"] == 150 and m["objects"] == 2 and m["bytes"] == 5420
     assert m["protocols"] == ["h3"] and m["nav_load_ms"] == 160 and m["ttfb_ms"] == 80
     assert verify(m, arm="h3", host=HOST, expected_objects=2, expected_bytes=5420) == []
 
 
 def test_wrong_protocol_bytes_and_status_are_reasons() -> None:
-    m = metrics(_har(["h2", "http/1.1"], [300, 100], status=404), None, HOST)
+    m = metrics(_har(["h2", "http/1.1"], [300, 100], status=404), None, {HOST})
     reasons = verify(m, arm="h3", host=HOST, expected_objects=2, expected_bytes=5420)
     text = "; ".join(reasons)
     assert "protocol h2, http/1.1 on the h3 arm" in text
@@ -37,7 +37,7 @@ def test_wrong_protocol_bytes_and_status_are_reasons() -> None:
 
 
 def test_no_load_event_is_invalid() -> None:
-    m = metrics(_har(["h2"], [300], onload=-1), None, HOST)
+    m = metrics(_har(["h2"], [300], onload=-1), None, {HOST})
     assert m["plt_ms"] is None
     assert verify(m, arm="h2", host=HOST, expected_objects=1, expected_bytes=300)
 

@@ -51,6 +51,8 @@ LAYERS = [
     ("profile", "profile profile.*"),
     # an arm's settings: transport parameters, socket and host knobs, TCP options
     ("settings", "settings settings.*"),
+    # real pages: replay archives, their import and models, served per origin
+    ("replay", "replay replay.*"),
     # the browsers and the stacks (each owns its arms' settings)
     ("client", "client client.*"),
     ("servers", "servers servers.*"),

@@ -74,6 +74,20 @@ class BrowserSpec:
     #: QUICHE servers take their congestion control and loss detection from the ones
     #: their client sends (quicbed.servers.envoy); h3 in Chromium only
     quic_connection_options: tuple[str, ...] = ()
+    #: a replayed page's origins (quicbed.replay.serve): each host and the address the
+    #: arm's server answers it at (``ip`` or ``ip:port`` for a QUIC arm off 443); empty:
+    #: the one test host at ``server_ip``
+    origins: tuple[tuple[str, str], ...] = ()
+
+    def host_map(self) -> list[tuple[str, str]]:
+        """Every host the page may name and where the arm serves it."""
+        return list(self.origins) or [(self.host, self.server_ip)]
+
+    def quic_origins(self) -> list[str]:
+        """``host:port`` of every origin the arm must reach over QUIC."""
+        if self.origins:
+            return [f"{host}:443" for host, _ in self.origins]
+        return [f"{self.host}:{self.port}"]
 
     @property
     def home(self) -> RPath:
@@ -133,6 +147,9 @@ class Browser(ABC):
     needs_new_token: ClassVar[bool] = False
     #: True: it trusts the test CA from its own NSS database (needs ``ca_cert``)
     trusts_ca: ClassVar[bool] = False
+    #: True: it can load a replayed page, every origin mapped to its own address
+    #: (BrowserSpec.origins)
+    replays: ClassVar[bool] = False
     #: the component that installs it beyond the base (playbooks/group_vars:
     #: `make setup-NAME`); None: the base
     component: ClassVar[str | None] = None
@@ -196,6 +213,11 @@ class Browser(ABC):
             raise QuicbedError(
                 f"arm {a}: qlog_dir {str(spec.qlog_dir)!r} with browser {cls.name!r}: "
                 f"it writes no qlog of its own"
+            )
+        if spec.origins and not cls.replays:
+            raise QuicbedError(
+                f"arm {a}: browser {cls.name} cannot load a replayed page yet (it maps "
+                "one host to the server; docs/replay.md)"
             )
         if cls.trusts_ca and spec.ca_cert is None:
             raise QuicbedError(

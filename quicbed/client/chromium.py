@@ -98,12 +98,13 @@ def command_line(spec: BrowserSpec) -> list[str]:
         *cls.quiet,
         f"--user-data-dir={spec.user_data_dir}",
         "--remote-debugging-port=0",
-        f"--host-resolver-rules=MAP {spec.host} {spec.server_ip}, MAP * ~NOTFOUND",
+        "--host-resolver-rules="
+        + ", ".join([*(f"MAP {h} {at}" for h, at in spec.host_map()), "MAP * ~NOTFOUND"]),
         f"--ignore-certificate-errors-spki-list={spec.spki_pin}",
         "--enable-net-benchmarking",
     ]
     if spec.protocol == "h3":
-        argv += ["--enable-quic", f"--origin-to-force-quic-on={spec.host}:{spec.port}"]
+        argv += ["--enable-quic", f"--origin-to-force-quic-on={','.join(spec.quic_origins())}"]
         if spec.quic_connection_options:
             argv.append(f"--quic-connection-options={','.join(spec.quic_connection_options)}")
     elif spec.protocol == "gquic":
@@ -180,6 +181,8 @@ class Chromium(Browser):
     sends_connection_options: ClassVar[bool] = True
     #: the page-load driver's flags for it (``client/load.js``)
     driver_flags: ClassVar[tuple[str, ...]] = ()
+    #: it maps every origin of a replayed page by its resolver rules
+    replays: ClassVar[bool] = True
 
     @classmethod
     def software(cls, run: Run) -> dict[str, Any] | None:

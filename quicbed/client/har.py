@@ -8,8 +8,11 @@ are exactly the page's; the server's own log adds 0-RTT / resumption facts.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 from urllib.parse import urlsplit
+
+from quicbed.replay.verify import how_matched
 
 _PROTO = {"h2": "h2", "http/2.0": "h2", "h3": "h3", "http/3": "h3", "http/1.1": "http/1.1"}
 
@@ -21,8 +24,13 @@ def normalize_protocol(p: str | None) -> str:
     return _PROTO.get(p, p)
 
 
-def metrics(har: dict[str, Any] | None, nav: dict[str, Any] | None, host: str) -> dict[str, Any]:
-    """The stored figures of one load (all in ms)."""
+def metrics(
+    har: dict[str, Any] | None, nav: dict[str, Any] | None, hosts: Collection[str]
+) -> dict[str, Any]:
+    """The stored figures of one load (all in ms); bytes, protocols and connections are
+    those of the page's own ``hosts`` (the test host, or a replayed page's origins)."""
+    if isinstance(hosts, str):  # a name is not a set of names ("x" in "quicbed.test")
+        raise TypeError(f"hosts must be a collection of names, not {hosts!r}")
     if not har or not har.get("log", {}).get("pages"):
         return {"plt_ms": None, "entries": []}
     log = har["log"]
@@ -33,6 +41,7 @@ def metrics(har: dict[str, Any] | None, nav: dict[str, Any] | None, host: str) -
         entries.append(
             {
                 "url": e["request"]["url"],
+                "method": e["request"].get("method"),
                 "host": urlsplit(e["request"]["url"]).hostname,
                 "status": e["response"]["status"],
                 "protocol": normalize_protocol(e["response"].get("httpVersion")),
@@ -45,6 +54,8 @@ def metrics(har: dict[str, Any] | None, nav: dict[str, Any] | None, host: str) -
                 "wait": t.get("wait", -1),
                 "receive": t.get("receive", -1),
                 "time": e.get("time"),
+                # how a replay server matched the request (None: not a replayed page)
+                "replay": how_matched(e["response"].get("headers") or []),
             }
         )
     dns = sum(x["dns"] for x in entries if x["dns"] and x["dns"] > 0)
@@ -58,9 +69,9 @@ def metrics(har: dict[str, Any] | None, nav: dict[str, Any] | None, host: str) -
         "nav_load_ms": (nav or {}).get("loadEventEnd"),
         "ttfb_ms": (nav or {}).get("responseStart"),
         "objects": len(entries),
-        "bytes": sum(max(0, x["body_bytes"]) for x in entries if x["host"] == host),
-        "protocols": sorted({x["protocol"] for x in entries if x["host"] == host}),
-        "connections": sorted({str(x["connection"]) for x in entries if x["host"] == host}),
+        "bytes": sum(max(0, x["body_bytes"]) for x in entries if x["host"] in hosts),
+        "protocols": sorted({x["protocol"] for x in entries if x["host"] in hosts}),
+        "connections": sorted({str(x["connection"]) for x in entries if x["host"] in hosts}),
         "main_connect_ms": main["connect"] if main else None,
         "main_ssl_ms": main["ssl"] if main else None,
         "entries": entries,

@@ -223,13 +223,24 @@ def _compare_parquet(res: VerifyResult, packaged: Path, recomputed: Path) -> Non
     _add(res, "data/runs.parquet", diffs, "exports: data/runs.parquet equal to the store")
 
 
+def _page_hosts(cfg: dict[str, Any]) -> frozenset[str]:
+    """The hosts whose bytes a load's row counts: the test host, or a replayed page's
+    origins (from its archive in the page store, when it is there)."""
+    from quicbed.replay import archive
+
+    folder = archive.find(cfg["page"]) if cfg.get("replay") else None
+    if folder is None:
+        return frozenset([cfg["host"]])
+    return frozenset(o.host for o in archive.load(folder, check_bodies=False).origins)
+
+
 def _compare_hars(res: VerifyResult, results: Path) -> None:
     """Each load's figures recomputed from its raw HAR equal the stored row."""
     from quicbed.client import har
 
     store = Store.open_readonly(results)
     try:
-        hosts = {cid: cfg["host"] for cid, cfg in store.cell_configs().items()}
+        hosts = {cid: _page_hosts(cfg) for cid, cfg in store.cell_configs().items()}
         runs = [(r, r.har_path) for r in store.all_runs() if r.har_path is not None]
     finally:
         store.close()

@@ -178,6 +178,22 @@ def store() -> Path:
     return Path(os.environ.get("QUICBED_PAGES") or DEFAULT_STORE)
 
 
+def find(name: str) -> Path | None:
+    """The folder of the archive ``name`` in the page store, or None."""
+    if not name or "/" in name or name.startswith("."):
+        return None
+    folder = store() / name
+    return folder if (folder / MANIFEST).is_file() else None
+
+
+def digest_of(name: str) -> str:
+    """The digest of the stored archive ``name`` (its manifest alone: cheap)."""
+    folder = find(name)
+    if folder is None:
+        raise QuicbedError(f"no replay archive {name!r} in {store()} (quicbed pages list)")
+    return load(folder, check_bodies=False).digest()
+
+
 def save(archive: Archive, bodies: dict[str, bytes], folder: Path) -> Path:
     """Write ``archive`` and its bodies (by SHA-256) into ``folder``; returns it.
 

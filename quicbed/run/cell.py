@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ from quicbed.model.link import RECEIPT_TCP_SECONDS
 from quicbed.paths import setup_command
 from quicbed.profile import check_profile
 from quicbed.profile.session import CpuProfile, unavailable
+from quicbed.replay import serve as replay_serve
+from quicbed.replay import verify as replay_verify
 from quicbed.results import provenance
 from quicbed.results.cpuuse import CpuUse
 from quicbed.results.folder import FailureReason
@@ -143,6 +146,8 @@ def _judge(
     arm = srv.arm
     if not result.get("ok"):
         reasons = [f"load failed: {result.get('error')}"]
+    elif page.get("archive") is not None:  # a replayed page: per request, by the archive
+        reasons = replay_verify.reasons(m["entries"], page["archive"], srv.page_protocol())
     else:
         reasons = har.verify(
             m,
@@ -176,7 +181,9 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
     """
 
     pageset = workloads.load()
-    if cfg.kind == "page":  # a transfer cell's object was checked with its config
+    if cfg.kind == "page" and cfg.replay is not None:
+        replay_serve.checked(cfg.page, cfg.replay)
+    elif cfg.kind == "page":  # a transfer cell's object was checked with its config
         workloads.check_page(cfg.page, pageset)
     arms = cfg.resolved_arms()  # each arm's stack, CC, parameters and browser
     if testbed is not None:
@@ -348,6 +355,8 @@ class _PageRig:
     meter: CpuMeter | None = None
     net: NetMeter | None = None
     total: int = 0  # loads planned, for progress
+    #: what is held on the testbed while the loads run (a replayed page's addresses)
+    held: ExitStack = field(default_factory=ExitStack)
 
 
 @dataclass
@@ -669,6 +678,8 @@ class _Job:
         browsers enter ``rig`` as they are made, so a failure stops those that exist."""
         cfg, tb = self.cfg, self.tb
         spec, rig.page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
+        if spec.replay is not None:
+            rig.held.enter_context(replay_serve.addresses(tb, spec.replay))
         if rig.tracing:
             rig.tracing.start()
             spec = replace(spec, qlog_dirs=rig.tracing.ctx.qlog_dirs)
@@ -693,6 +704,7 @@ class _Job:
                 client=kind.name,
                 quic_version=rig.servers[a.name].quic_version,
                 ca_cert=ca_cert if kind.trusts_ca else None,
+                origins=rig.servers[a.name].origin_addresses(),
                 **extra[a.name],
             )
             rig.browsers[a.name] = kind(bspec, tb, log_dir)
@@ -765,6 +777,7 @@ class _Job:
                 b.stop()
             for s in rig.servers.values():
                 s.stop()
+            rig.held.close()
             for role in ("server", "client"):
                 self.tb.collect(role, log_dir)
             if rig.tracing:
@@ -858,13 +871,14 @@ class _Job:
         proof = watch.end(own_cpu_ms=own_cpu_ms(self.tb, [cpu]))
         proof.facts["replacement"] = replacement
         counters = rig.net.since(net_mark)
-        facts = _server_facts(srv, rig.page["objects"])
+        m = har.metrics(result.get("har"), result.get("nav"), rig.page["hosts"])
+        # a replayed page has no fixed object count: the load's own requests
+        facts = _server_facts(srv, rig.page["objects"] or m.get("objects") or 0)
         facts.update(srv.observe())
         if rig.tracing and lt:
             lt.page_started(result.get("har"))
             rig.tracing.end(lt)
             rig.loads.append((f"{self.cell_id}:{self.attempt}:{arm}:{rep}", lt))
-        m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
         offl_facts, offl_reasons = offl.end()
         facts.update(offl_facts)
         return _PageLoad(arm, rep, warm, result, m, facts, cpu, proof, counters, lt, offl_reasons)
@@ -1117,11 +1131,19 @@ def _serve(
     the server role; the servers' logs go to the role's outbox for ``log_dir``.
     """
 
-    www = tb.local_stage("server", "www")
-    manifest = workloads.generate(www, [cfg.page], pageset)
-    pki = certs.ensure(tb.local_stage("server", "tls"), [cfg.host], [tb.server_ip])
     work = tb.workdir("server")
-    tb.push("server", www / cfg.page, work / "www" / cfg.page)  # only this cell's page
+    archive = None
+    if cfg.replay is not None:  # a replayed page: its archive, each origin its own leaf
+        folder, archive = replay_serve.checked(cfg.page, cfg.replay)
+        hosts = [o.host for o in archive.origins]
+        page: dict[str, Any] = {"objects": None, "bytes": None, "archive": archive}
+    else:
+        www = tb.local_stage("server", "www")
+        page = workloads.generate(www, [cfg.page], pageset)["pages"][cfg.page]
+        tb.push("server", www / cfg.page, work / "www" / cfg.page)  # only this cell's page
+        hosts = []
+    page["hosts"] = frozenset(hosts or [cfg.host])
+    pki = certs.ensure(tb.local_stage("server", "tls"), [cfg.host], [tb.server_ip], hosts)
     tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
     tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
     spec = ServeSpec(
@@ -1129,11 +1151,12 @@ def _serve(
         cert=work / "tls" / pki.cert.name,
         key=work / "tls" / pki.key.name,
         logdir=tb.outbox("server", log_dir),
+        replay=replay_serve.put(tb, folder, archive, pki) if archive is not None else None,
     )
     # the CA for a browser that trusts by CA (chromium72), never its key
     ca = tb.workdir("client") / "tls" / pki.ca_cert.name
     tb.push("client", pki.ca_cert, ca, mode=0o644)
-    return spec, manifest["pages"][cfg.page], pki.spki_pin, ca
+    return spec, page, pki.spki_pin, ca
 
 
 def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:

@@ -19,6 +19,8 @@ from pydantic import Field, field_validator
 from quicbed import hostparam
 from quicbed.errors import QuicbedError
 from quicbed.paths import Run, sha256_of
+from quicbed.replay.serve import ReplayServe, checked
+from quicbed.servers import apache_replay
 from quicbed.servers.webserver import Arm, Params, WebServer, cubic_beta_bound
 from quicbed.settings import tcpopts
 from quicbed.tcpinfo import ss_congestion
@@ -88,6 +90,8 @@ class ApacheServer(WebServer):
     colour = "#2065ab"
     software_name = "apache"
     program = APACHE
+    #: it serves a replayed page: one virtual host per origin (quicbed.servers.apache_replay)
+    replays = True
     knob_refusals: ClassVar[dict[str, str]] = {
         **dict.fromkeys(
             ("udp_rcvbuf", "udp_sndbuf", "client_udp_rcvbuf", "client_udp_sndbuf", "gso"),
@@ -146,8 +150,11 @@ class ApacheServer(WebServer):
 
     def hold(self, held: ExitStack) -> None:
         """TCP CUBIC's beta on the server's host and the arm's TCP options on both ends
-        while Apache runs, and the SYN capture that verifies them."""
+        while Apache runs, and the SYN capture that verifies them; a replayed page's
+        tree on the server (made once per archive)."""
         self._syns: tcpopts.SynCapture | None = None
+        if self.spec.replay is not None:
+            self._put_replay_tree(self.spec.replay)
         if "cubic_beta" in self.arm.params:
             held.enter_context(
                 hostparam.tcp_cubic_beta(
@@ -159,10 +166,22 @@ class ApacheServer(WebServer):
             self._syns = tcpopts.SynCapture(self.tb, self.arm.port, self.arm.name)
             held.callback(self._syns.abort)
 
+    def _put_replay_tree(self, serve: ReplayServe) -> None:
+        """The archive's virtual hosts and as-is files (quicbed.servers.apache_replay),
+        made on the controller from the stored archive and pushed beside it."""
+        there = serve.archive / apache_replay.TREE
+        if self.tb.has_file("server", there / apache_replay.CONF):
+            return
+        folder, archive = checked(serve.name, serve.digest)
+        stage = self.tb.local_stage("server", f"replay-apache-{serve.digest[:16]}")
+        apache_replay.write_tree(folder, archive, serve, stage, str(self.spec.key))
+        self.tb.push("server", stage, there)
+
     def argv(self) -> list[str]:
         tls = self.arm.params.get("tls")
         pin = ["-C", f'Define QUICBED_SSL_PROTOCOL "-all +{TLS_VERSIONS[tls]}"'] if tls else []
-        return [APACHE, *pin, "-f", CONF, "-D", "FOREGROUND"]
+        replay = ["-D", "QUICBED_REPLAY"] if self.spec.replay is not None else []
+        return [APACHE, *pin, *replay, "-f", CONF, "-D", "FOREGROUND"]
 
     def env(self) -> dict[str, str]:
         s = self.spec
@@ -172,6 +191,11 @@ class ApacheServer(WebServer):
             "QUICBED_CERT": str(s.cert),
             "QUICBED_KEY": str(s.key),
             "QUICBED_RUNDIR": str(s.logdir),
+            **(
+                {"QUICBED_REPLAY_CONF": str(s.replay.archive / apache_replay.TREE / "replay.conf")}
+                if s.replay is not None
+                else {}
+            ),
         }
 
     def load_facts(self, lines: list[str]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from quicbed.errors import QuicbedError
 from quicbed.model.link import LinkCondition
 from quicbed.paths import Run, program_build
 from quicbed.profile.components import own_map
+from quicbed.replay.serve import ReplayServe
 from quicbed.settings import sockopts, tparams
 from quicbed.settings.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.lifecycle import Process, RPath, Testbed
@@ -133,6 +134,9 @@ class ServeSpec:
     logdir: RPath
     #: where QUIC servers write one qlog file per connection, per arm (none: no qlog)
     qlog_dirs: dict[str, RPath] | None = None
+    #: a replayed page (quicbed.replay.serve): every origin on its own address with its
+    #: own certificate (on ``key``), served from the archive instead of ``docroot``
+    replay: ReplayServe | None = None
 
 
 class WebServer(ABC):
@@ -199,6 +203,10 @@ class WebServer(ABC):
     #: the repository's files that pin how its server is built (lock files, manifests),
     #: which a replication package carries (quicbed.package.build.repo_paths)
     source_files: ClassVar[tuple[str, ...]] = ()
+    #: True: it serves a replay archive (ServeSpec.replay) by docs/replay.md's rules,
+    #: every origin on its own address and certificate; a replay cell with an arm of a
+    #: stack that cannot is refused when its arms are resolved
+    replays: ClassVar[bool] = False
     #: its server's CPU map (quicbed.profile.components.own_map): a YAML file beside
     #: this stack's module, of the implementation study's categories and the patterns of
     #: its frames (None: the kernel's map alone)
@@ -355,9 +363,29 @@ class WebServer(ABC):
         return self.protocol
 
     def url(self, host: str, page: str) -> str:
-        """Where the browser loads ``page`` from this arm's server."""
+        """Where the browser loads ``page`` from this arm's server (a replayed page: its
+        main document, whose origin the browser maps to the arm's server)."""
+        if self.spec.replay is not None:
+            return self.spec.replay.main
         port = "" if self.arm.port == 443 else f":{self.arm.port}"
         return f"https://{host}{port}/{page}/"
+
+    def origin_addresses(self) -> tuple[tuple[str, str], ...]:
+        """Where this arm's server answers each origin of a replayed page (the browser's
+        host map): the origin's address, and the arm's port where it is not 443."""
+        if self.spec.replay is None:
+            return ()
+        port = "" if self.arm.port == 443 else f":{self.arm.port}"
+        return tuple((o.host, f"{o.ip}{port}") for o in self.spec.replay.origins)
+
+    @classmethod
+    def check_replay(cls, arm: str) -> None:
+        """Refuse, before anything starts, a replay cell's arm whose stack cannot replay."""
+        if not cls.replays:
+            raise QuicbedError(
+                f"arm {arm}: {cls.name} cannot serve a replayed page (docs/replay.md names "
+                "the stacks that can)"
+            )
 
     def ready(self) -> bool:
         """True once the server accepts connections."""

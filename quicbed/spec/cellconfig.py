@@ -30,10 +30,12 @@ from pydantic import (
 from quicbed.client import get_browser
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.model.link import LinkCondition
+from quicbed.replay import archive
 from quicbed.roles.offloads import check_shaper, parse
 from quicbed.servers import get_stack, stacks
 from quicbed.servers.webserver import Arm, Kind
 from quicbed.shapers import check_condition, check_name
+from quicbed.spec import workloads
 from quicbed.spec.arms import ArmSettings, resolve
 from quicbed.spec.bulkobjects import object_path, parse_size
 
@@ -46,6 +48,7 @@ _NEW_FIELDS: dict[str, object] = {
     "transfer": None,
     "browser": None,
     "offloads": {},
+    "replay": None,
 }
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {"ecn_threshold": None}
@@ -199,6 +202,10 @@ class CellConfig(BaseModel):
     #: (quicbed.client.browsers: chromium, chromium72, firefox); None: the one the arms'
     #: stacks need (chromium72 for gQUIC), else chromium (quicbed.spec.arms.resolve)
     browser: str | None = None
+    #: a replayed page (quicbed.replay): the digest of the archive ``page`` names in the
+    #: page store, filled in when the cell is made (so the cell's identity is the
+    #: archive's content, not its name); None: a page of workloads/pages.yaml
+    replay: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @field_validator("browser")
     @classmethod
@@ -238,6 +245,23 @@ class CellConfig(BaseModel):
             raise ValueError(f"arm listed twice in {','.join(v)}")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _replay_page(cls, data: Any) -> Any:
+        """A page cell whose page names an archive of the page store, and not a page of
+        workloads/pages.yaml, replays it: its digest is filled in."""
+        if not isinstance(data, dict) or data.get("replay") or data.get("kind", "page") != "page":
+            return data
+        page = data.get("page")
+        if isinstance(page, str) and archive.find(page) is not None:
+            if page in workloads.load().pages:
+                raise ValueError(
+                    f"page {page!r} is both a page of workloads/pages.yaml and a replay "
+                    f"archive in {archive.store()}: rename the archive"
+                )
+            return {**data, "replay": archive.digest_of(page)}
+        return data
+
     @model_validator(mode="after")
     def _resolve(self) -> CellConfig:
         """Every arm's stack, CC and parameters, and the condition against a named shaper,
@@ -259,6 +283,12 @@ class CellConfig(BaseModel):
                     )
         self._check_kind()
         self._check_modes(arms)
+        if self.replay is not None:
+            try:
+                for a in arms:
+                    get_stack(a.stack).check_replay(a.name)
+            except QuicbedError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     def _check_modes(self, arms: list[Arm]) -> None:

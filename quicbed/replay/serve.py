@@ -1,0 +1,132 @@
+"""A replay archive put on the testbed: each origin its own address on the server and
+its own certificate, the archive where every arm's server reads it, and the host map
+every arm's browser resolves names by.
+
+An origin of a real page is its own server somewhere: its own connection, handshake
+and certificate. On the testbed each origin gets an address of the server's subnet
+(``ORIGIN_FIRST`` upwards: the testbed's own roles use the first few), held on the
+server's interface while the cell runs; every arm's server answers on all of them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from quicbed.certs import TestPKI
+from quicbed.errors import QuicbedError
+from quicbed.replay.archive import MANIFEST, Archive, find, load, store
+from quicbed.roles.interface import PREFIX_LEN, SERVER_IP
+from quicbed.testbed.lifecycle import RPath, Testbed
+
+#: the host part of the first origin's address in the server's /24
+ORIGIN_FIRST = 100
+#: origins a testbed can give addresses to (ORIGIN_FIRST .. 199)
+MAX_ORIGINS = 100
+
+
+@dataclass(frozen=True)
+class OriginServe:
+    """One origin as the testbed serves it."""
+
+    host: str
+    ip: str
+    port: int
+    cert: RPath  # its leaf + CA chain on the server (the key is ServeSpec.key)
+
+
+@dataclass(frozen=True)
+class ReplayServe:
+    """What every arm's server of a replay cell serves, identically."""
+
+    name: str
+    digest: str  # Archive.digest(): what every arm serves
+    archive: RPath  # the archive's folder on the server (archive.json, bodies/)
+    main: str  # the main document's URL: what the browser loads
+    origins: tuple[OriginServe, ...]
+
+    def host_map(self) -> dict[str, str]:
+        """Every origin host and the address the browser must reach it at."""
+        return {o.host: o.ip for o in self.origins}
+
+
+def origin_ips(server_ip: str, n: int) -> list[str]:
+    """The addresses of ``n`` origins in the server's subnet; refused beyond
+    MAX_ORIGINS."""
+    if n > MAX_ORIGINS:
+        raise QuicbedError(
+            f"a replayed page with {n} origins: the testbed gives at most {MAX_ORIGINS} "
+            "origins an address of their own"
+        )
+    net = ipaddress.ip_network(f"{server_ip}/{PREFIX_LEN}", strict=False)
+    return [str(net.network_address + ORIGIN_FIRST + i) for i in range(n)]
+
+
+def checked(name: str, digest: str) -> tuple[Path, Archive]:
+    """The stored archive ``name`` with every body checked, and it is the one a cell
+    was made with (``digest``); its origins on 443 and few enough for addresses."""
+    folder = find(name)
+    if folder is None:
+        raise QuicbedError(f"no replay archive {name!r} in {store()} (quicbed pages list)")
+    archive = load(folder)
+    if archive.digest() != digest:
+        raise QuicbedError(
+            f"replay archive {name!r} in {store()} is not the one the cell was made with "
+            f"(digest {archive.digest()[:12]}, the cell's {digest[:12]}): it was imported "
+            "or built again"
+        )
+    off = [o.origin for o in archive.origins if o.port != 443]
+    if off:
+        raise QuicbedError(
+            f"replay archive {name!r}: origin {off[0]} is not on port 443 (quicbed serves "
+            "every origin on 443)"
+        )
+    origin_ips(SERVER_IP, len(archive.origins))  # refuses too many origins
+    return folder, archive
+
+
+def put(tb: Testbed, folder: Path, archive: Archive, pki: TestPKI) -> ReplayServe:
+    """The archive and its origins' certificates on the server (the archive only once
+    per digest: its folder there is named by it), and what the servers are given."""
+    ips = origin_ips(tb.server_ip, len(archive.origins))
+    work = tb.workdir("server")
+    digest = archive.digest()
+    there = work / "replay" / digest
+    if not tb.has_file("server", there / MANIFEST):
+        tb.push("server", folder, there)
+    origins = []
+    for o, ip in zip(archive.origins, ips, strict=True):
+        cert = work / "tls" / "origins" / f"{o.host}.pem"
+        tb.push("server", pki.origin_certs[o.host], cert, mode=0o644)
+        origins.append(OriginServe(host=o.host, ip=ip, port=o.port, cert=cert))
+    return ReplayServe(
+        name=archive.name, digest=digest, archive=there, main=archive.main, origins=tuple(origins)
+    )
+
+
+def server_interface(tb: Testbed) -> str:
+    """The server's interface that holds its testbed address."""
+    cp = tb.exec("server", ["ip", "-o", "-4", "addr", "show"])
+    for line in cp.stdout.splitlines():
+        f = line.split()
+        if len(f) > 3 and f[2] == "inet" and f[3].split("/")[0] == tb.server_ip:
+            return f[1]
+    raise QuicbedError(f"{tb.name('server')}: no interface holds {tb.server_ip}")
+
+
+@contextmanager
+def addresses(tb: Testbed, serve: ReplayServe) -> Iterator[None]:
+    """Each origin's address on the server's interface while the cell runs."""
+    dev = server_interface(tb)
+    added: list[str] = []
+    try:
+        for o in serve.origins:
+            tb.exec("server", ["ip", "addr", "replace", f"{o.ip}/{PREFIX_LEN}", "dev", dev])
+            added.append(o.ip)
+        yield
+    finally:
+        for ip in added:
+            tb.exec("server", ["ip", "addr", "del", f"{ip}/{PREFIX_LEN}", "dev", dev], check=False)

@@ -1,0 +1,71 @@
+"""Whether a load of a replayed page counts: every request answered from the archive,
+with the archive's bytes, over the arm's protocol on every origin.
+
+Every arm's replay server marks each response with how its request matched
+(``REPLAY_HEADER``: ``url``, ``path`` or ``none``; docs/replay.md), so the browser's own
+HAR says, per request, what the server did: the same evidence on every stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quicbed.replay.archive import Archive
+
+#: the response header every replay server adds: how the request matched
+REPLAY_HEADER = "x-quicbed-replay"
+
+
+def how_matched(headers: list[dict[str, Any]]) -> str | None:
+    """The replay header among one HAR response's ``headers``, or None."""
+    for h in headers:
+        if str(h.get("name", "")).lower() == REPLAY_HEADER:
+            return str(h.get("value", "")).strip()
+    return None
+
+
+def reasons(entries: list[dict[str, Any]], archive: Archive, protocol: str) -> list[str]:
+    """Every reason a load of ``archive`` must not count (``entries``: the load's HAR
+    entries as quicbed.client.har.metrics gives them); empty: it counts.
+
+    A request the archive does not answer, a response whose status or body size is not
+    the archive's, a response not over ``protocol``, a request to a host the archive
+    has not: each named by its URL (the first three of each kind)."""
+    if not entries:
+        return ["the HAR has no requests"]
+    unmatched, unmarked, wrong_status, wrong_size, wrong_proto, foreign = ([] for _ in range(6))
+    hosts = {o.host for o in archive.origins}
+    for e in entries:
+        url = str(e["url"])
+        if e.get("host") not in hosts or not url.startswith("https://"):
+            foreign.append(url)
+            continue
+        how = e.get("replay")
+        found = archive.match(str(e.get("method") or "GET"), url)
+        if how == "none" or (how is not None and found is None):
+            unmatched.append(url)
+            continue
+        if how is None:
+            unmarked.append(url)
+            continue
+        assert found is not None
+        rec, _ = found
+        if e.get("status") != rec.status:
+            wrong_status.append(f"{url} ({e.get('status')}, recorded {rec.status})")
+        if e.get("body_bytes") != rec.size:
+            wrong_size.append(f"{url} ({e.get('body_bytes')} bytes, recorded {rec.size})")
+        if e.get("protocol") != protocol:
+            wrong_proto.append(f"{url} ({e.get('protocol')})")
+    out = []
+    for what, urls in (
+        ("requests to hosts the archive has not", foreign),
+        ("unmatched requests", unmatched),
+        (f"responses without the {REPLAY_HEADER} header (not from a replay server)", unmarked),
+        ("statuses not the archive's", wrong_status),
+        ("bodies not the archive's size", wrong_size),
+        (f"responses not over {protocol}", wrong_proto),
+    ):
+        if urls:
+            more = f" and {len(urls) - 3} more" if len(urls) > 3 else ""
+            out.append(f"{len(urls)} {what}: {', '.join(urls[:3])}{more}")
+    return out
