@@ -1137,6 +1137,7 @@ def _serve(
         folder, archive = replay_serve.checked(cfg.page, cfg.replay)
         hosts = [o.host for o in archive.origins]
         page: dict[str, Any] = {"objects": None, "bytes": None, "archive": archive}
+        tb.mkdir("server", work / "www")  # the servers' default tree: empty
     else:
         www = tb.local_stage("server", "www")
         page = workloads.generate(www, [cfg.page], pageset)["pages"][cfg.page]

@@ -1,0 +1,178 @@
+"""A replayed multi-origin page measured in a real cell (issue 40): each origin on its own
+address with its own certificate, every request answered from the archive and judged
+per request from the browser's HAR."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import SharedLinks
+
+from quicbed.errors import QuicbedError
+from quicbed.model.link import make_condition
+from quicbed.replay import archive as arch
+from quicbed.replay.archive import Archive, Entry, Origin
+from quicbed.results.store import Store
+from quicbed.spec.cellconfig import make_cell
+
+ORIGINS = ("www.t3.example", "static.t3.example", "img.t3.example")
+
+
+def _entry(url: str, body: bytes, ctype: str, bodies: dict[str, bytes]) -> Entry:
+    sha = hashlib.sha256(body).hexdigest()
+    bodies[sha] = body
+    headers = (("content-type", ctype), ("cache-control", "max-age=60"))
+    return Entry(method="GET", url=url, status=200, headers=headers, body=sha, size=len(body))
+
+
+def three_origins(store: Path) -> Archive:
+    """A page on three origins: its HTML links a stylesheet on a second origin, which
+    pulls a background image from a third; a script on the second origin adds an image
+    from the third with a cache-buster in its query (answered by path: recorded without
+    one)."""
+    www, static, img = (f"https://{h}" for h in ORIGINS)
+    bodies: dict[str, bytes] = {}
+    html = (
+        "<!doctype html><html><head><title>t3</title>"
+        f'<link rel="stylesheet" href="{static}/site.css">'
+        f'<script src="{static}/app.js"></script></head>'
+        '<body><h1>Three origins</h1><p class="hero">replayed</p></body></html>'
+    ).encode()
+    css = f".hero {{ background: url({img}/bg.png); height: 40px }}".encode()
+    js = (
+        "window.addEventListener('DOMContentLoaded', () => {"
+        "  const i = document.createElement('img');"
+        f"  i.src = '{img}/a.png?cb=' + Date.now();"
+        "  document.body.appendChild(i);"
+        "});"
+    ).encode()
+    png = bytes.fromhex(  # a 1x1 PNG
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d4944415478da63f8cfc0f01f0005000201a1bd8f4a0000000049454e44ae426082"
+    )
+    a = Archive(
+        name="t3",
+        main=f"{www}/",
+        origins=(
+            Origin(
+                origin=www,
+                host=ORIGINS[0],
+                entries=(_entry(f"{www}/", html, "text/html", bodies),),
+            ),
+            Origin(
+                origin=static,
+                host=ORIGINS[1],
+                entries=(
+                    _entry(f"{static}/site.css", css, "text/css", bodies),
+                    _entry(f"{static}/app.js", js, "text/javascript", bodies),
+                ),
+            ),
+            Origin(
+                origin=img,
+                host=ORIGINS[2],
+                entries=(
+                    _entry(f"{img}/bg.png", png, "image/png", bodies),
+                    _entry(f"{img}/a.png", png + b"\0", "image/png", bodies),
+                ),
+            ),
+        ),
+    )
+    arch.save(a, bodies, store / a.name)
+    return a
+
+
+@pytest.fixture
+def page_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    store = tmp_path / "pages"
+    monkeypatch.setenv("QUICBED_PAGES", str(store))
+    yield store
+
+
+def test_a_cell_names_an_archive_by_name_and_is_identified_by_its_content(
+    page_store: Path,
+) -> None:
+    a = three_origins(page_store)
+    cond = make_condition(rate_mbit=10, rtt_ms=36)
+    cfg = make_cell(condition=cond, page="t3", arms=["h2"])
+    assert cfg.replay == a.digest()
+    plain = make_cell(condition=cond, page="5kb", arms=["h2"])
+    assert plain.replay is None and "replay" not in plain.model_dump(exclude_defaults=True)
+    with pytest.raises(QuicbedError, match="cannot serve a replayed page"):
+        make_cell(condition=cond, page="t3", arms=["h2", "h3-quiche"])
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_replayed_page_is_served_per_origin_and_verified_per_request(
+    shared_links: SharedLinks, page_store: Path, tmp_path: Path
+) -> None:
+    a = three_origins(page_store)
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="t3",
+        arms=["h2"],
+        runs=3,
+        warmup=1,
+    )
+    r = shared_links.run_cell(cfg, tmp_path / "res")
+    assert r.status == "done", r
+    assert not r.invalid, r.invalid
+    store = Store.open_readonly(tmp_path / "res")
+    try:
+        runs = [x for x in store.all_runs() if not x.warmup]
+        assert len(runs) == 3
+        for run in runs:
+            entries = run.detail["entries"]
+            by_url = {e["url"].split("?")[0]: e for e in entries}
+            # every origin reached, over h2, each request answered as the rule says
+            assert {e["host"] for e in entries} == set(ORIGINS)
+            assert {e["protocol"] for e in entries} == {"h2"}
+            assert by_url[f"https://{ORIGINS[2]}/a.png"]["replay"] == "path"
+            assert by_url[f"https://{ORIGINS[2]}/bg.png"]["replay"] == "url"
+            assert by_url[f"https://{ORIGINS[2]}/a.png"]["body_bytes"] == 71  # not bg.png's
+            assert run.bytes == sum(e.size for e in a.entries())
+    finally:
+        store.close()
+
+
+def test_a_load_is_judged_per_request_against_the_archive(page_store: Path) -> None:
+    """Each kind of failure named by its URL: an unmatched request, a response from a
+    server that is not replaying, a status or size not the archive's, another protocol,
+    a host the archive has not."""
+    from quicbed.replay.verify import reasons
+
+    a = three_origins(page_store)
+    www, img = f"https://{ORIGINS[0]}/", f"https://{ORIGINS[2]}/bg.png"
+
+    def e(url: str, **kw: object) -> dict[str, object]:
+        host = url.split("/")[2]
+        base = {"url": url, "host": host, "method": "GET", "status": 200}
+        found = a.match("GET", url)
+        size = found[0].size if found else 0
+        return {**base, "protocol": "h3", "replay": "url", "body_bytes": size, **kw}
+
+    assert reasons([e(www), e(img)], a, "h3") == []
+    got = reasons(
+        [
+            e(www, replay="none", status=404),
+            e(img, replay=None),
+            e(f"https://{ORIGINS[1]}/site.css", status=500),
+            e(f"https://{ORIGINS[1]}/app.js", body_bytes=3),
+            e(f"https://{ORIGINS[2]}/a.png", protocol="h2"),
+            e("https://elsewhere.example/x.js"),
+        ],
+        a,
+        "h3",
+    )
+    assert got == [
+        "1 requests to hosts the archive has not: https://elsewhere.example/x.js",
+        f"1 unmatched requests: {www}",
+        f"1 responses without the x-quicbed-replay header (not from a replay server): {img}",
+        f"1 statuses not the archive's: https://{ORIGINS[1]}/site.css (500, recorded 200)",
+        f"1 bodies not the archive's size: https://{ORIGINS[1]}/app.js (3 bytes, recorded 185)",
+        f"1 responses not over h3: https://{ORIGINS[2]}/a.png (h2)",
+    ]
