@@ -17,6 +17,7 @@ provenance) ran NewReno although their cells say cubic: see docs/stacks.md.
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
 from typing import Any, ClassVar
 
@@ -35,7 +36,7 @@ from quicbed.servers.webserver import (
     port_of,
 )
 from quicbed.settings import sockopts, tparams
-from quicbed.testbed.lifecycle import Testbed
+from quicbed.testbed.lifecycle import RPath, Testbed
 
 
 def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -43,7 +44,8 @@ def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str,
     one load: its connections, requests, 0-RTT, resumption, CC and ``params``."""
     ev = json_events(lines)
     conns = [e for e in ev if e.get("event") == "conn"]
-    reqs = [e for e in ev if e.get("event") == "request"]
+    # a replayed page's requests are "replay" records (how each matched)
+    reqs = [e for e in ev if e.get("event") in ("request", "replay")]
     facts: dict[str, Any] = {
         "connections": len(conns),
         "requests": len(reqs),
@@ -201,6 +203,9 @@ class QuicGoServer(OwnH3Server):
     #: (sentPacketHandler.detectSpuriousLosses)
     logs_spurious_losses = True
     writes_qlog = True
+    #: it serves a replayed page (quicbed-h3server -replay, every origin picked by SNI
+    #: and :authority on the unspecified address)
+    replays = True
     #: quic-go v0.65.0's constants (internal/protocol; connection.go builds its
     #: transport parameters from them)
     transport_refusals = QUIC_GO_CONSTANTS
@@ -275,8 +280,15 @@ class QuicGoServer(OwnH3Server):
 
     def hold(self, held: ExitStack) -> None:
         """net.core.rmem_max/wmem_max at least the buffers the arm asks, while it runs
-        (quicbed.settings.sockopts.limits_raised)."""
+        (quicbed.settings.sockopts.limits_raised); a replayed page's certificates by
+        origin host, where the server reads them."""
         held.enter_context(sockopts.limits_raised(self.tb, self.arm.params))
+        if self.spec.replay is not None:
+            certs = {
+                o.host: {"cert": str(o.cert), "key": str(self.spec.key)}
+                for o in self.spec.replay.origins
+            }
+            self.tb.write_text("server", self._replay_certs(), json.dumps(certs))
 
     def mark(self) -> None:
         """Also counts what the server's namespace sent so far, when the arm sets gso."""
@@ -302,14 +314,29 @@ class QuicGoServer(OwnH3Server):
         if arm.params.get("gso") is not None:
             sockopts.check_gso_testbed(arm.name, tb)
 
+    def _replay_certs(self) -> RPath:
+        return self.tb.workdir("server") / f"replay-certs-{self.arm.name}.json"
+
+    def _serve_argv(self) -> list[str]:
+        """What it serves: the page tree on the testbed's address, or a replayed page's
+        archive on every address (each origin has its own)."""
+        s, a = self.spec, self.arm
+        if s.replay is None:
+            return ["-addr", f"{self.tb.server_ip}:{a.port}", "-docroot", str(s.docroot)]
+        return [
+            "-addr",
+            f"0.0.0.0:{a.port}",
+            "-replay",
+            str(s.replay.archive),
+            "-replay-certs",
+            str(self._replay_certs()),
+        ]
+
     def argv(self) -> list[str]:
         s, a = self.spec, self.arm
         return [
             str(self.tb.bin_path("server", self.binary)),
-            "-addr",
-            f"{self.tb.server_ip}:{a.port}",
-            "-docroot",
-            str(s.docroot),
+            *self._serve_argv(),
             "-cert",
             str(s.cert),
             "-key",
