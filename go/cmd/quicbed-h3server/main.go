@@ -1,6 +1,7 @@
-// Command quicbed-h3server serves a document tree over HTTP/3 (IETF QUIC v1,
-// TLS 1.3, ALPN h3, 0-RTT accepted) with quic-go, logging one JSON line per
-// connection and per request. See README.md.
+// Command quicbed-h3server serves a document tree, or a replay archive of a
+// multi-origin page, over HTTP/3 (IETF QUIC v1, TLS 1.3, ALPN h3, 0-RTT
+// accepted) with quic-go, logging one JSON line per connection and per request.
+// See README.md.
 package main
 
 import (
@@ -21,9 +22,12 @@ import (
 func main() {
 	var cfg h3server.Config
 	flag.StringVar(&cfg.Addr, "addr", ":443", "UDP address to listen on")
-	flag.StringVar(&cfg.Docroot, "docroot", "", "document tree to serve (required)")
-	flag.StringVar(&cfg.Cert, "cert", "", "certificate chain, PEM (required)")
-	flag.StringVar(&cfg.Key, "key", "", "private key, PEM (required)")
+	flag.StringVar(&cfg.Docroot, "docroot", "", "document tree to serve (this or -replay is required)")
+	flag.StringVar(&cfg.Cert, "cert", "", "certificate chain, PEM (required with -docroot)")
+	flag.StringVar(&cfg.Key, "key", "", "private key, PEM (required with -docroot)")
+	flag.StringVar(&cfg.Replay, "replay", "", "replay archive folder to serve instead of -docroot (docs/replay.md): every origin on -addr, picked by :authority")
+	flag.StringVar(&cfg.ReplayCerts, "replay-certs", "", `JSON object: each origin host -> {"cert": PEM file, "key": PEM file}, picked by SNI (required with -replay)`)
+	flag.BoolVar(&cfg.ReplayWait, "replay-wait", false, "sleep each entry's recorded wait_ms before its response (only with -replay)")
 	logPath := flag.String("log", "", "JSON-lines log file to append to (default stderr)")
 	flag.StringVar(&cfg.QlogDir, "qlog-dir", "", "write qlog files here (default: none)")
 	flag.Uint64Var(&cfg.InitialStreamWindow, "initial-stream-window", 0, "initial stream receive window, bytes (0 = quic-go default 512 KiB)")

@@ -49,11 +49,24 @@ const (
 type Config struct {
 	// Addr is the UDP address to listen on (default ":443").
 	Addr string `json:"addr"`
-	// Docroot is the document tree to serve (required).
+	// Docroot is the document tree to serve; it, or Replay, is required.
 	Docroot string `json:"docroot"`
-	// Cert and Key are PEM files (required; there is no fallback certificate).
+	// Cert and Key are PEM files (required with Docroot, refused with Replay;
+	// there is no fallback certificate).
 	Cert string `json:"cert"`
 	Key  string `json:"key"`
+	// Replay is a replay archive to serve instead of a document tree
+	// (docs/replay.md, package replay): every origin of the archive on Addr, the
+	// origin picked by each request's :authority.
+	Replay string `json:"replay,omitempty"`
+	// ReplayCerts is a JSON object mapping each origin host of the archive to
+	// {"cert": PEM file, "key": PEM file} (relative paths from the file's
+	// folder); the handshake picks one by SNI and refuses an unknown name.
+	// Required with Replay.
+	ReplayCerts string `json:"replay_certs,omitempty"`
+	// ReplayWait sleeps each entry's recorded wait_ms before its response
+	// (default false: answered at once). Only with Replay.
+	ReplayWait bool `json:"replay_wait,omitempty"`
 	// QlogDir enables qlog output to this directory (opt-in; "" = none).
 	QlogDir string `json:"qlog_dir"`
 	// Flow-control windows in bytes; 0 = quic-go's default (512 KiB initial,
@@ -97,9 +110,19 @@ type Config struct {
 // Validate names the first bad setting the way the command line spells it.
 func (c Config) Validate() error {
 	switch {
-	case c.Docroot == "":
-		return errors.New("-docroot is required")
-	case c.Cert == "" || c.Key == "":
+	case c.Docroot == "" && c.Replay == "":
+		return errors.New("-docroot is required (or -replay DIR)")
+	case c.Docroot != "" && c.Replay != "":
+		return errors.New("-docroot and -replay: give one of them")
+	case c.Replay != "" && c.ReplayCerts == "":
+		return errors.New("-replay needs -replay-certs (a certificate per origin host; there is no fallback certificate)")
+	case c.Replay != "" && (c.Cert != "" || c.Key != ""):
+		return errors.New("-cert and -key: with -replay, each origin's certificate comes from -replay-certs")
+	case c.Replay == "" && c.ReplayCerts != "":
+		return errors.New("-replay-certs applies only to -replay")
+	case c.Replay == "" && c.ReplayWait:
+		return errors.New("-replay-wait applies only to -replay")
+	case c.Replay == "" && (c.Cert == "" || c.Key == ""):
 		return errors.New("-cert and -key are required (there is no fallback certificate)")
 	case c.CC != quic.CongestionControlReno && c.CC != quic.CongestionControlCubic:
 		return fmt.Errorf("congestion control %q is not supported by quic-go (it has reno, its default, and cubic)", c.CC)
@@ -129,6 +152,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-initial-conn-window %d is larger than -max-conn-window %d", c.InitialConnWindow, c.MaxConnWindow)
 	case c.NoAutotune && (c.MaxStreamWindow != 0 || c.MaxConnWindow != 0):
 		return errors.New("-flow-control-autotune=false sets the maximum windows to the initial ones: give no -max-stream-window or -max-conn-window")
+	}
+	if c.Replay != "" {
+		if st, err := os.Stat(c.Replay); err != nil || !st.IsDir() {
+			return fmt.Errorf("-replay %q is not a readable directory", c.Replay)
+		}
+		return nil
 	}
 	if st, err := os.Stat(c.Docroot); err != nil || !st.IsDir() {
 		return fmt.Errorf("-docroot %q is not a readable directory", c.Docroot)
@@ -319,20 +348,30 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 	if err := cfg.setCC(); err != nil {
 		return nil, err
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
-	if err != nil {
-		return nil, fmt.Errorf("-cert/-key: %v", err)
-	}
 	s := &Server{cfg: cfg, log: log, serving: make(chan error, 1)}
-	handler, err := NewHandler(cfg.Docroot, s.logRequest)
-	if err != nil {
-		return nil, err
+	var handler http.Handler
+	var tlsBase *tls.Config
+	var replayed map[string]any
+	if cfg.Replay != "" {
+		var err error
+		handler, tlsBase, replayed, err = s.replaySetup()
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
+		if err != nil {
+			return nil, fmt.Errorf("-cert/-key: %v", err)
+		}
+		handler, err = NewHandler(cfg.Docroot, s.logRequest)
+		if err != nil {
+			return nil, err
+		}
+		tlsBase = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 	s.h3 = &http3.Server{Handler: handler, ConnContext: s.connContext}
-	tlsConf := http3.ConfigureTLSConfig(&tls.Config{
-		Certificates: []tls.Certificate{cert},
-		MinVersion:   tls.VersionTLS13,
-	})
+	tlsBase.MinVersion = tls.VersionTLS13
+	tlsConf := http3.ConfigureTLSConfig(tlsBase)
 	udpAddr, err := net.ResolveUDPAddr("udp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("-addr %q: %v", cfg.Addr, err)
@@ -366,9 +405,14 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 		return nil, fmt.Errorf("UDP buffers: %v", err)
 	}
 	start := map[string]any{
-		"addr": s.udp.LocalAddr().String(), "docroot": cfg.Docroot, "config": cfg,
+		"addr": s.udp.LocalAddr().String(), "config": cfg,
 		"quic_go_version": QuicGoVersion(), "quic_go_patch": quic.QuicbedPatch, "go_version": runtime.Version(),
 		"pid": os.Getpid(),
+	}
+	if replayed != nil {
+		start["replay"] = replayed
+	} else {
+		start["docroot"] = cfg.Docroot
 	}
 	for k, v := range ccFields() {
 		start[k] = v
@@ -411,6 +455,11 @@ func (s *Server) connContext(ctx context.Context, c *quic.Conn) context.Context 
 		}
 		for k, v := range ccFields() {
 			rec[k] = v
+		}
+		if s.cfg.Replay != "" {
+			// which origin the connection serves: the name its certificate was
+			// picked by, and the address the client sent to
+			rec["sni"], rec["local"] = st.TLS.ServerName, c.LocalAddr().String()
 		}
 		// what each side advertised, from quic-go's qlog events (package qtp)
 		if tp := qtp.FromContext(c.Context()); tp != nil {
