@@ -322,8 +322,11 @@ class QuicGoServer(OwnH3Server):
         archive on every address (each origin has its own)."""
         s, a = self.spec, self.arm
         if s.replay is None:
-            return ["-addr", f"{self.tb.server_ip}:{a.port}", "-docroot", str(s.docroot)]
-        return [
+            return [
+                *("-addr", f"{self.tb.server_ip}:{a.port}", "-docroot", str(s.docroot)),
+                *("-cert", str(s.cert), "-key", str(s.key)),
+            ]
+        return [  # every origin's own certificate, on the one key
             "-addr",
             f"0.0.0.0:{a.port}",
             "-replay",
@@ -333,14 +336,10 @@ class QuicGoServer(OwnH3Server):
         ]
 
     def argv(self) -> list[str]:
-        s, a = self.spec, self.arm
+        a = self.arm
         return [
             str(self.tb.bin_path("server", self.binary)),
             *self._serve_argv(),
-            "-cert",
-            str(s.cert),
-            "-key",
-            str(s.key),
             "-log",
             str(self.log),
             "-cc",

@@ -61,6 +61,10 @@ func (h *Handler) Origin(r *http.Request) string {
 	return originString(host, port)
 }
 
+// MatchHeader is the response header that says how a request matched (url, path or
+// none): quicbed.replay.verify.REPLAY_HEADER.
+const MatchHeader = "X-Quicbed-Replay"
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	origin := h.Origin(r)
@@ -80,6 +84,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var status int
 	var n int64
 	var waited time.Duration
+	// how the request matched, on every response (as every replay server marks it:
+	// the browser's own HAR then says per request what the server did)
+	w.Header().Set(MatchHeader, string(how))
 	if e == nil {
 		status = http.StatusNotFound
 		w.Header()["Content-Type"] = nil // nothing sniffed
