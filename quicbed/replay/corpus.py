@@ -477,7 +477,7 @@ class Bodies:
         return (head + data + '"}\n').encode("ascii")
 
     def _css(self, r: Res) -> bytes:
-        lines = [f"/* quicbed page model {self.plan.name}: {self.url(r)} */"]
+        lines = [f"/* quicbed page model {self.plan.name} */"]
         if self.plan._party(r) == "first" and r.index == _first_css(self.plan):
             lines.append(
                 "body{margin:0;padding:0 12px;font:16px/1.5 system-ui,sans-serif;color:#222}"
@@ -509,7 +509,7 @@ class Bodies:
             elif c.how == "fetch":
                 calls.append(f'  get("{self.url(c)}");')
         text = (
-            f"/* quicbed page model {self.plan.name}: {self.url(r)} */\n"
+            f"/* quicbed page model {self.plan.name} */\n"
             "(function () {\n"
             "  var d = document;\n"
             "  function ready(f) { if (d.body) f(); "
@@ -640,4 +640,3 @@ def build(name: str, ms: ModelSet) -> tuple[Archive, dict[str, bytes]]:
     }
     archive = Archive(name=name, main=made.url(plan.res[0]), source=source, origins=origins)
     return archive, bodies
-

@@ -263,7 +263,10 @@ def _final(url: str, reading: _Reading, path: Path) -> Entry:
         url = reading.upgrades.get(url, url)
         entry = kept.get(url)
         if entry is None:
-            raise QuicbedError(f"HAR {path}: main document {url} is not among the kept entries")
+            raise QuicbedError(
+                f"HAR {path}: main document {url} is not among the kept entries "
+                "(it failed or was skipped)"
+            )
         if 300 <= entry.status < 400:
             loc = dict(entry.headers).get("location")
             if not loc or url in seen:
