@@ -294,6 +294,9 @@ def test_refusals_name_the_bad_value(tmp_path: Path) -> None:
         "HAR entry https://cdn.site.example/a.js: 304 Not Modified has no body to replay; "
         "record with the cache disabled"
     )
+    fresh = entry("https://cdn.site.example/a.js", text="1")
+    a, _ = harimport.read_har(write(tmp_path, har([main, fresh, cached])), "site")
+    assert a.source["skipped_duplicate"] == "1"  # a 304 of a kept request is a repeat
     many = [main] + [
         entry(f"https://h{i}.site.example/a.js", text="1", mime="text/javascript")
         for i in range(MAX_ORIGINS)
@@ -370,8 +373,17 @@ def test_the_command_imports_and_refuses_in_one_line(tmp_path: Path) -> None:
         ("cdn.site.example", 20.0, 3),
         ("stats.site.example", 15.0, 1),
     ]
+    es = good_entries()
+    es[1]["response"]["content"]["text"] = "<p>another page</p>"
+    write(tmp_path, har(es), "other.har")
+    digest = json.loads(shown.stdout)["digest"]
     cases = [
         (["pages", "import", "gone.har"], "quicbed: error: HAR gone.har: no such file"),
+        (
+            ["pages", "import", "other.har", "--name", "site", "--store", "pages"],
+            f"quicbed: error: page store pages: site exists with other content (digest "
+            f"{digest[:12]}); --force replaces it",
+        ),
         (
             ["pages", "import", "site.har", "--name", "Bad Name", "--store", "pages"],
             "quicbed: error: archive name 'Bad Name': use lower-case letters, digits, '.', "
@@ -385,3 +397,15 @@ def test_the_command_imports_and_refuses_in_one_line(tmp_path: Path) -> None:
     for argv, line in cases:
         cp = quicbed(*argv, cwd=tmp_path)
         assert (cp.returncode, cp.stderr) == (2, line + "\n"), argv
+    forced = quicbed(
+        "pages",
+        "import",
+        "other.har",
+        "--name",
+        "site",
+        "--store",
+        "pages",
+        "--force",
+        cwd=tmp_path,
+    )
+    assert forced.returncode == 0 and forced.stdout.startswith("site: replaced;")

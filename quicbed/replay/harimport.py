@@ -169,10 +169,10 @@ def _body(entry: dict[str, Any], url: str, status: int, method: str) -> bytes:
         raise QuicbedError(f"HAR entry {url}: body is not valid base64") from None
 
 
-def _read_entry(e: Any, reading: _Reading) -> None:
-    """Keep, skip (and count) or refuse one HAR entry."""
+def _read_entry(n: int, e: Any, reading: _Reading) -> None:
+    """Keep, skip (and count) or refuse the HAR's entry number ``n`` (from 0)."""
     if not isinstance(e, dict) or not isinstance(e.get("request"), dict):
-        raise QuicbedError("HAR entry without a request")
+        raise QuicbedError(f"HAR entry {n}: no request")
     req, resp = e["request"], e.get("response")
     url = str(req.get("url", "")).split("#", 1)[0]
     scheme = urlsplit(url).scheme.lower()
@@ -199,15 +199,15 @@ def _read_entry(e: Any, reading: _Reading) -> None:
             reading.upgrades.setdefault(url, location.split("#", 1)[0])
             return
         raise QuicbedError(f"HAR entry {url}: a replay serves https origins only")
+    key = (method, url)
+    if key in reading.seen:  # before the 304 check: a revalidation of a kept entry
+        reading.skipped["duplicate"] += 1
+        return
     if status == 304:
         raise QuicbedError(
             f"HAR entry {url}: 304 Not Modified has no body to replay; "
             "record with the cache disabled"
         )
-    key = (method, url)
-    if key in reading.seen:
-        reading.skipped["duplicate"] += 1
-        return
     reading.seen.add(key)
     body = _body(e, url, status, method)
     sha = hashlib.sha256(body).hexdigest()
@@ -288,8 +288,8 @@ def read_har(path: Path, name: str) -> tuple[Archive, dict[str, bytes]]:
     check_name(name)
     log, sha = _load(path)
     reading = _Reading()
-    for e in log["entries"]:
-        _read_entry(e, reading)
+    for n, e in enumerate(log["entries"]):
+        _read_entry(n, e, reading)
     if not reading.kept:
         raise QuicbedError(f"HAR {path}: no entry a replay can serve")
     main = _final(_main_url(log, path), reading, path)
