@@ -37,8 +37,6 @@ LAYERS = [
     ),
     # the link as data
     ("model", "model model.*"),
-    # real pages as data: replay archives, the page store, HAR imports and page models
-    ("replay", "replay replay.*"),
     # what runs on a testbed's three roles, without the testbed's life
     ("roles", "roles roles.*"),
     # the shapers, which act on the roles
