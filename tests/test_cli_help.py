@@ -22,7 +22,13 @@ from quicbed.cli.main import app
 
 WIDTH = 200
 #: the groups and every command, as ``quicbed`` spells them
-PATHS = [[], ["testbed"], ["link"], *(c.path.split() for c in cli_reference.commands())]
+PATHS = [
+    [],
+    ["testbed"],
+    ["link"],
+    ["pages"],
+    *(c.path.split() for c in cli_reference.commands()),
+]
 
 
 def _help(path: list[str], width: int = WIDTH) -> list[str]:
@@ -74,7 +80,9 @@ def test_the_description_is_wrapped_by_the_terminal(path: list[str]) -> None:
     assert not _hard_breaks(_description(lines), width), "\n".join(_description(lines))
 
 
-@pytest.mark.parametrize("path", [[], ["testbed"], ["link"]], ids=["quicbed", "testbed", "link"])
+@pytest.mark.parametrize(
+    "path", [[], ["testbed"], ["link"], ["pages"]], ids=["quicbed", "testbed", "link", "pages"]
+)
 def test_the_command_list_is_wrapped_by_the_terminal(path: list[str]) -> None:
     rows, width = _command_rows(_help(path))
     assert not _hard_breaks(rows, width), "\n".join(rows)

@@ -40,6 +40,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
 from quicbed.backends import get_backend
 from quicbed.cli import bulk as bulk_cli
+from quicbed.cli import pages as pages_cli
 from quicbed.cli import reproduce as reproduce_cli
 from quicbed.cli.options import (
     CC,
@@ -102,6 +103,7 @@ testbed_app = typer.Typer(
 link_app = typer.Typer(no_args_is_help=True, help="Link emulation and its fidelity receipt.")
 app.add_typer(testbed_app, name="testbed")
 app.add_typer(link_app, name="link")
+app.add_typer(pages_cli.app, name="pages")
 
 
 # --- testbed --------------------------------------------------------------------------

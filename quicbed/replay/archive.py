@@ -33,6 +33,9 @@ MANIFEST = "archive.json"
 BODIES = "bodies"
 #: where archives live unless QUICBED_PAGES says otherwise (imports and built models)
 DEFAULT_STORE = REPO_ROOT / "pages"
+#: the most origins one archive may have: the testbed gives each origin its own server
+#: address, and the server has 100 extra ones, 10.10.1.100-199 of the testbed's /24
+MAX_ORIGINS = 100
 
 #: response headers no arm serves as recorded (docs/replay.md, "The header rule")
 HOP_BY_HOP = frozenset(

@@ -18,14 +18,13 @@ from pathlib import Path
 
 from quicbed.certs import TestPKI
 from quicbed.errors import QuicbedError
-from quicbed.replay.archive import MANIFEST, Archive, find, load, store
+from quicbed.replay.archive import MANIFEST, MAX_ORIGINS, Archive, find, load, store
 from quicbed.roles.interface import PREFIX_LEN, SERVER_IP
 from quicbed.testbed.lifecycle import RPath, Testbed
 
-#: the host part of the first origin's address in the server's /24
+#: the host part of the first origin's address in the server's /24 (MAX_ORIGINS of
+#: them, ORIGIN_FIRST .. 199: quicbed.replay.archive, which the importer checks too)
 ORIGIN_FIRST = 100
-#: origins a testbed can give addresses to (ORIGIN_FIRST .. 199)
-MAX_ORIGINS = 100
 
 
 @dataclass(frozen=True)
