@@ -31,6 +31,7 @@ from quicbed.model.link import (
     make_condition,
     parse_queue,
 )
+from quicbed.replay import archive
 from quicbed.servers.webserver import Kind
 from quicbed.spec import workloads
 from quicbed.spec.arms import ArmSettings, own_pairs, pairs, parse_pairs
@@ -593,9 +594,14 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
         if c.transfer is not None:
             total += 2 * SPOT_CHECK_S + _transfer_seconds(c, rate)
             continue
-        page = pageset.pages[c.page]
-        nbytes = page.total_image_bytes(pageset.kb)
-        load = 4 * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
+        if c.replay is not None:  # a replayed page: its bytes, and round trips per level
+            found = archive.find(c.page)  # of its dependency tree (a guess: 8)
+            nbytes = archive.load(found, check_bodies=False).total_bytes() if found else 0
+            rtts = 8
+        else:
+            nbytes = pageset.pages[c.page].total_image_bytes(pageset.kb)
+            rtts = 4
+        load = rtts * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
         lossy = nbytes * 8 / (loss_bound_mbit(c.condition) * 1e6)
         load = min(max(3 * load, lossy), c.load_timeout_s)
         total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * (load + 0.5)
