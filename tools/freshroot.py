@@ -375,16 +375,7 @@ class FreshMachine:
 
     def sh(self, step: str, command: str, cwd: str = "/root") -> subprocess.CompletedProcess[str]:
         """One shell command in the chroot (as root, with only self.env), timed and logged."""
-        argv = [
-            "chroot",
-            str(self.root),
-            "/usr/bin/env",
-            "-i",
-            *(f"{k}={v}" for k, v in self.env.items()),
-            "/bin/sh",
-            "-c",
-            f"cd {cwd} && {command}",
-        ]
+        argv = self._in_root(f"cd {cwd} && {command}")
         t = time.monotonic()
         cp = self.nsenter(argv, timeout=self.timeouts.get(step, DEFAULT_STEP_TIMEOUT))
         took = time.monotonic() - t
@@ -429,17 +420,13 @@ class FreshMachine:
         return forced
 
     def sh_quiet(self, command: str) -> None:
-        argv = [
-            "chroot",
-            str(self.root),
-            "/usr/bin/env",
-            "-i",
-            *(f"{k}={v}" for k, v in self.env.items()),
-            "/bin/sh",
-            "-c",
-            f"cd {CHROOT_REPO} 2>/dev/null || cd /; {command}",
-        ]
-        self.nsenter(argv, timeout=120)
+        """A teardown's command: from the checkout where there is one, not logged."""
+        self.nsenter(self._in_root(f"cd {CHROOT_REPO} 2>/dev/null || cd /; {command}"), 120)
+
+    def _in_root(self, script: str) -> list[str]:
+        """``script`` run by sh in the root, as root, with only self.env."""
+        env = (f"{k}={v}" for k, v in self.env.items())
+        return ["chroot", str(self.root), "/usr/bin/env", "-i", *env, "/bin/sh", "-c", script]
 
     def remove(self) -> None:
         """Delete the root, never across a file system boundary (a mount left behind)."""
