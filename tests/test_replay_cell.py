@@ -107,9 +107,12 @@ def test_a_cell_names_an_archive_by_name_and_is_identified_by_its_content(
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.parametrize("browser", ["chromium", "firefox"])
 def test_a_replayed_page_is_served_per_origin_and_verified_per_request_on_both_arms(
-    shared_links: SharedLinks, page_store: Path, tmp_path: Path
+    shared_links: SharedLinks, page_store: Path, tmp_path: Path, browser: str
 ) -> None:
+    """In Chromium (its resolver rules) and in Firefox (its driver's resolver overrides
+    and alt-svc mappings), every origin at its own address on both arms."""
     a = three_origins(page_store)
     cfg = make_cell(
         condition=make_condition(rate_mbit=10, rtt_ms=36),
@@ -117,6 +120,7 @@ def test_a_replayed_page_is_served_per_origin_and_verified_per_request_on_both_a
         arms=["h2", "h3"],
         runs=3,
         warmup=1,
+        browser=browser,
     )
     r = shared_links.run_cell(cfg, tmp_path / "res")
     assert r.status == "done", r

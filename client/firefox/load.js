@@ -8,7 +8,7 @@
 //   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "context": "...", "started_at": ms,
 //       "clearing": {...}, "connections_closed": {...}}
 //
-//   node load.js PORT HOST SERVER_IP
+//   node load.js PORT HOST SERVER_IP [HOST2 IP2 ...]   (a replayed page: every origin)
 //
 // Firefox is started by quicbed (quicbed/client/firefox.py) with a throwaway profile
 // (user.js: HTTP/3 forced to the test origin or turned off, everything that calls home
@@ -53,7 +53,12 @@
 const readline = require('readline');
 const WebSocket = require('ws');
 
-const [port, HOST, SERVER_IP] = process.argv.slice(2);
+const [port, ...pairs] = process.argv.slice(2);
+// every host the page names and the address it is served at (the test host, or each
+// origin of a replayed page); the first is the page's own
+const MAPS = [];
+for (let i = 0; i + 1 < pairs.length; i += 2) MAPS.push([pairs[i], pairs[i + 1]]);
+const HOSTS = MAPS.map(([h]) => h);
 // after the load event and every request's end: a margin for the last BiDi events
 const SETTLE_MS = 20;
 // how long the closed connections get to leave nsIDashboard's list: an HTTP/3
@@ -151,10 +156,10 @@ const CLEARING = {
     connections: 'net:prune-all-connections, awaited in nsIDashboard',
 };
 
-// HOST's connections in nsIDashboard: [{port, httpVersion, active, idle, half_open}]
+// the page's hosts' connections in nsIDashboard: [{port, httpVersion, active, idle, half_open}]
 const CONNECTIONS = `new Promise((resolve) => {
   Cc["@mozilla.org/network/dashboard;1"].getService(Ci.nsIDashboard).requestHttpConnections((d) => {
-    resolve(JSON.stringify((d.connections || []).filter((c) => c.host === ${JSON.stringify(HOST)})
+    resolve(JSON.stringify((d.connections || []).filter((c) => ${JSON.stringify(HOSTS)}.includes(c.host))
       .map((c) => ({port: c.port, httpVersion: c.httpVersion, active: c.active.length,
         idle: c.idle.length, half_open: (c.dnsAndSocks || []).length}))
       .filter((c) => c.active || c.idle || c.half_open)));
@@ -387,7 +392,7 @@ async function main() {
     if (!tree.contexts.length) throw new Error('no chrome context: was Firefox started with --remote-allow-system-access?');
     chrome = tree.contexts[0].context;
     initial = (await send('browsingContext.getTree', {maxDepth: 0})).contexts[0].context;
-    await evaluate(chrome, MAP_HOST(HOST, SERVER_IP));
+    for (const [host, ip] of MAPS) await evaluate(chrome, MAP_HOST(host, ip));
     await send('network.setCacheBehavior', {cacheBehavior: 'bypass'});
     await send('session.subscribe', {events: ['network.beforeRequestSent', 'network.responseCompleted', 'network.fetchError']});
     await evaluate(chrome, ALTSVC_INIT);

@@ -157,7 +157,10 @@ def prefs(spec: BrowserSpec) -> dict[str, bool | int | str]:
         out.update(
             {
                 "network.http.http3.enable": True,
-                "network.http.http3.alt-svc-mapping-for-testing": f"{spec.host};h3=:{spec.port}",
+                # every origin of the page to the arm's UDP port (comma-separated)
+                "network.http.http3.alt-svc-mapping-for-testing": ",".join(
+                    f"{host};h3=:{spec.port}" for host, _ in spec.host_map()
+                ),
                 "network.http.http3.disable_when_third_party_roots_found": False,
                 "network.http.http3.fallback_to_h2_on_error": False,
                 "network.http.http3.enable_0rtt": True,
@@ -189,6 +192,8 @@ class Firefox(Browser):
     label = "Firefox"
     protocols = ("h2", "h3")
     trusts_ca = True
+    #: its driver maps every origin of a replayed page in Firefox's own resolver
+    replays = True
     qlog = True
     #: neqo hands Firefox a session ticket (a "resumption token") when a NEW_TOKEN frame
     #: arrives, or 3 PTO after the ticket on a timer that it does not schedule itself
@@ -274,7 +279,10 @@ class Firefox(Browser):
                     )
                 time.sleep(0.02)
         load_js = tb.repo_dir("client") / "client" / "firefox" / "load.js"
-        self._start_driver(["node", str(load_js), str(port), spec.host, spec.server_ip])
+        # each host the page names and its address (Firefox's resolver takes no port:
+        # the arm's UDP port is in the alt-svc mapping)
+        maps = [x for host, at in spec.host_map() for x in (host, at.split(":")[0])]
+        self._start_driver(["node", str(load_js), str(port), *maps])
 
     def check_hello(self, hello: dict[str, Any]) -> None:
         if not self.version.startswith("Firefox/"):

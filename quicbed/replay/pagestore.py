@@ -10,13 +10,15 @@ yesterday must not silently become another page today.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
 from typing import Literal
 
 from quicbed.errors import QuicbedError
-from quicbed.replay.archive import MANIFEST, Archive, load, save
+from quicbed.replay import corpus, models
+from quicbed.replay.archive import MANIFEST, Archive, find, load, save, store
 
 Put = Literal["new", "unchanged", "replaced"]
 
@@ -76,3 +78,21 @@ def get(store: Path, name: str, *, check_bodies: bool = True) -> Archive:
         have = ", ".join(names(store)) or "none"
         raise QuicbedError(f"page store {store}: no archive {name!r} (stored: {have})")
     return load(store / name, check_bodies=check_bodies)
+
+
+@functools.cache
+def _model_names() -> frozenset[str]:
+    """The page models' names (workloads/replay-models.yaml), read once per process."""
+    return frozenset(models.load().models)
+
+
+def ensure(name: str) -> Path | None:
+    """The folder of the stored archive ``name``; a page model that is not stored yet
+    is built into the store first (the same bytes on every machine, in well under a
+    second), so ``--page p50`` needs no ``quicbed pages build``. None: neither."""
+    folder = find(name)
+    if folder is None and name in _model_names():
+        built, bodies = corpus.build(name, models.load())
+        put(built, bodies, store())
+        folder = find(name)
+    return folder

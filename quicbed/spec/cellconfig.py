@@ -30,7 +30,7 @@ from pydantic import (
 from quicbed.client import get_browser
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.model.link import LinkCondition
-from quicbed.replay import archive
+from quicbed.replay import archive, pagestore
 from quicbed.roles.offloads import check_shaper, parse
 from quicbed.servers import get_stack, stacks
 from quicbed.servers.webserver import Arm, Kind
@@ -253,7 +253,7 @@ class CellConfig(BaseModel):
         if not isinstance(data, dict) or data.get("replay") or data.get("kind", "page") != "page":
             return data
         page = data.get("page")
-        if isinstance(page, str) and archive.find(page) is not None:
+        if isinstance(page, str) and pagestore.ensure(page) is not None:
             if page in workloads.load().pages:
                 raise ValueError(
                     f"page {page!r} is both a page of workloads/pages.yaml and a replay "
