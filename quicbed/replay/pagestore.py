@@ -96,3 +96,8 @@ def ensure(name: str) -> Path | None:
         put(built, bodies, store())
         folder = find(name)
     return folder
+
+
+def known() -> list[str]:
+    """Every replayed page a cell may name: the store's archives and the page models."""
+    return sorted(set(names(store())) | _model_names())

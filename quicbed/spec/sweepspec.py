@@ -407,10 +407,10 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
     for name, sc in spec.scenarios.items():
         where = f"{source}: scenarios.{name}"
         for page in sc.pages or []:
-            if page not in pageset.pages:
-                raise QuicbedError(
-                    f"{where}.pages: unknown page {page!r} (defined: {', '.join(pageset.pages)})"
-                )
+            try:
+                workloads.check_page(page, pageset)
+            except QuicbedError as exc:
+                raise QuicbedError(f"{where}.pages: {exc}") from None
         for rate, delay, (loss, down, up), jitter, queue, work, offl in itertools.product(
             sc.rate,
             sc.delays(),

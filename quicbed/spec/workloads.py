@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.paths import REPO_ROOT
+from quicbed.replay import pagestore
 from quicbed.yamlfile import read_yaml
 
 PAGES_FILE = REPO_ROOT / "workloads" / "pages.yaml"
@@ -124,10 +125,14 @@ def load(path: Path = PAGES_FILE) -> PageSet:
 
 
 def check_page(name: str, pageset: PageSet | None = None) -> str:
-    """The page name if defined, else an error that lists the defined ones."""
+    """The page name if defined (a page of the page set, an archive of the page store
+    or a page model, quicbed.replay), else an error that lists the defined ones."""
     ps = pageset or load()
-    if name not in ps.pages:
-        raise QuicbedError(f"unknown page {name!r} (defined: {', '.join(ps.pages)})")
+    if name not in ps.pages and pagestore.ensure(name) is None:
+        raise QuicbedError(
+            f"unknown page {name!r} (defined: {', '.join(ps.pages)}; replayed pages: "
+            f"{', '.join(pagestore.known()) or 'none'}, quicbed pages list)"
+        )
     return name
 
 
