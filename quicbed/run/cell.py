@@ -864,7 +864,7 @@ class _Job:
             lt.page_started(result.get("har"))
             rig.tracing.end(lt)
             rig.loads.append((f"{self.cell_id}:{self.attempt}:{arm}:{rep}", lt))
-        m = har.metrics(result.get("har"), result.get("nav"), cfg.host)
+        m = har.metrics(result.get("har"), result.get("nav"), cfg.host, result.get("paint"))
         offl_facts, offl_reasons = offl.end()
         facts.update(offl_facts)
         return _PageLoad(arm, rep, warm, result, m, facts, cpu, proof, counters, lt, offl_reasons)
@@ -906,6 +906,8 @@ class _Job:
             dns_ms=m.get("dns_ms"),
             nav_load_ms=m.get("nav_load_ms"),
             ttfb_ms=m.get("ttfb_ms"),
+            fcp_ms=m.get("fcp_ms"),
+            lcp_ms=m.get("lcp_ms"),
             objects=m.get("objects"),
             bytes=m.get("bytes"),
             protocols=m.get("protocols"),
@@ -1096,6 +1098,9 @@ def _run_detail(rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> dict[str,
         **{k: result[k] for k in ("clearing", "connections_closed") if result.get(k)},
         "main_connect_ms": m.get("main_connect_ms"),
         "main_ssl_ms": m.get("main_ssl_ms"),
+        # the driver's paint record (LCP element, why a figure is null), requests and
+        # bytes per origin and per protocol (har.metrics)
+        **{k: m.get(k) for k in ("paint", "by_origin", "by_protocol")},
         "link": {
             "generation": load.generation,
             "receipt": proven.receipt.created,
