@@ -351,7 +351,11 @@ BROWSERS: dict[str, tuple[type[Browser], str, str, dict[str, Any]]] = {
 
 @pytest.mark.root
 @pytest.mark.browser
-@pytest.mark.parametrize("name", list(BROWSERS))
+@pytest.mark.parametrize(
+    "name",
+    # Firefox's start and three loads took 3.9-5.2 s here, Chromium's 1.9-3.4 s
+    [pytest.param(n, marks=pytest.mark.slow) if n == "firefox" else n for n in BROWSERS],
+)
 def test_the_drivers_read_fcp_and_lcp_in_a_real_browser(served: Served, name: str) -> None:
     """Two loads of the paint page (the kept tab, then a fresh context) and one of the
     synthetic 5 KB page: FCP from the heading before LCP from the image, the LCP element

@@ -365,7 +365,11 @@ async function load(cmd) {
         const {har, problems} = buildHar(cmd.url, order.map((id) => requests.get(id)), perf, version);
         // after the HAR (recording stopped): a failed read is "paint": {error}, no failure
         let paint;
-        try { paint = JSON.parse(await evaluate(tab.context, PAINT)); } catch (e) { paint = {error: `paint read failed: ${e.message || e}`}; }
+        try {
+            paint = JSON.parse(await evaluate(tab.context, PAINT));
+        } catch (e) {
+            paint = {error: `paint read failed: ${e.message || e}`};
+        }
         const unfinished = [...requests.values()].filter((r) => !r.done).map((r) => r.request.url);
         if (unfinished.length) problems.push(`requests without an end: ${unfinished.join(', ')}`);
         return {ok: problems.length === 0, error: problems.length ? problems.join('; ') : null, har, nav: perf.nav,
