@@ -3,8 +3,8 @@
 // on request, one JSON command per stdin line, one JSON result per stdout line:
 //
 //   {"cmd": "load", "url": "https://quicbed.test/5kb/", "fresh_context": false, "timeout_ms": 60000}
-//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "context": "...", "started_at": ms,
-//       "clearing": {"cache": "chrome.benchmarking.clearCache", ...}}
+//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "paint": {...}, "context": "...",
+//       "started_at": ms, "clearing": {"cache": "chrome.benchmarking.clearCache", ...}}
 //
 //   node load.js PORT [--fallbacks]
 //
@@ -17,7 +17,9 @@
 // connections, and quicbed asks the server's kernel what the load's TCP connections
 // ran (their congestion control) after the load returns. Disposed at once, an h2
 // load had nothing left to ask about and was judged invalid.
-// The HAR is built from the CDP events with chrome-har-capturer's fromLog.
+// The HAR is built from the CDP events with chrome-har-capturer's fromLog. "paint" is
+// the page's first contentful paint and largest contentful paint, read in the page
+// after the load (client/paint.js says what and when; Chromium 72 has no LCP: null).
 //
 // "clearing" says, per step, what cleared it before the load: the chrome.benchmarking
 // function, a fallback (below), or null with the reason in "clearing_skipped".
@@ -48,6 +50,7 @@ const fs = require('fs');
 const {execFileSync} = require('child_process');
 const CDP = require('chrome-remote-interface');
 const CHC = require('chrome-har-capturer');
+const {PAINT} = require('./paint');
 
 const port = parseInt(process.argv[2], 10);
 const FALLBACKS = process.argv.slice(3).includes('--fallbacks');
@@ -79,6 +82,17 @@ const SKIPPED = {
 };
 
 const NAV = `JSON.stringify(performance.getEntriesByType('navigation')[0] || null)`;
+
+// the paint metrics (client/paint.js); a failed read is the load's "paint": {error},
+// never a load failure nor a number
+async function readPaint(client) {
+    const r = await client.Runtime.evaluate({expression: PAINT, awaitPromise: true, returnByValue: true});
+    if (r.exceptionDetails) {
+        const ex = r.exceptionDetails;
+        return {error: `paint read failed: ${(ex.exception && ex.exception.description) || ex.text}`};
+    }
+    return JSON.parse(r.result.value);
+}
 
 // --- closing the browser's connections from outside (the fallback) --------------------
 function sh(argv) {
@@ -293,12 +307,14 @@ async function load(cmd) {
         await new Promise((r) => setTimeout(r, SETTLE_MS));
         const navTiming = await client.Runtime.evaluate({expression: NAV, returnByValue: true});
         const har = await CHC.fromLog(cmd.url, events);
-        return {ok: true, error: null, har, nav: JSON.parse(navTiming.result.value || 'null'),
+        // after the HAR: a request the page makes while its paint is read is not the load's
+        const paint = await readPaint(client);
+        return {ok: true, error: null, har, nav: JSON.parse(navTiming.result.value || 'null'), paint,
             context: tab.contextId || 'default', target: tab.targetId, started_at, ...report(cleared)};
     } catch (e) {
         let har = null;
         try { har = await CHC.fromLog(cmd.url, events); } catch (e2) { /* incomplete log */ }
-        return {ok: false, error: String(e.message || e), har, nav: null,
+        return {ok: false, error: String(e.message || e), har, nav: null, paint: null,
             context: tab.contextId || 'default', target: tab.targetId, started_at, ...report(cleared)};
     } finally {
         for (const o of off) { if (typeof o === 'function') o(); }

@@ -47,6 +47,7 @@ NEEDS: dict[str | tuple[str, str], frozenset[str]] = {
     "cell_1mb_full": frozenset({ROOT, BROWSER, SLOW}),
     "shared_links": frozenset({ROOT}),
     ("test_chromium72.py", "served"): frozenset({ROOT, BROWSER}),
+    ("test_paint.py", "served"): frozenset({ROOT, BROWSER}),
     ("test_package.py", "sweep"): frozenset({ROOT, BROWSER, SLOW}),
     ("test_shard_merge.py", "folders"): frozenset({ROOT, BROWSER, SLOW}),
     ("test_ssh_testbed.py", "lab"): frozenset({ROOT, SLOW}),

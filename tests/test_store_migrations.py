@@ -24,7 +24,10 @@ V1_TABLES = ("meta", "cells", "attempts", "runs", "receipts", "link_spans")
 
 #: version 1's columns of the tables later versions widened
 V1_COLUMNS = {
-    "attempts": "cell_id, attempt, started, finished, status, problem, receipt, provenance"
+    "attempts": "cell_id, attempt, started, finished, status, problem, receipt, provenance",
+    "runs": "run_id, cell_id, attempt, arm, rep, seq, warmup, valid, reason, plt_ms, "
+    "onload_ms, dns_ms, nav_load_ms, ttfb_ms, objects, bytes, protocols, used_0rtt, "
+    "tls_resumed, har_path, started, detail",
 }
 
 
@@ -106,6 +109,22 @@ def test_version_4_reads_an_old_failures_reason_from_its_words(v1: Path) -> None
     assert first.status == "failed" and first.reason == "link-out-of-tolerance"
     assert second.status == "done" and second.reason is None
     assert first.waited_s is None and second.waited_s is None
+
+
+def test_version_5_reads_no_paint_for_old_loads(v1: Path) -> None:
+    """Loads stored before the paint columns read fcp_ms and lcp_ms as null (never 0),
+    through a writable and a read-only open alike; their PLTs are unchanged."""
+    for opener in (Store.open_readonly, Store):
+        store = opener(v1)
+        try:
+            runs = store.all_runs()
+            assert len(runs) == 4 and all(r.plt_ms is not None for r in runs)
+            assert {(r.fcp_ms, r.lcp_ms) for r in runs} == {(None, None)}
+            cid = runs[0].cell_id
+            assert store.values(cid, 2, "h2", "lcp_ms") == []
+            assert store.values(cid, 2, "h2", "plt_ms") == store.plts(cid, 2, "h2") != []
+        finally:
+            store.close()
 
 
 def test_a_read_only_open_migrates_a_copy_and_leaves_the_file(v1: Path) -> None:

@@ -5,8 +5,8 @@
 // stdout line:
 //
 //   {"cmd": "load", "url": "https://quicbed.test/5kb/", "fresh_context": false, "timeout_ms": 60000}
-//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "context": "...", "started_at": ms,
-//       "clearing": {...}, "connections_closed": {...}}
+//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "paint": {...}, "context": "...",
+//       "started_at": ms, "clearing": {...}, "connections_closed": {...}}
 //
 //   node load.js PORT HOST SERVER_IP [HOST2 IP2 ...]   (a replayed page: every origin)
 //
@@ -49,9 +49,13 @@
 // start, the page's timeOrigin); docs/browsers.md says how that differs from
 // chrome-har-capturer's onLoad. data: URLs are left out (the page's favicon is one),
 // as chrome-har-capturer leaves them out.
+// "paint" is the page's first contentful paint and largest contentful paint, read in the
+// page after the load by the expression client/load.js uses (client/paint.js says what
+// and when).
 
 const readline = require('readline');
 const WebSocket = require('ws');
+const {PAINT} = require('../paint');
 
 const [port, ...pairs] = process.argv.slice(2);
 // every host the page names and the address it is served at (the test host, or each
@@ -364,10 +368,17 @@ async function load(cmd) {
         recording = false;
         const perf = JSON.parse(await evaluate(tab.context, PERF));
         const {har, problems} = buildHar(cmd.url, order.map((id) => requests.get(id)), perf, version);
+        // after the HAR (recording stopped): a failed read is "paint": {error}, no failure
+        let paint;
+        try {
+            paint = JSON.parse(await evaluate(tab.context, PAINT));
+        } catch (e) {
+            paint = {error: `paint read failed: ${e.message || e}`};
+        }
         const unfinished = [...requests.values()].filter((r) => !r.done).map((r) => r.request.url);
         if (unfinished.length) problems.push(`requests without an end: ${unfinished.join(', ')}`);
         return {ok: problems.length === 0, error: problems.length ? problems.join('; ') : null, har, nav: perf.nav,
-            ...base, connections_closed: closed};
+            paint, ...base, connections_closed: closed};
     } catch (e) {
         recording = false;
         let har = null;
@@ -376,7 +387,7 @@ async function load(cmd) {
         } catch (e2) { /* incomplete */ }
         // stop whatever is still loading, so the next load starts from a blank tab
         try { await send('browsingContext.navigate', {context: tab.context, url: 'about:blank', wait: 'none'}); } catch (e3) { /* gone */ }
-        return {ok: false, error: String(e.message || e), har, nav: null, ...base, connections_closed: closed};
+        return {ok: false, error: String(e.message || e), har, nav: null, paint: null, ...base, connections_closed: closed};
     } finally {
         listeners.delete(listener);
         if (cmd.fresh_context) spent = tab;

@@ -93,12 +93,14 @@ def compare(
     test: str = "welch",
     reference_arm: str = "h2",
     candidate_arm: str = "h3",
+    sample: str = "valid runs",
 ) -> Comparison:
     """The comparison of two samples of one cell (the valid, non-warm-up PLTs of two
     arms). Fewer valid runs than ``min_valid(planned)`` in either arm: no number, a
     problem. Both tests are always computed (the table shows both); ``p`` is ``test``'s.
     ``planned`` may differ per sample, (reference, candidate), when they come from two
-    cells (0-RTT against 1-RTT)."""
+    cells (0-RTT against 1-RTT). ``sample`` names what the samples count, for the
+    problem of too few (a metric other than PLT: "valid runs with lcp_ms")."""
     if test not in TESTS:
         raise ValueError(f"unknown test {test!r} ({', '.join(TESTS)})")
     t, q = summarize(reference_arm, reference), summarize(candidate_arm, candidate)
@@ -119,7 +121,7 @@ def compare(
             enough=False,
             alpha=alpha,
             test=test,
-            problem=f"too few valid runs in {', '.join(s.arm for s, _ in short)} ({counts})",
+            problem=f"too few {sample} in {', '.join(s.arm for s, _ in short)} ({counts})",
         )
     assert t.mean is not None and q.mean is not None
     pct = (t.mean - q.mean) / q.mean * 100

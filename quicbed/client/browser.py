@@ -13,8 +13,8 @@ outside this package names a browser's specifics; the spec asks the registry
 
 A load's result is the same for every browser: ``ok``, ``error``, a HAR 1.2 that
 quicbed.client.har.metrics reads, the Navigation Timing entry of the page (``nav``),
-the browser context it ran in, and what cleared the browser's state before it
-(``clearing``).
+its paint metrics (``paint``: FCP and LCP, client/paint.js), the browser context it
+ran in, and what cleared the browser's state before it (``clearing``).
 """
 
 from __future__ import annotations

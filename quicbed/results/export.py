@@ -1,8 +1,9 @@
 """Tidy export: one row per load with every parameter, for pandas users.
 
 Columns are named, never positional: the condition, the cell settings, the run's
-validity and reason, PLT and its companions, and what the link and the host did during
-the load (quicbed.results.linkload). Refuses to overwrite unless asked.
+validity and reason, PLT and its companions (TTFB, FCP and LCP with the LCP element's
+tag and size), and what the link and the host did during the load
+(quicbed.results.linkload). Refuses to overwrite unless asked.
 A second table, ``transport-params``, has a row per connection and side of every QUIC
 load and flow: the transport parameters each end advertised (quicbed.results.advertised).
 """
@@ -50,6 +51,10 @@ COLUMNS = [
     "dns_ms",
     "nav_load_ms",
     "ttfb_ms",
+    "fcp_ms",
+    "lcp_ms",
+    "lcp_element",
+    "lcp_size",
     "objects",
     "bytes",
     "protocols",
@@ -66,6 +71,13 @@ COLUMNS = [
 def _flat(v: Any) -> Any:
     """Flags as 0/1, as the store keeps them: the table's types do not follow Python's."""
     return int(v) if isinstance(v, bool) else v
+
+
+def _lcp_element(detail: dict[str, Any]) -> dict[str, Any]:
+    """The LCP element's tag and size (CSS px squared) from a load's paint record; None
+    where no LCP was read (or the store predates it)."""
+    lcp = (detail.get("paint") or {}).get("lcp") or {}
+    return {"lcp_element": lcp.get("element"), "lcp_size": lcp.get("size")}
 
 
 def rows(root: Path) -> list[dict[str, Any]]:
@@ -98,6 +110,8 @@ def rows(root: Path) -> list[dict[str, Any]]:
                                     "dns_ms",
                                     "nav_load_ms",
                                     "ttfb_ms",
+                                    "fcp_ms",
+                                    "lcp_ms",
                                     "objects",
                                     "bytes",
                                     "used_0rtt",
@@ -130,6 +144,7 @@ def rows(root: Path) -> list[dict[str, Any]]:
                             "protocols": ",".join(r.protocols or []),
                             "main_connect_ms": detail.get("main_connect_ms"),
                             "main_ssl_ms": detail.get("main_ssl_ms"),
+                            **_lcp_element(detail),
                             **link_figures(load_proof(detail)),
                         }
                     )

@@ -31,7 +31,20 @@ class RunRow(BaseModel):
     onload_ms: float | None = None
     dns_ms: float | None = None
     nav_load_ms: float | None = Field(default=None, description="Navigation Timing loadEventEnd")
-    ttfb_ms: float | None = None
+    ttfb_ms: float | None = Field(
+        default=None, description="Navigation Timing responseStart of the main document"
+    )
+    fcp_ms: float | None = Field(
+        default=None,
+        description="first contentful paint after the navigation's time origin (None: "
+        "nothing contentful painted, or not read: client/paint.js)",
+    )
+    lcp_ms: float | None = Field(
+        default=None,
+        description="largest contentful paint after the navigation's time origin, read "
+        "after onload (None: nothing contentful painted, no LCP in the browser, or a "
+        "store older than schema 5)",
+    )
     objects: int | None = None
     bytes: int | None = None
     protocols: list[str] | None = Field(

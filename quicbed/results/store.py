@@ -21,6 +21,9 @@ Schema versions (``meta.schema_version``); MIGRATIONS[n] takes version n to n + 
   4: attempts.reason (why an attempt failed, as quicbed.results.folder.FailureReason's
      code; filled from the problem's words for older attempts) and attempts.waited_s
      (seconds the attempt waited for a quiet host).
+  5: runs.fcp_ms and runs.lcp_ms, a load's first and largest contentful paint (ms after
+     the navigation's time origin, read by the page-load driver: client/paint.js);
+     NULL for the loads of older stores, which never read them.
 A writable store of an older version is migrated when it is opened, in one
 transaction (a migration that stops leaves the store as it was); a read-only open
 migrates an in-memory copy and leaves the file untouched. A newer version is refused.
@@ -42,8 +45,15 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.results.rows import AttemptRow, RunRow
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DB_NAME = "store.sqlite"
+
+#: the runs columns a comparison can be drawn on (``values``; quicbed.analysis.cells):
+#: per-load times in ms, NULL where a load has none (an old store's fcp_ms and lcp_ms,
+#: a page that painted nothing contentful)
+METRICS = ("plt_ms", "fcp_ms", "lcp_ms", "ttfb_ms", "nav_load_ms", "onload_ms")
+#: what a comparison is drawn on unless asked otherwise (the reference study's PLT)
+DEFAULT_METRIC = "plt_ms"
 
 #: version 1's tables (IF NOT EXISTS: early version-1 stores lack receipts and link_spans,
 #: which were added without a version bump; the migration to 2 adds them too)
@@ -146,6 +156,10 @@ UPDATE attempts SET reason = CASE
     WHEN problem LIKE 'the link changed during the cell%' THEN 'link-changed'
     ELSE 'other' END
   WHERE status = 'failed';
+""",
+    4: """
+ALTER TABLE runs ADD COLUMN fcp_ms REAL;          -- first contentful paint, ms
+ALTER TABLE runs ADD COLUMN lcp_ms REAL;          -- largest contentful paint, ms
 """,
 }
 
@@ -284,6 +298,14 @@ def table_rows(db: Path) -> Iterator[tuple[str, tuple[Any, ...]]]:
                 yield t, tuple(row)
     finally:
         con.close()
+
+
+def check_metric(metric: str) -> str:
+    """``metric`` if a comparison can be drawn on it (METRICS), else an error naming the
+    choices: the name goes into SQL, so nothing else ever does."""
+    if metric not in METRICS:
+        raise QuicbedError(f"unknown metric {metric!r} (one of {', '.join(METRICS)})")
+    return metric
 
 
 #: the columns of each table that hold JSON; every reader gets them decoded (None if empty)
@@ -621,9 +643,16 @@ class Store:
 
     def plts(self, cell_id: str, attempt: int, arm: str) -> list[float]:
         """PLTs of the valid, non-warm-up runs of one arm: the only input to statistics."""
+        return self.values(cell_id, attempt, arm, DEFAULT_METRIC)
+
+    def values(self, cell_id: str, attempt: int, arm: str, metric: str) -> list[float]:
+        """``metric`` (one of METRICS) of the valid, non-warm-up runs of one arm that have
+        it, by repetition: the input to statistics. A load without the figure (NULL: an
+        LCP not measured) is left out, so a sample may be smaller than the valid runs."""
+        check_metric(metric)
         rows = self.db.execute(
-            "SELECT plt_ms FROM runs WHERE cell_id=? AND attempt=? AND arm=? AND valid=1 "
-            "AND warmup=0 ORDER BY rep",
+            f"SELECT {metric} FROM runs WHERE cell_id=? AND attempt=? AND arm=? AND valid=1 "
+            f"AND warmup=0 AND {metric} IS NOT NULL ORDER BY rep",
             (cell_id, attempt, arm),
         )
         return [float(r[0]) for r in rows]

@@ -871,7 +871,9 @@ class _Job:
         proof = watch.end(own_cpu_ms=own_cpu_ms(self.tb, [cpu]))
         proof.facts["replacement"] = replacement
         counters = rig.net.since(net_mark)
-        m = har.metrics(result.get("har"), result.get("nav"), rig.page["hosts"])
+        m = har.metrics(
+            result.get("har"), result.get("nav"), rig.page["hosts"], result.get("paint")
+        )
         # a replayed page has no fixed object count: the load's own requests
         facts = _server_facts(srv, rig.page["objects"] or m.get("objects") or 0)
         facts.update(srv.observe())
@@ -920,6 +922,8 @@ class _Job:
             dns_ms=m.get("dns_ms"),
             nav_load_ms=m.get("nav_load_ms"),
             ttfb_ms=m.get("ttfb_ms"),
+            fcp_ms=m.get("fcp_ms"),
+            lcp_ms=m.get("lcp_ms"),
             objects=m.get("objects"),
             bytes=m.get("bytes"),
             protocols=m.get("protocols"),
@@ -1110,6 +1114,9 @@ def _run_detail(rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> dict[str,
         **{k: result[k] for k in ("clearing", "connections_closed") if result.get(k)},
         "main_connect_ms": m.get("main_connect_ms"),
         "main_ssl_ms": m.get("main_ssl_ms"),
+        # the driver's paint record (LCP element, why a figure is null), requests and
+        # bytes per origin and per protocol (har.metrics)
+        **{k: m.get(k) for k in ("paint", "by_origin", "by_protocol")},
         "link": {
             "generation": load.generation,
             "receipt": proven.receipt.created,
