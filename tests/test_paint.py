@@ -86,7 +86,7 @@ def _har(*entries: dict[str, Any]) -> dict[str, Any]:
 # --- figures of one load ----------------------------------------------------------------------
 def test_a_load_carries_fcp_and_lcp_and_keeps_the_paint_record() -> None:
     har = _har(_entry(f"https://{HOST}/paint/", "h2", 300, 700))
-    m = metrics(har, {"loadEventEnd": 160, "responseStart": 30}, HOST, PAINT)
+    m = metrics(har, {"loadEventEnd": 160, "responseStart": 30}, {HOST}, PAINT)
     assert (m["fcp_ms"], m["lcp_ms"], m["ttfb_ms"]) == (41.25, 96.5, 30)
     assert m["paint"]["lcp"]["element"] == "IMG" and m["paint"]["problems"] == []
     # a paint figure never decides whether a load counts
@@ -98,11 +98,11 @@ def test_a_load_carries_fcp_and_lcp_and_keeps_the_paint_record() -> None:
         "lcp": None,
         "why_null": {"fcp_ms": "no first-contentful-paint entry"},
     }
-    m = metrics(har, None, HOST, nothing)
+    m = metrics(har, None, {HOST}, nothing)
     assert m["fcp_ms"] is None and m["lcp_ms"] is None
     assert verify(m, arm="h2", host=HOST, expected_objects=1, expected_bytes=300) == []
     # a HAR alone (quicbed verify recomputes from it) has no paint record: null, not 0
-    m = metrics(har, None, HOST)
+    m = metrics(har, None, {HOST})
     assert m["fcp_ms"] is None and m["lcp_ms"] is None and m["paint"] is None
 
 
@@ -133,7 +133,7 @@ def test_requests_and_bytes_per_origin_and_per_protocol() -> None:
         _entry(f"https://{CDN}/img.png", "h3", 5000),  # transfer size unknown (-1)
         _entry(f"https://{CDN}/font.woff2", "http/2.0", 2000, 2100),
     )
-    m = metrics(har, None, HOST, PAINT)
+    m = metrics(har, None, {HOST}, PAINT)
     assert m["by_origin"] == {
         f"https://{CDN}": {
             "requests": 2,
@@ -160,6 +160,7 @@ def test_requests_and_bytes_per_origin_and_per_protocol() -> None:
     # the entries themselves are as before: the tallies are computed beside them
     assert set(m["entries"][0]) == {
         "url",
+        "method",
         "host",
         "status",
         "protocol",
@@ -172,6 +173,7 @@ def test_requests_and_bytes_per_origin_and_per_protocol() -> None:
         "wait",
         "receive",
         "time",
+        "replay",
     }
 
 
@@ -387,7 +389,7 @@ def test_the_drivers_read_fcp_and_lcp_in_a_real_browser(served: Served, name: st
         assert r["ok"], r["error"]
         assert r["paint"]["visibility"] == "visible" and "error" not in r["paint"]
         assert r["paint"]["waited_ms"] >= 50  # two frames and PAINT_SETTLE_MS (paint.js)
-    figures = [metrics(r["har"], r["nav"], HOST, r["paint"]) for r in loads]
+    figures = [metrics(r["har"], r["nav"], {HOST}, r["paint"]) for r in loads]
     for m, r in zip(figures[:2], loads[:2], strict=True):
         assert m["paint"]["problems"] == []
         fcp, lcp, ttfb, read = m["fcp_ms"], m["lcp_ms"], m["ttfb_ms"], r["paint"]["read_ms"]
