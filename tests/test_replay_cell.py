@@ -145,6 +145,53 @@ def test_a_replayed_page_is_served_per_origin_and_verified_per_request_on_both_a
         store.close()
 
 
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_envoy_replays_the_page_beside_apache_and_quic_go(
+    shared_links: SharedLinks, page_store: Path, tmp_path: Path
+) -> None:
+    """The three-origin page on h2, h3 and h3-envoy (Google QUICHE, on the second QUIC
+    port, 4433, which the browser's host map carries): every load of every arm valid,
+    every origin reached over the arm's protocol, each request answered as the rule
+    says; Envoy's loads 0-RTT by its own log on every connection, CUBIC by its senders."""
+    a = three_origins(page_store)
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="t3",
+        arms=["h2", "h3", "h3-envoy"],
+        runs=3,
+        warmup=1,
+    )
+    r = shared_links.run_cell(cfg, tmp_path / "res")
+    assert r.status == "done", r
+    assert not r.invalid, r.invalid
+    assert r.verified["h3-envoy"]["cc"] == ["cubic"], r.verified
+    store = Store.open_readonly(tmp_path / "res")
+    try:
+        runs = [x for x in store.all_runs() if not x.warmup and x.valid]
+        assert sorted(x.arm for x in runs) == ["h2"] * 3 + ["h3"] * 3 + ["h3-envoy"] * 3
+        for run in runs:
+            entries = run.detail["entries"]
+            by_url = {e["url"].split("?")[0]: e for e in entries}
+            assert {e["host"] for e in entries} == set(ORIGINS)
+            protocol = "h3" if run.arm.startswith("h3") else "h2"
+            assert {e["protocol"] for e in entries} == {protocol}
+            assert by_url[f"https://{ORIGINS[2]}/a.png"]["replay"] == "path"
+            others = {u: e["replay"] for u, e in by_url.items() if not u.endswith("/a.png")}
+            assert set(others.values()) == {"url"}, others
+            assert by_url[f"https://{ORIGINS[2]}/a.png"]["body_bytes"] == 71  # not bg.png's
+            assert run.bytes == sum(e.size for e in a.entries())
+            if run.arm == "h3-envoy":
+                srv = run.detail["server"]
+                # one connection per origin, each with a request in 0-RTT (Envoy's log)
+                assert srv["server_connections"] == len(ORIGINS), srv
+                assert srv["server_early_connections"] == len(ORIGINS), srv
+                assert srv["server_replay"] == {"url": 4, "path": 1}, srv
+    finally:
+        store.close()
+
+
 def test_a_load_is_judged_per_request_against_the_archive(page_store: Path) -> None:
     """Each kind of failure named by its URL: an unmatched request, a response from a
     server that is not replaying, a status or size not the archive's, another protocol,

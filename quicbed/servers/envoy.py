@@ -12,6 +12,9 @@ Cloudflare quiche differ. docs/stacks.md has the details and the evidence.
 body Envoy reads into memory at start (quicbed.servers.envoy_config), with the other
 servers' headers; one worker thread (``--concurrency 1``), as ``quic_server`` is one
 thread; HTTP/3 only on the arm's UDP port; TLS 1.3 with early data and resumption on.
+A replayed page (docs/replay.md) is served the same way from its archive: every
+origin on the unspecified address, chosen by its server name (its own certificate)
+and its ``:authority``, each recorded response a route in the matching rule's order.
 
 **Congestion control.** QUICHE picks a connection's sender from two places: QUICHE's
 reloadable flags, which Envoy exposes as runtime keys (Envoy 1.40 turns
@@ -47,6 +50,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from collections import Counter
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
@@ -170,6 +174,12 @@ def access_facts(lines: list[str]) -> dict[str, Any]:
         "server_tls": sorted({str(e["tls"]) for e in reqs}),
         # each request's own (QuicStatsGatherer: packets of its stream's data sent again)
         "stream_retransmitted_packets": sum(int(e.get("retx_packets") or 0) for e in reqs),
+        # a replayed page's requests by how each matched (envoy_config.REPLAY_LOG_FIELDS)
+        **(
+            {"server_replay": dict(Counter(str(e.get("replay") or "unmarked") for e in reqs))}
+            if any("replay" in e for e in reqs)
+            else {}
+        ),
     }
 
 
@@ -212,6 +222,9 @@ class EnvoyServer(GoogleQuicheServer):
     #: the loads' evidence includes the browser's NetLog: page cells only
     kinds = ("page",)
     colour = "#1b9e77"
+    #: it serves a replayed page: a filter chain per origin by server name, each
+    #: recorded response a route (quicbed.servers.envoy_config)
+    replays = True
     component = "envoy"
     software_name = "quicbed-envoy"
     program = str(ENVOY)
@@ -298,13 +311,25 @@ class EnvoyServer(GoogleQuicheServer):
         return {"quic_connection_options": opts} if opts else {}
 
     def settings(self) -> dict[str, Any]:
-        """What quicbed.servers.envoy_config lays out as Envoy's configuration."""
+        """What quicbed.servers.envoy_config lays out as Envoy's configuration: the cell's
+        tree on the testbed's address, or a replayed page's archive on every address
+        (each origin has its own, and its own certificate on the one key)."""
         s, a = self.spec, self.arm
+        replay = (
+            {}
+            if s.replay is None
+            else {
+                "replay": {
+                    "archive": str(s.replay.archive),
+                    "origins": [{"host": o.host, "cert": str(o.cert)} for o in s.replay.origins],
+                }
+            }
+        )
         return {
             "docroot": str(s.docroot),
             "cert": str(s.cert),
             "key": str(s.key),
-            "address": self.tb.server_ip,
+            "address": self.tb.server_ip if s.replay is None else "0.0.0.0",
             "port": a.port,
             "access_log": str(self.log),
             "out": str(self.config_file),
@@ -313,6 +338,7 @@ class EnvoyServer(GoogleQuicheServer):
             # connection manager's http3_protocol_options change nothing it advertises:
             # checked from the wire, tests/test_tparams.py)
             "quic_options": {"quic_protocol_options": self.quic_protocol_options()},
+            **replay,
         }
 
     def argv(self) -> list[str]:
@@ -402,8 +428,17 @@ class EnvoyServer(GoogleQuicheServer):
             facts["probe_lost"] = True
         return facts
 
+    def netlog_port(self) -> int:
+        """The port the browser's QUIC sessions name in its NetLog: the arm's, or for a
+        replayed page the origins' (443: the browser reaches every origin as
+        ``host:443``, which its host map sends to the arm's port)."""
+        if self.spec.replay is None:
+            return self.arm.port
+        (port,) = {o.port for o in self.spec.replay.origins}  # 443: replay.serve.checked
+        return port
+
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
-        facts = netlog_facts(lines, self.arm.port)
+        facts = netlog_facts(lines, self.netlog_port())
         for key in ("server_early_data", "server_handshake_failures", "server_problems"):
             facts.pop(key)  # quic_server's stderr: Envoy's says none of this
         facts.update(access_facts(lines))
