@@ -223,6 +223,21 @@ function timingsOf(t) {
     };
 }
 
+// The decoded body's size: Resource Timing's, else WebDriver BiDi's count of the
+// response's content; unknown (-1) where both read 0 for a response of another origin
+// than the page's: Resource Timing shows a cross-origin no-cors response's sizes as 0
+// (Fetch: only a CORS-same-origin response's sizes are exposed, Timing-Allow-Origin
+// or not), and Firefox's BiDi counts none, so 0 would be a guess, not a measurement.
+function bodySize(rt, resp, url, pageUrl) {
+    const rtSize = rt ? rt.decodedBodySize : -1;
+    const bidi = resp && resp.content && typeof resp.content.size === 'number' ? resp.content.size : -1;
+    if (rtSize > 0) return rtSize;
+    if (bidi > 0) return bidi;
+    let other = false;
+    try { other = new URL(url).origin !== new URL(pageUrl).origin; } catch (e) { /* not a URL */ }
+    return other ? -1 : rtSize;
+}
+
 function buildHar(url, requests, perf, browserVersion) {
     const nav = perf.nav || {};
     const byUrl = new Map((perf.resources || []).map((r) => [r.name, r]));
@@ -266,7 +281,7 @@ function buildHar(url, requests, perf, browserVersion) {
                 bodySize: rt ? rt.encodedBodySize : (resp && typeof resp.bodySize === 'number' ? resp.bodySize : -1),
                 _transferSize: resp && typeof resp.bytesReceived === 'number' ? resp.bytesReceived : -1,
                 content: {
-                    size: rt ? rt.decodedBodySize : -1,
+                    size: bodySize(rt, resp, req.url, url),
                     mimeType: resp ? resp.mimeType || '' : '',
                 },
                 ...(r.error ? {_error: r.error} : {}),

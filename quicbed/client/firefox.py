@@ -130,6 +130,9 @@ QUIET: dict[str, bool | int | str] = {
     "network.dns.native-is-localhost": True,
     "network.dns.disablePrefetch": True,
     "network.dns.disablePrefetchFromHTTPS": True,
+    # no request the page did not make: the site's icon (a replayed page may name none,
+    # and Firefox would ask each origin for /favicon.ico)
+    "browser.chrome.site_icons": False,
     # no connection the page did not ask for: predictor, prefetch, speculative connects
     "network.predictor.enabled": False,
     "network.prefetch-next": False,
