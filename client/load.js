@@ -4,7 +4,7 @@
 //
 //   {"cmd": "load", "url": "https://quicbed.test/5kb/", "fresh_context": false, "timeout_ms": 60000}
 //   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "paint": {...}, "context": "...",
-//       "started_at": ms, "clearing": {"cache": "chrome.benchmarking.clearCache", ...}}
+//       "started_at": ms, "frames": {"attached": 1}, "clearing": {"cache": "chrome.benchmarking.clearCache", ...}}
 //
 //   node load.js PORT [--fallbacks]
 //
@@ -232,15 +232,43 @@ let browser;      // browser-level CDP client
 let kept = null;  // {client, targetId, contextId} of the 0-RTT tab
 let spent = null; // the last 1-RTT load's tab, disposed when the next command arrives
 
+// A cross-site iframe runs in a renderer of its own (site isolation): a target of its
+// own, whose network events the page's session never sees. Each is attached as it
+// starts (paused until its network events are on), so its requests are in the HAR and
+// judged like the page's; frames inside it likewise. Where the browser cannot attach
+// (Chromium 72 has no flat sessions), the tab says why in "frames".
+const AUTO_ATTACH = {autoAttach: true, waitForDebuggerOnStart: true, flatten: true};
+
+function attachFrames(client, tab) {
+    client.on('Target.attachedToTarget', async ({sessionId, targetInfo}) => {
+        try {
+            if (targetInfo.type === 'iframe') {
+                await client.send('Network.enable', {}, sessionId);
+                await client.send('Network.setCacheDisabled', {cacheDisabled: true}, sessionId);
+                await client.send('Target.setAutoAttach', AUTO_ATTACH, sessionId);
+                tab.frames.attached += 1;
+            }
+        } catch (e) { /* the frame went away while it was attached */ }
+        try { await client.send('Runtime.runIfWaitingForDebugger', {}, sessionId); } catch (e) { /* gone */ }
+    });
+}
+
 async function openTab(contextId) {
     const params = {url: 'about:blank'};
     if (contextId) params.browserContextId = contextId;
     const {targetId} = await browser.Target.createTarget(params);
     const client = await CDP({port, target: targetId});
+    const tab = {client, targetId, contextId: contextId || null, frames: {attached: 0}};
+    attachFrames(client, tab);
     await client.Network.enable();
     await client.Page.enable();
     await client.Network.setCacheDisabled({cacheDisabled: true});
-    return {client, targetId, contextId: contextId || null};
+    try {
+        await client.Target.setAutoAttach(AUTO_ATTACH);
+    } catch (e) {
+        tab.frames.not_attached = `Target.setAutoAttach: ${e.message || e}`;
+    }
+    return tab;
 }
 
 async function closeTab(tab) {
@@ -280,6 +308,9 @@ async function load(cmd) {
         tab = kept;
     }
     const {client} = tab;
+    const framesBefore = tab.frames.attached;
+    const frames = () => ({attached: tab.frames.attached - framesBefore,
+        ...(tab.frames.not_attached ? {not_attached: tab.frames.not_attached} : {})});
     const events = [];
     const pending = new Set();
     const record = (method) => (params) => {
@@ -310,12 +341,12 @@ async function load(cmd) {
         // after the HAR: a request the page makes while its paint is read is not the load's
         const paint = await readPaint(client);
         return {ok: true, error: null, har, nav: JSON.parse(navTiming.result.value || 'null'), paint,
-            context: tab.contextId || 'default', target: tab.targetId, started_at, ...report(cleared)};
+            context: tab.contextId || 'default', target: tab.targetId, started_at, frames: frames(), ...report(cleared)};
     } catch (e) {
         let har = null;
         try { har = await CHC.fromLog(cmd.url, events); } catch (e2) { /* incomplete log */ }
         return {ok: false, error: String(e.message || e), har, nav: null, paint: null,
-            context: tab.contextId || 'default', target: tab.targetId, started_at, ...report(cleared)};
+            context: tab.contextId || 'default', target: tab.targetId, started_at, frames: frames(), ...report(cleared)};
     } finally {
         for (const o of off) { if (typeof o === 'function') o(); }
         if (cmd.fresh_context) spent = tab;

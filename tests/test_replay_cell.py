@@ -236,3 +236,69 @@ def test_a_load_is_judged_per_request_against_the_archive(page_store: Path) -> N
         f"1 bodies not the archive's size: https://{ORIGINS[1]}/app.js (3 bytes, recorded 185)",
         f"1 responses not over h3: https://{ORIGINS[2]}/a.png (h2)",
     ]
+
+
+def cross_site_iframe(store: Path) -> Archive:
+    """A page whose iframe is of another site (its own renderer under site isolation),
+    and the iframe's image from that site."""
+    www, ads = "https://www.t4.example", "https://ads.t4-ads.example"
+    bodies: dict[str, bytes] = {}
+    html = (
+        "<!doctype html><html><head><title>t4</title></head><body><h1>Framed</h1>"
+        f'<iframe src="{ads}/frame.html" width="200" height="100"></iframe></body></html>'
+    ).encode()
+    frame = f'<!doctype html><html><body><img src="{ads}/ad.png"></body></html>'.encode()
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d4944415478da63f8cfc0f01f0005000201a1bd8f4a0000000049454e44ae426082"
+    )
+    a = Archive(
+        name="t4",
+        main=f"{www}/",
+        origins=(
+            Origin(
+                origin=www,
+                host="www.t4.example",
+                entries=(_entry(f"{www}/", html, "text/html", bodies),),
+            ),
+            Origin(
+                origin=ads,
+                host="ads.t4-ads.example",
+                entries=(
+                    _entry(f"{ads}/frame.html", frame, "text/html", bodies),
+                    _entry(f"{ads}/ad.png", png, "image/png", bodies),
+                ),
+            ),
+        ),
+    )
+    arch.save(a, bodies, store / a.name)
+    return a
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_cross_site_iframes_requests_are_recorded_and_judged(
+    shared_links: SharedLinks, page_store: Path, tmp_path: Path
+) -> None:
+    """Chromium runs a cross-site iframe in a renderer of its own: the driver attaches
+    to it, so the iframe's document and image are in every load's HAR, each answered by
+    the archive, over the arm's protocol."""
+    a = cross_site_iframe(page_store)
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36), page="t4", arms=["h2", "h3"], runs=2
+    )
+    r = shared_links.run_cell(cfg, tmp_path / "res")
+    assert r.status == "done" and not r.invalid, r
+    store = Store.open_readonly(tmp_path / "res")
+    try:
+        runs = [x for x in store.all_runs() if x.valid]
+        assert runs
+        for run in runs:
+            urls = sorted(e["url"] for e in run.detail["entries"])
+            assert urls == sorted(e.url for e in a.entries()), urls
+            assert {e["replay"] for e in run.detail["entries"]} == {"url"}
+            assert {e["protocol"] for e in run.detail["entries"]} == {run.arm}
+            assert run.detail["frames"]["attached"] >= 1, run.detail.get("frames")
+    finally:
+        store.close()

@@ -1111,7 +1111,8 @@ def _run_detail(rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> dict[str,
         "error": result.get("error"),
         "context": result.get("context"),
         # what cleared the browser before the load, as its driver says
-        **{k: result[k] for k in ("clearing", "connections_closed") if result.get(k)},
+        # and the iframes in renderers of their own whose requests it recorded
+        **{k: result[k] for k in ("clearing", "connections_closed", "frames") if result.get(k)},
         "main_connect_ms": m.get("main_connect_ms"),
         "main_ssl_ms": m.get("main_ssl_ms"),
         # the driver's paint record (LCP element, why a figure is null), requests and
