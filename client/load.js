@@ -263,10 +263,14 @@ async function openTab(contextId) {
     await client.Network.enable();
     await client.Page.enable();
     await client.Network.setCacheDisabled({cacheDisabled: true});
-    try {
-        await client.Target.setAutoAttach(AUTO_ATTACH);
-    } catch (e) {
-        tab.frames.not_attached = `Target.setAutoAttach: ${e.message || e}`;
+    if (FALLBACKS) {  // Chromium 72: a paused frame it cannot resume would hang the load
+        tab.frames.not_attached = 'not with --fallbacks (Chromium 72 has no flat sessions)';
+    } else {
+        try {
+            await client.Target.setAutoAttach(AUTO_ATTACH);
+        } catch (e) {
+            tab.frames.not_attached = `Target.setAutoAttach: ${e.message || e}`;
+        }
     }
     return tab;
 }
