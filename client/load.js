@@ -2,7 +2,8 @@
 // quicbed's page-load driver. Talks CDP to one running Chromium and loads pages
 // on request, one JSON command per stdin line, one JSON result per stdout line:
 //
-//   {"cmd": "load", "url": "https://quicbed.test/5kb/", "fresh_context": false, "timeout_ms": 60000}
+//   {"cmd": "load", "url": "https://quicbed.test/5kb/", "fresh_context": false, "timeout_ms": 60000,
+//    "content": false}
 //   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "paint": {...}, "context": "...",
 //       "started_at": ms, "frames": {"attached": 1}, "clearing": {"cache": "chrome.benchmarking.clearCache", ...}}
 //
@@ -283,6 +284,22 @@ async function closeTab(tab) {
     }
 }
 
+// "content": true keeps every response's body in the HAR (HAR 1.2 content.text, base64
+// where binary): what `quicbed pages import` needs to replay a load. Read after the
+// load, from the session each request was of, so it costs the measured load nothing; a
+// body the browser no longer holds is left out (content.text absent).
+async function fetchBodies(client, events, sessions) {
+    const done = events.filter((e) => e.method === 'Network.loadingFinished').map((e) => e.params.requestId);
+    for (const requestId of done) {
+        const params = {requestId};
+        try {
+            const b = await client.send('Network.getResponseBody', {requestId}, sessions.get(requestId));
+            Object.assign(params, {body: b.body, base64Encoded: b.base64Encoded});
+        } catch (e) { /* not kept by the browser */ }
+        events.push({method: 'Network.getResponseBody', params});
+    }
+}
+
 function withTimeout(promise, ms, what) {
     let timer;
     const t = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms); });
@@ -317,9 +334,13 @@ async function load(cmd) {
         ...(tab.frames.not_attached ? {not_attached: tab.frames.not_attached} : {})});
     const events = [];
     const pending = new Set();
-    const record = (method) => (params) => {
+    const sessions = new Map();  // requestId -> the session (page or iframe) it is of
+    const record = (method) => (params, sessionId) => {
         events.push({method, params});
-        if (method === 'Network.requestWillBeSent') pending.add(params.requestId);
+        if (method === 'Network.requestWillBeSent') {
+            pending.add(params.requestId);
+            sessions.set(params.requestId, sessionId);
+        }
         if (method === 'Network.loadingFinished' || method === 'Network.loadingFailed') pending.delete(params.requestId);
     };
     const off = [];
@@ -341,7 +362,8 @@ async function load(cmd) {
         while (pending.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
         await new Promise((r) => setTimeout(r, SETTLE_MS));
         const navTiming = await client.Runtime.evaluate({expression: NAV, returnByValue: true});
-        const har = await CHC.fromLog(cmd.url, events);
+        if (cmd.content) await fetchBodies(client, events, sessions);
+        const har = await CHC.fromLog(cmd.url, events, {content: !!cmd.content});
         // after the HAR: a request the page makes while its paint is read is not the load's
         const paint = await readPaint(client);
         return {ok: true, error: null, har, nav: JSON.parse(navTiming.result.value || 'null'), paint,

@@ -302,3 +302,45 @@ def test_a_cross_site_iframes_requests_are_recorded_and_judged(
             assert run.detail["frames"]["attached"] >= 1, run.detail.get("frames")
     finally:
         store.close()
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_recorded_load_is_imported_and_replayed_with_every_request_matched(
+    shared_links: SharedLinks, page_store: Path, tmp_path: Path
+) -> None:
+    """The round trip: the p25 page model (14 origins) loaded once at traces level full
+    (its HAR keeps every body), that HAR imported as a new archive, and the archive
+    replayed on both arms, every request of every load answered by URL."""
+    import gzip
+
+    from quicbed.replay.harimport import import_har
+
+    rec = make_cell(
+        condition=make_condition(rate_mbit=50, rtt_ms=36), page="p25", arms=["h2"], runs=1
+    )
+    r = shared_links.run_cell(rec, tmp_path / "rec", traces="full")
+    assert r.status == "done" and not r.invalid, r
+    store = Store.open_readonly(tmp_path / "rec")
+    try:
+        run = next(x for x in store.all_runs() if not x.warmup and x.valid)
+    finally:
+        store.close()
+    har = tmp_path / "p25.har"
+    with gzip.open(tmp_path / "rec" / str(run.har_path)) as f:
+        har.write_bytes(f.read())
+    imported = import_har(har, "p25-recorded", page_store)
+    model = arch.load(arch.find("p25"), check_bodies=False)  # type: ignore[arg-type]
+    assert len(imported.origins) == len(model.origins)
+    assert {e.url for e in imported.entries()} == {e["url"] for e in run.detail["entries"]}
+
+    cfg = make_cell(condition=rec.condition, page="p25-recorded", arms=["h2", "h3"], runs=2)
+    r = shared_links.run_cell(cfg, tmp_path / "replay")
+    assert r.status == "done" and not r.invalid, r
+    store = Store.open_readonly(tmp_path / "replay")
+    try:
+        for x in store.all_runs():
+            assert {e["replay"] for e in x.detail["entries"]} == {"url"}, x.reason
+    finally:
+        store.close()

@@ -78,6 +78,9 @@ class BrowserSpec:
     #: arm's server answers it at (``ip`` or ``ip:port`` for a QUIC arm off 443); empty:
     #: the one test host at ``server_ip``
     origins: tuple[tuple[str, str], ...] = ()
+    #: keep every response's body in the load's HAR (a browser with ``har_content``; at
+    #: traces level full), so the load can be imported as a replay archive
+    har_content: bool = False
 
     def host_map(self) -> list[tuple[str, str]]:
         """Every host the page may name and where the arm serves it."""
@@ -150,6 +153,8 @@ class Browser(ABC):
     #: True: it can load a replayed page, every origin mapped to its own address
     #: (BrowserSpec.origins)
     replays: ClassVar[bool] = False
+    #: True: its driver can keep every response's body in the HAR (BrowserSpec.har_content)
+    har_content: ClassVar[bool] = False
     #: the component that installs it beyond the base (playbooks/group_vars:
     #: `make setup-NAME`); None: the base
     component: ClassVar[str | None] = None
@@ -213,6 +218,11 @@ class Browser(ABC):
             raise QuicbedError(
                 f"arm {a}: qlog_dir {str(spec.qlog_dir)!r} with browser {cls.name!r}: "
                 f"it writes no qlog of its own"
+            )
+        if spec.har_content and not cls.har_content:
+            raise QuicbedError(
+                f"arm {a}: har_content with browser {cls.name!r}: its driver keeps no "
+                "response bodies"
             )
         if spec.origins and not cls.replays:
             raise QuicbedError(
@@ -300,6 +310,7 @@ class Browser(ABC):
             "url": url,
             "fresh_context": fresh_context,
             "timeout_ms": int(timeout_s * 1000),
+            **({"content": True} if self.spec.har_content else {}),
         }
         self.driver.stdin.write(json.dumps(cmd) + "\n")
         self.driver.stdin.flush()

@@ -183,6 +183,8 @@ class Chromium(Browser):
     driver_flags: ClassVar[tuple[str, ...]] = ()
     #: it maps every origin of a replayed page by its resolver rules
     replays: ClassVar[bool] = True
+    #: its driver keeps the bodies (Network.getResponseBody) at traces level full
+    har_content: ClassVar[bool] = True
 
     @classmethod
     def software(cls, run: Run) -> dict[str, Any] | None:

@@ -721,6 +721,9 @@ class _Job:
         extra: dict[str, dict[str, Any]] = {
             a.name: self._browser_traces(a.name, kinds[a.name], a.transport) for a in arms
         }
+        for a in arms:  # at level full, the bodies too: the load can be replayed
+            if self.traces == "full" and kinds[a.name].har_content:
+                extra[a.name]["har_content"] = True
         for name, srv in rig.servers.items():
             if srv.wants_client_netlog:
                 extra[name].setdefault("net_log", self.tb.workdir("client") / f"netlog-{name}.json")
