@@ -318,7 +318,7 @@ def test_a_recorded_load_is_imported_and_replayed_with_every_request_matched(
     from quicbed.replay.harimport import import_har
 
     rec = make_cell(
-        condition=make_condition(rate_mbit=50, rtt_ms=36), page="p25", arms=["h2"], runs=1
+        condition=make_condition(rate_mbit=50, rtt_ms=36), page="p25", arms=["h2"], runs=2
     )
     r = shared_links.run_cell(rec, tmp_path / "rec", traces="full")
     assert r.status == "done" and not r.invalid, r
@@ -337,7 +337,13 @@ def test_a_recorded_load_is_imported_and_replayed_with_every_request_matched(
 
     cfg = make_cell(condition=rec.condition, page="p25-recorded", arms=["h2", "h3"], runs=2)
     r = shared_links.run_cell(cfg, tmp_path / "replay")
-    assert r.status == "done" and not r.invalid, r
+    assert r.status == "done", r
+    # with 14 origins a load now and then has one connection that did not resume (its
+    # origin's ticket not kept from the load before): invalid in 0-RTT mode, and the
+    # only reason a load of this page may be (docs/replay.md)
+    resumption = ("shows no 0-RTT", "shows no TLS resumption")
+    for why in (w for ws in r.invalid.values() for w in ws):
+        assert any(k in why for k in resumption), r.invalid
     store = Store.open_readonly(tmp_path / "replay")
     try:
         for x in store.all_runs():

@@ -51,7 +51,11 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-SERVER_SET = frozenset({"content-length", "content-encoding", "alt-svc", "date", "server"})
+#: the response header every replay server adds: how the request matched (docs/replay.md)
+REPLAY_HEADER = "x-quicbed-replay"
+SERVER_SET = frozenset(
+    {"content-length", "content-encoding", "alt-svc", "date", "server", REPLAY_HEADER}
+)
 
 #: how a request matched (docs/replay.md, "The matching rule")
 How = Literal["url", "path"]

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quicbed.replay.archive import Archive
-
-#: the response header every replay server adds: how the request matched
-REPLAY_HEADER = "x-quicbed-replay"
+from quicbed.replay.archive import REPLAY_HEADER, Archive
 
 
 def how_matched(headers: list[dict[str, Any]]) -> str | None:

@@ -16,9 +16,8 @@ import http
 import shutil
 from pathlib import Path, PurePosixPath
 
-from quicbed.replay.archive import BODIES, Archive, split_url
+from quicbed.replay.archive import BODIES, REPLAY_HEADER, Archive, split_url
 from quicbed.replay.serve import ReplayServe
-from quicbed.replay.verify import REPLAY_HEADER
 
 #: the folder of the generated tree inside the archive's folder on the server
 TREE = "apache"

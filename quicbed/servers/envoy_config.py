@@ -111,7 +111,7 @@ REPLAY_LOG_FIELDS = {
 }
 
 #: the response header every replay server adds, how the request matched: restated
-#: from quicbed.replay.verify.REPLAY_HEADER (this module imports nothing beyond the
+#: from quicbed.replay.archive.REPLAY_HEADER (this module imports nothing beyond the
 #: standard library; tests/test_envoy_replay.py holds the two equal)
 REPLAY_HEADER = "x-quicbed-replay"
 #: an archive's manifest and bodies (quicbed.replay.archive.MANIFEST, BODIES)
