@@ -335,15 +335,13 @@ def test_a_recorded_load_is_imported_and_replayed_with_every_request_matched(
     assert len(imported.origins) == len(model.origins)
     assert {e.url for e in imported.entries()} == {e["url"] for e in run.detail["entries"]}
 
-    cfg = make_cell(condition=rec.condition, page="p25-recorded", arms=["h2", "h3"], runs=2)
+    # 1-RTT: what is checked is the matching; with 14 origins a 0-RTT load now and then
+    # has one connection that did not resume, which 0-RTT mode rejects (docs/replay.md)
+    cfg = make_cell(
+        condition=rec.condition, page="p25-recorded", arms=["h2", "h3"], runs=2, mode="1rtt"
+    )
     r = shared_links.run_cell(cfg, tmp_path / "replay")
-    assert r.status == "done", r
-    # with 14 origins a load now and then has one connection that did not resume (its
-    # origin's ticket not kept from the load before): invalid in 0-RTT mode, and the
-    # only reason a load of this page may be (docs/replay.md)
-    resumption = ("shows no 0-RTT", "shows no TLS resumption")
-    for why in (w for ws in r.invalid.values() for w in ws):
-        assert any(k in why for k in resumption), r.invalid
+    assert r.status == "done" and not r.invalid, r
     store = Store.open_readonly(tmp_path / "replay")
     try:
         for x in store.all_runs():
