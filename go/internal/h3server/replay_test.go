@@ -3,19 +3,14 @@ package h3server
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"quicbed/internal/replay/replaytest"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -35,25 +32,9 @@ import (
 // hostCert writes a self-signed certificate for host into dir and adds it to pool.
 func hostCert(t *testing.T, dir, host string, pool *x509.CertPool) replay.CertFiles {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{host}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	must(t, err)
-	kb, err := x509.MarshalECPrivateKey(key)
-	must(t, err)
-	f := replay.CertFiles{Cert: filepath.Join(dir, host+".pem"), Key: filepath.Join(dir, host+".key")}
-	must(t, os.WriteFile(f.Cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
-	must(t, os.WriteFile(f.Key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
-	cert, err := x509.ParseCertificate(der)
-	must(t, err)
-	pool.AddCert(cert)
-	return f
+	cert, key, parsed := replaytest.SelfSigned(t, dir, host)
+	pool.AddCert(parsed)
+	return replay.CertFiles{Cert: cert, Key: key}
 }
 
 type response struct {

@@ -1,41 +1,21 @@
 package replay
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"quicbed/internal/replay/replaytest"
 )
 
 // selfSigned writes a self-signed certificate for host into dir as
 // host.pem and host.key.
 func selfSigned(t *testing.T, dir, host string) CertFiles {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{host}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	must(t, err)
-	kb, err := x509.MarshalECPrivateKey(key)
-	must(t, err)
-	f := CertFiles{Cert: filepath.Join(dir, host+".pem"), Key: filepath.Join(dir, host+".key")}
-	must(t, os.WriteFile(f.Cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
-	must(t, os.WriteFile(f.Key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
-	return f
+	cert, key, _ := replaytest.SelfSigned(t, dir, host)
+	return CertFiles{Cert: cert, Key: key}
 }
 
 func writeCerts(t *testing.T, dir string, m map[string]CertFiles) string {
