@@ -79,3 +79,27 @@ def test_a_log_from_the_old_role_is_refused_by_name() -> None:
     old = WARMUP_INDEX.rsplit(" ", 1)[0]
     with pytest.raises(QuicbedError, match=r"no client port.*make setup"):
         log_requests([old])
+
+
+def test_a_replayed_pages_origins_are_told_apart_by_their_server_name(
+    srv_log: tuple[ApacheServer, _Log],
+) -> None:
+    """Two connections to one origin, one of them resumed, and one origin with its only
+    connection not: only the second origin is cold (quicbed.servers.webserver.cold_origins)."""
+    srv, log = srv_log
+    srv.mark()
+    t = "1795912363.05 10.10.1.2 HTTP/2.0 GET /x 200 9 TLSv1.3"
+    log.lines += [
+        f"{t} Resumed - 1 40001 www.p.example",
+        f"{t} Initial - 1 40002 www.p.example",
+        f"{t} Initial - 1 40003 cdn.p.example",
+    ]
+    got = srv.load_facts(srv.since_mark())
+    assert (got["connections"], got["cold_origins"], got["cold_connections"]) == (
+        3,
+        ["cdn.p.example"],
+        2,
+    )
+    srv.mark()
+    log.lines += LOAD  # a line without a server name (the role before it logged one)
+    assert "cold_origins" not in srv.load_facts(srv.since_mark())

@@ -117,6 +117,10 @@ def test_access_log_facts_per_connection() -> None:
     f = envoy.access_facts(lines)
     assert (f["requests"], f["server_connections"], f["server_early_connections"]) == (3, 2, 1)
     assert f["server_protocols"] == ["HTTP/3"] and f["stream_retransmitted_packets"] == 3
+    assert "cold_origins" not in f  # no request names its server: not a replayed page
+    named = [json.dumps({**json.loads(x), "sni": sni}) for x, sni in zip(lines, "aab", strict=True)]
+    f = envoy.access_facts(named)  # connection 2 (origin b) took no 0-RTT
+    assert (f["cold_origins"], f["cold_connections"]) == (["b"], 1)
 
 
 def test_cc_of_sender_classes_and_the_reno_option() -> None:
@@ -193,6 +197,33 @@ def test_envoy_arms_verified_per_load_from_the_server(
         srv = x.detail["server"]
         assert srv["server_early_requests"] >= 1 and srv["cubic_n"] == [2], srv
         assert srv["senders"] == {"cubic_or_reno": 2, "bbr": 0, "bbr2": 0}, srv
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_envoy_in_firefox_is_verified_from_the_server_alone(
+    shared_links: SharedLinks, tmp_path: Path
+) -> None:
+    """Firefox writes no NetLog: an Envoy arm's loads are judged by Envoy's access log
+    (every connection 0-RTT by the server's word) and its counted senders alone, and
+    say so in their facts' source."""
+    cfg = make_cell(
+        condition=COND, page="100kb", runs=2, warmup=1, arms=("h2", "h3-envoy"), browser="firefox"
+    )
+    r = shared_links.run_cell(cfg, tmp_path / "r")
+    assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
+    assert r.verified["h3-envoy"]["used_0rtt"] == 2, r.verified
+    assert r.verified["h3-envoy"]["protocols"] == ["h3"], r.verified
+    store = Store(tmp_path / "r")
+    runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm == "h3-envoy" and not x.warmup]
+    store.close()
+    for x in runs:
+        srv = x.detail["server"]
+        assert srv["facts_source"] == "Envoy's access log + its senders (uprobes)", srv
+        assert srv["connections"] == srv["server_connections"] >= 1, srv
+        assert srv["server_early_connections"] == srv["server_connections"], srv
+        assert srv["senders"]["cubic_or_reno"] == 2 * srv["server_connections"], srv
 
 
 @pytest.mark.root

@@ -108,6 +108,26 @@ def test_the_browser_keeps_every_id_unless_it_changes_what_runs() -> None:
             "arm h3-gquiche: gquiche's evidence is the browser's NetLog, which browser "
             "firefox does not write",
         ),
+        (
+            "h2,h3-envoy:cc=reno",
+            "firefox",
+            "0rtt",
+            "arm h3-envoy: envoy runs CC reno with loss detection quiche only when the "
+            "client sends RENO, which browser firefox cannot",
+        ),
+        (
+            "h2,h3-envoy:loss_detection=rfc9002",
+            "firefox",
+            "0rtt",
+            "client sends ILD0, which browser firefox cannot",
+        ),
+        (
+            "h2,h3-envoy:initial_max_data=1048576",
+            "firefox",
+            "1rtt",
+            "arm h3-envoy: envoy's transport parameters (initial_max_data) are read from "
+            "the browser's NetLog",
+        ),
         ("h2,h3,gquic", None, "0rtt", "arm(s) h3 cannot run in chromium72"),
         (
             "h2,h3,h3-quiche",

@@ -275,6 +275,51 @@ def cross_site_iframe(store: Path) -> Archive:
     return a
 
 
+def test_a_replayed_load_in_0rtt_mode_needs_every_origin_warm_not_every_connection(
+    page_store: Path,
+) -> None:
+    """A replayed page's 0-RTT load is judged per origin: a second connection to an origin
+    that found no ticket left is the browser's policy (quicbed.servers.webserver.
+    cold_origins), an origin with no reused connection is not; a page of one origin, or a
+    log that names no origins, keeps the rule that every connection reuses."""
+    from quicbed.run.cell import _judge
+    from quicbed.servers.webserver import Arm
+
+    a = three_origins(page_store)
+    entries = [
+        {"url": e.url, "host": e.url.split("/")[2], "method": "GET", "status": 200,
+         "protocol": "h3", "replay": "url", "body_bytes": e.size}
+        for e in a.entries()
+    ]  # fmt: skip
+
+    class Server:  # what _judge asks of a server: the facts are the test's
+        name = "quic-go"
+        arm = Arm("h3", "quic-go", "h3", "udp", "cubic")
+
+        def page_protocol(self) -> str:
+            return "h3"
+
+        def running(self) -> bool:
+            return True
+
+        def evidence(self, facts: dict[str, object]) -> list[str]:
+            return []
+
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="t3", arms=["h3"])
+    ok = {"ok": True}
+    page = {"archive": a}
+
+    def judge(**facts: object) -> list[str]:
+        f = {"connections": 4, "used_0rtt": False, **facts}
+        return _judge(cfg, Server(), False, ok, {"entries": entries}, f, page)  # type: ignore[arg-type]
+
+    assert judge(cold_origins=[], cold_connections=1) == []
+    assert judge(cold_origins=["img.t3.example"], cold_connections=2) == [
+        "the quic-go log shows no 0-RTT to img.t3.example on this load"
+    ]
+    assert judge() == ["the QUIC server's log shows no 0-RTT on this load"]
+
+
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
@@ -335,11 +380,7 @@ def test_a_recorded_load_is_imported_and_replayed_with_every_request_matched(
     assert len(imported.origins) == len(model.origins)
     assert {e.url for e in imported.entries()} == {e["url"] for e in run.detail["entries"]}
 
-    # 1-RTT: what is checked is the matching; with 14 origins a 0-RTT load now and then
-    # has one connection that did not resume, which 0-RTT mode rejects (docs/replay.md)
-    cfg = make_cell(
-        condition=rec.condition, page="p25-recorded", arms=["h2", "h3"], runs=2, mode="1rtt"
-    )
+    cfg = make_cell(condition=rec.condition, page="p25-recorded", arms=["h2", "h3"], runs=2)
     r = shared_links.run_cell(cfg, tmp_path / "replay")
     assert r.status == "done" and not r.invalid, r
     store = Store.open_readonly(tmp_path / "replay")

@@ -161,7 +161,21 @@ def _judge(
     if facts.get("connections", 0) == 0:
         reasons.append("the server logged no connection for this load")
         return reasons
-    if cfg.mode == "0rtt" and not warmup:
+    reuse = "0-RTT" if arm.transport == "udp" else "TLS resumption"
+    if (
+        cfg.mode == "0rtt"
+        and not warmup
+        and page.get("archive") is not None
+        and "cold_origins" in facts
+    ):
+        # a replayed page: every origin reused on at least one of its connections
+        # (quicbed.servers.webserver.cold_origins says why not every connection)
+        if facts["cold_origins"]:
+            reasons.append(
+                f"the {srv.name} log shows no {reuse} to {', '.join(facts['cold_origins'])} "
+                "on this load"
+            )
+    elif cfg.mode == "0rtt" and not warmup:
         if arm.transport == "udp" and not facts.get("used_0rtt"):
             reasons.append("the QUIC server's log shows no 0-RTT on this load")
         if arm.transport == "tcp" and not facts.get("tls_resumed"):
@@ -725,7 +739,7 @@ class _Job:
             if self.traces == "full" and kinds[a.name].har_content:
                 extra[a.name]["har_content"] = True
         for name, srv in rig.servers.items():
-            if srv.wants_client_netlog:
+            if srv.wants_client_netlog and kinds[name].net_log:
                 extra[name].setdefault("net_log", self.tb.workdir("client") / f"netlog-{name}.json")
                 srv.client_netlog = extra[name]["net_log"]
             extra[name].update(srv.browser_options())

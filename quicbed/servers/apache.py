@@ -21,7 +21,7 @@ from quicbed.errors import QuicbedError
 from quicbed.paths import Run, sha256_of
 from quicbed.replay.serve import ReplayServe, checked
 from quicbed.servers import apache_replay
-from quicbed.servers.webserver import Arm, Params, WebServer, cubic_beta_bound
+from quicbed.servers.webserver import Arm, Params, WebServer, cold_origins, cubic_beta_bound
 from quicbed.settings import tcpopts
 from quicbed.tcpinfo import ss_congestion
 from quicbed.testbed.lifecycle import RPath, Testbed
@@ -55,7 +55,10 @@ def log_requests(lines: list[str], earlier: frozenset[str] = frozenset()) -> lis
             continue
         if f[11] in earlier:
             continue
-        reqs.append({"proto": f[2], "status": f[5], "tls": f[7], "resumed": f[8], "port": f[11]})
+        sni = f[12] if len(f) > 12 and f[12] != "-" else ""
+        reqs.append(
+            {"proto": f[2], "status": f[5], "tls": f[7], "resumed": f[8], "port": f[11], "sni": sni}
+        )
     return reqs
 
 
@@ -201,9 +204,12 @@ class ApacheServer(WebServer):
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
         reqs = log_requests(lines, getattr(self, "_earlier", frozenset()))
         conns: dict[str, str] = {}
+        sni: dict[str, str] = {}
         for r in reqs:
             conns.setdefault(r["port"], r["resumed"])
+            sni.setdefault(r["port"], r["sni"])
         return {
+            **cold_origins((sni[p], v == "Resumed") for p, v in conns.items()),
             "connections": len(conns),
             "requests": len(reqs),
             "tls_resumed": bool(conns) and all(v == "Resumed" for v in conns.values()),

@@ -38,8 +38,11 @@ configuration quicbed wrote:
   connection, its retransmitted packets, and ``early``: Envoy adds ``early-data: 1`` to
   a request it decoded before the handshake completed, so a request that came in 0-RTT
   says so in the server's own log (a connection that took 0-RTT is a resumed one);
-- the arm's browser NetLog (as the gquiche stack reads it): the connections the
-  client opened, their 0-RTT state and the connection options it sent;
+- the arm's browser NetLog (as the gquiche stack reads it), where its browser writes
+  one (Chromium): the connections the client opened, their 0-RTT state and the
+  connection options it sent. In a browser without one (Firefox) the connections and
+  their 0-RTT are the access log's alone, and an arm that needs a client's connection
+  option or a NetLog's transport parameters is refused (``browser_refusal``);
 - the sender class that configured each connection, counted in the running server
   by kernel uprobes (quicbed.servers.envoy_probe): ``cc`` is what it shows, with Reno
   told from CUBIC (one class) by the ``RENO`` option the NetLog shows was sent.
@@ -60,7 +63,7 @@ from quicbed.jsonlines import json_events
 from quicbed.paths import setup_command
 from quicbed.servers.gquiche import GoogleQuicheServer
 from quicbed.servers.gquiche import load_facts as netlog_facts
-from quicbed.servers.webserver import Arm, Params
+from quicbed.servers.webserver import Arm, Params, cold_origins
 from quicbed.settings import tparams
 from quicbed.testbed.lifecycle import RPath, Testbed
 
@@ -164,7 +167,13 @@ def access_facts(lines: list[str]) -> dict[str, Any]:
     for e in reqs:
         conns.setdefault(str(e["conn"]), []).append(e)
     early = {c for c, rs in conns.items() if any(str(r.get("early")) == "1" for r in rs)}
+    # a replayed page's requests name their server (REPLAY_LOG_FIELDS): reuse per origin
+    named = (
+        (next((str(r["sni"]) for r in rs if r.get("sni")), ""), c in early)
+        for c, rs in conns.items()
+    )
     return {
+        **cold_origins(named),
         "requests": len(reqs),
         "server_connections": len(conns),
         "server_early_connections": len(early),
@@ -180,6 +189,20 @@ def access_facts(lines: list[str]) -> dict[str, Any]:
             if any("replay" in e for e in reqs)
             else {}
         ),
+    }
+
+
+def server_only_facts(access: dict[str, Any]) -> dict[str, Any]:
+    """A load's facts from Envoy's access log alone (a browser without a NetLog): its
+    connections are the server's, each resumed exactly when it took 0-RTT (the one
+    sign of resumption Envoy logs); the client's side (connection options, versions,
+    handshake times, transport parameters) is not known and not claimed."""
+    return {
+        "connections": access["server_connections"],
+        "tls_resumed": False,  # load_facts: True where every connection took 0-RTT
+        "quic_versions": [],
+        "connection_options": [],
+        **access,
     }
 
 
@@ -234,6 +257,30 @@ class EnvoyServer(GoogleQuicheServer):
         self._probe: str | None = None  # the tracefs instance of envoy_probe, once armed
         #: what envoy_probe's ``arm`` answered (the functions it probes), for version()
         self.probe_armed: dict[str, Any] | None = None
+
+    @classmethod
+    def browser_refusal(cls, arm: Arm, browser: str, net_log: bool) -> str | None:
+        """A browser without a NetLog (Firefox) loads an arm whose evidence Envoy gives
+        alone: its access log (connections, 0-RTT) and its senders; not an arm that needs
+        a connection option only Chromium sends (Reno, a loss detection), nor one whose
+        transport parameters only the NetLog shows."""
+        if net_log:
+            return None
+        ld = arm.params.get("loss_detection", "quiche")
+        options = (*CC_OPTIONS.get(arm.cc, ()), *LOSS_DETECTION[ld][0])
+        if options:
+            return (
+                f"{cls.name} runs CC {arm.cc} with loss detection {ld} only when the "
+                f"client sends {','.join(options)}, which browser {browser} cannot "
+                "(load it in chromium)"
+            )
+        tps = [k for k in arm.params if tparams.is_key(k)]
+        if tps:
+            return (
+                f"{cls.name}'s transport parameters ({', '.join(tps)}) are read from the "
+                f"browser's NetLog, which browser {browser} does not write (load it in chromium)"
+            )
+        return None
 
     @classmethod
     def check_arm(cls, arm: str, cc: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -382,11 +429,8 @@ class EnvoyServer(GoogleQuicheServer):
         )
 
     def start(self, timeout: float = 20) -> None:
-        if self.client_netlog is None:
-            raise QuicbedError(
-                f"{self.name} ({self.arm.name}): a load's connections are read from the "
-                "client's NetLog, which this runner did not give the arm"
-            )
+        # without a NetLog (a browser that writes none: browser_refusal said the arm
+        # can do without) a load's facts are Envoy's own
         self.prepare()
         super(GoogleQuicheServer, self).start(timeout)
         assert self.process is not None
@@ -438,18 +482,25 @@ class EnvoyServer(GoogleQuicheServer):
         return port
 
     def load_facts(self, lines: list[str]) -> dict[str, Any]:
-        facts = netlog_facts(lines, self.netlog_port())
-        for key in ("server_early_data", "server_handshake_failures", "server_problems"):
-            facts.pop(key)  # quic_server's stderr: Envoy's says none of this
-        facts.update(access_facts(lines))
+        if self.client_netlog is None:
+            facts = server_only_facts(access_facts(lines))
+        else:
+            facts = netlog_facts(lines, self.netlog_port())
+            for key in ("server_early_data", "server_handshake_failures", "server_problems"):
+                facts.pop(key)  # quic_server's stderr: Envoy's says none of this
+            facts.update(access_facts(lines))
         # the server's word: a connection on which a request came in 0-RTT
         facts["used_0rtt"] = bool(facts["server_connections"]) and (
             facts["server_early_connections"] == facts["server_connections"]
         )
         facts["tls_resumed"] = facts["used_0rtt"] or facts["tls_resumed"]
         facts["cc"] = None  # set from the probe (observe) in evidence
-        facts["facts_source"] = "Envoy's access log + its senders (uprobes) + client NetLog"
+        facts["facts_source"] = self.facts_source()
         return facts
+
+    def facts_source(self) -> str:
+        own = "Envoy's access log + its senders (uprobes)"
+        return own + (" + client NetLog" if self.client_netlog is not None else "")
 
     def evidence(self, facts: dict[str, Any]) -> list[str]:
         reasons = []
@@ -457,7 +508,9 @@ class EnvoyServer(GoogleQuicheServer):
             reasons.append(f"the client's NetLog: {facts['netlog_problem']}")
         if facts.get("server_protocols", []) != ["HTTP/3"]:
             reasons.append(f"Envoy served {facts.get('server_protocols')}, not HTTP/3 only")
-        if facts.get("connections") != facts.get("server_connections"):
+        if self.client_netlog is not None and facts.get("connections") != facts.get(
+            "server_connections"
+        ):
             reasons.append(
                 f"the client's NetLog shows {facts.get('connections')} QUIC connection(s), "
                 f"Envoy's access log {facts.get('server_connections')}"
@@ -505,5 +558,5 @@ class EnvoyServer(GoogleQuicheServer):
             "runtime": CC_RUNTIME[self.arm.cc],
             "client_connection_options": list(self.client_options()),
             "probe": getattr(self, "probe_armed", None),
-            "facts_source": "Envoy's access log + its senders (uprobes) + client NetLog",
+            "facts_source": self.facts_source(),
         }

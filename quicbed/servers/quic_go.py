@@ -31,6 +31,7 @@ from quicbed.servers.webserver import (
     FlowFacts,
     Params,
     WebServer,
+    cold_origins,
     cubic_beta_bound,
     cubic_n_bound,
     port_of,
@@ -53,6 +54,7 @@ def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str,
         "tls_resumed": bool(conns) and all(c.get("did_resume") for c in conns),
         "handshake_ms": [c.get("handshake_ms") for c in conns],
         "quic_versions": sorted({str(c.get("quic_version")) for c in conns}),
+        **cold_origins((str(c.get("sni") or ""), bool(c.get("used_0rtt"))) for c in conns),
     }
     if conns:
         facts["cc"] = sorted({str(c.get("cc")) for c in conns if c.get("cc")})

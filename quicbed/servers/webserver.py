@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -103,6 +104,27 @@ def cubic_beta_bound(v: float | None) -> float | None:
     return v
 
 
+def cold_origins(conns: Iterable[tuple[str, bool]]) -> dict[str, Any]:
+    """A load's ``cold_origins`` (the origins, by server name, none of whose connections
+    reused the previous load's state: 0-RTT for QUIC, TLS resumption for TCP) and
+    ``cold_connections`` (how many connections did not), from (origin, reused) pairs,
+    one per connection; none where no connection names its origin.
+
+    Why per origin: a multi-origin page opens more than one connection to some origins
+    (credentialed and anonymous requests, cross-site frames each have their own), while
+    a browser keeps single-use TLS 1.3 tickets, one from each earlier connection, so a
+    later connection to an origin may find none left. That is the browser's own policy,
+    not state lost between loads; an origin with no reused connection at all is."""
+    pairs = [(o, r) for o, r in conns if o]
+    if not pairs:
+        return {}
+    warm = {o for o, r in pairs if r}
+    return {
+        "cold_origins": sorted({o for o, _ in pairs} - warm),
+        "cold_connections": sum(not r for _, r in pairs),
+    }
+
+
 def port_of(addr: str | None) -> int | None:
     """The port of ``host:port`` (a flow's address in a client's or a server's log)."""
     if not addr or ":" not in addr:
@@ -178,8 +200,10 @@ class WebServer(ABC):
     writes_qlog: ClassVar[bool] = False
     #: False: the stack only runs on testbed nodes (its server is not built locally)
     local: bool = True
-    #: True: the load's evidence is the arm's browser NetLog (quicbed.servers.gquiche):
-    #: the runner gives the browser one and sets ``client_netlog`` before ``start``
+    #: True: the load's evidence includes the arm's browser NetLog where its browser
+    #: writes one (quicbed.servers.gquiche, envoy): the runner gives the browser one and
+    #: sets ``client_netlog`` before ``start``; whether a browser without one can load the
+    #: arm is ``browser_refusal``'s to say
     wants_client_netlog: bool = False
     #: the browser an arm of this stack needs (quicbed.client.browsers; the default: any
     #: current browser that speaks its protocol); a cell whose arms name no browser then
@@ -243,6 +267,17 @@ class WebServer(ABC):
     @property
     def quic_version(self) -> str | None:
         """The QUIC version the browser must be forced to (gQUIC); None: the browser's own."""
+        return None
+
+    @classmethod
+    def browser_refusal(cls, arm: Arm, browser: str, net_log: bool) -> str | None:
+        """Why ``arm`` cannot load in ``browser`` (``net_log``: it writes a NetLog), as far
+        as this stack's evidence is concerned; None: it can."""
+        if cls.wants_client_netlog and not net_log:
+            return (
+                f"{cls.name}'s evidence is the browser's NetLog, which browser {browser} "
+                "does not write (load it in chromium)"
+            )
         return None
 
     @classmethod

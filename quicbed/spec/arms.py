@@ -264,11 +264,9 @@ def _with_browsers(
                 f"arm {a.name}: browser {b} cannot speak {a.protocol} "
                 f"(it speaks {', '.join(cls.protocols)})"
             )
-        if stack.wants_client_netlog and not cls.net_log:
-            raise QuicbedError(
-                f"arm {a.name}: {stack.name}'s evidence is the browser's NetLog, which "
-                f"browser {b} does not write (load it in chromium)"
-            )
+        refusal = stack.browser_refusal(a, b, cls.net_log)
+        if refusal:
+            raise QuicbedError(f"arm {a.name}: {refusal}")
         out.append(replace(a, browser=b))
     return out
 
