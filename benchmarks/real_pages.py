@@ -6,7 +6,7 @@ Run as root after `make setup-all`, with nothing else running on the machine:
     .venv/bin/python benchmarks/real_pages.py [--part imported|corpus|both]
         [--out DIR] [--md FILE] [--tables-only]
 
-Part "imported": the p50 page model (24 origins, 66 entries) is loaded once by Chromium
+Part "imported": the p50 page model (24 origins, 66 entries) is loaded by Chromium
 at traces level full over h2 (50 Mbit/s, 36 ms), its HAR (with every body) imported
 with `quicbed pages import` as `p50-recorded`, and benchmarks/specs/imported-page.yaml
 run: that page over h2, h3 and h3-envoy, 10 loads + 1 warm-up per arm, 0-RTT mode, in
@@ -58,12 +58,12 @@ PAIR_HEAD += ["PLT diff %", "PLT Welch p", "LCP diff %", "LCP Welch p"]
 
 
 def record(out: Path) -> str:
-    """The p50 model loaded once at traces level full and its HAR imported as
+    """The p50 model loaded at traces level full (a warm-up and 2 loads, the fewest a cell takes) and its HAR imported as
     ``p50-recorded`` (kept if the store has it already); returns what was done."""
     if arch.find(RECORDED) is not None:
         return f"{RECORDED} was in the page store already"
     rec = out / "record"
-    argv = ["--page", "p50", "--arms", "h2", "--runs", "1", "--rate", "50", "--rtt", "36"]
+    argv = ["--page", "p50", "--arms", "h2", "--runs", "2", "--rate", "50", "--rtt", "36"]
     argv += ["--traces", "full", "--prefix", "qbrec", "--out", str(rec)]
     subprocess.run([str(QUICBED), "cell", *argv], check=True)
     store = Store.open_readonly(rec)
