@@ -287,15 +287,22 @@ async function closeTab(tab) {
 // "content": true keeps every response's body in the HAR (HAR 1.2 content.text, base64
 // where binary): what `quicbed pages import` needs to replay a load. Read after the
 // load, from the session each request was of, so it costs the measured load nothing; a
-// body the browser no longer holds is left out (content.text absent).
+// body the browser no longer holds is left out (content.text absent). A cross-site
+// iframe's document is requested in its parent's session but its body is held by the
+// frame's own: a body its request's session does not have is asked of every other.
 async function fetchBodies(client, events, sessions) {
     const done = events.filter((e) => e.method === 'Network.loadingFinished').map((e) => e.params.requestId);
+    const all = [...new Set(sessions.values())];
     for (const requestId of done) {
         const params = {requestId};
-        try {
-            const b = await client.send('Network.getResponseBody', {requestId}, sessions.get(requestId));
-            Object.assign(params, {body: b.body, base64Encoded: b.base64Encoded});
-        } catch (e) { /* not kept by the browser */ }
+        const own = sessions.get(requestId);
+        for (const sessionId of [own, ...all.filter((s) => s !== own)]) {
+            try {
+                const b = await client.send('Network.getResponseBody', {requestId}, sessionId);
+                Object.assign(params, {body: b.body, base64Encoded: b.base64Encoded});
+                break;
+            } catch (e) { /* not kept by this session */ }
+        }
         events.push({method: 'Network.getResponseBody', params});
     }
 }
