@@ -15,11 +15,11 @@ and p90 over h2 and h3 at 10 and 50 Mbit/s in the study's baseline, loss, latenc
 reordering scenarios).
 
 Prints, per cell and arm: the scenario, browser, valid of the measured loads, how many
-of those loads requested every entry of the archive, and the mean and standard
-deviation of PLT, FCP and LCP over the valid loads (ms); then per cell h2 against each
-h3 arm: the difference of means in % (positive: the h3 arm is faster) and Welch's p,
-for PLT and for LCP. The head gives the host's steal and busy shares over the run
-(/proc/stat) and the wall time.
+of those loads have every entry of the archive in their HAR ("whole HAR"), and the
+mean and standard deviation of PLT, FCP and LCP over the valid loads (ms); then per
+cell h2 against each h3 arm: the difference of means in % (positive: the h3 arm is
+faster) and Welch's p, for PLT and for LCP. The head gives the host's steal and busy
+shares over the run (/proc/stat) and the wall time.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from quicbed.analysis.cells import compare_cell
 from quicbed.link import hostcpu
@@ -51,15 +52,16 @@ IMPORTED_SPEC = ROOT / "benchmarks" / "specs" / "imported-page.yaml"
 CORPUS_SPEC = ROOT / "sweeps" / "real-pages.yaml"
 RECORDED = "p50-recorded"
 QUICBED = ROOT / ".venv" / "bin" / "quicbed"
-ARM_HEAD = ["scenario", "Mbit/s", "RTT ms", "page", "browser", "arm", "valid", "all entries"]
+ARM_HEAD = ["scenario", "Mbit/s", "RTT ms", "page", "browser", "arm", "valid", "whole HAR"]
 ARM_HEAD += ["PLT", "sd", "FCP", "sd", "LCP", "sd"]
 PAIR_HEAD = ["scenario", "Mbit/s", "RTT ms", "page", "browser", "pair"]
 PAIR_HEAD += ["PLT diff %", "PLT Welch p", "LCP diff %", "LCP Welch p"]
 
 
 def record(out: Path) -> str:
-    """The p50 model loaded at traces level full (a warm-up and 2 loads, the fewest a cell takes) and its HAR imported as
-    ``p50-recorded`` (kept if the store has it already); returns what was done."""
+    """The p50 model loaded at traces level full (a warm-up and 2 loads, the fewest a
+    cell takes) and its HAR imported as ``p50-recorded`` (kept if the store has it
+    already); returns what was done."""
     if arch.find(RECORDED) is not None:
         return f"{RECORDED} was in the page store already"
     rec = out / "record"
@@ -86,12 +88,26 @@ def _mean_sd(xs: list[float]) -> tuple[str, str]:
     return mean, (f"{statistics.stdev(xs):.0f}" if len(xs) > 1 else "-")
 
 
+def _cells(store: Store) -> list[tuple[str, Any]]:
+    """The latest attempts in the spec's order: scenario, rate, RTT, page."""
+    order = {n: i for i, n in enumerate(("baseline", "loss", "latency", "reordering"))}
+
+    def key(item: tuple[str, Any]) -> tuple[Any, ...]:
+        cid, _ = item
+        cfg = make_cell(**store.cell_config(cid))
+        scen = ",".join(store.scenarios(cid))
+        c = cfg.condition
+        return (order.get(scen, 9), scen, c.rate_mbit or 0, c.rtt(), cfg.page)
+
+    return sorted(store.latest_attempts().items(), key=key)
+
+
 def arm_rows(root: Path) -> list[list[str]]:
     """One row per cell and arm, from the store alone."""
     store = Store(root)
     rows = []
     try:
-        for cid, att in sorted(store.latest_attempts().items()):
+        for cid, att in _cells(store):
             cfg = make_cell(**store.cell_config(cid))
             c = cfg.condition
             scen = ",".join(store.scenarios(cid))
@@ -120,16 +136,24 @@ def pair_rows(root: Path) -> list[list[str]]:
     store = Store(root)
     out = []
     try:
-        for cid, att in sorted(store.latest_attempts().items()):
+        for cid, att in _cells(store):
             cfg = make_cell(**store.cell_config(cid))
             c = cfg.condition
             scen = ",".join(store.scenarios(cid))
+            browser = {a.name: str(a.browser) for a in cfg.resolved_arms()}
             by = {
                 m: compare_cell(store, cid, att.attempt, cfg, metric=m)
                 for m in ("plt_ms", "lcp_ms")
             }
             for pair in by["plt_ms"]:
-                row = [scen, f"{c.rate_mbit:g}", f"{c.rtt():g}", cfg.page, str(cfg.browser), pair]
+                row = [
+                    scen,
+                    f"{c.rate_mbit:g}",
+                    f"{c.rtt():g}",
+                    cfg.page,
+                    browser[pair.split("/")[1]],
+                ]
+                row.append(pair)
                 for m in ("plt_ms", "lcp_ms"):
                     cmp = by[m][pair]
                     row.append(f"{cmp.pct_diff:+.1f}" if cmp.pct_diff is not None else "-")

@@ -354,9 +354,16 @@ async function load(cmd) {
     const requests = new Map();  // BiDi request id -> {request, response, navigation, error}
     const order = [];
     let recording = false;
+    // the tab and every frame under it: an iframe is a browsing context of its own, whose
+    // requests (a cross-site ad frame's document and images) are the page's too
+    const frames = new Set([tab.context]);
     const listener = (m) => {
         const p = m.params || {};
-        if (!recording || p.context !== tab.context) return;
+        if (m.method === 'browsingContext.contextCreated') {
+            if (frames.has(p.parent)) frames.add(p.context);
+            return;
+        }
+        if (!recording || !frames.has(p.context)) return;
         const id = p.request && p.request.request;
         if (m.method === 'network.beforeRequestSent') {
             if (!requests.has(id)) { requests.set(id, {request: p.request, navigation: p.navigation, response: null, done: false}); order.push(id); }
@@ -420,7 +427,8 @@ async function main() {
     initial = (await send('browsingContext.getTree', {maxDepth: 0})).contexts[0].context;
     for (const [host, ip] of MAPS) await evaluate(chrome, MAP_HOST(host, ip));
     await send('network.setCacheBehavior', {cacheBehavior: 'bypass'});
-    await send('session.subscribe', {events: ['network.beforeRequestSent', 'network.responseCompleted', 'network.fetchError']});
+    await send('session.subscribe', {events: ['network.beforeRequestSent', 'network.responseCompleted', 'network.fetchError',
+        'browsingContext.contextCreated']});
     await evaluate(chrome, ALTSVC_INIT);
     process.stdout.write(JSON.stringify({ready: true, browser: version, build: caps['moz:buildID'] || null,
         user_agent: caps.userAgent || null, pid: caps['moz:processID'] || null,
