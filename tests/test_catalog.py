@@ -164,3 +164,147 @@ def test_goodput_cdfs_per_scenario_where_scenarios_share_a_link(tmp_path: Path) 
         "ECN": [44.0, 45.0, 46.0],
     }
     assert all(p.stat().st_size > 0 for p in paths) and "h2, 20MB" in title
+
+
+# --- the studies' numbers beside quicbed's (issue 43) ------------------------------------
+def test_not_here_reasons_state_what_is_missing_not_a_ticket() -> None:
+    """A reason that cites an issue, or says a knob is "not built yet", goes stale the day
+    the knob lands (the cipher and UDP-buffer entries said so for weeks after): a reason
+    states what is missing, as of the catalog, in words that stay true or fail here."""
+    stale = re.compile(r"\bissue \d+|not built yet|cannot set QUIC transport parameters", re.I)
+    bad = [e.id for e in load_catalog().entries if e.why and stale.search(e.why)]
+    assert bad == []
+
+
+def test_entries_that_compare_name_study_values_with_a_rule_and_a_source() -> None:
+    cat = load_catalog()
+    (fig54,) = cat.find("transport-params-2023/fig5.4")
+    (t41,) = cat.find("quic-limits-2022/table4.1")
+    assert len(fig54.compare) >= 3 and len(t41.compare) >= 6
+    for e in (fig54, t41):
+        for v in e.compare:
+            assert v.source and v.unit and v.what, v
+    beta = fig54.compare[0]
+    assert (beta.study, beta.rule.below, beta.relative_to) == (6.15, 10, {"arm": "h3-s-15728640"})
+    # every arm a comparison names is an arm of the entry's sweep
+    arms = {a.name for pc in plan(entry_spec(cat, fig54)) for a in pc.config.resolved_arms()}
+    assert {str(v.where["arm"]) for v in fig54.compare} <= arms
+
+
+def test_a_study_value_is_judged_by_its_rule_against_the_reports_table(tmp_path: Path) -> None:
+    """The verdicts from a report's CSV: a share scaled to %, a sum of columns, a row as a
+    percentage of another, a row the report lacks, and rows that disagree."""
+    from quicbed.report import studyvalues
+    from quicbed.spec.catalog import Entry
+
+    (tmp_path / "profile.csv").write_text(
+        "cell_id,attempt,arm,role,program,sampled_ms,packet_io,crypto\n"
+        "c1,1,h3,server,quicbed-h3server,900,0.55,0.12\n"
+        "c1,1,h3,client,quicbed-bulk,800,0.40,0.10\n"
+    )
+    (tmp_path / "transfers.csv").write_text(
+        "arm,rtt_ms,goodput_mbit_mean\nh3-s-small,30,5.0\nh3-s-ref,30,80.0\nh3-s-ref,30,80.0\n"
+        "twice,30,1\ntwice,30,2\n"
+    )
+    base = {"unit": "%", "source": "Table 4.1", "rule": {"within": 10}}
+    entry = Entry(
+        id="quic-limits-2022/table4.1",
+        what="t",
+        kind="table",
+        status="local",
+        preset="implementation.yaml",
+        scenarios=["goodput"],
+        view="cpu",
+        compare=[
+            {
+                **base,
+                "what": "io",
+                "study": 60.31,
+                "table": "profile.csv",
+                "where": {"arm": "h3", "role": "server"},
+                "column": "packet_io",
+                "scale": 100,
+            },
+            {
+                **base,
+                "what": "io+crypto",
+                "study": 77.91,
+                "table": "profile.csv",
+                "where": {"arm": "h3", "role": "server"},
+                "column": ["packet_io", "crypto"],
+                "scale": 100,
+            },
+            {
+                **base,
+                "what": "rel",
+                "study": 6.15,
+                "table": "transfers.csv",
+                "where": {"arm": "h3-s-small", "rtt_ms": 30},
+                "column": "goodput_mbit_mean",
+                "relative_to": {"arm": "h3-s-ref"},
+                "rule": {"below": 10},
+            },
+            {
+                **base,
+                "what": "gone",
+                "study": 1,
+                "table": "transfers.csv",
+                "where": {"arm": "nowhere"},
+                "column": "goodput_mbit_mean",
+            },
+        ],
+    )
+    got = studyvalues.judge(entry, tmp_path)
+    assert [(round(v.quicbed, 2) if v.quicbed is not None else None, v.verdict) for v in got] == [
+        (55.0, "agrees"),  # 55 % within 10 of 60.31
+        (67.0, "differs"),  # 67 % is 10.91 from 77.91
+        (6.25, "agrees"),  # 5 / 80: below 10 %
+        (None, "not measured"),
+    ]
+    assert "no row with arm nowhere" in got[3].problem
+    path = studyvalues.write(tmp_path, got)
+    assert path is not None and path.read_text().count("\n") == 5
+    table = studyvalues.markdown(got)
+    assert "| io+crypto | 77.91 % | 67 % | -10.91 | within 10 % of the study's | differs |" in table
+    twice = entry.model_copy(
+        update={"compare": [entry.compare[3].model_copy(update={"where": {"arm": "twice"}})]}
+    )
+    with pytest.raises(QuicbedError, match="2 rows with arm twice differ in goodput_mbit_mean"):
+        studyvalues.judge(twice, tmp_path)
+
+
+def test_reproduce_lists_how_many_study_values_each_local_entry_compares() -> None:
+    cp = subprocess.run(
+        [*QB, "reproduce", "--list", "quic-limits-2022"], capture_output=True, text=True, timeout=60
+    )
+    assert cp.returncode == 0, cp.stderr
+    line = next(x for x in cp.stdout.splitlines() if x.split()[0] == "quic-limits-2022/table4.1")
+    assert line.rstrip().endswith(" 14 study values"), line
+    described = subprocess.run(
+        [*QB, "reproduce", "transport-params-2023/fig5.4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "compares: goodput with set beta's initial_max_data" in " ".join(
+        described.stdout.split()
+    ), described.stdout
+
+
+#: phrases that claim quicbed agrees with a study; each needs the two numbers beside it
+AGREEMENT = re.compile(
+    r"as the study found|the study's finding holds|agrees with the study|as the study's "
+    r"fig|as in the study|matches the study|confirms the study|the study's finding",
+    re.I,
+)
+
+
+def test_no_doc_claims_agreement_with_a_study_without_both_numbers() -> None:
+    """A paragraph of the docs that says quicbed agrees with a study carries numbers for
+    both (at least two figures in it); otherwise it says what it compares or nothing."""
+    bad = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for para in re.split(r"\n\s*\n", doc.read_text()):
+            if AGREEMENT.search(para) and len(re.findall(r"\d+(?:\.\d+)?", para)) < 2:
+                bad.append(f"{doc.relative_to(ROOT)}: {AGREEMENT.search(para).group(0)!r}")
+    assert bad == []

@@ -81,6 +81,7 @@ def bulk_summary(
         gp = [f.goodput_bps / 1e6 for f in ok if f.goodput_bps]
         rt = [float(f.retransmissions) for f in ok if f.retransmissions is not None]
         acks = [v for f in ok if (v := f.ack_ratio()) is not None]
+        packets = [f.packets() for f in ok]
         cpu = cpu_summary(cpu_items[a["name"]]) if cpu_items[a["name"]] else {}
         ce = [
             float((x.bottleneck or {})["ce_marked"])
@@ -91,6 +92,8 @@ def bulk_summary(
         summary[a["name"]] = ArmBulk(
             arm=a["name"],
             ack_ratio_mean=_mean(acks),
+            client_packets_mean=_mean([float(c) for c, _ in packets if c is not None]),
+            server_packets_mean=_mean([float(s) for _, s in packets if s is not None]),
             cpu_ms={k: v.get("total_ms") for k, v in cpu.items()},
             cpu_ms_per_mb={k: v.get("ms_per_mb") for k, v in cpu.items()},
             **counter_totals([f.counters for f in ok]),

@@ -63,6 +63,12 @@ def describe(cat: Catalog, entry: Entry) -> str:
         est = minutes(cat, entry)
         lines.append(f"sweep: {where(entry)}; view: {entry.view}; about {est:.0f} min here")
         lines.append(f"differs from the study: {entry.differs or 'nothing beyond quicbed itself'}")
+        for v in entry.compare:
+            unit = f" {v.unit}" if v.unit else ""
+            lines.append(
+                f"compares: {v.what}: the study's {v.study:g}{unit} ({v.source}); agrees if "
+                f"quicbed's is {v.rule.describe(v.unit)}"
+            )
     return "\n".join(lines)
 
 
@@ -145,7 +151,8 @@ def _print_list(cat: Catalog, entries: list[Entry]) -> None:
     for e in entries:
         est = minutes(cat, e)
         t = f"~{est:.0f} min" if est is not None else "-"
-        out.print(f"{e.id}\t{e.status}\t{where(e)}\t{e.view or '-'}\t{t}", soft_wrap=True)
+        n = f"{len(e.compare)} study values" if e.status == "local" else "-"
+        out.print(f"{e.id}\t{e.status}\t{where(e)}\t{e.view or '-'}\t{t}\t{n}", soft_wrap=True)
     counts = {s: sum(e.status == s for e in entries) for s in ("local", "testbed", "not here")}
     out.print(", ".join(f"{n} {s}" for s, n in counts.items()))
 
@@ -181,7 +188,19 @@ def _reproduce_preset(cat: Catalog, group: list[Entry], out_dir: str, run: Sweep
     report = _sweep_and_report(cat, group, out_dir, run)
     for e in group:
         out.print(describe(cat, e), soft_wrap=True)
+    _compare(group, report)
     out.print(f"report: {report / 'index.html'}")
+
+
+def _compare(group: list[Entry], report: Path) -> None:
+    """The entries' study values beside quicbed's, printed and in report/compare.csv."""
+    from quicbed.report import studyvalues  # lazy: with the report
+
+    verdicts = [v for e in group for v in studyvalues.judge(e, report)]
+    path = studyvalues.write(report, verdicts)
+    if path is not None:
+        out.print(studyvalues.markdown(verdicts), soft_wrap=True)
+        out.print(f"study values: {path}")
 
 
 def _reproduce_study(
@@ -198,7 +217,8 @@ def _reproduce_study(
     for preset, group in by_preset.items():
         folder = root / Path(preset).stem
         out.print(f"{preset}: {len(group)} entries into {folder}")
-        _sweep_and_report(cat, group, str(folder), run)
+        report = _sweep_and_report(cat, group, str(folder), run)
+        _compare(group, report)
         for e in group:
             folders[e.id] = folder
     index = write_index(root, what, entries, folders)

@@ -94,6 +94,11 @@ class TransferRow:
     mannwhitney_p: float | None = None
     #: p below the report's alpha (not Comparison.significant, which also asks testable)
     significant: bool | None = None
+    # columns added after packages were first built go last, so that a package's own
+    # transfers.csv is a prefix of a rebuilt one (quicbed.package.verify.csv_diff)
+    #: QUIC bulk: packets the client and the server sent per flow, mean
+    client_packets_mean: float | None = None
+    server_packets_mean: float | None = None
 
     @classmethod
     def arm_of(cls, cell: TransferCell, arm: str) -> TransferRow:
@@ -146,6 +151,8 @@ class TransferRow:
             retransmissions_mean=s.retransmissions_mean,
             ce_marks_mean=s.ce_marks_mean,
             ack_ratio_mean=s.ack_ratio_mean,
+            client_packets_mean=s.client_packets_mean,
+            server_packets_mean=s.server_packets_mean,
             cpu_server_ms=s.cpu_ms.get("server"),
             cpu_client_ms=s.cpu_ms.get("client"),
             cpu_bridge_ms=s.cpu_ms.get("bridge"),

@@ -80,12 +80,19 @@ class FlowResult(BaseModel):
     def ack_ratio(self) -> float | None:
         """A QUIC flow's packets its client sent per packet it received: the client's own
         counters (quicbed-bulk), else the server's (received per sent); None for TCP."""
+        sent, got = self.packets()
+        return sent / got if sent and got else None
+
+    def packets(self) -> tuple[int | None, int | None]:
+        """A QUIC flow's packets sent by its client and by its server: the client's own
+        counters (quicbed-bulk), else the server's log (received, sent); None for TCP or
+        where neither counted (the study's ethtool counts per interface, per download)."""
         qc = self.quic_client or {}
         sent, got = qc.get("packets_sent"), qc.get("packets_received")
         if not (sent and got):
             stats = self.server.get("stats") or {}
             sent, got = stats.get("recv"), stats.get("sent")
-        return sent / got if sent and got else None
+        return (int(sent) if sent else None, int(got) if got else None)
 
     def timeline(self, offset: bool = True) -> list[tuple[float, float]]:
         """(t_s, bit/s over the interval ending at t_s); t on the run's clock if ``offset``."""
@@ -127,6 +134,9 @@ class ArmBulk(BaseModel):
     of_ideal: float | None
     #: QUIC: packets the client sent per packet it received (FlowResult.ack_ratio), mean
     ack_ratio_mean: float | None = None
+    #: QUIC: packets the client and the server sent per flow (FlowResult.packets), mean
+    client_packets_mean: float | None = None
+    server_packets_mean: float | None = None
     #: per role: mean CPU ms per flow, and all flows' CPU ms per MB they carried
     cpu_ms: dict[str, float | None] = Field(default_factory=dict)
     cpu_ms_per_mb: dict[str, float | None] = Field(default_factory=dict)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.paths import REPO_ROOT
@@ -51,6 +51,60 @@ View = Literal[
 ]
 
 
+class Rule(BaseModel):
+    """When quicbed's number agrees with the study's: within ``within`` of it (in the
+    value's unit), or below ``below``, or above ``above`` (a bound the study's claim
+    sets, e.g. "more than 90 % less": below 10 % of the reference). One of the three."""
+
+    model_config = ConfigDict(extra="forbid")
+    within: float | None = Field(default=None, ge=0)
+    below: float | None = None
+    above: float | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Rule:
+        if sum(x is not None for x in (self.within, self.below, self.above)) != 1:
+            raise ValueError("a rule is one of within, below or above")
+        return self
+
+    def holds(self, quicbed: float, study: float) -> bool:
+        if self.within is not None:
+            return abs(quicbed - study) <= self.within
+        if self.below is not None:
+            return quicbed < self.below
+        assert self.above is not None
+        return quicbed > self.above
+
+    def describe(self, unit: str) -> str:
+        u = f" {unit}" if unit else ""
+        if self.within is not None:
+            return f"within {self.within:g}{u} of the study's"
+        return f"below {self.below:g}{u}" if self.below is not None else f"above {self.above:g}{u}"
+
+
+class StudyValue(BaseModel):
+    """A number the study states (its text or a table), where it says it, and where
+    quicbed's counterpart is in a built report: a row of one of its CSV tables chosen by
+    column values (``where``), ``column`` (several: summed) times ``scale``; with
+    ``relative_to``, as a percentage of the same column in that other row. Judged by
+    ``rule`` (quicbed.report.studyvalues)."""
+
+    model_config = ConfigDict(extra="forbid")
+    what: str
+    study: float
+    unit: str
+    source: str
+    table: Literal["table.csv", "transfers.csv", "profile.csv", "cpu.csv"]
+    where: dict[str, str | float]
+    column: str | list[str]
+    scale: float = 1.0
+    relative_to: dict[str, str | float] | None = None
+    rule: Rule
+
+    def columns(self) -> list[str]:
+        return [self.column] if isinstance(self.column, str) else list(self.column)
+
+
 class Entry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str
@@ -63,6 +117,8 @@ class Entry(BaseModel):
     set: dict[str, Any] | None = None
     view: View | None = None
     differs: str | None = None
+    #: the study's own numbers this entry compares with quicbed's (local entries)
+    compare: list[StudyValue] = Field(default_factory=list)
 
     @property
     def study(self) -> str:
@@ -75,6 +131,8 @@ class Entry(BaseModel):
             raise ValueError(f"{self.id}: a {self.status} entry needs preset, scenarios and view")
         if not runs and (self.preset or not self.why):
             raise ValueError(f"{self.id}: a 'not here' entry gives why, and no preset")
+        if self.compare and self.status != "local":
+            raise ValueError(f"{self.id}: only a local entry compares study values")
         return self
 
 
