@@ -35,7 +35,6 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from quicbed.analysis.cells import compare_cell
 from quicbed.link import hostcpu
@@ -43,7 +42,7 @@ from quicbed.replay import archive as arch
 from quicbed.replay.harimport import import_har
 from quicbed.results.store import Store
 from quicbed.run.sweep import run_sweep
-from quicbed.spec.cellconfig import make_cell
+from quicbed.spec.cellconfig import CellConfig, make_cell
 from quicbed.spec.sweepspec import load_spec
 from quicbed.testbed.local import LocalTestbed
 
@@ -88,18 +87,18 @@ def _mean_sd(xs: list[float]) -> tuple[str, str]:
     return mean, (f"{statistics.stdev(xs):.0f}" if len(xs) > 1 else "-")
 
 
-def _cells(store: Store) -> list[tuple[str, Any]]:
-    """The latest attempts in the spec's order: scenario, rate, RTT, page."""
+def _cells(store: Store) -> list[tuple[str, int, CellConfig, list[str]]]:
+    """The latest attempts in the spec's order (scenario, rate, RTT, page): each cell's
+    ID, attempt, config and its rows' first columns (scenario, rate, RTT, page)."""
     order = {n: i for i, n in enumerate(("baseline", "loss", "latency", "reordering"))}
-
-    def key(item: tuple[str, Any]) -> tuple[Any, ...]:
-        cid, _ = item
+    out = []
+    for cid, att in store.latest_attempts().items():
         cfg = make_cell(**store.cell_config(cid))
-        scen = ",".join(store.scenarios(cid))
-        c = cfg.condition
-        return (order.get(scen, 9), scen, c.rate_mbit or 0, c.rtt(), cfg.page)
-
-    return sorted(store.latest_attempts().items(), key=key)
+        scen, c = ",".join(store.scenarios(cid)), cfg.condition
+        head = [scen, f"{c.rate_mbit:g}", f"{c.rtt():g}", cfg.page]
+        key = (order.get(scen, 9), scen, c.rate_mbit or 0, c.rtt(), cfg.page)
+        out.append((key, (cid, att.attempt, cfg, head)))
+    return [cell for _, cell in sorted(out, key=lambda x: x[0])]
 
 
 def arm_rows(root: Path) -> list[list[str]]:
@@ -107,19 +106,16 @@ def arm_rows(root: Path) -> list[list[str]]:
     store = Store(root)
     rows = []
     try:
-        for cid, att in _cells(store):
-            cfg = make_cell(**store.cell_config(cid))
-            c = cfg.condition
-            scen = ",".join(store.scenarios(cid))
-            runs = store.runs(cid, att.attempt)
+        for cid, attempt, cfg, head in _cells(store):
+            runs = store.runs(cid, attempt)
             for a in cfg.resolved_arms():
                 measured = [r for r in runs if r.arm == a.name and not r.warmup]
                 valid = [r for r in measured if r.valid]
                 whole = [r for r in valid if r.objects == _entries(cfg.page)]
-                row = [scen, f"{c.rate_mbit:g}", f"{c.rtt():g}", cfg.page, str(a.browser), a.name]
-                row += [f"{len(valid)}/{len(measured)}", str(len(whole))]
+                row = [*head, str(a.browser), a.name, f"{len(valid)}/{len(measured)}"]
+                row.append(str(len(whole)))
                 for metric in ("plt_ms", "fcp_ms", "lcp_ms"):
-                    row += _mean_sd(store.values(cid, att.attempt, a.name, metric))
+                    row += _mean_sd(store.values(cid, attempt, a.name, metric))
                 rows.append(row)
     finally:
         store.close()
@@ -136,24 +132,11 @@ def pair_rows(root: Path) -> list[list[str]]:
     store = Store(root)
     out = []
     try:
-        for cid, att in _cells(store):
-            cfg = make_cell(**store.cell_config(cid))
-            c = cfg.condition
-            scen = ",".join(store.scenarios(cid))
+        for cid, attempt, cfg, head in _cells(store):
             browser = {a.name: str(a.browser) for a in cfg.resolved_arms()}
-            by = {
-                m: compare_cell(store, cid, att.attempt, cfg, metric=m)
-                for m in ("plt_ms", "lcp_ms")
-            }
+            by = {m: compare_cell(store, cid, attempt, cfg, metric=m) for m in ("plt_ms", "lcp_ms")}
             for pair in by["plt_ms"]:
-                row = [
-                    scen,
-                    f"{c.rate_mbit:g}",
-                    f"{c.rtt():g}",
-                    cfg.page,
-                    browser[pair.split("/")[1]],
-                ]
-                row.append(pair)
+                row = [*head, browser[pair.split("/")[1]], pair]
                 for m in ("plt_ms", "lcp_ms"):
                     cmp = by[m][pair]
                     row.append(f"{cmp.pct_diff:+.1f}" if cmp.pct_diff is not None else "-")
