@@ -265,7 +265,7 @@ def test_a_study_value_is_judged_by_its_rule_against_the_reports_table(tmp_path:
     path = studyvalues.write(tmp_path, got)
     assert path is not None and path.read_text().count("\n") == 5
     table = studyvalues.markdown(got)
-    assert "| io+crypto | 77.91 % | 67 % | -10.91 | within 10 % of the study's | differs |" in table
+    assert "| io+crypto | 77.91 % | 67 % | -10.91 | within ±10 % | differs |" in table
     twice = entry.model_copy(
         update={"compare": [entry.compare[3].model_copy(update={"where": {"arm": "twice"}})]}
     )

@@ -78,7 +78,7 @@ class Rule(BaseModel):
     def describe(self, unit: str) -> str:
         u = f" {unit}" if unit else ""
         if self.within is not None:
-            return f"within {self.within:g}{u} of the study's"
+            return f"within ±{self.within:g}{u}"
         return f"below {self.below:g}{u}" if self.below is not None else f"above {self.above:g}{u}"
 
 
