@@ -381,9 +381,10 @@ CHROMIUM = {  # what Chromium 156 advertised in tests' real loads (its NetLog, a
 }
 
 
-def _advertised_folder(tmp_path: Path) -> None:
+def _advertised_folder(tmp_path: Path, browsers: dict[str, str] | None = None) -> None:
     """A results folder of one page cell whose h3 loads stored both ends' transport
-    parameters, as real loads store them."""
+    parameters, as real loads store them; ``browsers``: each arm's own browser build,
+    as a cell that loads arms in two browsers records them."""
     from quicbed.model.link import make_condition
     from quicbed.results.rows import RunRow
     from quicbed.results.store import Store
@@ -395,7 +396,11 @@ def _advertised_folder(tmp_path: Path) -> None:
     store.add_cell(cid, cfg.model_dump(mode="json"))
     att = store.new_attempt(cid, {"git": {"sha": "x"}})
     store.set_receipt(cid, att, {"passed": True, "checks": []})
-    store.set_versions(cid, att, {"browser": "HeadlessChrome/156.0.7000.0"})
+    store.set_versions(
+        cid,
+        att,
+        {"browser": "HeadlessChrome/156.0.7000.0", **({"browsers": browsers} if browsers else {})},
+    )
     for seq, (arm, rep) in enumerate((("h2", 0), ("h3", 0), ("h3", 1), ("h2", 1))):
         server = {"tp_local": [QUIC_GO_DEFAULT], "tp_remote": [CHROMIUM]} if arm == "h3" else {}
         store.add_run(
@@ -447,6 +452,18 @@ def test_what_the_browser_advertised_is_in_the_export_and_the_report(tmp_path: P
     html = (tmp_path / "report" / "index.html").read_text()
     assert "QUIC transport parameters the clients advertised" in html
     assert (tmp_path / "report" / "transport_params.csv").exists()
+
+
+def test_each_arm_is_labelled_with_its_own_browser(tmp_path: Path) -> None:
+    """A cell that loads an arm in Firefox and another in Chromium: each client's
+    parameters are listed under the browser that sent them, not the cell's first."""
+    from quicbed.results import advertised
+
+    _advertised_folder(
+        tmp_path, browsers={"h2": "HeadlessChrome/156.0.7000.0", "h3": "Firefox/153.8.0"}
+    )
+    clients = {(r["arm"], r["client"]) for r in advertised.rows(tmp_path) if r["side"] == "client"}
+    assert clients == {("h3", "Firefox/153.8.0")}
 
 
 @pytest.mark.browser

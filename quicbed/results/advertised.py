@@ -82,7 +82,9 @@ def rows(root: Path) -> list[dict[str, Any]]:
             base: dict[str, Any] = {"cell_id": a.cell_id, "attempt": a.attempt, "kind": kind}
             if kind == "page":
                 stacks = _page_stacks(cfg)
-                browser = ((a.provenance or {}).get("components") or {}).get("browser")
+                comps = (a.provenance or {}).get("components") or {}
+                # each arm's own browser (a cell may load arms in two), else the cell's
+                per_arm, browser = comps.get("browsers") or {}, comps.get("browser")
                 for r in store.runs(a.cell_id, a.attempt):
                     facts = (r.detail or {}).get("server") or {}
                     one = {
@@ -92,7 +94,7 @@ def rows(root: Path) -> list[dict[str, Any]]:
                         "rep": r.rep,
                         "warmup": int(r.warmup),
                         "valid": int(r.valid),
-                        "client": str(browser or "the browser"),
+                        "client": str(per_arm.get(r.arm) or browser or "the browser"),
                     }
                     out += [_row(one, *s) for s in _sets(facts)]
                 continue
