@@ -198,6 +198,15 @@ def test_envoy_replays_the_page_beside_apache_and_quic_go(
         store.close()
 
 
+def _seen(a: Archive, url: str, **kw: object) -> dict[str, object]:
+    """A load's HAR entry for ``url`` as a replayed h3 load records it when all is
+    well (answered by URL, the archive's status and size); ``kw`` spoils it."""
+    found = a.match("GET", url)
+    size = found[0].size if found else 0
+    base = {"url": url, "host": url.split("/")[2], "method": "GET", "status": 200}
+    return {**base, "protocol": "h3", "replay": "url", "body_bytes": size, **kw}
+
+
 def test_a_load_is_judged_per_request_against_the_archive(page_store: Path) -> None:
     """Each kind of failure named by its URL: an unmatched request, a response from a
     server that is not replaying, a status or size not the archive's, another protocol,
@@ -208,11 +217,7 @@ def test_a_load_is_judged_per_request_against_the_archive(page_store: Path) -> N
     www, img = f"https://{ORIGINS[0]}/", f"https://{ORIGINS[2]}/bg.png"
 
     def e(url: str, **kw: object) -> dict[str, object]:
-        host = url.split("/")[2]
-        base = {"url": url, "host": host, "method": "GET", "status": 200}
-        found = a.match("GET", url)
-        size = found[0].size if found else 0
-        return {**base, "protocol": "h3", "replay": "url", "body_bytes": size, **kw}
+        return _seen(a, url, **kw)
 
     assert reasons([e(www), e(img)], a, "h3") == []
     assert reasons([e(www), e(img, body_bytes=-1)], a, "h3") == []  # a size not seen
@@ -286,11 +291,7 @@ def test_a_replayed_load_in_0rtt_mode_needs_every_origin_warm_not_every_connecti
     from quicbed.servers.webserver import Arm
 
     a = three_origins(page_store)
-    entries = [
-        {"url": e.url, "host": e.url.split("/")[2], "method": "GET", "status": 200,
-         "protocol": "h3", "replay": "url", "body_bytes": e.size}
-        for e in a.entries()
-    ]  # fmt: skip
+    entries = [_seen(a, e.url) for e in a.entries()]
 
     class Server:  # what _judge asks of a server: the facts are the test's
         name = "quic-go"

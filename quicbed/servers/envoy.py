@@ -192,6 +192,13 @@ def access_facts(lines: list[str]) -> dict[str, Any]:
     }
 
 
+def connection_options(arm: Arm) -> tuple[str, ...]:
+    """The connection options an arm's client must send: its CC's and its loss
+    detection's (QUICHE takes both from the client only)."""
+    ld = arm.params.get("loss_detection", "quiche")
+    return (*CC_OPTIONS.get(arm.cc, ()), *LOSS_DETECTION[ld][0])
+
+
 def server_only_facts(access: dict[str, Any]) -> dict[str, Any]:
     """A load's facts from Envoy's access log alone (a browser without a NetLog): its
     connections are the server's, each resumed exactly when it took 0-RTT (the one
@@ -266,9 +273,9 @@ class EnvoyServer(GoogleQuicheServer):
         transport parameters only the NetLog shows."""
         if net_log:
             return None
-        ld = arm.params.get("loss_detection", "quiche")
-        options = (*CC_OPTIONS.get(arm.cc, ()), *LOSS_DETECTION[ld][0])
+        options = connection_options(arm)
         if options:
+            ld = arm.params.get("loss_detection", "quiche")
             return (
                 f"{cls.name} runs CC {arm.cc} with loss detection {ld} only when the "
                 f"client sends {','.join(options)}, which browser {browser} cannot "
@@ -350,8 +357,7 @@ class EnvoyServer(GoogleQuicheServer):
 
     def client_options(self) -> tuple[str, ...]:
         """The connection options this arm's browser sends (its CC's and loss detection's)."""
-        ld = self.arm.params.get("loss_detection", "quiche")
-        return (*CC_OPTIONS.get(self.arm.cc, ()), *LOSS_DETECTION[ld][0])
+        return connection_options(self.arm)
 
     def browser_options(self) -> dict[str, Any]:
         opts = self.client_options()
