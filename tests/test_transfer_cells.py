@@ -666,7 +666,9 @@ def test_an_arm_with_no_valid_run_fails_the_attempt(tmp_path: Path) -> None:
     bad = rec.model_copy(
         update={
             "runs": [
-                r.model_copy(update={"flow": r.flow.model_copy(update={"ok": False})})
+                r.model_copy(
+                    update={"flow": r.flow.model_copy(update={"ok": False, "error": "stalled"})}
+                )
                 if r.arm == "h3"
                 else r
                 for r in rec.runs
@@ -685,7 +687,7 @@ def test_an_arm_with_no_valid_run_fails_the_attempt(tmp_path: Path) -> None:
     store = Store(tmp_path / "t", create=True)
     cid = cfg.cell_id()
     store.add_cell(cid, cfg.model_dump(mode="json"))
-    for record, want in ((rec, []), (bad, ["h3"])):
+    for record, want in ((rec, {}), (bad, {"h3": ["stalled"]})):
         att = store.new_attempt(cid, {"quicbed": "test"})
         store.set_transfer(cid, att, "bulk", record.model_dump(mode="json"))
         assert arms_without_valid_runs(store, cid, att, cfg) == want
@@ -712,5 +714,6 @@ def test_an_arm_with_no_valid_run_fails_the_attempt(tmp_path: Path) -> None:
             ),
             None,
         )
-    assert arms_without_valid_runs(store, cid, att, page) == ["h3"]
+    # the arm with each distinct reason of its measured runs (the warm-up's is not one)
+    assert arms_without_valid_runs(store, cid, att, page) == {"h3": ["protocol h2 on the h3 arm"]}
     store.close()

@@ -338,20 +338,29 @@ def transfer_spoiled(store: Store, cell_id: str, attempt: int) -> dict[str, list
     return out
 
 
-def arms_without_valid_runs(store: Store, cell_id: str, attempt: int, cfg: CellConfig) -> list[str]:
-    """The cell's arms that no valid measured run of this attempt speaks for: such an
-    attempt has measured nothing it can compare, so it is failed, never done."""
+def arms_without_valid_runs(
+    store: Store, cell_id: str, attempt: int, cfg: CellConfig
+) -> dict[str, list[str]]:
+    """The cell's arms that no valid measured run of this attempt speaks for, each with
+    its runs' distinct reasons: such an attempt has measured nothing it can compare, so
+    it is failed, never done, and says why where it is read (a CI log, a terminal)."""
     if cfg.kind == "page":
-        return [a for a in cfg.arms if not store.plts(cell_id, attempt, a)]
-
-    result = stored_transfer(store, cell_id, attempt)
-    flows = (
-        [r.flow for r in result.runs]
-        if isinstance(result, BulkResult)
-        else [f for r in result.runs if not r.spoiled for f in r.flows]
-    )
-    ok = {f.arm for f in flows if f.ok}
-    return [a for a in cfg.arms if a not in ok]
+        rows = [r for r in store.runs(cell_id, attempt) if not r.warmup]
+        tried = [(r.arm, r.valid, r.reason) for r in rows]
+    else:
+        result = stored_transfer(store, cell_id, attempt)
+        flows = (
+            [r.flow for r in result.runs]
+            if isinstance(result, BulkResult)
+            else [f for r in result.runs if not r.spoiled for f in r.flows]
+        )
+        tried = [(f.arm, f.ok, f.error or "") for f in flows]
+    ok = {arm for arm, valid, _ in tried if valid}
+    return {
+        a: list(dict.fromkeys(why or "no reason stored" for arm, _, why in tried if arm == a))
+        for a in cfg.arms
+        if a not in ok
+    }
 
 
 @dataclass
@@ -489,9 +498,12 @@ class _Job:
             self._measure_link(link, host, receipt_tcp_seconds)
             empty = arms_without_valid_runs(self.store, self.cell_id, self.attempt, self.cfg)
             if empty:
+                why = " | ".join(
+                    f"{arm}: {'; '.join(reasons) or 'no measured run'}"
+                    for arm, reasons in empty.items()
+                )
                 raise QuicbedError(
-                    f"arm(s) {', '.join(empty)} ended with no valid run: nothing to compare "
-                    "(each run's reason is stored with it)"
+                    f"arm(s) {', '.join(empty)} ended with no valid run: nothing to compare ({why})"
                 )
             outcome.status = "done"
         except LinkFailure as exc:
