@@ -59,7 +59,7 @@ from quicbed.spec.cellconfig import CellConfig
 from quicbed.testbed.lifecycle import RPath, Testbed
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.owner import shielded
-from quicbed.traces import TraceContext, TraceSet, check_level, instruments
+from quicbed.traces import TraceContext, TraceSet, check_level, handshake, instruments
 from quicbed.traces.capture import complete_netlog
 from quicbed.traces.facts import derive
 from quicbed.traces.tcp import TRANSFER_BUFFER_KB
@@ -1092,8 +1092,12 @@ class _Job:
             spurious = {
                 a.name: get_stack(a.stack).logs_spurious_losses for a in self.cfg.resolved_arms()
             }
+            ports = {a.port for a in self.cfg.resolved_arms()}
             for run_id, lt in loads:
                 stored = runs.get(run_id)
+                patch = {"traces": tracing.detail(lt)}
+                if "capture" in lt.files:
+                    patch["handshake"] = self._handshakes(lt, ports)
                 facts = derive(
                     lt.samples,
                     arm=lt.key.arm,
@@ -1102,11 +1106,23 @@ class _Job:
                     page_start_ms=lt.page_start_ms,
                     logs_spurious=spurious.get(lt.key.arm, False),
                 )
-                self.store.update_run_detail(
-                    run_id, {"traces": tracing.detail(lt), "transport": facts}
-                )
+                self.store.update_run_detail(run_id, patch | {"transport": facts})
         finally:
             tracing.stop()
+
+    def _handshakes(self, lt: LoadTrace, ports: set[int]) -> dict[str, Any]:
+        """Each connection's handshake in the load's capture (quicbed.traces.handshake),
+        or why there is none: a trace problem never fails a load."""
+        root = self.store.root
+        keys = root / lt.files["keys"] if "keys" in lt.files else None
+        try:
+            found = handshake.read(
+                root / lt.files["capture"], keys, ports, self.cfg.condition.rtt()
+            )
+        except QuicbedError as exc:
+            return {"error": str(exc)}
+        conns = [h.as_dict() for h in found]
+        return handshake.summary(conns) | {"all": conns}
 
 
 def _writes_netlog(browser: str | None) -> bool:
@@ -1199,7 +1215,8 @@ def _serve(
 
 def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
     """Per arm, what the checks of each measured load found, so the claim "h3 with
-    0-RTT, h2 with TLS resumption" is read off the stored evidence, not the config."""
+    0-RTT, h2 with TLS resumption" is read off the stored evidence, not the config;
+    and the key-exchange groups its captures show (``--traces full``)."""
     out: dict[str, dict[str, Any]] = {}
     for r in runs:
         if r.warmup:
@@ -1215,8 +1232,12 @@ def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
                 "cc": [],
                 "spoiled": 0,
                 "replacements": 0,
+                "groups": [],
             },
         )
+        for g in (r.detail.get("handshake") or {}).get("groups") or []:
+            if g not in a["groups"]:
+                a["groups"].append(g)
         a["spoiled"] += int(bool(load_proof(r.detail).get("spoiled")))
         a["replacements"] += int(is_replacement(load_proof(r.detail)))
         a["measured"] += 1

@@ -184,11 +184,20 @@ def _print_load_checks(result: Any, cfg: Any) -> None:
     """What the checks of the loads found, per arm in the cell's order, so the claim
     (h3 with 0-RTT, h2 with TLS resumption) is read off the evidence; then the invalid
     and spoiled loads, and the wait for a quiet host."""
-    for arm, v in sorted(result.verified.items(), key=lambda kv: list(cfg.arms).index(kv[0])):
+    arms = sorted(result.verified.items(), key=lambda kv: list(cfg.arms).index(kv[0]))
+    for arm, v in arms:
+        groups = f", key exchange {','.join(v['groups'])}" if v.get("groups") else ""
         out.print(
             f"{arm}: {v['valid']}/{v['measured']} loads verified, protocols "
             f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
-            f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}"
+            f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}{groups}"
+        )
+    ran = {arm: v["groups"] for arm, v in arms if v.get("groups")}
+    if len({tuple(g) for g in ran.values()}) > 1:
+        warn(
+            "the arms ran different key exchanges (their captures' ServerHellos): "
+            + ", ".join(f"{arm} {','.join(g)}" for arm, g in ran.items())
+            + "; the comparison includes the handshakes' difference"
         )
     for arm, reasons in result.invalid.items():
         out.print(f"[yellow]{len(reasons)} invalid {arm} load(s):[/] {reasons[0]}")
