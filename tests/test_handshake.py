@@ -13,7 +13,8 @@ from tshark import fields
 
 from quicbed.results.rows import RunRow
 from quicbed.run.cell import CellResult, verify_summary
-from quicbed.traces.handshake import HRR_RANDOM, _packets, derive
+from quicbed.traces.handshake import _packets, derive
+from quicbed.traces.hellos import HRR_RANDOM
 
 #: tshark's 15 tab-separated fields of quicbed.traces.handshake._FIELDS, for one packet
 COLS = (
@@ -45,7 +46,7 @@ def test_a_hello_retry_is_seen_and_the_second_server_hello_names_the_group() -> 
     out = "\n".join(
         [
             _line(t="0.000", tsrc="5000", tdst="443", types="1", lens="300", ks="29,4588"),
-            _line(t="0.040", tsrc="443", tdst="5000", types="2", lens="88", rnd=HRR_RANDOM),
+            _line(t="0.040", tsrc="443", tdst="5000", types="2", lens="88", rnd=HRR_RANDOM.hex()),
             _line(t="0.041", tsrc="5000", tdst="443", types="1", lens="320", ks="23"),
             _line(
                 t="0.080",
@@ -105,8 +106,9 @@ def test_a_quic_flight_over_three_times_the_clients_bytes_was_held() -> None:
 @pytest.mark.slow
 def test_every_load_of_a_full_cell_records_its_handshakes(cell_1mb_full: dict[str, Any]) -> None:
     """h2 (Apache, OpenSSL 3.0) and h3 (quic-go) in Chromium: the group each ServerHello
-    chose, as tshark's own field shows it; the warm-up's fresh handshake with the test
-    CA's chain, the measured loads resumed; the arm summary names each arm's groups."""
+    chose, as tshark's own field shows it and as the load's hello capture read it; the
+    warm-up's fresh handshake with the test CA's chain, the measured loads resumed; the
+    arm summary names each arm's groups."""
     out: Path = cell_1mb_full["out"]
     r: CellResult = cell_1mb_full["result"]
     runs: list[RunRow] = cell_1mb_full["runs"]
@@ -114,6 +116,15 @@ def test_every_load_of_a_full_cell_records_its_handshakes(cell_1mb_full: dict[st
         hs = run.detail["handshake"]
         assert "error" not in hs, hs
         first = hs["first"]
+        # the cell pins x25519 (the default) on both arms: every connection ran it, as
+        # the capture read by tshark and the load's hello capture read in-process agree
+        assert hs["groups"] == ["x25519"], hs
+        hellos = {h["client_port"]: h for h in run.detail["server"]["tls_hellos"]}
+        for conn in hs["all"]:
+            seen = hellos[conn["client_port"]]
+            assert seen["group"] == conn["group"] and seen["hello_retry"] == conn["hello_retry"]
+            assert seen["resumed"] == conn["resumed"], (seen, conn)
+            assert seen["client_hello_bytes"] == conn["client_hello_bytes"], (seen, conn)
         folder = out / run.detail["traces"]["dir"]
         keys = folder.parent / f"{run.arm}-keys.log"
         cap = folder / "capture.pcap.gz"
@@ -136,5 +147,5 @@ def test_every_load_of_a_full_cell_records_its_handshakes(cell_1mb_full: dict[st
             assert first["client_first_bytes"] >= 1200, first  # a padded Initial at least
             assert first["amplification_held"] is False, first
     summary = verify_summary(runs)
-    assert summary["h2"]["groups"] and summary["h3"]["groups"], summary
+    assert summary["h2"]["groups"] == summary["h3"]["groups"] == ["x25519"], summary
     print({arm: v["groups"] for arm, v in summary.items()}, r.cell_id)

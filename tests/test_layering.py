@@ -33,7 +33,7 @@ LAYERS = [
     (
         "foundation",
         "quicbed errors paths proc tarsafe yamlfile identity hostparam certs progress "
-        "jsonlines plugins procnet tcpinfo figsave backends",
+        "jsonlines plugins procnet tcpinfo figsave backends pcap",
     ),
     # the link as data
     ("model", "model model.*"),

@@ -391,14 +391,18 @@ def _known_good_folder(root: Path) -> None:
     for x in short.runs:
         x.flow.ok = not (x.arm == "h3" and x.rep < 2)
     other = LinkCondition(rate_mbit=30, rtt_ms=20)
+    # cells as they were made before key_exchange (each stack's own group): the
+    # known-good files name them by those IDs
+    old = {"key_exchange": "stack"}
     cells = {
-        _store_cell(root, "bulk", _bulk_record()): "BL",
-        _store_cell(root, "compete", _compete_record()): "BL",
-        _store_cell(root, "bulk", _rich_bulk_record(COND), cc="reno"): "WS",
-        _store_cell(root, "bulk", _rich_bulk_record(ecn), cond=ecn): "ECN",
-        _store_cell(root, "bulk", short, cond=other): "SHORT",
+        _store_cell(root, "bulk", _bulk_record(), **old): "BL",
+        _store_cell(root, "compete", _compete_record(), **old): "BL",
+        _store_cell(root, "bulk", _rich_bulk_record(COND), cc="reno", **old): "WS",
+        _store_cell(root, "bulk", _rich_bulk_record(ecn), cond=ecn, **old): "ECN",
+        _store_cell(root, "bulk", short, cond=other, **old): "SHORT",
     }
     cfg = make_cell(
+        **old,
         condition=LinkCondition(rate_mbit=40, rtt_ms=20),
         page="bulk/10MB.bin",
         kind="bulk",

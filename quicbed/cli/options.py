@@ -355,6 +355,16 @@ OffloadsOpt = Annotated[
         "testbed's (local: all off).",
     ),
 ]
+KeyExchangeOpt = Annotated[
+    str,
+    typer.Option(
+        "--key-exchange",
+        help="TLS key-exchange group every arm whose server can pin one runs, verified "
+        "per load from its ServerHello: x25519, secp256r1 or x25519mlkem768 (h3 stacks "
+        "only: Debian 12's OpenSSL has no ML-KEM), or stack (each server's own choice). "
+        "An arm may name its own (h3-pq:stack=quic-go:key_exchange=x25519mlkem768).",
+    ),
+]
 CC: str = CELL["cc"]
 ARMS = ",".join(CELL["arms"])
 RunsOpt = Annotated[int, typer.Option(help="Measured loads per arm.")]
@@ -423,6 +433,7 @@ class CellOptions:
     shaper: ShaperOpt = SHAPER
     offloads: OffloadsOpt = ""
     browser: BrowserOpt = CELL["browser"]
+    key_exchange: KeyExchangeOpt = CELL["key_exchange"]
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
         names, settings = parse_cli(self.arms)
@@ -439,6 +450,7 @@ class CellOptions:
             shaper=self.shaper,
             offloads=self.offloads,
             browser=self.browser,
+            key_exchange=self.key_exchange,
         )
 
 

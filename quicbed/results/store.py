@@ -337,6 +337,17 @@ def _run_row(row: sqlite3.Row) -> RunRow:
     return RunRow.model_validate(d)
 
 
+#: cell settings added after cells were first stored, and what a stored cell without
+#: one ran: its configuration read back means what was measured (a cell stored before
+#: key_exchange ran each stack's own group), and its identity stays what it was
+_STORED_BEFORE = {"key_exchange": "stack"}
+
+
+def stored_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored cell configuration with the settings it predates filled in as it ran."""
+    return {**_STORED_BEFORE, **config}
+
+
 class Store:
     """A results folder. A store of an older schema version is migrated as it is opened
     (see the module's docstring), a newer one is refused."""
@@ -395,8 +406,7 @@ class Store:
         row = self.db.execute("SELECT config FROM cells WHERE cell_id=?", (cell_id,)).fetchone()
         if row is None:
             raise QuicbedError(f"no cell {cell_id!r} in {self.root}")
-        config: dict[str, Any] = json.loads(row[0])
-        return config
+        return stored_config(json.loads(row[0]))
 
     def cells(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT cell_id FROM cells ORDER BY created")]
@@ -404,7 +414,7 @@ class Store:
     def cell_configs(self) -> dict[str, dict[str, Any]]:
         """cell_id -> its stored configuration, every cell, by cell ID."""
         rows = self.db.execute("SELECT cell_id, config FROM cells ORDER BY cell_id")
-        return {r[0]: json.loads(r[1]) for r in rows}
+        return {r[0]: stored_config(json.loads(r[1])) for r in rows}
 
     # --- scenarios (schema 2) -----------------------------------------------------------
     def add_scenarios(self, pairs: list[tuple[str, str]]) -> None:

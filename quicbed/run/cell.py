@@ -1213,10 +1213,20 @@ def _serve(
     return spec, page, pki.spki_pin, ca
 
 
+def load_groups(detail: dict[str, Any]) -> list[str]:
+    """The key-exchange groups a load's ServerHellos chose: from its hello capture (an arm
+    that pins one, quicbed.settings.keyexchange), else its level-full capture
+    (quicbed.traces.handshake); none where neither was taken."""
+    hellos = (detail.get("server") or {}).get("tls_hellos")
+    if hellos is not None:
+        return sorted({h["group_name"] for h in hellos if h.get("group_name")})
+    return list((detail.get("handshake") or {}).get("groups") or [])
+
+
 def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
     """Per arm, what the checks of each measured load found, so the claim "h3 with
     0-RTT, h2 with TLS resumption" is read off the stored evidence, not the config;
-    and the key-exchange groups its captures show (``--traces full``)."""
+    and the key-exchange groups its ServerHellos chose (:func:`load_groups`)."""
     out: dict[str, dict[str, Any]] = {}
     for r in runs:
         if r.warmup:
@@ -1235,7 +1245,7 @@ def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
                 "groups": [],
             },
         )
-        for g in (r.detail.get("handshake") or {}).get("groups") or []:
+        for g in load_groups(r.detail):
             if g not in a["groups"]:
                 a["groups"].append(g)
         a["spoiled"] += int(bool(load_proof(r.detail).get("spoiled")))

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from quicbed.backends import get_backend
 from quicbed.progress import progress_bar
+from quicbed.spec.arms import unpinned_arms
 from quicbed.testbed.owner import describe
 
 if TYPE_CHECKING:  # scipy loads with the analysis: when a transfer is printed, not at start
@@ -192,10 +193,13 @@ def _print_load_checks(result: Any, cfg: Any) -> None:
             f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
             f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}{groups}"
         )
+    if getattr(cfg, "kind", None) == "page":
+        for arm, why in unpinned_arms(cfg.resolved_arms(), cfg.key_exchange).items():
+            warn(f"{arm} runs its own key exchange, not the cell's {cfg.key_exchange}: {why}")
     ran = {arm: v["groups"] for arm, v in arms if v.get("groups")}
     if len({tuple(g) for g in ran.values()}) > 1:
         warn(
-            "the arms ran different key exchanges (their captures' ServerHellos): "
+            "the arms ran different key exchanges (their ServerHellos): "
             + ", ".join(f"{arm} {','.join(g)}" for arm, g in ran.items())
             + "; the comparison includes the handshakes' difference"
         )

@@ -22,7 +22,7 @@ from quicbed.paths import Run, sha256_of
 from quicbed.replay.serve import ReplayServe, checked
 from quicbed.servers import apache_replay
 from quicbed.servers.webserver import Arm, Params, WebServer, cold_origins, cubic_beta_bound
-from quicbed.settings import tcpopts
+from quicbed.settings import keyexchange, tcpopts
 from quicbed.tcpinfo import ss_congestion
 from quicbed.testbed.lifecycle import RPath, Testbed
 
@@ -62,7 +62,7 @@ def log_requests(lines: list[str], earlier: frozenset[str] = frozenset()) -> lis
     return reqs
 
 
-class TcpParams(Params):
+class TcpParams(keyexchange.KeyExchangeKnob, Params):
     """What a TCP arm may set. cubic_beta is Linux CUBIC's, host-wide
     (quicbed.hostparam) while the server runs; tls is the one TLS version Apache offers
     (default: the apache_h2 role's, TLS 1.3); the TCP options (quicbed.settings.tcpopts) apply on
@@ -103,6 +103,10 @@ class ApacheServer(WebServer):
         ),
         "aead": "cannot choose it in quicbed yet: Apache's SSLCipherSuite TLSv1.3 could, "
         "but quicbed's role does not set it or read the negotiated suite back",
+    }
+    key_exchange_refusals: ClassVar[dict[str, str]] = {
+        "x25519mlkem768": "cannot pin it: Debian 12's OpenSSL 3.0 has no ML-KEM (OpenSSL "
+        "3.5 has), so an h2 arm runs x25519 or secp256r1",
     }
 
     @classmethod
@@ -183,6 +187,9 @@ class ApacheServer(WebServer):
     def argv(self) -> list[str]:
         tls = self.arm.params.get("tls")
         pin = ["-C", f'Define QUICBED_SSL_PROTOCOL "-all +{TLS_VERSIONS[tls]}"'] if tls else []
+        groups = keyexchange.OPENSSL.get(self.arm.key_exchange or "")
+        if groups:  # SSLOpenSSLConfCmd Groups, in the role's httpd.conf
+            pin += ["-C", f"Define QUICBED_SSL_GROUPS {groups}"]
         replay = ["-D", "QUICBED_REPLAY"] if self.spec.replay is not None else []
         return [APACHE, *pin, *replay, "-f", CONF, "-D", "FOREGROUND"]
 
@@ -230,8 +237,9 @@ class ApacheServer(WebServer):
 
     def observe(self) -> dict[str, Any]:
         """``cc``: what the server's kernel says its connections to port 443 run; with
-        TCP options, the load's SYN and SYN-ACK (``tcp_syn``) and the kernels' values."""
-        facts = self._observe_cc()
+        TCP options, the load's SYN and SYN-ACK (``tcp_syn``) and the kernels' values;
+        the base's (the hellos of a pinned key exchange)."""
+        facts = super().observe() | self._observe_cc()
         syns = getattr(self, "_syns", None)
         if syns is not None:
             facts.update(syns.end())
@@ -258,8 +266,10 @@ class ApacheServer(WebServer):
     def param_evidence(self, facts: dict[str, Any]) -> list[str]:
         """CUBIC's beta in the kernel's own 1/1024 units, as read from the host; the TLS
         version of every request, from Apache's own log; the TCP options from the load's
-        handshakes (quicbed.settings.tcpopts.evidence)."""
+        handshakes (quicbed.settings.tcpopts.evidence); the key exchange from its hellos
+        (quicbed.settings.keyexchange.evidence)."""
         reasons = tcpopts.evidence(self.arm.params, facts)
+        reasons += keyexchange.evidence(self.arm.key_exchange, facts)
         if "tls" in self.arm.params:
             want = TLS_VERSIONS[self.arm.params["tls"]]
             if facts.get("tls_versions") != [want]:

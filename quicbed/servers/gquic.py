@@ -177,6 +177,10 @@ class GquicServer(OwnH3Server):
     #: Chromium 72 loads pages; no transfer client speaks gQUIC
     kinds = ("page",)
     client = "chromium72"
+    key_exchange_unpinned: ClassVar[str] = (
+        "cannot pin a key exchange: gQUIC's handshake is QUIC crypto (its own key "
+        "exchange, Curve25519 or P-256), not TLS 1.3"
+    )
     knob_refusals: ClassVar[dict[str, str]] = dict.fromkeys(
         ("udp_rcvbuf", "udp_sndbuf", "client_udp_rcvbuf", "client_udp_sndbuf", "gso", "aead"),
         "cannot apply it: gQUIC's quic-go v0.10.2 has none of these knobs (its crypto is "

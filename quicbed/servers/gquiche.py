@@ -397,6 +397,10 @@ class GoogleQuicheServer(WebServer):
     arms = ("h3-gquiche",)
     ccs: tuple[str, ...] = ("cubic",)
     local = False
+    key_exchange_unpinned: ClassVar[str] = (
+        "cannot pin a key exchange: Google QUICHE's quic_server has no flag for it; it "
+        "runs the first group the browser offers that BoringSSL has"
+    )
     knob_refusals: ClassVar[dict[str, str]] = dict.fromkeys(
         ("udp_rcvbuf", "udp_sndbuf", "client_udp_rcvbuf", "client_udp_sndbuf", "gso", "aead"),
         "cannot apply it: Google QUICHE's quic_server has no flag for it (BoringSSL's TLS "

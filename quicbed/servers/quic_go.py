@@ -36,7 +36,7 @@ from quicbed.servers.webserver import (
     cubic_n_bound,
     port_of,
 )
-from quicbed.settings import sockopts, tparams
+from quicbed.settings import keyexchange, sockopts, tparams
 from quicbed.testbed.lifecycle import RPath, Testbed
 
 
@@ -163,7 +163,9 @@ LOSS_DETECTION = {
 CUBIC_PARAMS = ("cubic_n", "cubic_beta")
 
 
-class QuicGoParams(tparams.TransportParams, sockopts.SocketKnobs, Params):
+class QuicGoParams(
+    tparams.TransportParams, sockopts.SocketKnobs, keyexchange.KeyExchangeKnob, Params
+):
     """quic-go's knobs (quicbed's patch, go/patches): CUBIC's N emulated connections and
     loss backoff, and the loss detection, each read back from quic-go's package state
     into the server's conn record per connection; and the transport parameters
@@ -301,8 +303,8 @@ class QuicGoServer(OwnH3Server):
     def observe(self) -> dict[str, Any]:
         """The server socket's buffers as the kernel holds them after the load (``ss
         -uam``), when the arm sets them; with ``gso``, the datagrams and packets the
-        server sent during it."""
-        facts: dict[str, Any] = {}
+        server sent during it; and the base's (the hellos of a pinned key exchange)."""
+        facts: dict[str, Any] = super().observe()
         if any(self.arm.params.get(k) is not None for k in sockopts.BUFFERS):
             facts |= sockopts.read_socket(self.tb, "server", self.arm.port)
         if self.arm.params.get("gso") is not None:
@@ -354,6 +356,7 @@ class QuicGoServer(OwnH3Server):
                 else []
             ),
             *self.transport_argv(),
+            *(["-groups", a.key_exchange] if a.key_exchange else []),
             *(["-udp-rcvbuf", str(a.params["udp_rcvbuf"])] if "udp_rcvbuf" in a.params else []),
             *(["-udp-sndbuf", str(a.params["udp_sndbuf"])] if "udp_sndbuf" in a.params else []),
             *(["-qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),

@@ -33,16 +33,17 @@ from typing import Any, ClassVar
 from quicbed.errors import QuicbedError
 from quicbed.servers.quic_go import OwnH3Server
 from quicbed.servers.webserver import Arm, FlowFacts, Params
-from quicbed.settings import tparams
+from quicbed.settings import keyexchange, tparams
 
 #: quiche 0.30.0's names (src/recovery/mod.rs), default first; the binary refuses any
 #: other with exit status 2, naming it
 SUPPORTED_CC = ("cubic", "reno", "bbr", "bbr2", "bbr2_gcongestion")
 
 
-class QuicheParams(tparams.TransportParams, Params):
+class QuicheParams(tparams.TransportParams, keyexchange.KeyExchangeKnob, Params):
     """quiche's arm settings: the transport parameters (quicbed.settings.tparams), each side's
-    read per connection from the server's conn line."""
+    read per connection from the server's conn line; the key-exchange group it pins
+    (BoringSSL's curves list, quicbed.settings.keyexchange)."""
 
 
 class QuicheServer(OwnH3Server):
@@ -144,6 +145,7 @@ class QuicheServer(OwnH3Server):
             "--cc",
             a.cc,
             *self.transport_argv(),
+            *(["--groups", a.key_exchange] if a.key_exchange else []),
             *(["--qlog-dir", str(self.qlog_dir)] if self.qlog_dir else []),
         ]
 

@@ -31,7 +31,7 @@ from quicbed.model.link import LinkCondition
 from quicbed.paths import Run, program_build
 from quicbed.profile.components import own_map
 from quicbed.replay.serve import ReplayServe
-from quicbed.settings import sockopts, tparams
+from quicbed.settings import keyexchange, sockopts, tparams
 from quicbed.settings.tcpopts import OPTIONS as TCP_OPTIONS
 from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
@@ -56,6 +56,9 @@ class Arm:
     #: the browser a page cell loads this arm in (quicbed.client.browsers, resolved by
     #: quicbed.spec.arms.resolve); None in transfer cells, which load no page
     browser: str | None = None
+    #: the TLS key-exchange group its server pins (quicbed.settings.keyexchange): the
+    #: arm's own ``key_exchange`` or its cell's; None: the stack's own choice
+    key_exchange: str | None = None
 
     def describe(self) -> str:
         extra = "".join(
@@ -78,6 +81,7 @@ class Arm:
             "params": self.params,
             "port": self.port,
             **({"browser": self.browser} if self.browser else {}),
+            **({"key_exchange": self.key_exchange} if self.key_exchange else {}),
         }
 
 
@@ -189,6 +193,13 @@ class WebServer(ABC):
     #: cannot apply, each with its reason, keyed by knob or ``knob=value``; a knob its
     #: ``Params`` lacks is refused with the reason here (or "cannot apply it")
     knob_refusals: ClassVar[dict[str, str]] = {}
+    #: the key-exchange groups (quicbed.settings.keyexchange) a stack that can pin one
+    #: (its ``Params`` has ``key_exchange``) cannot pin, each with its reason
+    key_exchange_refusals: ClassVar[dict[str, str]] = {}
+    #: why a stack whose ``Params`` has no ``key_exchange`` cannot pin a group: an arm
+    #: asking for one is refused with it, and a cell's pin leaves its arms to their own
+    #: choice, named in the plan (keyexchange.unpinned)
+    key_exchange_unpinned: ClassVar[str] = "cannot pin a key exchange"
     #: True: the server advertises one window for the three stream-data limits, so an
     #: arm gives all three, equal
     one_stream_window: ClassVar[bool] = False
@@ -299,6 +310,10 @@ class WebServer(ABC):
                     f"over UDP (set it on the cell's TCP arm, e.g. "
                     f"h2:{key}=...)"
                 )
+            if key == "key_exchange":
+                raise QuicbedError(
+                    f"arm {arm}: key_exchange {params[key]}: {cls.name} {cls.key_exchange_unpinned}"
+                )
             if sockopts.is_key(key):
                 why = cls.knob_refusals.get(key, "cannot apply it")
                 shown = sockopts.shown(params[key])
@@ -321,12 +336,22 @@ class WebServer(ABC):
                 msg = f"{where} {err['input']!r}: {err['msg']} ({cls.name})"
             raise QuicbedError(f"arm {arm}: {msg}") from None
         out = {k: v for k, v in typed.model_dump().items() if k in params and v is not None}
+        refused = cls.key_exchange_refusals.get(str(out.get("key_exchange")))
+        if refused:
+            raise QuicbedError(
+                f"arm {arm}: key_exchange {out['key_exchange']}: {cls.name} {refused}"
+            )
         tparams.refuse(arm, cls.name, out, cls.transport_refusals)
         sockopts.refuse(arm, cls.name, out, cls.knob_refusals)
         if cls.one_stream_window:
             tparams.one_stream_window(arm, cls.name, out)
         tparams.check_server(arm, out)
         return out
+
+    @classmethod
+    def pins_key_exchange(cls) -> bool:
+        """True: the stack's server can pin the TLS key-exchange group."""
+        return "key_exchange" in cls.Params.model_fields
 
     @classmethod
     def check_kind(cls, arm: str, kind: Kind) -> None:
@@ -436,10 +461,21 @@ class WebServer(ABC):
         self._held = ExitStack()
         try:
             self.hold(self._held)
+            self._hellos = self._hello_capture(self._held)
             self._spawn(timeout)
         except BaseException:
             self._held.close()
             raise
+
+    def _hello_capture(self, held: ExitStack) -> keyexchange.HelloCapture | None:
+        """The capture that verifies a pinned key exchange per load, for the server's
+        lifetime (quicbed.settings.keyexchange); None where the arm pins none."""
+        if self.arm.key_exchange is None:
+            return None
+        cap = keyexchange.HelloCapture(self.tb, self.arm.port, self.transport, self.arm.name)
+        cap.start()
+        held.callback(cap.stop)
+        return cap
 
     def _spawn(self, timeout: float) -> None:
         stderr = self._own(f"{self.name}.stderr")
@@ -470,8 +506,12 @@ class WebServer(ABC):
                 held.close()
 
     def mark(self) -> None:
-        """Remember where the log ends, so the next ``since_mark`` sees one load's lines."""
+        """Remember where the log ends, so the next ``since_mark`` sees one load's lines
+        (and where the hello capture's packets end)."""
         self._offset = self.tb.size("server", self.log)
+        hellos = getattr(self, "_hellos", None)
+        if hellos is not None:
+            hellos.mark()
 
     def since_mark(self) -> list[str]:
         data = self.tb.read_bytes("server", self.log, self._offset)
@@ -494,8 +534,11 @@ class WebServer(ABC):
         return FlowFacts(source="this stack's server logs no loss counters")
 
     def observe(self) -> dict[str, Any]:
-        """Facts about the load just done from outside the server's log (the kernel)."""
-        return {}
+        """Facts about the load just done from outside the server's log (the kernel; the
+        hellos on the wire where the arm pins a key exchange). A stack that observes more
+        adds its own to these."""
+        hellos = getattr(self, "_hellos", None)
+        return hellos.read() if hellos is not None else {}
 
     def evidence(self, facts: dict[str, Any]) -> list[str]:
         """Why a load's server-side facts do not show this arm's transport settings."""
@@ -520,7 +563,7 @@ class WebServer(ABC):
         transport parameters against what each side advertised (quicbed.settings.tparams)."""
         reasons = []
         for key, want in self.arm.params.items():
-            if tparams.is_key(key) or sockopts.is_key(key):
+            if tparams.is_key(key) or sockopts.is_key(key) or key == "key_exchange":
                 continue
             got = facts.get(key)
             if isinstance(want, str):
@@ -533,6 +576,7 @@ class WebServer(ABC):
             reasons
             + tparams.evidence(tparams.server_sees(self.arm.params), facts)
             + sockopts.evidence(self.arm.params, facts)
+            + keyexchange.evidence(self.arm.key_exchange, facts)
         )
 
     @abstractmethod

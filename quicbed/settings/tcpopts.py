@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from quicbed import pcap
 from quicbed.errors import QuicbedError
 from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
@@ -170,48 +171,9 @@ def parse_tcp(ip: bytes) -> Syn | None:
     return syn
 
 
-#: link types: how many bytes precede the IP header and where the EtherType is
-_LINKTYPES = {1: "ethernet", 101: "raw", 12: "raw", 113: "sll", 276: "sll2"}
-
-
 def read_pcap(data: bytes) -> list[Syn]:
-    """The SYNs and SYN-ACKs of a pcap file (IPv4 over Ethernet, Linux cooked or raw)."""
-    if len(data) < 24:
-        return []
-    magic = data[:4]
-    if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
-        order = "<"
-    elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
-        order = ">"
-    else:
-        raise QuicbedError(f"not a pcap file (magic {magic.hex()}; pcapng is not read here)")
-    link = _LINKTYPES.get(struct.unpack(order + "I", data[20:24])[0] & 0x0FFFFFFF)
-    if link is None:
-        raise QuicbedError("pcap link type not Ethernet, Linux cooked or raw IP")
-    out, pos = [], 24
-    while pos + 16 <= len(data):
-        incl = struct.unpack(order + "I", data[pos + 8 : pos + 12])[0]
-        frame = data[pos + 16 : pos + 16 + incl]
-        pos += 16 + incl
-        ip = _ip_payload(frame, link)
-        syn = parse_tcp(ip) if ip is not None else None
-        if syn is not None:
-            out.append(syn)
-    return out
-
-
-def _ip_payload(frame: bytes, link: str) -> bytes | None:
-    if link == "raw":
-        return frame
-    if link == "sll2":
-        etype, start = frame[0:2], 20
-    elif link == "sll":
-        etype, start = frame[14:16], 16
-    else:
-        etype, start = frame[12:14], 14
-        while etype == b"\x81\x00" and len(frame) >= start + 4:  # 802.1Q tags
-            etype, start = frame[start + 2 : start + 4], start + 4
-    return frame[start:] if etype == b"\x08\x00" else None
+    """The SYNs and SYN-ACKs of a pcap file (quicbed.pcap)."""
+    return [syn for p in pcap.packets(data) if (syn := parse_tcp(p.ip)) is not None]
 
 
 # --- what a load must show --------------------------------------------------------------

@@ -44,7 +44,7 @@ from quicbed.client.transfer import TRANSFER_CLIENTS
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.servers import get_stack, stacks
 from quicbed.servers.webserver import Arm, Kind, WebServer
-from quicbed.settings import sockopts, tparams
+from quicbed.settings import keyexchange, sockopts, tparams
 
 #: arm settings that every stored cell and spec writes, set or not (format 1); every
 #: other parameter is left out of a dump while unset, so cells that do not use it keep
@@ -140,16 +140,65 @@ class ArmSettings(BaseModel):
         return dict(self.model_extra or {})
 
 
+#: why a TLS 1.2 arm is not pinned (the 2017 replication's TCP arm)
+TLS12_UNPINNED = (
+    "quicbed pins and reads the key exchange of TLS 1.3 only (TLS 1.2 names its group in "
+    "the ServerKeyExchange, which the hello capture does not read)"
+)
+
+
+def _pinned(arm: Arm, stack: type[WebServer], key_exchange: str) -> Arm:
+    """``arm`` with the group its server pins: its own ``key_exchange``, else the cell's
+    where its stack can pin one (a group the stack cannot pin is refused by name); a
+    stack that pins no group, and a TLS 1.2 arm, keep their own choice (unpinned_arms
+    names them)."""
+    own = arm.params.get("key_exchange")
+    if arm.params.get("tls") == "1.2":
+        if own:
+            raise QuicbedError(f"arm {arm.name}: key_exchange with tls 1.2: {TLS12_UNPINNED}")
+        return arm
+    if own:
+        return replace(arm, key_exchange=None if own == keyexchange.STACK else own)
+    if key_exchange == keyexchange.STACK or not stack.pins_key_exchange():
+        return arm
+    why = stack.key_exchange_refusals.get(key_exchange)
+    if why:
+        raise QuicbedError(
+            f"key_exchange {key_exchange}: arm {arm.name}'s {stack.name} {why} (pin "
+            f"another group, give the arm its own, or key_exchange: stack)"
+        )
+    return replace(arm, key_exchange=key_exchange)
+
+
+def unpinned_arms(arms: Sequence[Arm], key_exchange: str) -> dict[str, str]:
+    """The arms a cell's key exchange cannot reach (their stacks pin no group), each with
+    why: they run their own choice, which the cell's summary and report name."""
+    if key_exchange == keyexchange.STACK:
+        return {}
+
+    def why(a: Arm) -> str:
+        if a.params.get("tls") == "1.2":
+            return TLS12_UNPINNED
+        if a.params.get("key_exchange") == keyexchange.STACK:
+            return "the arm sets key_exchange stack"
+        return get_stack(a.stack).key_exchange_unpinned
+
+    return {a.name: why(a) for a in arms if a.key_exchange is None}
+
+
 def resolve(
     names: tuple[str, ...],
     settings: dict[str, ArmSettings],
     default_cc: str,
     kind: Kind = "page",
     browser: str | None = None,
+    key_exchange: str = keyexchange.STACK,
 ) -> list[Arm]:
     """The arms of a cell in order, each checked against its stack (what it takes and
     which cells it can be measured in) and, in a page cell, given its browser (``browser``:
-    the cell's, None: the stacks' choice); errors name the value."""
+    the cell's, None: the stacks' choice); every arm whose stack can pin a group runs the
+    cell's ``key_exchange`` unless it names its own (:func:`_pinned`); errors name the
+    value."""
 
     extra = sorted(set(settings) - set(names))
     if extra:
@@ -202,6 +251,7 @@ def resolve(
             else a
             for a in out
         ]
+    out = [_pinned(a, stacks_of[a.name], key_exchange) for a in out]
     tcp = [a for a in out if a.transport == "tcp"]
     if len(tcp) > 1:
         raise QuicbedError(

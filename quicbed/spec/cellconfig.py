@@ -34,6 +34,7 @@ from quicbed.replay import archive, pagestore
 from quicbed.roles.offloads import check_shaper, parse
 from quicbed.servers import get_stack, stacks
 from quicbed.servers.webserver import Arm, Kind
+from quicbed.settings import keyexchange
 from quicbed.shapers import check_condition, check_name
 from quicbed.spec import workloads
 from quicbed.spec.arms import ArmSettings, resolve
@@ -49,6 +50,8 @@ _NEW_FIELDS: dict[str, object] = {
     "browser": None,
     "offloads": {},
     "replay": None,
+    # cells stored before the setting ran each stack's own group (Store fills it in)
+    "key_exchange": "stack",
 }
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {"ecn_threshold": None}
@@ -206,6 +209,15 @@ class CellConfig(BaseModel):
     #: page store, filled in when the cell is made (so the cell's identity is the
     #: archive's content, not its name); None: a page of workloads/pages.yaml
     replay: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    #: the TLS key-exchange group every arm whose stack can pin one runs unless the arm
+    #: names its own (quicbed.settings.keyexchange: x25519, secp256r1, x25519mlkem768;
+    #: ``stack``: each stack's own choice, as before the setting)
+    key_exchange: str = keyexchange.DEFAULT
+
+    @field_validator("key_exchange", mode="before")
+    @classmethod
+    def _key_exchange(cls, v: object) -> str:
+        return keyexchange.parse(v)
 
     @field_validator("browser")
     @classmethod
@@ -356,7 +368,9 @@ class CellConfig(BaseModel):
             )
 
     def resolved_arms(self) -> list[Arm]:
-        return resolve(self.arms, self.arm_settings, self.cc, self.kind, self.browser)
+        return resolve(
+            self.arms, self.arm_settings, self.cc, self.kind, self.browser, self.key_exchange
+        )
 
     def browsers(self) -> list[str]:
         """The browsers this cell's arms load their pages in, in arm order (none for a

@@ -173,6 +173,9 @@ class Scenario(BaseModel):
     #: "gso=on,gro=on" (quicbed.roles.offloads; on needs the spec's shaper none); unset:
     #: the testbed's, and the key is left out of the digest
     offloads: list[dict[str, Any] | str] | None = None
+    #: the TLS key-exchange group of this scenario's cells (quicbed.settings.keyexchange);
+    #: unset: the cell's default (x25519), and the key is left out of the digest
+    key_exchange: str | None = None
     #: transport traces of this scenario's loads or flows (quicbed.traces) instead of the
     #: spec's level: an observation, not a condition, so in no cell's identity and not
     #: in the digest (a transfer scenario's way to ask for cwnd timelines of its flows)
@@ -357,6 +360,7 @@ class SweepSpec(BaseModel):
                 "ecn_threshold",
                 "browser",
                 "offloads",
+                "key_exchange",
             ):
                 if sc[key] is None:
                     sc.pop(key)
@@ -462,6 +466,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     shaper=spec.shaper,
                     offloads=offl,
                     load_timeout_s=d.load_timeout_s,
+                    **({"key_exchange": sc.key_exchange} if sc.key_exchange else {}),
                     **work,
                 )
                 spec.host.replaced_per_arm(cfg.runs)  # host.max_replaced within the runs

@@ -13,9 +13,9 @@ connection (keyed by the client's port):
 - ``transport`` (tcp / quic), ``client_port``, ``server_port``;
 - ``offered_key_shares``: the groups of the first ClientHello's key shares (IANA ids;
   GREASE values left out);
-- ``group``: the group the server's ServerHello chose (:data:`GROUPS` names it in
-  ``group_name``), ``hello_retry``: whether the server asked for another key share
-  first (a HelloRetryRequest costs a round trip);
+- ``group``: the group the server's ServerHello chose (``group_name``: quicbed's name,
+  quicbed.traces.hellos.GROUPS), ``hello_retry``: whether the server asked for
+  another key share first (a HelloRetryRequest costs a round trip);
 - ``cipher`` (IANA id) and ``cipher_name``;
 - ``resumed``: the ServerHello accepted a pre-shared key (a session ticket);
 - ``certificates``, ``certificate_bytes``: the chain the server sent (0: resumed, none
@@ -52,26 +52,8 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.proc import run
+from quicbed.traces.hellos import CIPHERS, HRR_RANDOM, group_name
 
-#: TLS supported-group ids (IANA "TLS Supported Groups") quicbed's browsers and servers use
-GROUPS = {
-    23: "secp256r1",
-    24: "secp384r1",
-    25: "secp521r1",
-    29: "x25519",
-    30: "x448",
-    4587: "SecP256r1MLKEM768",
-    4588: "X25519MLKEM768",
-    25497: "X25519Kyber768Draft00",
-}
-#: TLS 1.3 cipher suites (RFC 8446 B.4)
-CIPHERS = {
-    0x1301: "TLS_AES_128_GCM_SHA256",
-    0x1302: "TLS_AES_256_GCM_SHA384",
-    0x1303: "TLS_CHACHA20_POLY1305_SHA256",
-}
-#: the ServerHello random that marks a HelloRetryRequest (RFC 8446 4.1.3)
-HRR_RANDOM = "cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c"
 #: handshake message types (RFC 8446 4)
 CLIENT_HELLO, SERVER_HELLO, ENCRYPTED_EXTENSIONS, FINISHED = 1, 2, 8, 20
 CERTIFICATE, CERTIFICATE_VERIFY = 11, 15
@@ -237,11 +219,11 @@ def _one(
                 h.client_hello_bytes = size
                 h.offered_key_shares = [g for g in p.key_shares if not _grease(g)]
             elif from_server and kind == SERVER_HELLO:
-                if HRR_RANDOM in p.randoms:
+                if HRR_RANDOM.hex() in p.randoms:
                     h.hello_retry = True
                     continue
                 h.group = p.key_shares[-1] if p.key_shares else None
-                h.group_name = GROUPS.get(h.group or -1, str(h.group) if h.group else None)
+                h.group_name = group_name(h.group)
                 h.cipher = p.ciphers[-1] if p.ciphers else None
                 h.cipher_name = CIPHERS.get(h.cipher or -1)
                 h.resumed = PRE_SHARED_KEY in p.extensions

@@ -44,6 +44,8 @@ func main() {
 	cubicBeta := flag.Float64("cubic-beta", h3server.DefaultCubicBeta, "CUBIC's backoff of one connection, 0 < beta < 1; a loss cuts the window to (N-1+beta)/N; only with -cc cubic")
 	flag.IntVar(&cfg.UDPRcvBuf, "udp-rcvbuf", 0, "SO_RCVBUF of the UDP socket, bytes, set after quic-go's own 7 MiB attempt (0 = quic-go's); the kernel doubles it and caps it at net.core.rmem_max")
 	flag.IntVar(&cfg.UDPSndBuf, "udp-sndbuf", 0, "SO_SNDBUF of the UDP socket, bytes, likewise (0 = quic-go's); capped at net.core.wmem_max")
+	groups := flag.String("groups", "", "TLS 1.3 key-exchange groups the server accepts, comma-separated, of "+h3server.GroupNames()+
+		` (case-insensitive); "" = Go's default (X25519MLKEM768 first). A set, not an order: crypto/tls picks by its own order, so name one group to pin it`)
 	// A bad flag is one line on stderr and exit 2; -help prints the flags.
 	flag.CommandLine.Init(os.Args[0], flag.ContinueOnError)
 	flag.CommandLine.SetOutput(io.Discard)
@@ -70,6 +72,11 @@ func main() {
 		cfg.CubicN, cfg.CubicBeta = *cubicN, *cubicBeta
 	}
 	cfg.NoAutotune = !*autotune
+	var err error
+	if cfg.Groups, err = h3server.ParseGroups(*groups); err != nil {
+		fmt.Fprintf(os.Stderr, "quicbed-h3server: %v\n", err)
+		os.Exit(2)
+	}
 
 	out := os.Stderr
 	if *logPath != "" {

@@ -21,6 +21,8 @@ func (s *Server) replaySetup() (http.Handler, *tls.Config, map[string]any, error
 	}
 	h := &replay.Handler{Archive: a, Wait: s.cfg.ReplayWait, Log: s.logReplay}
 	tlsConf := &tls.Config{
+		// -groups: the key-exchange groups, as with -docroot
+		CurvePreferences: s.cfg.Groups,
 		// An unknown or absent server name: no certificate, so crypto/tls ends
 		// the handshake with unrecognized_name; the refusal is logged here, as
 		// the connection is never accepted (no conn or conn_failed record).

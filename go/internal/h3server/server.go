@@ -105,6 +105,14 @@ type Config struct {
 	// udpbuf); the kernel doubles it, and the start record gives what it holds.
 	UDPRcvBuf int `json:"udp_rcvbuf"`
 	UDPSndBuf int `json:"udp_sndbuf"`
+	// Groups are the TLS 1.3 key-exchange groups the server accepts, its
+	// tls.Config's CurvePreferences (-groups, ParseGroups; nil: crypto/tls's
+	// default, which prefers X25519MLKEM768). quicbed pins the same group on
+	// every arm of a cell, so that HTTP/2 and HTTP/3 run the same handshake;
+	// crypto/tls takes the list as a set (groups.go), so one group pins it.
+	// Logged as IANA numbers (29 x25519, 23 secp256r1, 4588 x25519mlkem768);
+	// each conn record's tls_group is the one negotiated.
+	Groups []tls.CurveID `json:"groups"`
 }
 
 // Validate names the first bad setting the way the command line spells it.
@@ -144,6 +152,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-udp-rcvbuf must be >= 0 (got %d)", c.UDPRcvBuf)
 	case c.UDPSndBuf < 0:
 		return fmt.Errorf("-udp-sndbuf must be >= 0 (got %d)", c.UDPSndBuf)
+	case validGroups(c.Groups) != nil:
+		return validGroups(c.Groups)
 	case c.IdleTimeout < 0:
 		return fmt.Errorf("-idle-timeout must be >= 0 (got %v)", c.IdleTimeout)
 	case c.MaxStreamWindow != 0 && c.InitialStreamWindow > c.MaxStreamWindow:
@@ -367,7 +377,7 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		tlsBase = &tls.Config{Certificates: []tls.Certificate{cert}}
+		tlsBase = &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: cfg.Groups}
 	}
 	s.h3 = &http3.Server{Handler: handler, ConnContext: s.connContext}
 	tlsBase.MinVersion = tls.VersionTLS13
@@ -452,6 +462,9 @@ func (s *Server) connContext(ctx context.Context, c *quic.Conn) context.Context 
 			"tls_version": tls.VersionName(st.TLS.Version),
 			// the AEAD the handshake negotiated (TLS 1.3 suite, as Go names it)
 			"tls_cipher": tls.CipherSuiteName(st.TLS.CipherSuite),
+			// the key-exchange group, its IANA number (29 x25519, 23 secp256r1,
+			// 4588 x25519mlkem768; -groups)
+			"tls_group": uint16(st.TLS.CurveID),
 		}
 		for k, v := range ccFields() {
 			rec[k] = v

@@ -16,6 +16,37 @@ pub const CC_NAMES: &[&str] = &["reno", "cubic", "bbr", "bbr2", "bbr2_gcongestio
 /// The default, as for quicbed-h3server.
 pub const DEFAULT_CC: &str = "cubic";
 
+/// A TLS 1.3 key-exchange group `--groups` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Group {
+    /// quicbed's name (lower case), as quicbed-h3server's `-groups` takes it.
+    pub name: &'static str,
+    /// BoringSSL's, for `SSL_CTX_set1_groups_list` (quiche's `Config::set_curves_list`;
+    /// boring-sys 5.4.0's `ssl/ssl_key_share.cc`, `kNamedGroups`).
+    pub boringssl: &'static str,
+    /// The IANA TLS Supported Groups number, as quicbed-h3server logs it.
+    pub iana: u16,
+}
+
+/// The groups `--groups` takes, in the order usage and errors list them.
+pub const GROUPS: &[Group] = &[
+    Group {
+        name: "x25519",
+        boringssl: "X25519",
+        iana: 29,
+    },
+    Group {
+        name: "secp256r1",
+        boringssl: "P-256",
+        iana: 23,
+    },
+    Group {
+        name: "x25519mlkem768",
+        boringssl: "X25519MLKEM768",
+        iana: 4588,
+    },
+];
+
 /// Everything the server is started with; logged whole in the start line.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -66,6 +97,9 @@ pub struct Config {
     pub flow_control_autotune: bool,
     /// Congestion control, one of [`CC_NAMES`] (default cubic).
     pub cc: String,
+    /// TLS key-exchange groups the server accepts, from [`GROUPS`], in the order given
+    /// (empty: not given, BoringSSL's default list).
+    pub groups: Vec<Group>,
 }
 
 impl Default for Config {
@@ -94,6 +128,7 @@ impl Default for Config {
             initial_max_stream_data_bidi_remote: None,
             initial_max_stream_data_uni: None,
             cc: DEFAULT_CC.to_string(),
+            groups: Vec::new(),
         }
     }
 }
@@ -107,6 +142,9 @@ usage: quicbed-quiche-server --docroot DIR --cert PEM --key PEM [options]
   --log FILE                      JSON-lines log, appended (default stderr)
   --qlog-dir DIR                  one qlog per connection (default none)
   --cc NAME                       reno, cubic, bbr, bbr2, bbr2_gcongestion (default cubic)
+  --groups LIST                   TLS key-exchange groups accepted, comma-separated, of
+                                  x25519, secp256r1, x25519mlkem768 (default BoringSSL's);
+                                  the client's order picks among them: one name pins one
   --initial-stream-window BYTES   default 524288
   --max-stream-window BYTES       default 6291456
   --initial-conn-window BYTES     default 524288
@@ -131,6 +169,40 @@ pub struct UsageError(pub String);
 
 /// `--help` was asked for.
 pub const HELP: &str = "help";
+
+/// `--groups`: quicbed's comma-separated group names (any case, spaces around a name
+/// ignored), in the order given, from [`GROUPS`]. An empty or unknown name is refused,
+/// naming it and the groups; so is a group named twice, which BoringSSL would refuse.
+pub fn parse_groups(v: &str) -> Result<Vec<Group>, UsageError> {
+    let allowed = || {
+        let names: Vec<&str> = GROUPS.iter().map(|g| g.name).collect();
+        names.join(", ")
+    };
+    let mut groups: Vec<Group> = Vec::new();
+    for elem in v.split(',') {
+        let name = elem.trim();
+        if name.is_empty() {
+            return Err(UsageError(format!(
+                "--groups {v:?}: an empty group name (the groups: {})",
+                allowed()
+            )));
+        }
+        let Some(g) = GROUPS.iter().find(|g| g.name.eq_ignore_ascii_case(name)) else {
+            return Err(UsageError(format!(
+                "--groups {v:?}: unknown group {name:?} (the groups: {})",
+                allowed()
+            )));
+        };
+        if groups.contains(g) {
+            return Err(UsageError(format!(
+                "--groups {v:?}: group {:?} given twice",
+                g.name
+            )));
+        }
+        groups.push(*g);
+    }
+    Ok(groups)
+}
 
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, UsageError> {
     v.parse()
@@ -185,6 +257,7 @@ impl Config {
                 "--log",
                 "--qlog-dir",
                 "--cc",
+                "--groups",
                 "--initial-stream-window",
                 "--max-stream-window",
                 "--initial-conn-window",
@@ -232,6 +305,7 @@ impl Config {
                 "--log" => c.log = (!v.is_empty()).then(|| PathBuf::from(&v)),
                 "--qlog-dir" => c.qlog_dir = (!v.is_empty()).then(|| PathBuf::from(&v)),
                 "--cc" => c.cc = v,
+                "--groups" => c.groups = parse_groups(&v)?,
                 "--initial-stream-window" => c.initial_stream_window = number(&flag, &v)?,
                 "--max-stream-window" => c.max_stream_window = number(&flag, &v)?,
                 "--initial-conn-window" => c.initial_conn_window = number(&flag, &v)?,
@@ -288,6 +362,14 @@ impl Config {
                 env!("QUICBED_QUICHE_VERSION"),
                 CC_NAMES.join(", ")
             )));
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            if !GROUPS.contains(g) || self.groups[..i].contains(g) {
+                return Err(UsageError(format!(
+                    "--groups: group {:?} is unknown or given twice",
+                    g.name
+                )));
+            }
         }
         if self.initial_cwnd_packets == 0 {
             return Err(UsageError(
@@ -365,7 +447,33 @@ impl Config {
             "active_connection_id_limit": self.active_connection_id_limit,
             "flow_control_autotune": self.flow_control_autotune,
             "cc": self.cc,
+            "groups": self.groups_json(),
         })
+    }
+
+    /// `--groups` as quicbed-h3server logs its `-groups`: IANA numbers in the order
+    /// given, null when not given.
+    fn groups_json(&self) -> Value {
+        if self.groups.is_empty() {
+            return Value::Null;
+        }
+        self.groups.iter().map(|g| g.iana).collect()
+    }
+
+    /// `--groups` as quicbed names them, comma-separated, for messages.
+    pub fn groups_names(&self) -> String {
+        let names: Vec<&str> = self.groups.iter().map(|g| g.name).collect();
+        names.join(",")
+    }
+
+    /// `--groups` as BoringSSL's colon-separated list for
+    /// `quiche::Config::set_curves_list` (None: not given, BoringSSL's default).
+    pub fn curves_list(&self) -> Option<String> {
+        if self.groups.is_empty() {
+            return None;
+        }
+        let ssl: Vec<&str> = self.groups.iter().map(|g| g.boringssl).collect();
+        Some(ssl.join(":"))
     }
 
     /// The three stream-data limits the server advertises: bidi_local, bidi_remote, uni.
@@ -510,5 +618,85 @@ mod tests {
             assert_eq!(&c.cc, cc);
             assert!(c.cc.parse::<quiche::CongestionControlAlgorithm>().is_ok());
         }
+    }
+
+    #[test]
+    fn groups_as_boringssl_names_them() {
+        let d = std::env::temp_dir();
+        let d = d.display();
+        let groups = |g: &str| {
+            Config::from_args(args(&format!(
+                "--docroot {d} --cert c --key k --groups {g}"
+            )))
+        };
+        let c = Config::from_args(args(&format!("--docroot {d} --cert c --key k"))).unwrap();
+        assert_eq!(c.curves_list(), None); // not given: BoringSSL's default
+        assert_eq!(c.to_json()["groups"], Value::Null);
+        let c = groups("x25519").unwrap();
+        assert_eq!(c.curves_list().as_deref(), Some("X25519"));
+        let c = groups("secp256r1,x25519mlkem768").unwrap();
+        assert_eq!(c.curves_list().as_deref(), Some("P-256:X25519MLKEM768"));
+        assert_eq!(c.to_json()["groups"], json!([23, 4588]));
+        assert_eq!(c.groups_names(), "secp256r1,x25519mlkem768");
+        let c = groups("X25519MLKEM768,X25519,SecP256r1").unwrap();
+        assert_eq!(
+            c.curves_list().as_deref(),
+            Some("X25519MLKEM768:X25519:P-256")
+        );
+        assert_eq!(c.groups_names(), "x25519mlkem768,x25519,secp256r1");
+        let c = Config::from_args(vec![
+            format!("--docroot={d}"),
+            "--cert=c".into(),
+            "--key=k".into(),
+            "--groups= secp256r1 , x25519".into(),
+        ])
+        .unwrap();
+        assert_eq!(c.curves_list().as_deref(), Some("P-256:X25519"));
+        for (g, msg) in [
+            ("x448", "--groups \"x448\": unknown group \"x448\""),
+            ("x25519,x448", "unknown group \"x448\""),
+            ("P-256", "unknown group \"P-256\""),
+            ("x25519,", "--groups \"x25519,\": an empty group name"),
+            (",x25519", "an empty group name"),
+            ("x25519,,secp256r1", "an empty group name"),
+            ("x25519,X25519", "group \"x25519\" given twice"),
+        ] {
+            let e = groups(g).unwrap_err();
+            assert!(e.0.contains(msg), "{g}: {}", e.0);
+            if !msg.contains("twice") {
+                assert!(
+                    e.0.contains("(the groups: x25519, secp256r1, x25519mlkem768)"),
+                    "{}",
+                    e.0
+                );
+            }
+        }
+        let e = Config::from_args(vec![
+            "--docroot".into(),
+            d.to_string(),
+            "--cert=c".into(),
+            "--key=k".into(),
+            "--groups".into(),
+            String::new(),
+        ])
+        .unwrap_err();
+        assert!(
+            e.0.contains("--groups \"\": an empty group name"),
+            "{}",
+            e.0
+        );
+        let e = Config::from_args(args(&format!("--docroot {d} --cert c --key k --groups")))
+            .unwrap_err();
+        assert!(e.0.contains("--groups needs a value"), "{}", e.0);
+        // that BoringSSL knows each name is checked in server.rs's tests
+        for g in GROUPS {
+            let c = groups(&g.name.to_ascii_uppercase()).unwrap();
+            assert_eq!(c.curves_list().as_deref(), Some(g.boringssl));
+            assert_eq!(c.to_json()["groups"], json!([g.iana]));
+        }
+        // a Config built in code is checked too
+        let mut c = Config::from_args(args(&format!("--docroot {d} --cert c --key k"))).unwrap();
+        c.groups = vec![GROUPS[0], GROUPS[0]];
+        assert!(c.validate().unwrap_err().0.contains("given twice"));
     }
 }

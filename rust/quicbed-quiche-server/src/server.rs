@@ -144,7 +144,26 @@ fn quic_config(cfg: &Config) -> Result<quiche::Config, String> {
     q.set_initial_congestion_window_packets(cfg.initial_cwnd_packets);
     q.set_cc_algorithm_name(&cfg.cc)
         .map_err(|_| format!("--cc {:?}: not offered by quiche", cfg.cc))?;
+    set_groups(&mut q, cfg)?;
     Ok(q)
+}
+
+/// `--groups`: the key-exchange groups BoringSSL accepts (`SSL_CTX_set1_groups_list`);
+/// not given, BoringSSL's default stays (X25519MLKEM768, X25519, P-256, P-384 in
+/// boring-sys 5.4.0). The list is a set, not an order: without
+/// SSL_OP_CIPHER_SERVER_PREFERENCE (quiche's Config cannot set it) BoringSSL's server
+/// takes the client's most preferred group that the list holds, with a
+/// HelloRetryRequest when the client sent no key share for it.
+fn set_groups(q: &mut quiche::Config, cfg: &Config) -> Result<(), String> {
+    if let Some(list) = cfg.curves_list() {
+        q.set_curves_list(&list).map_err(|e| {
+            format!(
+                "--groups {:?}: BoringSSL refused the group list {list:?} ({e})",
+                cfg.groups_names()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Stops the loop on SIGTERM and SIGINT (set by the signal handler).
@@ -807,5 +826,35 @@ mod tests {
             );
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn boringssl_knows_every_group() {
+        use crate::config::{Group, GROUPS};
+        let mut q = quiche::Config::new(quiche::PROTOCOL_VERSION).unwrap();
+        let mut cfg = Config::default();
+        set_groups(&mut q, &cfg).unwrap(); // not given: nothing set
+        for g in GROUPS {
+            cfg.groups = vec![*g];
+            set_groups(&mut q, &cfg).unwrap();
+        }
+        cfg.groups = GROUPS.to_vec();
+        set_groups(&mut q, &cfg).unwrap();
+        // what BoringSSL's refusal says (validate refuses these first)
+        let x448 = Group {
+            name: "x448",
+            boringssl: "X448",
+            iana: 30,
+        };
+        cfg.groups = vec![GROUPS[0], x448];
+        let e = set_groups(&mut q, &cfg).unwrap_err();
+        assert!(
+            e.starts_with(
+                "--groups \"x25519,x448\": BoringSSL refused the group list \"X25519:X448\""
+            ),
+            "{e}"
+        );
+        cfg.groups = vec![GROUPS[0], GROUPS[0]];
+        assert!(set_groups(&mut q, &cfg).is_err());
     }
 }
