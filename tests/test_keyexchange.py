@@ -6,6 +6,7 @@ and, independently, by tshark."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from quicbed.servers.quic_go import QuicGoServer
 from quicbed.settings import keyexchange
 from quicbed.spec.arms import ArmSettings, unpinned_arms
 from quicbed.spec.cellconfig import make_cell
+from quicbed.traces.hellos import hellos
 
 COND = make_condition(rate_mbit=10, rtt_ms=36)
 
@@ -160,3 +162,49 @@ def test_a_server_that_ignores_the_pin_gives_invalid_loads_naming_its_group(
         else:
             assert {h["group_name"] for h in hellos} == {"x25519"}
             assert run.valid or "x25519" not in run.reason, run.reason
+
+
+def _pcap(frames: list[bytes]) -> bytes:
+    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    for i, f in enumerate(frames):
+        out += struct.pack("<IIII", 1700000000 + i, 0, len(f), len(f)) + f
+    return out
+
+
+def _segment(sport: int, dport: int, payload: bytes) -> bytes:
+    """Ethernet + IPv4 + TCP (no options) carrying ``payload``; checksums left zero."""
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, 1, 0, 5 << 4, 0x18, 64240, 0, 0) + payload
+    ip = struct.pack(
+        "!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 1, 0x4000, 64, 6, 0, bytes(4), bytes(4)
+    )
+    return bytes(12) + b"\x08\x00" + ip + tcp
+
+
+def _server_hello(group: int) -> bytes:
+    """A TLS 1.3 ServerHello record choosing ``group`` (a 32-byte share)."""
+    ext = struct.pack("!HHHH", 0x002B, 2, 0x0304, 0x0033)  # supported_versions, key_share
+    ext += struct.pack("!HHH", 36, group, 32) + bytes(32)
+    body = b"\x03\x03" + bytes(range(32)) + b"\x00" + b"\x13\x01\x00"
+    body += struct.pack("!H", len(ext)) + ext
+    msg = b"\x02" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x03" + struct.pack("!H", len(msg)) + msg
+
+
+def test_a_transfers_segment_that_begins_like_a_record_is_not_a_hello() -> None:
+    """The capture keeps every segment whose payload begins with byte 22; a long TLS
+    transfer has such segments by chance. Only a hello record is read, and only the
+    first ServerHello of a connection names its group."""
+    # mid-record bytes that begin with 22 and read on as a ServerHello would
+    chance = b"\x16\x97\x11\x00\x40" + b"\x02\x00\x00\x3c" + bytes(60)
+    forged = _server_hello(4588)  # a later segment that parses as a hello: not the first
+    data = _pcap(
+        [
+            _segment(443, 50000, _server_hello(29)),
+            _segment(443, 50000, chance),
+            _segment(443, 50000, forged),
+        ]
+    )
+    (h,) = hellos(data, 443)
+    assert (h.transport, h.client_port, h.group, h.group_name) == ("tcp", 50000, 29, "x25519")
+    assert h.cipher == "TLS_AES_128_GCM_SHA256" and h.resumed is False and not h.hello_retry
+    assert hellos(_pcap([_segment(443, 50001, chance)]), 443) == []

@@ -106,7 +106,7 @@ def _handshake(msg: bytes, hello: Hello, from_server: bool) -> None:
             for ext, data in _extensions(body, pos):
                 if ext == _KEY_SHARE:
                     hello.offered = [g for g in _client_shares(data) if not _grease(g)]
-        elif kind == 2 and from_server:
+        elif kind == 2 and from_server and hello.cipher is None:  # the first (after a retry)
             cipher = struct.unpack("!H", body[pos : pos + 2])[0]
             pos += 3  # cipher suite, compression
             if random == HRR_RANDOM:
@@ -124,6 +124,20 @@ def _handshake(msg: bytes, hello: Hello, from_server: bool) -> None:
                     hello.resumed = True
     except (IndexError, struct.error):
         return
+
+
+def _hello_record(payload: bytes) -> bool:
+    """A TCP segment that begins with a TLS record holding a ClientHello or ServerHello:
+    a handshake record (22) of version 3.1 or 3.3 whose first message is of type 1 or 2.
+    The capture's filter keeps every segment whose payload begins with byte 22, which
+    about one segment in 256 of a long transfer does by chance."""
+    return (
+        len(payload) >= 9
+        and payload[0] == 0x16
+        and payload[1] == 3
+        and payload[2] in (1, 3)
+        and payload[5] in (1, 2)
+    )
 
 
 def _extensions(body: bytes, pos: int) -> list[tuple[int, bytes]]:
@@ -183,7 +197,7 @@ def hellos(data: bytes, port: int) -> list[Hello]:
         key = (transport, dport if from_server else sport)
         conn = conns.setdefault(key, _Conn(Hello(transport, key[1])))
         if transport == "tcp":
-            if payload[0] == 0x16 and len(payload) >= 9:  # a handshake record first
+            if _hello_record(payload):
                 size = struct.unpack("!H", payload[3:5])[0]
                 _handshake(payload[5 : 5 + size], conn.hello, from_server)
         else:
