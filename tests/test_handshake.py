@@ -148,4 +148,13 @@ def test_every_load_of_a_full_cell_records_its_handshakes(cell_1mb_full: dict[st
             assert first["amplification_held"] is False, first
     summary = verify_summary(runs)
     assert summary["h2"]["groups"] == summary["h3"]["groups"] == ["x25519"], summary
+    # quicbed export --table handshakes: a row per connection, both readings joined
+    from quicbed.results import handshakes
+
+    table = [x for x in handshakes.rows(out) if x["cell_id"] == r.cell_id]
+    assert len(table) == sum(len(x.detail["handshake"]["all"]) for x in runs)
+    assert {(x["source"], x["key_exchange"], x["group_name"]) for x in table} == {
+        ("both", "x25519", "x25519")
+    }
+    assert all(x["certificates"] == 0 for x in table if x["resumed"])
     print({arm: v["groups"] for arm, v in summary.items()}, r.cell_id)

@@ -629,8 +629,10 @@ def export_cmd(
         str,
         typer.Option(
             "--table",
-            help="runs (a row per page load) or transport-params (a row per QUIC "
-            "connection and side: what each end advertised).",
+            help="runs (a row per page load), transport-params (a row per QUIC "
+            "connection and side: what each end advertised) or handshakes (a row per "
+            "connection of every load: its TLS hellos, and its whole handshake at "
+            "--traces full).",
         ),
     ] = "runs",
 ) -> None:
@@ -640,7 +642,10 @@ def export_cmd(
     and warmup say which). Bulk and compete cells have no page loads: their numbers are
     in the report's transfers.csv. ``--table transport-params``: the QUIC transport
     parameters both ends advertised, per connection of every load and flow (the client's
-    are what the browser, or the bulk client, sent).
+    are what the browser, or the bulk client, sent). ``--table handshakes``: each
+    connection's key-exchange group, retry, cipher and resumption from its hellos, and at
+    ``--traces full`` its certificate chain, flight bytes and round trips
+    (docs/handshake.md).
     """
     from quicbed.results.export import export  # lazy: sqlite3 and the store, ~10 ms
 

@@ -5,7 +5,9 @@ validity and reason, PLT and its companions (TTFB, FCP and LCP with the LCP elem
 tag and size), and what the link and the host did during the load
 (quicbed.results.linkload). Refuses to overwrite unless asked.
 A second table, ``transport-params``, has a row per connection and side of every QUIC
-load and flow: the transport parameters each end advertised (quicbed.results.advertised).
+load and flow: the transport parameters each end advertised (quicbed.results.advertised);
+a third, ``handshakes``, a row per connection of every load: its TLS hellos and, at
+``--traces full``, its whole handshake (quicbed.results.handshakes).
 """
 
 from __future__ import annotations
@@ -154,9 +156,13 @@ def rows(root: Path) -> list[dict[str, Any]]:
 
 
 def _tables() -> dict[str, tuple[list[str], Any]]:
-    from quicbed.results import advertised
+    from quicbed.results import advertised, handshakes
 
-    return {"runs": (COLUMNS, rows), "transport-params": (advertised.COLUMNS, advertised.rows)}
+    return {
+        "runs": (COLUMNS, rows),
+        "transport-params": (advertised.COLUMNS, advertised.rows),
+        "handshakes": (handshakes.COLUMNS, handshakes.rows),
+    }
 
 
 def export(
@@ -167,7 +173,7 @@ def export(
     source: str | None = None,
     table: str = "runs",
 ) -> Path:
-    """Write the tidy ``table`` (runs, or transport-params); ``source`` names the
+    """Write the tidy ``table`` (runs, transport-params or handshakes); ``source`` names the
     results in the Parquet metadata (default: the folder's path; a replication package
     names itself instead)."""
     if fmt not in ("csv", "parquet"):
