@@ -239,13 +239,14 @@ class ApacheServer(WebServer):
         """``cc``: what the server's kernel says its connections to port 443 run; with
         TCP options, the load's SYN and SYN-ACK (``tcp_syn``) and the kernels' values;
         the base's (the hellos of a pinned key exchange)."""
-        facts = super().observe() | self._observe_cc()
+        facts = self._observe_cc()  # first: a flow's connection is open only while it lingers
         syns = getattr(self, "_syns", None)
         if syns is not None:
             facts.update(syns.end())
             kernel = tcpopts.read_kernel(self.tb, self.arm.params)
             if kernel:
                 facts["tcp_kernel"] = kernel
+        facts.update(super().observe())  # the hellos of a pinned key exchange
         return facts
 
     def _observe_cc(self) -> dict[str, Any]:

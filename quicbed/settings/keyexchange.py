@@ -132,6 +132,9 @@ class HelloCapture:
         argv = ["tcpdump", "-i", client_interface(tb), "-w", str(self.pcap), "-s", "65535"]
         argv += ["-U", "--immediate-mode", "-n", "-Z", "root", self.filter]
         self.process, _ = start_tcpdump(tb, "client", argv, self.log)
+        # the file's header, written as tcpdump opened it: each load reads from its own
+        # packets on (a long transfer's file grows, and the ssh testbed copies what it reads)
+        self._head = tb.read_bytes("client", self.pcap)[: pcap.FILE_HEADER]
 
     def mark(self) -> None:
         """Where this load's packets begin (between loads nothing is being written)."""
@@ -143,7 +146,7 @@ class HelloCapture:
         if self.process is None or self.process.poll() is not None:
             return {"tls_hellos_problem": "the hello capture is not running"}
         try:
-            if self._head is None:
+            if not self._head:  # written after "listening" on a slow host
                 self._head = self.tb.read_bytes("client", self.pcap)[: pcap.FILE_HEADER]
             body = self.tb.read_bytes("client", self.pcap, self._offset)
             found = hellos(self._head + body, self.port)
