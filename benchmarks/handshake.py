@@ -31,6 +31,8 @@ from pathlib import Path
 from quicbed.analysis.cells import compare_cell
 from quicbed.results.store import Store
 from quicbed.run.cell import load_groups
+from quicbed.spec.arms import own_pairs, parse_pairs
+from quicbed.spec.sweepspec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported
 from real_pages import _cells, _mean_sd, _table, measure
@@ -71,12 +73,17 @@ def arm_rows(root: Path) -> list[list[str]]:
 
 
 def pair_rows(root: Path) -> list[list[str]]:
-    """Every pair the cell compares (the reference against each arm, the spec's pairs)."""
+    """Every pair the cell compares: the reference against each arm, then the spec's
+    pairs (each stack's classical arm against its post-quantum one)."""
+    spec = load_spec(SPEC).statistics
+    extra = parse_pairs(spec.pairs)
     store = Store(root)
     out = []
     try:
         for cid, attempt, cfg, head in _cells(store):
-            for pair, cmp in compare_cell(store, cid, attempt, cfg).items():
+            mine = own_pairs(extra, cfg.arms)
+            cmps = compare_cell(store, cid, attempt, cfg, mine, spec.alpha, spec.test)
+            for pair, cmp in cmps.items():
                 row = [*head[1:], cfg.mode, pair]
                 row.append(f"{cmp.pct_diff:+.1f}" if cmp.pct_diff is not None else "-")
                 row.append(f"{cmp.welch_p:.2g}" if cmp.welch_p is not None else "-")
