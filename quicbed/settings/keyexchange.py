@@ -134,7 +134,10 @@ class HelloCapture:
         self.process, _ = start_tcpdump(tb, "client", argv, self.log)
         # the file's header, written as tcpdump opened it: each load reads from its own
         # packets on (a long transfer's file grows, and the ssh testbed copies what it reads)
-        self._head = tb.read_bytes("client", self.pcap)[: pcap.FILE_HEADER]
+        try:
+            self._head = tb.read_bytes("client", self.pcap)[: pcap.FILE_HEADER]
+        except (OSError, QuicbedError):
+            self._head = None  # not there yet: the first read takes it
 
     def mark(self) -> None:
         """Where this load's packets begin (between loads nothing is being written)."""
