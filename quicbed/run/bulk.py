@@ -105,6 +105,7 @@ def linger_s(tb: Testbed) -> float:
     """The client's linger on ``tb`` (:data:`LINGER_S`, or :data:`LINGER_REMOTE_S`)."""
     return LINGER_S if tb.controller_is_host else LINGER_REMOTE_S
 
+
 #: (what, done, total), as quicbed.run.cell reports a cell's loads
 Progress = Callable[[str, int, int], None]
 #: a test's hook before a flow: arm, rep, the arms' servers (quicbed.run.cell's ``fault``)
