@@ -193,9 +193,8 @@ def _print_load_checks(result: Any, cfg: Any) -> None:
             f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
             f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}{groups}"
         )
-    if getattr(cfg, "kind", None) == "page":
-        for arm, why in unpinned_arms(cfg.resolved_arms(), cfg.key_exchange).items():
-            warn(f"{arm} runs its own key exchange, not the cell's {cfg.key_exchange}: {why}")
+    for arm, why in unpinned_arms(cfg.resolved_arms(), cfg.key_exchange).items():
+        warn(f"{arm} runs its own key exchange, not the cell's {cfg.key_exchange}: {why}")
     ran = {arm: v["groups"] for arm, v in arms if v.get("groups")}
     if len({tuple(g) for g in ran.values()}) > 1:
         warn(

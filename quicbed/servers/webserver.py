@@ -198,7 +198,7 @@ class WebServer(ABC):
     key_exchange_refusals: ClassVar[dict[str, str]] = {}
     #: why a stack whose ``Params`` has no ``key_exchange`` cannot pin a group: an arm
     #: asking for one is refused with it, and a cell's pin leaves its arms to their own
-    #: choice, named in the plan (keyexchange.unpinned)
+    #: choice, named in the cell's summary (quicbed.spec.arms.unpinned_arms)
     key_exchange_unpinned: ClassVar[str] = "cannot pin a key exchange"
     #: True: the server advertises one window for the three stream-data limits, so an
     #: arm gives all three, equal

@@ -12,19 +12,19 @@ field: Apache's ``SSLOpenSSLConfCmd Groups``, quic-go's ``CurvePreferences``, qu
 ``set_curves_list``); ``stack`` pins nothing (each stack's own choice, as cells stored
 before the setting ran). A stack that cannot pin a group (Envoy's QUIC listener takes no
 group setting; Google's quic_server has no flag; gQUIC's handshake is QUIC crypto, not
-TLS) is left to its own choice and named in the cell's plan (:func:`unpinned`); an arm
-that asks such a stack for a group itself is refused by name.
+TLS) is left to its own choice and named in the cell's summary
+(quicbed.spec.arms.unpinned_arms); an arm that asks such a stack for a group itself is
+refused by name.
 
 **Verified per load from the wire**: while a pinning arm's server runs, a tcpdump on the
 client keeps only the packets that carry the hellos (TCP segments that begin with a TLS
 handshake record; QUIC long-header packets) of the arm's port (:class:`HelloCapture`).
 After each load quicbed.traces.hellos reads them in-process (TCP's hellos are
 cleartext; QUIC's Initial packets open with keys derived from the client's first
-connection ID). A load is invalid when a
-connection's ServerHello chose another group than the arm pins, or when no ServerHello
-was seen (:func:`evidence`). A HelloRetryRequest is recorded, not refused: pinning
-``secp256r1`` against a browser that sends no P-256 share costs the extra round trip
-the setting exists to measure.
+connection ID). A load is invalid when a connection's ServerHello chose another group
+than the arm pins, or when no ServerHello was seen (:func:`evidence`). A
+HelloRetryRequest is recorded, not refused: pinning ``secp256r1`` against a browser that
+sends no P-256 share costs the extra round trip the setting exists to measure.
 """
 
 from __future__ import annotations

@@ -52,15 +52,13 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.proc import run
-from quicbed.traces.hellos import CIPHERS, HRR_RANDOM, group_name
+from quicbed.traces.hellos import CIPHERS, HRR_RANDOM, PRE_SHARED_KEY, grease, group_name
 
 #: handshake message types (RFC 8446 4)
 CLIENT_HELLO, SERVER_HELLO, ENCRYPTED_EXTENSIONS, FINISHED = 1, 2, 8, 20
 CERTIFICATE, CERTIFICATE_VERIFY = 11, 15
 #: the server's first flight: ServerHello up to its Finished (no NewSessionTicket)
 _FLIGHT = {SERVER_HELLO, ENCRYPTED_EXTENSIONS, 13, CERTIFICATE, CERTIFICATE_VERIFY, FINISHED}
-#: TLS extensions read: pre_shared_key (accepted: a resumption)
-PRE_SHARED_KEY = 41
 #: RFC 9000 8.1: before validating the client's address a server sends at most 3 x
 AMPLIFICATION = 3
 
@@ -138,11 +136,6 @@ def _ints(value: str) -> list[int]:
     return [int(v, 0) for v in value.split(",") if v.strip()]
 
 
-def _grease(value: int) -> bool:
-    """A GREASE value (RFC 8701: 0x?A?A), offered only to keep servers tolerant."""
-    return value & 0x0F0F == 0x0A0A
-
-
 def _packets(out: str) -> list[_Packet]:
     """tshark's tab-separated fields (:data:`_FIELDS`), one packet per line."""
     packets = []
@@ -217,7 +210,7 @@ def _one(
             if not from_server and kind == CLIENT_HELLO and hello_t is None:
                 hello_t = p.t_ms
                 h.client_hello_bytes = size
-                h.offered_key_shares = [g for g in p.key_shares if not _grease(g)]
+                h.offered_key_shares = [g for g in p.key_shares if not grease(g)]
             elif from_server and kind == SERVER_HELLO:
                 if HRR_RANDOM.hex() in p.randoms:
                     h.hello_retry = True

@@ -45,14 +45,15 @@ CIPHERS = {
 HRR_RANDOM = bytes.fromhex("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
 #: QUIC v1's Initial salt (RFC 9001 5.2)
 INITIAL_SALT = bytes.fromhex("38762cf7f55934b34d179ae6a4c80cadccbb7f0a")
-_KEY_SHARE, _PRE_SHARED_KEY = 0x0033, 0x0029
+#: TLS extensions read: key_share, and pre_shared_key (accepted: a resumption)
+_KEY_SHARE, PRE_SHARED_KEY = 0x0033, 0x0029
 
 
 def group_name(group: int | None) -> str | None:
     return None if group is None else GROUPS.get(group, str(group))
 
 
-def _grease(value: int) -> bool:
+def grease(value: int) -> bool:
     """A GREASE value (RFC 8701: 0x?A?A), offered only to keep servers tolerant."""
     return value & 0x0F0F == 0x0A0A
 
@@ -105,7 +106,7 @@ def _handshake(msg: bytes, hello: Hello, from_server: bool) -> None:
             pos += 1 + body[pos]  # compression methods
             for ext, data in _extensions(body, pos):
                 if ext == _KEY_SHARE:
-                    hello.offered = [g for g in _client_shares(data) if not _grease(g)]
+                    hello.offered = [g for g in _client_shares(data) if not grease(g)]
         elif kind == 2 and from_server and hello.cipher is None:  # the first (after a retry)
             cipher = struct.unpack("!H", body[pos : pos + 2])[0]
             pos += 3  # cipher suite, compression
@@ -120,7 +121,7 @@ def _handshake(msg: bytes, hello: Hello, from_server: bool) -> None:
                 if ext == _KEY_SHARE and len(data) >= 2:
                     hello.group = struct.unpack("!H", data[:2])[0]
                     hello.group_name = group_name(hello.group)
-                elif ext == _PRE_SHARED_KEY:
+                elif ext == PRE_SHARED_KEY:
                     hello.resumed = True
     except (IndexError, struct.error):
         return
