@@ -29,13 +29,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import testtime
+from testtime import SuiteClock
 
+from quicbed import timelog
 from quicbed.results.linkload import is_replacement, load_proof, spoiled_only
 from quicbed.run.cell import CellResult
 from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.testbed.local import LocalTestbed
 
 ROOT, BROWSER, SLOW, BUILT = "root", "browser", "slow", "built"
+#: what a run leaves for CI to keep: report screenshots, the suite's time report
+ARTIFACTS = Path(
+    os.environ.get("QUICBED_TEST_ARTIFACTS", str(Path(__file__).parent.parent / "test-artifacts"))
+)
 
 #: The marks a test needs for using a fixture: by name for this file's fixtures, by
 #: (test module, name) for a module's own fixture that brings something up without
@@ -95,15 +102,31 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(f"{item.nodeid}: {why}", pytrace=False)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every quicbed process of the session logs its phases into one file (the
+    suite's time report, tests/testtime.py), unless the caller named one already."""
+    global _CLOCK
+    log = Path(os.environ.setdefault(timelog.ENV, str(ARTIFACTS / "test-time.jsonl")))
+    if log == ARTIFACTS / "test-time.jsonl":
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("")
+    _CLOCK = SuiteClock(log)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Setup and call times of tests not marked slow, from the reports: in the process
-    that prints the summary, which under pytest-xdist is not the one that ran the test."""
+    """Each test's times, from the reports: in the process that prints the summary,
+    which under pytest-xdist is not the one that ran the test."""
     if report.when in ("setup", "call") and SLOW not in report.keywords:
         _TIMES[report.nodeid] = _TIMES.get(report.nodeid, 0.0) + report.duration
+    if _CLOCK is not None:
+        _CLOCK.add(report)
 
 
 #: per test not marked slow: its setup and call time so far
 _TIMES: dict[str, float] = {}
+#: the session's reports and time log (tests/testtime.py)
+_CLOCK: SuiteClock | None = None
+_STARTED = time.monotonic()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -113,6 +136,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.section(f"not marked slow, yet over {SLOW_SECONDS:g} s")
         for seconds, nodeid in over:
             terminalreporter.line(f"{seconds:6.1f} s  {nodeid}")
+    if _CLOCK is not None and _CLOCK.tests:
+        summary = _CLOCK.summary(time.monotonic() - _STARTED)
+        testtime.write(summary, ARTIFACTS / "test-time.json")
+        terminalreporter.section("where the time went")
+        for line in testtime.lines(summary):
+            terminalreporter.line(line)
 
 
 def _netns() -> set[str]:
@@ -314,14 +343,7 @@ def stall_emulator(tb: LocalTestbed, after_s: float, for_s: float) -> None:
 
 
 #: where the report check keeps each report's screenshot (a test artifact CI can keep)
-REPORT_SHOTS = (
-    Path(
-        os.environ.get(
-            "QUICBED_TEST_ARTIFACTS", str(Path(__file__).parent.parent / "test-artifacts")
-        )
-    )
-    / "report-check"
-)
+REPORT_SHOTS = ARTIFACTS / "report-check"
 
 
 def reads_well(report: Path, name: str) -> None:

@@ -33,7 +33,7 @@ LAYERS = [
     (
         "foundation",
         "quicbed errors paths proc tarsafe yamlfile identity hostparam certs progress "
-        "jsonlines plugins procnet tcpinfo figsave backends pcap",
+        "jsonlines plugins procnet tcpinfo figsave backends pcap timelog",
     ),
     # the link as data
     ("model", "model model.*"),

@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from quicbed import timelog
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
 from quicbed.link.quiet import HostWait, Settled
@@ -134,6 +135,7 @@ def opening_check(proven: ProvenLink) -> SpotCheck:
     return spot_check(proven, "opening")
 
 
+@timelog.phase(timelog.SPOT_CHECK)
 def spot_check(proven: ProvenLink, kind: str, since: dict[str, Any] | None = None) -> SpotCheck:
     """Generation, RTT and counters now, against the receipt (about 1 s)."""
     tb, cond, shaper = proven.link.testbed, proven.link.condition, proven.link.shaper

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from quicbed import timelog
 from quicbed.errors import QuicbedError
 from quicbed.testbed.lifecycle import Testbed
 
@@ -98,6 +99,7 @@ class HostWait:
     probes: list[dict[str, Any]] = field(default_factory=list)
     last: dict[str, Any] | None = None
 
+    @timelog.phase(timelog.QUIET_WAIT)
     def settle(self, tb: Testbed, why: str) -> Settled:
         """Probe the host; while it is busy, pause and probe again, until it is quiet or
         the limit is spent. ``why``: what was spoiled, for the progress line."""
@@ -122,6 +124,7 @@ class HostWait:
             self.waited_s += step + PROBE_S
             pause = min(2 * pause, MAX_PAUSE_S)
 
+    @timelog.phase(timelog.QUIET_WAIT)
     def pause(self, why: str) -> bool:
         """A pause of FIRST_PAUSE_S before measuring again something the host spoiled
         though it probes quiet now (a burst of steal that has passed); False, without

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from scipy.stats import binomtest
 
+from quicbed import timelog
 from quicbed.link import hostcpu, power, probes
 from quicbed.link.loadproof import LoadWatch
 from quicbed.model.link import ETH_HEADER, RECEIPT_TCP_SECONDS, JitterKind, LinkCondition
@@ -595,6 +596,7 @@ class _IperfProbes:
         )
 
 
+@timelog.phase(timelog.RECEIPT)
 def measure(
     tb: Testbed,
     cond: LinkCondition,

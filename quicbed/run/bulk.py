@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quicbed import certs
+from quicbed import certs, timelog
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
 from quicbed.link import loadproof
@@ -189,6 +189,7 @@ class _Rig:
         self.by_name = {a.name: a for a in arms}
         self.flows = 0
 
+    @timelog.phase(timelog.SERVERS)
     def start(self) -> None:
         for name, s in self.servers.items():
             with joining(self.tb, "server", name):
@@ -583,6 +584,7 @@ def _replaced(arms: Iterable[str], bound: int, runs: list[BulkRun]) -> list[str]
     return [a for a in arms if owes_replacement((x.link for x in runs if x.arm == a), bound)]
 
 
+@timelog.phase(timelog.FLOW)
 def _flow(c: _Cell, arm: str, rep: int, seq: int, *, replacement: bool = False) -> BulkRun:
     """One bulk flow of ``arm``: verified by its server's evidence, proven by the link's
     own counters and the host's CPU over it."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quicbed import certs
+from quicbed import certs, timelog
 from quicbed.analysis.cells import compare_cell
 from quicbed.analysis.stats import Comparison
 from quicbed.analysis.transfers import stored_transfer
@@ -713,9 +713,10 @@ class _Job:
         arms = cfg.resolved_arms()
         kinds = {a.name: get_browser(a.browser or "") for a in arms}
         extra = self._browser_options(rig, arms, kinds)
-        for name, s in rig.servers.items():
-            with joining(tb, "server", name):
-                s.start()
+        with timelog.phase(timelog.SERVERS):
+            for name, s in rig.servers.items():
+                with joining(tb, "server", name):
+                    s.start()
         for a in arms:
             kind = kinds[a.name]
             profile = tb.workdir("client") / f"profile-{a.name}"
@@ -757,6 +758,7 @@ class _Job:
             extra[name].update(srv.browser_options())
         return extra
 
+    @timelog.phase(timelog.BROWSERS)
     def _launch_browsers(self, rig: _PageRig) -> None:
         """The arms' browsers started side by side, all from this thread (a child's
         PR_SET_PDEATHSIG fires when the *thread* that forked it ends), then each one's
@@ -841,6 +843,7 @@ class _Job:
                 seq += 1
             rounds += 1
 
+    @timelog.phase(timelog.LOAD)
     def _load(
         self,
         rig: _PageRig,

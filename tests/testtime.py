@@ -1,0 +1,119 @@
+"""Where the test suite's time went: the report at the end of ``make test``.
+
+pytest's own ``--durations`` names the slowest tests but not what made them slow, and
+the suite's budget is spent in a few kinds of work (receipts, page loads, bulk flows,
+waits for a quiet host, server and browser starts: quicbed.timelog's phases) spread
+over many tests. tests/conftest.py points ``QUICBED_TIME_LOG`` at a file for the
+session (every quicbed process a test starts inherits it), keeps each test's reports,
+and at the end prints this module's summary: the session's wall time, the time per
+phase, the slowest tests each with its phases, and reruns; the same as JSON in the
+test artifacts, so the run that made the suite slower says so in its own log.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quicbed import timelog
+
+#: the slowest tests the summary names
+SLOWEST = 15
+
+
+@dataclass
+class SpanTime:
+    """One test's span (its first setup to its last teardown, reruns included) and its
+    seconds per pytest stage."""
+
+    nodeid: str
+    start: float = float("inf")
+    stop: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)
+    reruns: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.stages.values())
+
+
+class SuiteClock:
+    """The reports of one session, read back with the time log at its end."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.tests: dict[str, SpanTime] = {}
+
+    def add(self, report: Any) -> None:
+        """A test report (setup, call or teardown; a rerun's too) into its test."""
+        t = self.tests.setdefault(report.nodeid, SpanTime(report.nodeid))
+        t.start = min(t.start, report.start)
+        t.stop = max(t.stop, report.stop)
+        t.stages[report.when] = t.stages.get(report.when, 0.0) + report.duration
+        if report.outcome == "rerun" and report.when == "call":
+            t.reruns += 1
+
+    def summary(self, wall_s: float) -> dict[str, Any]:
+        """The session's time: wall, per phase (count, seconds), and the slowest tests
+        with the phases that ran inside each one's span. A phase that ran outside every
+        test (a session fixture's teardown) counts in the totals only."""
+        entries = timelog.read(self.log)
+        spans = sorted(self.tests.values(), key=lambda t: t.start)
+        totals: dict[str, dict[str, float]] = {}
+        for e in entries:
+            tot = totals.setdefault(e["phase"], {"count": 0, "seconds": 0.0})
+            tot["count"] += 1
+            tot["seconds"] += e["seconds"]
+            for t in spans:
+                if t.start <= e["start"] <= t.stop:
+                    t.phases[e["phase"]] = t.phases.get(e["phase"], 0.0) + e["seconds"]
+                    break
+        slowest = sorted(spans, key=lambda t: t.seconds, reverse=True)[:SLOWEST]
+        order = {p: i for i, p in enumerate(timelog.PHASES)}
+        return {
+            "wall_s": round(wall_s, 1),
+            "tests": len(spans),
+            "tests_s": round(sum(t.seconds for t in spans), 1),
+            "reruns": {t.nodeid: t.reruns for t in spans if t.reruns},
+            "phases": {
+                p: {"count": int(v["count"]), "seconds": round(v["seconds"], 1)}
+                for p, v in sorted(totals.items(), key=lambda kv: order.get(kv[0], 99))
+            },
+            "slowest": [
+                {
+                    "test": t.nodeid,
+                    "seconds": round(t.seconds, 1),
+                    "phases": {p: round(s, 1) for p, s in t.phases.items()},
+                }
+                for t in slowest
+            ],
+        }
+
+
+def lines(s: dict[str, Any]) -> list[str]:
+    """The summary as the terminal shows it."""
+    out = [
+        f"{s['tests']} tests, {s['tests_s']:.0f} s in tests, {s['wall_s']:.0f} s wall "
+        f"({s['wall_s'] / 60:.1f} min)"
+    ]
+    if s["phases"]:
+        out.append("quicbed's time by phase (every process the tests started):")
+        for p, v in s["phases"].items():
+            share = 100 * v["seconds"] / s["wall_s"] if s["wall_s"] else 0.0
+            out.append(f"  {p:<22} {v['count']:5d} x  {v['seconds']:8.1f} s  {share:5.1f} %")
+    out.append(f"the {len(s['slowest'])} slowest tests (setup, call and teardown, reruns too):")
+    for t in s["slowest"]:
+        parts = ", ".join(f"{p} {v:.0f}" for p, v in sorted(t["phases"].items()))
+        out.append(f"  {t['seconds']:7.1f} s  {t['test']}" + (f"  [{parts}]" if parts else ""))
+    if s["reruns"]:
+        out.append("reruns (a link or host spoiled what the test measured):")
+        out += [f"  {n} x {nodeid}" for nodeid, n in s["reruns"].items()]
+    return out
+
+
+def write(s: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(s, indent=1) + "\n")
