@@ -29,7 +29,7 @@ from quicbed.jsonlines import json_events
 ENV = "QUICBED_TIME_LOG"
 
 #: the phases quicbed times, in the order a summary shows them
-RECEIPT, SPOT_CHECK, LOAD, QUIET_WAIT, SERVERS, BROWSERS, FLOW = (
+RECEIPT, SPOT_CHECK, LOAD, QUIET_WAIT, SERVERS, BROWSERS, FLOW, COMPETE = (
     "receipt",
     "spot check",
     "page load",
@@ -37,8 +37,9 @@ RECEIPT, SPOT_CHECK, LOAD, QUIET_WAIT, SERVERS, BROWSERS, FLOW = (
     "servers start",
     "browsers start",
     "bulk flow",
+    "compete repetition",
 )
-PHASES = (RECEIPT, SPOT_CHECK, LOAD, FLOW, QUIET_WAIT, SERVERS, BROWSERS)
+PHASES = (RECEIPT, SPOT_CHECK, LOAD, FLOW, COMPETE, QUIET_WAIT, SERVERS, BROWSERS)
 
 
 @contextmanager

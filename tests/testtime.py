@@ -71,7 +71,11 @@ class SuiteClock:
                 if t.start <= e["start"] <= t.stop:
                     t.phases[e["phase"]] = t.phases.get(e["phase"], 0.0) + e["seconds"]
                     break
-        slowest = sorted(spans, key=lambda t: t.seconds, reverse=True)[:SLOWEST]
+        ranked = sorted(spans, key=lambda t: t.seconds, reverse=True)
+        files: dict[str, float] = {}
+        for t in spans:
+            f = t.nodeid.split("::")[0]
+            files[f] = files.get(f, 0.0) + t.seconds
         order = {p: i for i, p in enumerate(timelog.PHASES)}
         return {
             "wall_s": round(wall_s, 1),
@@ -82,13 +86,15 @@ class SuiteClock:
                 p: {"count": int(v["count"]), "seconds": round(v["seconds"], 1)}
                 for p, v in sorted(totals.items(), key=lambda kv: order.get(kv[0], 99))
             },
-            "slowest": [
+            "files": {f: round(v, 1) for f, v in sorted(files.items(), key=lambda kv: -kv[1])},
+            # every test, slowest first: the next change's run can be compared test by test
+            "by_test": [
                 {
                     "test": t.nodeid,
                     "seconds": round(t.seconds, 1),
                     "phases": {p: round(s, 1) for p, s in t.phases.items()},
                 }
-                for t in slowest
+                for t in ranked
             ],
         }
 
@@ -104,8 +110,13 @@ def lines(s: dict[str, Any]) -> list[str]:
         for p, v in s["phases"].items():
             share = 100 * v["seconds"] / s["wall_s"] if s["wall_s"] else 0.0
             out.append(f"  {p:<22} {v['count']:5d} x  {v['seconds']:8.1f} s  {share:5.1f} %")
-    out.append(f"the {len(s['slowest'])} slowest tests (setup, call and teardown, reruns too):")
-    for t in s["slowest"]:
+        in_phases = sum(v["seconds"] for v in s["phases"].values())
+        out.append(f"  {'(outside these phases)':<22}          {s['tests_s'] - in_phases:8.1f} s")
+    out.append(f"the {SLOWEST} slowest test files:")
+    for f, v in list(s["files"].items())[:SLOWEST]:
+        out.append(f"  {v:7.1f} s  {f}")
+    out.append(f"the {SLOWEST} slowest tests (setup, call and teardown, reruns too):")
+    for t in s["by_test"][:SLOWEST]:
         parts = ", ".join(f"{p} {v:.0f}" for p, v in sorted(t["phases"].items()))
         out.append(f"  {t['seconds']:7.1f} s  {t['test']}" + (f"  [{parts}]" if parts else ""))
     if s["reruns"]:

@@ -717,6 +717,7 @@ def _compete(c: _Cell) -> CompeteResult:
     )
 
 
+@timelog.phase(timelog.COMPETE)
 def _compete_rep(
     c: _Cell, plan: list[tuple[str, str]], rep: int, *, replacement: bool = False
 ) -> CompeteRun:

@@ -1,0 +1,80 @@
+"""The phase log and the suite's time report built on it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import testtime
+
+from quicbed import timelog
+
+
+def test_a_phase_is_logged_only_where_asked_and_however_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "t.jsonl"
+    monkeypatch.delenv(timelog.ENV, raising=False)
+    with timelog.phase(timelog.RECEIPT):
+        pass
+    assert not log.exists()
+    monkeypatch.setenv(timelog.ENV, str(log))
+    with timelog.phase(timelog.RECEIPT):
+        time.sleep(0.05)
+
+    @timelog.phase(timelog.LOAD)
+    def fails() -> None:
+        raise ValueError("spoiled")
+
+    with pytest.raises(ValueError):
+        fails()
+    got = timelog.read(log)
+    assert [e["phase"] for e in got] == [timelog.RECEIPT, timelog.LOAD]
+    assert got[0]["seconds"] >= 0.05 and got[1]["seconds"] < got[0]["seconds"]
+
+
+def _report(nodeid: str, when: str, start: float, stop: float, outcome: str = "passed") -> object:
+    return SimpleNamespace(
+        nodeid=nodeid, when=when, start=start, stop=stop, duration=stop - start, outcome=outcome
+    )
+
+
+def test_phases_are_counted_in_the_test_whose_span_holds_them(tmp_path: Path) -> None:
+    log = tmp_path / "t.jsonl"
+    log.write_text(
+        "\n".join(
+            [
+                '{"phase": "receipt", "start": 101.0, "seconds": 4.0, "pid": 1}',
+                '{"phase": "page load", "start": 106.0, "seconds": 1.0, "pid": 2}',
+                '{"phase": "page load", "start": 121.0, "seconds": 2.0, "pid": 2}',
+                '{"phase": "receipt", "start": 140.0, "seconds": 3.0, "pid": 1}',  # no test's
+                "cut by a concurrent wr",
+            ]
+        )
+    )
+    clock = testtime.SuiteClock(log)
+    for r in (
+        _report("tests/test_a.py::one", "setup", 100.0, 102.0),
+        _report("tests/test_a.py::one", "call", 102.0, 110.0),
+        _report("tests/test_b.py::two", "call", 120.0, 125.0, outcome="rerun"),
+        _report("tests/test_b.py::two", "call", 125.0, 132.0),
+    ):
+        clock.add(r)
+    s = clock.summary(wall_s=50.0)
+    assert s["phases"] == {
+        "receipt": {"count": 2, "seconds": 7.0},
+        "page load": {"count": 2, "seconds": 3.0},
+    }
+    by = {t["test"]: t for t in s["by_test"]}
+    assert by["tests/test_a.py::one"] == {
+        "test": "tests/test_a.py::one",
+        "seconds": 10.0,
+        "phases": {"receipt": 4.0, "page load": 1.0},
+    }
+    assert by["tests/test_b.py::two"]["phases"] == {"page load": 2.0}
+    assert s["reruns"] == {"tests/test_b.py::two": 1}
+    assert list(s["files"]) == ["tests/test_b.py", "tests/test_a.py"]
+    text = "\n".join(testtime.lines(s))
+    assert "receipt" in text and "1 x tests/test_b.py::two" in text
