@@ -184,6 +184,11 @@ class SshLab:
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
             "MaxSessions 50\nMaxStartups 50:30:100\n"
+            # a command's shell starts as a nested one, so bash does not read the login's
+            # ~/.bashrc for it (bash reads it for sshd only at level 1): a node's plain
+            # environment, as on a testbed's image, not this machine's interactive set-up
+            # (a pyenv init there cost 90 ms per command, most of each ssh round trip)
+            "SetEnv SHLVL=1\n"
         )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
         mounts = cgroup_mounts()
