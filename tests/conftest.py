@@ -102,12 +102,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(f"{item.nodeid}: {why}", pytrace=False)
 
 
+#: the lane ``make test`` runs (QUICBED_TEST_LANE: "parallel" for the tests that measure
+#: nothing, "serial" for the rest), naming the lane's time report; none outside make test
+LANE = os.environ.get("QUICBED_TEST_LANE", "")
+TIME_REPORT = ARTIFACTS / f"test-time{'-' + LANE if LANE else ''}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Every quicbed process of the session logs its phases into one file (the
-    suite's time report, tests/testtime.py), unless the caller named one already."""
+    suite's time report, tests/testtime.py), unless the caller named one already; the
+    session's controller empties it (a pytest-xdist worker inherits it as it is)."""
     global _CLOCK
-    log = Path(os.environ.setdefault(timelog.ENV, str(ARTIFACTS / "test-time.jsonl")))
-    if log == ARTIFACTS / "test-time.jsonl":
+    log = Path(os.environ.setdefault(timelog.ENV, f"{TIME_REPORT}.jsonl"))
+    if log == Path(f"{TIME_REPORT}.jsonl") and "PYTEST_XDIST_WORKER" not in os.environ:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("")
     _CLOCK = SuiteClock(log)
@@ -138,7 +145,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.line(f"{seconds:6.1f} s  {nodeid}")
     if _CLOCK is not None and _CLOCK.tests:
         summary = _CLOCK.summary(time.monotonic() - _STARTED)
-        testtime.write(summary, ARTIFACTS / "test-time.json")
+        testtime.write(summary, Path(f"{TIME_REPORT}.json"))
         terminalreporter.section("where the time went")
         for line in testtime.lines(summary):
             terminalreporter.line(line)
