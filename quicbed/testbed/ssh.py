@@ -383,8 +383,13 @@ class SshTestbed(SshBackend, Testbed):
         """``pid`` exists on the host and is not a zombie, as locally (proc.pid_alive): a
         daemon whose shell exited is reaped by the host's init, which some hosts' inits
         (a sandbox's) do only after a second or more, and every wait on it would wait
-        that long. ``ps -o stat=`` reads the state on Linux and on a FreeBSD bridge."""
-        script = f'st=$(ps -o stat= -p {int(pid)}) && case "$st" in *Z*) exit 1;; esac'
+        that long. ``ps -o stat=`` reads the state on Linux and on a FreeBSD bridge; a
+        host without ``ps`` is asked ``kill -0`` (a zombie counts as alive there)."""
+        p = int(pid)
+        script = (
+            f'if command -v ps >/dev/null; then st=$(ps -o stat= -p {p}) && case "$st" in '
+            f"*Z*) exit 1;; esac; else kill -0 {p}; fi"
+        )
         return self.exec(role, ["sh", "-c", script], check=False).returncode == 0
 
     def kill(self, role: str, pid: int, signal_name: str = "TERM") -> None:
