@@ -9,15 +9,17 @@ its seconds, the pid), from any process of quicbed, CLI subprocesses included (t
 inherit the variable); without it, :func:`phase` costs one dictionary lookup. The test
 suite's summary (tests/conftest.py) reads the file back with :func:`read`.
 
-Phases are named where they are timed and never nest within the same name; a load
-inside a cell is its own phase, and the cell around it is not a phase (its time is the
-test's), so the phases of one process can be summed without counting a second twice.
+Each second counts in one phase only: a phase that runs inside another (the wait for
+a quiet host after a load the host spoiled) is logged as its own, and the phase around
+it logs its own seconds without it, so the phases of a process add up. A cell is not a
+phase (its time is its caller's).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,21 +52,33 @@ def phase(name: str) -> Iterator[None]:
     if not path:
         yield
         return
+    inner = _open_phases()
     start, t0 = time.time(), time.monotonic()
+    inner.append(0.0)  # the seconds of the phases that will run inside this one
     try:
         yield
     finally:
+        took = time.monotonic() - t0
+        own = took - inner.pop()
+        if inner:
+            inner[-1] += took
         line = json.dumps(
-            {
-                "phase": name,
-                "start": round(start, 3),
-                "seconds": round(time.monotonic() - t0, 3),
-                "pid": os.getpid(),
-            }
+            {"phase": name, "start": round(start, 3), "seconds": round(own, 3), "pid": os.getpid()}
         )
         # one short line in append mode: lines of concurrent processes do not interleave
         with open(path, "a") as f:
             f.write(line + "\n")
+
+
+_THREAD = threading.local()
+
+
+def _open_phases() -> list[float]:
+    """This thread's phases still running, innermost last: each one's inner seconds."""
+    if not hasattr(_THREAD, "open"):
+        _THREAD.open = []
+    stack: list[float] = _THREAD.open
+    return stack
 
 
 def read(path: Path) -> list[dict[str, Any]]:

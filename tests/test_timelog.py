@@ -35,6 +35,21 @@ def test_a_phase_is_logged_only_where_asked_and_however_it_ends(
     assert got[0]["seconds"] >= 0.05 and got[1]["seconds"] < got[0]["seconds"]
 
 
+def test_a_phase_inside_another_counts_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait for a quiet host inside a load: the load logs its seconds without the wait."""
+    log = tmp_path / "t.jsonl"
+    monkeypatch.setenv(timelog.ENV, str(log))
+    with timelog.phase(timelog.LOAD):
+        time.sleep(0.05)
+        with timelog.phase(timelog.QUIET_WAIT):
+            time.sleep(0.2)
+    wait, load = timelog.read(log)
+    assert wait["phase"] == timelog.QUIET_WAIT and wait["seconds"] >= 0.2
+    assert load["phase"] == timelog.LOAD and 0.05 <= load["seconds"] < 0.2
+
+
 def _report(nodeid: str, when: str, start: float, stop: float, outcome: str = "passed") -> object:
     return SimpleNamespace(
         nodeid=nodeid, when=when, start=start, stop=stop, duration=stop - start, outcome=outcome
