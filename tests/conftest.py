@@ -123,27 +123,24 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Each test's times, from the reports: in the process that prints the summary,
     which under pytest-xdist is not the one that ran the test."""
-    if report.when in ("setup", "call") and SLOW not in report.keywords:
-        _TIMES[report.nodeid] = _TIMES.get(report.nodeid, 0.0) + report.duration
     if _CLOCK is not None:
         _CLOCK.add(report)
 
 
-#: per test not marked slow: its setup and call time so far
-_TIMES: dict[str, float] = {}
 #: the session's reports and time log (tests/testtime.py)
 _CLOCK: SuiteClock | None = None
 _STARTED = time.monotonic()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    took = _TIMES
-    over = sorted(((s, n) for n, s in took.items() if s > SLOW_SECONDS), reverse=True)
+    if _CLOCK is None:
+        return
+    over = _CLOCK.unmarked_slow(SLOW_SECONDS)
     if over:
         terminalreporter.section(f"not marked slow, yet over {SLOW_SECONDS:g} s")
         for seconds, nodeid in over:
             terminalreporter.line(f"{seconds:6.1f} s  {nodeid}")
-    if _CLOCK is not None and _CLOCK.tests:
+    if _CLOCK.tests:
         summary = _CLOCK.summary(time.monotonic() - _STARTED)
         testtime.write(summary, Path(f"{TIME_REPORT}.json"))
         terminalreporter.section("where the time went")

@@ -50,9 +50,17 @@ def test_a_phase_inside_another_counts_once(
     assert load["phase"] == timelog.LOAD and 0.05 <= load["seconds"] < 0.2
 
 
-def _report(nodeid: str, when: str, start: float, stop: float, outcome: str = "passed") -> object:
+def _report(
+    nodeid: str, when: str, start: float, stop: float, outcome: str = "passed", slow: bool = True
+) -> object:
     return SimpleNamespace(
-        nodeid=nodeid, when=when, start=start, stop=stop, duration=stop - start, outcome=outcome
+        nodeid=nodeid,
+        when=when,
+        start=start,
+        stop=stop,
+        duration=stop - start,
+        outcome=outcome,
+        keywords={"slow": 1} if slow else {},
     )
 
 
@@ -91,5 +99,9 @@ def test_phases_are_counted_in_the_test_whose_span_holds_them(tmp_path: Path) ->
     assert by["tests/test_b.py::two"]["phases"] == {"page load": 2.0}
     assert s["reruns"] == {"tests/test_b.py::two": 1}
     assert list(s["files"]) == ["tests/test_b.py", "tests/test_a.py"]
+    assert clock.unmarked_slow(5.0) == []  # both marked slow
+    clock.add(_report("tests/test_c.py::three", "call", 140.0, 146.0, slow=False))
+    clock.add(_report("tests/test_c.py::four", "call", 146.0, 147.0, slow=False))
+    assert clock.unmarked_slow(5.0) == [(6.0, "tests/test_c.py::three")]
     text = "\n".join(testtime.lines(s))
     assert "receipt" in text and "1 x tests/test_b.py::two" in text

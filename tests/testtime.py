@@ -34,6 +34,7 @@ class SpanTime:
     stages: dict[str, float] = field(default_factory=dict)
     reruns: int = 0
     phases: dict[str, float] = field(default_factory=dict)
+    slow: bool = False  # marked slow
 
     @property
     def seconds(self) -> float:
@@ -55,6 +56,17 @@ class SuiteClock:
         t.stages[report.when] = t.stages.get(report.when, 0.0) + report.duration
         if report.outcome == "rerun" and report.when == "call":
             t.reruns += 1
+        t.slow = "slow" in report.keywords
+
+    def unmarked_slow(self, limit_s: float) -> list[tuple[float, str]]:
+        """The tests not marked slow whose setup and call took over ``limit_s``, slowest
+        first, with those seconds."""
+        took = (
+            (t.stages.get("setup", 0.0) + t.stages.get("call", 0.0), t.nodeid)
+            for t in self.tests.values()
+            if not t.slow
+        )
+        return sorted(((s, n) for s, n in took if s > limit_s), reverse=True)
 
     def summary(self, wall_s: float) -> dict[str, Any]:
         """The session's time: wall, per phase (count, seconds), and the slowest tests
