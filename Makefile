@@ -107,17 +107,19 @@ check: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile -m "not root and not browser and not slow and not built"
 
-# The whole suite in two lanes: first the tests that measure nothing (not marked root:
-# without root no test can make a namespace, shape a link or start a testbed's server)
-# on two workers, a test file per worker; then the root tests one at a time, so that no
-# measurement shares the cores with another test. Each lane prints where its time went
-# (tests/testtime.py; test-artifacts/test-time-<lane>.json).
+# The whole suite in two lanes: first the tests that measure nothing (those not marked
+# root, which cannot make a namespace, shape a link or start a testbed's server, and the
+# root tests marked parallel) on two workers, a test file per worker; then the other
+# root tests one at a time, so that no measurement shares the cores with another test.
+# A test of the first lane that times a receipt, a load or a flow fails, unless it does
+# so alone (tests/lanes.py: the fresh-machine test's cells). Each lane prints where its
+# time went (tests/testtime.py; test-artifacts/test-time-<lane>.json).
 test: setup-all lint
 	cd go && $(GO) test $(GOMODFILE) ./... $(QUICGO_TESTED)
 	cd $(GQUIC) && $(GO) test $(GQUIC_MODFILE) ./... $(GQUIC_QUICGO_TESTED)
 	cd $(GQUIC) && $(GO) test $(GQUIC_MODFILE) -run '^TestQuicbed' github.com/lucas-clemente/quic-go
-	QUICBED_TEST_LANE=parallel $(VENV)/bin/pytest -q -n 2 --dist loadfile -m "not root"
-	QUICBED_TEST_LANE=serial $(VENV)/bin/pytest -q -m root
+	QUICBED_TEST_LANE=parallel $(VENV)/bin/pytest -q -n 2 --dist loadfile -m "not root or parallel"
+	QUICBED_TEST_LANE=serial $(VENV)/bin/pytest -q -m "root and not parallel"
 
 # The main job: the demo sweep on the local testbed, then its report.
 # (--resume: a second `make demo` continues or reuses results/demo, and measures again

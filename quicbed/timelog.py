@@ -7,7 +7,10 @@ regression there shows in nobody's log. With ``QUICBED_TIME_LOG`` naming a file,
 :func:`phase` appends one JSON line when it ends (its name, its start as epoch seconds,
 its seconds, the pid), from any process of quicbed, CLI subprocesses included (they
 inherit the variable); without it, :func:`phase` costs one dictionary lookup. The test
-suite's summary (tests/conftest.py) reads the file back with :func:`read`.
+suite's summary (tests/conftest.py) reads the file back with :func:`read`. Where
+several callers write one log at once (the test suite's parallel lane), each names
+itself in ``QUICBED_TIME_TAG``, which every line then carries: the lines split by
+caller, however their times overlap.
 
 Each second counts in one phase only: a phase that runs inside another (the wait for
 a quiet host after a load the host spoiled) is logged as its own, and the phase around
@@ -29,6 +32,8 @@ from typing import Any
 from quicbed.jsonlines import json_events
 
 ENV = "QUICBED_TIME_LOG"
+#: who asked (any label the caller sets), kept on each line where set
+TAG_ENV = "QUICBED_TIME_TAG"
 
 #: the phases quicbed times, in the order a summary shows them
 RECEIPT, SPOT_CHECK, LOAD, QUIET_WAIT, SERVERS, BROWSERS, FLOW, COMPETE = (
@@ -62,9 +67,16 @@ def phase(name: str) -> Iterator[None]:
         own = took - inner.pop()
         if inner:
             inner[-1] += took
-        line = json.dumps(
-            {"phase": name, "start": round(start, 3), "seconds": round(own, 3), "pid": os.getpid()}
-        )
+        entry: dict[str, Any] = {
+            "phase": name,
+            "start": round(start, 3),
+            "seconds": round(own, 3),
+            "pid": os.getpid(),
+        }
+        tag = os.environ.get(TAG_ENV)
+        if tag:
+            entry["tag"] = tag
+        line = json.dumps(entry)
         # one short line in append mode: lines of concurrent processes do not interleave
         with open(path, "a") as f:
             f.write(line + "\n")

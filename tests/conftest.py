@@ -5,15 +5,21 @@ The marks (declared in pyproject.toml, where --strict-markers refuses any other)
 ``root`` (root, network namespaces, sysctls, tc, or servers and emulators on the
 testbed), ``browser`` (starts Chromium or Chromium 72), ``slow`` (more than a few
 seconds), ``built`` (what ``make setup`` builds or installs beyond the venv, such as the
-binaries in build/bin). ``make check`` runs the tests that have none of them.
+binaries in build/bin). ``make check`` runs the tests that have none of them. And
+``parallel``: a root test that times nothing (or only inside tests/lanes.py's ``alone``),
+which ``make test`` runs in its parallel lane, beside other tests, rather than in the
+lane that runs one test at a time (tests/lanes.py).
 
 A test that uses a fixture of ``NEEDS`` (directly or through another fixture) without
-each of that fixture's marks fails before any fixture runs, naming the mark to add; the
+each of that fixture's marks fails before any fixture runs, naming the mark to add (and
+one marked ``parallel`` that uses a fixture of ``MEASURES``, naming the fixture); the
 ``root`` fixture also checks its requesting test's mark itself (a fixture fetched with
 ``request.getfixturevalue`` is not in a test's signature). So an unmarked test that
 would bring up a testbed cannot slip into ``make check``: it fails there, having done
 nothing. A test that is not marked ``slow`` yet takes over ``SLOW_SECONDS`` is named in
-the summary (named, not failed: a busy machine stretches any test).
+the summary (named, not failed: a busy machine stretches any test). A test of the
+parallel lane that times a receipt, a load or a flow outside ``alone`` fails after its
+run, naming what it timed (the time log's lines carry the test's name).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import lanes
 import pytest
 import testtime
 from testtime import SuiteClock
@@ -38,7 +45,7 @@ from quicbed.run.cell import CellResult
 from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.testbed.local import LocalTestbed
 
-ROOT, BROWSER, SLOW, BUILT = "root", "browser", "slow", "built"
+ROOT, BROWSER, SLOW, BUILT, PARALLEL = "root", "browser", "slow", "built", "parallel"
 #: what a run leaves for CI to keep: report screenshots, the suite's time report
 ARTIFACTS = Path(
     os.environ.get("QUICBED_TEST_ARTIFACTS", str(Path(__file__).parent.parent / "test-artifacts"))
@@ -62,6 +69,17 @@ NEEDS: dict[str | tuple[str, str], frozenset[str]] = {
     ("test_fresh_machine.py", "machine"): frozenset({ROOT, SLOW}),
     ("test_quiche_server.py", "binary"): frozenset({BUILT}),
 }
+#: The fixtures that measure (a proven link, a measured cell or sweep, labs whose links
+#: are proven): a test that uses one is no test of the parallel lane.
+MEASURES: frozenset[str | tuple[str, str]] = frozenset(
+    {
+        "shared_links",
+        "cell_1mb_full",
+        ("test_package.py", "sweep"),
+        ("test_shard_merge.py", "folders"),
+        ("test_two_testbeds.py", "labs"),
+    }
+)
 #: a test not marked slow that takes longer (setup and call) is named in the summary
 SLOW_SECONDS = 5.0
 
@@ -79,6 +97,11 @@ def _missing_marks(item: pytest.Item) -> str | None:
         for mark in need:
             if item.get_closest_marker(mark) is None:
                 lacking.setdefault(mark, set()).add(name)
+        if item.get_closest_marker(PARALLEL) and {name, (item.path.name, name)} & MEASURES:
+            return (
+                f"uses {name}, which measures, so it must not be marked @pytest.mark.parallel "
+                "(tests/conftest.py MEASURES: make test would run it beside another test)"
+            )
     if not lacking:
         return None
     each = "; ".join(
@@ -100,6 +123,32 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     why = item.stash.get(_UNMARKED, None)
     if why:
         pytest.fail(f"{item.nodeid}: {why}", pytrace=False)
+
+
+def in_parallel_lane(item: pytest.Item) -> bool:
+    """Whether ``make test`` runs ``item`` beside other tests (its first lane)."""
+    return item.get_closest_marker(ROOT) is None or item.get_closest_marker(PARALLEL) is not None
+
+
+@pytest.fixture(autouse=True)
+def _lane(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test holds the lane shared (tests/lanes.py) and names itself on the time
+    log's lines; a test of the parallel lane that timed a measurement outside
+    ``lanes.alone`` fails, naming it."""
+    log = Path(os.environ[timelog.ENV]) if os.environ.get(timelog.ENV) else None
+    offset = log.stat().st_size if log is not None and log.exists() else 0
+    nodeid = request.node.nodeid
+    with lanes.share(nodeid):
+        yield
+    if log is not None and in_parallel_lane(request.node):
+        timed = lanes.measured_outside_alone(log, offset, nodeid)
+        if timed:
+            what = ", ".join(f"{p} x{n}" for p, n in sorted(timed.items()))
+            pytest.fail(
+                f"{nodeid} timed {what} in make test's parallel lane, beside another test: "
+                "mark it root and not parallel, or time it inside lanes.alone()",
+                pytrace=False,
+            )
 
 
 #: the lane ``make test`` runs (QUICBED_TEST_LANE: "parallel" for the tests that measure

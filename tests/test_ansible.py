@@ -117,6 +117,7 @@ LOCAL_INVENTORY = """
 
 
 @pytest.mark.root
+@pytest.mark.parallel  # applies roles to scratch copies: times nothing
 @pytest.mark.slow
 def test_site_refuses_a_run_without_quic_version(tmp_path: Path) -> None:
     inv = _inventory(tmp_path, LOCAL_INVENTORY)
@@ -127,6 +128,7 @@ def test_site_refuses_a_run_without_quic_version(tmp_path: Path) -> None:
 
 
 @pytest.mark.root
+@pytest.mark.parallel
 @pytest.mark.slow
 def test_site_q037_stops_at_once_naming_what_is_missing(root: None, tmp_path: Path) -> None:
     """The gQUIC roles are placeholders: they must fail first, before changing anything."""
@@ -147,6 +149,7 @@ def test_site_q037_stops_at_once_naming_what_is_missing(root: None, tmp_path: Pa
 
 
 @pytest.mark.root
+@pytest.mark.parallel
 @pytest.mark.slow
 def test_ssh_lab_marks_a_new_sshd_not_to_be_run(root: None, tmp_path: Path) -> None:
     """Where there was no sshd before, Debian's "do not run" marker is written first;
@@ -186,6 +189,7 @@ def test_ssh_lab_marks_a_new_sshd_not_to_be_run(root: None, tmp_path: Path) -> N
 
 
 @pytest.mark.root
+@pytest.mark.parallel
 @pytest.mark.slow
 def test_go_install_of_the_pinned_release(root: None, tmp_path: Path) -> None:
     """The real pinned toolchain from the Go module proxy, into a scratch Go root.
@@ -276,6 +280,7 @@ def _archive_play(tmp_path: Path, zip_path: Path, zip_sha: str, version: str = C
 
 
 @pytest.mark.root
+@pytest.mark.parallel
 @pytest.mark.slow
 def test_chromium_client_archive_installs(root: None, tmp_path: Path) -> None:
     """Download with checksum, unpack, link, ldd and version checks; then idempotent."""
@@ -315,6 +320,7 @@ def _firefox_play(tmp_path: Path, **variables: str) -> list[str]:
 
 
 @pytest.mark.root
+@pytest.mark.parallel
 @pytest.mark.slow
 def test_firefox_client_installs_then_changes_nothing(root: None, tmp_path: Path) -> None:
     """Firefox ESR from the archive, the driver's ws exactly as locked (npm ci, which
@@ -344,6 +350,7 @@ def test_firefox_client_installs_then_changes_nothing(root: None, tmp_path: Path
 
 
 @pytest.mark.root
+@pytest.mark.parallel
 @pytest.mark.slow
 def test_chromium_client_refuses_a_wrong_checksum(root: None, tmp_path: Path) -> None:
     zip_path = tmp_path / "chrome-linux64.zip"
@@ -355,6 +362,7 @@ def test_chromium_client_refuses_a_wrong_checksum(root: None, tmp_path: Path) ->
 
 
 @pytest.mark.root
+@pytest.mark.parallel
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("cc"), reason="needs a C compiler to make a broken ELF")
 def test_chromium_client_names_missing_libraries(root: None, tmp_path: Path) -> None:
@@ -736,6 +744,7 @@ def test_quic_gquic_check_passes_only_when_the_version_is_answered(tmp_path: Pat
 
 
 @pytest.mark.root
+@pytest.mark.parallel
 @pytest.mark.slow
 def test_q037_client_refuses_other_platforms_before_changing_anything(
     root: None, tmp_path: Path
@@ -760,6 +769,7 @@ def test_q037_client_refuses_other_platforms_before_changing_anything(
 
 
 @pytest.mark.root
+@pytest.mark.parallel
 @pytest.mark.slow
 def test_quic_server_google_refuses_an_unknown_quic_version(tmp_path: Path) -> None:
     """A version name the pinned quiche has not (here gQUIC Q050) is refused by name

@@ -122,6 +122,7 @@ def test_quic_server_stopped_mid_cell_gives_invalid_runs(
 
 
 @pytest.mark.slow
+@pytest.mark.parallel  # refuses bad input: times nothing
 def test_cli_cell_bad_input_writes_nothing(prefix: str, tmp_path: Path) -> None:
     for args, needle in [
         (["--page", "7kb"], "unknown page '7kb'"),

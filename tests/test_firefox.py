@@ -565,6 +565,7 @@ def _served(
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.parallel  # it reads what Firefox sends, not how fast: it shares the cores
 def test_firefox_sends_nothing_but_the_test_loads(testbed: LocalTestbed, tmp_path: Path) -> None:
     """Everything the client namespace sends while an h2 and an h3 Firefox start, sit
     idle past their first minute and load a page: no packet to an address outside the

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lanes import alone
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -121,6 +122,7 @@ def _changed_tasks(out: str) -> str:
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.root
+@pytest.mark.parallel  # its minutes of installs share the cores; its cells run alone
 def test_readme_path_on_a_fresh_debian(machine: FreshMachine) -> None:
     m = machine
     prereq, setup = readme_commands()
@@ -200,8 +202,10 @@ def _cell_command(m: FreshMachine, arms: tuple[str, ...]) -> str:
 
 
 def _cell_done(m: FreshMachine, step: str, arms: tuple[str, ...], log: Any) -> None:
-    """One small cell of ``arms`` in the fresh root: done, each arm's 3 loads measured."""
-    cp = m.sh(step, _cell_command(m, arms), cwd=CHROOT_REPO)
+    """One small cell of ``arms`` in the fresh root: done, each arm's 3 loads measured,
+    while no other test runs (the test shares the cores until here: tests/lanes.py)."""
+    with alone():
+        cp = m.sh(step, _cell_command(m, arms), cwd=CHROOT_REPO)
     assert cp.returncode == 0, log()
     found = re.search(r"^\{$.*^\}$", cp.stdout, re.S | re.M)
     assert found, log()
@@ -219,6 +223,7 @@ def _cell_done(m: FreshMachine, step: str, arms: tuple[str, ...], log: Any) -> N
 
 @pytest.mark.slow
 @pytest.mark.root
+@pytest.mark.parallel
 def test_teardown_after_a_failure_leaves_nothing(root: None) -> None:
     """A step that fails with a process still running in the chroot and a network
     namespace of the testbed's prefix still mounted: the teardown kills the process,

@@ -124,6 +124,7 @@ def test_reentrant_within_a_process_and_not_inherited(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.root
+@pytest.mark.parallel  # refuses bad input: times nothing
 def test_commands_on_a_busy_testbed_are_refused(prefix: str, tmp_path: Path) -> None:
     """While this test owns the testbed, every command that would change or measure it
     exits 2 naming the owner, and touches nothing; status shows the owner."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import testtime
+from lanes import ALONE
 
 from quicbed import timelog
 
@@ -105,3 +107,23 @@ def test_phases_are_counted_in_the_test_whose_span_holds_them(tmp_path: Path) ->
     assert clock.unmarked_slow(5.0) == [(6.0, "tests/test_c.py::three")]
     text = "\n".join(testtime.lines(s))
     assert "receipt" in text and "1 x tests/test_b.py::two" in text
+
+
+def test_a_phase_goes_to_the_test_its_tag_names_whatever_the_spans(tmp_path: Path) -> None:
+    """Two workers' tests overlap in time: each phase is counted in the test it names,
+    its block run alone too; an untagged phase in the test whose span holds it."""
+    log = tmp_path / "t.jsonl"
+    entries = [
+        {"phase": timelog.LOAD, "start": 15.0, "seconds": 2.0, "pid": 1, "tag": "t::b"},
+        {"phase": timelog.LOAD, "start": 16.0, "seconds": 3.0, "pid": 1, "tag": "t::a" + ALONE},
+        {"phase": timelog.SERVERS, "start": 12.0, "seconds": 1.0, "pid": 1},
+    ]
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    clock = testtime.SuiteClock(log)
+    clock.add(_report("t::a", "call", 10.0, 30.0))
+    clock.add(_report("t::b", "call", 14.0, 20.0))
+    by_test = {t["test"]: t["phases"] for t in clock.summary(30.0)["by_test"]}
+    assert by_test == {
+        "t::a": {timelog.LOAD: 3.0, timelog.SERVERS: 1.0},
+        "t::b": {timelog.LOAD: 2.0},
+    }

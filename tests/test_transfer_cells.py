@@ -619,6 +619,7 @@ def test_a_package_of_transfer_cells_verifies(tmp_path: Path) -> None:
 
 
 @pytest.mark.root
+@pytest.mark.parallel  # refuses bad input: times nothing
 def test_bad_compete_options_are_refused_before_anything_runs(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lanes import ALONE
+
 from quicbed import timelog
 
 #: the slowest tests the summary names
@@ -68,6 +70,15 @@ class SuiteClock:
         )
         return sorted(((s, n) for s, n in took if s > limit_s), reverse=True)
 
+    def _owner(self, entry: dict[str, Any], spans: list[SpanTime]) -> SpanTime | None:
+        """The test a phase ran for: the one its line names (quicbed.timelog's tag, set
+        per test by tests/lanes.py; the only way under pytest-xdist, where two tests'
+        spans overlap), else the one whose span holds its start."""
+        tag = str(entry.get("tag", "")).removesuffix(ALONE)
+        if tag in self.tests:
+            return self.tests[tag]
+        return next((t for t in spans if t.start <= entry["start"] <= t.stop), None)
+
     def summary(self, wall_s: float) -> dict[str, Any]:
         """The session's time: wall, per phase (count, seconds), and the slowest tests
         with the phases that ran inside each one's span. A phase that ran outside every
@@ -79,10 +90,9 @@ class SuiteClock:
             tot = totals.setdefault(e["phase"], {"count": 0, "seconds": 0.0})
             tot["count"] += 1
             tot["seconds"] += e["seconds"]
-            for t in spans:
-                if t.start <= e["start"] <= t.stop:
-                    t.phases[e["phase"]] = t.phases.get(e["phase"], 0.0) + e["seconds"]
-                    break
+            owner = self._owner(e, spans)
+            if owner is not None:
+                owner.phases[e["phase"]] = owner.phases.get(e["phase"], 0.0) + e["seconds"]
         ranked = sorted(spans, key=lambda t: t.seconds, reverse=True)
         files: dict[str, float] = {}
         for t in spans:
