@@ -116,6 +116,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         why = _missing_marks(item)
         if why:
             item.stash[_UNMARKED] = why
+    # The parallel lane's files of minutes (a browser and root, yet marked parallel: the
+    # fresh machine's installs, Firefox's idle minute) first, one to each worker: handed
+    # out in collection order, one of them last would keep the lane waiting on it alone.
+    long = {i.path for i in items if all(i.get_closest_marker(m) for m in (PARALLEL, BROWSER))}
+    items.sort(key=lambda i: i.path not in long)
 
 
 @pytest.hookimpl(tryfirst=True)
