@@ -116,11 +116,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         why = _missing_marks(item)
         if why:
             item.stash[_UNMARKED] = why
-    # The parallel lane's files of minutes (a browser and root, yet marked parallel: the
-    # fresh machine's installs, Firefox's idle minute) first, one to each worker: handed
-    # out in collection order, one of them last would keep the lane waiting on it alone.
-    long = {i.path for i in items if all(i.get_closest_marker(m) for m in (PARALLEL, BROWSER))}
-    items.sort(key=lambda i: i.path not in long)
+    # The parallel lane's files of minutes first, one to each worker (they go out in
+    # collection order: one of them last would keep the lane waiting on it alone): those
+    # with a root test marked parallel, a browser's first (the fresh machine's installs,
+    # Firefox's idle minute), then the roles applied to scratch copies and the like.
+    def marked(*marks: str) -> set[Path]:
+        return {i.path for i in items if all(i.get_closest_marker(m) for m in marks)}
+
+    browser, parallel = marked(PARALLEL, BROWSER), marked(PARALLEL)
+    items.sort(key=lambda i: (i.path not in browser, i.path not in parallel))
 
 
 @pytest.hookimpl(tryfirst=True)
