@@ -116,6 +116,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         why = _missing_marks(item)
         if why:
             item.stash[_UNMARKED] = why
+
     # The parallel lane's files of minutes first, one to each worker (they go out in
     # collection order: one of them last would keep the lane waiting on it alone): those
     # with a root test marked parallel, a browser's first (the fresh machine's installs,
