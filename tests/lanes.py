@@ -29,7 +29,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
 from quicbed import timelog
 from quicbed.jsonlines import json_events
@@ -42,12 +41,20 @@ MEASURING = frozenset(
 ALONE = " (alone)"
 
 _DIR = Path(os.environ.get("QUICBED_TEST_LANE_LOCKS", tempfile.gettempdir()))
-_held: dict[str, IO[str]] = {}
+_held: dict[str, int] = {}
 
 
-def _file(name: str) -> IO[str]:
+def _file(name: str) -> int:
+    """The lock file's descriptor, opened for reading only: flock needs no more, and a
+    file another user made (root's ``make test`` before a user's ``make check``) opens
+    for reading where it would not for writing, nor with O_CREAT where the temporary
+    directory protects other users' files (fs.protected_regular)."""
     if name not in _held:
-        _held[name] = open(_DIR / f"quicbed-test-lane.{name}", "a")  # noqa: SIM115
+        path = _DIR / f"quicbed-test-lane.{name}"
+        try:
+            _held[name] = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            _held[name] = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
     return _held[name]
 
 

@@ -161,3 +161,43 @@ def test_the_suite_fails_a_test_of_the_parallel_lane_that_measures(tmp_path: Pat
     assert "uses shared_links, which measures, so it must not be marked" in out, out
     assert "test_x.py::test_times timed receipt x1 in make test's parallel lane" in out, out
     assert "PASSED test_x.py::test_times_alone" in out, out
+
+
+@pytest.mark.root
+@pytest.mark.parallel
+def test_lock_files_root_made_serve_another_user(root: None) -> None:
+    """root's make test leaves the lock files behind in the temporary directory; a user's
+    make check after it takes the same locks (read-only: no write access needed)."""
+    import shutil
+    import tempfile
+
+    locks = Path(tempfile.mkdtemp())
+    try:
+        locks.chmod(0o1777)  # as the temporary directory is
+        body = "with lanes.share('x'):\n    with lanes.alone():\n        pass\n"
+        code = WORKER.replace("stamps, name = Path(sys.argv[1]), sys.argv[2]\n", "") + body
+        env = {"QUICBED_TEST_LANE_LOCKS": str(locks), "PYTHONPATH": f"{TESTS}:{TESTS.parent}"}
+        made = subprocess.run([sys.executable, "-c", code], env=env, timeout=60)
+        assert made.returncode == 0
+        assert {p.name for p in locks.iterdir()} == {
+            "quicbed-test-lane.gate",
+            "quicbed-test-lane.lane",
+        }
+        other = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert other.returncode == 0, other.stderr
+    finally:
+        shutil.rmtree(locks)
