@@ -109,15 +109,15 @@ check: venv
 
 # The whole suite in two lanes: first the tests that measure nothing (those not marked
 # root, which cannot make a namespace, shape a link or start a testbed's server, and the
-# root tests marked parallel) on two workers, a test file per worker; then the other
-# root tests one at a time, so that no measurement shares the cores with another test.
-# A test of the first lane that times a receipt, a load or a flow fails, unless it does
-# so alone (tests/lanes.py: the fresh-machine test's cells). The first lane's files go
-# out in the order tests/conftest.py gives them, its files of minutes first (pytest-xdist
-# would reorder them by their number of tests), to three workers on two cores: those
-# files mostly wait (apt, downloads, Firefox's idle minute), and the lane took 315 s
-# with three workers against 359 s with two (measured here, nothing else running). Each lane prints where its time went
-# (tests/testtime.py; test-artifacts/test-time-<lane>.json).
+# root tests marked parallel), a test file per worker; then the other root tests one at
+# a time, so that no measurement shares the cores with another test. A test of the
+# first lane that times a receipt, a load or a flow fails, unless it does so alone
+# (tests/lanes.py: the fresh-machine test's cells). The first lane's files go out in
+# the order tests/conftest.py gives them, its files of minutes first (pytest-xdist would
+# reorder them by their number of tests), to three workers on two cores: those files
+# mostly wait (apt, downloads, Firefox's idle minute), and the lane took 315 s with
+# three workers against 359 s with two (measured here, nothing else running). Each lane
+# prints where its time went (tests/testtime.py; test-artifacts/test-time-<lane>.json).
 test: setup-all lint
 	cd go && $(GO) test $(GOMODFILE) ./... $(QUICGO_TESTED)
 	cd $(GQUIC) && $(GO) test $(GQUIC_MODFILE) ./... $(GQUIC_QUICGO_TESTED)

@@ -1,14 +1,14 @@
 """make test's two lanes, and a measurement in the parallel one that runs alone.
 
-``make test`` runs the tests that time nothing two at a time (pytest-xdist), then the
+``make test`` runs the tests that time nothing side by side (pytest-xdist), then the
 tests that time something (a receipt, a page load, a flow) one at a time, so that no
 measurement shares the two cores. A root test belongs to the parallel lane when it is
 marked ``parallel``: it times nothing, or times something only inside :func:`alone`
 (the fresh-machine test: minutes of installs that share the cores well, then two small
 cells that must not).
 
-:func:`alone` waits until the test the other worker is running ends, and holds the
-worker's next test back until the block ends. Every test holds the lane lock shared for
+:func:`alone` waits until the tests the other workers are running end, and holds
+their next tests back until the block ends. Every test holds the lane lock shared for
 its run (:func:`share`); ``alone`` holds it exclusively. ``flock(2)`` prefers no one, so a
 worker that starts test after test could keep a waiting ``alone`` out for good: a gate
 lock, held by ``alone`` while it waits and taken briefly by each test before its shared

@@ -175,9 +175,9 @@ def test_lock_files_root_made_serve_another_user(root: None) -> None:
     try:
         locks.chmod(0o1777)  # as the temporary directory is
         body = "with lanes.share('x'):\n    with lanes.alone():\n        pass\n"
-        code = WORKER.replace("stamps, name = Path(sys.argv[1]), sys.argv[2]\n", "") + body
+        code = WORKER + body  # stamps nothing: its arguments only name the directory
         env = {"QUICBED_TEST_LANE_LOCKS": str(locks), "PYTHONPATH": f"{TESTS}:{TESTS.parent}"}
-        made = subprocess.run([sys.executable, "-c", code], env=env, timeout=60)
+        made = subprocess.run([sys.executable, "-c", code, str(locks), "x"], env=env, timeout=60)
         assert made.returncode == 0
         assert {p.name for p in locks.iterdir()} == {
             "quicbed-test-lane.gate",
@@ -192,6 +192,8 @@ def test_lock_files_root_made_serve_another_user(root: None) -> None:
                 sys.executable,
                 "-c",
                 code,
+                str(locks),
+                "x",
             ],
             env=env,
             capture_output=True,
