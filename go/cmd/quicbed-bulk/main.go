@@ -7,7 +7,7 @@
 // rather than fall back to HTTP/1.1) and quic-go's http3 client.
 //
 //	quicbed-bulk -proto h2|h3 -url https://10.10.1.1/bulk/100MB.bin -ca ca.pem
-//	             [-addr 10.10.1.1:443] [-duration 10s] [-interval 100ms]
+//	             [-addr 10.10.1.1:443] [-duration 10s [-every 2s]] [-interval 100ms]
 //	             [-start-at UNIX_NS] [-linger 1s] [-flow NAME]
 //	             [h3 only: -initial-max-data B] [-initial-max-stream-data B]
 //	             [-initial-max-streams-bidi N] [-initial-max-streams-uni N]
@@ -20,7 +20,10 @@
 // client advertised; tp_remote: what the server did) and the windows it ran.
 //
 // Without -duration it downloads the object once; with it, it requests the object
-// back to back on one connection until the duration is up, then cancels. Times in
+// back to back on one connection until the duration is up, then cancels. With
+// -every too, the k-th request starts at k x -every after the start (at once if
+// the one before it ended later, counted as late): chunks of a size at a steady
+// interval, as a video player fetches its segments. Times in
 // the records are seconds since the start (-start-at, when given: flows of a
 // compete experiment start together or staggered on the client's clock).
 package main
@@ -110,6 +113,7 @@ type config struct {
 	URL      string
 	CA       string
 	Duration time.Duration
+	Every    time.Duration // with Duration: one request per Every (0: back to back)
 	Interval time.Duration
 	StartAt  time.Time // zero: now
 	Linger   time.Duration
@@ -180,6 +184,7 @@ func main() {
 	flag.StringVar(&c.URL, "url", "", "the object's https URL")
 	flag.StringVar(&c.CA, "ca", "", "PEM file of the CA that signed the server's certificate")
 	flag.DurationVar(&c.Duration, "duration", 0, "download for this long (repeating the object); 0: the object once")
+	flag.DurationVar(&c.Every, "every", 0, "with -duration: start a request every this long, not back to back (chunks at a steady interval)")
 	flag.DurationVar(&c.Interval, "interval", 100*time.Millisecond, "time between samples")
 	flag.Int64Var(&startAt, "start-at", 0, "start at this time (Unix nanoseconds on this machine's clock); 0: now")
 	flag.DurationVar(&c.Linger, "linger", 0, "keep the connection open this long after the final record")
@@ -226,6 +231,10 @@ func (c config) check() error {
 		return errors.New("-interval must be > 0")
 	case c.Duration < 0:
 		return errors.New("-duration must be >= 0")
+	case c.Every < 0:
+		return fmt.Errorf("-every must be >= 0 (got %v)", c.Every)
+	case c.Every > 0 && c.Duration == 0:
+		return fmt.Errorf("-every %v: applies only with -duration (one object has no interval)", c.Every)
 	case c.tpGiven && c.Proto != "h3":
 		return fmt.Errorf("-proto %s: the transport parameter flags are QUIC's (h3 only)", c.Proto)
 	case c.TP.MaxStreamsBidi < -1:
@@ -412,10 +421,24 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			firstByte.CompareAndSwap(0, int64(time.Since(start)))
 		},
 	}
-	requests, status, proto := 0, 0, ""
+	requests, status, proto, late := 0, 0, "", 0
 	var dlErr error
 	var last time.Time
 	for {
+		if c.Every > 0 && requests > 0 {
+			due := start.Add(time.Duration(requests) * c.Every)
+			if wait := time.Until(due); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-dlCtx.Done():
+				}
+				if dlCtx.Err() != nil {
+					break
+				}
+			} else {
+				late++ // the request before it ran past this one's start
+			}
+		}
 		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(dlCtx, trace), http.MethodGet, c.URL, nil)
 		if err != nil {
 			dlErr = err
@@ -461,8 +484,11 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		"event": "done", "flow": c.Flow, "proto": c.Proto, "http_proto": proto, "status": status,
 		"requests": requests, "bytes": n, "completion_s": seconds(elapsed),
 		"connect_s": connectS(cl.connectedAt.Load(), start), "ttfb_s": seconds(time.Duration(firstByte.Load())),
-		"goodput_bps": 0.0, "mode": map[bool]string{true: "duration", false: "object"}[c.Duration > 0],
+		"goodput_bps": 0.0, "mode": mode(c),
 		"ok": dlErr == nil && n > 0, "error": nil,
+	}
+	if c.Every > 0 {
+		final["every_s"], final["late_requests"] = seconds(c.Every), late
 	}
 	if elapsed > 0 {
 		final["goodput_bps"] = float64(n) * 8 / elapsed.Seconds()
@@ -505,6 +531,18 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		return dlErr
 	}
 	return nil
+}
+
+// mode names what the flow did: one object, objects back to back for a time, or
+// one object per -every for a time.
+func mode(c config) string {
+	switch {
+	case c.Every > 0:
+		return "chunks"
+	case c.Duration > 0:
+		return "duration"
+	}
+	return "object"
 }
 
 // connectS is the time from the start to the first connection, in seconds (0: none).

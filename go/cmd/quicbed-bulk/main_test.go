@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,6 +200,38 @@ func TestDurationAndStartAt(t *testing.T) {
 	// 1 MiB per 100 ms for 0.5 s: about 5 MiB, at most one whole object (3 MiB) plus a part
 	if b := final["bytes"].(float64); b < 2<<20 || b > 6<<20 {
 		t.Fatalf("%v bytes in 0.5 s", b)
+	}
+}
+
+// With -every, the k-th request starts k intervals after the start, not when the
+// one before it ends: over 1 s at 400 ms, requests at 0, 0.4 and 0.8 s. Each
+// object takes about 300 ms here (1 MiB per 100 ms), so back to back would be 4.
+func TestEveryStartsARequestPerInterval(t *testing.T) {
+	h2URL, _, ca, protos := servers(t)
+	var out bytes.Buffer
+	c := config{Proto: "h2", URL: h2URL, CA: ca, Interval: 100 * time.Millisecond, Duration: time.Second, Every: 400 * time.Millisecond}
+	must(t, run(context.Background(), c, &out))
+	recs := records(t, out.Bytes())
+	final := recs[len(recs)-1]
+	if final["mode"] != "chunks" || final["ok"] != true || final["every_s"].(float64) != 0.4 {
+		t.Fatalf("final %v", final)
+	}
+	if n := final["requests"].(float64); n != 3 || len(protos) != 3 {
+		t.Fatalf("%v requests (%d seen by the server), want 3 at 0, 0.4 and 0.8 s", n, len(protos))
+	}
+	// the samples show the gaps: bytes stand still between a chunk's end and the next start
+	still := 0
+	for i := 2; i < len(recs)-1; i++ {
+		if recs[i]["bytes"] == recs[i-1]["bytes"] {
+			still++
+		}
+	}
+	if still == 0 {
+		t.Fatalf("no idle sample between chunks: %v", recs)
+	}
+	var bad bytes.Buffer
+	if err := run(context.Background(), config{Proto: "h2", URL: h2URL, CA: ca, Interval: time.Second, Every: time.Second}, &bad); err == nil || !strings.Contains(err.Error(), "-every 1s: applies only with -duration") {
+		t.Fatalf("-every without -duration: %v", err)
 	}
 }
 

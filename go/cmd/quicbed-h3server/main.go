@@ -46,6 +46,8 @@ func main() {
 	flag.IntVar(&cfg.UDPSndBuf, "udp-sndbuf", 0, "SO_SNDBUF of the UDP socket, bytes, likewise (0 = quic-go's); capped at net.core.wmem_max")
 	groups := flag.String("groups", "", "TLS 1.3 key-exchange groups the server accepts, comma-separated, of "+h3server.GroupNames()+
 		` (case-insensitive); "" = Go's default (X25519MLKEM768 first). A set, not an order: crypto/tls picks by its own order, so name one group to pin it`)
+	flag.StringVar(&cfg.TCPAddr, "tcp-addr", "", "also serve -docroot over HTTP/2 on TCP+TLS 1.3 at this address (a background flow's server); \"\" = none")
+	flag.StringVar(&cfg.TCPCC, "tcp-cc", "", "kernel congestion control of the -tcp-addr listener's connections (TCP_CONGESTION, e.g. cubic, bbr); \"\" = the namespace's default")
 	// A bad flag is one line on stderr and exit 2; -help prints the flags.
 	flag.CommandLine.Init(os.Args[0], flag.ContinueOnError)
 	flag.CommandLine.SetOutput(io.Discard)

@@ -113,6 +113,14 @@ type Config struct {
 	// Logged as IANA numbers (29 x25519, 23 secp256r1, 4588 x25519mlkem768);
 	// each conn record's tls_group is the one negotiated.
 	Groups []tls.CurveID `json:"groups"`
+	// TCPAddr, when set, also serves the tree over HTTP/2 on TCP+TLS 1.3 at this
+	// address (tcp.go): the TCP side of a background flow, whose congestion
+	// control is the socket's own (TCPCC), not the host's. "" = no TCP listener.
+	TCPAddr string `json:"tcp_addr,omitempty"`
+	// TCPCC is the kernel congestion control set on the TCP listener
+	// (TCP_CONGESTION, inherited by every accepted connection); "" = the
+	// namespace's default. Only with TCPAddr.
+	TCPCC string `json:"tcp_cc,omitempty"`
 }
 
 // Validate names the first bad setting the way the command line spells it.
@@ -152,6 +160,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-udp-rcvbuf must be >= 0 (got %d)", c.UDPRcvBuf)
 	case c.UDPSndBuf < 0:
 		return fmt.Errorf("-udp-sndbuf must be >= 0 (got %d)", c.UDPSndBuf)
+	case c.TCPCC != "" && c.TCPAddr == "":
+		return fmt.Errorf("-tcp-cc %s: applies only to -tcp-addr", c.TCPCC)
+	case c.TCPAddr != "" && c.Replay != "":
+		return errors.New("-tcp-addr serves a -docroot; a replayed page has no TCP listener here")
+	case !validKernelCC(c.TCPCC):
+		return fmt.Errorf("-tcp-cc %q: not a kernel congestion control name", c.TCPCC)
 	case validGroups(c.Groups) != nil:
 		return validGroups(c.Groups)
 	case c.IdleTimeout < 0:
@@ -220,6 +234,7 @@ type Server struct {
 	udp     net.PacketConn
 	nextID  atomic.Int64
 	serving chan error
+	tcp     *tcpSide // the HTTP/2 listener (TCPAddr), or nil
 }
 
 // qlogTracer writes each connection's qlog to dir, as <odcid>_server.sqlog, the
@@ -434,8 +449,20 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 	// the socket's buffers as the kernel holds them (getsockopt: twice the request)
 	start["udp_rcvbuf"], start["udp_sndbuf"] = bufs.Rcv, bufs.Snd
 	start["quic_go_disable_gso"] = os.Getenv("QUIC_GO_DISABLE_GSO")
+	if cfg.TCPAddr != "" {
+		if s.tcp, err = s.listenTCP(handler, tlsBase); err != nil {
+			_ = s.ln.Close()
+			_ = s.tr.Close()
+			_ = s.udp.Close()
+			return nil, err
+		}
+		start["tcp"] = s.tcp.facts
+	}
 	log.Log("start", start)
 	go func() { s.serving <- s.h3.ServeListener(s.ln) }()
+	if s.tcp != nil {
+		go s.tcp.serve()
+	}
 	return s, nil
 }
 
@@ -514,6 +541,9 @@ func (s *Server) Stop(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_ = s.h3.Shutdown(ctx)
+	if s.tcp != nil {
+		_ = s.tcp.srv.Shutdown(ctx)
+	}
 	_ = s.ln.Close()
 	_ = s.tr.Close()
 	_ = s.udp.Close()
