@@ -365,6 +365,19 @@ KeyExchangeOpt = Annotated[
         "An arm may name its own (h3-pq:stack=quic-go:key_exchange=x25519mlkem768).",
     ),
 ]
+BackgroundOpt = Annotated[
+    str,
+    typer.Option(
+        "--background",
+        help="Flows that share the bottleneck with every load, started before the first "
+        "and running through the last, each one's goodput and share stored per load: "
+        "comma-separated KIND:TRANSPORT:CC[:size=SIZE][:every=SECONDS], KIND bulk (one "
+        "object back to back; size default 10MB) or chunks (size every SECONDS, as a "
+        "video player), TRANSPORT tcp (kernel cubic, bbr, reno on the flow's own socket) "
+        "or quic (quic-go cubic, reno); downloads. E.g. bulk:tcp:bbr or "
+        "chunks:quic:cubic:size=1MB:every=2. Default: none.",
+    ),
+]
 CC: str = CELL["cc"]
 ARMS = ",".join(CELL["arms"])
 RunsOpt = Annotated[int, typer.Option(help="Measured loads per arm.")]
@@ -434,6 +447,7 @@ class CellOptions:
     offloads: OffloadsOpt = ""
     browser: BrowserOpt = CELL["browser"]
     key_exchange: KeyExchangeOpt = CELL["key_exchange"]
+    background: BackgroundOpt = ""
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
         names, settings = parse_cli(self.arms)
@@ -451,6 +465,7 @@ class CellOptions:
             offloads=self.offloads,
             browser=self.browser,
             key_exchange=self.key_exchange,
+            background=self.background,
         )
 
 

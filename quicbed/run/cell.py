@@ -48,6 +48,7 @@ from quicbed.results.netcounters import RoleCounters
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
 from quicbed.results.transfers import BulkResult
+from quicbed.run import background
 from quicbed.run.bulk import FlowJudge, run_transfer
 from quicbed.run.loadcpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
@@ -380,6 +381,8 @@ class _PageRig:
     total: int = 0  # loads planned, for progress
     #: what is held on the testbed while the loads run (a replayed page's addresses)
     held: ExitStack = field(default_factory=ExitStack)
+    #: the cell's background flows, running through every load (None: none)
+    background: background.Background | None = None
 
 
 @dataclass
@@ -401,6 +404,10 @@ class _PageLoad:
     offload_reasons: list[str]
     reasons: list[str] = field(default_factory=list)  # the verdict: why it is invalid
     generation: str = ""  # the link's generation read after the load
+    #: each background flow over the load (quicbed.run.background), and why it was not
+    #: running all through it
+    background: list[dict[str, Any]] = field(default_factory=list)
+    background_reasons: list[str] = field(default_factory=list)
 
 
 def replacement_counts(runs: Iterable[RunRow]) -> tuple[dict[str, int], dict[str, int]]:
@@ -690,6 +697,7 @@ class _Job:
             self._start_arms(rig, log_dir)
             self._scheduled_loads(rig, proven, span, done)
             self._replace_spoiled(rig, proven, span, len(cfg.schedule()))
+            self._stop_background(rig)
             self._store_versions(rig)
             if rig.profiler:
                 rig.profiler.halt(rig.recordings)
@@ -737,7 +745,11 @@ class _Job:
             rig.browsers[a.name] = kind(bspec, tb, log_dir)
         self._launch_browsers(rig)
         rig.urls = {a: srv.url(cfg.host, cfg.page) for a, srv in rig.servers.items()}
-        rig.meter, rig.net = CpuMeter(tb, cfg.arms), NetMeter(tb)
+        metered = [*cfg.arms, background.GROUP] if cfg.background else cfg.arms
+        rig.meter, rig.net = CpuMeter(tb, metered), NetMeter(tb)
+        if cfg.background:
+            rig.background = background.Background(tb, cfg.background, cfg.host, log_dir)
+            rig.background.start()
 
     def _browser_options(
         self, rig: _PageRig, arms: list[Arm], kinds: dict[str, type[Browser]]
@@ -789,6 +801,15 @@ class _Job:
             if (arm, rep) not in done:
                 self._load(rig, proven, span, seq, arm, rep)
 
+    def _stop_background(self, rig: _PageRig) -> None:
+        """The background flows stopped, and what their servers and clients ran kept in
+        the attempt's provenance (once: a second call finds them stopped)."""
+        if rig.background is None:
+            return
+        facts = rig.background.stop()
+        rig.background = None
+        self.store.add_provenance(self.cell_id, self.attempt, "background", facts)
+
     def _store_versions(self, rig: _PageRig) -> None:
         """The software that served and loaded the page, as it reported itself, with the
         attempt: each server's version and each arm's browser build."""
@@ -804,6 +825,8 @@ class _Job:
         running daemons would have to kill them one PID at a time. Then the remote logs
         come home beside the runs, and the loads' traces are sealed."""
         with shielded():
+            if rig.background is not None:
+                self._stop_background(rig)
             for b in rig.browsers.values():
                 b.stop()
             for s in rig.servers.values():
@@ -872,6 +895,10 @@ class _Job:
                 f"the link changed during the cell ({arm} #{rep}: generation "
                 f"{proven.generation} -> {gen}); the loads after it were not measured",
             )
+        if load.background_reasons:
+            raise QuicbedError(
+                f"{arm} #{rep}: {load.background_reasons[0]}; the loads after it were not measured"
+            )
         if self.progress:
             self.progress(arm, seq + 1, rig.total)
         if load.proof.host_spoiled and not load.warm:
@@ -895,12 +922,16 @@ class _Job:
         lt = rig.tracing.begin(arm, rep) if rig.tracing else None
         assert rig.net is not None and rig.meter is not None
         net_mark, cpu_mark = rig.net.read(), rig.meter.begin()
+        bg = rig.background
         watch.begin()
+        t0 = bg.clock_ns() if bg else 0
         result = rig.browsers[arm].load(
             rig.urls[arm], fresh_context=cfg.mode == "1rtt", timeout_s=cfg.load_timeout_s
         )
-        cpu = rig.meter.end(cpu_mark)[arm]
-        proof = watch.end(own_cpu_ms=own_cpu_ms(self.tb, [cpu]))
+        t1 = bg.clock_ns() if bg else 0
+        used = rig.meter.end(cpu_mark)
+        cpu = used[arm]
+        proof = watch.end(own_cpu_ms=_own_ms(self.tb, cpu, used.get(background.GROUP)))
         proof.facts["replacement"] = replacement
         counters = rig.net.since(net_mark)
         m = har.metrics(
@@ -915,7 +946,10 @@ class _Job:
             rig.loads.append((f"{self.cell_id}:{self.attempt}:{arm}:{rep}", lt))
         offl_facts, offl_reasons = offl.end()
         facts.update(offl_facts)
-        return _PageLoad(arm, rep, warm, result, m, facts, cpu, proof, counters, lt, offl_reasons)
+        load = _PageLoad(arm, rep, warm, result, m, facts, cpu, proof, counters, lt, offl_reasons)
+        if bg:
+            load.background, load.background_reasons = bg.over(t0, t1, cfg.condition.rate_mbit)
+        return load
 
     def _judge_load(self, rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> None:
         """Into ``load``, every reason it must not enter the statistics: its own checks'
@@ -925,6 +959,7 @@ class _Job:
         reasons = (
             _judge(self.cfg, srv, load.warm, load.result, load.metrics, load.facts, rig.page)
             + load.offload_reasons
+            + load.background_reasons
         )
         load.proof.facts["own_reasons"] = len(reasons)  # the load's own failures, not the link's
         if not load.warm:  # a warm-up is not measured: its proof is kept, not judged
@@ -1133,6 +1168,15 @@ def _writes_netlog(browser: str | None) -> bool:
     return browser is not None and get_browser(browser).net_log
 
 
+def _own_ms(tb: Testbed, arm: CpuUse, bg: CpuUse | None) -> float | None:
+    """The CPU a load's own roles used, and the background flows' servers and clients
+    beside it: the cell's work, not other work on the host (quicbed.link.loadproof)."""
+    own = own_cpu_ms(tb, [arm])
+    if own is None or bg is None:
+        return own
+    return own + sum(t.total_ms for role, t in bg.roles.items() if role != "bridge")
+
+
 def _server_facts(srv: WebServer, objects: int, wait_s: float = 2.0) -> dict[str, Any]:
     """What the server logged about the load just done: as soon as it logged a request
     for every object of the page, else after ``wait_s``. A server writes its log line
@@ -1173,6 +1217,7 @@ def _run_detail(rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> dict[str,
         },
         "cpu": load.cpu.model_dump(mode="json"),
         "counters": {r: c.model_dump() for r, c in load.counters.items()},
+        **({"background": load.background} if load.background else {}),
         **({"traces": rig.tracing.detail(lt)} if rig.tracing and lt else {}),
     }
 

@@ -38,6 +38,7 @@ from quicbed.settings import keyexchange
 from quicbed.shapers import check_condition, check_name
 from quicbed.spec import workloads
 from quicbed.spec.arms import ArmSettings, resolve
+from quicbed.spec.background import BackgroundFlow, parse_background
 from quicbed.spec.bulkobjects import object_path, parse_size
 
 ARMS = ("h2", "h3")
@@ -52,6 +53,7 @@ _NEW_FIELDS: dict[str, object] = {
     "replay": None,
     # cells stored before the setting ran each stack's own group (Store fills it in)
     "key_exchange": "stack",
+    "background": [],
 }
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {"ecn_threshold": None}
@@ -165,6 +167,15 @@ def _offloads(value: object) -> dict[str, str]:
         raise ValueError(str(exc).removeprefix("offloads: ")) from None
 
 
+def _background(value: object) -> tuple[BackgroundFlow, ...]:
+    """A spec's list or the CLI's ``bulk:tcp:cubic,...`` (quicbed.spec.background)."""
+
+    try:
+        return parse_background(value)
+    except QuicbedError as exc:
+        raise ValueError(str(exc).removeprefix("background: ")) from None
+
+
 def shaper_field(v: str) -> str:
     """A shaper's name as a cell's or a spec's field takes it: known by name here
     (quicbed.shapers); whether it can run on a testbed is cell.validate's question."""
@@ -213,6 +224,9 @@ class CellConfig(BaseModel):
     #: names its own (quicbed.settings.keyexchange: x25519, secp256r1, x25519mlkem768;
     #: ``stack``: each stack's own choice, as before the setting)
     key_exchange: str = keyexchange.DEFAULT
+    #: flows that share the bottleneck with every load of a page cell, started before
+    #: the first and running through the last (quicbed.spec.background); () : none
+    background: Annotated[tuple[BackgroundFlow, ...], BeforeValidator(_background)] = ()
 
     @field_validator("key_exchange", mode="before")
     @classmethod
@@ -294,6 +308,7 @@ class CellConfig(BaseModel):
                         "counts per datagram: set one or the other"
                     )
         self._check_kind()
+        self._check_background()
         self._check_modes(arms)
         if self.replay is not None:
             try:
@@ -325,6 +340,21 @@ class CellConfig(BaseModel):
                     f"NEW_TOKEN frame, which {stack.name} never sends, so its loads "
                     f"cannot be 0-RTT (docs/browsers.md); use mode 1rtt or chromium"
                 )
+
+    def _check_background(self) -> None:
+        """Background flows need a page cell to run beside and a bottleneck to share."""
+        if not self.background:
+            return
+        if self.kind != "page":
+            raise ValueError(
+                f"background flows run beside page loads; a {self.kind} cell's own flows "
+                "share its link (compete cells put flows against each other)"
+            )
+        if self.shaper == "none":
+            raise ValueError(
+                "background flows with shaper none: there is no bottleneck to share "
+                "(the flows would only load the host)"
+            )
 
     def _check_kind(self) -> None:
         """A transfer's settings belong to transfer cells only, and say everything a

@@ -1,0 +1,327 @@
+"""A page cell's background flows, running through every load (quicbed.spec.background).
+
+Each flow has a server of its own, quicbed-h3server on a port of its own
+(:data:`PORTS`): its QUIC side with the flow's quic-go CC, or its TCP side
+(``-tcp-addr``) with the flow's kernel CC set on the listening socket, so a BBR flow
+can run beside page arms on CUBIC (the server namespace's default, which Apache's
+connections take). Its client is quicbed-bulk, the bulk cells' client: ``-duration``
+longer than any cell (stopped with the cell), ``-every`` for chunks, a sample of the
+bytes received every 100 ms. Servers and clients join the ``background`` CPU groups,
+so a load's proof counts their CPU as the cell's own work, not as other work on the
+host (quicbed.link.loadproof).
+
+The flows start after the arms' servers and browsers and before the first load, and
+the first load waits until every flow has received bytes. Around each load the runner
+reads the client's clock (:meth:`Background.clock_ns`), and after it asks
+:meth:`Background.over` for each flow's bytes between the two readings: the samples
+interpolated at both ends, waiting until one sample is past the load's end. A load
+during which a flow was not running (its client gone or finished, its samples stopped
+before the load ended) is invalid, the flow named. The flows' server and client logs
+are kept with the attempt's logs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quicbed import certs
+from quicbed.errors import QuicbedError
+from quicbed.jsonlines import json_events
+from quicbed.run.loadcpu import joining
+from quicbed.spec import bulkobjects
+from quicbed.spec.background import BackgroundFlow
+from quicbed.tcpinfo import ss_connections
+from quicbed.testbed.lifecycle import Process, RPath, Testbed
+
+#: the flows' servers, one port per flow (TCP or UDP by the flow's transport); apart
+#: from the arms' (443 and quicbed.spec.arms.QUIC_PORTS)
+PORTS = (9443, 9444, 9445, 9446)
+#: the CPU groups (server and client role) the flows' processes join
+GROUP = "background"
+SERVER, CLIENT = "quicbed-h3server", "quicbed-bulk"
+#: a client's -duration: longer than any cell; the cell stops it
+RUN_S = 24 * 3600
+SAMPLE_MS = 100
+#: how long the flows have to start and receive their first bytes
+START_TIMEOUT_S = 20.0
+#: how long after a load's end a flow's samples may take to pass it (a sample every
+#: 100 ms; more is a client that stopped sampling)
+PAST_END_S = 1.0
+
+
+@dataclass
+class _Flow:
+    name: str
+    spec: BackgroundFlow
+    port: int
+    server_log: RPath
+    client_log: RPath
+    server: Process | None = None
+    client: Process | None = None
+    start_ns: int | None = None
+    #: (client clock ns, bytes so far), in order
+    samples: list[tuple[int, int]] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    offset: int = 0
+    partial: bytes = b""
+
+
+class Background:
+    """The background flows of one attempt: started, read around each load, stopped."""
+
+    def __init__(self, tb: Testbed, flows: tuple[BackgroundFlow, ...], host: str, logs: Path):
+        self.tb, self.host = tb, host
+        self.logs = tb.outbox("server", logs)
+        self.client_logs = tb.outbox("client", logs)
+        self.flows = [
+            _Flow(
+                name=f"bg{i + 1}",
+                spec=f,
+                port=PORTS[i],
+                server_log=self.logs / f"bg{i + 1}.server.jsonl",
+                client_log=self.client_logs / f"bg{i + 1}.client.jsonl",
+            )
+            for i, f in enumerate(flows)
+        ]
+
+    # --- start and stop ---------------------------------------------------------------
+    def start(self) -> None:
+        """Every flow's server, then its client; returns once every flow has received
+        bytes. A flow that does not start fails the attempt, naming it and what its
+        program said."""
+        tb = self.tb
+        www = tb.local_stage("server", "www")
+        bulkobjects.generate_bulk(www, sorted({f.spec.size for f in self.flows}))
+        work = tb.workdir("server")
+        tb.push("server", www / bulkobjects.FOLDER, work / "bg" / bulkobjects.FOLDER)
+        pki = certs.ensure(tb.local_stage("server", "tls"), [self.host], [tb.server_ip])
+        tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
+        tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
+        ca = tb.workdir("client") / "tls" / pki.ca_cert.name
+        tb.push("client", pki.ca_cert, ca, mode=0o644)
+        tb.mkdir("server", self.logs)
+        tb.mkdir("client", self.client_logs)
+        for f in self.flows:
+            argv = [
+                str(tb.bin_path("server", SERVER)),
+                *("-docroot", str(work / "bg")),
+                *("-cert", str(work / "tls" / pki.cert.name)),
+                *("-key", str(work / "tls" / pki.key.name)),
+                *("-log", str(f.server_log)),
+                *("-addr", f"{tb.server_ip}:{f.port}"),
+            ]
+            if f.spec.transport == "tcp":
+                argv += ["-tcp-addr", f"{tb.server_ip}:{f.port}", "-tcp-cc", f.spec.cc]
+            else:
+                argv += ["-cc", f.spec.cc]
+            with joining(tb, "server", GROUP):
+                f.server = tb.spawn("server", argv, log=self.logs / f"{f.name}.server.stderr")
+        for f in self.flows:
+            self._ready(f)
+        for f in self.flows:
+            proto = "h2" if f.spec.transport == "tcp" else "h3"
+            argv = [
+                str(tb.bin_path("client", CLIENT)),
+                *("-proto", proto),
+                *("-url", f"https://{self.host}:{f.port}/{bulkobjects.object_path(f.spec.size)}"),
+                *("-addr", f"{tb.server_ip}:{f.port}"),
+                *("-ca", str(ca)),
+                *("-interval", f"{SAMPLE_MS}ms"),
+                *("-flow", f.name),
+                *("-duration", f"{RUN_S}s"),
+                *(["-every", f"{int(f.spec.every_s * 1000)}ms"] if f.spec.every_s else []),
+            ]
+            tb.remove("client", f.client_log)
+            with joining(tb, "client", GROUP):
+                f.client = tb.spawn("client", argv, log=f.client_log)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for f in self.flows:
+            while not (f.samples and f.samples[-1][1] > 0):
+                self._read(f)
+                if f.final is not None or (f.client and f.client.poll() is not None):
+                    raise QuicbedError(
+                        f"background flow {self.named(f)} ended at its start: {self._said(f)}"
+                    )
+                if time.monotonic() > deadline:
+                    raise QuicbedError(
+                        f"background flow {self.named(f)} received nothing in "
+                        f"{START_TIMEOUT_S:g} s: {self._said(f)}"
+                    )
+                time.sleep(SAMPLE_MS / 1000)
+        for f in self.flows:
+            self._verify(f)
+
+    def _verify(self, f: _Flow) -> None:
+        """A started flow runs the CC it names, by its server's own account: the kernel's
+        ``ss -ti`` of its connections for TCP, the server's start record for QUIC; else
+        nothing is measured. (Its HTTP version needs no check here: quicbed-bulk fails
+        a flow that is not the protocol it asked for, and the TCP side answers any other
+        version 505; the requests' versions are kept with the flow's facts.)"""
+        facts = self._server_facts(f)
+        if f.spec.transport == "tcp":
+            ran = facts.get("conn_ccs")
+            if ran != [f.spec.cc]:
+                raise QuicbedError(
+                    f"background flow {self.named(f)}: its connections run {ran}, not "
+                    f"{f.spec.cc} (ss -ti on the server); nothing measured"
+                )
+        elif facts.get("cc") != f.spec.cc:
+            raise QuicbedError(
+                f"background flow {self.named(f)}: its server runs {facts.get('cc')}, not "
+                f"{f.spec.cc}; nothing measured"
+            )
+
+    def _ready(self, f: _Flow) -> None:
+        transport = "tcp" if f.spec.transport == "tcp" else "udp"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.tb.listening("server", transport, f.port):
+            assert f.server is not None
+            if f.server.poll() is not None or time.monotonic() > deadline:
+                err = self.tb.read_text("server", self.logs / f"{f.name}.server.stderr")
+                tail = " | ".join(err.strip().splitlines()[-2:]) or "no output"
+                raise QuicbedError(
+                    f"background flow {self.named(f)}: {SERVER} did not start: {tail}"
+                )
+            time.sleep(0.05)
+
+    def stop(self) -> dict[str, Any]:
+        """Clients, then servers, stopped; what each flow's server ran (read from the
+        kernel for TCP: every background connection's CC), and its client's last record."""
+        facts: dict[str, Any] = {}
+        for f in self.flows:
+            facts[f.name] = {"flow": f.spec.text(), "port": f.port, **self._server_facts(f)}
+        for f in self.flows:
+            if f.client is not None:
+                f.client.stop(timeout=5)
+            self._read(f)
+            facts[f.name]["client"] = f.final or {}
+            facts[f.name]["samples"] = len(f.samples)
+        for f in self.flows:
+            if f.server is not None:
+                f.server.stop(timeout=5)
+        return facts
+
+    def _server_facts(self, f: _Flow) -> dict[str, Any]:
+        """The server's start record, and for TCP what ``ss -ti`` says each of its
+        connections runs (the CC asked for, or the flow is named as not running it)."""
+        recs = json_events(self.tb.read_text("server", f.server_log).splitlines())
+        start = next((r for r in recs if r.get("event") == "start"), {})
+        out: dict[str, Any] = {
+            "server_version": start.get("quic_go_version"),
+            "protos": sorted({str(r.get("proto")) for r in recs if r.get("event") == "request"}),
+        }
+        if f.spec.transport == "tcp":
+            out["listener_cc"] = (start.get("tcp") or {}).get("cc")
+            cp = self.tb.exec(
+                "server",
+                ["ss", "-tinH", "state", "established", f"( sport = :{f.port} )"],
+                check=False,
+            )
+            conns = ss_connections(cp.stdout) if cp.returncode == 0 else {}
+            out["conn_ccs"] = sorted({str(c.get("cc")) for c in conns.values()})
+        else:
+            out["cc"] = start.get("cc")
+        return out
+
+    # --- around each load -------------------------------------------------------------
+    def clock_ns(self) -> int:
+        """The client's clock, which the flows' samples are on."""
+        if self.tb.controller_is_host:
+            return time.time_ns()
+        return int(self.tb.exec("client", ["date", "+%s%N"]).stdout.strip())
+
+    def over(
+        self, t0_ns: int, t1_ns: int, rate_mbit: float | None
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """Each flow's bytes, goodput and share of the link between two readings of
+        :meth:`clock_ns` (a load's start and end), and why a load over that span is
+        invalid: a flow that was not running all through it."""
+        out, reasons = [], []
+        seconds = max((t1_ns - t0_ns) / 1e9, 1e-9)
+        deadline = time.monotonic() + PAST_END_S
+        for f in self.flows:
+            self._read(f)
+            while not self._past(f, t1_ns) and self._alive(f) and time.monotonic() < deadline:
+                time.sleep(SAMPLE_MS / 2000)
+                self._read(f)
+            row: dict[str, Any] = {
+                "flow": f.name,
+                "spec": f.spec.text(),
+                "seconds": round(seconds, 4),
+            }
+            why = self._not_running(f, t0_ns, t1_ns)
+            if why:
+                reasons.append(
+                    f"background flow {self.named(f)} was not running over this load: {why}"
+                )
+                row["running"] = False
+            else:
+                got = bytes_at(f.samples, t1_ns) - bytes_at(f.samples, t0_ns)
+                bps = got * 8 / seconds
+                row.update(running=True, bytes=int(got), goodput_bps=round(bps))
+                if rate_mbit:
+                    row["share"] = round(bps / (rate_mbit * 1e6), 4)
+            out.append(row)
+        return out, reasons
+
+    def _past(self, f: _Flow, t_ns: int) -> bool:
+        return bool(f.samples) and f.samples[-1][0] >= t_ns
+
+    def _alive(self, f: _Flow) -> bool:
+        return f.final is None and f.client is not None and f.client.poll() is None
+
+    def _not_running(self, f: _Flow, t0_ns: int, t1_ns: int) -> str | None:
+        if not f.samples or f.samples[0][0] > t0_ns:
+            return "it had not started when the load began"
+        if f.final is not None and not self._past(f, t1_ns):
+            return f"its client ended before the load did ({self._said(f)})"
+        if not self._past(f, t1_ns):
+            state = "its client has exited" if not self._alive(f) else "its samples stopped"
+            last = (t1_ns - f.samples[-1][0]) / 1e6
+            return f"{state}, its last sample {last:.0f} ms before the load's end"
+        return None
+
+    # --- the client's records -----------------------------------------------------------
+    def _read(self, f: _Flow) -> None:
+        """The client's new records since the last read (its log grows by ten lines a
+        second; it is read from where the last read stopped)."""
+        data = f.partial + self.tb.read_bytes("client", f.client_log, f.offset)
+        f.offset += len(data) - len(f.partial)
+        lines = data.split(b"\n")
+        f.partial = lines.pop()  # a line still being written
+        for r in json_events([ln.decode(errors="replace") for ln in lines]):
+            ev = r.get("event")
+            if ev == "start":
+                f.start_ns = int(r["start_unix_ns"])
+            elif ev == "sample" and f.start_ns is not None:
+                f.samples.append((f.start_ns + int(float(r["t"]) * 1e9), int(r["bytes"])))
+            elif ev == "done":
+                f.final = r
+
+    def _said(self, f: _Flow) -> str:
+        """The client's last words: its final record's error, or its last lines."""
+        if f.final is not None:
+            return str(f.final.get("error") or "its final record has no error")
+        text = self.tb.read_text("client", f.client_log)
+        other = [ln for ln in text.splitlines() if not ln.startswith("{")]
+        return " | ".join(other[-2:]) or "no output"
+
+    @staticmethod
+    def named(f: _Flow) -> str:
+        return f"{f.name} ({f.spec.label()})"
+
+
+def bytes_at(samples: list[tuple[int, int]], t_ns: int) -> float:
+    """Bytes received by ``t_ns``: the samples interpolated linearly between the two
+    around it (the first sample's before it, the last's after it)."""
+    i = bisect.bisect_left(samples, t_ns, key=lambda s: s[0])
+    if i == 0:
+        return float(samples[0][1])
+    if i == len(samples):
+        return float(samples[-1][1])
+    (ta, ba), (tb_, bb) = samples[i - 1], samples[i]
+    return ba + (bb - ba) * (t_ns - ta) / max(tb_ - ta, 1)
