@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -948,7 +949,10 @@ class _Job:
         facts.update(offl_facts)
         load = _PageLoad(arm, rep, warm, result, m, facts, cpu, proof, counters, lt, offl_reasons)
         if bg:
-            load.background, load.background_reasons = bg.over(t0, t1, cfg.condition.rate_mbit)
+            t0, t1, span = _page_span(result.get("har"), m, t0, t1)
+            rows, why = bg.over(t0, t1, cfg.condition.rate_mbit)
+            load.background = [{**r, "span": span} for r in rows]
+            load.background_reasons = why
         return load
 
     def _judge_load(self, rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> None:
@@ -1166,6 +1170,22 @@ class _Job:
 def _writes_netlog(browser: str | None) -> bool:
 
     return browser is not None and get_browser(browser).net_log
+
+
+def _page_span(
+    har_log: dict[str, Any] | None, m: dict[str, Any], t0: int, t1: int
+) -> tuple[int, int, str]:
+    """The span a load's background figures cover, on the client's clock (ns): the
+    page's own, from its HAR start to its onLoad (the browser runs on the client), or
+    where the HAR has none, the runner's call around the load (``call``: wider by the
+    driver's own work)."""
+    pages = ((har_log or {}).get("log") or {}).get("pages") or []
+    onload = m.get("onload_ms")
+    if pages and pages[0].get("startedDateTime") and onload is not None and onload >= 0:
+        started = datetime.fromisoformat(str(pages[0]["startedDateTime"]))
+        start_ns = int(started.timestamp() * 1e9)
+        return start_ns, start_ns + int(onload * 1e6), "page"
+    return t0, t1, "call"
 
 
 def _own_ms(tb: Testbed, arm: CpuUse, bg: CpuUse | None) -> float | None:
