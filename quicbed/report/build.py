@@ -39,13 +39,14 @@ from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report.transfers import is_transfer
 from quicbed.results import advertised
 from quicbed.results.folder import SWEEP_FILE
-from quicbed.results.linkload import cell_line, load_proof, shortfall
+from quicbed.results.linkload import background_share, cell_line, load_proof, shortfall
 from quicbed.results.linkload import figures as link_figures
 from quicbed.results.provenance import component_identity, measured_on, setup_identity
 from quicbed.results.store import Store
 from quicbed.servers import get_stack
 from quicbed.spec import workloads
 from quicbed.spec.arms import own_pairs, parse_pairs
+from quicbed.spec.background import background_text
 from quicbed.spec.cellconfig import make_cell
 from quicbed.spec.significance import DEFAULT_ALPHA
 from quicbed.spec.sweepspec import SweepSpec, plan, stored_queue_warning
@@ -333,6 +334,7 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
                 jitter_ms=cond["jitter_ms"],
                 jitter_kind=cond["jitter_kind"],
                 queue=cond["queue"],
+                background=background_text(cell.background),
                 mode=cfg["mode"],
                 runs=cfg["runs"],
                 problem=att.problem or "",
@@ -366,6 +368,8 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
                     cand_browser=browser_label(components, arms[cand]),
                     invalid_ref=invalid[ref],
                     invalid_cand=invalid[cand],
+                    bg_share_ref=background_share(runs, ref),
+                    bg_share_cand=background_share(runs, cand),
                     warnings=c.warnings,
                     **comparison_columns(c),
                 )
@@ -540,6 +544,7 @@ _DIMS: dict[str, tuple[str, Any, Any]] = {
         lambda r: (r.jitter_kind, r.jitter_ms),
     ),
     "queue": ("queue", lambda r: r.queue, lambda r: _sort_queue(r.queue)),
+    "background": ("background", lambda r: r.background, lambda r: (r.background != "none",)),
     "page": ("page", lambda r: r.page, lambda r: _page_index(r.page)),
 }
 
@@ -663,7 +668,16 @@ class PairHeatmaps(ReportFigure):
                 axes = (rdim, cdim, values)
                 out.append(
                     _pair_heatmap(
-                        grp, scenario, pair, mode, kind, axes, data.alpha, data.correction, data.out
+                        grp,
+                        scenario,
+                        pair,
+                        mode,
+                        kind,
+                        axes,
+                        data.alpha,
+                        data.correction,
+                        data.out,
+                        split=tuple(split),
                     )
                 )
         return out
@@ -679,9 +693,11 @@ def _pair_heatmap(
     alpha: float,
     correction: str,
     out: Path,
+    split: tuple[str, ...] = (),
 ) -> Drawn:
     """One heatmap of one pair's cells (its correction across them): rates x pages with
-    the reference study's title and name, or the axes ``heat_axes`` chose."""
+    the reference study's title and name, or the axes ``heat_axes`` chose (``split``:
+    the dimensions its group was split by, named in the title whatever their value)."""
     rdim, cdim, values = axes
     correct(grp, correction, alpha)
     classic = (rdim, cdim) == ("rate", "page")
@@ -703,12 +719,16 @@ def _pair_heatmap(
         where = f"{cond.rtt_ms:g} ms, loss {loss}" + (
             f", jitter {cond.jitter_ms:g} ms {cond.jitter_kind}" if cond.jitter_ms else ""
         )
+        if cond.background != "none":
+            where += f", background {cond.background}"
     else:  # what every cell of it shares
         fixed = [d for d in _DIMS if d not in (rdim, cdim)]
         where = ", ".join(
-            (f"{_DIMS[d][0]} " if d in ("loss", "queue", "jitter") else "") + _DIMS[d][1](cond)
+            (f"{_DIMS[d][0]} " if d in ("loss", "queue", "jitter", "background") else "")
+            + _DIMS[d][1](cond)
             for d in fixed
-            if d != "jitter" or cond.jitter_ms
+            if (d != "jitter" or cond.jitter_ms)
+            and (d != "background" or cond.background != "none" or d in split)
         )
     # a pair of browsers says which side loaded in which
     two = cond.ref_browser != cond.cand_browser

@@ -33,6 +33,7 @@ COLUMNS = [
     "jitter_ms",
     "jitter_kind",
     "queue",
+    "background",
     "mode",
     "runs",
     "cc",
@@ -68,6 +69,8 @@ COLUMNS = [
     "invalid_cand",
     "problem",
     "queue_warning",
+    "bg_share_ref",
+    "bg_share_cand",
 ]
 
 
@@ -126,6 +129,12 @@ class CellRow(Compared):
     mode: str
     runs: int
     cc: str
+    #: the background flows beside every load (quicbed.spec.background: ``none``, or
+    #: ``bulk:tcp:bbr,...``), and their share of the link over each side's valid loads
+    #: (mean over the loads of the flows' summed share; None: no background)
+    background: str = "none"
+    bg_share_ref: float | None = None
+    bg_share_cand: float | None = None
     problem: str = ""
     queue_warning: str | None = None
     receipt_passed: bool | None = None

@@ -28,6 +28,20 @@ def load_proof(detail: dict[str, Any] | None) -> dict[str, Any]:
     return proof
 
 
+def background_share(runs: Iterable[Any], arm: str) -> float | None:
+    """The background flows' share of the link (quicbed.run.background) over ``arm``'s
+    valid measured loads: per load the flows' shares summed, then their mean; None
+    where no such load has them (no background, or a link without a rate)."""
+    per_load = []
+    for r in runs:
+        flows = (r.detail or {}).get("background")
+        if r.arm != arm or not r.valid or r.warmup or not flows:
+            continue
+        if all(f.get("share") is not None for f in flows):
+            per_load.append(sum(f["share"] for f in flows))
+    return round(sum(per_load) / len(per_load), 4) if per_load else None
+
+
 def spoiled_only(proof: dict[str, Any]) -> bool:
     """The load was spoiled by the link or the host and failed none of its own checks
     (kept invalid, replaced)."""

@@ -44,7 +44,7 @@ from quicbed.replay import verify as replay_verify
 from quicbed.results import provenance
 from quicbed.results.cpuuse import CpuUse
 from quicbed.results.folder import FailureReason
-from quicbed.results.linkload import is_replacement, load_proof, spoiled_only
+from quicbed.results.linkload import background_share, is_replacement, load_proof, spoiled_only
 from quicbed.results.netcounters import RoleCounters
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store, now
@@ -1328,4 +1328,8 @@ def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
         for cc in (r.detail.get("server") or {}).get("cc") or []:
             if cc not in a["cc"]:
                 a["cc"].append(cc)
+    for arm, a in out.items():
+        share = background_share(runs, arm)
+        if share is not None:
+            a["background_share"] = share
     return out

@@ -122,6 +122,11 @@ def _print_cell_heading(result: Any, cfg: Any) -> None:
             by_browser.setdefault(key, []).append(a.name)
     if by_browser:
         out.print("browser: " + "; ".join(f"{', '.join(v)} in {k}" for k, v in by_browser.items()))
+    if cfg.kind == "page" and cfg.background:
+        out.print(
+            "background, through every load: "
+            + "; ".join(f"bg{i + 1} {f.label()}" for i, f in enumerate(cfg.background))
+        )
 
 
 def _print_stored_transfer(result: Any) -> None:
@@ -192,6 +197,11 @@ def _print_load_checks(result: Any, cfg: Any) -> None:
             f"{arm}: {v['valid']}/{v['measured']} loads verified, protocols "
             f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
             f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}{groups}"
+            + (
+                f", background {100 * v['background_share']:.0f} % of the link"
+                if "background_share" in v
+                else ""
+            )
         )
     for arm, why in unpinned_arms(cfg.resolved_arms(), cfg.key_exchange).items():
         warn(f"{arm} runs its own key exchange, not the cell's {cfg.key_exchange}: {why}")

@@ -176,6 +176,10 @@ class Scenario(BaseModel):
     #: the TLS key-exchange group of this scenario's cells (quicbed.settings.keyexchange);
     #: unset: the cell's default (x25519), and the key is left out of the digest
     key_exchange: str | None = None
+    #: background flows beside the loads, a grid axis: each entry one cell's flows in
+    #: --background's spelling ("bulk:tcp:bbr", "none", or several comma-separated;
+    #: quicbed.spec.background); unset: none, and the key is left out of the digest
+    background: list[str] | None = None
     #: transport traces of this scenario's loads or flows (quicbed.traces) instead of the
     #: spec's level: an observation, not a condition, so in no cell's identity and not
     #: in the digest (a transfer scenario's way to ask for cwnd timelines of its flows)
@@ -198,6 +202,7 @@ class Scenario(BaseModel):
         "duration",
         "flows",
         "offloads",
+        "background",
     )
     @classmethod
     def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
@@ -361,6 +366,7 @@ class SweepSpec(BaseModel):
                 "browser",
                 "offloads",
                 "key_exchange",
+                "background",
             ):
                 if sc[key] is None:
                     sc.pop(key)
@@ -415,7 +421,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                 workloads.check_page(page, pageset)
             except QuicbedError as exc:
                 raise QuicbedError(f"{where}.pages: {exc}") from None
-        for rate, delay, (loss, down, up), jitter, queue, work, offl in itertools.product(
+        for rate, delay, (loss, down, up), jitter, queue, work, offl, bg in itertools.product(
             sc.rate,
             sc.delays(),
             sc.losses(),
@@ -423,6 +429,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             sc.queue,
             _workloads(sc),
             sc.offloads or [{}],
+            sc.background or ["none"],
         ):
             try:
                 cond = make_condition(
@@ -467,6 +474,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     offloads=offl,
                     load_timeout_s=d.load_timeout_s,
                     **({"key_exchange": sc.key_exchange} if sc.key_exchange else {}),
+                    **({"background": bg} if bg != "none" else {}),
                     **work,
                 )
                 spec.host.replaced_per_arm(cfg.runs)  # host.max_replaced within the runs
