@@ -408,6 +408,24 @@ def cases() -> list[Case]:
     add("cell-no-out", ["cell", "--page", "5kb"], "give --page and --out")
     add("cell-cell-without-from", [*CELL, "--cell", "abc"], "--cell and --where need --from")
     add("cell-shaper-foo", [*CELL, "--shaper", "foo"], "shaper", "'foo'")
+    bg = [*CELL, "--background"]
+    add("cell-background-form", [*bg, "bulk:tcp"], "background", "'bulk:tcp'", "KIND:TRANSPORT:CC")
+    add("cell-background-kind", [*bg, "video:tcp:cubic"], "kind 'video'", "bulk, chunks")
+    add("cell-background-transport", [*bg, "bulk:udp:cubic"], "transport 'udp'")
+    add("cell-background-tcp-cc", [*bg, "bulk:tcp:vegas"], "cc 'vegas'", "bbr, cubic, reno")
+    add("cell-background-quic-cc", [*bg, "bulk:quic:bbr"], "cc 'bbr'", "quic-go has cubic, reno")
+    add("cell-background-chunks-every", [*bg, "chunks:tcp:cubic"], "chunks", "every=SECONDS")
+    add("cell-background-every-nan", [*bg, "chunks:tcp:cubic:every=x"], "every 'x'")
+    add("cell-background-every-0", [*bg, "chunks:tcp:cubic:every=0"], "every 0", "> 0")
+    add("cell-background-size", [*bg, "bulk:tcp:cubic:size=12XB"], "size '12XB'")
+    add("cell-background-key", [*bg, "bulk:tcp:cubic:rate=5"], "unknown setting 'rate'")
+    add("cell-background-up", [*bg, "bulk:tcp:cubic:direction=up"], "direction 'up'", "download")
+    add("cell-background-five", [*bg, ",".join(["bulk:tcp:cubic"] * 5)], "at most 4 flows")
+    add(
+        "cell-background-shaper-none",
+        [*bg, "bulk:tcp:cubic", "--shaper", "none", "--rate", "unlimited", "--rtt", "0"],
+        "background flows with shaper none",
+    )
     add("cell-shaper-dummynet", [*CELL, "--shaper", "dummynet"], "shaper 'dummynet'")
     add("cell-testbed-unknown", [*CELL, "--testbed", "emulab"], "testbed", "'emulab'")
     add("cell-hosts-without-ssh", [*CELL, "--hosts", "h.xml"], "--hosts")
@@ -545,6 +563,18 @@ def cases() -> list[Case]:
             ("compares an arm with itself",),
         ),
         "pair-form": (spec(SPEC + "statistics: {pairs: [h3-h2]}\n"), ("pair 'h3-h2'", "ARM/ARM")),
+        "background": (
+            spec(SPEC + '    background: [none, "bulk:tcp:westwood"]\n'),
+            ("scenarios.base", "cc 'westwood'"),
+        ),
+        "background-empty": (spec(SPEC + "    background: []\n"), ("background", "is empty")),
+        "background-bulk-cell": (
+            spec(
+                SPEC.replace("pages: [5kb]", "kind: bulk\n    objects: [1MB]")
+                + '    background: ["bulk:tcp:cubic"]\n'
+            ),
+            ("scenarios.base", "background flows run beside page loads"),
+        ),
     }
     for name, (body, needles) in specs.items():
         add(f"spec-{name}", run, *needles, s__yaml=body)

@@ -115,21 +115,21 @@ def _one(part: str) -> dict[str, Any]:
     fields = [f.strip() for f in part.split(":")]
     if len(fields) < 3 or not all(fields[:3]):
         raise QuicbedError(
-            f"background: {part!r} is not KIND:TRANSPORT:CC[:size=SIZE][:every=SECONDS] "
+            f"{part!r} is not KIND:TRANSPORT:CC[:size=SIZE][:every=SECONDS] "
             "(e.g. bulk:tcp:cubic, chunks:quic:cubic:size=1MB:every=2)"
         )
     kind, transport, cc = fields[:3]
     if kind not in KINDS:
-        raise QuicbedError(f"background {part!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
+        raise QuicbedError(f"{part!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
     if transport not in TRANSPORTS:
         raise QuicbedError(
-            f"background {part!r}: transport {transport!r} is not one of {', '.join(TRANSPORTS)}"
+            f"{part!r}: transport {transport!r} is not one of {', '.join(TRANSPORTS)}"
         )
     out: dict[str, Any] = {"kind": kind, "transport": transport, "cc": cc}
     for opt in fields[3:]:
         key, eq, value = opt.partition("=")
         if not eq or not value:
-            raise QuicbedError(f"background {part!r}: {opt!r} is not KEY=VALUE")
+            raise QuicbedError(f"{part!r}: {opt!r} is not KEY=VALUE")
         if key == "size":
             out["size"] = value
         elif key == "every":
@@ -137,24 +137,27 @@ def _one(part: str) -> dict[str, Any]:
                 out["every_s"] = float(value.removesuffix("s"))
             except ValueError:
                 raise QuicbedError(
-                    f"background {part!r}: every {value!r} is not a number of seconds"
+                    f"{part!r}: every {value!r} is not a number of seconds"
                 ) from None
+            if not 0 < out["every_s"] <= MAX_EVERY_S:
+                raise QuicbedError(
+                    f"{part!r}: every {value}: seconds between chunks, > 0 and at most "
+                    f"{MAX_EVERY_S:g}"
+                )
         elif key == "direction":
             if value not in DIRECTIONS:
                 raise QuicbedError(
-                    f"background {part!r}: direction {value!r}: every background flow is a "
+                    f"{part!r}: direction {value!r}: every background flow is a "
                     "download (quicbed-bulk fetches, it does not send)"
                 )
         else:
-            raise QuicbedError(
-                f"background {part!r}: unknown setting {key!r} (size, every, direction)"
-            )
+            raise QuicbedError(f"{part!r}: unknown setting {key!r} (size, every, direction)")
     return out
 
 
 def parse_background(value: object) -> tuple[BackgroundFlow, ...]:
     """The flows of ``--background`` (comma-separated), or of a spec's list of strings
-    or mappings; errors name the flow and the value."""
+    or mappings; errors name the flow and the value (the caller says "background")."""
     if value is None or value == "" or value == "none":
         return ()
     if isinstance(value, str):
@@ -162,7 +165,7 @@ def parse_background(value: object) -> tuple[BackgroundFlow, ...]:
     elif isinstance(value, list | tuple):
         items = value
     else:
-        raise QuicbedError(f"background: a list of flows or a string (got {value!r})")
+        raise QuicbedError(f"a list of flows or a string (got {value!r})")
     flows = []
     for item in items:
         if isinstance(item, BackgroundFlow):
@@ -170,15 +173,13 @@ def parse_background(value: object) -> tuple[BackgroundFlow, ...]:
             continue
         fields = _one(item.strip()) if isinstance(item, str) else item
         if not isinstance(fields, dict):
-            raise QuicbedError(f"background: {item!r} is not a flow")
+            raise QuicbedError(f"{item!r} is not a flow")
         try:
             flows.append(BackgroundFlow.model_validate(fields))
         except ValidationError as exc:
-            raise from_validation(
-                exc, f"background {item if isinstance(item, str) else fields}"
-            ) from None
+            raise from_validation(exc, str(item)) from None
     if len(flows) > MAX_FLOWS:
-        raise QuicbedError(f"background: at most {MAX_FLOWS} flows per cell (got {len(flows)})")
+        raise QuicbedError(f"at most {MAX_FLOWS} flows per cell (got {len(flows)})")
     return tuple(flows)
 
 
