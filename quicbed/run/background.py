@@ -1,7 +1,7 @@
 """A page cell's background flows, running through every load (quicbed.spec.background).
 
 Each flow has a server of its own, quicbed-h3server on a port of its own
-(:data:`PORTS`): its QUIC side with the flow's quic-go CC, or its TCP side
+(quicbed.spec.background.PORTS): its QUIC side with the flow's quic-go CC, or its TCP side
 (``-tcp-addr``) with the flow's kernel CC set on the listening socket, so a BBR flow
 can run beside page arms on CUBIC (the server namespace's default, which Apache's
 connections take). Its client is quicbed-bulk, the bulk cells' client: ``-duration``
@@ -33,13 +33,10 @@ from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
 from quicbed.run.loadcpu import joining
 from quicbed.spec import bulkobjects
-from quicbed.spec.background import BackgroundFlow
+from quicbed.spec.background import PORTS, BackgroundFlow
 from quicbed.tcpinfo import ss_connections
 from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
-#: the flows' servers, one port per flow (TCP or UDP by the flow's transport); apart
-#: from the arms' (443 and quicbed.spec.arms.QUIC_PORTS)
-PORTS = (9443, 9444, 9445, 9446)
 #: the CPU groups (server and client role) the flows' processes join
 GROUP = "background"
 SERVER, CLIENT = "quicbed-h3server", "quicbed-bulk"
@@ -51,6 +48,11 @@ START_TIMEOUT_S = 20.0
 #: how long after a load's end a flow's samples may take to pass it (a sample every
 #: 100 ms; more is a client that stopped sampling)
 PAST_END_S = 1.0
+
+
+def ports(flows: tuple[BackgroundFlow, ...]) -> tuple[int, ...]:
+    """The server ports the flows take, in order."""
+    return PORTS[: len(flows)]
 
 
 @dataclass
@@ -81,11 +83,11 @@ class Background:
             _Flow(
                 name=f"bg{i + 1}",
                 spec=f,
-                port=PORTS[i],
+                port=port,
                 server_log=self.logs / f"bg{i + 1}.server.jsonl",
                 client_log=self.client_logs / f"bg{i + 1}.client.jsonl",
             )
-            for i, f in enumerate(flows)
+            for i, (f, port) in enumerate(zip(flows, ports(flows), strict=True))
         ]
 
     # --- start and stop ---------------------------------------------------------------

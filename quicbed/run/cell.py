@@ -1065,6 +1065,7 @@ class _Job:
             arms=self.cfg.arms,
             transports={a.name: a.transport for a in arms},
             tcp_buffer_kb=None if self.cfg.kind == "page" else TRANSFER_BUFFER_KB,
+            other_ports=background.ports(self.cfg.background),
         )
         for a in arms:
             if a.transport == "udp":

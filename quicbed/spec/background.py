@@ -34,8 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.spec.bulkobjects import parse_size
 
-#: a bound on typos, and the ports the flows' servers take (one per flow)
-MAX_FLOWS = 4
+#: the ports of the flows' servers, one per flow (TCP or UDP by the flow's transport):
+#: apart from the arms' (443 and quicbed.spec.arms.QUIC_PORTS), and left out of a load's
+#: capture (quicbed.traces.capture), which is of the page's packets
+PORTS = (9443, 9444, 9445, 9446)
+#: a bound on typos, and one port each
+MAX_FLOWS = len(PORTS)
 #: a bulk flow's object when the spelling names none (decimal: 10^7 bytes): large
 #: enough that the gap between two requests on the connection is a small part of it
 BULK_SIZE = "10MB"

@@ -5,7 +5,8 @@ client namespace; on the ssh testbed the interface that holds the client's addre
 the code uses only the Testbed interface, but has not run there yet) for exactly one
 load: it is started before the load and the load begins only once it says it is
 listening, and it is stopped by its PID (SIGTERM, wait) after the load, so the file
-is complete. After the cell (``finish``) each capture is gzipped into the
+is complete. It takes the packets to and from the server, but for the ports of the
+cell's background flows (``TraceContext.other_ports``): the capture is the page's. After the cell (``finish``) each capture is gzipped into the
 load's folder as ``capture.pcap.gz`` (tcpdump writes pcap; Wireshark and tshark read
 the gzipped file as it is) and recorded in ``trace.files["capture"]``.
 
@@ -158,6 +159,7 @@ class CaptureTracer(Tracer):
             "root",  # keep root: the file is made after privileges drop
             "host",
             tb.server_ip,
+            *(w for port in self.ctx.other_ports for w in ("and", "not", "port", str(port))),
         ]
         p, started_s = start_tcpdump(tb, "client", argv, log)
         self.running[stem] = _Running(p, pcap, log, started_s)

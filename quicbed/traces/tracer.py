@@ -160,6 +160,9 @@ class TraceContext:
     #: a page load. A transfer flow runs for seconds at the link's rate: its cell asks
     #: for more (quicbed.traces.tcp reads the buffer once, at the end of a load)
     tcp_buffer_kb: int | None = None
+    #: server ports whose packets are not the loads' (a page cell's background flows,
+    #: quicbed.run.background): left out of a load's capture
+    other_ports: tuple[int, ...] = ()
 
     def transport(self, arm: str) -> str:
         try:
