@@ -1,0 +1,153 @@
+"""Page loads beside background traffic (issue 41): PLT per arm with and without it.
+
+Run as root after `make setup-all`, with nothing else running on the machine:
+
+    .venv/bin/python benchmarks/background_traffic.py [--spec FILE] [--out DIR]
+        [--md FILE] [--tables-only]
+
+Runs benchmarks/specs/cross-traffic-small.yaml (default; sweeps/cross-traffic.yaml is
+the whole preset): pages at 10 and 50 Mbit/s, 36 ms, each beside no flow, a CUBIC
+download, a BBR download (its own socket's CC; the page's TCP stays CUBIC) and a
+video-like flow (625 KB every 2 s), h2 against h3, 10 loads + 1 warm-up per arm.
+
+Prints per cell and arm: valid of the measured loads, PLT mean and standard deviation
+(ms) over the valid loads, and the background flows' share of the link over those
+loads (mean of each load's summed share); then per cell h2 against h3: the
+difference of means in % (positive: h3 faster) and Welch's p. The head gives the
+host's steal and busy shares over the run (/proc/stat) and the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from quicbed.analysis.cells import compare_cell
+from quicbed.link import hostcpu
+from quicbed.results.linkload import background_share
+from quicbed.results.store import Store
+from quicbed.run.sweep import run_sweep
+from quicbed.spec.background import background_text
+from quicbed.spec.cellconfig import CellConfig, make_cell
+from quicbed.spec.sweepspec import load_spec
+from quicbed.testbed.local import LocalTestbed
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "benchmarks" / "specs" / "cross-traffic-small.yaml"
+ARM_HEAD = ["Mbit/s", "page", "background", "arm", "valid", "PLT", "sd", "bg share %"]
+PAIR_HEAD = ["Mbit/s", "page", "background", "pair", "PLT diff %", "Welch p"]
+
+
+def _cells(store: Store) -> list[tuple[str, int, CellConfig, list[str]]]:
+    """The latest attempts by rate, page and background (the spec's order)."""
+    out = []
+    for cid, att in store.latest_attempts().items():
+        cfg = make_cell(**store.cell_config(cid))
+        bg = background_text(cfg.background)
+        head = [f"{cfg.condition.rate_mbit:g}", cfg.page, bg]
+        order = ("none", "bulk:tcp:cubic", "bulk:tcp:bbr")
+        key = (cfg.condition.rate_mbit or 0, cfg.page, order.index(bg) if bg in order else 9)
+        out.append((key, (cid, att.attempt, cfg, head)))
+    return [cell for _, cell in sorted(out, key=lambda x: x[0])]
+
+
+def arm_rows(root: Path) -> list[list[str]]:
+    store = Store(root)
+    rows = []
+    try:
+        for cid, attempt, cfg, head in _cells(store):
+            runs = store.runs(cid, attempt)
+            for arm in cfg.arms:
+                measured = [r for r in runs if r.arm == arm and not r.warmup]
+                plt = [r.plt_ms for r in measured if r.valid and r.plt_ms is not None]
+                share = background_share(runs, arm)
+                rows.append(
+                    [
+                        *head,
+                        arm,
+                        f"{len(plt)}/{len(measured)}",
+                        f"{statistics.mean(plt):.0f}" if plt else "-",
+                        f"{statistics.stdev(plt):.0f}" if len(plt) > 1 else "-",
+                        f"{100 * share:.0f}" if share is not None else "-",
+                    ]
+                )
+    finally:
+        store.close()
+    return rows
+
+
+def pair_rows(root: Path) -> list[list[str]]:
+    store = Store(root)
+    out = []
+    try:
+        for cid, attempt, cfg, head in _cells(store):
+            for pair, c in compare_cell(store, cid, attempt, cfg).items():
+                diff = f"{c.pct_diff:+.1f}" if c.pct_diff is not None else "-"
+                p = f"{c.welch_p:.2g}" if c.welch_p is not None else "-"
+                out.append([*head, pair, diff, p])
+    finally:
+        store.close()
+    return out
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def measure(spec_path: Path, out: Path) -> str:
+    """Runs (or resumes) the sweep; returns its line for the head."""
+    spec = load_spec(spec_path)
+    tb = LocalTestbed("qbbg")
+    t0 = time.monotonic()
+    cpu0 = hostcpu.sample_here()
+    try:
+        outcome = run_sweep(spec, out, testbed=tb, resume=out.exists())
+    finally:
+        tb.teardown()
+    cpu = hostcpu.shares(cpu0, hostcpu.sample_here())
+    steal = f"host steal {cpu['steal_pct']:.1f} %, busy {cpu['busy_pct']:.1f} %" if cpu else ""
+    return (
+        f"{spec.name}: {outcome.done} cells done, {outcome.failed} failed, "
+        f"{(time.monotonic() - t0) / 60:.0f} min, {steal} over the run (results: {out})"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", type=Path, default=SPEC)
+    ap.add_argument("--out", type=Path, help="results folder (default: a new temporary one)")
+    ap.add_argument("--md", type=Path, help="write the tables as Markdown here")
+    ap.add_argument("--tables-only", action="store_true", help="only the tables of --out")
+    a = ap.parse_args()
+    if os.geteuid() != 0 and not a.tables_only:
+        print("benchmarks/background_traffic.py needs root", file=sys.stderr)
+        return 2
+    out = a.out or Path(tempfile.mkdtemp(prefix="quicbed-background-"))
+    lines = [
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
+        f"kernel {platform.release()}, nothing else running.",
+        "",
+    ]
+    if not a.tables_only:
+        lines += [measure(a.spec, out), ""]
+    lines += [*_table(ARM_HEAD, arm_rows(out)), "", *_table(PAIR_HEAD, pair_rows(out)), ""]
+    text = "\n".join(lines)
+    print(text)
+    if a.md:
+        a.md.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
