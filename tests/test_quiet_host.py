@@ -101,3 +101,27 @@ def test_a_pause_counts_and_stops_at_the_limit(monkeypatch: pytest.MonkeyPatch) 
     w = HostWait(limit_s=15)
     assert w.pause("x") and w.pause("x") and not w.pause("x")
     assert slept == [10.0, 5.0] and w.waited_s == 15.0
+
+
+def test_the_cells_own_background_is_credited_to_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page cell's background flows take part of the cores from the spinners: their CPU
+    over the probe (0.6 s of 2 cores x 2 s: 15 %) is given back, so a host busy only
+    with the cell is quiet, and one busy with more is still waited for."""
+    answers = [
+        {"cpus": 2, "wall_s": 2.0, "cpu_s": 3.3, "available_pct": 82.5, "steal_pct": 0.0},
+        *[{"cpus": 2, "wall_s": 2.0, "cpu_s": 2.6, "available_pct": 65.0, "steal_pct": 20.0}] * 3,
+    ]
+    monkeypatch.setattr(quiet, "probe", lambda tb: answers.pop(0))
+    used = iter(range(0, 10**11, 600_000_000))  # 0.6 s of CPU between two readings
+    w = HostWait(limit_s=600, own_cpu_ns=lambda: next(used))
+    assert w.settle(None, "a load") is Settled.QUIET  # type: ignore[arg-type]
+    got = w.last
+    assert got is not None
+    assert (got["spinners_pct"], got["own_pct"], got["available_pct"]) == (82.5, 15.0, 97.5)
+    assert describe(got) == (
+        "98 % of the CPU available (15 % of it the cell's own background), 0 % steal"
+    )
+    monkeypatch.setattr(quiet.time, "sleep", lambda s: None)
+    w2 = HostWait(limit_s=5, own_cpu_ns=lambda: next(used))
+    assert w2.settle(None, "a load") is Settled.BUSY  # type: ignore[arg-type]
+    assert w2.last is not None and w2.last["available_pct"] == 80.0  # 65 + 15 < 90

@@ -14,6 +14,13 @@ quarter of its time), and while it gives its spinners less than
 and asks again, up to the cell's limit. Past the limit the cell fails naming the
 wait (``host-busy``; a resume measures it again). Every wait is counted in the
 attempt (``waited_s``) and the sweep's summary.
+
+A cell whose own steady work runs beside its loads (a page cell's background flows,
+quicbed.run.background, and the emulator carrying them) takes part of the cores from
+the spinners itself: its CPU over the probe (``HostWait.own_cpu_ns``, read from its
+control groups) is the cell's, not the host's, and is credited to the probe
+(:func:`credited`). Without it a cell beside a 50 Mbit/s download waited its whole
+limit for a host that was busy only with the cell.
 """
 
 from __future__ import annotations
@@ -78,13 +85,30 @@ def is_quiet(found: dict[str, Any] | None) -> bool:
     return found is None or found.get("available_pct", 100.0) >= QUIET_AVAILABLE_PCT
 
 
+def credited(found: dict[str, Any], own_ns: int) -> dict[str, Any]:
+    """A probe with the cell's own CPU over it (``own_ns``) given back: the spinners'
+    share as measured (``spinners_pct``), the cell's own share of the cores
+    (``own_pct``), and ``available_pct`` their sum, at most 100."""
+    own = 100 * own_ns / 1e9 / (found["wall_s"] * found["cpus"])
+    got = found["available_pct"]
+    return {
+        **found,
+        "spinners_pct": got,
+        "own_pct": round(own, 2),
+        "available_pct": round(min(100.0, got + own), 2),
+    }
+
+
 def describe(found: dict[str, Any] | None) -> str:
     """A probe in words, for progress lines and failures."""
     if found is None:
         return "the host could not be probed"
     steal = found.get("steal_pct")
-    return f"{found['available_pct']:.0f} % of the CPU available" + (
-        f", {steal:.0f} % steal" if steal is not None else ""
+    own = found.get("own_pct")
+    return (
+        f"{found['available_pct']:.0f} % of the CPU available"
+        + (f" ({own:.0f} % of it the cell's own background)" if own else "")
+        + (f", {steal:.0f} % steal" if steal is not None else "")
     )
 
 
@@ -98,6 +122,18 @@ class HostWait:
     #: every probe taken: (seconds into the wait, the probe)
     probes: list[dict[str, Any]] = field(default_factory=list)
     last: dict[str, Any] | None = None
+    #: the cell's own steady work beside its loads (a page cell's background flows and
+    #: the emulator carrying them): a reader of its CPU so far (ns), credited to every
+    #: probe (:func:`credited`); None: the cell has none
+    own_cpu_ns: Callable[[], int] | None = None
+
+    def _probe(self, tb: Testbed) -> dict[str, Any] | None:
+        """The host under load, the cell's own work over the probe given back."""
+        if self.own_cpu_ns is None:
+            return probe(tb)
+        before = self.own_cpu_ns()
+        found = probe(tb)
+        return None if found is None else credited(found, self.own_cpu_ns() - before)
 
     @timelog.phase(timelog.QUIET_WAIT)
     def settle(self, tb: Testbed, why: str) -> Settled:
@@ -106,7 +142,7 @@ class HostWait:
         pause = FIRST_PAUSE_S
         first = True
         while True:
-            found = probe(tb)
+            found = self._probe(tb)
             self.last = found
             self.probes.append({"after_s": round(self.waited_s, 1), "why": why, "probe": found})
             if is_quiet(found):

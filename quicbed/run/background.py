@@ -31,6 +31,7 @@ from typing import Any
 from quicbed import certs
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
+from quicbed.roles.cpuaccounting import EMULATOR, Reading, group_name
 from quicbed.run.loadcpu import joining
 from quicbed.spec import bulkobjects
 from quicbed.spec.background import PORTS, BackgroundFlow
@@ -39,6 +40,13 @@ from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
 #: the CPU groups (server and client role) the flows' processes join
 GROUP = "background"
+#: what a wait for a quiet host counts as the cell's own work beside the loads: the
+#: flows' groups and the emulator's (which carries their packets)
+CPU_GROUPS: tuple[tuple[str, str], ...] = (
+    ("server", group_name("server", GROUP)),
+    ("client", group_name("client", GROUP)),
+    ("bridge", EMULATOR),
+)
 SERVER, CLIENT = "quicbed-h3server", "quicbed-bulk"
 #: a client's -duration: longer than any cell; the cell stops it
 RUN_S = 24 * 3600
@@ -228,6 +236,13 @@ class Background:
         else:
             out["cc"] = start.get("cc")
         return out
+
+    def cpu_ns(self) -> int:
+        """The CPU the flows' servers and clients and the emulator carrying them have
+        used so far (ns): what a wait for a quiet host credits to the cell
+        (quicbed.link.quiet.HostWait.own_cpu_ns)."""
+        got = self.tb.cpu.read(list(CPU_GROUPS))
+        return sum(r.total_ns for r in got.values() if isinstance(r, Reading))
 
     # --- around each load -------------------------------------------------------------
     def clock_ns(self) -> int:

@@ -751,6 +751,7 @@ class _Job:
         if cfg.background:
             rig.background = background.Background(tb, cfg.background, cfg.host, log_dir)
             rig.background.start()
+            self.wait.own_cpu_ns = rig.background.cpu_ns  # a quiet host's wait credits them
 
     def _browser_options(
         self, rig: _PageRig, arms: list[Arm], kinds: dict[str, type[Browser]]
@@ -809,6 +810,7 @@ class _Job:
             return
         facts = rig.background.stop()
         rig.background = None
+        self.wait.own_cpu_ns = None
         self.store.add_provenance(self.cell_id, self.attempt, "background", facts)
 
     def _store_versions(self, rig: _PageRig) -> None:

@@ -6,9 +6,10 @@ the code uses only the Testbed interface, but has not run there yet) for exactly
 load: it is started before the load and the load begins only once it says it is
 listening, and it is stopped by its PID (SIGTERM, wait) after the load, so the file
 is complete. It takes the packets to and from the server, but for the ports of the
-cell's background flows (``TraceContext.other_ports``): the capture is the page's. After the cell (``finish``) each capture is gzipped into the
-load's folder as ``capture.pcap.gz`` (tcpdump writes pcap; Wireshark and tshark read
-the gzipped file as it is) and recorded in ``trace.files["capture"]``.
+cell's background flows (``TraceContext.other_ports``): the capture is the page's.
+After the cell (``finish``) each capture is gzipped into the load's folder as
+``capture.pcap.gz`` (tcpdump writes pcap; Wireshark and tshark read the gzipped file
+as it is) and recorded in ``trace.files["capture"]``.
 
 **Whole packets, not headers.** The issue asked for headers only by default. But the
 point of ``full`` is that a capture opens *decrypted* with the TLS key log, and
