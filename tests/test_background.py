@@ -43,6 +43,12 @@ def test_the_spelling_reads_back_as_written() -> None:
     assert parse_background("none") == () == parse_background("")
     assert background_text(()) == "none"
     assert parse_background("chunks:tcp:cubic:every=1.5s:direction=down")[0].every_s == 1.5
+    # an upload says so; a download's dump has no direction (cells before uploads keep
+    # their IDs)
+    up, down = parse_background("bulk:tcp:cubic:direction=up,bulk:tcp:cubic:direction=down")
+    assert (up.label(), up.text()) == ("bulk tcp cubic up", "bulk:tcp:cubic:direction=up")
+    assert (down.label(), down.text()) == ("bulk tcp cubic", "bulk:tcp:cubic")
+    assert up.model_dump()["direction"] == "up" and "direction" not in down.model_dump()
 
 
 @pytest.mark.parametrize(
@@ -62,7 +68,7 @@ def test_the_spelling_reads_back_as_written() -> None:
         ("bulk:tcp:cubic:size=1TB", "size '1TB'"),
         ("bulk:tcp:cubic:size", "'size' is not KEY=VALUE"),
         ("bulk:tcp:cubic:rate=5", "unknown setting 'rate'"),
-        ("bulk:tcp:cubic:direction=up", "every background flow is a download"),
+        ("bulk:tcp:cubic:direction=sideways", "direction 'sideways' is not down"),
         (",".join(["bulk:tcp:cubic"] * 5), "at most 4 flows per cell (got 5)"),
     ],
 )

@@ -419,7 +419,7 @@ def cases() -> list[Case]:
     add("cell-background-every-0", [*bg, "chunks:tcp:cubic:every=0"], "every 0", "> 0")
     add("cell-background-size", [*bg, "bulk:tcp:cubic:size=12XB"], "size '12XB'")
     add("cell-background-key", [*bg, "bulk:tcp:cubic:rate=5"], "unknown setting 'rate'")
-    add("cell-background-up", [*bg, "bulk:tcp:cubic:direction=up"], "direction 'up'", "download")
+    add("cell-background-direction", [*bg, "bulk:tcp:cubic:direction=in"], "direction 'in'")
     add("cell-background-five", [*bg, ",".join(["bulk:tcp:cubic"] * 5)], "at most 4 flows")
     add(
         "cell-background-shaper-none",

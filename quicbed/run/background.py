@@ -10,8 +10,15 @@ bytes received every 100 ms. Servers and clients join the ``background`` CPU gro
 so a load's proof counts their CPU as the cell's own work, not as other work on the
 host (quicbed.link.loadproof).
 
+An upload (``direction=up``) turns the flow around: quicbed-bulk POSTs the objects
+(``-upload``) with its own CC (``-tcp-cc`` on its socket, or quic-go's ``-cc``), and
+its server answers ``/sink``, counting what arrives and logging the count every 100 ms
+on its clock (``-sink-interval``): an upload's bytes are the receiver's, as a
+download's are its client's. (The ssh testbed's server and client clocks are taken to
+agree; on the local testbed they are one clock.)
+
 The flows start after the arms' servers and browsers and before the first load, and
-the first load waits until every flow has received bytes. Around each load the runner
+the first load waits until every flow has delivered bytes. Around each load the runner
 reads the client's clock (:meth:`Background.clock_ns`), and after it asks
 :meth:`Background.over` for each flow's bytes between the two readings: the samples
 interpolated at both ends, waiting until one sample is past the load's end. A load
@@ -73,11 +80,23 @@ class _Flow:
     server: Process | None = None
     client: Process | None = None
     start_ns: int | None = None
-    #: (client clock ns, bytes so far), in order
+    #: (clock ns, bytes delivered so far), in order: the client's samples of a download,
+    #: the server's sink samples of an upload
     samples: list[tuple[int, int]] = field(default_factory=list)
     final: dict[str, Any] | None = None
-    offset: int = 0
-    partial: bytes = b""
+    #: the client's start record (its clock's start, an h3 client's CC)
+    first: dict[str, Any] = field(default_factory=dict)
+    #: where each log was read up to, and a line still being written
+    read: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+
+    @property
+    def up(self) -> bool:
+        return self.spec.direction == "up"
+
+    @property
+    def sender(self) -> str:
+        """The role whose CC the flow runs: the client of an upload."""
+        return "client" if self.up else "server"
 
 
 class Background:
@@ -125,19 +144,22 @@ class Background:
                 *("-addr", f"{tb.server_ip}:{f.port}"),
             ]
             if f.spec.transport == "tcp":
-                argv += ["-tcp-addr", f"{tb.server_ip}:{f.port}", "-tcp-cc", f.spec.cc]
-            else:
+                argv += ["-tcp-addr", f"{tb.server_ip}:{f.port}"]
+                argv += [] if f.up else ["-tcp-cc", f.spec.cc]
+            else:  # an upload's server only receives: its CC sends ACKs
                 argv += ["-cc", f.spec.cc]
+            argv += ["-sink-interval", f"{SAMPLE_MS}ms"] if f.up else []
             with joining(tb, "server", GROUP):
                 f.server = tb.spawn("server", argv, log=self.logs / f"{f.name}.server.stderr")
         for f in self.flows:
             self._ready(f)
         for f in self.flows:
             proto = "h2" if f.spec.transport == "tcp" else "h3"
+            path = "sink" if f.up else bulkobjects.object_path(f.spec.size)
             argv = [
                 str(tb.bin_path("client", CLIENT)),
                 *("-proto", proto),
-                *("-url", f"https://{self.host}:{f.port}/{bulkobjects.object_path(f.spec.size)}"),
+                *("-url", f"https://{self.host}:{f.port}/{path}"),
                 *("-addr", f"{tb.server_ip}:{f.port}"),
                 *("-ca", str(ca)),
                 *("-interval", f"{SAMPLE_MS}ms"),
@@ -145,6 +167,9 @@ class Background:
                 *("-duration", f"{RUN_S}s"),
                 *(["-every", f"{int(f.spec.every_s * 1000)}ms"] if f.spec.every_s else []),
             ]
+            if f.up:
+                argv += ["-upload", "-size", str(bulkobjects.parse_size(f.spec.size))]
+                argv += ["-tcp-cc" if proto == "h2" else "-cc", f.spec.cc]
             tb.remove("client", f.client_log)
             with joining(tb, "client", GROUP):
                 f.client = tb.spawn("client", argv, log=f.client_log)
@@ -158,7 +183,7 @@ class Background:
                     )
                 if time.monotonic() > deadline:
                     raise QuicbedError(
-                        f"background flow {self.named(f)} received nothing in "
+                        f"background flow {self.named(f)} delivered nothing in "
                         f"{START_TIMEOUT_S:g} s: {self._said(f)}"
                     )
                 time.sleep(SAMPLE_MS / 1000)
@@ -166,23 +191,24 @@ class Background:
             self._verify(f)
 
     def _verify(self, f: _Flow) -> None:
-        """A started flow runs the CC it names, by its server's own account: the kernel's
-        ``ss -ti`` of its connections for TCP, the server's start record for QUIC; else
-        nothing is measured. (Its HTTP version needs no check here: quicbed-bulk fails
-        a flow that is not the protocol it asked for, and the TCP side answers any other
-        version 505; the requests' versions are kept with the flow's facts.)"""
-        facts = self._server_facts(f)
+        """A started flow runs the CC it names on its sending side (the server of a
+        download, the client of an upload), by that side's own account: the kernel's
+        ``ss -ti`` of its connections for TCP, the quic-go process's own record for QUIC;
+        else nothing is measured. (Its HTTP version needs no check here: quicbed-bulk
+        fails a flow that is not the protocol it asked for, and the TCP side answers any
+        other version 505; the requests' versions are kept with the flow's facts.)"""
+        facts = self._facts(f)
         if f.spec.transport == "tcp":
             ran = facts.get("conn_ccs")
             if ran != [f.spec.cc]:
                 raise QuicbedError(
                     f"background flow {self.named(f)}: its connections run {ran}, not "
-                    f"{f.spec.cc} (ss -ti on the server); nothing measured"
+                    f"{f.spec.cc} (ss -ti on the {f.sender}); nothing measured"
                 )
         elif facts.get("cc") != f.spec.cc:
             raise QuicbedError(
-                f"background flow {self.named(f)}: its server runs {facts.get('cc')}, not "
-                f"{f.spec.cc}; nothing measured"
+                f"background flow {self.named(f)}: its {f.sender} runs {facts.get('cc')}, "
+                f"not {f.spec.cc}; nothing measured"
             )
 
     def _ready(self, f: _Flow) -> None:
@@ -203,7 +229,7 @@ class Background:
         kernel for TCP: every background connection's CC), and its client's last record."""
         facts: dict[str, Any] = {}
         for f in self.flows:
-            facts[f.name] = {"flow": f.spec.text(), "port": f.port, **self._server_facts(f)}
+            facts[f.name] = {"flow": f.spec.text(), "port": f.port, **self._facts(f)}
         for f in self.flows:
             if f.client is not None:
                 f.client.stop(timeout=5)
@@ -215,26 +241,32 @@ class Background:
                 f.server.stop(timeout=5)
         return facts
 
-    def _server_facts(self, f: _Flow) -> dict[str, Any]:
-        """The server's start record, and for TCP what ``ss -ti`` says each of its
-        connections runs (the CC asked for, or the flow is named as not running it)."""
+    def _facts(self, f: _Flow) -> dict[str, Any]:
+        """What the flow ran: the server's start record and its requests' HTTP versions,
+        and the sending side's CC: for TCP what ``ss -ti`` there says each connection
+        runs, for QUIC the sender's own record (the server's start record, or the
+        client's)."""
         recs = json_events(self.tb.read_text("server", f.server_log).splitlines())
         start = next((r for r in recs if r.get("event") == "start"), {})
         out: dict[str, Any] = {
+            "direction": f.spec.direction,
+            "sender": f.sender,
             "server_version": start.get("quic_go_version"),
             "protos": sorted({str(r.get("proto")) for r in recs if r.get("event") == "request"}),
         }
         if f.spec.transport == "tcp":
-            out["listener_cc"] = (start.get("tcp") or {}).get("cc")
+            if not f.up:
+                out["listener_cc"] = (start.get("tcp") or {}).get("cc")
+            side = "dport" if f.up else "sport"
             cp = self.tb.exec(
-                "server",
-                ["ss", "-tinH", "state", "established", f"( sport = :{f.port} )"],
+                f.sender,
+                ["ss", "-tinH", "state", "established", f"( {side} = :{f.port} )"],
                 check=False,
             )
             conns = ss_connections(cp.stdout) if cp.returncode == 0 else {}
             out["conn_ccs"] = sorted({str(c.get("cc")) for c in conns.values()})
         else:
-            out["cc"] = start.get("cc")
+            out["cc"] = f.first.get("quic_cc") if f.up else start.get("cc")
         return out
 
     def cpu_ns(self) -> int:
@@ -289,7 +321,8 @@ class Background:
         return bool(f.samples) and f.samples[-1][0] >= t_ns
 
     def _alive(self, f: _Flow) -> bool:
-        return f.final is None and f.client is not None and f.client.poll() is None
+        running = [p is not None and p.poll() is None for p in (f.client, f.server)]
+        return f.final is None and all(running)
 
     def _not_running(self, f: _Flow, t0_ns: int, t1_ns: int) -> str | None:
         if not f.samples or f.samples[0][0] > t0_ns:
@@ -297,27 +330,40 @@ class Background:
         if f.final is not None and not self._past(f, t1_ns):
             return f"its client ended before the load did ({self._said(f)})"
         if not self._past(f, t1_ns):
-            state = "its client has exited" if not self._alive(f) else "its samples stopped"
+            state = "its samples stopped"
+            for role, proc in (("client", f.client), ("server", f.server)):
+                if proc is None or proc.poll() is not None:
+                    state = f"its {role} has exited"
             last = (t1_ns - f.samples[-1][0]) / 1e6
             return f"{state}, its last sample {last:.0f} ms before the load's end"
         return None
 
-    # --- the client's records -----------------------------------------------------------
+    # --- the flows' records ---------------------------------------------------------------
     def _read(self, f: _Flow) -> None:
-        """The client's new records since the last read (its log grows by ten lines a
-        second; it is read from where the last read stopped)."""
-        data = f.partial + self.tb.read_bytes("client", f.client_log, f.offset)
-        f.offset += len(data) - len(f.partial)
-        lines = data.split(b"\n")
-        f.partial = lines.pop()  # a line still being written
-        for r in json_events([ln.decode(errors="replace") for ln in lines]):
+        """The new records since the last read: the client's (its start, a download's
+        samples, its final record) and an upload's server's sink samples. The logs grow
+        by ten lines a second; each is read from where the last read stopped."""
+        for r in self._new(f, "client", f.client_log):
             ev = r.get("event")
             if ev == "start":
+                f.first = r
                 f.start_ns = int(r["start_unix_ns"])
-            elif ev == "sample" and f.start_ns is not None:
+            elif ev == "sample" and f.start_ns is not None and not f.up:
                 f.samples.append((f.start_ns + int(float(r["t"]) * 1e9), int(r["bytes"])))
             elif ev == "done":
                 f.final = r
+        if f.up:
+            for r in self._new(f, "server", f.server_log):
+                if r.get("event") == "sink_sample":
+                    f.samples.append((int(r["unix_ns"]), int(r["bytes"])))
+
+    def _new(self, f: _Flow, role: str, log: RPath) -> list[dict[str, Any]]:
+        """The whole lines ``log`` has gained since the last call, as records."""
+        offset, partial = f.read.get(role, (0, b""))
+        new = self.tb.read_bytes(role, log, offset)
+        lines = (partial + new).split(b"\n")
+        f.read[role] = (offset + len(new), lines.pop())  # the last: still being written
+        return json_events([ln.decode(errors="replace") for ln in lines])
 
     def _said(self, f: _Flow) -> str:
         """The client's last words: its final record's error, or its last lines."""

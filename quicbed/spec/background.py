@@ -8,7 +8,7 @@ share of the link over that load. The flows are part of the cell's identity.
 One spelling, in the CLI's ``--background`` and a spec's ``background`` (a list of
 these strings, or of mappings with the same keys)::
 
-    KIND:TRANSPORT:CC[:size=SIZE][:every=SECONDS]
+    KIND:TRANSPORT:CC[:size=SIZE][:every=SECONDS][:direction=down|up]
 
 - ``bulk``: one object (``size``, default 10MB) requested back to back on one
   connection, for as long as the cell runs (a download beside the page);
@@ -18,10 +18,11 @@ these strings, or of mappings with the same keys)::
   the background server's own socket, whatever the page arms' TCP runs (cubic, bbr,
   reno); ``quic``: HTTP/3 on quic-go with its ``CC`` (cubic, reno).
 
-Every flow is a download (server to client) served by quicbed-h3server and fetched by
-quicbed-bulk, the bulk cells' programs; an upload is refused by name (quicbed-bulk
-fetches, it does not send). E.g. ``bulk:tcp:cubic``,
-``bulk:tcp:bbr,chunks:quic:cubic:size=1MB:every=2``.
+A flow is a download (``direction=down``, the default: the server sends, its CC is
+the server's) or an upload (``direction=up``: the client POSTs the objects, its CC is
+the client's, and its ACKs share the page's downlink). Each runs quicbed-h3server and
+quicbed-bulk, the bulk cells' programs. E.g. ``bulk:tcp:cubic``,
+``bulk:tcp:bbr,chunks:quic:cubic:size=1MB:every=2,bulk:tcp:cubic:direction=up``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.spec.bulkobjects import parse_size
@@ -47,7 +56,7 @@ BULK_SIZE = "10MB"
 MAX_EVERY_S = 60.0
 KINDS = ("bulk", "chunks")
 TRANSPORTS = ("tcp", "quic")
-DIRECTIONS = ("down",)
+DIRECTIONS = ("down", "up")
 
 
 def _tcp_ccs() -> tuple[str, ...]:
@@ -77,6 +86,17 @@ class BackgroundFlow(BaseModel):
     size: str = BULK_SIZE
     #: chunks: seconds from one request's start to the next's; None for bulk
     every_s: float | None = Field(default=None, gt=0, le=MAX_EVERY_S)
+    #: down: the server sends (a download); up: the client sends (an upload)
+    direction: Literal["down", "up"] = "down"
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A download's dump has no direction: cells stored before uploads existed keep
+        their IDs."""
+        out: dict[str, Any] = handler(self)
+        if out.get("direction") == "down":
+            out.pop("direction")
+        return out
 
     @model_validator(mode="after")
     def _check(self) -> BackgroundFlow:
@@ -101,8 +121,10 @@ class BackgroundFlow(BaseModel):
         cubic 1MB/2s``."""
         base = f"{self.kind} {self.transport} {self.cc}"
         if self.kind == "chunks":
-            return f"{base} {self.size}/{self.every_s:g}s"
-        return base if self.size == BULK_SIZE else f"{base} {self.size}"
+            base = f"{base} {self.size}/{self.every_s:g}s"
+        elif self.size != BULK_SIZE:
+            base = f"{base} {self.size}"
+        return f"{base} up" if self.direction == "up" else base
 
     def text(self) -> str:
         """The flow in the spelling it is read from (parse_background(text) == (self,))."""
@@ -111,6 +133,8 @@ class BackgroundFlow(BaseModel):
             out += f":size={self.size}"
         if self.every_s is not None:
             out += f":every={self.every_s:g}"
+        if self.direction == "up":
+            out += ":direction=up"
         return out
 
 
@@ -151,9 +175,10 @@ def _one(part: str) -> dict[str, Any]:
         elif key == "direction":
             if value not in DIRECTIONS:
                 raise QuicbedError(
-                    f"{part!r}: direction {value!r}: every background flow is a "
-                    "download (quicbed-bulk fetches, it does not send)"
+                    f"{part!r}: direction {value!r} is not down (the server sends) or up "
+                    "(the client sends)"
                 )
+            out["direction"] = value
         else:
             raise QuicbedError(f"{part!r}: unknown setting {key!r} (size, every, direction)")
     return out

@@ -9,6 +9,7 @@
 //	quicbed-bulk -proto h2|h3 -url https://10.10.1.1/bulk/100MB.bin -ca ca.pem
 //	             [-addr 10.10.1.1:443] [-duration 10s [-every 2s]] [-interval 100ms]
 //	             [-start-at UNIX_NS] [-linger 1s] [-flow NAME]
+//	             [-upload -size BYTES] [h2: -tcp-cc NAME] [h3: -cc reno|cubic]
 //	             [h3 only: -initial-max-data B] [-initial-max-stream-data B]
 //	             [-initial-max-streams-bidi N] [-initial-max-streams-uni N]
 //	             [-max-idle-timeout D] [-flow-control-autotune=false]
@@ -23,7 +24,10 @@
 // back to back on one connection until the duration is up, then cancels. With
 // -every too, the k-th request starts at k x -every after the start (at once if
 // the one before it ended later, counted as late): chunks of a size at a steady
-// interval, as a video player fetches its segments. Times in
+// interval, as a video player fetches its segments. With -upload it sends
+// instead: each request POSTs -size bytes to -url (a quicbed-h3server sink, which
+// counts what arrives), its bytes counted as the transport reads them; -tcp-cc
+// and -cc set the congestion control the client's sends run. Times in
 // the records are seconds since the start (-start-at, when given: flows of a
 // compete experiment start together or staggered on the client's clock).
 package main
@@ -49,6 +53,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/sys/unix"
 
 	"quicbed/internal/qtp"
 	"quicbed/internal/udpbuf"
@@ -124,6 +129,13 @@ type config struct {
 	// SO_RCVBUF and SO_SNDBUF of the h3 client's UDP socket, bytes (0: quic-go's
 	// 7 MiB attempt, on a socket of quic.DialAddr's own)
 	UDPRcvBuf, UDPSndBuf int
+	// Upload sends instead of fetching: each request is a POST of Size bytes to URL
+	// (a quicbed-h3server sink), whose server counts what arrives
+	Upload bool
+	Size   int64
+	// the client's congestion control, which an upload's sends run: TCPCC on the h2
+	// socket (TCP_CONGESTION), QuicCC quic-go's ("": the namespace's, quic-go's own)
+	TCPCC, QuicCC string
 }
 
 // buffersGiven: the flow sets its UDP socket's buffers, so it dials on a socket
@@ -197,6 +209,10 @@ func main() {
 	flag.DurationVar(&c.TP.MaxIdleTimeout, "max-idle-timeout", 0, "h3: max_idle_timeout (0: quic-go's 30s)")
 	flag.IntVar(&c.UDPRcvBuf, "udp-rcvbuf", 0, "h3: SO_RCVBUF of the client's UDP socket, bytes, set after quic-go's own 7 MiB attempt (0: quic-go's); the kernel doubles it, capped at net.core.rmem_max")
 	flag.IntVar(&c.UDPSndBuf, "udp-sndbuf", 0, "h3: SO_SNDBUF of the client's UDP socket, bytes, likewise (0: quic-go's)")
+	flag.BoolVar(&c.Upload, "upload", false, "send instead of fetch: POST bodies of -size bytes to -url (a quicbed-h3server -sink-interval server), as -duration and -every say")
+	flag.Int64Var(&c.Size, "size", 0, "with -upload: bytes of each request body")
+	flag.StringVar(&c.TCPCC, "tcp-cc", "", "h2: kernel congestion control of the client's socket (TCP_CONGESTION), which an upload's sends run; \"\" = the namespace's default")
+	flag.StringVar(&c.QuicCC, "cc", "", "h3: quic-go's congestion control for the client's sends (reno, cubic); \"\" = quic-go's own")
 	autotune := flag.Bool("flow-control-autotune", true, "h3: grow the receive windows as the body is read (quic-go's own); false: they stay at their initial values")
 	flag.Parse()
 	c.TP.NoAutotune = !*autotune
@@ -233,6 +249,14 @@ func (c config) check() error {
 		return errors.New("-duration must be >= 0")
 	case c.Every < 0:
 		return fmt.Errorf("-every must be >= 0 (got %v)", c.Every)
+	case c.Upload && c.Size <= 0:
+		return fmt.Errorf("-upload needs -size > 0 (got %d): the bytes of each request body", c.Size)
+	case !c.Upload && c.Size != 0:
+		return fmt.Errorf("-size %d: applies only to -upload (a download's size is its object's)", c.Size)
+	case c.TCPCC != "" && c.Proto != "h2":
+		return fmt.Errorf("-tcp-cc %s: applies only to -proto h2", c.TCPCC)
+	case c.QuicCC != "" && c.Proto != "h3":
+		return fmt.Errorf("-cc %s: applies only to -proto h3 (-tcp-cc for h2)", c.QuicCC)
 	case c.Every > 0 && c.Duration == 0:
 		return fmt.Errorf("-every %v: applies only with -duration (one object has no interval)", c.Every)
 	case c.tpGiven && c.Proto != "h3":
@@ -296,11 +320,12 @@ func newClient(c config, tlsCfg *tls.Config) *client {
 		}
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetHTTP2(true) // HTTP/2 only: no silent fall-back to HTTP/1.1
-		if c.Addr != "" {
-			d := &net.Dialer{}
-			tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
-				return d.DialContext(ctx, network, c.Addr)
+		d := &net.Dialer{Control: tcpCC(c.TCPCC)}
+		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if c.Addr != "" {
+				addr = c.Addr
 			}
+			return d.DialContext(ctx, network, addr)
 		}
 		cl.http = &http.Client{Transport: tr}
 		cl.close = tr.CloseIdleConnections
@@ -362,6 +387,11 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if c.QuicCC != "" { // process-wide in quic-go (quicbed's patch): this client's connection
+		if err := quic.SetCongestionControl(c.QuicCC); err != nil {
+			return fmt.Errorf("-cc %s: %v", c.QuicCC, err)
+		}
+	}
 	em := &emitter{enc: json.NewEncoder(out)}
 	cl := newClient(c, tlsCfg)
 	defer cl.close()
@@ -381,8 +411,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if !c.StartAt.IsZero() {
 		lag = start.Sub(c.StartAt)
 	}
-	em.emit(record{"event": "start", "flow": c.Flow, "proto": c.Proto, "url": c.URL,
-		"start_unix_ns": start.UnixNano(), "lag_s": seconds(lag)})
+	first := record{"event": "start", "flow": c.Flow, "proto": c.Proto, "url": c.URL,
+		"start_unix_ns": start.UnixNano(), "lag_s": seconds(lag)}
+	if c.Proto == "h3" { // what this client's sends run (an upload's CC)
+		first["quic_cc"] = quic.CongestionControl()
+	}
+	em.emit(first)
 
 	var got atomic.Int64
 	dlCtx, cancel := context.WithCancel(ctx)
@@ -427,6 +461,9 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	for {
 		if c.Every > 0 && requests > 0 {
 			due := start.Add(time.Duration(requests) * c.Every)
+			if !due.Before(start.Add(c.Duration)) {
+				break // the next chunk is due when the flow ends: not started
+			}
 			if wait := time.Until(due); wait > 0 {
 				select {
 				case <-time.After(wait):
@@ -439,7 +476,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 				late++ // the request before it ran past this one's start
 			}
 		}
-		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(dlCtx, trace), http.MethodGet, c.URL, nil)
+		req, err := c.request(httptrace.WithClientTrace(dlCtx, trace), &got)
 		if err != nil {
 			dlErr = err
 			break
@@ -456,7 +493,11 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			dlErr = fmt.Errorf("status %d", resp.StatusCode)
 			break
 		}
-		_, err = io.Copy(countingDiscard{&got}, resp.Body)
+		if c.Upload { // the body went out as it was read (got); the answer is short
+			_, err = io.Copy(io.Discard, resp.Body)
+		} else {
+			_, err = io.Copy(countingDiscard{&got}, resp.Body)
+		}
 		_ = resp.Body.Close()
 		last = time.Now()
 		if err != nil {
@@ -484,7 +525,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		"event": "done", "flow": c.Flow, "proto": c.Proto, "http_proto": proto, "status": status,
 		"requests": requests, "bytes": n, "completion_s": seconds(elapsed),
 		"connect_s": connectS(cl.connectedAt.Load(), start), "ttfb_s": seconds(time.Duration(firstByte.Load())),
-		"goodput_bps": 0.0, "mode": mode(c),
+		"goodput_bps": 0.0, "mode": mode(c), "direction": map[bool]string{true: "up", false: "down"}[c.Upload],
 		"ok": dlErr == nil && n > 0, "error": nil,
 	}
 	if c.Every > 0 {
@@ -531,6 +572,61 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		return dlErr
 	}
 	return nil
+}
+
+// request is the next request: a GET of the object, or with -upload a POST of
+// -size bytes whose body counts into got as the transport reads it.
+func (c config) request(ctx context.Context, got *atomic.Int64) (*http.Request, error) {
+	if !c.Upload {
+		return http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, &zeros{left: c.Size, n: got})
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = c.Size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	return req, nil
+}
+
+// zeros is an upload's body: left zero bytes, counted into n as they are read. TLS
+// encrypts them, so the wire carries no compressible run.
+type zeros struct {
+	left int64
+	n    *atomic.Int64
+}
+
+func (z *zeros) Read(p []byte) (int, error) {
+	if z.left <= 0 {
+		return 0, io.EOF
+	}
+	k := int64(len(p))
+	if k > z.left {
+		k = z.left
+	}
+	clear(p[:k])
+	z.left -= k
+	z.n.Add(k)
+	return int(k), nil
+}
+
+// tcpCC sets TCP_CONGESTION on the socket before it connects ("": no change).
+func tcpCC(name string) func(string, string, syscall.RawConn) error {
+	return func(_, _ string, raw syscall.RawConn) error {
+		if name == "" {
+			return nil
+		}
+		var setErr error
+		if err := raw.Control(func(fd uintptr) {
+			setErr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
+		}); err != nil {
+			return err
+		}
+		if setErr != nil {
+			return fmt.Errorf("-tcp-cc %s: the kernel refused it (%v)", name, setErr)
+		}
+		return nil
+	}
 }
 
 // mode names what the flow did: one object, objects back to back for a time, or

@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -232,6 +234,48 @@ func TestEveryStartsARequestPerInterval(t *testing.T) {
 	var bad bytes.Buffer
 	if err := run(context.Background(), config{Proto: "h2", URL: h2URL, CA: ca, Interval: time.Second, Every: time.Second}, &bad); err == nil || !strings.Contains(err.Error(), "-every 1s: applies only with -duration") {
 		t.Fatalf("-every without -duration: %v", err)
+	}
+}
+
+// -upload POSTs -size bytes per request, counted as the transport reads them; the
+// server sees every byte; the flags that do not go together are refused.
+func TestUploadPostsTheBodies(t *testing.T) {
+	cert, ca := testCA(t)
+	var got atomic.Int64
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		if r.Method != http.MethodPost || r.ProtoMajor != 2 {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		got.Add(n)
+	}))
+	ts.EnableHTTP2 = true
+	ts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+	ts.StartTLS()
+	defer ts.Close()
+	var out bytes.Buffer
+	c := config{Proto: "h2", URL: ts.URL + "/sink", CA: ca, Interval: 50 * time.Millisecond,
+		Duration: 600 * time.Millisecond, Every: 200 * time.Millisecond, Upload: true, Size: 100_000, TCPCC: "reno"}
+	must(t, run(context.Background(), c, &out))
+	recs := records(t, out.Bytes())
+	final := recs[len(recs)-1]
+	if final["ok"] != true || final["direction"] != "up" || final["requests"].(float64) != 3 {
+		t.Fatalf("final %v", final)
+	}
+	if final["bytes"].(float64) != 300_000 || got.Load() != 300_000 {
+		t.Fatalf("sent %v, the server got %d", final["bytes"], got.Load())
+	}
+	for cfg, want := range map[*config]string{
+		{Proto: "h2", URL: "x", CA: ca, Interval: time.Second, Upload: true}:         "-upload needs -size > 0",
+		{Proto: "h2", URL: "x", CA: ca, Interval: time.Second, Size: 5}:              "-size 5: applies only to -upload",
+		{Proto: "h3", URL: "x", CA: ca, Interval: time.Second, TCPCC: "bbr"}:         "-tcp-cc bbr: applies only to -proto h2",
+		{Proto: "h2", URL: "x", CA: ca, Interval: time.Second, QuicCC: "cubic"}:      "-cc cubic: applies only to -proto h3",
+		{Proto: "h2", URL: ts.URL, CA: ca, Interval: time.Second, TCPCC: "nosuchcc"}: "-tcp-cc nosuchcc: the kernel refused it",
+	} {
+		if err := run(context.Background(), *cfg, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: got %v, want %q", *cfg, err, want)
+		}
 	}
 }
 

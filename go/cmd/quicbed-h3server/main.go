@@ -48,6 +48,7 @@ func main() {
 		` (case-insensitive); "" = Go's default (X25519MLKEM768 first). A set, not an order: crypto/tls picks by its own order, so name one group to pin it`)
 	flag.StringVar(&cfg.TCPAddr, "tcp-addr", "", "also serve -docroot over HTTP/2 on TCP+TLS 1.3 at this address (a background flow's server); \"\" = none")
 	flag.StringVar(&cfg.TCPCC, "tcp-cc", "", "kernel congestion control of the -tcp-addr listener's connections (TCP_CONGESTION, e.g. cubic, bbr); \"\" = the namespace's default")
+	flag.DurationVar(&cfg.SinkInterval, "sink-interval", 0, "answer POST /sink on both sides, discarding and counting the body, and log the count this often (a background upload's receiver); 0 = no sink")
 	// A bad flag is one line on stderr and exit 2; -help prints the flags.
 	flag.CommandLine.Init(os.Args[0], flag.ContinueOnError)
 	flag.CommandLine.SetOutput(io.Discard)

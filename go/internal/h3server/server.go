@@ -121,6 +121,10 @@ type Config struct {
 	// (TCP_CONGESTION, inherited by every accepted connection); "" = the
 	// namespace's default. Only with TCPAddr.
 	TCPCC string `json:"tcp_cc,omitempty"`
+	// SinkInterval, when > 0, answers POST /sink (sink.go) on both sides,
+	// discarding and counting the body, and logs the count every interval: the
+	// receiving end of a background upload. 0 = no sink.
+	SinkInterval time.Duration `json:"sink_interval,omitempty"`
 }
 
 // Validate names the first bad setting the way the command line spells it.
@@ -160,6 +164,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-udp-rcvbuf must be >= 0 (got %d)", c.UDPRcvBuf)
 	case c.UDPSndBuf < 0:
 		return fmt.Errorf("-udp-sndbuf must be >= 0 (got %d)", c.UDPSndBuf)
+	case c.SinkInterval < 0:
+		return fmt.Errorf("-sink-interval must be >= 0 (got %v)", c.SinkInterval)
+	case c.SinkInterval > 0 && c.Replay != "":
+		return errors.New("-sink-interval serves a -docroot's server; a replayed page has no sink")
 	case c.TCPCC != "" && c.TCPAddr == "":
 		return fmt.Errorf("-tcp-cc %s: applies only to -tcp-addr", c.TCPCC)
 	case c.TCPAddr != "" && c.Replay != "":
@@ -235,6 +243,7 @@ type Server struct {
 	nextID  atomic.Int64
 	serving chan error
 	tcp     *tcpSide // the HTTP/2 listener (TCPAddr), or nil
+	sink    sink     // POST /sink's count (SinkInterval)
 }
 
 // qlogTracer writes each connection's qlog to dir, as <odcid>_server.sqlog, the
@@ -393,6 +402,9 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 			return nil, err
 		}
 		tlsBase = &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: cfg.Groups}
+		if cfg.SinkInterval > 0 {
+			handler = s.sinkHandler(handler)
+		}
 	}
 	s.h3 = &http3.Server{Handler: handler, ConnContext: s.connContext}
 	tlsBase.MinVersion = tls.VersionTLS13
@@ -462,6 +474,10 @@ func Start(cfg Config, log *Logger) (*Server, error) {
 	go func() { s.serving <- s.h3.ServeListener(s.ln) }()
 	if s.tcp != nil {
 		go s.tcp.serve()
+	}
+	if cfg.SinkInterval > 0 {
+		s.sink.stop, s.sink.done = make(chan struct{}), make(chan struct{})
+		go s.sample(cfg.SinkInterval)
 	}
 	return s, nil
 }
@@ -541,6 +557,10 @@ func (s *Server) Stop(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_ = s.h3.Shutdown(ctx)
+	if s.sink.stop != nil {
+		close(s.sink.stop)
+		<-s.sink.done
+	}
 	if s.tcp != nil {
 		_ = s.tcp.srv.Shutdown(ctx)
 	}

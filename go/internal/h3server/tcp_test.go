@@ -67,3 +67,49 @@ func TestTCPSideRefusals(t *testing.T) {
 		}
 	}
 }
+
+// The sink counts what POSTs send it, on both sides, and logs the count every
+// interval; anything but POST /sink is the tree's as before.
+func TestSinkCountsUploadsOnBothSides(t *testing.T) {
+	certPath, keyPath, pool := certFiles(t)
+	logBuf := &safeBuffer{mu: make(chanMutex, 1)}
+	cfg := Config{Addr: "127.0.0.1:0", Docroot: tree(t), Cert: certPath, Key: keyPath, CC: DefaultCC,
+		LossDetection: DefaultLossDetection, TCPAddr: "127.0.0.1:0", SinkInterval: 20 * time.Millisecond}
+	srv, err := Start(cfg, NewLogger(logBuf))
+	must(t, err)
+	defer srv.Stop(time.Second)
+	port := strings.Split(readLog(t, logBuf, "start")[0]["tcp"].(map[string]any)["addr"].(string), ":")[1]
+	h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
+	defer h2.CloseIdleConnections()
+	body := strings.NewReader(strings.Repeat("x", 300_000))
+	resp, err := (&http.Client{Transport: h2}).Post("https://localhost:"+port+SinkPath, "application/octet-stream", body)
+	must(t, err)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Proto != "HTTP/2.0" {
+		t.Fatalf("POST /sink: %s %d", resp.Proto, resp.StatusCode)
+	}
+	reqs := waitFor(t, logBuf, "request", 1)
+	if reqs[0]["method"] != "POST" || reqs[0]["bytes"].(float64) != 300_000 {
+		t.Fatalf("request record: %v", reqs[0])
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		s := readLog(t, logBuf, "sink_sample")
+		if len(s) > 0 && s[len(s)-1]["bytes"].(float64) == 300_000 {
+			if s[len(s)-1]["unix_ns"].(float64) < float64(time.Now().Add(-time.Minute).UnixNano()) {
+				t.Fatalf("a sample's time is not this machine's: %v", s[len(s)-1])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sample of 300000 bytes: %v", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	get, err := (&http.Client{Transport: h2}).Get("https://localhost:" + port + SinkPath)
+	must(t, err)
+	_ = get.Body.Close()
+	if get.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /sink: %d", get.StatusCode)
+	}
+}
