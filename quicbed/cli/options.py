@@ -371,11 +371,11 @@ BackgroundOpt = Annotated[
         "--background",
         help="Flows that share the bottleneck with every load, started before the first "
         "and running through the last, each one's goodput and share stored per load: "
-        "comma-separated KIND:TRANSPORT:CC[:size=SIZE][:every=SECONDS], KIND bulk (one "
-        "object back to back; size default 10MB) or chunks (size every SECONDS, as a "
-        "video player), TRANSPORT tcp (kernel cubic, bbr, reno on the flow's own socket) "
-        "or quic (quic-go cubic, reno); downloads. E.g. bulk:tcp:bbr or "
-        "chunks:quic:cubic:size=1MB:every=2. Default: none.",
+        "comma-separated KIND:TRANSPORT:CC[:size=SIZE][:every=SECONDS][:direction=up], "
+        "KIND bulk (one object back to back; size default 10MB) or chunks (size every "
+        "SECONDS, as a video player), TRANSPORT tcp (kernel cubic, bbr, reno on the flow's "
+        "own socket) or quic (quic-go cubic, reno); a download unless direction=up. E.g. "
+        "bulk:tcp:bbr or chunks:quic:cubic:size=1MB:every=2. Default: none.",
     ),
 ]
 CC: str = CELL["cc"]
