@@ -22,22 +22,19 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from quicbed.analysis.cells import compare_cell
-from quicbed.link import hostcpu
 from quicbed.results.linkload import background_share
 from quicbed.results.store import Store
-from quicbed.run.sweep import run_sweep
 from quicbed.spec.background import background_text
 from quicbed.spec.cellconfig import CellConfig, make_cell
-from quicbed.spec.sweepspec import load_spec
-from quicbed.testbed.local import LocalTestbed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported
+from real_pages import _mean_sd, _table, measure
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "benchmarks" / "specs" / "cross-traffic-small.yaml"
@@ -73,8 +70,7 @@ def arm_rows(root: Path) -> list[list[str]]:
                         *head,
                         arm,
                         f"{len(plt)}/{len(measured)}",
-                        f"{statistics.mean(plt):.0f}" if plt else "-",
-                        f"{statistics.stdev(plt):.0f}" if len(plt) > 1 else "-",
+                        *_mean_sd(plt),
                         f"{100 * share:.0f}" if share is not None else "-",
                     ]
                 )
@@ -97,32 +93,6 @@ def pair_rows(root: Path) -> list[list[str]]:
     return out
 
 
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-        *("| " + " | ".join(r) + " |" for r in rows),
-    ]
-
-
-def measure(spec_path: Path, out: Path) -> str:
-    """Runs (or resumes) the sweep; returns its line for the head."""
-    spec = load_spec(spec_path)
-    tb = LocalTestbed("qbbg")
-    t0 = time.monotonic()
-    cpu0 = hostcpu.sample_here()
-    try:
-        outcome = run_sweep(spec, out, testbed=tb, resume=out.exists())
-    finally:
-        tb.teardown()
-    cpu = hostcpu.shares(cpu0, hostcpu.sample_here())
-    steal = f"host steal {cpu['steal_pct']:.1f} %, busy {cpu['busy_pct']:.1f} %" if cpu else ""
-    return (
-        f"{spec.name}: {outcome.done} cells done, {outcome.failed} failed, "
-        f"{(time.monotonic() - t0) / 60:.0f} min, {steal} over the run (results: {out})"
-    )
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", type=Path, default=SPEC)
@@ -140,7 +110,7 @@ def main() -> int:
         "",
     ]
     if not a.tables_only:
-        lines += [measure(a.spec, out), ""]
+        lines += [measure(a.spec, out, "qbbg"), ""]
     lines += [*_table(ARM_HEAD, arm_rows(out)), "", *_table(PAIR_HEAD, pair_rows(out)), ""]
     text = "\n".join(lines)
     print(text)
