@@ -78,10 +78,13 @@ def test_every_load_stores_each_background_flows_share_and_the_flows_run_their_o
         # load (measured here: at most 0.99 of it over 20 loads)
         page_bps = x.bytes * 8 / bg[0]["seconds"]
         assert page_bps / 10e6 + bg[0]["share"] <= 1.1, (bg, x.bytes)
-        assert 0 < bg[1]["share"] <= 1.1, bg  # the upload's own direction
+        # the upload's own direction; a 200 KB chunk a second is idle through many loads
+        assert 0 <= bg[1]["share"] <= 1.1, bg
         # the page arm's own TCP still ran the hosts' CC
         if x.arm == "h2":
             assert x.detail["server"]["cc"] == ["cubic"], x.detail["server"]
+    uploaded = [x.detail["background"][1]["bytes"] for x in runs]
+    assert sum(uploaded) > 0 and len(uploaded) == len(runs), uploaded
     bulk, video = prov["background"]["bg1"], prov["background"]["bg2"]
     assert bulk["listener_cc"] == "bbr" and bulk["conn_ccs"] == ["bbr"], bulk
     assert bulk["sender"] == "server" and video["sender"] == "client", (bulk, video)
