@@ -193,6 +193,11 @@ def test_the_share_is_the_mean_over_an_arms_valid_measured_loads() -> None:
     assert background_share(runs, "h2") == pytest.approx(0.6)
     assert background_share(runs, "h3") is None
     assert background_share(runs, "h3-quiche") is None
+    # an upload's share is of the uplink: never summed with a download's
+    both = _run("h2", True, [0.7, 0.4])
+    both.detail["background"][1]["direction"] = "up"
+    assert background_share([both], "h2") == pytest.approx(0.7)
+    assert background_share([both], "h2", "up") == pytest.approx(0.4)
 
 
 def test_a_heatmap_group_that_varies_its_background_is_split_by_it() -> None:

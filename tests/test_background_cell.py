@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SharedLinks
+from conftest import LinkNotHeld, SharedLinks
 
 from quicbed.model.link import make_condition
+from quicbed.results.linkload import load_proof, spoiled_only
 from quicbed.results.store import Store
 from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
@@ -63,11 +64,16 @@ def test_every_load_stores_each_background_flows_share_and_the_flows_run_their_o
     r = shared_links.run_cell(cfg, tmp_path / "res")
     assert r.status == "done", r.problem
     assert not r.invalid, r.invalid
-    for arm in ("h2", "h3"):
-        assert 0 < r.verified[arm]["background_share"] <= 1.0, r.verified[arm]
+    for arm in ("h2", "h3"):  # the download's share of the downlink, the upload's of the uplink
+        v = r.verified[arm]
+        assert 0 < v["background_share"] <= 1.0 and 0 < v["background_share_up"] <= 1.0, v
     runs, prov = _stored(tmp_path / "res")
     measured = [x for x in runs if not x.warmup]
-    assert len(measured) >= 6 and all(x.valid for x in measured)
+    # every load valid but those the link or the host spoiled (kept, replaced: their
+    # figures are checked below all the same)
+    if sum(x.valid for x in measured) < 6:  # spoiled past the cell's bound: checked nothing
+        raise LinkNotHeld(f"loads spoiled past the bound: {[x.reason for x in measured]}")
+    assert all(x.valid or spoiled_only(load_proof(x.detail)) for x in measured), measured
     for x in runs:
         bg = x.detail["background"]
         assert [b["flow"] for b in bg] == ["bg1", "bg2"], bg

@@ -130,8 +130,9 @@ class CellRow(Compared):
     runs: int
     cc: str
     #: the background flows beside every load (quicbed.spec.background: ``none``, or
-    #: ``bulk:tcp:bbr,...``), and their share of the link over each side's valid loads
-    #: (mean over the loads of the flows' summed share; None: no background)
+    #: ``bulk:tcp:bbr,...``), and the downloads' share of the link over each side's
+    #: valid loads (mean over the loads of their summed share; None: no download; an
+    #: upload's share, of the uplink, is in the loads' detail)
     background: str = "none"
     bg_share_ref: float | None = None
     bg_share_cand: float | None = None

@@ -28,13 +28,20 @@ def load_proof(detail: dict[str, Any] | None) -> dict[str, Any]:
     return proof
 
 
-def background_share(runs: Iterable[Any], arm: str) -> float | None:
-    """The background flows' share of the link (quicbed.run.background) over ``arm``'s
-    valid measured loads: per load the flows' shares summed, then their mean; None
-    where no such load has them (no background, or a link without a rate)."""
+def background_share(runs: Iterable[Any], arm: str, direction: str = "down") -> float | None:
+    """The background flows' share of the link in ``direction`` (quicbed.run.background)
+    over ``arm``'s valid measured loads: per load the shares of the flows of that
+    direction summed, then their mean. ``down`` (the default) is the page's own
+    direction: the downloads that compete with its data; ``up``: the uploads, whose
+    share is of the uplink, where the page's requests and ACKs go. None where no such
+    load has such a flow (none, or a link without a rate)."""
     per_load = []
     for r in runs:
-        flows = (r.detail or {}).get("background")
+        flows = [
+            f
+            for f in (r.detail or {}).get("background") or []
+            if f.get("direction", "down") == direction
+        ]
         if r.arm != arm or not r.valid or r.warmup or not flows:
             continue
         if all(f.get("share") is not None for f in flows):

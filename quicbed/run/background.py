@@ -300,6 +300,7 @@ class Background:
             row: dict[str, Any] = {
                 "flow": f.name,
                 "spec": f.spec.text(),
+                "direction": f.spec.direction,
                 "seconds": round(seconds, 4),
             }
             why = self._not_running(f, t0_ns, t1_ns)

@@ -1332,7 +1332,8 @@ def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
             if cc not in a["cc"]:
                 a["cc"].append(cc)
     for arm, a in out.items():
-        share = background_share(runs, arm)
-        if share is not None:
-            a["background_share"] = share
+        for direction, key in (("down", "background_share"), ("up", "background_share_up")):
+            share = background_share(runs, arm, direction)
+            if share is not None:
+                a[key] = share
     return out

@@ -198,8 +198,13 @@ def _print_load_checks(result: Any, cfg: Any) -> None:
             f"{','.join(v['protocols']) or '-'}, 0-RTT used {v['used_0rtt']}, "
             f"TLS resumed {v['tls_resumed']}, CC {','.join(v['cc']) or '-'}{groups}"
             + (
-                f", background {100 * v['background_share']:.0f} % of the link"
+                f", background {100 * v['background_share']:.0f} % of the downlink"
                 if "background_share" in v
+                else ""
+            )
+            + (
+                f", background uploads {100 * v['background_share_up']:.0f} % of the uplink"
+                if "background_share_up" in v
                 else ""
             )
         )
