@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed import certs
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
 from quicbed.roles.cpuaccounting import EMULATOR, Reading, group_name
+from quicbed.run.bulk import client_clock_ns, stage_bulk
 from quicbed.run.loadcpu import joining
 from quicbed.spec import bulkobjects
 from quicbed.spec.background import PORTS, BackgroundFlow
@@ -123,23 +123,15 @@ class Background:
         bytes. A flow that does not start fails the attempt, naming it and what its
         program said."""
         tb = self.tb
-        www = tb.local_stage("server", "www")
-        bulkobjects.generate_bulk(www, sorted({f.spec.size for f in self.flows}))
-        work = tb.workdir("server")
-        tb.push("server", www / bulkobjects.FOLDER, work / "bg" / bulkobjects.FOLDER)
-        pki = certs.ensure(tb.local_stage("server", "tls"), [self.host], [tb.server_ip])
-        tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
-        tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
-        ca = tb.workdir("client") / "tls" / pki.ca_cert.name
-        tb.push("client", pki.ca_cert, ca, mode=0o644)
+        staged = stage_bulk(tb, sorted({f.spec.size for f in self.flows}), self.host)
         tb.mkdir("server", self.logs)
         tb.mkdir("client", self.client_logs)
         for f in self.flows:
             argv = [
                 str(tb.bin_path("server", SERVER)),
-                *("-docroot", str(work / "bg")),
-                *("-cert", str(work / "tls" / pki.cert.name)),
-                *("-key", str(work / "tls" / pki.key.name)),
+                *("-docroot", str(staged.docroot)),
+                *("-cert", str(staged.cert)),
+                *("-key", str(staged.key)),
                 *("-log", str(f.server_log)),
                 *("-addr", f"{tb.server_ip}:{f.port}"),
             ]
@@ -161,7 +153,7 @@ class Background:
                 *("-proto", proto),
                 *("-url", f"https://{self.host}:{f.port}/{path}"),
                 *("-addr", f"{tb.server_ip}:{f.port}"),
-                *("-ca", str(ca)),
+                *("-ca", str(staged.ca)),
                 *("-interval", f"{SAMPLE_MS}ms"),
                 *("-flow", f.name),
                 *("-duration", f"{RUN_S}s"),
@@ -279,9 +271,7 @@ class Background:
     # --- around each load -------------------------------------------------------------
     def clock_ns(self) -> int:
         """The client's clock, which the flows' samples are on."""
-        if self.tb.controller_is_host:
-            return time.time_ns()
-        return int(self.tb.exec("client", ["date", "+%s%N"]).stdout.strip())
+        return client_clock_ns(self.tb)
 
     def over(
         self, t0_ns: int, t1_ns: int, rate_mbit: float | None

@@ -146,6 +146,44 @@ def client_transport_argv(params: dict[str, Any]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class StagedBulk:
+    """Bulk objects and the testbed's certificate where a server and a client read them."""
+
+    docroot: RPath  # on the server: its bulk/ folder holds the objects
+    cert: RPath
+    key: RPath
+    ca: RPath  # on the client: the CA that signed ``cert``
+    manifest: dict[str, Any]  # quicbed.spec.bulkobjects' (bytes and SHA-256 per object)
+
+
+def stage_bulk(tb: Testbed, sizes: list[str], host: str) -> StagedBulk:
+    """The objects of ``sizes`` generated and pushed to the server, with the testbed's
+    leaf for ``host`` and its CA on the client: what a bulk cell's servers and a page
+    cell's background flows (quicbed.run.background) serve and fetch."""
+    www = tb.local_stage("server", "www")
+    manifest = bulkobjects.generate_bulk(www, sizes)
+    pki = certs.ensure(tb.local_stage("server", "tls"), [host], [tb.server_ip])
+    work = tb.workdir("server")
+    tb.push("server", www / bulkobjects.FOLDER, work / "www" / bulkobjects.FOLDER)
+    tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
+    tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
+    ca = tb.workdir("client") / "tls" / pki.ca_cert.name
+    tb.push("client", pki.ca_cert, ca, mode=0o644)
+    return StagedBulk(
+        work / "www", work / "tls" / pki.cert.name, work / "tls" / pki.key.name, ca, manifest
+    )
+
+
+def client_clock_ns(tb: Testbed) -> int:
+    """The client role's clock (Unix ns), which quicbed-bulk's ``-start-at`` and samples
+    are on: the controller's own where it is the client's host (one clock), else read
+    there."""
+    if tb.controller_is_host:
+        return time.time_ns()
+    return int(tb.exec("client", ["date", "+%s%N"]).stdout.strip())
+
+
 # --- the run --------------------------------------------------------------------------
 class _Rig:
     """Servers of the arms serving the bulk object, and clients started on the client."""
@@ -163,24 +201,18 @@ class _Rig:
         self.tb, self.arms, self.size, self.out, self.host = tb, arms, size, out, host
         #: the flows' transport traces (the cell's trace level), or None
         self.traced = traced
-        www = tb.local_stage("server", "www")
-        self.manifest = bulkobjects.generate_bulk(www, [size])
+        staged = stage_bulk(tb, [size], host)
+        self.manifest = staged.manifest
         self.object_bytes = bulkobjects.parse_size(size)
-        pki = certs.ensure(tb.local_stage("server", "tls"), [host], [tb.server_ip])
-        work = tb.workdir("server")
-        tb.push("server", www / bulkobjects.FOLDER, work / "www" / bulkobjects.FOLDER)
-        tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
-        tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
         self.logs = out / "logs"
         self.spec = ServeSpec(
-            docroot=work / "www",
-            cert=work / "tls" / pki.cert.name,
-            key=work / "tls" / pki.key.name,
+            docroot=staged.docroot,
+            cert=staged.cert,
+            key=staged.key,
             logdir=tb.outbox("server", self.logs),
             qlog_dirs=traced.tracing.ctx.qlog_dirs if traced else None,
         )
-        self.ca = tb.workdir("client") / "tls" / pki.ca_cert.name
-        tb.push("client", pki.ca_cert, self.ca, mode=0o644)
+        self.ca = staged.ca
         self.path = bulkobjects.object_path(size)
         self.client_logs = tb.outbox("client", self.logs)
         self.servers: dict[str, WebServer] = {
@@ -200,9 +232,6 @@ class _Rig:
             s.stop()
         for role in ("server", "client"):
             self.tb.collect(role, self.logs)
-
-    def client_clock_ns(self) -> int:
-        return int(self.tb.exec("client", ["date", "+%s%N"]).stdout.strip())
 
     def spawn(
         self, arm: str, flow: str, duration_s: float | None, start_at_ns: int | None
@@ -730,7 +759,7 @@ def _compete_rep(
     offl.begin()
     r = _Rep(plan, rep, offsets=rig.log_sizes())
     lead_s = 1.0 + 0.15 * len(plan)  # time to spawn every client before the start
-    t0_client = rig.client_clock_ns() + int(lead_s * 1e9)
+    t0_client = client_clock_ns(rig.tb) + int(lead_s * 1e9)
     # the controller's clock for the queue sampler (the same clock locally)
     zero_ns = time.time_ns() + int(lead_s * 1e9)
     sampler = _QueueSampler(rig.tb, proven.link, zero_ns)

@@ -828,8 +828,7 @@ class _Job:
         running daemons would have to kill them one PID at a time. Then the remote logs
         come home beside the runs, and the loads' traces are sealed."""
         with shielded():
-            if rig.background is not None:
-                self._stop_background(rig)
+            self._stop_background(rig)
             for b in rig.browsers.values():
                 b.stop()
             for s in rig.servers.values():

@@ -29,6 +29,12 @@ def stacks() -> dict[str, type[WebServer]]:
     return found
 
 
+def tcp_ccs() -> tuple[str, ...]:
+    """The kernel congestion controls the TCP stacks name, sorted: what the hosts' sysctl
+    or a socket's TCP_CONGESTION may be set to."""
+    return tuple(sorted({cc for s in stacks().values() if s.transport == "tcp" for cc in s.ccs}))
+
+
 def get_stack(name: str) -> type[WebServer]:
     try:
         return stacks()[name]

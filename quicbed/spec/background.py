@@ -41,6 +41,7 @@ from pydantic import (
 )
 
 from quicbed.errors import QuicbedError, from_validation
+from quicbed.servers import get_stack, tcp_ccs
 from quicbed.spec.bulkobjects import parse_size
 
 #: the ports of the flows' servers, one per flow (TCP or UDP by the flow's transport):
@@ -59,17 +60,8 @@ TRANSPORTS = ("tcp", "quic")
 DIRECTIONS = ("down", "up")
 
 
-def _tcp_ccs() -> tuple[str, ...]:
-    """The kernel congestion controls a TCP stack of quicbed names (Apache's)."""
-    from quicbed.servers import stacks
-
-    out = {cc for s in stacks().values() if s.transport == "tcp" for cc in s.ccs}
-    return tuple(sorted(out))
-
-
 def _quic_ccs() -> tuple[str, ...]:
     """quic-go's, which serves every background QUIC flow."""
-    from quicbed.servers import get_stack
 
     return tuple(get_stack("quic-go").ccs)
 
@@ -104,7 +96,7 @@ class BackgroundFlow(BaseModel):
             parse_size(self.size)
         except QuicbedError as exc:
             raise ValueError(str(exc)) from None
-        ccs = _tcp_ccs() if self.transport == "tcp" else _quic_ccs()
+        ccs = tcp_ccs() if self.transport == "tcp" else _quic_ccs()
         if self.cc not in ccs:
             who = "the kernel's TCP" if self.transport == "tcp" else "quic-go"
             raise ValueError(

@@ -32,7 +32,7 @@ from quicbed.errors import QuicbedError, from_validation
 from quicbed.model.link import LinkCondition
 from quicbed.replay import archive, pagestore
 from quicbed.roles.offloads import check_shaper, parse
-from quicbed.servers import get_stack, stacks
+from quicbed.servers import get_stack, tcp_ccs
 from quicbed.servers.webserver import Arm, Kind
 from quicbed.settings import keyexchange
 from quicbed.shapers import check_condition, check_name
@@ -413,8 +413,7 @@ class CellConfig(BaseModel):
         tcp = [a for a in self.resolved_arms() if a.transport == "tcp"]
         if tcp:
             return tcp[0].cc
-        kernel = {cc for s in stacks().values() if s.transport == "tcp" for cc in s.ccs}
-        return self.cc if self.cc in kernel else "cubic"
+        return self.cc if self.cc in tcp_ccs() else "cubic"
 
     def cell_id(self) -> str:
         """12 hex digits of SHA-256 over the canonical JSON of the resolved configuration."""

@@ -53,9 +53,9 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-	"golang.org/x/sys/unix"
 
 	"quicbed/internal/qtp"
+	"quicbed/internal/tcpcc"
 	"quicbed/internal/udpbuf"
 )
 
@@ -320,7 +320,7 @@ func newClient(c config, tlsCfg *tls.Config) *client {
 		}
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetHTTP2(true) // HTTP/2 only: no silent fall-back to HTTP/1.1
-		d := &net.Dialer{Control: tcpCC(c.TCPCC)}
+		d := &net.Dialer{Control: tcpcc.Control(c.TCPCC)}
 		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if c.Addr != "" {
 				addr = c.Addr
@@ -608,25 +608,6 @@ func (z *zeros) Read(p []byte) (int, error) {
 	z.left -= k
 	z.n.Add(k)
 	return int(k), nil
-}
-
-// tcpCC sets TCP_CONGESTION on the socket before it connects ("": no change).
-func tcpCC(name string) func(string, string, syscall.RawConn) error {
-	return func(_, _ string, raw syscall.RawConn) error {
-		if name == "" {
-			return nil
-		}
-		var setErr error
-		if err := raw.Control(func(fd uintptr) {
-			setErr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
-		}); err != nil {
-			return err
-		}
-		if setErr != nil {
-			return fmt.Errorf("-tcp-cc %s: the kernel refused it (%v)", name, setErr)
-		}
-		return nil
-	}
 }
 
 // mode names what the flow did: one object, objects back to back for a time, or

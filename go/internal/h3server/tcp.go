@@ -8,10 +8,9 @@ import (
 	"net"
 	"net/http"
 	"regexp"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"quicbed/internal/tcpcc"
 )
 
 // The TCP side: the same tree over HTTP/2 on TCP+TLS 1.3, for a page cell's
@@ -38,27 +37,16 @@ type tcpSide struct {
 // listenTCP opens TCPAddr with TCPCC set on the socket and reads back what the
 // kernel holds, so the start record says what the connections will run.
 func (s *Server) listenTCP(handler http.Handler, base *tls.Config) (*tcpSide, error) {
-	cc := s.cfg.TCPCC
-	var setErr error
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		if cc == "" {
-			return nil
-		}
-		if err := c.Control(func(fd uintptr) {
-			setErr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
-		}); err != nil {
-			return err
-		}
-		return setErr
-	}}
+	lc := net.ListenConfig{Control: tcpcc.Control(s.cfg.TCPCC)}
 	ln, err := lc.Listen(context.Background(), "tcp", s.cfg.TCPAddr)
 	if err != nil {
-		if setErr != nil {
-			return nil, fmt.Errorf("-tcp-cc %s: the kernel refused it (%v); see net.ipv4.tcp_available_congestion_control", cc, setErr)
+		var refused *tcpcc.Refused
+		if errors.As(err, &refused) {
+			return nil, refused
 		}
 		return nil, fmt.Errorf("-tcp-addr %q: %v", s.cfg.TCPAddr, err)
 	}
-	held, err := listenerCC(ln)
+	held, err := tcpcc.Of(ln.(*net.TCPListener))
 	if err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("-tcp-addr: reading TCP_CONGESTION back: %v", err)
@@ -88,26 +76,6 @@ func http2Only(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// listenerCC is the congestion control the kernel holds for the listening socket.
-func listenerCC(ln net.Listener) (string, error) {
-	tl, ok := ln.(*net.TCPListener)
-	if !ok {
-		return "", errors.New("not a TCP listener")
-	}
-	raw, err := tl.SyscallConn()
-	if err != nil {
-		return "", err
-	}
-	var name string
-	var getErr error
-	if err := raw.Control(func(fd uintptr) {
-		name, getErr = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
-	}); err != nil {
-		return "", err
-	}
-	return name, getErr
 }
 
 // serve runs until Stop shuts the server down.
