@@ -5,7 +5,9 @@
 //
 //	quicbed-linkem --config FILE.json [--stats FILE.json] [--ready-file FILE]
 //
-// SIGUSR1 writes the statistics file; SIGTERM or SIGINT writes it and exits 0.
+// SIGUSR1 writes the statistics file; SIGUSR2 starts a time-varying link's trace or
+// schedule again from its start, then writes it; SIGTERM or SIGINT writes it and
+// exits 0.
 // A bad config exits 2 with one line naming the key and value.
 package main
 
@@ -65,7 +67,7 @@ func main() {
 	}
 	start := time.Now()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTERM, syscall.SIGINT)
 	link.Start()
 	fmt.Fprintf(os.Stderr, "quicbed-linkem: %s <-> %s\n  down: %s\n  up:   %s\n",
 		cfg.ServerIf, cfg.ClientIf, link.Down.Snapshot(0).Pipe, link.Up.Snapshot(0).Pipe)
@@ -85,8 +87,11 @@ func main() {
 		}
 	}
 	for sig := range sigs {
+		if sig == syscall.SIGUSR2 {
+			link.Restart()
+		}
 		dump()
-		if sig != syscall.SIGUSR1 {
+		if sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2 {
 			os.Exit(0)
 		}
 	}

@@ -334,6 +334,17 @@ type Stats struct {
 	// includes the time a frame waited to be read (false: from when it was read).
 	RxTimestamps bool   `json:"rx_timestamps"`
 	Pipe         string `json:"pipe"`
+	// Capacity is a time-varying link's trace or schedule: where it is since its
+	// last restart and the bytes that have left the bottleneck since (absent on a
+	// constant link).
+	Capacity *linkmodel.CapacityState `json:"capacity,omitempty"`
+}
+
+// Restart starts the pipe's trace or schedule again at now (CLOCK_MONOTONIC ns).
+func (d *Direction) Restart(now int64) {
+	d.mu.Lock()
+	d.pipe.Restart(time.Duration(now))
+	d.mu.Unlock()
 }
 
 // Snapshot reads the counters; socketDrops accumulates across calls.
@@ -348,7 +359,9 @@ func (d *Direction) Snapshot(socketDrops uint64) Stats {
 	}
 	d.mu.Lock()
 	s.MaxQueueBytes, s.MaxQueuePackets = d.pipe.MaxQueueBytes, d.pipe.MaxQueuePackets
-	s.QueueBytes, s.QueuePackets = d.pipe.Occupancy(time.Duration(monotonic()))
+	now := time.Duration(monotonic())
+	s.QueueBytes, s.QueuePackets = d.pipe.Occupancy(now)
+	s.Capacity = d.pipe.Capacity(now)
 	d.mu.Unlock()
 	d.lateMu.Lock()
 	defer d.lateMu.Unlock()

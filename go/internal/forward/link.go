@@ -90,3 +90,11 @@ func (l *Link) Stats() map[string]Stats {
 		"up":   l.Up.Snapshot(l.dropsClient),
 	}
 }
+
+// Restart starts both directions' traces or schedules again from their start (a
+// constant link ignores it), at one instant of the monotonic clock.
+func (l *Link) Restart() {
+	now := monotonic()
+	l.Down.Restart(now)
+	l.Up.Restart(now)
+}

@@ -9,8 +9,11 @@ package linkmodel
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -51,6 +54,66 @@ type DirectionConfig struct {
 	// in the FIFO is marked CE instead of queued unmarked (counted as Count says);
 	// 0 or absent = no marking.
 	ECNThresholdBytes int64 `json:"ecn_threshold_bytes,omitempty"`
+	// Capacity, when present, makes the link's capacity vary over time (rate_bps
+	// must then be 0): a Mahimahi trace or a rate and delay schedule.
+	Capacity *CapacityConfig `json:"capacity,omitempty"`
+}
+
+// CapacityConfig is a time-varying capacity as quicbed's Python side writes it.
+type CapacityConfig struct {
+	// Kind is "trace" (File, Sha256) or "schedule" (Steps).
+	Kind string `json:"kind"`
+	// File is a Mahimahi trace (ParseTrace); Sha256 its bytes' digest, checked, so
+	// that the emulator runs the trace the cell's identity names.
+	File   string `json:"file,omitempty"`
+	Sha256 string `json:"sha256,omitempty"`
+	// Steps is the schedule, repeated.
+	Steps []StepConfig `json:"steps,omitempty"`
+}
+
+// StepConfig is one step of a schedule.
+type StepConfig struct {
+	DurationUs int64  `json:"duration_us"`
+	RateBps    uint64 `json:"rate_bps"`
+	DelayUs    int64  `json:"delay_us"`
+}
+
+// build makes the Capacity the config describes, reading a trace's file.
+func (c *CapacityConfig) build() (Capacity, error) {
+	switch c.Kind {
+	case "trace":
+		if c.File == "" || len(c.Steps) > 0 {
+			return nil, fmt.Errorf("capacity: a trace has a file and no steps")
+		}
+		data, err := os.ReadFile(c.File)
+		if err != nil {
+			return nil, fmt.Errorf("capacity.file: %v", err)
+		}
+		sum := sha256.Sum256(data)
+		if got := hex.EncodeToString(sum[:]); got != c.Sha256 {
+			return nil, fmt.Errorf("capacity.sha256: %s has digest %s, not %q", c.File, got, c.Sha256)
+		}
+		ms, err := ParseTrace(data)
+		if err != nil {
+			return nil, fmt.Errorf("capacity.file: %s: %v", c.File, err)
+		}
+		return NewTrace(ms)
+	case "schedule":
+		if c.File != "" || len(c.Steps) == 0 {
+			return nil, fmt.Errorf("capacity: a schedule has steps and no file")
+		}
+		steps := make([]Step, len(c.Steps))
+		for i, st := range c.Steps {
+			steps[i] = Step{Duration: time.Duration(st.DurationUs) * time.Microsecond,
+				RateBps: st.RateBps, Delay: time.Duration(st.DelayUs) * time.Microsecond}
+		}
+		s, err := NewSchedule(steps)
+		if err != nil {
+			return nil, fmt.Errorf("capacity.steps: %v", err)
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("capacity.kind: unknown %q (trace or schedule)", c.Kind)
 }
 
 // Config is the whole emulator configuration (format 1).
@@ -118,6 +181,13 @@ func (d DirectionConfig) Params() (Params, error) {
 		p.Kind = JitterStep
 	default:
 		return p, fmt.Errorf("jitter_kind: unknown %q (none, reorder, smooth or step)", d.JitterKind)
+	}
+	if d.Capacity != nil {
+		c, err := d.Capacity.build()
+		if err != nil {
+			return p, err
+		}
+		p.Capacity = c
 	}
 	switch d.Count {
 	case "ethernet", "":

@@ -62,7 +62,13 @@ type Params struct {
 	// does (DCTCP's K). 0 = no marking: the queue only drops. A full FIFO still drops
 	// every packet, capable or not.
 	ECNThresholdBytes int64
+	// Capacity, when set, replaces the constant rate (RateBps is 0): a trace or a
+	// schedule decides when each frame leaves the bottleneck (capacity.go).
+	Capacity Capacity
 }
+
+// Rated says whether the link has a bottleneck (a rate or a capacity), so a FIFO.
+func (p Params) Rated() bool { return p.RateBps > 0 || p.Capacity != nil }
 
 // Validate reports the first bad value, naming its key.
 func (p Params) Validate() error {
@@ -77,8 +83,12 @@ func (p Params) Validate() error {
 		return fmt.Errorf("queue_bytes: must be >= 0 (got %d)", p.QueueBytes)
 	case p.QueuePackets < 0:
 		return fmt.Errorf("queue_packets: must be >= 0 (got %d)", p.QueuePackets)
-	case p.RateBps > 0 && (p.QueueBytes > 0) == (p.QueuePackets > 0):
-		return fmt.Errorf("queue_bytes/queue_packets: exactly one must be > 0 when rate_bps > 0 (got %d/%d)", p.QueueBytes, p.QueuePackets)
+	case p.Capacity != nil && p.RateBps > 0:
+		return fmt.Errorf("rate_bps: %d and a capacity %s: the %s sets the rate (give rate_bps 0)", p.RateBps, p.Capacity.Kind(), p.Capacity.Kind())
+	case p.Rated() && (p.QueueBytes > 0) == (p.QueuePackets > 0):
+		return fmt.Errorf("queue_bytes/queue_packets: exactly one must be > 0 when the link has a rate (got %d/%d)", p.QueueBytes, p.QueuePackets)
+	case p.Capacity != nil && p.Capacity.Kind() == "schedule" && p.Kind != JitterNone:
+		return fmt.Errorf("jitter_kind: %s with a schedule, whose steps set the delay (give jitter_kind none)", p.Kind)
 	case p.Kind == JitterSmooth && p.Jitter > p.Delay:
 		return fmt.Errorf("jitter_us: smooth jitter %d is larger than delay_us %d", p.Jitter.Microseconds(), p.Delay.Microseconds())
 	case p.Kind == JitterSmooth && p.Jitter > 0 && p.JitterInterval <= 0:
@@ -95,7 +105,7 @@ func (p Params) Validate() error {
 			p.Jitter.Microseconds(), p.Jitter.Microseconds(), p.JitterInterval.Microseconds())
 	case p.ECNThresholdBytes < 0:
 		return fmt.Errorf("ecn_threshold_bytes: must be >= 0 (got %d)", p.ECNThresholdBytes)
-	case p.ECNThresholdBytes > 0 && p.RateBps == 0:
+	case p.ECNThresholdBytes > 0 && !p.Rated():
 		return fmt.Errorf("ecn_threshold_bytes: %d needs a rate (an unlimited link has no queue to mark from)", p.ECNThresholdBytes)
 	case p.ECNThresholdBytes > 0 && p.QueueBytes > 0 && p.ECNThresholdBytes >= p.QueueBytes:
 		return fmt.Errorf("ecn_threshold_bytes: %d is not below queue_bytes %d (nothing would be marked before the queue drops)", p.ECNThresholdBytes, p.QueueBytes)
@@ -127,6 +137,7 @@ func (v Verdict) String() string {
 type inQueue struct {
 	departure time.Duration
 	size      int64
+	gen       uint32 // the capacity's restart the frame was accepted after
 }
 
 // Pipe is one direction's state. Not safe for concurrent use.
@@ -154,6 +165,57 @@ type Pipe struct {
 
 	// MaxQueueBytes and MaxQueuePackets are the largest occupancy seen.
 	MaxQueueBytes, MaxQueuePackets int64
+
+	// a capacity's restarts: gen counts them; accepted is the bytes accepted into
+	// the FIFO since the last one (counted as the capacity counts them)
+	gen      uint32
+	accepted int64
+}
+
+// CapacityState is what a capacity link did since its last restart, for the
+// statistics file: where in its trace or schedule it is, and the bytes that have
+// left the bottleneck since (frames accepted after the restart, counted as the
+// capacity counts them: IP bytes for a trace).
+type CapacityState struct {
+	Kind        string `json:"kind"`
+	Restarts    uint32 `json:"restarts"`
+	EpochNs     int64  `json:"epoch_ns"`
+	PositionUs  int64  `json:"position_us"`
+	PeriodUs    int64  `json:"period_us"`
+	ServedBytes int64  `json:"served_bytes"`
+	Describe    string `json:"describe"`
+}
+
+// Restart starts the capacity's trace or schedule again at now (no-op without one).
+// Frames already queued keep their departures; new ones queue behind them.
+func (q *Pipe) Restart(now time.Duration) {
+	if q.p.Capacity == nil {
+		return
+	}
+	q.p.Capacity.Restart(now)
+	q.gen++
+	q.accepted = 0
+}
+
+// Capacity reports the capacity's state at now, or nil on a constant link.
+func (q *Pipe) Capacity(now time.Duration) *CapacityState {
+	c := q.p.Capacity
+	if c == nil {
+		return nil
+	}
+	var pending int64
+	for _, e := range q.fifo[q.fifoHead:] {
+		if e.departure > now && e.gen == q.gen {
+			pending += e.size
+		}
+	}
+	pos := now - c.Epoch()
+	if pos < 0 {
+		pos = 0
+	}
+	return &CapacityState{Kind: c.Kind(), Restarts: q.gen, EpochNs: int64(c.Epoch()),
+		PositionUs: pos.Microseconds(), PeriodUs: c.Period().Microseconds(),
+		ServedBytes: q.accepted - pending, Describe: c.String()}
 }
 
 // Streams of a seed: separate per direction and per purpose, so the n-th packet
@@ -187,6 +249,8 @@ func (q *Pipe) String() string {
 	rate := "unlimited"
 	if q.p.RateBps > 0 {
 		rate = fmt.Sprintf("%d bit/s", q.p.RateBps)
+	} else if q.p.Capacity != nil {
+		rate = q.p.Capacity.String()
 	}
 	queue := "none"
 	if q.p.QueueBytes > 0 {
@@ -235,9 +299,11 @@ func (q *Pipe) Offer(now time.Duration, frameLen int, ect bool) (time.Duration, 
 	}
 	verdict := Forward
 	departure := now
-	if q.p.RateBps > 0 {
+	if q.p.Rated() {
 		size := int64(frameLen)
-		if q.p.CountIP {
+		if q.p.Capacity != nil {
+			size = q.p.Capacity.Size(frameLen, q.p.CountIP)
+		} else if q.p.CountIP {
 			size -= EthernetHeader
 			if size < 0 {
 				size = 0
@@ -267,9 +333,14 @@ func (q *Pipe) Offer(now time.Duration, frameLen int, ect bool) (time.Duration, 
 		if q.lastDeparture > start {
 			start = q.lastDeparture
 		}
-		departure = start + time.Duration(size*8*int64(time.Second)/int64(q.p.RateBps))
+		if q.p.Capacity != nil {
+			departure = q.p.Capacity.Depart(start, size)
+			q.accepted += size
+		} else {
+			departure = start + time.Duration(size*8*int64(time.Second)/int64(q.p.RateBps))
+		}
 		q.lastDeparture = departure
-		q.fifo = append(q.fifo, inQueue{departure, size})
+		q.fifo = append(q.fifo, inQueue{departure, size, q.gen})
 		q.fifoBytes += size
 		if q.fifoBytes > q.MaxQueueBytes {
 			q.MaxQueueBytes = q.fifoBytes
@@ -278,7 +349,29 @@ func (q *Pipe) Offer(now time.Duration, frameLen int, ect bool) (time.Duration, 
 			q.MaxQueuePackets = n + 1
 		}
 	}
-	// 4. propagation delay +/- jitter
+	// 4. propagation delay +/- jitter; a schedule's delay is its step's, in order
+	var release time.Duration
+	scheduled := false
+	if q.p.Capacity != nil {
+		var d time.Duration
+		if d, scheduled = q.p.Capacity.Delay(departure); scheduled {
+			release = departure + d
+			if release < q.lastRelease {
+				release = q.lastRelease
+			}
+		}
+	}
+	if !scheduled {
+		release = q.jittered(departure)
+	}
+	if release > q.lastRelease {
+		q.lastRelease = release
+	}
+	return release, verdict
+}
+
+// jittered is a departure plus the propagation delay and its jitter.
+func (q *Pipe) jittered(departure time.Duration) time.Duration {
 	var release time.Duration
 	switch q.p.Kind {
 	case JitterReorder:
@@ -297,10 +390,7 @@ func (q *Pipe) Offer(now time.Duration, frameLen int, ect bool) (time.Duration, 
 	default:
 		release = departure + q.p.Delay
 	}
-	if release > q.lastRelease {
-		q.lastRelease = release
-	}
-	return release, verdict
+	return release
 }
 
 func (q *Pipe) knot() time.Duration {
