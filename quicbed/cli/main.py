@@ -42,6 +42,7 @@ from quicbed.backends import get_backend
 from quicbed.cli import bulk as bulk_cli
 from quicbed.cli import pages as pages_cli
 from quicbed.cli import reproduce as reproduce_cli
+from quicbed.cli import traces as traces_cli
 from quicbed.cli.options import (
     CC,
     CELL_LINK,
@@ -104,6 +105,7 @@ link_app = typer.Typer(no_args_is_help=True, help="Link emulation and its fideli
 app.add_typer(testbed_app, name="testbed")
 app.add_typer(link_app, name="link")
 app.add_typer(pages_cli.app, name="pages")
+app.add_typer(traces_cli.app, name="traces")
 
 
 # --- testbed --------------------------------------------------------------------------

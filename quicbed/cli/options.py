@@ -268,6 +268,23 @@ EcnOpt = Annotated[
         "userspace shaper only); default: never mark, only drop.",
     ),
 ]
+TraceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--trace",
+        help="A time-varying link: a trace of the trace store (quicbed traces list), or "
+        "gen:MODEL:seed=N (quicbed traces models); it sets the rate both ways "
+        "(userspace shaper only).",
+    ),
+]
+ScheduleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--schedule",
+        help="A time-varying link: RATE[@RTTms]:DURATION,... repeated (50:2s,5@80ms:1s, "
+        "0:200ms an outage); it sets the rate both ways (userspace shaper only).",
+    ),
+]
 CountOpt = Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")]
 SeedOpt = Annotated[int, typer.Option(help="RNG seed of loss and jitter.")]
 
@@ -290,6 +307,8 @@ class LinkOptions:
     ecn_threshold: EcnOpt = None
     count: CountOpt = LINK["count"]
     seed: SeedOpt = LINK["seed"]
+    trace: TraceOpt = None
+    schedule: ScheduleOpt = None
 
     def condition(self) -> LinkCondition:
         """The LinkCondition; every bad value is one error naming it."""
@@ -318,6 +337,8 @@ class LinkOptions:
             ecn_threshold=self.ecn_threshold,
             count=self.count,
             seed=self.seed,
+            trace=self.trace,
+            schedule=self.schedule,
         )
         return make_condition(**{k: v for k, v in kw.items() if v is not None})
 
@@ -334,6 +355,8 @@ CELL_LINK = (
     "queue",
     "ecn_threshold",
     "seed",
+    "trace",
+    "schedule",
 )
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
+from quicbed.model import capacity
 from quicbed.model.link import JitterKind, LinkCondition
 from quicbed.shapers.shaper import Shaper
 from quicbed.testbed.lifecycle import Testbed
@@ -186,9 +187,55 @@ def _judge_link(
         b, a = before["directions"][d], after["directions"][d]
         f = direction_facts(a, b)
         f["rx_timestamps"] = bool(a.get("rx_timestamps"))
+        cap = capacity_facts(cond, d, b, a)
+        if cap is not None:
+            f["capacity"] = cap
+            if cap["served_bytes"] > cap["available_bytes"] + CAPACITY_SLACK_BYTES:
+                found.add(
+                    f"the link carried {cap['served_bytes']} bytes {d} during this load where "
+                    f"its {cap['kind']} allows {cap['available_bytes']} "
+                    f"({cap['from_ms']:.0f}-{cap['to_ms']:.0f} ms of it)",
+                    by_host=False,
+                )
+        elif cond.varying() is not None:
+            found.add(
+                f"the link's {cond.varying()} was restarted during this load, or its emulator "
+                "keeps no position: the load cannot be placed in it",
+                by_host=False,
+            )
         dirs[d] = f
         _judge_direction(cond, d, f, tolerance_ms, found)
     return dirs
+
+
+def capacity_facts(
+    cond: LinkCondition, d: str, before: dict[str, Any], after: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A varying link's direction between two snapshots: where in its trace or schedule
+    it ran (ms from the start it was last restarted at), the bytes that left the
+    bottleneck and the bytes the trace or schedule allowed meanwhile (computed here from
+    the trace itself, not taken from the emulator). None: a constant link, or an
+    emulator restarted in between (its positions then belong to two runs)."""
+    b, a = before.get("capacity"), after.get("capacity")
+    if cond.varying() is None or not b or not a or a["restarts"] != b["restarts"]:
+        return None
+    p0, p1 = b["position_us"], a["position_us"]
+    avail = capacity.available_bytes(cond.trace, cond.schedule, d, p0, p1)
+    served = a["served_bytes"] - b["served_bytes"]
+    return {
+        "kind": a["kind"],
+        "from_ms": p0 / 1000,
+        "to_ms": p1 / 1000,
+        "period_ms": a["period_us"] / 1000,
+        "served_bytes": served,
+        "available_bytes": round(avail),
+        "used_pct": round(100 * served / avail, 2) if avail else None,
+    }
+
+
+#: what a varying link may carry beyond its trace's bytes between two snapshots: one
+#: opportunity's worth (a frame that began on an opportunity before the first snapshot)
+CAPACITY_SLACK_BYTES = capacity.OPPORTUNITY_BYTES + 14
 
 
 def _judge_direction(
@@ -256,7 +303,14 @@ class LoadWatch:
         self.cpu_before: list[int] | None = None
 
     def begin(self) -> None:
-        self.before = self.shaper.counters(self.tb) if self.shaper.shapes else None
+        """Read the link before the load; a varying link's trace or schedule starts again
+        here, so every load meets the same part of it."""
+        if not self.shaper.shapes:
+            self.before = None
+        elif self.cond.varying() is not None:
+            self.before = self.shaper.restart(self.tb)
+        else:
+            self.before = self.shaper.counters(self.tb)
         self.cpu_before = hostcpu.sample(self.tb)
 
     def end(self, own_cpu_ms: float | None = None) -> Verdict:

@@ -38,7 +38,7 @@ from pydantic import BaseModel
 from scipy.stats import binomtest
 
 from quicbed import timelog
-from quicbed.link import hostcpu, power, probes
+from quicbed.link import hostcpu, power, probes, varying
 from quicbed.link.loadproof import LoadWatch
 from quicbed.model.link import ETH_HEADER, RECEIPT_TCP_SECONDS, JitterKind, LinkCondition
 from quicbed.shapers.shaper import Shaper
@@ -403,6 +403,8 @@ def rtt_check(tb: Testbed, cond: LinkCondition, count: int, *, spot: bool = Fals
     ``spot`` a spot check's (median within max(2 ms, 5 %): it tells a different link
     from the measured one; the generation tells any change exactly)."""
     pr = probes.ping(tb, count=count, interval=0.01)
+    if cond.varying():
+        return _varying_rtt(cond, pr, spot=spot)
     if spot:
         return _delay_check(
             "rtt",
@@ -416,6 +418,13 @@ def rtt_check(tb: Testbed, cond: LinkCondition, count: int, *, spot: bool = Fals
             stat="median_ms",
         )
     return _delay_check("rtt", cond, expected_rtt(cond), pr, 2, count * 0.01)
+
+
+def _varying_rtt(cond: LinkCondition, pr: dict[str, Any], *, spot: bool) -> Check:
+    """A varying link's RTT check: its minimum within the link's range
+    (quicbed.link.varying)."""
+    detail = {k: v for k, v in pr.items() if k != "samples_ms"}
+    return Check(name="rtt", unit="ms", **varying.rtt_check(cond, pr, spot=spot), detail=detail)
 
 
 #: Linux's initial window, in segments (slow start's first round)
@@ -620,7 +629,10 @@ def measure(
 
     pr = run.steady("rtt", lambda: _ping_sized(tb, cond, ping_count))
     n_ping = len(pr.get("samples_ms", []))
-    run.checks.append(_delay_check("rtt", cond, expected_rtt(cond), pr, 2, n_ping * 0.01))
+    if cond.varying():
+        run.checks.append(_varying_rtt(cond, pr, spot=False))
+    else:
+        run.checks.append(_delay_check("rtt", cond, expected_rtt(cond), pr, 2, n_ping * 0.01))
 
     delay = _plan_delay_probe(cond, pr.get("sd_ms", 0.0))
     streams = run.steady("owd", lambda: probes.udp_probes(tb, delay.plans, idle=delay.idle))
@@ -708,6 +720,19 @@ def _probe_direction(
     one direction at a time."""
     loss = run.cond.pipes()[direction].loss
     run.checks.extend(_stream_checks(run, direction, stream, delay, loss))
+    if run.cond.varying():
+        run.checks.append(_capacity_check(run, direction))
+        run.checks.append(
+            Check(
+                name=f"tcp_{direction}",
+                unit="Mbit/s",
+                expected=None,
+                measured=None,
+                passed=None,
+                note=f"{varying.NOT_CONSTANT}: not taken",
+            )
+        )
+        return
     if not run.shaper.shapes:
         run.checks.append(_udp_max_check(run, direction))
     # UDP delivery at 1.2 x the rate (ECN-capable where the link marks: the
@@ -738,11 +763,31 @@ def _stream_checks(
             note="not judged: server and client do not share a clock "
             "(different hosts); the RTT check covers the delay",
         )
+    if cond.varying() and owd.measured is not None:
+        owd = unjudged(owd, varying.NOT_CONSTANT)
     return [
         owd,
         _power_note(_loss_check(direction, loss, lo), loss, want),
         *_reorder_checks(cond, direction, lo, delay.pps),
     ]
+
+
+def _capacity_check(run: _Probing, direction: str) -> Check:
+    """A varying link's delivery against its trace or schedule while saturated
+    (quicbed.link.varying)."""
+    take = run.steady(
+        f"capacity_{direction}",
+        partial(varying.capacity_take, run.tb, run.shaper, run.cond, direction),
+    )
+    return Check(
+        name=f"capacity_{direction}",
+        unit="%",
+        expected=100.0,
+        low=varying.MIN_USED_PCT,
+        **varying.capacity_check_fields(direction, take),
+        detail={k: v for k, v in take.items() if k != "udp"}
+        | {"udp": {k: v for k, v in (take.get("udp") or {}).items() if k != "samples_ms"}},
+    )
 
 
 def _udp_max_check(run: _Probing, direction: str) -> Check:

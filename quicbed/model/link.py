@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 import re
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from quicbed.errors import QuicbedError, from_validation
+from quicbed.model import capacity
 
 #: Largest frame on the veths with offloads off: 1500-byte MTU + 14-byte header.
 MAX_FRAME = 1514
@@ -83,6 +84,10 @@ class Pipe(BaseModel):
     count: Literal["ethernet", "ip"]
     #: an ECN-capable packet finding this many bytes queued is marked CE (None: never)
     ecn_threshold_bytes: int | None = None
+    #: a time-varying capacity (rate_bps is then None): {"kind": "trace", "trace": name,
+    #: "sha256": the trace's digest} or {"kind": "schedule", "steps": [{duration_us,
+    #: rate_bps, delay_us}]}; None: the constant rate
+    capacity: dict[str, Any] | None = None
 
 
 _QUEUE_RE = re.compile(
@@ -149,6 +154,34 @@ class LinkCondition(BaseModel):
     ecn_threshold: str | None = None
     count: Literal["ethernet", "ip"] = "ethernet"
     seed: int = 1
+    #: a time-varying link (docs/varying-links.md): a trace of the trace store, by name
+    #: (``gen:MODEL:seed=N`` for a generated one), its digest over both directions'
+    #: files (filled from the store; a stored condition keeps it, so reading results
+    #: needs no store) and its downlink's mean rate (Mbit/s; the queue's BDP)
+    trace: str | None = None
+    trace_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    trace_mean_mbit: float | None = None
+    #: or a schedule, ``RATE[@RTTms]:DURATION,...`` (quicbed.model.capacity), kept in
+    #: its canonical spelling
+    schedule: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_capacity(cls, data: Any) -> Any:
+        """A trace named without its digest is read from the store (generated there on
+        first use) and its digest and mean rate filled in; a schedule is respelled
+        canonically, so 50mbit:2000ms and 50:2s are one cell."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("trace") is not None and data.get("trace_sha256") is None:
+            if not isinstance(data["trace"], str):
+                raise ValueError(f"trace {data['trace']!r}: a trace's name")
+            t = capacity.load(data["trace"])
+            data = {**data, "trace_sha256": t.sha256, "trace_mean_mbit": t.mean_mbit("down")}
+        if isinstance(data.get("schedule"), str):
+            steps = capacity.parse_schedule(data["schedule"])
+            data = {**data, "schedule": capacity.schedule_text(steps)}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> LinkCondition:
@@ -218,8 +251,9 @@ class LinkCondition(BaseModel):
                     f"{self.jitter_ms:g} ms (got {self.jitter_interval_ms:g} ms): a half-step's "
                     "overtaking must be over before the next re-draw"
                 )
+        self._check_varying()
         kind, value = parse_queue(self.queue)
-        if kind == "bdp" and self.rate_mbit is not None and self.rtt() == 0:
+        if kind == "bdp" and self.rated() and self.rtt() == 0:
             raise ValueError(f"queue {self.queue!r} is relative to a BDP, but the RTT is 0")
         if kind == "bytes" and value < MAX_FRAME:
             raise ValueError(f"queue {self.queue!r} holds less than one {MAX_FRAME}-byte frame")
@@ -227,9 +261,54 @@ class LinkCondition(BaseModel):
             self._check_ecn()
         return self
 
+    def _check_varying(self) -> None:
+        """A trace or a schedule sets the rate (and a schedule the delay's changes): a
+        constant rate or jitter beside it would contradict it."""
+        kind = self.varying()
+        if kind is None:
+            if self.trace_sha256 is not None or self.trace_mean_mbit is not None:
+                raise ValueError("trace_sha256 and trace_mean_mbit belong to a trace")
+            return
+        if self.trace is not None and self.schedule is not None:
+            raise ValueError("give either a trace or a schedule, not both")
+        what = f"{kind} {self.trace or self.schedule!r}"
+        if self.rate_mbit is not None:
+            raise ValueError(
+                f"rate {self.rate_mbit:g} Mbit/s and the {what}: the {kind} sets the rate "
+                "(leave the rate unset)"
+            )
+        if self.jitter_ms or self.jitter_kind != JitterKind.none:
+            raise ValueError(
+                f"jitter and the {what}: a varying link has no jitter of its own "
+                "(a schedule's steps change the delay)"
+            )
+        if self.trace is not None and not (self.trace_mean_mbit or 0) > 0:
+            raise ValueError(f"{what}: its mean rate is missing")
+
+    def varying(self) -> Literal["trace", "schedule"] | None:
+        """Whether the capacity varies over time, and how."""
+        if self.trace is not None:
+            return "trace"
+        if self.schedule is not None:
+            return "schedule"
+        return None
+
+    def rated(self) -> bool:
+        """Whether the link has a bottleneck: a rate, a trace or a schedule."""
+        return self.rate_mbit is not None or self.varying() is not None
+
+    def mean_rate_mbit(self) -> float | None:
+        """The rate, or a varying link's mean (a trace's downlink; a schedule's
+        time-weighted); None: unlimited."""
+        if self.trace is not None:
+            return self.trace_mean_mbit
+        if self.schedule is not None:
+            return capacity.schedule_mean_mbit(capacity.parse_schedule(self.schedule))
+        return self.rate_mbit
+
     def _check_ecn(self) -> None:
         t = self.ecn_threshold
-        if self.rate_mbit is None:
+        if not self.rated():
             raise ValueError(f"ecn_threshold {t!r} needs a rate (an unlimited link has no queue)")
         try:
             kind, _ = parse_queue(str(t))
@@ -270,14 +349,16 @@ class LinkCondition(BaseModel):
         return pct / 100
 
     def bdp_bytes(self) -> int | None:
-        """Bandwidth-delay product at the base RTT; None when the rate is unlimited."""
-        if self.rate_mbit is None:
+        """Bandwidth-delay product at the base RTT (a varying link's: at its mean rate);
+        None when the rate is unlimited."""
+        rate = self.mean_rate_mbit()
+        if rate is None:
             return None
-        return int(self.rate_mbit * 1e6 * self.rtt() / 1000 / 8)
+        return int(rate * 1e6 * self.rtt() / 1000 / 8)
 
     def queue_limit(self) -> tuple[int | None, int | None]:
         """(bytes, packets) limit of each direction's FIFO; exactly one is set if rated."""
-        if self.rate_mbit is None:
+        if not self.rated():
             return None, None
         kind, value = parse_queue(self.queue)
         if kind == "packets":
@@ -288,7 +369,7 @@ class LinkCondition(BaseModel):
 
     def ecn_threshold_bytes(self) -> int | None:
         """The marking threshold in bytes (None: no marking)."""
-        if self.ecn_threshold is None or self.rate_mbit is None:
+        if self.ecn_threshold is None or not self.rated():
             return None
         kind, value = parse_queue(self.ecn_threshold)
         if kind == "bdp":
@@ -326,12 +407,35 @@ class LinkCondition(BaseModel):
                 queue_packets=qp,
                 count=self.count,
                 ecn_threshold_bytes=self.ecn_threshold_bytes(),
+                capacity=self._capacity(name, delay),
             )
         return out
+
+    def _capacity(self, direction: str, delay_ms: float) -> dict[str, Any] | None:
+        """A direction's varying capacity as its pipe carries it (Pipe.capacity)."""
+        if self.trace is not None:
+            return {"kind": "trace", "trace": self.trace, "sha256": self.trace_sha256}
+        if self.schedule is None:
+            return None
+        steps = []
+        for st in capacity.parse_schedule(self.schedule):
+            d = delay_ms if st.rtt_ms is None else st.rtt_ms / 2
+            steps.append(
+                {
+                    "duration_us": round(st.duration_ms * 1000),
+                    "rate_bps": round(st.rate_mbit * 1e6),
+                    "delay_us": round(d * 1000),
+                }
+            )
+        return {"kind": "schedule", "steps": steps}
 
     def label(self) -> str:
         """Short human label, e.g. ``50 Mbit/s, 36 ms, 1 % loss``."""
         parts = ["unlimited" if self.rate_mbit is None else f"{self.rate_mbit:g} Mbit/s"]
+        if self.trace is not None:
+            parts = [f"trace {self.trace} (mean {self.trace_mean_mbit:.3g} Mbit/s down)"]
+        elif self.schedule is not None:
+            parts = [f"schedule {self.schedule}"]
         parts.append(f"{self.rtt():g} ms")
         if self.loss_pct or self.loss_down_pct or self.loss_up_pct:
             parts.append(f"loss {self.loss_down() * 100:g}/{self.loss_up() * 100:g} % down/up")

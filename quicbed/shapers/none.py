@@ -62,6 +62,8 @@ class NoShaper(Shaper):
                 shaped.append(f"{name} {v:g} %")
         if cond.jitter_ms:
             shaped.append(f"jitter {cond.jitter_ms:g} ms")
+        if cond.varying():
+            shaped.append(f"{cond.varying()} {cond.trace or cond.schedule}")
         if shaped:
             raise QuicbedError(
                 f"shaper none shapes nothing, so it takes rate unlimited and no delay, loss "

@@ -55,6 +55,11 @@ class Shaper(ABC):
         """The emulator's own per-direction counters, if it has any."""
         return None
 
+    def restart(self, tb: Roles) -> dict[str, Any] | None:
+        """Start a time-varying link's trace or schedule again (a shaper that cannot
+        run one has none to restart) and return the counters, as ``counters`` does."""
+        return self.counters(tb)
+
     def cpu_seconds(self, tb: Roles) -> float | None:
         """CPU time the emulator has used so far, if it is a process of ours."""
         return None
@@ -99,4 +104,15 @@ def no_ecn_marking(shaper: str, cond: LinkCondition) -> None:
         raise QuicbedError(
             f"ecn_threshold {cond.ecn_threshold!r}: the {shaper} shaper does not mark ECN "
             "(only the userspace emulator does: --shaper userspace)"
+        )
+
+
+def constant_capacity(shaper: str, cond: LinkCondition) -> None:
+    """Refuse a time-varying link by name on a shaper whose rate is set once: tbf,
+    netem and Dummynet's pipes take one rate and one delay (docs/varying-links.md)."""
+    kind = cond.varying()
+    if kind is not None:
+        raise QuicbedError(
+            f"{kind} {cond.trace or cond.schedule!r}: the {shaper} shaper holds one rate "
+            "(only the userspace emulator follows a trace or schedule: --shaper userspace)"
         )

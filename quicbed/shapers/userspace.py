@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from quicbed.errors import QuicbedError
+from quicbed.model import capacity
 from quicbed.model.link import LinkCondition
 from quicbed.roles.cpuaccounting import EMULATOR
 from quicbed.roles.interface import Roles, RPath
@@ -73,10 +74,29 @@ class UserspaceShaper(Shaper):
         }
 
     @staticmethod
-    def config(cond: LinkCondition) -> dict[str, Any]:
-        """The emulator's config file (format 1), the contract with go/cmd/quicbed-linkem."""
+    def config(cond: LinkCondition, trace_dir: RPath | None = None) -> dict[str, Any]:
+        """The emulator's config file (format 1), the contract with go/cmd/quicbed-linkem.
+        A trace's files are named in ``trace_dir`` on the bridge (None: by name alone,
+        as provenance states them)."""
         dirs = {}
         for name, p in cond.pipes().items():
+            extra: dict[str, Any] = {}
+            if p.capacity and p.capacity["kind"] == "trace":
+                trace = capacity.load(p.capacity["trace"])
+                if trace.sha256 != p.capacity["sha256"]:
+                    raise QuicbedError(
+                        f"trace {trace.name!r}: the store's has digest {trace.sha256[:12]}, "
+                        f"the cell's {p.capacity['sha256'][:12]} (the trace changed since "
+                        "the cell was planned)"
+                    )
+                file = f"{name}.trace" if trace_dir is None else str(trace_dir / f"{name}.trace")
+                extra["capacity"] = {
+                    "kind": "trace",
+                    "file": file,
+                    "sha256": trace.file_sha256(name),
+                }
+            elif p.capacity:
+                extra["capacity"] = p.capacity
             dirs[name] = {
                 "rate_bps": p.rate_bps or 0,
                 "delay_us": p.delay_us,
@@ -88,6 +108,7 @@ class UserspaceShaper(Shaper):
                 "queue_packets": p.queue_packets or 0,
                 "count": p.count,
                 **({"ecn_threshold_bytes": p.ecn_threshold_bytes} if p.ecn_threshold_bytes else {}),
+                **extra,
             }
         return {
             "format": 1,
@@ -104,7 +125,14 @@ class UserspaceShaper(Shaper):
         tb.mkdir("bridge", f["dir"])
         for k in ("stats", "ready"):
             tb.remove("bridge", f[k])
-        tb.write_text("bridge", f["config"], json.dumps(self.config(cond), indent=2))
+        if cond.trace is not None:
+            trace = capacity.load(cond.trace)
+            for d in capacity.DIRECTIONS:
+                tb.write_text(
+                    "bridge", f["dir"] / f"{d}.trace", capacity.trace_text(trace.offsets(d))
+                )
+        config = self.config(cond, f["dir"])
+        tb.write_text("bridge", f["config"], json.dumps(config, indent=2))
         with tb.cpu.joining("bridge", EMULATOR):  # its CPU per load (quicbed.roles.cpuaccounting)
             p = tb.spawn(
                 "bridge",
@@ -159,13 +187,13 @@ class UserspaceShaper(Shaper):
         pid = self.pid(tb)
         return None if pid is None else tb.cpu_seconds("bridge", pid)
 
-    def counters(self, tb: Roles) -> dict[str, Any] | None:
+    def counters(self, tb: Roles, signal: str = "USR1") -> dict[str, Any] | None:
         pid = self.pid(tb)
         if pid is None:
             return None
         f = self._files(tb)["stats"]
         before = tb.read_text("bridge", f)  # carries the uptime: every write differs
-        tb.kill("bridge", pid, "USR1")
+        tb.kill("bridge", pid, signal)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             text = tb.read_text("bridge", f)
@@ -174,6 +202,12 @@ class UserspaceShaper(Shaper):
                 return counters
             time.sleep(0.01)
         raise QuicbedError(f"{self.binary} (pid {pid}) did not write its counters")
+
+    def restart(self, tb: Roles) -> dict[str, Any] | None:
+        """Start a time-varying link's trace or schedule again from its start (both
+        directions at one instant) and return the counters the emulator wrote just
+        after; a constant link's counters as they are."""
+        return self.counters(tb, "USR2")
 
     def state(self, tb: Roles) -> str:
         """The emulator process (PID and start time: a restart is a new link) and the

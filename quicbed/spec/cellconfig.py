@@ -56,7 +56,13 @@ _NEW_FIELDS: dict[str, object] = {
     "background": [],
 }
 #: the same for the link condition's fields
-_NEW_CONDITION_FIELDS: dict[str, object] = {"ecn_threshold": None}
+_NEW_CONDITION_FIELDS: dict[str, object] = {
+    "ecn_threshold": None,
+    "trace": None,
+    "trace_sha256": None,
+    "trace_mean_mbit": None,
+    "schedule": None,
+}
 TEST_HOST = "quicbed.test"
 #: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
 #: is days of measurement; more warm-ups than that are never needed).

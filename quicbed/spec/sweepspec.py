@@ -129,7 +129,8 @@ class Scenario(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     #: Mbit/s or unlimited (null, or a word of quicbed.spec.cellconfig.UNLIMITED)
-    rate: list[Rate]
+    #: required unless the link varies (trace or schedule), which sets the rate
+    rate: list[Rate] | None = None
     #: base RTT, split evenly between the directions; or instead one-way delays per
     #: direction (ms, ``delay_down`` server -> client, ``delay_up``), each a grid axis
     #: (an unset one is 0): the TUM study delayed the downlink only
@@ -180,6 +181,11 @@ class Scenario(BaseModel):
     #: --background's spelling ("bulk:tcp:bbr", "none", or several comma-separated;
     #: quicbed.spec.background); unset: none, and the key is left out of the digest
     background: list[str] | None = None
+    #: a time-varying link, a grid axis instead of ``rate``: traces of the trace store by
+    #: name (gen:MODEL:seed=N for a generated one) and schedules in --schedule's
+    #: spelling (quicbed.model.capacity); unset: the constant rate, left out of the digest
+    trace: list[str] | None = None
+    schedule: list[str] | None = None
     #: transport traces of this scenario's loads or flows (quicbed.traces) instead of the
     #: spec's level: an observation, not a condition, so in no cell's identity and not
     #: in the digest (a transfer scenario's way to ask for cwnd timelines of its flows)
@@ -203,12 +209,32 @@ class Scenario(BaseModel):
         "flows",
         "offloads",
         "background",
+        "trace",
+        "schedule",
     )
     @classmethod
     def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
         if v is not None and not v:
             raise ValueError("is empty: a grid needs at least one value")
         return v
+
+    @model_validator(mode="after")
+    def _rate_or_varying(self) -> Scenario:
+        varying = [k for k in ("trace", "schedule") if getattr(self, k) is not None]
+        if self.rate is None and not varying:
+            raise ValueError("rate: a scenario needs its rate (or a trace or schedule)")
+        if self.rate is not None and varying:
+            raise ValueError(
+                f"rate and {varying[0]}: a {varying[0]} sets the rate (leave rate out)"
+            )
+        return self
+
+    def capacities(self) -> list[dict[str, str]]:
+        """The condition's varying-link keys of each trace and schedule of the grid
+        ([{}]: a constant rate)."""
+        out = [{"trace": t} for t in self.trace or []]
+        out += [{"schedule": x} for x in self.schedule or []]
+        return out or [{}]
 
     @model_validator(mode="after")
     def _one_delay(self) -> Scenario:
@@ -367,6 +393,8 @@ class SweepSpec(BaseModel):
                 "offloads",
                 "key_exchange",
                 "background",
+                "trace",
+                "schedule",
             ):
                 if sc[key] is None:
                     sc.pop(key)
@@ -421,8 +449,9 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                 workloads.check_page(page, pageset)
             except QuicbedError as exc:
                 raise QuicbedError(f"{where}.pages: {exc}") from None
-        for rate, delay, (loss, down, up), jitter, queue, work, offl, bg in itertools.product(
-            sc.rate,
+        for rate, cap, delay, (loss, down, up), jitter, queue, work, offl, bg in itertools.product(
+            sc.rate or [None],
+            sc.capacities(),
             sc.delays(),
             sc.losses(),
             sc.jitter,
@@ -434,6 +463,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             try:
                 cond = make_condition(
                     rate_mbit=rate,
+                    **cap,
                     **delay,
                     loss_pct=loss,
                     loss_down_pct=down,
