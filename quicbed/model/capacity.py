@@ -30,18 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quicbed.errors import QuicbedError
+from quicbed.model import tracegen
+from quicbed.model.mahimahi import OPPORTUNITY_BYTES, mean_mbit, parse_trace, trace_text
 from quicbed.paths import REPO_ROOT
 
-#: the IP bytes one delivery opportunity carries: one 1500-byte packet
-OPPORTUNITY_BYTES = 1500
 #: where traces live unless QUICBED_TRACES says otherwise (imports and generated ones)
 DEFAULT_STORE = REPO_ROOT / "traces"
 MANIFEST = "trace.json"
 DIRECTIONS = ("down", "up")
-#: a trace longer than this is a typo or the wrong file (Mahimahi's own traces run
-#: minutes, with some 10^5-10^6 lines)
-MAX_TRACE_LINES = 20_000_000
-MAX_PERIOD_MS = 24 * 3600 * 1000
 GENERATED = "gen:"
 #: bounds of a schedule (a typo guard, as LinkCondition's bounds are)
 MAX_STEPS = 1000
@@ -55,45 +51,6 @@ def store() -> Path:
 
 
 # --- traces -------------------------------------------------------------------------
-def parse_trace(text: str, what: str) -> list[int]:
-    """A Mahimahi trace's offsets (ms), or an error naming ``what`` and the bad line."""
-    out: list[int] = []
-    for n, raw in enumerate(text.splitlines(), 1):
-        s = raw.strip()
-        if not s:
-            continue
-        if not s.isdigit():
-            raise QuicbedError(
-                f"{what}: line {n}: {s[:40]!r} is not a millisecond offset (Mahimahi's "
-                "format: one whole number >= 0 per line)"
-            )
-        v = int(s)
-        if out and v < out[-1]:
-            raise QuicbedError(
-                f"{what}: line {n}: {v} comes after {out[-1]} (offsets must not decrease)"
-            )
-        out.append(v)
-        if len(out) > MAX_TRACE_LINES:
-            raise QuicbedError(f"{what}: more than {MAX_TRACE_LINES} lines")
-    if not out:
-        raise QuicbedError(f"{what}: no delivery opportunity (the trace is empty)")
-    if out[-1] == 0:
-        raise QuicbedError(f"{what}: the last offset is 0 ms: the trace has no length to repeat")
-    if out[-1] > MAX_PERIOD_MS:
-        raise QuicbedError(f"{what}: it runs {out[-1]} ms, more than a day")
-    return out
-
-
-def trace_text(offsets: list[int]) -> str:
-    """The canonical file of a trace: one offset per line (what the store keeps)."""
-    return "".join(f"{v}\n" for v in offsets)
-
-
-def mean_mbit(offsets: list[int]) -> float:
-    """A trace's mean rate in Mbit/s of IP bytes."""
-    return len(offsets) * OPPORTUNITY_BYTES * 8 / (offsets[-1] / 1000) / 1e6
-
-
 def opportunities_between(offsets: list[int], p0_us: float, p1_us: float) -> int:
     """How many opportunities a trace has at times in (p0, p1] (us from its start),
     counted over its repeats; an offset equal to the period falls on the next cycle's
@@ -268,8 +225,6 @@ def parse_generated(name: str) -> tuple[str, int, float]:
 
 def generate(name: str) -> Trace:
     """The trace a ``gen:`` name describes, from its model (quicbed.model.tracegen)."""
-    from quicbed.model import tracegen
-
     model, seed, seconds = parse_generated(name)
     down, up = (
         tracegen.generate(model, seed=seed, seconds=seconds, direction=d) for d in DIRECTIONS

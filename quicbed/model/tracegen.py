@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass
 
 from quicbed.errors import QuicbedError
-from quicbed.model.capacity import OPPORTUNITY_BYTES
+from quicbed.model.mahimahi import OPPORTUNITY_BYTES
 
 #: bits one delivery opportunity carries (quicbed.model.capacity: one 1500-byte IP packet)
 _OPPORTUNITY_BITS = OPPORTUNITY_BYTES * 8
