@@ -5,6 +5,7 @@ judged against the bytes the trace file allows."""
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
@@ -71,3 +72,11 @@ def test_a_cell_on_a_generated_trace_follows_it_in_its_receipt_and_every_load(
     assert all(p0 < 50 and p1 > p0 for p0, p1 in positions), positions
     # the trace the emulator ran is the one the cell's identity names
     assert config["condition"]["trace_sha256"] == capacity.load(TRACE).sha256
+    # the report names the trace where a constant link's rate stands
+    cp = subprocess.run([*QB, "report", str(out)], capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    with open(out / "report" / "table.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["link"].startswith(f"trace {TRACE} (mean ") and row["rate_mbit"] == ""
+    page = (out / "report" / "index.html").read_text()
+    assert f"trace {TRACE}" in page

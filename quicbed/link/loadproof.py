@@ -38,7 +38,7 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.link import hostcpu
-from quicbed.model import capacity
+from quicbed.model import capacity, mahimahi
 from quicbed.model.link import JitterKind, LinkCondition
 from quicbed.shapers.shaper import Shaper
 from quicbed.testbed.lifecycle import Testbed
@@ -235,7 +235,7 @@ def capacity_facts(
 
 #: what a varying link may carry beyond its trace's bytes between two snapshots: one
 #: opportunity's worth (a frame that began on an opportunity before the first snapshot)
-CAPACITY_SLACK_BYTES = capacity.OPPORTUNITY_BYTES + 14
+CAPACITY_SLACK_BYTES = mahimahi.OPPORTUNITY_BYTES + 14
 
 
 def _judge_direction(

@@ -429,13 +429,18 @@ class LinkCondition(BaseModel):
             )
         return {"kind": "schedule", "steps": steps}
 
+    def rate_label(self) -> str:
+        """The rate as a label shows it: ``50 Mbit/s``, ``unlimited``, or a varying
+        link's trace or schedule in its place."""
+        if self.trace is not None:
+            return f"trace {self.trace} (mean {self.trace_mean_mbit:.3g} Mbit/s down)"
+        if self.schedule is not None:
+            return f"schedule {self.schedule}"
+        return "unlimited" if self.rate_mbit is None else f"{self.rate_mbit:g} Mbit/s"
+
     def label(self) -> str:
         """Short human label, e.g. ``50 Mbit/s, 36 ms, 1 % loss``."""
-        parts = ["unlimited" if self.rate_mbit is None else f"{self.rate_mbit:g} Mbit/s"]
-        if self.trace is not None:
-            parts = [f"trace {self.trace} (mean {self.trace_mean_mbit:.3g} Mbit/s down)"]
-        elif self.schedule is not None:
-            parts = [f"schedule {self.schedule}"]
+        parts = [self.rate_label()]
         parts.append(f"{self.rtt():g} ms")
         if self.loss_pct or self.loss_down_pct or self.loss_up_pct:
             parts.append(f"loss {self.loss_down() * 100:g}/{self.loss_up() * 100:g} % down/up")

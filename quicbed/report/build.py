@@ -335,6 +335,7 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
                 jitter_kind=cond["jitter_kind"],
                 queue=cond["queue"],
                 background=background_text(cell.background),
+                link=cell.condition.rate_label() if cell.condition.varying() else "",
                 mode=cfg["mode"],
                 runs=cfg["runs"],
                 problem=att.problem or "",
@@ -527,10 +528,10 @@ def _sort_queue(q: str) -> tuple[str, float]:
 #: what a heatmap's rows or columns may be: (axis label, cell label, sort key); the
 #: reference study's heatmaps are rates x pages, a scenario varying more gets other axes
 _DIMS: dict[str, tuple[str, Any, Any]] = {
-    "rate": (
+    "rate": (  # a varying link's trace or schedule stands where its rate would
         "rate",
-        lambda r: _label_rate(r.rate_mbit),
-        lambda r: (r.rate_mbit is None, r.rate_mbit or 0),
+        lambda r: r.link or _label_rate(r.rate_mbit),
+        lambda r: (r.link != "", r.rate_mbit is None, r.rate_mbit or 0, r.link),
     ),
     "rtt": ("RTT", lambda r: f"{r.rtt_ms:g} ms", lambda r: r.rtt_ms),
     "loss": (

@@ -34,6 +34,7 @@ COLUMNS = [
     "jitter_kind",
     "queue",
     "background",
+    "link",
     "mode",
     "runs",
     "cc",
@@ -134,6 +135,9 @@ class CellRow(Compared):
     #: valid loads (mean over the loads of their summed share; None: no download; an
     #: upload's share, of the uplink, is in the loads' detail)
     background: str = "none"
+    #: a time-varying link (quicbed.model.capacity): ``trace NAME`` or ``schedule TEXT``,
+    #: in place of a rate; "" for a constant one
+    link: str = ""
     bg_share_ref: float | None = None
     bg_share_cand: float | None = None
     problem: str = ""

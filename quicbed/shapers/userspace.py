@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from quicbed.errors import QuicbedError
-from quicbed.model import capacity
+from quicbed.model import capacity, mahimahi
 from quicbed.model.link import LinkCondition
 from quicbed.roles.cpuaccounting import EMULATOR
 from quicbed.roles.interface import Roles, RPath
@@ -129,7 +129,7 @@ class UserspaceShaper(Shaper):
             trace = capacity.load(cond.trace)
             for d in capacity.DIRECTIONS:
                 tb.write_text(
-                    "bridge", f["dir"] / f"{d}.trace", capacity.trace_text(trace.offsets(d))
+                    "bridge", f["dir"] / f"{d}.trace", mahimahi.trace_text(trace.offsets(d))
                 )
         config = self.config(cond, f["dir"])
         tb.write_text("bridge", f["config"], json.dumps(config, indent=2))
