@@ -951,7 +951,8 @@ class _Job:
         load = _PageLoad(arm, rep, warm, result, m, facts, cpu, proof, counters, lt, offl_reasons)
         if bg:
             t0, t1, span = _page_span(result.get("har"), m, t0, t1)
-            rows, why = bg.over(t0, t1, cfg.condition.rate_mbit)
+            # a varying link's share is of its mean rate (docs/varying-links.md)
+            rows, why = bg.over(t0, t1, cfg.condition.mean_rate_mbit())
             load.background = [{**r, "span": span} for r in rows]
             load.background_reasons = why
         return load
