@@ -633,7 +633,8 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
     total = receipt_s * len({pc.config.link_key() for pc in cells})
     for pc in cells:
         c = pc.config
-        rate = 1000.0 if c.condition.rate_mbit is None else c.condition.rate_mbit
+        mean = c.condition.mean_rate_mbit()  # a varying link's: its mean
+        rate = 1000.0 if mean is None else mean
         if c.transfer is not None:
             total += 2 * SPOT_CHECK_S + _transfer_seconds(c, rate)
             continue
@@ -656,7 +657,8 @@ def loss_bound_mbit(cond: LinkCondition) -> float:
     sqrt(p)), capped at the link's rate: the pace of a download on a lossy long path.
     A lower bound in practice: CUBIC (N = 2 the more) beat it by 2-3x at 200 ms here
     (sweeps/beta.yaml's delay group), so an estimate built on it errs long."""
-    rate = 1000.0 if cond.rate_mbit is None else cond.rate_mbit
+    mean = cond.mean_rate_mbit()
+    rate = 1000.0 if mean is None else mean
     p, rtt_s = cond.loss_down(), max(cond.rtt(), 1.0) / 1000
     if p <= 0:
         return rate
