@@ -24,11 +24,14 @@ import os
 import platform
 import sys
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from quicbed.analysis.cells import compare_cell
 from quicbed.results.linkload import background_share
+from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.spec.background import background_text
 from quicbed.spec.cellconfig import CellConfig, make_cell
@@ -42,48 +45,61 @@ ARM_HEAD = ["Mbit/s", "page", "background", "arm", "valid", "PLT", "sd", "bg sha
 PAIR_HEAD = ["Mbit/s", "page", "background", "pair", "PLT diff %", "Welch p"]
 
 
-def _cells(store: Store) -> list[tuple[str, int, CellConfig, list[str]]]:
-    """The latest attempts by rate, page and background (the spec's order)."""
+#: a cell's sort key and the head of its rows (its condition as the tables show it)
+Describe = Callable[[CellConfig], tuple[Any, list[str]]]
+#: an arm's last column from its cell's runs
+Extra = Callable[[list[RunRow], str], str]
+
+
+def _by_background(cfg: CellConfig) -> tuple[Any, list[str]]:
+    """Rate, page and background, the spec's backgrounds in its order."""
+    bg = background_text(cfg.background)
+    order = ("none", "bulk:tcp:cubic", "bulk:tcp:bbr")
+    key = (cfg.condition.rate_mbit or 0, cfg.page, order.index(bg) if bg in order else 9)
+    return key, [f"{cfg.condition.rate_mbit:g}", cfg.page, bg]
+
+
+def _share(runs: list[RunRow], arm: str) -> str:
+    share = background_share(runs, arm)
+    return f"{100 * share:.0f}" if share is not None else "-"
+
+
+def _cells(store: Store, describe: Describe) -> list[tuple[str, int, CellConfig, list[str]]]:
+    """The latest attempts in ``describe``'s order, each with its head."""
     out = []
     for cid, att in store.latest_attempts().items():
         cfg = make_cell(**store.cell_config(cid))
-        bg = background_text(cfg.background)
-        head = [f"{cfg.condition.rate_mbit:g}", cfg.page, bg]
-        order = ("none", "bulk:tcp:cubic", "bulk:tcp:bbr")
-        key = (cfg.condition.rate_mbit or 0, cfg.page, order.index(bg) if bg in order else 9)
+        key, head = describe(cfg)
         out.append((key, (cid, att.attempt, cfg, head)))
     return [cell for _, cell in sorted(out, key=lambda x: x[0])]
 
 
-def arm_rows(root: Path) -> list[list[str]]:
+def arm_rows(
+    root: Path, describe: Describe = _by_background, extra: Extra = _share
+) -> list[list[str]]:
+    """Per cell and arm: valid of the measured loads, PLT mean and sd, ``extra``."""
     store = Store(root)
     rows = []
     try:
-        for cid, attempt, cfg, head in _cells(store):
+        for cid, attempt, cfg, head in _cells(store, describe):
             runs = store.runs(cid, attempt)
             for arm in cfg.arms:
                 measured = [r for r in runs if r.arm == arm and not r.warmup]
                 plt = [r.plt_ms for r in measured if r.valid and r.plt_ms is not None]
-                share = background_share(runs, arm)
-                rows.append(
-                    [
-                        *head,
-                        arm,
-                        f"{len(plt)}/{len(measured)}",
-                        *_mean_sd(plt),
-                        f"{100 * share:.0f}" if share is not None else "-",
-                    ]
-                )
+                valid = f"{len(plt)}/{len(measured)}"
+                rows.append([*head, arm, valid, *_mean_sd(plt), extra(runs, arm)])
     finally:
         store.close()
     return rows
 
 
-def pair_rows(root: Path) -> list[list[str]]:
+def pair_rows(root: Path, describe: Describe = _by_background) -> list[list[str]]:
+    """Per cell and pair: the difference of means (%, positive: the second faster) and
+    Welch's p."""
     store = Store(root)
     out = []
     try:
-        for cid, attempt, cfg, head in _cells(store):
+        for cid, attempt, cfg, head in _cells(store, describe):
             for pair, c in compare_cell(store, cid, attempt, cfg).items():
                 diff = f"{c.pct_diff:+.1f}" if c.pct_diff is not None else "-"
                 p = f"{c.welch_p:.2g}" if c.welch_p is not None else "-"

@@ -1,0 +1,94 @@
+"""Page loads over time-varying links (issue 41): PLT per arm per trace.
+
+Run as root after `make setup-all`, with nothing else running on the machine:
+
+    .venv/bin/python benchmarks/variable_links.py [--spec FILE] [--out DIR]
+        [--md FILE] [--tables-only]
+
+Runs benchmarks/specs/variable-links-small.yaml (default; sweeps/variable-links.yaml is
+the whole preset): two pages at 36 ms over the generated LTE, LTE-with-outages and
+Wi-Fi traces, a 50/5 Mbit/s step schedule, and constant 5 and 27 Mbit/s links (the
+traces' mean rates), h2 against h3, 10 loads + 1 warm-up per arm.
+
+Prints per cell and arm: valid of the measured loads, PLT mean and standard deviation
+(ms) over the valid loads, and the share of the trace's downlink bytes the loads used
+(mean over the valid loads of each load's used_pct; "-" on a constant link); then per
+cell h2 against h3: the difference of means in % (positive: h3 faster) and Welch's p.
+The head gives the host's steal and busy shares over the run and the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from quicbed.results.rows import RunRow
+from quicbed.spec.cellconfig import CellConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported
+from background_traffic import arm_rows, pair_rows
+from real_pages import _table, measure
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "benchmarks" / "specs" / "variable-links-small.yaml"
+ARM_HEAD = ["link", "page", "arm", "valid", "PLT", "sd", "trace used %"]
+PAIR_HEAD = ["link", "page", "pair", "PLT diff %", "Welch p"]
+
+
+def by_link(cfg: CellConfig) -> tuple[Any, list[str]]:
+    """The link (constant rates first, then traces and schedules by name) and the page."""
+    c = cfg.condition
+    return (c.varying() is not None, c.mean_rate_mbit() or 0, c.rate_label(), cfg.page), [
+        c.rate_label(),
+        cfg.page,
+    ]
+
+
+def used(runs: list[RunRow], arm: str) -> str:
+    """Mean share (%) of the trace's downlink bytes the arm's valid loads carried."""
+    got = []
+    for r in runs:
+        if r.arm != arm or r.warmup or not r.valid:
+            continue
+        cap = (((r.detail or {}).get("link") or {}).get("load") or {}).get("directions", {})
+        pct = (cap.get("down") or {}).get("capacity", {}).get("used_pct")
+        if pct is not None:
+            got.append(pct)
+    return f"{sum(got) / len(got):.0f}" if got else "-"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", type=Path, default=SPEC)
+    ap.add_argument("--out", type=Path, help="results folder (default: a new temporary one)")
+    ap.add_argument("--md", type=Path, help="write the tables as Markdown here")
+    ap.add_argument("--tables-only", action="store_true", help="only the tables of --out")
+    a = ap.parse_args()
+    if os.geteuid() != 0 and not a.tables_only:
+        print("benchmarks/variable_links.py needs root", file=sys.stderr)
+        return 2
+    out = a.out or Path(tempfile.mkdtemp(prefix="quicbed-variable-links-"))
+    lines = [
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
+        f"kernel {platform.release()}, nothing else running.",
+        "",
+    ]
+    if not a.tables_only:
+        lines += [measure(a.spec, out, "qbvl"), ""]
+    arms = arm_rows(out, by_link, used)
+    lines += [*_table(ARM_HEAD, arms), "", *_table(PAIR_HEAD, pair_rows(out, by_link)), ""]
+    text = "\n".join(lines)
+    print(text)
+    if a.md:
+        a.md.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
