@@ -683,7 +683,8 @@ def _plan_delay_probe(cond: LinkCondition, rtt_sd_ms: float) -> _DelayPlan:
     least 1 s and four times the longest delay and jitter, so nothing in flight counts as
     lost."""
     pipes = cond.pipes()
-    rate_bps = _rate_bps(cond)
+    # a varying link's stream is paced against its slower direction's mean rate
+    rate_bps = varying.slowest_mean_bps(cond) if cond.varying() else _rate_bps(cond)
     frame_bits = _frame(cond, OWD_FRAME) * 8
     pps = min(PROBE_MAX_PPS, 0.3 * rate_bps / frame_bits) if rate_bps else PROBE_MAX_PPS
     one_way_sd = max(rtt_sd_ms / math.sqrt(2), _model_sd(cond, 1))

@@ -51,6 +51,16 @@ def peak_mbit(cond: LinkCondition, direction: str) -> float:
     return max(s.rate_mbit for s in capacity.parse_schedule(cond.schedule))
 
 
+def slowest_mean_bps(cond: LinkCondition) -> float:
+    """The lower of the two directions' mean rates (bit/s): what a probe that must not
+    fill the queue (the receipt's delay and loss stream) is paced against."""
+    if cond.trace is not None:
+        t = capacity.load(cond.trace)
+        return min(t.mean_mbit(d) for d in capacity.DIRECTIONS) * 1e6
+    assert cond.schedule is not None
+    return capacity.schedule_mean_mbit(capacity.parse_schedule(cond.schedule)) * 1e6
+
+
 def rtt_range(cond: LinkCondition) -> tuple[float, float, float]:
     """(lowest, highest) base RTT the link passes through (ms) and the longest usual
     wait for a small packet's opportunity on one direction (ms): a trace's median gap
