@@ -320,3 +320,27 @@ def test_the_traces_command_imports_shows_and_refuses_in_one_line(tmp_path: Path
     )
     assert cp.returncode == 2 and "the trace is empty" in cp.stderr
     assert cp.stderr.count("\n") == 1, cp.stderr
+
+
+def test_a_start_offset_places_every_load_and_is_part_of_the_cell(tmp_path: Path) -> None:
+    capacity.import_files("t", _file(tmp_path, "a", "1\n2\n3\n4\n"), None)
+    at = make_condition(trace="t", rtt_ms=36, start_ms=2.5)
+    assert UserspaceShaper.config(at)["directions"]["down"]["capacity"]["start_us"] == 2500
+    assert (
+        "start_us"
+        not in UserspaceShaper.config(make_condition(trace="t", rtt_ms=36))["directions"]["down"][
+            "capacity"
+        ]
+    )
+    assert at.rate_label().startswith("trace t from 0.0025 s")
+    cell = {"page": "5kb", "arms": ["h2", "h3"], "runs": 2}
+    plain = make_condition(trace="t", rtt_ms=36)
+    assert make_cell(condition=at, **cell).cell_id() != make_cell(condition=plain, **cell).cell_id()
+    sched = make_condition(schedule="10:1s", rtt_ms=36, start_ms=400)
+    assert sched.pipes()["up"].capacity["start_us"] == 400_000  # type: ignore[index]
+    for kw, needle in (
+        ({"trace": "t", "start_ms": -1}, "start -1 ms"),
+        ({"rate_mbit": 10, "start_ms": 5}, "a start in a trace or schedule needs one"),
+    ):
+        with pytest.raises(QuicbedError, match=needle):
+            make_condition(rtt_ms=36, **kw)

@@ -285,6 +285,13 @@ ScheduleOpt = Annotated[
         "0:200ms an outage); it sets the rate both ways (userspace shaper only).",
     ),
 ]
+StartAtOpt = Annotated[
+    float,
+    typer.Option(
+        "--start-at",
+        help="With --trace or --schedule: ms into it where every load starts (default 0).",
+    ),
+]
 CountOpt = Annotated[str, typer.Option(help="Bytes that count: ethernet or ip.")]
 SeedOpt = Annotated[int, typer.Option(help="RNG seed of loss and jitter.")]
 
@@ -309,6 +316,7 @@ class LinkOptions:
     seed: SeedOpt = LINK["seed"]
     trace: TraceOpt = None
     schedule: ScheduleOpt = None
+    start_at: StartAtOpt = 0.0
 
     def condition(self) -> LinkCondition:
         """The LinkCondition; every bad value is one error naming it."""
@@ -339,6 +347,7 @@ class LinkOptions:
             seed=self.seed,
             trace=self.trace,
             schedule=self.schedule,
+            start_ms=self.start_at,
         )
         return make_condition(**{k: v for k, v in kw.items() if v is not None})
 
@@ -357,6 +366,7 @@ CELL_LINK = (
     "seed",
     "trace",
     "schedule",
+    "start_at",
 )
 
 

@@ -43,6 +43,8 @@ GENERATED = "gen:"
 MAX_STEPS = 1000
 MIN_STEP_MS, MAX_STEP_MS = 1.0, 3_600_000.0
 MAX_RATE_MBIT = 10_000.0
+#: the latest start in a trace or schedule (a day: the longest trace)
+MAX_START_MS = 24 * 3600 * 1000.0
 
 
 def store() -> Path:

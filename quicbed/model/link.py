@@ -164,6 +164,10 @@ class LinkCondition(BaseModel):
     #: or a schedule, ``RATE[@RTTms]:DURATION,...`` (quicbed.model.capacity), kept in
     #: its canonical spelling
     schedule: str | None = None
+    #: where in the trace or schedule every load starts (ms; past its period it wraps):
+    #: each load restarts there, so a cell can measure another part of a trace than its
+    #: first seconds
+    start_ms: float = 0.0
 
     @model_validator(mode="before")
     @classmethod
@@ -265,9 +269,18 @@ class LinkCondition(BaseModel):
         """A trace or a schedule sets the rate (and a schedule the delay's changes): a
         constant rate or jitter beside it would contradict it."""
         kind = self.varying()
+        if not (0 <= self.start_ms <= capacity.MAX_START_MS):
+            raise ValueError(
+                f"start {self.start_ms:g} ms: where each load starts in the trace or schedule, "
+                f"in [0, {capacity.MAX_START_MS:g}] ms"
+            )
         if kind is None:
             if self.trace_sha256 is not None or self.trace_mean_mbit is not None:
                 raise ValueError("trace_sha256 and trace_mean_mbit belong to a trace")
+            if self.start_ms:
+                raise ValueError(
+                    f"start {self.start_ms:g} ms: a start in a trace or schedule needs one"
+                )
             return
         if self.trace is not None and self.schedule is not None:
             raise ValueError("give either a trace or a schedule, not both")
@@ -413,8 +426,9 @@ class LinkCondition(BaseModel):
 
     def _capacity(self, direction: str, delay_ms: float) -> dict[str, Any] | None:
         """A direction's varying capacity as its pipe carries it (Pipe.capacity)."""
+        start = {"start_us": round(self.start_ms * 1000)} if self.start_ms else {}
         if self.trace is not None:
-            return {"kind": "trace", "trace": self.trace, "sha256": self.trace_sha256}
+            return {"kind": "trace", "trace": self.trace, "sha256": self.trace_sha256, **start}
         if self.schedule is None:
             return None
         steps = []
@@ -427,15 +441,16 @@ class LinkCondition(BaseModel):
                     "delay_us": round(d * 1000),
                 }
             )
-        return {"kind": "schedule", "steps": steps}
+        return {"kind": "schedule", "steps": steps, **start}
 
     def rate_label(self) -> str:
         """The rate as a label shows it: ``50 Mbit/s``, ``unlimited``, or a varying
         link's trace or schedule in its place."""
+        start = f" from {self.start_ms / 1000:g} s" if self.start_ms else ""
         if self.trace is not None:
-            return f"trace {self.trace} (mean {self.trace_mean_mbit:.3g} Mbit/s down)"
+            return f"trace {self.trace}{start} (mean {self.trace_mean_mbit:.3g} Mbit/s down)"
         if self.schedule is not None:
-            return f"schedule {self.schedule}"
+            return f"schedule {self.schedule}{start}"
         return "unlimited" if self.rate_mbit is None else f"{self.rate_mbit:g} Mbit/s"
 
     def label(self) -> str:

@@ -94,6 +94,7 @@ class UserspaceShaper(Shaper):
                     "kind": "trace",
                     "file": file,
                     "sha256": trace.file_sha256(name),
+                    **({"start_us": p.capacity["start_us"]} if "start_us" in p.capacity else {}),
                 }
             elif p.capacity:
                 extra["capacity"] = p.capacity

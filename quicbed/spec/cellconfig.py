@@ -62,6 +62,7 @@ _NEW_CONDITION_FIELDS: dict[str, object] = {
     "trace_sha256": None,
     "trace_mean_mbit": None,
     "schedule": None,
+    "start_ms": 0.0,
 }
 TEST_HOST = "quicbed.test"
 #: Upper bounds that catch typos before the time estimate does (10 000 loads per arm

@@ -186,6 +186,9 @@ class Scenario(BaseModel):
     #: spelling (quicbed.model.capacity); unset: the constant rate, left out of the digest
     trace: list[str] | None = None
     schedule: list[str] | None = None
+    #: ms into each trace or schedule where every load starts, a grid axis (unset: 0,
+    #: left out of the digest)
+    start_at: list[float] | None = None
     #: transport traces of this scenario's loads or flows (quicbed.traces) instead of the
     #: spec's level: an observation, not a condition, so in no cell's identity and not
     #: in the digest (a transfer scenario's way to ask for cwnd timelines of its flows)
@@ -211,6 +214,7 @@ class Scenario(BaseModel):
         "background",
         "trace",
         "schedule",
+        "start_at",
     )
     @classmethod
     def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
@@ -229,11 +233,13 @@ class Scenario(BaseModel):
             )
         return self
 
-    def capacities(self) -> list[dict[str, str]]:
+    def capacities(self) -> list[dict[str, Any]]:
         """The condition's varying-link keys of each trace and schedule of the grid
         ([{}]: a constant rate)."""
-        out = [{"trace": t} for t in self.trace or []]
+        out: list[dict[str, Any]] = [{"trace": t} for t in self.trace or []]
         out += [{"schedule": x} for x in self.schedule or []]
+        if self.start_at is not None:
+            out = [{**c, "start_ms": ms} for c in out or [{}] for ms in self.start_at]
         return out or [{}]
 
     @model_validator(mode="after")
@@ -395,6 +401,7 @@ class SweepSpec(BaseModel):
                 "background",
                 "trace",
                 "schedule",
+                "start_at",
             ):
                 if sc[key] is None:
                     sc.pop(key)

@@ -27,8 +27,8 @@ type Capacity interface {
 	// Delay is the propagation delay for a frame departing at t, and whether the
 	// capacity sets it (a schedule's steps do; a trace leaves the pipe's own).
 	Delay(t time.Duration) (time.Duration, bool)
-	// Restart moves the capacity's time zero to now: the trace or schedule begins
-	// again from its start.
+	// Restart moves the capacity's time zero so that now is its start offset: the
+	// trace or schedule begins again from there.
 	Restart(now time.Duration)
 	// Epoch is the capacity's current time zero.
 	Epoch() time.Duration
@@ -81,6 +81,7 @@ type Trace struct {
 	opp    []time.Duration // offsets within one period
 	period time.Duration
 	epoch  time.Duration
+	start  time.Duration // where in the trace a restart begins
 	// idx counts opportunities from the epoch (cycle*len(opp) + i); left is what the
 	// opportunity idx still carries; idx < 0: none taken since the epoch.
 	idx  int64
@@ -150,7 +151,10 @@ func (t *Trace) Depart(start time.Duration, size int64) time.Duration {
 
 func (t *Trace) Delay(time.Duration) (time.Duration, bool) { return 0, false }
 
-func (t *Trace) Restart(now time.Duration) { t.epoch, t.idx, t.left = now, -1, 0 }
+func (t *Trace) Restart(now time.Duration) { t.epoch, t.idx, t.left = now-t.start, -1, 0 }
+
+// StartAt makes every restart begin at offset start into the trace.
+func (t *Trace) StartAt(start time.Duration) { t.start = start }
 
 func (t *Trace) Epoch() time.Duration  { return t.epoch }
 func (t *Trace) Period() time.Duration { return t.period }
@@ -184,6 +188,7 @@ type Schedule struct {
 	ends   []time.Duration // end of each step within a period
 	period time.Duration
 	epoch  time.Duration
+	start  time.Duration // where in the schedule a restart begins
 }
 
 // NewSchedule checks the steps: each lasts > 0, no rate or delay is negative, and
@@ -247,10 +252,13 @@ func (s *Schedule) Delay(t time.Duration) (time.Duration, bool) {
 	return st.Delay, true
 }
 
-func (s *Schedule) Restart(now time.Duration) { s.epoch = now }
-func (s *Schedule) Epoch() time.Duration      { return s.epoch }
-func (s *Schedule) Period() time.Duration     { return s.period }
-func (s *Schedule) Kind() string              { return "schedule" }
+func (s *Schedule) Restart(now time.Duration) { s.epoch = now - s.start }
+
+// StartAt makes every restart begin at offset start into the schedule.
+func (s *Schedule) StartAt(start time.Duration) { s.start = start }
+func (s *Schedule) Epoch() time.Duration        { return s.epoch }
+func (s *Schedule) Period() time.Duration       { return s.period }
+func (s *Schedule) Kind() string                { return "schedule" }
 
 // Size counts as the pipe's Count says, as a constant rate does.
 func (s *Schedule) Size(frameLen int, countIP bool) int64 {

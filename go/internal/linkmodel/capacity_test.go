@@ -243,3 +243,30 @@ func TestConfigTraceIsCheckedByDigest(t *testing.T) {
 		t.Fatalf("unknown kind: %v", err)
 	}
 }
+
+// A start offset places every restart that far into the trace: the position reads
+// from the offset and the next frame takes the opportunity after it.
+func TestRestartBeginsAtTheStartOffset(t *testing.T) {
+	tr, _ := NewTrace([]int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+	tr.StartAt(4500 * time.Microsecond)
+	p, _ := NewPipe(Params{Capacity: tr, QueuePackets: 10}, 1, "down")
+	p.Restart(100 * ms)
+	if s := p.Capacity(100 * ms); s.PositionUs != 4500 {
+		t.Fatalf("position %d, want 4500", s.PositionUs)
+	}
+	at, _ := p.Offer(100*ms, 1514, false) // trace time 4.5 ms: the 5 ms opportunity
+	if at != 100*ms+500*time.Microsecond {
+		t.Fatalf("left at %v", at)
+	}
+	s, _ := NewSchedule([]Step{{Duration: 10 * ms, RateBps: 12_000_000}, {Duration: 10 * ms, RateBps: 0}})
+	s.StartAt(9 * ms)
+	q, _ := NewPipe(Params{Capacity: s, QueuePackets: 10}, 1, "down")
+	q.Restart(0)
+	// 1 ms left at 12 Mbit/s carries 1500 bytes; the next frame waits out the 10 ms
+	// outage and leaves 1 ms into the next period (real time 12 ms)
+	a, _ := q.Offer(0, 1500, false)
+	b, _ := q.Offer(0, 1500, false)
+	if a != 1*ms || b != 12*ms {
+		t.Fatalf("got %v %v", a, b)
+	}
+}

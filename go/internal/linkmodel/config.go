@@ -69,6 +69,8 @@ type CapacityConfig struct {
 	Sha256 string `json:"sha256,omitempty"`
 	// Steps is the schedule, repeated.
 	Steps []StepConfig `json:"steps,omitempty"`
+	// StartUs is where in the trace or schedule every restart begins (>= 0).
+	StartUs int64 `json:"start_us,omitempty"`
 }
 
 // StepConfig is one step of a schedule.
@@ -80,6 +82,10 @@ type StepConfig struct {
 
 // build makes the Capacity the config describes, reading a trace's file.
 func (c *CapacityConfig) build() (Capacity, error) {
+	if c.StartUs < 0 {
+		return nil, fmt.Errorf("capacity.start_us: must be >= 0 (got %d)", c.StartUs)
+	}
+	start := time.Duration(c.StartUs) * time.Microsecond
 	switch c.Kind {
 	case "trace":
 		if c.File == "" || len(c.Steps) > 0 {
@@ -97,7 +103,12 @@ func (c *CapacityConfig) build() (Capacity, error) {
 		if err != nil {
 			return nil, fmt.Errorf("capacity.file: %s: %v", c.File, err)
 		}
-		return NewTrace(ms)
+		t, err := NewTrace(ms)
+		if err != nil {
+			return nil, err
+		}
+		t.StartAt(start)
+		return t, nil
 	case "schedule":
 		if c.File != "" || len(c.Steps) == 0 {
 			return nil, fmt.Errorf("capacity: a schedule has steps and no file")
@@ -111,6 +122,7 @@ func (c *CapacityConfig) build() (Capacity, error) {
 		if err != nil {
 			return nil, fmt.Errorf("capacity.steps: %v", err)
 		}
+		s.StartAt(start)
 		return s, nil
 	}
 	return nil, fmt.Errorf("capacity.kind: unknown %q (trace or schedule)", c.Kind)
