@@ -19,13 +19,8 @@ host's steal and busy shares over the run (/proc/stat) and the wall time.
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 import sys
-import tempfile
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +32,7 @@ from quicbed.spec.background import background_text
 from quicbed.spec.cellconfig import CellConfig, make_cell
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported
-from real_pages import _mean_sd, _table, measure
+from real_pages import _mean_sd, _table, bench_main
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "benchmarks" / "specs" / "cross-traffic-small.yaml"
@@ -109,30 +104,12 @@ def pair_rows(root: Path, describe: Describe = _by_background) -> list[list[str]
     return out
 
 
+def tables(root: Path) -> list[str]:
+    return [*_table(ARM_HEAD, arm_rows(root)), "", *_table(PAIR_HEAD, pair_rows(root)), ""]
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", type=Path, default=SPEC)
-    ap.add_argument("--out", type=Path, help="results folder (default: a new temporary one)")
-    ap.add_argument("--md", type=Path, help="write the tables as Markdown here")
-    ap.add_argument("--tables-only", action="store_true", help="only the tables of --out")
-    a = ap.parse_args()
-    if os.geteuid() != 0 and not a.tables_only:
-        print("benchmarks/background_traffic.py needs root", file=sys.stderr)
-        return 2
-    out = a.out or Path(tempfile.mkdtemp(prefix="quicbed-background-"))
-    lines = [
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
-        f"kernel {platform.release()}, nothing else running.",
-        "",
-    ]
-    if not a.tables_only:
-        lines += [measure(a.spec, out, "qbbg"), ""]
-    lines += [*_table(ARM_HEAD, arm_rows(out)), "", *_table(PAIR_HEAD, pair_rows(out)), ""]
-    text = "\n".join(lines)
-    print(text)
-    if a.md:
-        a.md.write_text(text)
-    return 0
+    return bench_main(__doc__ or "", "background_traffic.py", SPEC, "qbbg", tables)
 
 
 if __name__ == "__main__":

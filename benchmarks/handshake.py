@@ -19,13 +19,8 @@ over the run (/proc/stat) and the wall time.
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 import statistics
 import sys
-import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 from quicbed.analysis.cells import compare_cell
@@ -35,7 +30,7 @@ from quicbed.spec.arms import own_pairs, parse_pairs
 from quicbed.spec.sweepspec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported
-from real_pages import _cells, _mean_sd, _table, measure
+from real_pages import _cells, _mean_sd, _table, bench_main
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "sweeps" / "handshake.yaml"
@@ -98,28 +93,7 @@ def tables(root: Path) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, help="results folder (default: a new temporary one)")
-    ap.add_argument("--md", type=Path, help="write the tables as Markdown here")
-    ap.add_argument("--tables-only", action="store_true", help="only the tables of --out")
-    a = ap.parse_args()
-    if os.geteuid() != 0 and not a.tables_only:
-        print("benchmarks/handshake.py needs root", file=sys.stderr)
-        return 2
-    out = a.out or Path(tempfile.mkdtemp(prefix="quicbed-handshake-"))
-    lines = [
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
-        f"kernel {platform.release()}, nothing else running.",
-        "",
-    ]
-    if not a.tables_only:
-        lines += [measure(SPEC, out, "qbhs"), ""]
-    lines += tables(out)
-    text = "\n".join(lines)
-    print(text)
-    if a.md:
-        a.md.write_text(text)
-    return 0
+    return bench_main(__doc__ or "", "handshake.py", SPEC, "qbhs", tables)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -177,6 +178,40 @@ def measure(spec_path: Path, out: Path, prefix: str) -> str:
     )
 
 
+def head_line() -> str:
+    """The machine a benchmark's tables were measured on, for its head."""
+    return (
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
+        f"kernel {platform.release()}, nothing else running."
+    )
+
+
+def bench_main(
+    doc: str, script: str, spec: Path, prefix: str, tables: Callable[[Path], list[str]]
+) -> int:
+    """A one-spec benchmark's command line: run (or resume) ``spec`` into --out, or with
+    --tables-only read it, and print (and with --md write) the head and ``tables``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--spec", type=Path, default=spec)
+    ap.add_argument("--out", type=Path, help="results folder (default: a new temporary one)")
+    ap.add_argument("--md", type=Path, help="write the tables as Markdown here")
+    ap.add_argument("--tables-only", action="store_true", help="only the tables of --out")
+    a = ap.parse_args()
+    if os.geteuid() != 0 and not a.tables_only:
+        print(f"benchmarks/{script} needs root", file=sys.stderr)
+        return 2
+    out = a.out or Path(tempfile.mkdtemp(prefix=f"quicbed-{Path(script).stem}-"))
+    lines = [head_line(), ""]
+    if not a.tables_only:
+        lines += [measure(a.spec, out, prefix), ""]
+    lines += tables(out)
+    text = "\n".join(lines)
+    print(text)
+    if a.md:
+        a.md.write_text(text)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=["imported", "corpus", "both"], default="both")
@@ -190,11 +225,7 @@ def main() -> int:
     out = a.out or Path(tempfile.mkdtemp(prefix="quicbed-real-pages-"))
     out.mkdir(parents=True, exist_ok=True)
     parts = ["imported", "corpus"] if a.part == "both" else [a.part]
-    lines = [
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
-        f"kernel {platform.release()}, nothing else running.",
-        "",
-    ]
+    lines = [head_line(), ""]
     for part in parts:
         folder = out / part
         if not a.tables_only:

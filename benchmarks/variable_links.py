@@ -19,12 +19,7 @@ The head gives the host's steal and busy shares over the run and the wall time.
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 import sys
-import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +28,7 @@ from quicbed.spec.cellconfig import CellConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported
 from background_traffic import arm_rows, pair_rows
-from real_pages import _table, measure
+from real_pages import _table, bench_main
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "benchmarks" / "specs" / "variable-links-small.yaml"
@@ -63,31 +58,13 @@ def used(runs: list[RunRow], arm: str) -> str:
     return f"{sum(got) / len(got):.0f}" if got else "-"
 
 
+def tables(root: Path) -> list[str]:
+    arms = arm_rows(root, by_link, used)
+    return [*_table(ARM_HEAD, arms), "", *_table(PAIR_HEAD, pair_rows(root, by_link)), ""]
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", type=Path, default=SPEC)
-    ap.add_argument("--out", type=Path, help="results folder (default: a new temporary one)")
-    ap.add_argument("--md", type=Path, help="write the tables as Markdown here")
-    ap.add_argument("--tables-only", action="store_true", help="only the tables of --out")
-    a = ap.parse_args()
-    if os.geteuid() != 0 and not a.tables_only:
-        print("benchmarks/variable_links.py needs root", file=sys.stderr)
-        return 2
-    out = a.out or Path(tempfile.mkdtemp(prefix="quicbed-variable-links-"))
-    lines = [
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
-        f"kernel {platform.release()}, nothing else running.",
-        "",
-    ]
-    if not a.tables_only:
-        lines += [measure(a.spec, out, "qbvl"), ""]
-    arms = arm_rows(out, by_link, used)
-    lines += [*_table(ARM_HEAD, arms), "", *_table(PAIR_HEAD, pair_rows(out, by_link)), ""]
-    text = "\n".join(lines)
-    print(text)
-    if a.md:
-        a.md.write_text(text)
-    return 0
+    return bench_main(__doc__ or "", "variable_links.py", SPEC, "qbvl", tables)
 
 
 if __name__ == "__main__":

@@ -723,16 +723,7 @@ def _probe_direction(
     run.checks.extend(_stream_checks(run, direction, stream, delay, loss))
     if run.cond.varying():
         run.checks.append(_capacity_check(run, direction))
-        run.checks.append(
-            Check(
-                name=f"tcp_{direction}",
-                unit="Mbit/s",
-                expected=None,
-                measured=None,
-                passed=None,
-                note=f"{varying.NOT_CONSTANT}: not taken",
-            )
-        )
+        run.checks.append(_tcp_not_taken(direction, varying.NOT_CONSTANT))
         return
     if not run.shaper.shapes:
         run.checks.append(_udp_max_check(run, direction))
@@ -810,20 +801,25 @@ def _udp_max_check(run: _Probing, direction: str) -> Check:
     )
 
 
+def _tcp_not_taken(direction: str, why: str) -> Check:
+    """The TCP check of a link where TCP's goodput would judge nothing, not taken."""
+    return Check(
+        name=f"tcp_{direction}",
+        unit="Mbit/s",
+        expected=None,
+        measured=None,
+        passed=None,
+        note=f"{why}: not taken",
+    )
+
+
 def _tcp_check(run: _Probing, iperf: _IperfProbes, direction: str, loss: float) -> Check:
     """TCP goodput against the rate, judged only without loss and jitter, where TCP can
     reach it; on a shaped link with a rate it is not even taken elsewhere, since it falls
     short there by design and its seconds would judge nothing."""
     judged = loss == 0 and run.cond.jitter_ms == 0
     if iperf.rate_bps and not judged and run.shaper.shapes:
-        return Check(
-            name=f"tcp_{direction}",
-            unit="Mbit/s",
-            expected=None,
-            measured=None,
-            passed=None,
-            note=f"{UNJUDGED_TCP}: not taken",
-        )
+        return _tcp_not_taken(direction, UNJUDGED_TCP)
     ideal = (
         iperf.rate_bps * TCP_MSS / _frame(run.cond, TCP_MSS + 52 + ETH_HEADER)
         if iperf.rate_bps
