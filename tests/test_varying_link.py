@@ -344,3 +344,26 @@ def test_a_start_offset_places_every_load_and_is_part_of_the_cell(tmp_path: Path
     ):
         with pytest.raises(QuicbedError, match=needle):
             make_condition(rtt_ms=36, **kw)
+
+
+def test_a_package_carries_its_traces_and_a_rerun_installs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = capacity.import_files("mine", _file(tmp_path, "a", "1\n2\n3\n"), None)
+    carried = tmp_path / "pkg" / capacity.CARRIED
+    gone = "0" * 64
+    why = capacity.carry({"mine": mine.sha256, "lost": gone}, carried)
+    assert len(why) == 1 and "trace lost" in why[0]
+    assert capacity.carry({"mine": gone}, tmp_path / "x")[0].startswith("trace mine: the store")
+    # another machine: an empty store gets the trace its cells ran on, once
+    monkeypatch.setenv("QUICBED_TRACES", str(tmp_path / "elsewhere"))
+    assert capacity.install_carried(carried) == ["mine"]
+    assert capacity.load("mine").sha256 == mine.sha256
+    assert capacity.install_carried(carried) == []
+    # a store holding another trace of that name is refused by name
+    monkeypatch.setenv("QUICBED_TRACES", str(tmp_path / "third"))
+    capacity.import_files("mine", _file(tmp_path, "b", "5\n"), None)
+    with pytest.raises(
+        QuicbedError, match=r"trace mine is in the trace store .* set QUICBED_TRACES"
+    ):
+        capacity.install_carried(carried)

@@ -204,6 +204,64 @@ def import_files(name: str, down: Path, up: Path | None, *, force: bool = False)
     return save(new)
 
 
+#: where a replication package carries the traces its cells ran on (under results/)
+CARRIED = "link-traces"
+
+
+def carry(used: dict[str, str], dest: Path) -> list[str]:
+    """Copy the traces ``used`` (name -> the digest its cells recorded) from the store
+    into ``dest`` (a package's results folder's CARRIED), each as the store keeps it;
+    returns why any was left out (not in the store, or stored with another digest)."""
+    missing = []
+    for name, digest in sorted(used.items()):
+        try:
+            t = load(name)
+        except QuicbedError as exc:
+            missing.append(f"trace {name}: {exc}")
+            continue
+        if t.sha256 != digest:
+            missing.append(
+                f"trace {name}: the store's has digest {t.sha256[:12]}, its cells ran {digest[:12]}"
+            )
+            continue
+        f = dest / folder(name).name
+        f.mkdir(parents=True, exist_ok=True)
+        for d in DIRECTIONS:
+            (f / d).write_text(trace_text(t.offsets(d)))
+        manifest = {**t.made, "name": name, "sha256": t.sha256}
+        (f / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return missing
+
+
+def install_carried(src: Path) -> list[str]:
+    """Put the traces a package carries (``src``: its CARRIED folder) into the store, so
+    its cells rerun on the traces they ran on; a trace already stored with the same
+    digest is left as it is, one stored with another is refused by name. Returns the
+    names installed."""
+    installed = []
+    for m in sorted(src.glob(f"*/{MANIFEST}")) if src.is_dir() else []:
+        held = json.loads(m.read_text())
+        name = str(held.get("name", ""))
+        check_name(name)
+        down = parse_trace((m.parent / "down").read_text(), f"{m.parent}/down")
+        up = parse_trace((m.parent / "up").read_text(), f"{m.parent}/up")
+        t = Trace(name=name, down=down, up=up, made=held)
+        if t.sha256 != held.get("sha256"):
+            raise QuicbedError(f"{m.parent}: the carried trace {name} does not match its digest")
+        if (folder(name) / MANIFEST).is_file():
+            mine = load(name)
+            if mine.sha256 != t.sha256:
+                raise QuicbedError(
+                    f"trace {name} is in the trace store {store()} with digest "
+                    f"{mine.sha256[:12]}, the package's cells ran {t.sha256[:12]}: set "
+                    "QUICBED_TRACES to another folder for this rerun"
+                )
+            continue
+        save(t)
+        installed.append(name)
+    return installed
+
+
 def parse_generated(name: str) -> tuple[str, int, float]:
     """(model, seed, seconds) of ``gen:MODEL[:seed=N][:seconds=S]``."""
     parts = name[len(GENERATED) :].split(":")

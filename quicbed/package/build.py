@@ -9,7 +9,8 @@ Layout (format 1), under one top folder named after the archive::
                     each cell
     results/        a quicbed results folder: sweep.json, store.sqlite (a consistent
                     snapshot), hars/ (gzipped, unless --no-har), logs/ (server
-                    connection logs, browser logs), traces/ (only with --traces:
+                    connection logs, browser logs), link-traces/ (the traces of
+                    the varying links its cells ran on), traces/ (only with --traces:
                     per-load captures, qlog, TCP samples, NetLogs; TLS key logs
                     only with --keys as well)
     report/         the report rebuilt from results/: index.html, table.csv,
@@ -51,6 +52,7 @@ from typing import Any
 
 from quicbed import __version__
 from quicbed.errors import QuicbedError
+from quicbed.model import capacity
 from quicbed.package.secretscan import KEYLOG_RULES, Finding, scan_tree, user_needles
 from quicbed.paths import REPO_ROOT, sha256_file
 from quicbed.results import provenance
@@ -216,8 +218,12 @@ def snapshot_results(
         runs = store.all_runs()
         hars = [r.har_path for r in runs if r.har_path is not None]
         n_runs, n_cells = len(runs), len(store.cells())
+        conds = [cfg.get("condition") or {} for cfg in store.cell_configs().values()]
     finally:
         store.close()
+    used = {
+        c["trace"]: c["trace_sha256"] for c in conds if c.get("trace") and c.get("trace_sha256")
+    }
     notes: list[str] = []
     left_out: list[dict[str, Any]] = []
     unfinished = [f"{c}:{a}" for c, a, s in attempts if s == "running"]
@@ -252,6 +258,9 @@ def snapshot_results(
                 skipped += 1
     if skipped:
         notes.append(f"{skipped} entries of logs/ that are not regular files were left out")
+    if used:  # the varying links' traces, so a rerun runs on them (quicbed.model.capacity)
+        for why in capacity.carry(used, dst / capacity.CARRIED):
+            left_out.append({"path": f"results/{capacity.CARRIED}", "why": why})
     known = {DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", SWEEP_FILE, "hars", "logs", "traces"}
     others = sorted(
         p.name + ("/" if p.is_dir() else "") for p in src.iterdir() if p.name not in known
