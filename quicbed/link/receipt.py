@@ -517,11 +517,9 @@ def _probe_packets(
     """Datagrams of one direction's delay probe: the most its delay mean, its loss and
     (smooth and step jitter) its periods need, between PROBE_MIN_PACKETS and
     PROBE_PACKETS (quicbed.link.power)."""
-    need = max(
-        power.mean_samples(sd_ms, max(1.0, 0.02 * expected)),
-        power.loss_samples(loss),
-        PROBE_MIN_PACKETS,
-    )
+    # a varying link's one-way delays are kept, not judged: only the loss check sizes it
+    delay_need = 0 if cond.varying() else power.mean_samples(sd_ms, max(1.0, 0.02 * expected))
+    need = max(delay_need, power.loss_samples(loss), PROBE_MIN_PACKETS)
     if cond.jitter_ms and cond.jitter_kind in (JitterKind.smooth, JitterKind.step):
         need = max(need, math.ceil(JITTER_PERIODS * cond.jitter_interval_ms / 1000 * pps))
     return min(need, PROBE_PACKETS)

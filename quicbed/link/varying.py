@@ -37,7 +37,7 @@ OVERLOAD, PEAK_WINDOW_MS = 1.5, 100
 #: the most the probe offers (bit/s of payload): what iperf3 sends on these veths
 MAX_OFFERED_BPS = 1.5e9
 #: seconds the queue is given to fill before the window, and the window's bounds
-SETTLE_S, MIN_WINDOW_S, MAX_WINDOW_S = 1.0, 3.0, 8.0
+SETTLE_S, MIN_WINDOW_S, MAX_WINDOW_S = 1.0, 3.0, 5.0
 PAYLOAD = 1200
 #: why the constant-rate checks are not judged on a varying link
 NOT_CONSTANT = "not judged: the link's capacity varies (its capacity check judges it)"
