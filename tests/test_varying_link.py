@@ -367,3 +367,21 @@ def test_a_package_carries_its_traces_and_a_rerun_installs_them(
         QuicbedError, match=r"trace mine is in the trace store .* set QUICBED_TRACES"
     ):
         capacity.install_carried(carried)
+
+
+def test_a_background_flows_share_is_of_what_the_trace_allowed_over_the_span() -> None:
+    from quicbed.link.varying import span_rate_bps
+
+    sched = make_condition(schedule="20:1s,5:1s", rtt_ms=36)
+    epoch = 1_000_000_000_000
+    restarted = {"directions": {"down": {"capacity": {"epoch_unix_ns": epoch}}}}
+    # 0.2-0.7 s after the restart: all at 20 Mbit/s (the mean is 12.5)
+    got = span_rate_bps(sched, restarted, "down", epoch + 200_000_000, epoch + 700_000_000)
+    assert got == pytest.approx(20e6)
+    # 0.8-1.6 s: 0.2 s at 20 and 0.6 s at 5
+    got = span_rate_bps(sched, restarted, "down", epoch + 800_000_000, epoch + 1_600_000_000)
+    assert got == pytest.approx((0.2 * 20 + 0.6 * 5) / 0.8 * 1e6)
+    # no epoch on this clock (another host): the schedule's mean
+    assert span_rate_bps(sched, None, "down", 0, 10**9) == pytest.approx(12.5e6)
+    assert span_rate_bps(make_condition(rate_mbit=10, rtt_ms=36), None, "up", 0, 1) == 10e6
+    assert span_rate_bps(make_condition(rtt_ms=36), None, "up", 0, 1) is None

@@ -61,6 +61,30 @@ def slowest_mean_bps(cond: LinkCondition) -> float:
     return capacity.schedule_mean_mbit(capacity.parse_schedule(cond.schedule)) * 1e6
 
 
+def span_rate_bps(
+    cond: LinkCondition,
+    restarted: dict[str, Any] | None,
+    direction: str,
+    t0_ns: int,
+    t1_ns: int,
+) -> float | None:
+    """The link's rate in ``direction`` over a span on the client's wall clock (Unix ns),
+    for a background flow's share of it: a constant link's rate; a varying link's bytes
+    its trace allowed over that span, placed by the epoch the emulator reported when it
+    was restarted before the load (``restarted``: its counters then), where that epoch
+    is on the same wall clock (the local testbed: one host); else its mean rate."""
+    if cond.varying() is None:
+        return None if cond.rate_mbit is None else cond.rate_mbit * 1e6
+    cap = ((restarted or {}).get("directions", {}).get(direction) or {}).get("capacity") or {}
+    epoch = cap.get("epoch_unix_ns")
+    mean = cond.mean_rate_mbit()
+    if not epoch or t1_ns <= t0_ns:
+        return None if mean is None else mean * 1e6
+    p0, p1 = (t0_ns - epoch) / 1000, (t1_ns - epoch) / 1000
+    allowed = capacity.available_bytes(cond.trace, cond.schedule, direction, p0, p1)
+    return allowed * 8 / ((t1_ns - t0_ns) / 1e9)
+
+
 def rtt_range(cond: LinkCondition) -> tuple[float, float, float]:
     """(lowest, highest) base RTT the link passes through (ms) and the longest usual
     wait for a small packet's opportunity on one direction (ms): a trace's median gap

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,11 +275,12 @@ class Background:
         return client_clock_ns(self.tb)
 
     def over(
-        self, t0_ns: int, t1_ns: int, rate_mbit: float | None
+        self, t0_ns: int, t1_ns: int, link_bps: Callable[[str], float | None]
     ) -> tuple[list[dict[str, Any]], list[str]]:
         """Each flow's bytes, goodput and share of the link between two readings of
         :meth:`clock_ns` (a load's start and end), and why a load over that span is
-        invalid: a flow that was not running all through it."""
+        invalid: a flow that was not running all through it. ``link_bps``: the link's
+        rate in a direction over the span (None: unlimited, no share)."""
         out, reasons = [], []
         seconds = max((t1_ns - t0_ns) / 1e9, 1e-9)
         deadline = time.monotonic() + PAST_END_S
@@ -303,8 +305,9 @@ class Background:
                 got = bytes_at(f.samples, t1_ns) - bytes_at(f.samples, t0_ns)
                 bps = got * 8 / seconds
                 row.update(running=True, bytes=int(got), goodput_bps=round(bps))
-                if rate_mbit:
-                    row["share"] = round(bps / (rate_mbit * 1e6), 4)
+                rate = link_bps(f.spec.direction)
+                if rate:
+                    row["share"] = round(bps / rate, 4)
             out.append(row)
         return out, reasons
 

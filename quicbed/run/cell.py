@@ -28,7 +28,7 @@ from quicbed.client import get_browser, har
 from quicbed.client.browser import DEFAULT as DEFAULT_BROWSER
 from quicbed.client.browser import BrowserSpec
 from quicbed.errors import QuicbedError
-from quicbed.link import hostcpu
+from quicbed.link import hostcpu, varying
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.loadproof import LoadWatch, Verdict
 from quicbed.link.proof import LinkFailure, ProvenLink, SpotCheck, opening_check, prove, spot_check
@@ -951,8 +951,15 @@ class _Job:
         load = _PageLoad(arm, rep, warm, result, m, facts, cpu, proof, counters, lt, offl_reasons)
         if bg:
             t0, t1, span = _page_span(result.get("har"), m, t0, t1)
-            # a varying link's share is of its mean rate (docs/varying-links.md)
-            rows, why = bg.over(t0, t1, cfg.condition.mean_rate_mbit())
+            # a varying link's share is of what its trace allowed over the span
+            # (docs/varying-links.md), placed by the epoch of the load's restart
+            same_clock = self.tb.controller_is_host
+
+            def link_bps(direction: str) -> float | None:
+                restarted = watch.before if same_clock else None
+                return varying.span_rate_bps(cfg.condition, restarted, direction, t0, t1)
+
+            rows, why = bg.over(t0, t1, link_bps)
             load.background = [{**r, "span": span} for r in rows]
             load.background_reasons = why
         return load

@@ -363,6 +363,9 @@ func (d *Direction) Snapshot(socketDrops uint64) Stats {
 	s.QueueBytes, s.QueuePackets = d.pipe.Occupancy(now)
 	s.Capacity = d.pipe.Capacity(now)
 	d.mu.Unlock()
+	if s.Capacity != nil {
+		s.Capacity.EpochUnixNs = realtime() - (int64(now) - s.Capacity.EpochNs)
+	}
 	d.lateMu.Lock()
 	defer d.lateMu.Unlock()
 	var total uint64

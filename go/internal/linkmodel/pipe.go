@@ -177,9 +177,13 @@ type Pipe struct {
 // left the bottleneck since (frames accepted after the restart, counted as the
 // capacity counts them: IP bytes for a trace).
 type CapacityState struct {
-	Kind        string `json:"kind"`
-	Restarts    uint32 `json:"restarts"`
-	EpochNs     int64  `json:"epoch_ns"`
+	Kind     string `json:"kind"`
+	Restarts uint32 `json:"restarts"`
+	EpochNs  int64  `json:"epoch_ns"`
+	// EpochUnixNs is the epoch on the wall clock (Unix ns), set by whoever reads both
+	// clocks (the forwarder's snapshot), so that spans read on another wall clock of the
+	// same host can be placed in the trace; 0: not known
+	EpochUnixNs int64  `json:"epoch_unix_ns,omitempty"`
 	PositionUs  int64  `json:"position_us"`
 	PeriodUs    int64  `json:"period_us"`
 	ServedBytes int64  `json:"served_bytes"`
