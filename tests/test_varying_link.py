@@ -385,3 +385,35 @@ def test_a_background_flows_share_is_of_what_the_trace_allowed_over_the_span() -
     assert span_rate_bps(sched, None, "down", 0, 10**9) == pytest.approx(12.5e6)
     assert span_rate_bps(make_condition(rate_mbit=10, rtt_ms=36), None, "up", 0, 1) == 10e6
     assert span_rate_bps(make_condition(rtt_ms=36), None, "up", 0, 1) is None
+
+
+def test_a_mahimahi_file_is_stored_under_a_name_of_its_content(tmp_path: Path) -> None:
+    _file(tmp_path, "lte.down", "1\n2\n2\n4\n")
+    _file(tmp_path, "lte.up", "4\n")
+    name = capacity.from_file("lte.down", tmp_path)
+    assert name.startswith("lte-") and capacity.load(name).up == [4]
+    assert capacity.from_file(str(tmp_path / "lte.down"), Path("/")) == name
+    other = _file(tmp_path, "wifi.trace", "3\n")
+    both = capacity.load(capacity.from_file("wifi.trace", tmp_path))
+    assert both.down == both.up == [3] and both.name.startswith("wifi.trace-")
+    other.write_text("5\n")  # another content: another trace, the first one kept
+    assert capacity.from_file("wifi.trace", tmp_path) != both.name
+    assert capacity.from_file("gen:lte-markov:seed=1", tmp_path) == "gen:lte-markov:seed=1"
+    assert capacity.from_file("stored-name", tmp_path) == "stored-name"
+    with pytest.raises(QuicbedError, match=r"trace file .*/no/such.down: no such file"):
+        capacity.from_file("no/such.down", tmp_path)
+
+
+def test_a_spec_names_a_trace_file_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    _file(tmp_path / "t", "mine.down", "1\n2\n")
+    spec = tmp_path / "s.yaml"
+    sc = {"trace": ["t/mine.down"], "rtt": [36], "pages": ["5kb"]}
+    body = {"name": "v", "defaults": {"runs": 2, "arms": ["h2"]}, "scenarios": {"v": sc}}
+    spec.write_text(json.dumps(body))
+    (cell,) = plan(load_spec(spec))
+    assert cell.config.condition.trace == capacity.from_file("t/mine.down", tmp_path)
+    sc["trace"] = ["t/gone.down"]
+    spec.write_text(json.dumps(body))
+    with pytest.raises(QuicbedError, match=r"scenarios\.v\.trace: trace file .*gone.down"):
+        load_spec(spec)

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
@@ -25,6 +26,7 @@ from quicbed.client import browsers
 from quicbed.client.browser import DEFAULT
 from quicbed.errors import QuicbedError
 from quicbed.link.hostpolicy import HostPolicy
+from quicbed.model import capacity
 from quicbed.model.link import (
     JITTER_MEANING,
     JitterKind,
@@ -272,9 +274,9 @@ TraceOpt = Annotated[
     str | None,
     typer.Option(
         "--trace",
-        help="A time-varying link: a trace of the trace store (quicbed traces list), or "
-        "gen:MODEL:seed=N (quicbed traces models); it sets the rate both ways "
-        "(userspace shaper only).",
+        help="A time-varying link: a Mahimahi file (X.down takes X.up beside it), a trace "
+        "of the trace store (quicbed traces list), or gen:MODEL:seed=N (quicbed traces "
+        "models); it sets the rate both ways (userspace shaper only).",
     ),
 ]
 ScheduleOpt = Annotated[
@@ -345,7 +347,7 @@ class LinkOptions:
             ecn_threshold=self.ecn_threshold,
             count=self.count,
             seed=self.seed,
-            trace=self.trace,
+            trace=None if self.trace is None else capacity.from_file(self.trace, Path.cwd()),
             schedule=self.schedule,
             start_ms=self.start_at,
         )

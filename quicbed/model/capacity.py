@@ -204,6 +204,30 @@ def import_files(name: str, down: Path, up: Path | None, *, force: bool = False)
     return save(new)
 
 
+def from_file(value: str, base: Path) -> str:
+    """A trace given as a Mahimahi file (a spec's or the CLI's path, relative to
+    ``base``) stored under a name made from the file and its content, so the same file
+    is one trace wherever it is named; any other value (a stored name, ``gen:...``) is
+    returned as it is. ``X.down`` takes ``X.up`` beside it as its uplink; any other
+    file serves both directions."""
+    if value.startswith(GENERATED) or ("/" not in value and not (base / value).is_file()):
+        return value
+    path = base / value
+    if not path.is_file():
+        raise QuicbedError(f"trace file {path}: no such file")
+    up = path.with_suffix(".up") if path.suffix == ".down" else None
+    up = up if up is not None and up.is_file() else None
+    stem = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem if up else path.name).strip(".-_") or "trace"
+    # the digest over both files, as the store's name for them: the same files, one name
+    digest = hashlib.sha256(
+        path.read_bytes() + b"\0" + (up.read_bytes() if up else b"")
+    ).hexdigest()
+    name = f"{stem[:40]}-{digest[:10]}"
+    if not (folder(name) / MANIFEST).is_file():
+        import_files(name, path, up)
+    return name
+
+
 #: where a replication package carries the traces its cells ran on (under results/)
 CARRIED = "link-traces"
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from quicbed.backends import DEFAULT_KIND, KindName
 from quicbed.errors import QuicbedError, from_validation
 from quicbed.link.hostpolicy import HostPolicy
+from quicbed.model import capacity
 from quicbed.model.link import (
     MAX_TCP_SECONDS,
     RECEIPT_TCP_SECONDS,
@@ -425,10 +426,26 @@ class PlannedCell(BaseModel):
     config: CellConfig
 
 
+def _store_trace_files(data: dict[str, Any], base: Path) -> None:
+    """A scenario's trace given as a Mahimahi file (relative to the spec's folder) is put
+    into the trace store and named there (quicbed.model.capacity.from_file), so the
+    spec a sweep keeps, and resumes from, names traces the store holds."""
+    for name, sc in (data.get("scenarios") or {}).items():
+        traces = sc.get("trace") if isinstance(sc, dict) else None
+        if isinstance(traces, list):
+            try:
+                sc["trace"] = [
+                    capacity.from_file(t, base) if isinstance(t, str) else t for t in traces
+                ]
+            except QuicbedError as exc:
+                raise QuicbedError(f"scenarios.{name}.trace: {exc}") from None
+
+
 def load_spec(path: Path) -> SweepSpec:
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise QuicbedError(f"{path}: a sweep spec is a mapping (name, scenarios, ...)")
+    _store_trace_files(data, Path(path).parent)
     try:
         spec = SweepSpec(**data)
     except ValidationError as exc:
