@@ -31,7 +31,6 @@ def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test its own trace store, so none reads another's traces."""
     store = tmp_path / "traces"
     monkeypatch.setenv("QUICBED_TRACES", str(store))
-    capacity._offsets.cache_clear()
     return store
 
 
@@ -213,7 +212,6 @@ def test_a_trace_changed_after_planning_is_refused_before_the_emulator_starts(
         capacity.load("t").file_sha256("down")
     )
     capacity.import_files("t", _file(tmp_path, "b", "1\n3\n"), None, force=True)
-    capacity._offsets.cache_clear()
     with pytest.raises(QuicbedError, match="the trace changed since the cell was planned"):
         UserspaceShaper.config(cond)
 

@@ -98,7 +98,7 @@ class Trace:
     def file_sha256(self, direction: str) -> str:
         return hashlib.sha256(trace_text(self.offsets(direction)).encode()).hexdigest()
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
         """The digest over both directions' files: the trace's identity."""
         blob = "".join(f"{d}:{self.file_sha256(d)}\n" for d in DIRECTIONS)
@@ -146,7 +146,16 @@ def load(name: str) -> Trace:
             "import one with `quicbed traces import` or name a generated one, "
             f"{GENERATED}MODEL:seed=N (`quicbed traces models`)"
         )
-    made = json.loads((f / MANIFEST).read_text())
+    return _read(name, str(f), (f / MANIFEST).read_text())
+
+
+@functools.lru_cache(maxsize=16)
+def _read(name: str, where: str, manifest: str) -> Trace:
+    """A stored trace, read once per manifest (written last on every save, and naming
+    the trace's digest): planning a preset reads each trace for every cell, a cell for
+    every load."""
+    f = Path(where)
+    made = json.loads(manifest)
     down = parse_trace((f / "down").read_text(), f"trace {name} (down)")
     up = parse_trace((f / "up").read_text(), f"trace {name} (up)")
     return Trace(name=name, down=down, up=up, made=made)
@@ -324,17 +333,11 @@ def available_bytes(
     from its start), counted as the emulator counts them: a trace's IP bytes, a
     schedule's bits over 8."""
     if cond_trace is not None:
-        offsets = _offsets(cond_trace, direction)
+        offsets = load(cond_trace).offsets(direction)
         return opportunities_between(offsets, p0_us, p1_us) * OPPORTUNITY_BYTES
     if schedule is not None:
         return schedule_bits_between(parse_schedule(schedule), p0_us, p1_us) / 8
     raise ValueError("a constant link has no varying capacity")
-
-
-@functools.lru_cache(maxsize=8)
-def _offsets(name: str, direction: str) -> list[int]:
-    """A stored trace's offsets, read once per process (every load reads them)."""
-    return load(name).offsets(direction)
 
 
 # --- schedules ----------------------------------------------------------------------
