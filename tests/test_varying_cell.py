@@ -24,9 +24,10 @@ TRACE = "gen:lte-markov:seed=1:seconds=30"
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_cell_on_a_generated_trace_follows_it_in_its_receipt_and_every_load(
-    prefix: str, tmp_path: Path
+    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = {**os.environ, "QUICBED_TRACES": str(tmp_path / "traces")}
+    monkeypatch.setenv("QUICBED_TRACES", str(tmp_path / "traces"))
+    env = dict(os.environ)
     out = tmp_path / "r"
     cell = ["--rtt", "36", "--page", "100kb", "--arms", "h2,h3", "--runs", "2", "--warmup", "1"]
     cp = subprocess.run(
