@@ -57,7 +57,7 @@ func main() {
 	if err != nil {
 		fail(2, "--config %s: %v", *configPath, err)
 	}
-	cfg, err := linkmodel.ParseConfig(data)
+	cfg, err := linkmodel.ParseConfig(data, os.ReadFile)
 	if err != nil {
 		fail(2, "%v", err)
 	}

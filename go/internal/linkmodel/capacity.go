@@ -133,7 +133,7 @@ func (t *Trace) first(s time.Duration) int64 {
 // left of it; a frame larger than what is left uses the next ones too; what an
 // opportunity has left when the queue is empty is lost.
 func (t *Trace) Depart(start time.Duration, size int64) time.Duration {
-	if !(t.idx >= 0 && t.left > 0 && t.at(t.idx) >= start) {
+	if t.idx < 0 || t.left <= 0 || t.at(t.idx) < start {
 		next := t.idx + 1 // a busy queue takes the very next one
 		if t.at(next) < start {
 			next = t.first(start)

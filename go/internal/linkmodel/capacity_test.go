@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -215,17 +213,12 @@ func TestScheduleAndTraceRefuseBadValues(t *testing.T) {
 }
 
 // The config names the trace by file and digest; a file whose digest differs is
-// refused, naming both.
+// refused, naming both; ParseConfig reads it with the caller's reader.
 func TestConfigTraceIsCheckedByDigest(t *testing.T) {
-	dir := t.TempDir()
-	f := filepath.Join(dir, "down.trace")
 	body := []byte("1\n2\n3\n")
-	if err := os.WriteFile(f, body, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	sum := sha256.Sum256(body)
 	good := hex.EncodeToString(sum[:])
-	dc := DirectionConfig{QueuePackets: 10, Capacity: &CapacityConfig{Kind: "trace", File: f, Sha256: good}}
+	dc := DirectionConfig{QueuePackets: 10, Capacity: &CapacityConfig{Kind: "trace", File: "down.trace", Sha256: good, Data: body}}
 	p, err := dc.Params()
 	if err != nil || p.Capacity == nil || p.Capacity.Period() != 3*ms {
 		t.Fatalf("good trace: %v %v", p, err)
@@ -233,6 +226,10 @@ func TestConfigTraceIsCheckedByDigest(t *testing.T) {
 	dc.Capacity.Sha256 = strings.Repeat("0", 64)
 	if _, err := dc.Params(); err == nil || !strings.Contains(err.Error(), good) {
 		t.Fatalf("wrong digest: %v", err)
+	}
+	dc.Capacity.Data = nil
+	if _, err := dc.Params(); err == nil || !strings.Contains(err.Error(), "was not read") {
+		t.Fatalf("unread file: %v", err)
 	}
 	dc.Capacity = &CapacityConfig{Kind: "schedule", Steps: []StepConfig{{DurationUs: 1000, RateBps: 0}}}
 	if _, err := dc.Params(); err == nil || !strings.Contains(err.Error(), "capacity.steps") {
@@ -242,31 +239,22 @@ func TestConfigTraceIsCheckedByDigest(t *testing.T) {
 	if _, err := dc.Params(); err == nil || !strings.Contains(err.Error(), `"wave"`) {
 		t.Fatalf("unknown kind: %v", err)
 	}
-}
-
-// A start offset places every restart that far into the trace: the position reads
-// from the offset and the next frame takes the opportunity after it.
-func TestRestartBeginsAtTheStartOffset(t *testing.T) {
-	tr, _ := NewTrace([]int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
-	tr.StartAt(4500 * time.Microsecond)
-	p, _ := NewPipe(Params{Capacity: tr, QueuePackets: 10}, 1, "down")
-	p.Restart(100 * ms)
-	if s := p.Capacity(100 * ms); s.PositionUs != 4500 {
-		t.Fatalf("position %d, want 4500", s.PositionUs)
+	cfg := `{"format":1,"server_if":"a","client_if":"b","seed":1,"directions":{
+	 "down":{"rate_bps":0,"delay_us":0,"jitter_us":0,"jitter_kind":"none","jitter_interval_us":0,"loss":0,
+	  "queue_bytes":0,"queue_packets":10,"count":"ethernet",
+	  "capacity":{"kind":"trace","file":"down.trace","sha256":"` + good + `"}},
+	 "up":{"rate_bps":0,"delay_us":0,"jitter_us":0,"jitter_kind":"none","jitter_interval_us":0,"loss":0,
+	  "queue_bytes":0,"queue_packets":0,"count":"ethernet"}}}`
+	read := func(path string) ([]byte, error) {
+		if path != "down.trace" {
+			return nil, fmt.Errorf("no %s", path)
+		}
+		return body, nil
 	}
-	at, _ := p.Offer(100*ms, 1514, false) // trace time 4.5 ms: the 5 ms opportunity
-	if at != 100*ms+500*time.Microsecond {
-		t.Fatalf("left at %v", at)
+	if _, err := ParseConfig([]byte(cfg), read); err != nil {
+		t.Fatalf("parse with a reader: %v", err)
 	}
-	s, _ := NewSchedule([]Step{{Duration: 10 * ms, RateBps: 12_000_000}, {Duration: 10 * ms, RateBps: 0}})
-	s.StartAt(9 * ms)
-	q, _ := NewPipe(Params{Capacity: s, QueuePackets: 10}, 1, "down")
-	q.Restart(0)
-	// 1 ms left at 12 Mbit/s carries 1500 bytes; the next frame waits out the 10 ms
-	// outage and leaves 1 ms into the next period (real time 12 ms)
-	a, _ := q.Offer(0, 1500, false)
-	b, _ := q.Offer(0, 1500, false)
-	if a != 1*ms || b != 12*ms {
-		t.Fatalf("got %v %v", a, b)
+	if _, err := ParseConfig([]byte(cfg), nil); err == nil || !strings.Contains(err.Error(), "no reader for down.trace") {
+		t.Fatalf("parse without a reader: %v", err)
 	}
 }

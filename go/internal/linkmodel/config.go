@@ -13,7 +13,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
 )
 
@@ -67,6 +66,9 @@ type CapacityConfig struct {
 	// that the emulator runs the trace the cell's identity names.
 	File   string `json:"file,omitempty"`
 	Sha256 string `json:"sha256,omitempty"`
+	// Data is File's bytes, read by ParseConfig's caller's reader: the model does
+	// no I/O.
+	Data []byte `json:"-"`
 	// Steps is the schedule, repeated.
 	Steps []StepConfig `json:"steps,omitempty"`
 	// StartUs is where in the trace or schedule every restart begins (>= 0).
@@ -91,9 +93,9 @@ func (c *CapacityConfig) build() (Capacity, error) {
 		if c.File == "" || len(c.Steps) > 0 {
 			return nil, fmt.Errorf("capacity: a trace has a file and no steps")
 		}
-		data, err := os.ReadFile(c.File)
-		if err != nil {
-			return nil, fmt.Errorf("capacity.file: %v", err)
+		data := c.Data
+		if data == nil {
+			return nil, fmt.Errorf("capacity.file: %s was not read", c.File)
 		}
 		sum := sha256.Sum256(data)
 		if got := hex.EncodeToString(sum[:]); got != c.Sha256 {
@@ -141,12 +143,30 @@ type Config struct {
 }
 
 // ParseConfig decodes and validates a config; every error names the key and value.
-func ParseConfig(data []byte) (*Config, error) {
+// “read“ reads the trace files it names (nil: a config that names none).
+// ReadFile reads a file a config names (a trace): the caller's, as the model does no
+// I/O (os.ReadFile in the emulator).
+type ReadFile func(path string) ([]byte, error)
+
+func ParseConfig(data []byte, read ReadFile) (*Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var c Config
 	if err := dec.Decode(&c); err != nil {
 		return nil, fmt.Errorf("config: %v", err)
+	}
+	for name, d := range c.Directions {
+		if d.Capacity == nil || d.Capacity.Kind != "trace" || d.Capacity.File == "" {
+			continue
+		}
+		if read == nil {
+			return nil, fmt.Errorf("config: directions.%s.capacity.file: no reader for %s", name, d.Capacity.File)
+		}
+		b, err := read(d.Capacity.File)
+		if err != nil {
+			return nil, fmt.Errorf("config: directions.%s.capacity.file: %v", name, err)
+		}
+		d.Capacity.Data = b
 	}
 	if c.Format != ConfigFormat {
 		return nil, fmt.Errorf("config: format %d is not supported (this emulator reads %d)", c.Format, ConfigFormat)

@@ -227,7 +227,7 @@ func TestParseConfig(t *testing.T) {
 	good := `{"format":1,"server_if":"srv","client_if":"cli","seed":1,"directions":{
 	 "down":{"rate_bps":1000000,"delay_us":1000,"jitter_us":0,"jitter_kind":"none","jitter_interval_us":1,"loss":0,"queue_bytes":0,"queue_packets":10,"count":"ethernet"},
 	 "up":{"rate_bps":0,"delay_us":1000,"jitter_us":0,"jitter_kind":"none","jitter_interval_us":1,"loss":0,"queue_bytes":0,"queue_packets":0,"count":"ip"}}}`
-	if _, err := ParseConfig([]byte(good)); err != nil {
+	if _, err := ParseConfig([]byte(good), nil); err != nil {
 		t.Fatal(err)
 	}
 	bad := map[string]string{
@@ -237,7 +237,7 @@ func TestParseConfig(t *testing.T) {
 		`"client_if":"cli"`: `"client_if":"srv"`,
 	}
 	for from, to := range bad {
-		if _, err := ParseConfig([]byte(strings.Replace(good, from, to, 1))); err == nil {
+		if _, err := ParseConfig([]byte(strings.Replace(good, from, to, 1)), nil); err == nil {
 			t.Errorf("%s accepted", to)
 		}
 	}
