@@ -69,6 +69,11 @@ def figure_data(
     return {"title": title, "rows": rows, "cols": cols, "cells": out}
 
 
+#: the longest row label that draws in the heatmap's base width (a background flow's
+#: spelling, the longest of the constant links' labels, is 35 characters)
+LONG_LABEL = 36
+
+
 def draw_heatmap(
     rows: list[str],
     cols: list[str],
@@ -81,7 +86,11 @@ def draw_heatmap(
 ) -> list[Path]:
     """Write ``path_base``.png and .svg; returns the two paths. The axes are pages
     across and rates down unless ``xlabel`` and ``ylabel`` say otherwise."""
-    fig_w = max(6.0, 1.1 * len(cols) + 2.6)
+    # row labels longer than any a constant link's heatmap has (a varying link's trace,
+    # quicbed.model.link.rate_label) get room of their own; every other heatmap keeps
+    # its width, so the figures of packages already made redraw byte for byte
+    longest = max((len(r) for r in rows), default=0)
+    fig_w = max(6.0, 1.1 * len(cols) + 2.6) + max(0, longest - LONG_LABEL) * 0.14
     fig_h = max(3.0, 0.75 * len(rows) + 2.0)
     fig, ax = plt.subplots(figsize=(fig_w, fig_h))
     norm = TwoSlopeNorm(vmin=-100, vcenter=0, vmax=100)
