@@ -161,10 +161,10 @@ def _read(name: str, where: str, manifest: str) -> Trace:
     return Trace(name=name, down=down, up=up, made=made)
 
 
-def save(trace: Trace) -> Trace:
-    """Write ``trace`` into the store (its manifest last, so a half-written one is
-    not found)."""
-    f = folder(trace.name)
+def save(trace: Trace, into: Path | None = None) -> Trace:
+    """Write ``trace`` into the store, or as the store keeps it into the folder ``into``
+    (a package's copy): its manifest last, so a half-written one is not found."""
+    f = into or folder(trace.name)
     f.mkdir(parents=True, exist_ok=True)
     for d in DIRECTIONS:
         (f / d).write_text(trace_text(trace.offsets(d)))
@@ -257,12 +257,7 @@ def carry(used: dict[str, str], dest: Path) -> list[str]:
                 f"trace {name}: the store's has digest {t.sha256[:12]}, its cells ran {digest[:12]}"
             )
             continue
-        f = dest / folder(name).name
-        f.mkdir(parents=True, exist_ok=True)
-        for d in DIRECTIONS:
-            (f / d).write_text(trace_text(t.offsets(d)))
-        manifest = {**t.made, "name": name, "sha256": t.sha256}
-        (f / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        save(t, dest / folder(name).name)
     return missing
 
 
@@ -273,12 +268,11 @@ def install_carried(src: Path) -> list[str]:
     names installed."""
     installed = []
     for m in sorted(src.glob(f"*/{MANIFEST}")) if src.is_dir() else []:
-        held = json.loads(m.read_text())
+        manifest = m.read_text()
+        held = json.loads(manifest)
         name = str(held.get("name", ""))
         check_name(name)
-        down = parse_trace((m.parent / "down").read_text(), f"{m.parent}/down")
-        up = parse_trace((m.parent / "up").read_text(), f"{m.parent}/up")
-        t = Trace(name=name, down=down, up=up, made=held)
+        t = _read(name, str(m.parent), manifest)
         if t.sha256 != held.get("sha256"):
             raise QuicbedError(f"{m.parent}: the carried trace {name} does not match its digest")
         if (folder(name) / MANIFEST).is_file():
