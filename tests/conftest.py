@@ -315,13 +315,27 @@ class SharedLinks:
         return found
 
     def close(self) -> list[str]:
-        """Every link undone and its testbed down; what was left behind."""
+        """Every link undone and its testbed down; what was left behind (namespaces, and
+        control groups: the emulator's group lives as long as its link)."""
         self._stack.close()
         left = []
         for p in self.prefixes:
             left += LocalTestbed(p).leftovers()
             LocalTestbed(p).down()
+            left += cgroups_of(p)
         return left
+
+
+def cgroups_of(prefix: str) -> list[str]:
+    """The control groups' folders of the testbed ``prefix`` on this host
+    (quicbed.roles.cgroups): its cells' groups, which go when the testbed goes down."""
+    from quicbed.roles import cgroups
+
+    return [
+        str(p)
+        for point, _, _ in cgroups.mounts()
+        for p in Path(point, cgroups.TOP).glob(f"{prefix}-*")
+    ]
 
 
 @pytest.fixture(scope="session")

@@ -29,40 +29,75 @@ def cell_row(**fields: Any) -> CellRow:
     return CellRow(**{**base, **fields})
 
 
-def bulk_config(cond: Any, text: str, runs: int = 2, **settings: Any) -> Any:
-    """A bulk cell of 2 MB downloads, ``runs`` per arm, arms as ``--arms`` spells them,
-    and any other cell setting (``shaper``, ``offloads``) as given."""
+def bulk_config(
+    cond: Any, text: str = "h2,h3", runs: int = 2, size: str = "2MB", **settings: Any
+) -> Any:
+    """A bulk cell of ``size`` downloads, ``runs`` per arm, arms as ``--arms`` spells them,
+    and any other cell setting (``shaper``, ``offloads``) as given: what ``quicbed bulk``
+    makes of the same options."""
     from quicbed.spec.arms import parse_cli
+    from quicbed.spec.bulkobjects import object_path
     from quicbed.spec.cellconfig import make_cell
 
     names, arm_settings = parse_cli(text)
     return make_cell(
         condition=cond,
-        page="bulk/2MB.bin",
+        page=object_path(size),
         kind="bulk",
         runs=runs,
         warmup=0,
         arms=names,
         arm_settings=arm_settings,
-        transfer={"size": "2MB"},
+        transfer={"size": size},
         **settings,
     )
 
 
-def measured_bulk(cfg: Any, folder: Path, links: Any) -> Any:
-    """``cfg`` measured for real into ``folder`` over the suite's shared link of its
-    condition (``conftest.SharedLinks``: a link that fails raises ``LinkNotHeld`` and the
-    test runs again), and its stored BulkResult."""
+def measured_transfer(
+    cfg: Any, folder: Path, links: Any, *, done: bool = True, **kwargs: Any
+) -> Any:
+    """A bulk or compete ``cfg`` measured for real into ``folder`` over the suite's shared
+    link of its condition (``conftest.SharedLinks``: a link that fails raises
+    ``LinkNotHeld`` and the test runs again), done, and its stored record (BulkResult or
+    CompeteResult, what ``quicbed bulk`` and ``quicbed compete`` read back). ``done``: the
+    cell must end done, as those commands require (a cell whose arm fails on purpose need
+    not); ``kwargs`` go to ``run_cell`` (traces, profile)."""
     from quicbed.analysis.transfers import stored_transfer
     from quicbed.results.store import Store
+
+    r = links.run_cell(cfg, folder, **kwargs)
+    assert r.status == "done" or not done, r.problem
+    store = Store.open_readonly(folder)
+    try:
+        return stored_transfer(store, r.cell_id, r.attempt)
+    finally:
+        store.close()
+
+
+def measured_bulk(cfg: Any, folder: Path, links: Any) -> Any:
+    """``measured_transfer`` of a bulk cell: its stored BulkResult."""
     from quicbed.results.transfers import BulkResult
 
-    r = links.run_cell(cfg, folder)
-    store = Store(folder)
-    rec = stored_transfer(store, r.cell_id, r.attempt)
-    store.close()
-    assert isinstance(rec, BulkResult), (r.status, r.problem)
+    rec = measured_transfer(cfg, folder, links, done=False)
+    assert isinstance(rec, BulkResult), rec
     return rec
+
+
+def unspoiled_flows(rec: Any) -> dict[tuple[str, int], Any]:
+    """A bulk record's flows by (arm, rep), less those the link or the host spoiled
+    (quicbed.link.loadproof), which the cell replaced by flows measured after its
+    schedule: what the cell's verdicts rest on. An arm left with fewer flows than it
+    scheduled (a replacement spoiled too) raises ``LinkNotHeld``: the test runs again."""
+    from conftest import LinkNotHeld
+
+    from quicbed.results.linkload import spoiled_only
+
+    kept = {(x.arm, x.rep): x.flow for x in rec.runs if not spoiled_only(x.link)}
+    for arm in {x.arm for x in rec.runs}:
+        scheduled = sum(1 for x in rec.runs if x.arm == arm and not x.replacement)
+        if sum(1 for a, _ in kept if a == arm) < scheduled:
+            raise LinkNotHeld(f"{arm}: flows spoiled by the link or the host, replacements too")
+    return kept
 
 
 def _flow(arm: str, rep: int, mbit: float) -> Any:

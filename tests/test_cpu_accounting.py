@@ -15,13 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 import pytest
-from conftest import LinkNotHeld, reads_well, scheduled
+from conftest import LinkNotHeld, SharedLinks, reads_well, scheduled
 
 from quicbed.analysis.cpusummary import summary
 from quicbed.errors import QuicbedError
+from quicbed.model.link import make_condition
 from quicbed.results.cpuuse import CpuTime, CpuUse
 from quicbed.roles import cgroups
 from quicbed.roles.cpuaccounting import CpuGroups
+from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.sshlab import cgroup_mounts
 
@@ -33,6 +35,8 @@ cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0
 cgroup /sys/fs/cgroup/systemd cgroup rw,relatime,name=systemd 0 0
 cgroup2 {v2} cgroup2 rw,relatime 0 0
 """
+#: the cells' link: the suite's shared 50 Mbit/s, 20 ms one (conftest.SharedLinks)
+COND = make_condition(rate_mbit=50, rtt_ms=20)
 UNIFIED = "cgroup2 {v2} cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate 0 0\n"
 
 
@@ -227,38 +231,19 @@ def test_a_host_without_accounting_is_refused_by_name(root: None) -> None:
 
 
 # --- cells -----------------------------------------------------------------------------
-def _no_groups_of(prefix: str) -> list[str]:
-    return [
-        str(p)
-        for point, _, _ in cgroups.mounts()
-        for p in Path(point, cgroups.TOP).glob(f"{prefix}-*")
-    ]
-
-
 @pytest.mark.root
 @pytest.mark.slow
-def test_every_flow_stores_cpu_per_role(prefix: str, tmp_path: Path) -> None:
+def test_every_flow_stores_cpu_per_role(shared_links: SharedLinks, tmp_path: Path) -> None:
     """A bulk cell: each flow's server, client and emulator CPU, from its own group;
-    the report's cpu.csv per arm and role; nothing of the groups left after."""
-    from quicbed.cli.bulk import run_bulk
-    from quicbed.model.link import make_condition
+    the report's cpu.csv per arm and role. (On the suite's shared link: what is checked
+    is the cell's accounting, not its link; the groups go with the testbed, which
+    conftest.SharedLinks checks when it takes its links down.)"""
+    from made_rows import bulk_config, measured_transfer
+
     from quicbed.report.build import build
 
-    for _ in range(3):  # a receipt spoiled on a busy machine: measured again, as a sweep would
-        try:
-            r = run_bulk(
-                make_condition(rate_mbit=20, rtt_ms=10),
-                tmp_path / "r",
-                arms=["h2", "h3"],
-                reps=2,
-                size="3MB",
-                testbed=LocalTestbed(prefix),
-                receipt_tcp_seconds=1,
-            )
-            break
-        except QuicbedError as exc:
-            if "out of tolerance" not in str(exc):
-                raise
+    cfg = bulk_config(COND, size="3MB")
+    r = measured_transfer(cfg, tmp_path / "r", shared_links)
     assert len([x for x in r.runs if not x.replacement]) == 4  # and any replacement
     for run in r.runs:
         cpu = run.flow.cpu
@@ -295,23 +280,19 @@ def test_every_flow_stores_cpu_per_role(prefix: str, tmp_path: Path) -> None:
     assert h3["udp_rcvbuf_errors_client"] != ""
     assert (tmp_path / "r" / "report" / "cpu.csv").exists()
     assert "CPU per role" in (tmp_path / "r" / "report" / "index.html").read_text()
-    assert _no_groups_of(prefix) == []
 
 
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_every_page_load_stores_cpu_per_role(prefix: str, tmp_path: Path) -> None:
+def test_every_page_load_stores_cpu_per_role(shared_links: SharedLinks, tmp_path: Path) -> None:
     """A page cell: each load's server, browser and emulator CPU (the browser's
     renderers and GPU process forked into its group), and the accounting recorded."""
-    from quicbed.model.link import make_condition
     from quicbed.results.cpuuse import load_cpu
     from quicbed.results.store import Store
-    from quicbed.run.cell import run_cell
-    from quicbed.spec.cellconfig import make_cell
 
-    cfg = make_cell(condition=make_condition(rate_mbit=20, rtt_ms=10), page="100kb", runs=2)
-    r = run_cell(cfg, tmp_path / "r", prefix=prefix, receipt_tcp_seconds=1)
+    cfg = make_cell(condition=COND, page="100kb", runs=2)
+    r = shared_links.run_cell(cfg, tmp_path / "r")
     assert r.status == "done", r.problem
     store = Store(tmp_path / "r")
     runs = scheduled(store.runs(r.cell_id, r.attempt))
@@ -325,7 +306,6 @@ def test_every_page_load_stores_cpu_per_role(prefix: str, tmp_path: Path) -> Non
         assert cpu.roles["client"].total_ms > 0 and cpu.roles["server"].total_ms > 0
         assert set(run.detail["counters"]) == {"server", "client", "bridge"}
     assert prov is not None and prov["cpu_accounting"]["server"].startswith("cgroup1 ")
-    assert _no_groups_of(prefix) == []
 
 
 # --- placement -------------------------------------------------------------------------
@@ -402,27 +382,25 @@ def test_cpus_a_host_lacks_are_refused_by_name(testbed: LocalTestbed) -> None:
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.browser  # the report check renders its report
-def test_every_compete_repetition_stores_cpu_per_arm_and_role(prefix: str, tmp_path: Path) -> None:
+def test_every_compete_repetition_stores_cpu_per_arm_and_role(
+    shared_links: SharedLinks, tmp_path: Path
+) -> None:
     """A compete cell: per repetition and arm, its server's and its flows' clients' CPU
     and the emulator's; the repetition's counters; each flow's ACK ratio where QUIC."""
-    from quicbed.cli.bulk import run_compete
-    from quicbed.model.link import make_condition
+    from made_rows import measured_transfer
 
-    for _ in range(3):  # a receipt spoiled on a busy machine: measured again, as a sweep would
-        try:
-            r = run_compete(
-                make_condition(rate_mbit=20, rtt_ms=10),
-                tmp_path / "r",
-                groups=[("h3", 1), ("h2", 1)],
-                reps=2,
-                duration_s=4,
-                testbed=LocalTestbed(prefix),
-                receipt_tcp_seconds=1,
-            )
-            break
-        except QuicbedError as exc:
-            if "out of tolerance" not in str(exc):
-                raise
+    from quicbed.spec.bulkobjects import object_path
+
+    cfg = make_cell(
+        condition=COND,
+        page=object_path("100MB"),
+        kind="compete",
+        runs=2,
+        warmup=0,
+        arms=("h3", "h2"),
+        transfer={"size": "100MB", "duration_s": 4, "flows": (("h3", 1), ("h2", 1))},
+    )
+    r = measured_transfer(cfg, tmp_path / "r", shared_links)
     for run in r.runs:
         assert set(run.cpu) == {"h3", "h2"}
         for arm, use in run.cpu.items():
@@ -438,7 +416,6 @@ def test_every_compete_repetition_stores_cpu_per_arm_and_role(prefix: str, tmp_p
         raise LinkNotHeld(f"compete repetitions spoiled on a busy host: {spoiled}")
     assert len(items["h3"]) == 2 and len(items["h2"]) == 2
     assert r.summary["h3"].ack_ratio_mean is not None
-    assert _no_groups_of(prefix) == []
     from quicbed.report.build import build
 
     build(tmp_path / "r")  # a folder of one compete cell

@@ -140,19 +140,15 @@ COND = make_condition(rate_mbit=10, rtt_ms=36)
 
 def _measured(links: SharedLinks, out: Path, **cell: Any) -> BulkResult | CompeteResult:
     """A short transfer cell traced at light on the suite's shared link, read back."""
-    from quicbed.analysis.transfers import stored_transfer
-    from quicbed.results.store import Store
+    from made_rows import measured_transfer
+
     from quicbed.spec.bulkobjects import object_path
 
     size = cell["transfer"]["size"]
     cfg = make_cell(condition=COND, page=object_path(size), warmup=0, runs=2, **cell)
-    r = links.run_cell(cfg, out, traces="light")
-    assert r.status == "done", r.problem
-    store = Store.open_readonly(out)
-    try:
-        return stored_transfer(store, r.cell_id, r.attempt)
-    finally:
-        store.close()
+    rec = measured_transfer(cfg, out, links, traces="light")
+    assert isinstance(rec, BulkResult | CompeteResult), rec
+    return rec
 
 
 def _plausible(f: FlowResult, out: Path, sent: int) -> list[dict[str, Any]]:

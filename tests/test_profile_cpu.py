@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import reads_well
+from conftest import SharedLinks, reads_well
 
 from quicbed.client import browsers
 from quicbed.errors import QuicbedError
@@ -149,25 +149,20 @@ def test_an_unknown_profile_is_refused_by_name() -> None:
 @pytest.mark.slow
 @pytest.mark.browser  # the report check renders its report
 def test_a_profiled_bulk_cell_keeps_folds_flame_graphs_and_shares(
-    prefix: str, tmp_path: Path
+    shared_links: SharedLinks, tmp_path: Path
 ) -> None:
-    from quicbed.cli.bulk import run_bulk
+    """On the suite's shared unshaped link (conftest.SharedLinks; tests/test_unshaped.py's
+    bulk cell runs on it too): the flows run as fast as the hosts can, so the profiles
+    have CPU to sample."""
+    from made_rows import bulk_config, measured_transfer
+
     from quicbed.model.link import make_condition
     from quicbed.report.build import build
     from quicbed.results.store import Store
-    from quicbed.testbed.local import LocalTestbed
 
-    r = run_bulk(
-        make_condition(),
-        tmp_path / "r",
-        arms=["h2", "h3"],
-        reps=2,
-        size="300MB",  # a flow of a second or more: perf attaches in about 0.1 s
-        testbed=LocalTestbed(prefix),
-        shaper="none",
-        receipt_tcp_seconds=1,
-        profile="cpu",
-    )
+    # a flow of a second or more: perf attaches in about 0.1 s
+    cfg = bulk_config(make_condition(), size="300MB", shaper="none")
+    r = measured_transfer(cfg, tmp_path / "r", shared_links, profile="cpu")
     assert all(run.flow.ok for run in r.runs)
     store = Store(tmp_path / "r")
     (att,) = store.latest_attempts().values()

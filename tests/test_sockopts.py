@@ -169,7 +169,7 @@ def test_a_bulk_cell_applies_and_verifies_the_knobs(
     on; one whose server is started without its flags and environment (as a stack that
     ignored them would): each of its flows is invalid, naming the buffer, the AEAD and
     GSO."""
-    from made_rows import bulk_config, measured_bulk
+    from made_rows import bulk_config, measured_bulk, unspoiled_flows
 
     from quicbed.model.link import make_condition
 
@@ -198,7 +198,7 @@ def test_a_bulk_cell_applies_and_verifies_the_knobs(
         bulk_config(make_condition(rate_mbit=50, rtt_ms=20), text), tmp_path / "r", shared_links
     )
     assert Path("/proc/sys/net/core/rmem_max").read_text().strip() == rmem_max  # restored
-    flows = {(x.arm, x.rep): x.flow for x in rec.runs}
+    flows = unspoiled_flows(rec)
     assert len(flows) == 6
     for (name, _), f in flows.items():
         ev, ct = f.evidence, f.client_transport or {}

@@ -14,7 +14,6 @@ from quicbed import hostparam
 from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.results.store import Store
-from quicbed.run.cell import run_cell
 from quicbed.servers.webserver import WebServer
 from quicbed.spec.arms import ArmSettings, parse_cli, resolve
 from quicbed.spec.cellconfig import make_cell
@@ -170,21 +169,30 @@ def _switch_tcp_cc(tb: LocalTestbed, cc: str) -> None:
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(prefix: str, tmp_path: Path) -> None:
+def test_tcp_cc_and_beta_verified_from_the_kernel_per_load(
+    shared_links: SharedLinks, tmp_path: Path
+) -> None:
     """h2 with CUBIC beta 0.5: its loads show cubic (ss -tin) and beta 512/1024 on the
     host, restored afterwards; from load 3 on the TCP CC is switched to reno behind the
-    cell: those loads are invalid, naming both CCs. (One cell for both: a second would
-    cost the suite another receipt and bring-up.)"""
+    cell: those loads are invalid, naming both CCs. (One cell for both, on the suite's
+    shared link, whose CC is put back after: a receipt and a bring-up of its own would
+    cost the suite 15 s for nothing this test checks.)"""
     before = Path(hostparam.TCP_CUBIC_BETA).read_text().strip()
     names, settings = parse_cli("h2:cubic_beta=0.5,h3")
     cfg = make_cell(condition=COND, page="5kb", runs=4, warmup=1, arms=names, arm_settings=settings)
-    tb = LocalTestbed(prefix)
+    switched: list[LocalTestbed] = []
 
     def fault(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
         if arm == "h2" and rep == 3:
+            tb = LocalTestbed(shared_links.prefix_of(cfg))
+            switched.append(tb)
             _switch_tcp_cc(tb, "reno")
 
-    r = run_cell(cfg, tmp_path / "a", testbed=tb, receipt_tcp_seconds=1, traces="none", fault=fault)
+    try:
+        r = shared_links.run_cell(cfg, tmp_path / "a", traces="none", fault=fault)
+    finally:
+        for tb in switched:  # the shared link's CC, as its tuning set it
+            _switch_tcp_cc(tb, cfg.tcp_cc())
     assert r.status == "done", r.problem
     bad = r.invalid.get("h2", [])
     assert [b.split(":")[0] for b in bad] == ["#3", "#4"], bad

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SharedLinks
 
 from quicbed.model.link import make_condition
 from quicbed.results.store import Store
-from quicbed.run.cell import run_cell
 from quicbed.servers.webserver import WebServer
 from quicbed.settings import tcpopts
 from quicbed.spec.arms import parse_cli
@@ -43,21 +43,22 @@ def test_options_applied_on_both_ends_and_restored(testbed: LocalTestbed) -> Non
 @pytest.mark.browser
 @pytest.mark.slow
 def test_tcp_options_verified_per_load_and_a_mismatched_syn_invalid(
-    prefix: str, tmp_path: Path
+    shared_links: SharedLinks, tmp_path: Path
 ) -> None:
     """h2 with SACK off, ECN on, initcwnd 20 and a window scale of 2: every load's
     handshake shows them (valid) until the client turns SACK back on behind the cell
     before load 3: those loads' SYNs offer SACK and are invalid, naming the option.
-    (One cell for both: make test's time.)"""
+    (One cell for both, on the suite's shared link: the arm's options are put back as
+    they were when the cell ends, the one the fault set among them.)"""
     names, settings = parse_cli("h2:tcp_sack=false:tcp_ecn=1:initcwnd=20:rmem=ws2,h3")
     cfg = make_cell(condition=COND, page="5kb", runs=4, warmup=1, arms=names, arm_settings=settings)
-    tb = LocalTestbed(prefix)
 
     def fault(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
         if arm == "h2" and rep == 3:
+            tb = LocalTestbed(shared_links.prefix_of(cfg))
             tb.exec("client", ["sysctl", "-q", "-w", "net.ipv4.tcp_sack=1"])
 
-    r = run_cell(cfg, tmp_path / "a", testbed=tb, receipt_tcp_seconds=1, traces="none", fault=fault)
+    r = shared_links.run_cell(cfg, tmp_path / "a", traces="none", fault=fault)
     assert r.status == "done", r.problem
     bad = r.invalid.get("h2", [])
     assert [b.split(":")[0] for b in bad] == ["#3", "#4"], bad

@@ -264,7 +264,7 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
     arm whose server is started without its flags (as a stack that ignored a setting
     would) is refused per flow, naming the parameter; a client window of 64 KiB without
     auto-tuning holds its flow near window / RTT."""
-    from made_rows import bulk_config, measured_bulk
+    from made_rows import bulk_config, measured_bulk, unspoiled_flows
 
     from quicbed.model.link import make_condition
     from quicbed.servers.quiche import QuicheServer
@@ -287,7 +287,7 @@ def test_a_bulk_cell_verifies_both_ends_from_the_wire(
     )
     cfg = bulk_config(make_condition(rate_mbit=50, rtt_ms=20), text)
     rec = measured_bulk(cfg, tmp_path / "r", shared_links)
-    flows = {(x.arm, x.rep): x.flow for x in rec.runs}
+    flows = unspoiled_flows(rec)
     assert len(flows) == 6
     for (name, _), f in flows.items():
         if name == "h3-lie":  # quiche advertised its default 25 ms, seen from both ends

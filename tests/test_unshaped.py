@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import reads_well
+from conftest import SharedLinks, reads_well
 
 from quicbed.errors import QuicbedError
 from quicbed.link.proof import prove, spot_check
@@ -74,21 +74,14 @@ def test_the_receipt_judges_only_that_nothing_shapes(testbed: LocalTestbed) -> N
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.browser  # the report check renders its report
-def test_a_bulk_cell_without_the_emulator(prefix: str, tmp_path: Path) -> None:
+def test_a_bulk_cell_without_the_emulator(shared_links: SharedLinks, tmp_path: Path) -> None:
     """Goodput above what the emulator forwards; CPU of server and client, none of the
-    bridge (nothing of quicbed's runs there), with the reason."""
-    from quicbed.cli.bulk import run_bulk
+    bridge (nothing of quicbed's runs there), with the reason. (On the suite's shared
+    unshaped link: the receipt's own test is the one above.)"""
+    from made_rows import bulk_config, measured_transfer
 
-    r = run_bulk(
-        make_condition(),
-        tmp_path / "r",
-        arms=["h2", "h3"],
-        reps=2,
-        size="50MB",
-        testbed=LocalTestbed(prefix),
-        shaper="none",
-        receipt_tcp_seconds=1,
-    )
+    cfg = bulk_config(make_condition(), size="50MB", shaper="none")
+    r = measured_transfer(cfg, tmp_path / "r", shared_links)
     assert r.receipt is not None and r.receipt["shaper"]["shaper"] == "none"
     assert r.ideal_goodput_bps is None
     for run in r.runs:
