@@ -52,6 +52,9 @@ def lab() -> Iterator[tuple[str, Path]]:
     assert up.returncode == 0, up.stderr
     inventory = SshLab(prefix).inventory
     assert inventory.exists()
+    ssh = SshTestbed.load(inventory)
+    folder = ssh.cpu.folder  # where the ssh testbed's CPU groups go: this machine's tree
+    ssh.close()
     try:
         yield prefix, inventory
     finally:
@@ -59,6 +62,12 @@ def lab() -> Iterator[tuple[str, Path]]:
         assert down.returncode == 0, down.stderr
         assert LocalTestbed(prefix).leftovers() == []
         assert not _link_exists(control_bridge(prefix))
+        # the cells over ssh made CPU groups in this machine's control groups, not in
+        # the lab's namespaces: the lab's down clears them first
+        from quicbed.roles import cgroups
+
+        left = [m for m, _, _ in cgroups.mounts() if Path(m, cgroups.TOP, folder).exists()]
+        assert left == [], f"the ssh testbed's CPU groups ({folder}) left in {left}"
 
 
 @pytest.fixture

@@ -27,7 +27,9 @@ import pytest
 from conftest import reads_well
 
 from quicbed.results.store import DB_NAME
+from quicbed.roles import cgroups
 from quicbed.testbed.local import LocalTestbed
+from quicbed.testbed.ssh import SshTestbed
 from quicbed.testbed.sshlab import SshLab
 
 pytestmark = [pytest.mark.root, pytest.mark.browser, pytest.mark.slow]
@@ -104,14 +106,22 @@ def labs() -> Iterator[tuple[str, str]]:
     if os.geteuid() != 0:
         pytest.fail("this test needs root (network namespaces); CI runs as root")
     a, b = "a" + secrets.token_hex(3), "b" + secrets.token_hex(3)
+    folders = []
     try:
-        SshLab(a).up()
-        SshLab(b).up()
+        for p in (a, b):
+            ssh = SshTestbed.load(SshLab(p).up())
+            folders.append(ssh.cpu.folder)
+            ssh.close()
         yield a, b
     finally:
         for p in (a, b):
             SshLab(p).down()
             assert LocalTestbed(p).leftovers() == []
+        # the sweep's CPU groups, in this machine's tree: cleared with the labs
+        left = [
+            f for f in folders for m, _, _ in cgroups.mounts() if Path(m, cgroups.TOP, f).exists()
+        ]
+        assert left == [], f"the ssh testbeds' CPU groups left: {left}"
 
 
 def test_a_sweep_spreads_over_two_testbeds_and_survives_one(

@@ -155,7 +155,10 @@ def testbed_down(tb: TestbedOptions) -> None:
     bed = tb.open("quicbed testbed down")
     try:
         with bed.claim("quicbed testbed down"):
-            removed = bed.teardown()
+            removed = []
+            if get_backend(tb.kind).makes_namespaces:  # an ssh lab's hosts, cleared first
+                removed += SshLab(tb.prefix).clear_hosts()
+            removed += bed.teardown()
     finally:
         bed.close()
     out.print(

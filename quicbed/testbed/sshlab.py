@@ -29,6 +29,7 @@ from pathlib import Path
 from quicbed import proc
 from quicbed.errors import QuicbedError
 from quicbed.paths import REPO_ROOT
+from quicbed.roles import cgroups
 from quicbed.testbed.lifecycle import RPath
 from quicbed.testbed.local import LocalTestbed
 
@@ -98,7 +99,28 @@ class SshLab:
         return self.inventory
 
     def down(self) -> list[str]:
-        return self.tb.down()
+        """The lab gone: what an ssh testbed over it left (:meth:`clear_hosts`), then the
+        namespaces."""
+        return self.clear_hosts() + self.tb.down()
+
+    def clear_hosts(self) -> list[str]:
+        """What an ssh testbed over the lab left on its hosts: its daemons, work folders
+        and CPU groups, removed by the ssh testbed's own ``down`` while the lab's sshd
+        answers. The groups live in this machine's control groups (the lab's hosts share
+        its kernel), so taking the namespaces down would leave them: where sshd no longer
+        answers (a crashed lab), they are removed here directly; the daemons and work
+        folders go with the namespaces. Nothing where there is no lab."""
+        if not self.inventory.exists():
+            return []
+        from quicbed.testbed.ssh import SshTestbed  # the lab's user, imported on use
+
+        ssh = SshTestbed.load(self.inventory)
+        try:
+            if self._running():
+                return ssh.down()
+            return cgroups.remove(ssh.cpu.folder)
+        finally:
+            ssh.close()
 
     def _running(self) -> bool:
         return self.inventory.exists() and all(
