@@ -170,6 +170,7 @@ def test_netem_probes_of_two_testbeds_on_one_kernel_do_not_collide(testbed: Loca
     assert f"{testbed.prefix}-probe" not in netns
 
 
+@pytest.mark.parallel  # refused before anything is made: times nothing
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

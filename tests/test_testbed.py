@@ -112,6 +112,7 @@ def test_cli_up_status_down(prefix: str) -> None:
 
 
 @pytest.mark.root
+@pytest.mark.parallel  # refused before anything is made: times nothing
 @pytest.mark.parametrize("bad", ["", "Qb", "1ab", "abcdefghi", "a-b"])
 def test_bad_prefix(bad: str) -> None:
     with pytest.raises(QuicbedError, match="prefix"):
