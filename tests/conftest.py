@@ -30,7 +30,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -253,52 +252,70 @@ class LinkNotHeld(Exception):
 
 
 class SharedLinks:
-    """Links proven once for the whole suite, one testbed per link key, as a sweep shares
-    one receipt among the cells of a condition (quicbed.link.proof): each cell opens
-    with a spot check instead of a full receipt. A receipt takes 20-40 s and is about
-    half of what a one-cell test costs, while what those tests check is the cell, not
-    the link (the receipt's own tests measure links). A cell that fails on the link (the
+    """Links proven once for the whole suite and kept, one testbed per link key: the kept
+    links of ``quicbed link up`` (quicbed.link.kept), as a user keeps one for the
+    commands of an afternoon. A receipt takes 10-40 s and is about half of what a
+    one-cell test costs, while what those tests check is the cell, not the link (the
+    receipt's own tests measure links): each cell on a kept link opens with a spot check
+    instead (a recent closing check serving, as between a sweep's cells). Tests that run
+    the command line on a shared link pass ``--prefix`` :meth:`kept_prefix`: their
+    commands reuse its receipt as a user's would. A cell that fails on the link (its
     receipt, or its opening or closing check, spoiled on a busy machine) raises
-    ``LinkNotHeld`` and leaves its link to be applied and proven afresh, for the test's
+    ``LinkNotHeld`` and takes its link down, to be kept and proven afresh for the test's
     rerun. Not for a test that changes or breaks the link, or that checks what a cell's
     own receipt records."""
 
     def __init__(self) -> None:
-        self._stack = ExitStack()
-        self._links: dict[str, Any] = {}  # link key -> (testbed, ShapedLink, ProvenLink)
+        self._testbeds: dict[str, LocalTestbed] = {}  # link key -> its testbed
         self.prefixes: list[str] = []
 
-    def run_cell(self, cfg: Any, out: Path, **kwargs: Any) -> CellResult:
-        """``quicbed.run.cell.run_cell`` over the shared link of ``cfg``'s condition."""
-        from quicbed.link.proof import MAX_RECEIPT_AGE_S, prove
+    def kept(self, cfg: Any) -> LocalTestbed:
+        """The testbed that keeps ``cfg``'s link, kept and proven now if it is not (a
+        receipt out of tolerance raises ``LinkNotHeld``)."""
+        from quicbed.link import kept
+        from quicbed.link.proof import prove
         from quicbed.link.session import shaped_link
-        from quicbed.run.cell import run_cell
 
         key = cfg.link_key()
-        if key not in self._links:
+        if key not in self._testbeds:
             prefix = "s" + secrets.token_hex(3)
             self.prefixes.append(prefix)
-            tb = LocalTestbed(prefix)
-            shaped = self._stack.enter_context(
-                shaped_link(
-                    tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc(), offloads_set=cfg.offloads
-                )
-            )
-            self._links[key] = (tb, shaped, None)
-        tb, shaped, proven = self._links[key]
-        if proven is None or proven.age_s() > MAX_RECEIPT_AGE_S:
-            proven = prove(shaped, 1, cfg.tcp_cc())
-            self._links[key] = (tb, shaped, proven)
-        r = run_cell(cfg, out, testbed=tb, link=proven, **kwargs)
+            self._testbeds[key] = LocalTestbed(prefix)
+        tb = self._testbeds[key]
+        if kept.read(tb) is None:
+            with shaped_link(
+                tb, cfg.condition, cfg.shaper, cc=cfg.tcp_cc(), offloads_set=cfg.offloads, keep=True
+            ) as shaped:
+                proven = prove(shaped, 1, cfg.tcp_cc())
+            if not proven.receipt.passed:
+                failed = "; ".join(c.summary() for c in proven.receipt.failed_checks())
+                raise LinkNotHeld(f"the shared link's receipt is out of tolerance: {failed}")
+        return tb
+
+    def kept_prefix(self, cond: Any, **cell: Any) -> str:
+        """The prefix of the testbed that keeps the link of a cell of ``cond`` (and of any
+        setting of the link in ``cell``: shaper, cc, offloads), for a test that runs the
+        command line on it."""
+        from quicbed.spec.cellconfig import make_cell
+
+        return self.kept(make_cell(condition=cond, page="5kb", **cell)).prefix
+
+    def run_cell(self, cfg: Any, out: Path, **kwargs: Any) -> CellResult:
+        """``quicbed.run.cell.run_cell`` on the kept link of ``cfg``'s condition."""
+        from quicbed.link.session import take_down
+        from quicbed.run.cell import run_cell
+
+        tb = self.kept(cfg)
+        kwargs.setdefault("receipt_tcp_seconds", 1)  # past the receipt's age
+        r = run_cell(cfg, out, testbed=tb, **kwargs)
         if r.link_failed or (r.reason is not None and r.reason.unmeasured):
-            shaped.reapply()  # and proven afresh when the test runs again
-            self._links[key] = (tb, shaped, None)
+            take_down(tb)  # kept and proven afresh when the test runs again
             raise LinkNotHeld(r.problem)
         return r
 
     def prefix_of(self, cfg: Any) -> str:
         """The prefix of the testbed that carries ``cfg``'s link."""
-        return str(self._links[cfg.link_key()][0].prefix)
+        return str(self._testbeds[cfg.link_key()].prefix)
 
     def pids(self) -> set[int]:
         """The shared links' emulators: the processes in their bridge namespaces, which
@@ -315,14 +332,18 @@ class SharedLinks:
         return found
 
     def close(self) -> list[str]:
-        """Every link undone and its testbed down; what was left behind (namespaces, and
-        control groups: the emulator's group lives as long as its link)."""
-        self._stack.close()
+        """Every kept link taken down and its testbed down; what was left behind
+        (namespaces, control groups: the emulator's group lives as long as its link, and
+        the kept link's record)."""
+        from quicbed.link.session import take_down
+
         left = []
-        for p in self.prefixes:
-            left += LocalTestbed(p).leftovers()
-            LocalTestbed(p).down()
-            left += cgroups_of(p)
+        for tb in self._testbeds.values():
+            take_down(tb)
+            tb.down()
+            left += tb.leftovers() + cgroups_of(tb.prefix)
+            if tb.kept_link_path().exists():
+                left.append(str(tb.kept_link_path()))
         return left
 
 

@@ -17,19 +17,19 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
+from conftest import SharedLinks
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from quicbed.model.link import make_condition
 from quicbed.package.secretscan import scan_file, user_needles
 from quicbed.results.folder import folder_lock
 from quicbed.results.store import DB_NAME
 from quicbed.tarsafe import safe_extract
-from quicbed.testbed.local import LocalTestbed
 
 QB = [sys.executable, "-m", "quicbed"]
 SPEC = """
@@ -78,23 +78,18 @@ def home(base: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sweep(base: Path, home: Path) -> Iterator[tuple[Path, str, str]]:
-    """(results folder, testbed prefix, cell ID) of a finished one-cell sweep."""
-    if os.geteuid() != 0:
-        pytest.fail("this test needs root (network namespaces); CI runs as root")
-    prefix = "t" + secrets.token_hex(3)
+def sweep(base: Path, home: Path, shared_links: SharedLinks) -> tuple[Path, str, str]:
+    """(results folder, testbed prefix, cell ID) of a finished one-cell sweep, measured on
+    the suite's kept 50 Mbit/s, 20 ms link (conftest.SharedLinks), whose receipt its
+    rerun from the package reuses too: the package carries the receipt it ran under."""
+    prefix = shared_links.kept_prefix(make_condition(rate_mbit=50, rtt_ms=20))
     (base / "one.yaml").write_text(SPEC)
     out = base / "res"
-    try:
-        cp = qb("run", base / "one.yaml", "--out", out, "--prefix", prefix, home=home, timeout=300)
-        assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-        with closing(sqlite3.connect(out / DB_NAME)) as con:
-            (cid,) = con.execute("SELECT cell_id FROM cells").fetchone()
-        yield out, prefix, cid
-    finally:
-        left = LocalTestbed(prefix).leftovers()
-        LocalTestbed(prefix).down()
-        assert not left, f"namespaces left behind: {left}"
+    cp = qb("run", base / "one.yaml", "--out", out, "--prefix", prefix, home=home, timeout=300)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    with closing(sqlite3.connect(out / DB_NAME)) as con:
+        (cid,) = con.execute("SELECT cell_id FROM cells").fetchone()
+    return out, prefix, cid
 
 
 @pytest.fixture(scope="module")

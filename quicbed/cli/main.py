@@ -69,7 +69,7 @@ from quicbed.cli.options import (
 from quicbed.cli.runspec import SweepRun, run_spec
 from quicbed.errors import QuicbedError
 from quicbed.link.hostpolicy import HostPolicy
-from quicbed.link.session import shaped_link
+from quicbed.link.session import shaped_link, take_down
 from quicbed.model.link import RECEIPT_TCP_SECONDS, check_tcp_seconds
 from quicbed.paths import check_folder_target
 from quicbed.profile import check_profile
@@ -92,6 +92,7 @@ from quicbed.traces import check_level
 
 if TYPE_CHECKING:  # the runner loads when a cell runs, not when the CLI starts
     from quicbed.run.cell import CellResult
+    from quicbed.testbed.lifecycle import Testbed
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -167,6 +168,27 @@ def testbed_down(tb: TestbedOptions) -> None:
     )
 
 
+def kept_link_status(bed: Testbed) -> dict[str, Any] | None:
+    """The link ``quicbed link up`` keeps on ``bed``, for ``testbed status``: its
+    condition, receipt, age and whether the shaping still reads back as the generation
+    the receipt measured (else the next command drops it)."""
+    from quicbed.link import kept  # lazy: scipy, ~0.5 s
+    from quicbed.shapers import get_shaper
+
+    rec = kept.read(bed)
+    if rec is None:
+        return None
+    now = get_shaper(rec.shaper, bed, emulator_priority=rec.emulator_priority).generation(bed)
+    return {
+        "link": rec.label(),
+        "receipt_created": rec.receipt.created,
+        "age_s": round(rec.age_s()),
+        "generation": rec.generation,
+        "holds": now == rec.generation,
+        "by": rec.by,
+    }
+
+
 @testbed_app.command("status")
 @options("tb", TestbedOptions, only=LIFECYCLE)
 def testbed_status(
@@ -179,6 +201,7 @@ def testbed_status(
     try:
         info = bed.status()
         info["owner"] = bed.holder()
+        info["kept_link"] = kept_link_status(bed)
     finally:
         bed.close()
     if as_json:
@@ -239,6 +262,91 @@ def link_check(
         print_receipt(receipt)
     if not receipt.passed:
         raise typer.Exit(1)
+
+
+@link_app.command("up", context_settings={"ignore_unknown_options": False})
+@options("link", LinkOptions)
+@options("tb", TestbedOptions)
+@options("host", HostOptions, only=("emulator_priority", "quiet_wait"))
+def link_up(
+    *,
+    link: LinkOptions,
+    shaper: ShaperOpt = SHAPER,
+    tb: TestbedOptions,
+    host: HostOptions,
+    receipt_tcp_seconds: Annotated[
+        float, typer.Option(help="iperf3 TCP seconds per direction of the link's receipt.")
+    ] = RECEIPT_TCP_SECONDS,
+    cc: Annotated[str, typer.Option(help="TCP congestion control.")] = CC,
+    offloads: OffloadsOpt = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the receipt as JSON.")] = False,
+) -> None:
+    """Shape a link, prove it, and keep it for later commands (exit 1, nothing kept, if its
+    receipt is out of tolerance).
+
+    Every later cell, sweep or transfer on this testbed whose cells need this link uses it
+    as it is, with this receipt for 30 min (a new one after that, kept too), each cell
+    opening and closing with a spot check; one that needs another link is refused. The
+    link stays until quicbed link down or quicbed testbed down. Idempotent: a link kept
+    with these settings whose receipt still holds is left as it is.
+    """
+    from quicbed.link import kept  # lazy: scipy, ~0.5 s
+    from quicbed.link.proof import MAX_RECEIPT_AGE_S, prove
+    from quicbed.link.quiet import HostWait
+
+    cond = link.condition()
+    check_tcp_seconds(receipt_tcp_seconds, "--receipt-tcp-seconds")
+    setting = nic.parse(offloads)
+    nic.check_shaper(shaper, setting)
+    policy = host.policy()
+    bed = tb.open("quicbed link up")
+    try:
+        with bed.claim("quicbed link up"):
+            found = kept.read(bed)
+            with shaped_link(
+                bed,
+                cond,
+                shaper,
+                cc=cc,
+                offloads_set=setting,
+                emulator_priority=policy.emulator_priority,
+                keep=True,
+            ) as shaped:
+                wait = HostWait(policy.quiet_wait_minutes * 60, None)
+                proven = prove(shaped, receipt_tcp_seconds, cc, wait=wait)
+    finally:
+        bed.close()
+    receipt = proven.receipt
+    if as_json:
+        print_json(receipt.model_dump(mode="json"))
+    else:
+        print_receipt(receipt)
+    if not receipt.passed:
+        out.print(f"testbed {tb.name()}: nothing kept (the receipt is out of tolerance)")
+        raise typer.Exit(1)
+    again = found is not None and proven.uses > 0
+    state = "already kept; its receipt still holds" if again else "kept"
+    minutes = MAX_RECEIPT_AGE_S / 60 - proven.age_s() / 60
+    out.print(
+        f"testbed {tb.name()}: link {state} (receipt of {receipt.created}, reused for "
+        f"{minutes:.0f} min more); take it down with: quicbed link down" + kept.where(bed)
+    )
+
+
+@link_app.command("down")
+@options("tb", TestbedOptions, only=LIFECYCLE)
+def link_down(tb: TestbedOptions) -> None:
+    """Take down the link quicbed link up kept: its shaping removed, the interfaces'
+    offloads put back; the testbed stays up (idempotent)."""
+    bed = tb.open("quicbed link down")
+    try:
+        found = take_down(bed)
+    finally:
+        bed.close()
+    if found is None:
+        out.print(f"testbed {tb.name()}: keeps no link")
+    else:
+        out.print(f"testbed {tb.name()}: kept link of {found.label()} taken down")
 
 
 # --- cell -----------------------------------------------------------------------------

@@ -196,7 +196,8 @@ class SweepTestbedOptions(TestbedOptions):
 @contextmanager
 def owned(tb: Testbed, what: str, keep: bool) -> Iterator[None]:
     """``what`` owns ``tb`` throughout; at the end, also after an error or Ctrl-C, the
-    testbed is torn down (unless ``keep``) and the user is told what was removed."""
+    testbed is torn down (unless ``keep``, or it keeps a link: ``quicbed link up``, which
+    stays until ``quicbed link down``) and the user is told what was removed."""
     removed: list[str] | None
     try:
         with tb.claim(what):
@@ -205,7 +206,13 @@ def owned(tb: Testbed, what: str, keep: bool) -> Iterator[None]:
             try:
                 yield
             finally:
-                if not keep:
+                if tb.kept_link_path().exists():
+                    print(
+                        f"quicbed: testbed {tb.describe_short()} keeps its link "
+                        "(quicbed link up): left up",
+                        file=sys.stderr,
+                    )
+                elif not keep:
                     try:
                         removed = tb.teardown()
                     except QuicbedError as exc:

@@ -123,7 +123,8 @@ def _with_overrides(spec: SweepSpec, run: SweepRun, hosts: list[str]) -> SweepSp
 def _open_testbeds(sweep: _Plan, tb: SweepTestbedOptions) -> list[Testbed]:
     """Every testbed of the sweep opened and able to shape and load its cells, or none
     kept open: a sweep never starts on some of its testbeds only."""
-    from quicbed.run.cell import check_components  # lazy: scipy, ~0.65 s
+    from quicbed.link import kept  # lazy: scipy, ~0.65 s
+    from quicbed.run.cell import check_components
 
     beds: list[Testbed] = []
     try:
@@ -132,6 +133,7 @@ def _open_testbeds(sweep: _Plan, tb: SweepTestbedOptions) -> list[Testbed]:
             get_shaper(sweep.spec.shaper, beds[-1])
             beds[-1].cpu.check()  # CPU per role (quicbed.roles.cpuaccounting)
             check_components([pc.config for pc in sweep.todo], beds[-1])
+            kept.check_cells(beds[-1], [pc.config for pc in sweep.todo])
     except BaseException:
         for bed in beds:
             bed.close()

@@ -172,6 +172,7 @@ def spot_check(proven: ProvenLink, kind: str, since: dict[str, Any] | None = Non
     )
     if kind == "closing" and check.passed:
         proven.last_closing = (time.monotonic(), check)
+        proven.link.record_closing(check.model_dump(mode="json"), gen)
     return check
 
 
@@ -186,7 +187,26 @@ def prove(
     while the host is busy (quicbed.link.quiet) is taken again once the host is quiet,
     up to RECEIPT_RETRIES times and the wait's limit, as is one whose own span lost
     CPU time to steal or saw the emulator fall behind; one that fails on a quiet host
-    (the link itself is wrong) or past the limit is returned as it is."""
+    (the link itself is wrong) or past the limit is returned as it is.
+
+    The testbed's kept link (quicbed.link.kept) is proven by its recorded receipt while
+    that is younger than MAX_RECEIPT_AGE_S and the shaping still reads back as the
+    generation it measured: a receipt other commands used, so each cell on it opens
+    with a spot check (``uses``). A receipt taken of a kept link is recorded for the
+    commands after this one."""
+    rec = shaped.kept_record
+    if rec is not None:
+        age = rec.age_s()
+        gen = shaped.shaper.generation(shaped.testbed)
+        if rec.receipt.passed and age <= MAX_RECEIPT_AGE_S and gen == rec.generation:
+            proven = ProvenLink(shaped, rec.receipt, time.monotonic() - age, uses=1)
+            if rec.closing is not None and rec.closing_unix is not None:
+                ago = time.time() - rec.closing_unix
+                proven.last_closing = (
+                    time.monotonic() - ago,
+                    SpotCheck.model_validate(rec.closing),
+                )
+            return proven
     for tries in range(RECEIPT_RETRIES + 1):
         receipt = measure(
             shaped.testbed,
@@ -210,4 +230,5 @@ def prove(
             break
         if settled is Settled.QUIET and not wait.pause("the receipt was spoiled by the host"):
             break
+    shaped.record_kept(receipt)
     return ProvenLink(shaped, receipt, time.monotonic())

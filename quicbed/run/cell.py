@@ -28,7 +28,7 @@ from quicbed.client import get_browser, har
 from quicbed.client.browser import DEFAULT as DEFAULT_BROWSER
 from quicbed.client.browser import BrowserSpec
 from quicbed.errors import QuicbedError
-from quicbed.link import hostcpu, varying
+from quicbed.link import hostcpu, kept, varying
 from quicbed.link.hostpolicy import HostPolicy
 from quicbed.link.loadproof import LoadWatch, Verdict
 from quicbed.link.proof import LinkFailure, ProvenLink, SpotCheck, opening_check, prove, spot_check
@@ -208,6 +208,7 @@ def validate(cfg: CellConfig, testbed: Testbed | None = None) -> Any:
         for a in arms:
             get_stack(a.stack).check_testbed(a, testbed)
         check_components([cfg], testbed)
+        kept.check_cells(testbed, [cfg])  # the link the testbed keeps, if any, fits
     return pageset
 
 
@@ -538,7 +539,8 @@ class _Job:
     ) -> None:
         """The loads on ``link``, a sweep's link shared with earlier cells (its opening
         spot check stands in for a receipt once it has been used), or without one on a
-        link shaped and proven for this cell alone, undone after its loads."""
+        link shaped and proven for this cell alone, undone after its loads (or the
+        testbed's kept link, which stays)."""
         cfg = self.cfg
         if link is not None:
             self.measure_on(link, shared=link.uses > 0)
@@ -552,7 +554,8 @@ class _Job:
             emulator_priority=host.emulator_priority,
         ) as shaped:
             proven = prove(shaped, receipt_tcp_seconds, cfg.tcp_cc(), wait=self.wait)
-            self.measure_on(proven, shared=False)
+            # a kept link's receipt (quicbed.link.kept) served other commands: shared
+            self.measure_on(proven, shared=proven.uses > 0)
 
     def tally(self, outcome: _Outcome) -> None:
         """Into ``outcome``, what the finished attempt's stored runs say: a done page

@@ -56,6 +56,13 @@ def print_testbed_status(info: dict[str, Any], kind: str, name: str) -> None:
         out.print(f"in use by {describe(info['owner'])}")
     for line in get_backend(kind).status_lines(info, name):  # each kind's own fields
         out.print(line)
+    k = info.get("kept_link")
+    if k:
+        out.print(
+            f"keeps a link of {k['link']} (quicbed link up): receipt of {k['receipt_created']}, "
+            f"{k['age_s']} s old"
+            + ("" if k["holds"] else "; its shaping changed since: the next command drops it")
+        )
 
 
 # --- link -----------------------------------------------------------------------------

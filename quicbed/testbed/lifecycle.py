@@ -89,6 +89,13 @@ class Testbed(Roles):
     def lock_path(self) -> Path:
         """The controller's file whose lock says who owns this testbed (quicbed.testbed.owner)."""
 
+    def kept_link_path(self) -> Path:
+        """The controller's record of the link ``quicbed link up`` keeps on this testbed
+        (quicbed.link.kept), beside the claim file: per testbed, gone with the claim's
+        folder."""
+        lock = self.lock_path()
+        return lock.with_name(f"{lock.name}.kept-link.json")
+
     @contextmanager
     def claim(self, what: str) -> Iterator[owner.Claim]:
         """Own this testbed for ``what`` (re-entrant); refused while another command does.
@@ -127,7 +134,10 @@ class Testbed(Roles):
         with owner.shielded():
             hostparam.release_all(self)  # a host-wide setting it held (TCP CUBIC's beta)
             clear_all(self)
-            return self.down()
+            kept = self.kept_link_path()
+            removed = [f"the kept link's record {kept}"] if kept.exists() else []
+            kept.unlink(missing_ok=True)  # the link it names goes with the shaping
+            return removed + self.down()
 
     def clean_leftovers(self, stale: dict[str, Any]) -> list[str]:
         """Remove what a killed owner left before a new owner starts."""
