@@ -56,6 +56,7 @@ from quicbed.cli.options import (
     MaxHoursOpt,
     OffloadsOpt,
     ProfileOpt,
+    ReceiptTcpSecondsOpt,
     ShaperOpt,
     SweepTestbedOptions,
     TestbedOptions,
@@ -92,7 +93,6 @@ from quicbed.traces import check_level
 
 if TYPE_CHECKING:  # the runner loads when a cell runs, not when the CLI starts
     from quicbed.run.cell import CellResult
-    from quicbed.testbed.lifecycle import Testbed
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -168,27 +168,6 @@ def testbed_down(tb: TestbedOptions) -> None:
     )
 
 
-def kept_link_status(bed: Testbed) -> dict[str, Any] | None:
-    """The link ``quicbed link up`` keeps on ``bed``, for ``testbed status``: its
-    condition, receipt, age and whether the shaping still reads back as the generation
-    the receipt measured (else the next command drops it)."""
-    from quicbed.link import kept  # lazy: scipy, ~0.5 s
-    from quicbed.shapers import get_shaper
-
-    rec = kept.read(bed)
-    if rec is None:
-        return None
-    now = get_shaper(rec.shaper, bed, emulator_priority=rec.emulator_priority).generation(bed)
-    return {
-        "link": rec.label(),
-        "receipt_created": rec.receipt.created,
-        "age_s": round(rec.age_s()),
-        "generation": rec.generation,
-        "holds": now == rec.generation,
-        "by": rec.by,
-    }
-
-
 @testbed_app.command("status")
 @options("tb", TestbedOptions, only=LIFECYCLE)
 def testbed_status(
@@ -201,7 +180,9 @@ def testbed_status(
     try:
         info = bed.status()
         info["owner"] = bed.holder()
-        info["kept_link"] = kept_link_status(bed)
+        from quicbed.link import kept  # lazy: scipy, ~0.5 s
+
+        info["kept_link"] = kept.status(bed)
     finally:
         bed.close()
     if as_json:
@@ -274,9 +255,7 @@ def link_up(
     shaper: ShaperOpt = SHAPER,
     tb: TestbedOptions,
     host: HostOptions,
-    receipt_tcp_seconds: Annotated[
-        float, typer.Option(help="iperf3 TCP seconds per direction of the link's receipt.")
-    ] = RECEIPT_TCP_SECONDS,
+    receipt_tcp_seconds: ReceiptTcpSecondsOpt = RECEIPT_TCP_SECONDS,
     cc: Annotated[str, typer.Option(help="TCP congestion control.")] = CC,
     offloads: OffloadsOpt = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the receipt as JSON.")] = False,
@@ -393,9 +372,7 @@ def cell_cmd(
     cell: CellOptions,
     tb: TestbedOptions,
     host: HostOptions,
-    receipt_tcp_seconds: Annotated[
-        float, typer.Option(help="iperf3 TCP seconds per direction of the link's receipt.")
-    ] = RECEIPT_TCP_SECONDS,
+    receipt_tcp_seconds: ReceiptTcpSecondsOpt = RECEIPT_TCP_SECONDS,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     keep_testbed: KeepOpt = False,
     traces: TracesOpt = None,

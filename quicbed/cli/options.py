@@ -388,6 +388,9 @@ ShaperOpt = Annotated[
     ),
 ]
 SHAPER: str = CELL["shaper"]
+ReceiptTcpSecondsOpt = Annotated[
+    float, typer.Option(help="iperf3 TCP seconds per direction of the link's receipt.")
+]
 OffloadsOpt = Annotated[
     str,
     typer.Option(

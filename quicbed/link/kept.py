@@ -153,19 +153,41 @@ def check_cells(tb: Testbed, cells: Iterable[Any]) -> None:
         return
     for cfg in cells:
         shaper = get_shaper(cfg.shaper, tb, cfg.condition).name
-        cc, priority = cfg.tcp_cc(), rec.emulator_priority
-        if not rec.matches(cfg.condition, shaper, cc, cfg.offloads, priority):
-            wanted = f"{cfg.condition.label()} ({shaper} shaper, {cfg.tcp_cc()})"
-            raise refuse_other(tb, rec, wanted)
+        cc = cfg.tcp_cc()
+        if not rec.matches(cfg.condition, shaper, cc, cfg.offloads, rec.emulator_priority):
+            raise refuse_other(tb, rec, cfg.condition, shaper, cc)
 
 
-def refuse_other(tb: Testbed, rec: KeptLink, wanted: str) -> QuicbedError:
-    """The error for a command that needs another link than the kept one."""
+def refuse_other(
+    tb: Testbed, rec: KeptLink, cond: LinkCondition, shaper: str, cc: str
+) -> QuicbedError:
+    """The error for a command that needs another link (``cond`` on ``shaper`` with
+    ``cc``) than the kept one."""
     return QuicbedError(
         f"testbed {tb.describe_short()} keeps a link of {rec.label()} (quicbed link up); "
-        f"this needs {wanted}: take the kept link down first with: "
-        f"quicbed link down{where(tb)}"
+        f"this needs {cond.label()} ({shaper} shaper, {cc}): take the kept link down "
+        f"first with: quicbed link down{where(tb)}"
     )
+
+
+def status(tb: Testbed) -> dict[str, Any] | None:
+    """The link kept on ``tb``, for ``quicbed testbed status``: its condition, receipt,
+    age and whether the shaping still reads back as the generation the receipt measured
+    (else the next command drops it); None where it keeps none."""
+    from quicbed.shapers import get_shaper
+
+    rec = read(tb)
+    if rec is None:
+        return None
+    now = get_shaper(rec.shaper, tb, emulator_priority=rec.emulator_priority).generation(tb)
+    return {
+        "link": rec.label(),
+        "receipt_created": rec.receipt.created,
+        "age_s": round(rec.age_s()),
+        "generation": rec.generation,
+        "holds": now == rec.generation,
+        "by": rec.by,
+    }
 
 
 def where(tb: Testbed) -> str:

@@ -129,8 +129,7 @@ def shaped_link(
         found = kept.read(tb)
         if found is not None:
             if not found.matches(cond, shaper.name, cc, setting, emulator_priority):
-                wanted = f"{cond.label()} ({shaper.name} shaper, {cc})"
-                raise kept.refuse_other(tb, found, wanted)
+                raise kept.refuse_other(tb, found, cond, shaper.name, cc)
             if shaper.generation(tb) == found.generation:
                 yield ShapedLink(
                     tb,
