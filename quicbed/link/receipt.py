@@ -431,18 +431,30 @@ def _varying_rtt(cond: LinkCondition, pr: dict[str, Any], *, spot: bool) -> Chec
 TCP_INITIAL_WINDOW = 10
 
 
+#: the least a receipt's TCP probe leaves out (s), paid twice a receipt: 1 s read the
+#: same goodput as 2 s on every link tried, and the formula's 0.7 s at 10 Mbit/s and
+#: 112 ms read 82-91 % (benchmarks/tcp_omit.py, docs/benchmarks/tcp-omit.md)
+TCP_OMIT_FLOOR_S = 1.0
+
+
 def tcp_omit_seconds(cond: LinkCondition) -> float:
-    """What iperf3 leaves out before TCP's steady goodput is measured: 2 s, or slow
-    start's length where it is longer, RTT x (log2(BDP / initial window) + 3 rounds).
-    At 100 Mbit/s and 400 ms (a 5 MB BDP) slow start lasts about 4 s: with 2 s left
-    out, the receipts of the beta study's 400 ms cells measured 82 of the 93 Mbit/s
+    """What iperf3 leaves out before TCP's steady goodput is measured: TCP_OMIT_FLOOR_S,
+    or slow start's length where it is longer, RTT x (log2(BDP / initial window) + 3
+    rounds). At 100 Mbit/s and 400 ms (a 5 MB BDP) slow start lasts about 4 s: with 2 s
+    left out, the receipts of the beta study's 400 ms cells measured 82 of the 93 Mbit/s
     they need, on a link that was right."""
+    return max(TCP_OMIT_FLOOR_S, slow_start_seconds(cond))
+
+
+def slow_start_seconds(cond: LinkCondition) -> float:
+    """Slow start's length by the formula of :func:`tcp_omit_seconds`, without its floor
+    (0 where no rate is set)."""
     if cond.rate_mbit is None:
-        return 2.0
+        return 0.0
     rtt_s = cond.rtt() / 1000
     bdp = cond.rate_mbit * 1e6 / 8 * rtt_s
     rounds = math.log2(max(bdp / (TCP_INITIAL_WINDOW * TCP_MSS), 1.0)) + 3
-    return max(2.0, round(rtt_s * rounds, 1))
+    return round(rtt_s * rounds, 1)
 
 
 #: pings a receipt takes first; more only where their sd asks for it (quicbed.link.power)
