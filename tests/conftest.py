@@ -58,6 +58,8 @@ NEEDS: dict[str | tuple[str, str], frozenset[str]] = {
     "prefix": frozenset({ROOT}),
     "testbed": frozenset({ROOT}),
     "cell_1mb_full": frozenset({ROOT, BROWSER, SLOW}),
+    "traced_bulk": frozenset({ROOT, SLOW, BUILT}),
+    "traced_compete": frozenset({ROOT, SLOW, BUILT}),
     "shared_links": frozenset({ROOT}),
     ("test_chromium72.py", "served"): frozenset({ROOT, BROWSER}),
     ("test_paint.py", "served"): frozenset({ROOT, BROWSER}),
@@ -74,6 +76,8 @@ MEASURES: frozenset[str | tuple[str, str]] = frozenset(
     {
         "shared_links",
         "cell_1mb_full",
+        "traced_bulk",
+        "traced_compete",
         ("test_package.py", "sweep"),
         ("test_shard_merge.py", "folders"),
         ("test_two_testbeds.py", "labs"),
@@ -412,6 +416,75 @@ def cell_1mb_full(
         store.close()
     # the tracers of this attempt: the last one made
     yield {"out": out, "result": r, "runs": runs, "capture": seen[-1]}
+
+
+#: the link of the shared transfer cells: the suite's common one (SharedLinks)
+TRANSFER_COND = {"rate_mbit": 10, "rtt_ms": 36}
+
+
+def _traced_transfer(
+    tmp_path_factory: pytest.TempPathFactory, links: SharedLinks, name: str, **cell: Any
+) -> dict[str, Any]:
+    """A transfer cell of h2 and h3 (2 repetitions, no warm-up) traced at light on the
+    suite's 10 Mbit/s, 36 ms link, measured once for the whole suite, and its stored
+    record (BulkResult or CompeteResult) read back."""
+    from made_rows import measured_transfer
+
+    from quicbed.model.link import make_condition
+    from quicbed.spec.bulkobjects import object_path
+    from quicbed.spec.cellconfig import make_cell
+
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (network namespaces); CI runs as root")
+    out = tmp_path_factory.mktemp(name) / "r"
+    size = cell["transfer"]["size"]
+    cfg = make_cell(
+        condition=make_condition(**TRANSFER_COND),
+        page=object_path(size),
+        warmup=0,
+        runs=2,
+        **cell,
+    )
+    r = measured_transfer(cfg, out, links, traces="light")
+    spoiled = [run.link.get("reasons") for run in r.runs if getattr(run, "spoiled", False)]
+    if len(r.runs) - len(spoiled) < 2:
+        # a repetition the host spoiled and its replacement too: the cell has less than
+        # its readers check; measured afresh when the test runs again
+        raise LinkNotHeld(f"repetitions spoiled on a busy host: {spoiled}")
+    return {"out": out, "result": r}
+
+
+@pytest.fixture(scope="session")
+def traced_bulk(tmp_path_factory: pytest.TempPathFactory, shared_links: SharedLinks) -> Any:
+    """One bulk cell (h2, h3: 2 MB, 2 repetitions) traced at light, for every test that
+    reads what each flow stores (its window series, its CPU per role, its counters): one
+    cell serves them, as one cell of a user's serves every figure of its report. A link
+    that fails raises ``LinkNotHeld`` in the test that asked first, which runs again.
+    ``out`` is shared: readers that write into it write what any other would (a report)."""
+    return _traced_transfer(
+        tmp_path_factory,
+        shared_links,
+        "bulk",
+        kind="bulk",
+        arms=("h2", "h3"),
+        transfer={"size": "2MB"},
+    )
+
+
+@pytest.fixture(scope="session")
+def traced_compete(tmp_path_factory: pytest.TempPathFactory, shared_links: SharedLinks) -> Any:
+    """One compete cell (an h3 flow against an h2 flow for 3 s, 2 repetitions) traced at
+    light, for every test that reads what a repetition stores (its flows' windows, its CPU
+    per arm and role, its counters); as :func:`traced_bulk`."""
+    flows = (("h3", 1), ("h2", 1))
+    return _traced_transfer(
+        tmp_path_factory,
+        shared_links,
+        "compete",
+        kind="compete",
+        arms=("h3", "h2"),
+        transfer={"size": "10MB", "duration_s": 3, "flows": flows, "stagger_s": 0},
+    )
 
 
 def scheduled(runs: list[Any]) -> list[Any]:

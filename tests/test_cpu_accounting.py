@@ -13,9 +13,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
-from conftest import LinkNotHeld, SharedLinks, reads_well, scheduled
+from conftest import SharedLinks, reads_well, scheduled
 
 from quicbed.analysis.cpusummary import summary
 from quicbed.errors import QuicbedError
@@ -233,17 +234,15 @@ def test_a_host_without_accounting_is_refused_by_name(root: None) -> None:
 # --- cells -----------------------------------------------------------------------------
 @pytest.mark.root
 @pytest.mark.slow
-def test_every_flow_stores_cpu_per_role(shared_links: SharedLinks, tmp_path: Path) -> None:
-    """A bulk cell: each flow's server, client and emulator CPU, from its own group;
-    the report's cpu.csv per arm and role. (On the suite's shared link: what is checked
-    is the cell's accounting, not its link; the groups go with the testbed, which
-    conftest.SharedLinks checks when it takes its links down.)"""
-    from made_rows import bulk_config, measured_transfer
-
+@pytest.mark.built
+def test_every_flow_stores_cpu_per_role(traced_bulk: dict[str, Any]) -> None:
+    """A bulk cell (the suite's traced one, conftest.traced_bulk): each flow's server,
+    client and emulator CPU, from its own group; the report's cpu.csv per arm and role.
+    (The groups go with the testbed, which conftest.SharedLinks checks when it takes its
+    links down.)"""
     from quicbed.report.build import build
 
-    cfg = bulk_config(COND, size="3MB")
-    r = measured_transfer(cfg, tmp_path / "r", shared_links)
+    r, out = traced_bulk["result"], traced_bulk["out"]
     assert len([x for x in r.runs if not x.replacement]) == 4  # and any replacement
     for run in r.runs:
         cpu = run.flow.cpu
@@ -268,18 +267,18 @@ def test_every_flow_stores_cpu_per_role(shared_links: SharedLinks, tmp_path: Pat
             assert counters["client"].udp_in_datagrams > 1000
         else:
             assert ack is None
-    rep = build(tmp_path / "r")
+    rep = build(out)
     rows = {(c["arm"], c["role"]): c for c in rep.cpu.rows}
     assert set(rows) == {(a, role) for a in ("h2", "h3") for role in ("server", "client", "bridge")}
     assert all(c["n"] == 2 and c["ms_per_mb"] > 0 for c in rows.values())
     assert all(c["udp_rcvbuf_errors"] is not None for c in rows.values())
-    table = (tmp_path / "r" / "report" / "transfers.csv").read_text().splitlines()
+    table = (out / "report" / "transfers.csv").read_text().splitlines()
     header = table[0].split(",")
     h3 = dict(zip(header, next(x for x in table if ",h3," in x).split(","), strict=True))
     assert 0 < float(h3["ack_ratio_mean"]) < 1 and float(h3["cpu_server_ms_per_mb"]) > 0
     assert h3["udp_rcvbuf_errors_client"] != ""
-    assert (tmp_path / "r" / "report" / "cpu.csv").exists()
-    assert "CPU per role" in (tmp_path / "r" / "report" / "index.html").read_text()
+    assert (out / "report" / "cpu.csv").exists()
+    assert "CPU per role" in (out / "report" / "index.html").read_text()
 
 
 @pytest.mark.root
@@ -381,26 +380,17 @@ def test_cpus_a_host_lacks_are_refused_by_name(testbed: LocalTestbed) -> None:
 
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.built
 @pytest.mark.browser  # the report check renders its report
 def test_every_compete_repetition_stores_cpu_per_arm_and_role(
-    shared_links: SharedLinks, tmp_path: Path
+    traced_compete: dict[str, Any],
 ) -> None:
-    """A compete cell: per repetition and arm, its server's and its flows' clients' CPU
-    and the emulator's; the repetition's counters; each flow's ACK ratio where QUIC."""
-    from made_rows import measured_transfer
+    """A compete cell (the suite's traced one, conftest.traced_compete): per repetition
+    and arm, its server's and its flows' clients' CPU and the emulator's; the
+    repetition's counters; each flow's ACK ratio where QUIC."""
+    from quicbed.report.build import build
 
-    from quicbed.spec.bulkobjects import object_path
-
-    cfg = make_cell(
-        condition=COND,
-        page=object_path("100MB"),
-        kind="compete",
-        runs=2,
-        warmup=0,
-        arms=("h3", "h2"),
-        transfer={"size": "100MB", "duration_s": 4, "flows": (("h3", 1), ("h2", 1))},
-    )
-    r = measured_transfer(cfg, tmp_path / "r", shared_links)
+    r, out = traced_compete["result"], traced_compete["out"]
     for run in r.runs:
         assert set(run.cpu) == {"h3", "h2"}
         for arm, use in run.cpu.items():
@@ -409,14 +399,7 @@ def test_every_compete_repetition_stores_cpu_per_arm_and_role(
         h3 = next(f for f in run.flows if f.arm == "h3")
         assert h3.ack_ratio() is not None
     items = r.cpu_items()
-    spoiled = [run.link.get("reasons") for run in r.runs if run.spoiled]
-    if spoiled and min(len(items["h3"]), len(items["h2"])) < 2:
-        # a repetition the host spoiled and its replacement too: nothing about the CPU
-        # accounting was checked on it; measured again by the suite's rerun rule
-        raise LinkNotHeld(f"compete repetitions spoiled on a busy host: {spoiled}")
     assert len(items["h3"]) == 2 and len(items["h2"]) == 2
     assert r.summary["h3"].ack_ratio_mean is not None
-    from quicbed.report.build import build
-
-    build(tmp_path / "r")  # a folder of one compete cell
-    reads_well(tmp_path / "r" / "report", "compete")
+    build(out)  # a folder of one compete cell
+    reads_well(out / "report", "compete")

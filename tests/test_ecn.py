@@ -87,7 +87,7 @@ def test_a_marking_link_passes_its_receipt_and_marks_a_tcp_flow(
     prefix: str, tmp_path: Path
 ) -> None:
     """At 50 Mbit/s, 36 ms with marks from 1 BDP of a 2-BDP queue: the receipt's ECT(0)
-    overload comes out mostly marked in both directions, and a 20 MB download over TCP
+    overload comes out mostly marked in both directions, and a 10 MB download over TCP
     with ECN negotiated (h2:tcp_ecn=1) is marked on every run, by the emulator's count."""
     out = tmp_path / "r"
     cp = subprocess.run(
@@ -103,7 +103,7 @@ def test_a_marking_link_passes_its_receipt_and_marks_a_tcp_flow(
             "--arms",
             "h2:tcp_ecn=1,h3",
             "--size",
-            "20MB",
+            "10MB",
             "--reps",
             "2",
             "--tcp-seconds",

@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SharedLinks
+from conftest import TRANSFER_COND
 
-from quicbed.model.link import make_condition
 from quicbed.results.flowtraces import flow_samples
 from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
 from quicbed.spec.catalog import PRESETS, entry_spec, load_catalog
-from quicbed.spec.cellconfig import make_cell
 from quicbed.spec.sweepspec import SweepSpec, cell_traces, load_spec, plan
 from quicbed.traces.qlog import RS, qlog_client_port
 
@@ -134,23 +132,6 @@ def test_a_made_up_traced_repetition_draws_its_windows_and_close_up(tmp_path: Pa
 
 
 # --- real flows on the local testbed ---------------------------------------------------
-#: the suite's common link (tests/conftest.py SharedLinks): no receipt of its own
-COND = make_condition(rate_mbit=10, rtt_ms=36)
-
-
-def _measured(links: SharedLinks, out: Path, **cell: Any) -> BulkResult | CompeteResult:
-    """A short transfer cell traced at light on the suite's shared link, read back."""
-    from made_rows import measured_transfer
-
-    from quicbed.spec.bulkobjects import object_path
-
-    size = cell["transfer"]["size"]
-    cfg = make_cell(condition=COND, page=object_path(size), warmup=0, runs=2, **cell)
-    rec = measured_transfer(cfg, out, links, traces="light")
-    assert isinstance(rec, BulkResult | CompeteResult), rec
-    return rec
-
-
 def _plausible(f: FlowResult, out: Path, sent: int) -> list[dict[str, Any]]:
     """The flow's window series: non-empty, positive, bounded by what was sent."""
     assert f.ok, f.error
@@ -164,7 +145,7 @@ def _plausible(f: FlowResult, out: Path, sent: int) -> list[dict[str, Any]]:
     assert all(0 <= (r["in_flight_bytes"] or 0) <= sent for r in pts)
     delivered = max(r["delivered_bytes"] or 0 for r in pts)
     assert 0.5 * f.bytes <= delivered <= sent
-    assert min(r["srtt_ms"] for r in pts if r["srtt_ms"]) >= 0.9 * 36
+    assert min(r["srtt_ms"] for r in pts if r["srtt_ms"]) >= 0.9 * TRANSFER_COND["rtt_ms"]
     assert all(-1 < r["t_s"] < (f.completion_s or 0) + 3 for r in pts)
     assert {r["phase"] for r in pts} & {"slow_start", "congestion_avoidance"}
     return pts
@@ -173,11 +154,8 @@ def _plausible(f: FlowResult, out: Path, sent: int) -> list[dict[str, Any]]:
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.built
-def test_a_traced_bulk_flow_per_kind_stores_a_plausible_window(
-    shared_links: SharedLinks, tmp_path: Path
-) -> None:
-    out = tmp_path / "r"
-    r = _measured(shared_links, out, kind="bulk", arms=("h2", "h3"), transfer={"size": "1MB"})
+def test_a_traced_bulk_flow_per_kind_stores_a_plausible_window(traced_bulk: dict[str, Any]) -> None:
+    r, out = traced_bulk["result"], traced_bulk["out"]
     assert isinstance(r, BulkResult)
     sources = set()
     for run in r.runs:
@@ -194,20 +172,10 @@ def test_a_traced_bulk_flow_per_kind_stores_a_plausible_window(
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.built
-def test_a_traced_compete_run_draws_its_window_figure(
-    shared_links: SharedLinks, tmp_path: Path
-) -> None:
+def test_a_traced_compete_run_draws_its_window_figure(traced_compete: dict[str, Any]) -> None:
     from quicbed.report import build as report
 
-    out = tmp_path / "r"
-    flows = (("h3", 1), ("h2", 1))
-    r = _measured(
-        shared_links,
-        out,
-        kind="compete",
-        arms=("h3", "h2"),
-        transfer={"size": "10MB", "duration_s": 3, "flows": flows, "stagger_s": 0},
-    )
+    r, out = traced_compete["result"], traced_compete["out"]
     assert isinstance(r, CompeteResult)
     for run in r.runs:
         conns = set()

@@ -377,7 +377,7 @@ def test_a_recorded_load_is_imported_and_replayed_with_every_request_matched(
     from quicbed.replay.harimport import import_har
 
     rec = make_cell(
-        condition=make_condition(rate_mbit=50, rtt_ms=36),
+        condition=make_condition(rate_mbit=50, rtt_ms=20),
         page="p25",
         arms=["h2"],
         runs=2,

@@ -111,7 +111,9 @@ def test_rfc9002_loss_detection_sees_more_spurious_losses(
 
     names, settings = parse_cli("h3:cc=cubic,h3-rfc:stack=quic-go:loss_detection=rfc9002")
     cond = make_condition(rate_mbit=20, rtt_ms=36, jitter_ms=4, jitter_kind="reorder")
-    cfg = make_cell(condition=cond, page="1mb", runs=3, warmup=1, arms=names, arm_settings=settings)
+    cfg = make_cell(
+        condition=cond, page="500kb", runs=3, warmup=1, arms=names, arm_settings=settings
+    )
     r = shared_links.run_cell(cfg, tmp_path / "r", traces="light")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
     store = Store(tmp_path / "r")
