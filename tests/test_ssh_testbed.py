@@ -226,7 +226,7 @@ def _cpu_over_ssh(tb: SshTestbed, tmp_path: Path, top: Path) -> None:
                 make_condition(rate_mbit=20, rtt_ms=10),
                 tmp_path / "r",
                 arms=["h2", "h3"],
-                reps=1,
+                reps=2,
                 size="2MB",
                 testbed=tb,
                 receipt_tcp_seconds=1,
