@@ -353,6 +353,7 @@ BROWSERS: dict[str, tuple[type[Browser], str, str, dict[str, Any]]] = {
 
 @pytest.mark.root
 @pytest.mark.browser
+@pytest.mark.parallel  # FCP and LCP are read and ordered, never judged against a time
 @pytest.mark.parametrize(
     "name",
     # Firefox's start and three loads took 3.9-5.2 s here, Chromium's 1.9-3.4 s

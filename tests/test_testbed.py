@@ -97,6 +97,7 @@ def test_two_prefixes_coexist(prefix: str) -> None:
 
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.parallel  # namespaces made and removed: times nothing
 def test_cli_up_status_down(prefix: str) -> None:
     cp = _cli("testbed", "up", "--prefix", prefix)
     assert cp.returncode == 0, cp.stderr
