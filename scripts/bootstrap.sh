@@ -13,17 +13,18 @@
 # success or /local/quicbed-bootstrap.failed (exit code, then the failed step) on
 # failure. Safe to re-run: the venv is rebuilt only when the pins change.
 #
-# Pins: the newest Ansible whose ansible-core runs as a *controller* on the node's
-# own Python (ansible-core 2.19 needs >= 3.11, 2.17 >= 3.10, 2.11 >= 2.7/3.5):
+# Pins: the newest ansible-core that runs as a *controller* on the node's own Python
+# (2.19 needs >= 3.11, 2.17 >= 3.10, 2.11 >= 2.7/3.5); the roles use ansible.builtin
+# only, so no collection (and not the full `ansible` package) is installed:
 #
-#   node OS        controller Python            ansible  ansible-core  bootstrap pins
-#   Ubuntu 22.04   /usr/bin/python3 (3.10)      10.7.0   2.17.14       -
-#   Ubuntu 18.04   /usr/bin/python3 (3.6)       4.10.0   2.11.12       pip 21.3.1, setuptools
-#                                                                      59.6.0, wheel 0.37.1
-#                                                                      (last for 3.6)
-#   FreeBSD 13     /usr/local/bin/python3       12.3.0   2.19.14       cryptography, PyYAML,
-#                  (pkg's default, >= 3.11)                            Jinja2 from pkg (no
-#                                                                      FreeBSD wheels on PyPI)
+#   node OS        controller Python            ansible-core  bootstrap pins
+#   Ubuntu 22.04   /usr/bin/python3 (3.10)      2.17.14       -
+#   Ubuntu 18.04   /usr/bin/python3 (3.6)       2.11.12       pip 21.3.1, setuptools
+#                                                             59.6.0, wheel 0.37.1
+#                                                             (last for 3.6)
+#   FreeBSD 13     /usr/local/bin/python3       2.19.14       cryptography, PyYAML,
+#                  (pkg's default, >= 3.11)                   Jinja2 from pkg (no
+#                                                             FreeBSD wheels on PyPI)
 
 # QUICBED_LOCAL only exists so that tests can run the argument checks elsewhere.
 LOCAL=${QUICBED_LOCAL:-/local}
@@ -67,7 +68,7 @@ detect_os() {
         PKG=pkg
         PY=/usr/local/bin/python3
         TARGET_PY=$PY
-        PINS="ansible==12.3.0 ansible-core==2.19.14"
+        PINS="ansible-core==2.19.14"
         VENV_OPTS=--system-site-packages
         # pkg builds py-* packages only for the ports' default Python: follow it.
         [ -x "$PY" ] || pkg install -y python3 || fail 71 "pkg install python3"
@@ -87,9 +88,9 @@ detect_os() {
     PY=/usr/bin/python3
     TARGET_PY=$PY
     case "$ID $VERSION_ID" in
-    "ubuntu 22.04") PINS="ansible==10.7.0 ansible-core==2.17.14" ;;
+    "ubuntu 22.04") PINS="ansible-core==2.17.14" ;;
     "ubuntu 18.04")
-        PINS="ansible==4.10.0 ansible-core==2.11.12"
+        PINS="ansible-core==2.11.12"
         BOOT_PINS="pip==21.3.1 setuptools==59.6.0 wheel==0.37.1"
         ;;
     *) fail 69 "unsupported OS $ID $VERSION_ID (the pins table knows Ubuntu 22.04, 18.04)" ;;

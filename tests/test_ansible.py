@@ -100,6 +100,21 @@ def test_syntax_check_every_playbook(tmp_path: Path) -> None:
         assert cp.returncode == 0, cp.stdout + cp.stderr
 
 
+def test_roles_and_playbooks_use_ansible_builtin_only() -> None:
+    """The set-up installs ansible-core alone (requirements.txt, scripts/bootstrap.sh): a
+    module or plugin of a collection would be missing there, found only when its task
+    runs. Named here first, file and line."""
+    fqcn = re.compile(r"^\s*-?\s*([a-z0-9_]+)\.([a-z0-9_]+)\.[a-z0-9_]+:", re.M)
+    other = []
+    for path in sorted([*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml")]):
+        text = path.read_text()
+        for m in fqcn.finditer(text):
+            if (m.group(1), m.group(2)) != ("ansible", "builtin"):
+                line = text.count("\n", 0, m.start()) + 1
+                other.append(f"{path.relative_to(ROOT)}:{line}: {m.group(0).strip()}")
+    assert other == [], "\n".join(other)
+
+
 @pytest.mark.slow
 def test_ansible_lint_production_profile() -> None:
     cp = _run([str(BIN / "ansible-lint"), "--profile", "production", "playbooks", "roles"])
