@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import SharedLinks
 
 from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
@@ -151,13 +152,15 @@ def test_a_crashed_run_leaves_nothing_running_after_up(lab: tuple[str, Path]) ->
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_cell_over_ssh_stores_what_a_local_cell_stores(
-    lab: tuple[str, Path], tb: SshTestbed, tmp_path: Path
+    shared_links: SharedLinks, tb: SshTestbed, tmp_path: Path
 ) -> None:
+    """The same cell on the ssh lab (its own receipt) and on the local testbed (the
+    suite's kept link of that condition, as a user's kept link would serve it)."""
     cfg = make_cell(
-        condition=make_condition(rate_mbit=20, rtt_ms=36), page="10kb", runs=2, warmup=1
+        condition=make_condition(rate_mbit=10, rtt_ms=36), page="10kb", runs=2, warmup=1
     )
     remote = run_cell(cfg, tmp_path / "ssh", testbed=tb, receipt_tcp_seconds=1)
-    local = run_cell(cfg, tmp_path / "local", testbed=LocalTestbed(lab[0]), receipt_tcp_seconds=1)
+    local = shared_links.run_cell(cfg, tmp_path / "local")
     for r in (remote, local):
         assert r.status == "done", r.problem
         assert r.invalid == {}, r.invalid
