@@ -21,10 +21,11 @@ benchmark uses the same); the test fails when the teardown had to force anything
 left a mount, process, network namespace or link behind. The root's download and build
 caches are kept between runs here (benchmarks/first_demo.py times a cold one).
 
-3 to 4 minutes here, by the machine's load: debootstrap 30 s the first time on a
-machine (then the cached tarball, 3 s to unpack), prerequisites 10 s, the first set-up
-(the base) 110 s with the root's caches warm, the second 15 s, the cell 20 s, the
-component and its cell 40 s. The step times of the last run are printed (pytest -s) and
+3 minutes here alone, nearly 4 in make test's parallel lane: debootstrap 30 s the first
+time on a machine (then the cached tarball, 3 s to unpack), prerequisites 10 s, the
+first set-up (the base) 78 s with the root's caches warm (120 s before the venv dropped
+the full ansible package and byte-compiling, and Debian's npm gave way to the
+registry's), the second 15 s, the cell 20 s, the component and its cell 40 s. The step times of the last run are printed (pytest -s) and
 kept in /var/cache/quicbed/fresh-machine/last-run.txt.
 """
 
