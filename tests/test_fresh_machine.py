@@ -25,8 +25,9 @@ caches are kept between runs here (benchmarks/first_demo.py times a cold one).
 time on a machine (then the cached tarball, 3 s to unpack), prerequisites 10 s, the
 first set-up (the base) 78 s with the root's caches warm (120 s before the venv dropped
 the full ansible package and byte-compiling, and Debian's npm gave way to the
-registry's), the second 15 s, the cell 20 s, the component and its cell 40 s. The step times of the last run are printed (pytest -s) and
-kept in /var/cache/quicbed/fresh-machine/last-run.txt.
+registry's), the second 15 s, the cell 20 s, the component and its cell 40 s. The step
+times of the last run are printed (pytest -s) and kept in
+/var/cache/quicbed/fresh-machine/last-run.txt.
 """
 
 from __future__ import annotations
