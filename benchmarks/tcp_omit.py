@@ -28,14 +28,13 @@ from datetime import UTC, datetime
 
 from quicbed.link import hostcpu, probes
 from quicbed.link.receipt import (
-    TCP_MSS,
-    _frame,
     _report_interval,
     slow_start_seconds,
+    tcp_ideal_bps,
     tcp_omit_seconds,
 )
 from quicbed.link.session import shaped_link
-from quicbed.model.link import ETH_HEADER, LinkCondition, make_condition
+from quicbed.model.link import make_condition
 from quicbed.testbed.local import LocalTestbed
 
 #: the conditions of the demo, the long look's 112 ms grid and the tests' links
@@ -49,12 +48,6 @@ CONDITIONS = (
 )
 #: the check's pass mark (quicbed.link.receipt._tcp_check)
 PASS_SHARE = 0.97
-
-
-def ideal_bps(cond: LinkCondition) -> float:
-    """TCP's goodput on a correct link, as the receipt's check computes it."""
-    assert cond.rate_mbit is not None
-    return cond.rate_mbit * 1e6 * TCP_MSS / _frame(cond, TCP_MSS + 52 + ETH_HEADER)
 
 
 def main() -> int:
@@ -72,14 +65,13 @@ def main() -> int:
     tb = LocalTestbed("to" + secrets.token_hex(2))
     tb.up()
     shares: dict[tuple[str, str, float], list[float]] = {}
-    omits: dict[str, tuple[float, float]] = {}
     cpu0 = hostcpu.sample(tb)
     try:
         for rate, rtt in CONDITIONS:
             cond = make_condition(rate_mbit=rate, rtt_ms=rtt)
-            formula = tcp_omit_seconds(cond)
-            pair = (max(a.floor, slow_start_seconds(cond)), formula)
-            omits[cond.label()] = pair
+            pair = (max(a.floor, slow_start_seconds(cond)), tcp_omit_seconds(cond))
+            ideal = tcp_ideal_bps(cond)
+            assert ideal is not None  # every condition here has a rate
             interval = _report_interval(cond, rate * 1e6)
             with shaped_link(tb, cond, "userspace"), probes.iperf3_server(tb, interval=interval):
                 for i in range(a.pairs):
@@ -89,7 +81,7 @@ def main() -> int:
                             r = probes.tcp_goodput(
                                 tb, d, seconds=a.seconds, omit=omit, interval=interval
                             )
-                            share = r["goodput_bps"] / ideal_bps(cond)
+                            share = r["goodput_bps"] / ideal
                             key = (cond.label(), d, omit)
                             shares.setdefault(key, []).append(share)
                             print(f"  {cond.label()} {d} omit {omit:g} s: {share:.3f}", flush=True)

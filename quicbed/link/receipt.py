@@ -830,11 +830,7 @@ def _tcp_check(run: _Probing, iperf: _IperfProbes, direction: str, loss: float) 
     judged = loss == 0 and run.cond.jitter_ms == 0
     if iperf.rate_bps and not judged and run.shaper.shapes:
         return _tcp_not_taken(direction, UNJUDGED_TCP)
-    ideal = (
-        iperf.rate_bps * TCP_MSS / _frame(run.cond, TCP_MSS + 52 + ETH_HEADER)
-        if iperf.rate_bps
-        else None
-    )
+    ideal = tcp_ideal_bps(run.cond)
     tcp = _take_tcp(run, iperf, direction, ideal)
     if ideal:
         return Check(
@@ -856,6 +852,13 @@ def _tcp_check(run: _Probing, iperf: _IperfProbes, direction: str, loss: float) 
         note="unlimited rate: reported, not judged" if run.shaper.shapes else "what TCP carried",
         detail=tcp,
     )
+
+
+def tcp_ideal_bps(cond: LinkCondition) -> float | None:
+    """TCP's goodput on a correct link of ``cond``, what the TCP check wants 97 % of: the
+    rate x MSS / the frame a full segment with timestamps takes (None: no rate set)."""
+    rate_bps = _rate_bps(cond)
+    return rate_bps * TCP_MSS / _frame(cond, TCP_MSS + 52 + ETH_HEADER) if rate_bps else None
 
 
 def _take_tcp(
