@@ -438,7 +438,7 @@ def _traced_transfer(
     """A transfer cell of h2 and h3 (2 repetitions, no warm-up) traced at light on the
     suite's 10 Mbit/s, 36 ms link, measured once for the whole suite, and its stored
     record (BulkResult or CompeteResult) read back."""
-    from made_rows import measured_transfer
+    from made_rows import measured_transfer, unspoiled_flows
 
     from quicbed.model.link import make_condition
     from quicbed.spec.bulkobjects import object_path
@@ -462,6 +462,8 @@ def _traced_transfer(
             # a repetition the host spoiled and its replacement too: the cell has less
             # than its readers check; measured afresh when the test runs again
             raise LinkNotHeld(f"compete repetitions spoiled on a busy host: {spoiled}")
+    else:
+        unspoiled_flows(r)  # an arm short of its flows raises LinkNotHeld
     return {"out": out, "result": r}
 
 

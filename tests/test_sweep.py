@@ -248,6 +248,7 @@ def test_where_filter_errors(bad: str) -> None:
         ("failed", "link-out-of-tolerance", False, False),
         ("failed", "link-closing-check", False, False),
         ("failed", "host-busy", False, False),
+        ("failed", "link-spoiled-runs", False, False),
         # any other failure is kept, its problem says why, unless --retry-failed
         ("failed", "other", False, True),
         ("failed", None, False, True),

@@ -68,6 +68,10 @@ class FailureReason(enum.Enum):
     LINK_OPENING_CHECK = "link-opening-check"  # a shared receipt's link moved before the loads
     LINK_CLOSING_CHECK = "link-closing-check"  # the link moved during the loads
     LINK_CHANGED = "link-changed"  # the link was re-applied under a load
+    #: an arm's every run, its replacements too, was spoiled by the link or the host (the
+    #: emulator's own clock, or the host's CPU: quicbed.link.loadproof) and failed none
+    #: of its own checks: the runs measured the host, not the protocols
+    LINK_SPOILED_RUNS = "link-spoiled-runs"
     #: the host stayed busy (steal, other work) past the cell's wait for a quiet host
     HOST_BUSY = "host-busy"
     OTHER = "other"  # anything else: a server, the browser, the testbed

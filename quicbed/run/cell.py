@@ -366,6 +366,30 @@ def arms_without_valid_runs(
     }
 
 
+def spoiled_throughout(store: Store, cell_id: str, attempt: int, cfg: CellConfig) -> set[str]:
+    """The cell's arms whose every measured run of this attempt (replacements too) the
+    link or the host spoiled and nothing else (quicbed.link.loadproof): an arm left
+    without a valid run that way has measured the host, not its protocol. A compete
+    repetition spoils every arm it holds."""
+    if cfg.kind == "page":
+        rows = [r for r in store.runs(cell_id, attempt) if not r.warmup]
+        proofs = [(r.arm, load_proof(r.detail)) for r in rows]
+    elif store.transfer(cell_id, attempt) is None:
+        return set()
+    else:
+        result = stored_transfer(store, cell_id, attempt)
+        proofs = (
+            [(x.arm, x.link) for x in result.runs]
+            if isinstance(result, BulkResult)
+            else [(a, run.link) for run in result.runs for a in cfg.arms]
+        )
+    return {
+        a
+        for a in cfg.arms
+        if (mine := [p for arm, p in proofs if arm == a]) and all(map(spoiled_only, mine))
+    }
+
+
 @dataclass
 class _PageRig:
     """What one page cell's loads share: servers, browsers, instruments, counters."""
@@ -507,13 +531,7 @@ class _Job:
             self._measure_link(link, host, receipt_tcp_seconds)
             empty = arms_without_valid_runs(self.store, self.cell_id, self.attempt, self.cfg)
             if empty:
-                why = " | ".join(
-                    f"{arm}: {'; '.join(reasons) or 'no measured run'}"
-                    for arm, reasons in empty.items()
-                )
-                raise QuicbedError(
-                    f"arm(s) {', '.join(empty)} ended with no valid run: nothing to compare ({why})"
-                )
+                self._no_valid_run(empty)
             outcome.status = "done"
         except LinkFailure as exc:
             outcome.problem = str(exc)
@@ -533,6 +551,31 @@ class _Job:
                     waited_s=round(self.wait.waited_s, 1),
                 )
         return outcome
+
+    def _no_valid_run(self, empty: dict[str, list[str]]) -> None:
+        """Fail the attempt for its arms left without a valid run (``empty``, each with
+        its runs' reasons): a link failure where the link or the host spoiled every run of
+        each (worth measuring again: a sweep retries it on a fresh link, a resume measures
+        it again), the cell's own failure otherwise."""
+        spoiled = spoiled_throughout(self.store, self.cell_id, self.attempt, self.cfg)
+        if set(empty) <= spoiled:
+            mine = transfer_spoiled(self.store, self.cell_id, self.attempt)
+            why = " | ".join(
+                f"{arm}: {'; '.join(mine.get(arm) or reasons)}" for arm, reasons in empty.items()
+            )
+            if self.cfg.kind == "compete":
+                why = "; ".join(r for runs in mine.values() for r in runs)
+            raise LinkFailed(
+                FailureReason.LINK_SPOILED_RUNS,
+                f"arm(s) {', '.join(empty)} ended with no valid run: the link or the host "
+                f"spoiled every run and its replacements, by the link's own counters ({why})",
+            )
+        why = " | ".join(
+            f"{arm}: {'; '.join(reasons) or 'no measured run'}" for arm, reasons in empty.items()
+        )
+        raise QuicbedError(
+            f"arm(s) {', '.join(empty)} ended with no valid run: nothing to compare ({why})"
+        )
 
     def _measure_link(
         self, link: ProvenLink | None, host: HostPolicy, receipt_tcp_seconds: float
@@ -907,7 +950,7 @@ class _Job:
         if self.progress:
             self.progress(arm, seq + 1, rig.total)
         if load.proof.host_spoiled and not load.warm:
-            self._settle(f"{arm} #{rep}: {load.proof.reasons[0]}")
+            self._after_spoiled(f"{arm} #{rep}: {load.proof.reasons[0]}")
 
     def _measure_load(
         self, rig: _PageRig, proven: ProvenLink, arm: str, rep: int, replacement: bool
@@ -1023,6 +1066,16 @@ class _Job:
             raise LinkFailed(FailureReason.HOST_BUSY, self.wait.exhausted(why))
         return got
 
+    def _after_spoiled(self, why: str) -> None:
+        """After a load or flow the host spoiled (``why``): wait for a quiet host, and
+        where it probes quiet already (a burst of steal that has passed), pause before the
+        next one as a receipt does (quicbed.link.proof), so that its replacement is not
+        measured inside the same burst. Seen in CI: three bulk flows of an arm in a row
+        spoiled (the emulator 50-90 ms late), and no probe between them found the host
+        busy enough to wait."""
+        if self._settle(why) is Settled.QUIET:
+            self.wait.pause(f"{why}; the host probes quiet")
+
     def _transfers(self, proven: ProvenLink, span: dict[str, Any]) -> None:
         """A bulk or compete cell (quicbed.run.bulk): its transfers on the proven link, one
         record stored for the attempt (a resumed attempt runs them again, whole)."""
@@ -1039,7 +1092,7 @@ class _Job:
             profiler,
             self.fault,
             tracing=tracing,
-            judge=FlowJudge(self.late_tolerance_ms, self.max_replaced, self._settle),
+            judge=FlowJudge(self.late_tolerance_ms, self.max_replaced, self._after_spoiled),
         )
         if profiler:
             self._seal_profile(profiler)
