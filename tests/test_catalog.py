@@ -82,6 +82,45 @@ def test_bad_names_and_entries_that_do_not_run_here_are_refused() -> None:
     assert not Path("/nonexistent/x").exists()
 
 
+def test_a_local_entry_says_how_it_differs_from_the_study(tmp_path: Path) -> None:
+    """Every local entry carries its ``differs`` (issue 43: fifteen long-look entries
+    printed "nothing beyond quicbed itself" while their QUIC was Envoy's, not the study's
+    quic_server); a catalog with one that does not is refused, naming it."""
+    import yaml
+
+    from quicbed.spec.catalog import CATALOG
+
+    cat = load_catalog()
+    assert all((e.differs or "").strip() for e in cat.entries if e.status == "local")
+    data = yaml.safe_load(CATALOG.read_text())
+    entry = next(e for e in data["entries"] if e["id"] == "long-look-2024/fig4.6a")
+    entry.pop("differs")
+    bad = tmp_path / "catalog.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(QuicbedError, match=r"fig4\.6a: a local entry says how its run differs"):
+        load_catalog(bad)
+    # the loss scenario's entries name the placement they run and the variant preset
+    for key in ("long-look-2024/fig4.6b", "long-look-2024/fig4.9c"):
+        (e,) = cat.find(key)
+        assert "0.5 % each way" in str(e.differs) and "long-look-loss-per-pipe" in str(e.differs)
+
+
+def test_the_per_pipe_loss_variant_differs_from_the_loss_scenario_in_loss_alone() -> None:
+    """sweeps/long-look-loss-per-pipe.yaml is the long-look loss scenario with 1 % on each
+    direction (Emulab's per-pipe rule, docs/link.md): the same rates, RTT, pages, arms
+    and runs, and nothing else changed."""
+    ll = [pc.config for pc in plan(load_spec(PRESETS / "long-look.yaml")) if pc.scenario == "loss"]
+    pp = [pc.config for pc in plan(load_spec(PRESETS / "long-look-loss-per-pipe.yaml"))]
+    assert len(pp) == len(ll) == 39
+    for a, b in zip(ll, pp, strict=True):
+        assert (a.condition.loss_down(), a.condition.loss_up()) == (0.005, 0.005)
+        assert (b.condition.loss_down(), b.condition.loss_up()) == (0.01, 0.01)
+        same = {"loss_pct": 0.0, "loss_down_pct": None, "loss_up_pct": None}
+        assert b.model_copy(update={"condition": b.condition.model_copy(update=same)}) == (
+            a.model_copy(update={"condition": a.condition.model_copy(update=same)})
+        )
+
+
 def test_speedups_are_binned_per_repetition_against_the_reference() -> None:
     cond = LinkCondition(rate_mbit=50, rtt_ms=36)
     base = {0: 100.0, 1: 100.0, 2: 100.0, 3: 100.0}
@@ -215,6 +254,7 @@ def test_a_study_value_is_judged_by_its_rule_against_the_reports_table(tmp_path:
         preset="implementation.yaml",
         scenarios=["goodput"],
         view="cpu",
+        differs="(a test's entry)",
         compare=[
             {
                 **base,

@@ -8,7 +8,8 @@ its status:
   scenarios it takes, what it changes in them (``set``: any scenario key, e.g. pages,
   modes, arms, cc, flows; ``pages: single`` or ``multi`` are the study's two page
   grids) and the report view that draws it; ``differs`` says what quicbed's run
-  differs in from the study's (stacks, browser versions, emulator), printed with it;
+  differs in from the study's (stacks, browser versions, emulator, parameters), printed
+  with it, and required;
 - ``testbed``: needs Emulab or CloudLab nodes; the preset exists and runs there;
 - ``not here``: cannot run here, and ``why``.
 
@@ -129,6 +130,10 @@ class Entry(BaseModel):
         runs = self.status in ("local", "testbed")
         if runs and not (self.preset and self.scenarios and self.view):
             raise ValueError(f"{self.id}: a {self.status} entry needs preset, scenarios and view")
+        if self.status == "local" and not (self.differs or "").strip():
+            # every run here differs from the study's in something (stacks, versions,
+            # emulator, machine): said per entry, or a reader takes it for the study's
+            raise ValueError(f"{self.id}: a local entry says how its run differs from the study's")
         if not runs and (self.preset or not self.why):
             raise ValueError(f"{self.id}: a 'not here' entry gives why, and no preset")
         if self.compare and self.status != "local":

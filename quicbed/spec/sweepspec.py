@@ -139,9 +139,11 @@ class Scenario(BaseModel):
     delay_down: list[float] | None = None
     delay_up: list[float] | None = None
     loss: list[float] = [_link_default("loss_pct")]  # type: ignore[list-item]
-    #: loss on the downlink only (server -> client) in %, the uplink lossless: instead
-    #: of ``loss`` (end to end, split evenly between the directions)
+    #: loss on the downlink (server -> client) in %, instead of ``loss`` (end to end,
+    #: split evenly between the directions); the uplink is lossless unless ``loss_up``
+    #: gives its own (each a grid axis: an unset one is 0)
     loss_down: list[float] | None = None
+    loss_up: list[float] | None = None
     jitter: list[float] = [_link_default("jitter_ms")]  # type: ignore[list-item]
     #: reorder and smooth read ``jitter`` as +/- ms per direction, step (the reference
     #: study's) as the whole range: +/- half of it per direction (docs/link.md)
@@ -204,6 +206,7 @@ class Scenario(BaseModel):
         "delay_up",
         "loss",
         "loss_down",
+        "loss_up",
         "jitter",
         "queue",
         "pages",
@@ -266,9 +269,11 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _one_loss(self) -> Scenario:
-        if self.loss_down is not None and any(x != 0 for x in self.loss):
+        per_direction = self.loss_down is not None or self.loss_up is not None
+        if per_direction and any(x != 0 for x in self.loss):
             raise ValueError(
-                "give loss (end to end, split evenly) or loss_down (the downlink only), not both"
+                "give loss (end to end, split evenly) or loss_down/loss_up (each direction "
+                "its own), not both"
             )
         return self
 
@@ -308,9 +313,9 @@ class Scenario(BaseModel):
 
     def losses(self) -> list[tuple[float, float | None, float | None]]:
         """(loss_pct, loss_down_pct, loss_up_pct) of each loss of the grid."""
-        if self.loss_down is None:
+        if self.loss_down is None and self.loss_up is None:
             return [(x, None, None) for x in self.loss]
-        return [(0.0, x, 0.0) for x in self.loss_down]
+        return [(0.0, d, u) for d in self.loss_down or [0.0] for u in self.loss_up or [0.0]]
 
 
 class SweepSpec(BaseModel):
@@ -391,6 +396,7 @@ class SweepSpec(BaseModel):
                 "arms",
                 "cc",
                 "loss_down",
+                "loss_up",
                 "objects",
                 "duration",
                 "flows",
