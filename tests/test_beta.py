@@ -96,8 +96,10 @@ def test_plan_warnings_one_line_per_small_queue() -> None:
 
 def test_loss_down_is_instead_of_loss() -> None:
     sc = {"rate": [10], "rtt": [36], "pages": ["5kb"]}
-    with pytest.raises(Exception, match=r"loss .* or loss_down .*not both"):
+    with pytest.raises(Exception, match=r"loss .* or loss_down/loss_up .*not both"):
         SweepSpec(name="s", scenarios={"x": {**sc, "loss": [1], "loss_down": [1]}})
+    with pytest.raises(Exception, match=r"loss .* or loss_down/loss_up .*not both"):
+        SweepSpec(name="s", scenarios={"x": {**sc, "loss": [1], "loss_up": [1]}})
     with pytest.raises(Exception, match="is empty"):
         SweepSpec(name="s", scenarios={"x": {**sc, "loss_down": []}})
     spec = SweepSpec(name="s", scenarios={"x": {**sc, "loss_down": [1]}})

@@ -115,6 +115,7 @@ def test_only_the_links_failures_are_retried() -> None:
         FailureReason.LINK_OPENING_CHECK,
         FailureReason.LINK_CLOSING_CHECK,
         FailureReason.LINK_CHANGED,
+        FailureReason.LINK_SPOILED_RUNS,
     }
 
 
