@@ -35,8 +35,9 @@ from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.results.export import COLUMNS, export
 from quicbed.results.rows import RunRow
-from quicbed.results.store import METRICS, Store, check_metric
+from quicbed.results.store import Store, check_metric
 from quicbed.spec.cellconfig import make_cell
+from quicbed.spec.significance import METRICS
 from quicbed.testbed.lifecycle import RPath
 from quicbed.testbed.local import LocalTestbed
 
@@ -259,6 +260,78 @@ def test_too_few_loads_with_the_metric_is_named_as_such(tmp_path: Path) -> None:
         assert compare_cell(store, cid, 1, cfg)["h2/h3"].enough  # their PLTs compare
     finally:
         store.close()
+
+
+def test_the_report_draws_a_paint_metric_beside_plt_when_asked(tmp_path: Path) -> None:
+    """``quicbed report --metric lcp_ms`` (or a spec's statistics.metrics) draws each pair's
+    heatmap of LCP beside PLT's, named and titled with it, and writes metrics.csv; PLT's
+    heatmap keeps its name; an unknown metric is refused before anything is written.
+    Issue 40: the report showed PLT alone though every load stored FCP and LCP."""
+    import json
+    import subprocess
+    import sys
+
+    from quicbed.report.build import build
+    from quicbed.results.folder import SWEEP_FILE
+
+    h2 = [200.0, 210.0, 205.0, 215.0, 220.0]
+    h3 = [150.0, 155.0, None, 152.0, 158.0]
+    store, _ = _folder(tmp_path, {"h2": h2, "h3": h3})
+    store.close()
+    bad = subprocess.run(
+        [sys.executable, "-m", "quicbed", "report", str(tmp_path), "--metric", "lcp"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "unknown metric 'lcp'" in bad.stderr, bad.stderr
+    assert not (tmp_path / "report").exists()
+    cp = subprocess.run(
+        [sys.executable, "-m", "quicbed", "report", str(tmp_path), "--metric", "lcp_ms"],
+        capture_output=True,
+        text=True,
+    )
+    assert cp.returncode == 0, cp.stderr
+    figs = tmp_path / "report" / "figures"
+    for ext in ("png", "svg"):
+        assert (figs / f"heatmap-cells-0rtt-single-object.{ext}").exists()  # PLT's, as before
+        assert (figs / f"heatmap-cells-0rtt-single-object-lcp_ms.{ext}").stat().st_size > 10_000
+    shown = json.loads((tmp_path / "report" / "figures.json").read_text())
+    titles = [f["shows"]["title"] for f in shown]
+    assert sum(t.startswith("LCP: cells:") for t in titles) == 1, titles
+    rows = list(csv.DictReader((tmp_path / "report" / "metrics.csv").read_text().splitlines()))
+    assert [(r["metric"], r["pair"], r["n_ref"], r["n_cand"]) for r in rows] == [
+        ("lcp_ms", "h2/h3", "5", "4")
+    ]
+    assert float(rows[0]["pct_diff"]) > 30  # h3's LCP far below h2's, its PLT above
+    # the spec's statistics.metrics draws the same without the option
+    spec = {
+        "format": 1,
+        "name": "s",
+        "statistics": {"metrics": ["fcp_ms", "plt_ms"]},
+        "defaults": {"runs": 5},
+        "scenarios": {"cells": {"rate": [10], "rtt": [36], "pages": ["5kb"]}},
+    }
+    (tmp_path / SWEEP_FILE).write_text(json.dumps({"spec": spec}))
+    rep = build(tmp_path)
+    names = {Path(f["png"]).name for f in rep.figures}
+    assert "heatmap-cells-0rtt-single-object-fcp_ms.png" in names
+    assert not any("lcp_ms" in n or "plt_ms" in n for n in names), names
+
+
+def test_a_specs_metrics_are_checked_and_left_out_of_its_digest(tmp_path: Path) -> None:
+    """statistics.metrics decides what the report draws, not what is measured: a spec that
+    gains one keeps its digest (its folder resumes); an unknown one is refused by name."""
+    from quicbed.spec.sweepspec import load_spec
+
+    body = "format: 1\nname: s\nscenarios:\n  c: {rate: [10], rtt: [36], pages: [5kb]}\n"
+    plain, more, bad = (tmp_path / n for n in ("a.yaml", "b.yaml", "c.yaml"))
+    plain.write_text(body)
+    more.write_text(body + "statistics: {metrics: [lcp_ms, fcp_ms, lcp_ms]}\n")
+    bad.write_text(body + "statistics: {metrics: [lcp_ms, paint]}\n")
+    assert load_spec(plain).digest() == load_spec(more).digest()
+    assert load_spec(more).statistics.metrics == ["lcp_ms", "fcp_ms"]
+    with pytest.raises(QuicbedError, match="'paint': no metric"):
+        load_spec(bad)
 
 
 def test_every_metric_is_a_stored_time_of_a_load(tmp_path: Path) -> None:

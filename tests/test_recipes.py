@@ -109,7 +109,12 @@ def test_a_recipe_lists_what_its_interface_requires_and_its_plugins_set(recipe: 
 
 def test_the_reports_own_figures_are_registered_in_order() -> None:
     assert report_figures()[0] is PairHeatmaps
-    assert [f.name for f in report_figures()][:3] == ["heatmaps", "lines", "mode-heatmaps"]
+    assert [f.name for f in report_figures()][:4] == [
+        "heatmaps",
+        "metric-heatmaps",
+        "lines",
+        "mode-heatmaps",
+    ]
 
 
 def test_the_shaper_recipe_lists_every_member_of_its_interface() -> None:

@@ -1,5 +1,5 @@
 """A page cell's comparisons from the store: each pair of its arms' valid PLTs, or
-another per-load metric of theirs (``metric``: one of quicbed.results.store.METRICS).
+another per-load metric of theirs (``metric``: one of quicbed.spec.significance.METRICS).
 
 The one place an attempt's verdicts are computed from its stored loads: the runner
 prints them when a cell ends, the report tabulates them and ``verify`` recomputes
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from quicbed.analysis.stats import Comparison, compare
-from quicbed.results.store import DEFAULT_METRIC, Store, check_metric
+from quicbed.results.store import Store, check_metric
 from quicbed.spec.arms import pairs
-from quicbed.spec.significance import DEFAULT_ALPHA
+from quicbed.spec.significance import DEFAULT_ALPHA, DEFAULT_METRIC
 
 if TYPE_CHECKING:  # annotations only: cellconfig imports the shapers' names
     from quicbed.spec.cellconfig import CellConfig

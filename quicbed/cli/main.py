@@ -87,6 +87,7 @@ from quicbed.run.console import (
     warn,
 )
 from quicbed.spec.cellconfig import CellConfig, make_cell
+from quicbed.spec.significance import METRICS
 from quicbed.spec.sweepspec import PlannedCell, load_spec
 from quicbed.testbed.sshlab import SshLab
 from quicbed.traces import check_level
@@ -650,17 +651,28 @@ def report_cmd(
         str | None,
         typer.Option("--screenshot", help="With --check: a PNG of the whole page here."),
     ] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            help="Also compare the arms on this per-load figure and draw its heatmaps "
+            f"beside PLT's (once per metric: {', '.join(METRICS[1:])}); the spec's "
+            "statistics.metrics are drawn too.",
+        ),
+    ] = None,
 ) -> None:
     """Build DIR/report from the store alone: statistics, table.csv, heatmaps, index.html.
 
     Per cell the latest attempt is reported. Page cells: table.csv and heatmaps (PNG,
-    SVG); bulk and compete cells: transfers.csv and their figures.
+    SVG), and with --metric (or the spec's statistics.metrics) each paint or timing
+    figure's heatmaps and metrics.csv; bulk and compete cells: transfers.csv and their
+    figures.
     """
     from quicbed.report.build import build  # lazy: matplotlib and scipy, ~0.9 s
 
     if screenshot is not None and not check:
         raise QuicbedError("--screenshot is --check's: give both")
-    r = build(Path(results))
+    r = build(Path(results), metrics=metric or [])
     pages = len({row.cell_id for row in r.rows})
     transfers = len(r.transfers.cells)
     heatmaps = len(r.figures) - len(r.transfers.drawn)

@@ -42,13 +42,13 @@ from quicbed.results.folder import SWEEP_FILE
 from quicbed.results.linkload import background_share, cell_line, load_proof, shortfall
 from quicbed.results.linkload import figures as link_figures
 from quicbed.results.provenance import component_identity, measured_on, setup_identity
-from quicbed.results.store import Store
+from quicbed.results.store import Store, check_metric
 from quicbed.servers import get_stack
 from quicbed.spec import workloads
 from quicbed.spec.arms import own_pairs, parse_pairs
 from quicbed.spec.background import background_text
 from quicbed.spec.cellconfig import make_cell
-from quicbed.spec.significance import DEFAULT_ALPHA
+from quicbed.spec.significance import DEFAULT_ALPHA, DEFAULT_METRIC
 from quicbed.spec.sweepspec import SweepSpec, plan, stored_queue_warning
 
 if TYPE_CHECKING:
@@ -282,9 +282,12 @@ def _planned_scenarios(spec: dict[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
+def cell_rows(
+    root: Path, metric: str = DEFAULT_METRIC
+) -> tuple[list[CellRow], dict[str, Any] | None]:
     """One row per cell (latest attempt) and pair of arms compared in it (a cell of one
-    arm: one row without a pair), with every statistic; corrections not yet applied."""
+    arm: one row without a pair), with every statistic of ``metric`` (PLT unless asked:
+    quicbed.analysis.cells); corrections not yet applied."""
 
     sweep = json.loads((root / SWEEP_FILE).read_text()) if (root / SWEEP_FILE).exists() else None
     stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
@@ -350,7 +353,9 @@ def cell_rows(root: Path) -> tuple[list[CellRow], dict[str, Any] | None]:
                 testbed=measured_on(att.provenance),
                 condition=json.dumps(cond, sort_keys=True),
             )
-            comps = compare_cell(store, cid, att.attempt, cell, own_pairs(extra, arms), alpha, test)
+            comps = compare_cell(
+                store, cid, att.attempt, cell, own_pairs(extra, arms), alpha, test, metric
+            )
             if not comps:
                 rows.append(row)
             for i, (pair, c) in enumerate(comps.items()):
@@ -572,13 +577,23 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch == "." else "-" for ch in text).strip("-")
 
 
-def build(root: Path, out: Path | None = None, source: str | None = None) -> Report:
+def build(
+    root: Path, out: Path | None = None, source: str | None = None, metrics: Sequence[str] = ()
+) -> Report:
     """Rebuild the report of the results folder ``root`` into ``out`` (default
     ``root/report``). ``source`` is how the report names the results in its text and
-    its rerun commands (default: the folder's path; a package names its archive)."""
+    its rerun commands (default: the folder's path; a package names its archive).
+    ``metrics``: per-load figures besides PLT to compare and draw (METRICS), beside the
+    spec's own ``statistics.metrics``; an unknown one is refused before anything is
+    written."""
     root = Path(root)
+    for m in metrics:
+        check_metric(m)
     rows, sweep = cell_rows(root)
     stats_cfg = (sweep or {}).get("spec", {}).get("statistics", {})
+    also = tuple(
+        m for m in dict.fromkeys([*stats_cfg.get("metrics", []), *metrics]) if m != DEFAULT_METRIC
+    )
     alpha = stats_cfg.get("alpha", DEFAULT_ALPHA)
     correction = stats_cfg.get("correction", "none")
     test = stats_cfg.get("test", "welch")
@@ -598,7 +613,7 @@ def build(root: Path, out: Path | None = None, source: str | None = None) -> Rep
         shutil.rmtree(out)
     (out / "figures").mkdir(parents=True)
     report = Report(out=out, rows=rows)
-    data = ReportInput(root, out, rows, alpha, test, correction, page_order)
+    data = ReportInput(root, out, rows, alpha, test, correction, page_order, also)
     for kind in report_figures():
         report.figures += [entry(d) for d in kind().draw(data)]
     _explain_pages(root, rows, out)
@@ -659,29 +674,77 @@ class PairHeatmaps(ReportFigure):
     order = 10
 
     def draw(self, data: ReportInput) -> list[Drawn]:
-        out = []
-        for (scenario, pair, mode, kind), group in sorted(_heat_groups(data.rows).items()):
-            rdim, cdim, split = heat_axes(group)
-            parts: dict[tuple[str, ...], list[CellRow]] = {}
-            for r in sorted(group, key=lambda r: tuple(_DIMS[d][2](r) for d in split)):
-                parts.setdefault(tuple(_DIMS[d][1](r) for d in split), []).append(r)
-            for values, grp in parts.items():
-                axes = (rdim, cdim, values)
-                out.append(
-                    _pair_heatmap(
-                        grp,
-                        scenario,
-                        pair,
-                        mode,
-                        kind,
-                        axes,
-                        data.alpha,
-                        data.correction,
-                        data.out,
-                        split=tuple(split),
-                    )
+        return _pair_heatmaps(data.rows, data)
+
+
+def _pair_heatmaps(
+    rows: list[CellRow], data: ReportInput, metric: str = DEFAULT_METRIC
+) -> list[Drawn]:
+    """Every heatmap of ``rows`` compared on ``metric``: one per scenario, pair, mode and
+    kind of page (``_heat_groups``), split by what else its cells vary (``heat_axes``).
+    A group none of whose loads has the metric draws nothing (Chromium 72's LCP)."""
+    out = []
+    for (scenario, pair, mode, kind), group in sorted(_heat_groups(rows).items()):
+        if metric != DEFAULT_METRIC and not any(r.n_ref or r.n_cand for r in group):
+            continue
+        rdim, cdim, split = heat_axes(group)
+        parts: dict[tuple[str, ...], list[CellRow]] = {}
+        for r in sorted(group, key=lambda r: tuple(_DIMS[d][2](r) for d in split)):
+            parts.setdefault(tuple(_DIMS[d][1](r) for d in split), []).append(r)
+        for values, grp in parts.items():
+            axes = (rdim, cdim, values)
+            out.append(
+                _pair_heatmap(
+                    grp,
+                    scenario,
+                    pair,
+                    mode,
+                    kind,
+                    axes,
+                    data.alpha,
+                    data.correction,
+                    data.out,
+                    split=tuple(split),
+                    metric=metric,
                 )
+            )
+    return out
+
+
+class MetricHeatmaps(ReportFigure):
+    """The same heatmaps as :class:`PairHeatmaps` for each per-load figure asked for
+    besides PLT (``ReportInput.metrics``: LCP, FCP, TTFB, ...), each cell's arms compared
+    on the valid loads that have it, named and titled with the metric; their rows in
+    ``metrics.csv`` (table.csv's columns and the metric). A paint metric and PLT side by
+    side say whether a protocol's gain reaches what the user sees."""
+
+    name = "metric-heatmaps"
+    order = 11
+
+    def draw(self, data: ReportInput) -> list[Drawn]:
+        out: list[Drawn] = []
+        table: list[dict[str, Any]] = []
+        for metric in data.metrics:
+            rows, _ = cell_rows(data.root, metric)
+            out += _pair_heatmaps(rows, data, metric)
+            table += [{"metric": metric, **r.columns()} for r in rows if r.pair]
+        if table:
+            with open(data.out / "metrics.csv", "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=["metric", *COLUMNS], extrasaction="ignore")
+                w.writeheader()
+                w.writerows(table)
         return out
+
+
+#: how a heatmap names a per-load figure (quicbed.spec.significance.METRICS)
+METRIC_LABELS = {
+    "plt_ms": "PLT",
+    "fcp_ms": "FCP",
+    "lcp_ms": "LCP",
+    "ttfb_ms": "TTFB",
+    "nav_load_ms": "navigation load",
+    "onload_ms": "onLoad",
+}
 
 
 def _pair_heatmap(
@@ -695,10 +758,13 @@ def _pair_heatmap(
     correction: str,
     out: Path,
     split: tuple[str, ...] = (),
+    metric: str = DEFAULT_METRIC,
 ) -> Drawn:
     """One heatmap of one pair's cells (its correction across them): rates x pages with
     the reference study's title and name, or the axes ``heat_axes`` chose (``split``:
-    the dimensions its group was split by, named in the title whatever their value)."""
+    the dimensions its group was split by, named in the title whatever their value).
+    ``metric``: the per-load figure compared (PLT's heatmaps keep their names and titles;
+    another's are named and titled with it)."""
     rdim, cdim, values = axes
     correct(grp, correction, alpha)
     classic = (rdim, cdim) == ("rate", "page")
@@ -741,18 +807,24 @@ def _pair_heatmap(
         )
         where = textwrap.fill(where, 70, break_on_hyphens=False)
         arms = textwrap.fill(arms, 70, break_on_hyphens=False)
+    label = METRIC_LABELS[metric]
     title = (
-        f"{scenario}: {where}"
+        (f"{label}: " if metric != DEFAULT_METRIC else "")
+        + f"{scenario}: {where}"
         + f"\n{arms}, {mode}, {kind}; white: p >= {alpha:g}"
         + "\n"
         + textwrap.fill(" | ".join(sorted({r.software for r in grp})), 78)
     )
     tag = "" if pair == CLASSIC_PAIR else f"{pair.replace('/', '-vs-')}-"
     name = f"heatmap-{scenario}-{tag}{mode}-{kind}"
+    of = "" if metric == DEFAULT_METRIC else f" {label}"
     if classic:
-        paths = draw_heatmap(rows_, cols, cells, title, out / "figures" / name)
+        name += "" if metric == DEFAULT_METRIC else f"-{metric}"
+        extra = {} if metric == DEFAULT_METRIC else {"cbar": f"(TCP - QUIC) / QUIC{of} [%]"}
+        paths = draw_heatmap(rows_, cols, cells, title, out / "figures" / name, **extra)
     else:
         name += f"-{rdim}-by-{cdim}" + "".join(f"-{_slug(v)}" for v in values)
+        name += "" if metric == DEFAULT_METRIC else f"-{metric}"
         ref, cand = pair.split("/")
         paths = draw_heatmap(
             rows_,
@@ -762,7 +834,7 @@ def _pair_heatmap(
             out / "figures" / name,
             xlabel=_DIMS[cdim][0],
             ylabel=_DIMS[rdim][0],
-            cbar=f"({ref} - {cand}) / {cand} [%]",
+            cbar=f"({ref} - {cand}) / {cand}{of} [%]",
         )
     return Drawn(title, paths, figure_data(rows_, cols, cells, title), against_study(grp))
 

@@ -47,6 +47,9 @@ class ReportInput:
     correction: str
     #: the pages in the workloads' order (how a figure orders its page axis)
     page_order: list[str]
+    #: per-load figures besides PLT whose comparisons the report draws (the spec's
+    #: ``statistics.metrics`` and ``quicbed report --metric``; METRICS)
+    metrics: tuple[str, ...] = ()
 
     @property
     def figures_dir(self) -> Path:

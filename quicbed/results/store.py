@@ -44,16 +44,11 @@ from typing import Any
 
 from quicbed.errors import QuicbedError
 from quicbed.results.rows import AttemptRow, RunRow
+from quicbed.spec.significance import DEFAULT_METRIC, METRICS  # the runs columns compared
 
 SCHEMA_VERSION = 5
 DB_NAME = "store.sqlite"
 
-#: the runs columns a comparison can be drawn on (``values``; quicbed.analysis.cells):
-#: per-load times in ms, NULL where a load has none (an old store's fcp_ms and lcp_ms,
-#: a page that painted nothing contentful)
-METRICS = ("plt_ms", "fcp_ms", "lcp_ms", "ttfb_ms", "nav_load_ms", "onload_ms")
-#: what a comparison is drawn on unless asked otherwise (the reference study's PLT)
-DEFAULT_METRIC = "plt_ms"
 
 #: version 1's tables (IF NOT EXISTS: early version-1 stores lack receipts and link_spans,
 #: which were added without a version bump; the migration to 2 adds them too)

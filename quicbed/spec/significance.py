@@ -20,6 +20,12 @@ CORRECTIONS: tuple[str, ...] = get_args(Correction)
 DEFAULT_ALPHA = 0.01
 #: a cell needs at least this share of its planned runs valid in each arm
 MIN_VALID_SHARE = 0.8
+#: the per-load figures a comparison can be drawn on (a results store's runs columns,
+#: quicbed.results.store): times in ms, none where a load has none (an old store's
+#: fcp_ms and lcp_ms, a page that painted nothing contentful)
+METRICS = ("plt_ms", "fcp_ms", "lcp_ms", "ttfb_ms", "nav_load_ms", "onload_ms")
+#: what a comparison is drawn on unless asked otherwise (the reference study's PLT)
+DEFAULT_METRIC = "plt_ms"
 
 
 def min_valid(planned: int) -> int:

@@ -46,7 +46,15 @@ from quicbed.spec.cellconfig import (
     parse_flows,
     shaper_field,
 )
-from quicbed.spec.significance import DEFAULT_ALPHA, Correction, Test, min_valid, smallest_p
+from quicbed.spec.significance import (
+    DEFAULT_ALPHA,
+    DEFAULT_METRIC,
+    METRICS,
+    Correction,
+    Test,
+    min_valid,
+    smallest_p,
+)
 from quicbed.yamlfile import read_yaml
 
 SPEC_FORMAT = 1
@@ -123,6 +131,19 @@ class Statistics(BaseModel):
     #: the same arm, link and object, binned as the TCP-options study's speed-ups
     #: (quicbed.report.transfers.speedups); unset: none
     speedup_against: str | None = None
+    #: per-load figures the report compares and draws heatmaps of beside PLT, e.g.
+    #: [lcp_ms, fcp_ms] (METRICS). The report's alone: left out of the digest, so a
+    #: folder's spec may gain one after its runs
+    metrics: list[str] = []
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if m not in METRICS]
+        if bad:
+            names = ", ".join(map(repr, bad))
+            raise ValueError(f"{names}: no metric (one of {', '.join(METRICS)})")
+        return list(dict.fromkeys(m for m in v if m != DEFAULT_METRIC))  # PLT is always drawn
 
 
 class Scenario(BaseModel):
@@ -385,6 +406,7 @@ class SweepSpec(BaseModel):
             body["statistics"].pop("pairs")
         if body["statistics"]["speedup_against"] is None:
             body["statistics"].pop("speedup_against")
+        body["statistics"].pop("metrics")  # the report's (see Statistics.metrics)
         if body["defaults"]["browser"] is None:
             body["defaults"].pop("browser")
         for sc in body["scenarios"].values():
