@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from quicbed.analysis.explain import COMPONENTS, explain
+from quicbed.analysis.explain import COMPONENTS, explain, transfer_parts
 from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.results.rows import RunRow
@@ -183,13 +183,17 @@ def test_synthetic_components_and_files(tmp_path: Path) -> None:
     assert 9.0 < h2["peak_rate_mbit"] < 10.0
     for c in COMPONENTS:
         assert isinstance(h2[c], float) and isinstance(h3[c], float), c
+        assert h2[c] >= 0 and h3[c] >= 0, c
+    # the parts partition each load: they sum to its PLT
+    for a in (h2, h3):
+        assert sum(a[c] for c in COMPONENTS) == pytest.approx(a["plt_ms"], abs=1e-6)
     diff = data["difference_h2_minus_h3"]
     assert diff["plt_ms"] == pytest.approx(h2["plt_ms"] - h3["plt_ms"])
     assert diff["handshake"] == pytest.approx(72.0, abs=0.01)
     assert h2["facts"] == {"example_fact": 1}
     text = (out / "summary.txt").read_text()
     assert "h2 (TCP+TLS)" in text and "h3 (QUIC)" in text and "aligned within 1 ms" in text
-    for label in ("handshake", "ramp-up", "loss recovery", "transfer at full rate"):
+    for label in ("handshake", "ramp-up", "loss recovery", "stalls", "transfer after ramp-up"):
         assert label in text
     with open(out / "transport.csv") as f:
         rows = list(csv.DictReader(f))
@@ -199,6 +203,31 @@ def test_synthetic_components_and_files(tmp_path: Path) -> None:
     first = {p.name: p.read_bytes() for p in out.iterdir()}
     explain(tmp_path / "r", cid, None, None, None)
     assert first == {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def test_the_transfer_is_divided_into_disjoint_parts() -> None:
+    """Issue 45: under the study's step jitter "transfer at full rate" read 1363 ms inside
+    a 759 ms load and the rest -1116 ms. The transfer's parts are now disjoint pieces of
+    its span: loss recovery wins where it overlaps the ramp-up or a stall, a stall is a
+    gap between deliveries longer than the bound after the ramp-up, and the rest flows."""
+    # transfer 100-900 ms; ramped at 300; a loss episode 250-400 (overlaps the ramp-up);
+    # deliveries every 10 ms but none between 500 and 700 (a 200 ms stall) and none
+    # between 800 and 850 (50 ms: not over the 60 ms bound)
+    times = [float(t) for t in range(100, 901, 10) if not 500 < t < 700 and not 800 < t < 850]
+    parts = transfer_parts(100.0, 900.0, 300.0, [(250.0, 400.0)], times, 60.0)
+    assert parts == {
+        "loss_recovery": 150.0,
+        "ramp_up": 150.0,  # 100-250
+        "stalls": 200.0,  # 500-700
+        "transfer": 300.0,  # 400-500, 700-900
+    }
+    assert sum(parts.values()) == 800.0
+    # an episode past the transfer's end counts only inside it; a stall inside an
+    # episode is loss recovery, not a stall; nothing ramped: all ramp-up
+    parts = transfer_parts(0.0, 100.0, 1e9, [(90.0, 300.0)], [0.0, 100.0], 20.0)
+    assert parts == {"loss_recovery": 10.0, "ramp_up": 90.0, "stalls": 0.0, "transfer": 0.0}
+    parts = transfer_parts(0.0, 100.0, 0.0, [(20.0, 80.0)], [0.0, 100.0], 20.0)
+    assert parts == {"loss_recovery": 60.0, "ramp_up": 0.0, "stalls": 40.0, "transfer": 0.0}
 
 
 def test_synthetic_missing_samples_said_plainly(tmp_path: Path) -> None:
@@ -303,7 +332,8 @@ def test_real_explain(real: tuple[Path, str]) -> None:
         "handshake",
         "ramp-up",
         "loss recovery",
-        "transfer at full rate",
+        "transfer after ramp-up",
+        "after the last byte",
         "PLT difference h2 - h3",
     ):
         assert label in p.stdout, label
@@ -321,6 +351,9 @@ def test_real_explain(real: tuple[Path, str]) -> None:
         assert a["trace_offset_ms"] is not None and 0 <= a["trace_offset_ms"] < 2000
         for c in (*COMPONENTS, "plt_ms", "peak_rate_mbit", "delivered_bytes"):
             assert isinstance(a[c], (int, float)), (arm, c, a[c])
+        # disjoint parts of the load's timeline: none negative, and they sum to its PLT
+        assert all(a[c] >= 0 for c in COMPONENTS), a
+        assert sum(a[c] for c in COMPONENTS) == pytest.approx(a["plt_ms"], abs=0.01)
         # 1 MB at 10 Mbit/s: the peak delivery rate is near the link's rate; it is read
         # from ACKs at the sender, which come in batches (QUIC's ack delay is up to 25 ms),
         # so a window can read above the rate: up to 27 % seen since quic-go runs real
@@ -333,6 +366,41 @@ def test_real_explain(real: tuple[Path, str]) -> None:
     assert isinstance(data["difference_h2_minus_h3"]["handshake"], (int, float))
     with open(out / "transport.csv") as f:
         assert sum(1 for _ in f) - 1 == rows
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "cond",
+    [
+        {"rtt_ms": 36, "loss_pct": 1},  # the study's loss
+        {"rtt_ms": 112, "jitter_ms": 50, "jitter_kind": "step"},  # the study's jitter
+        {"rtt_ms": 36, "jitter_ms": 10, "jitter_kind": "reorder"},  # per-packet reordering
+    ],
+    ids=["loss", "step-jitter", "reordering"],
+)
+def test_real_loads_partition_into_parts_that_sum_to_their_plt(
+    cond: dict[str, Any], shared_links: Any, tmp_path: Path
+) -> None:
+    """Issue 45: each part of an explained load is a disjoint piece of its timeline, on
+    real loads where the old parts overlapped: under loss, under the study's step jitter
+    and under per-packet reordering (1 MB at 10 Mbit/s, h2 against h3, traced at light,
+    1-RTT loads without a warm-up: two per arm)."""
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, **cond), page="1mb", runs=2, warmup=0, mode="1rtt"
+    )
+    r = shared_links.run_cell(cfg, tmp_path / "r", traces="light")
+    assert r.status == "done", r.problem
+    res = explain(tmp_path / "r", r.cell_id, None, None, tmp_path / "x")
+    for arm in ("h2", "h3"):
+        a = res.data["arms"][arm]
+        parts = {c: a[c] for c in COMPONENTS}
+        assert all(isinstance(v, (int, float)) and v >= 0 for v in parts.values()), (arm, a)
+        assert sum(parts.values()) == pytest.approx(a["plt_ms"], abs=0.01), (arm, parts)
+        assert a["last_byte_ms"] <= a["plt_ms"] + 1e-6
+    if cond.get("loss_pct"):
+        assert any(res.data["arms"][arm]["loss_recovery"] > 0 for arm in ("h2", "h3")), res.data
 
 
 @pytest.mark.root

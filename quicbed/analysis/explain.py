@@ -20,20 +20,31 @@ h2 (TCP) is blue, h3 (QUIC) red, as in the heatmaps. Beside the figure go
 :data:`quicbed.traces.tracer.SAMPLE_COLUMNS`; docs/explain.md), and ``index.html``,
 the page the report links each traced cell to.
 
-**The components of a PLT** (per arm, ms; they are indicative: the browser's own
-work sits in the remainder, and loss recovery may overlap the ramp-up):
+**The components of a PLT** (per arm, ms) **partition the load**: each is a disjoint
+part of its timeline, from page start to the PLT, so they sum to the PLT exactly:
 
 - ``handshake``: page start to the first request sent (HAR: blocked + dns +
   connect incl. TLS + send). 0-RTT sends the request with the first flight;
 - ``first_byte``: first request sent to its first response byte (a round trip plus
   the server);
-- ``ramp_up``: first response byte to the first moment the delivery rate, over a
-  window of two base RTTs (ACKs arrive in bursts: over one RTT a rate reads high),
-  reaches 90 % of its peak;
-- ``loss_recovery``: the time with losses being repaired: losses closer than one
-  smoothed RTT form one episode, lasting from its first loss to one RTT after its last;
-- ``full_rate``: the load's delivered bytes at the peak delivery rate;
-- ``rest``: PLT minus all of the above (parsing, sub-resources' requests, onload).
+- then the transfer, from that first byte to the last byte delivered (acknowledged at
+  the server) before the PLT, divided by the transport samples into:
+  - ``loss_recovery``: the time inside a loss-recovery episode: losses closer than one
+    smoothed RTT form one episode, lasting from its first loss to one RTT after its
+    last;
+  - ``ramp_up``: outside those, until the delivery rate, over a window of two base RTTs
+    (ACKs arrive in bursts: over one RTT a rate reads high), first reaches 90 % of its
+    peak;
+  - ``stalls``: outside those, after the ramp-up, every gap of more than two base RTTs
+    (at least 20 ms) in which no byte was delivered: what reordering, a sender held
+    back or a browser's late request leaves;
+  - ``transfer``: the rest of the transfer, bytes flowing after the ramp-up;
+- ``after_last_byte``: the last byte delivered to the PLT: the browser's own parse,
+  render and onload.
+
+Without transport samples the five parts of the transfer and the tail are unknown
+(the HAR's two are kept). ``ideal_transfer_ms`` (the delivered bytes at the peak
+delivery rate) is kept beside them as a reference, not a part.
 
 The difference between the arms is taken component by component (h2 - h3).
 
@@ -50,6 +61,7 @@ from __future__ import annotations
 import bisect
 import csv
 import gzip
+import itertools
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -67,14 +79,24 @@ from quicbed.spec.arms import arm_colour
 from quicbed.traces.tracer import SAMPLE_COLUMNS, read_samples
 
 ARMS = ("h2", "h3")
-COMPONENTS = ("handshake", "first_byte", "ramp_up", "loss_recovery", "full_rate")
+#: the parts of a load's timeline, in their order; they sum to its PLT (see above)
+COMPONENTS = (
+    "handshake",
+    "first_byte",
+    "ramp_up",
+    "loss_recovery",
+    "stalls",
+    "transfer",
+    "after_last_byte",
+)
 LABELS = {
     "handshake": "handshake (to first request sent)",
     "first_byte": "first byte (request to response)",
     "ramp_up": "ramp-up (to 90 % of peak rate)",
     "loss_recovery": "loss recovery",
-    "full_rate": "transfer at full rate",
-    "rest": "rest (browser, sub-requests, onload)",
+    "stalls": "stalls (nothing delivered for 2 RTTs)",
+    "transfer": "transfer after ramp-up",
+    "after_last_byte": "after the last byte (browser, onload)",
 }
 LOSS_EVENTS = ("lost", "retransmit")
 RAMP_FRACTION = 0.9
@@ -338,21 +360,73 @@ def loss_episodes(samples: list[dict[str, Any]], rtt_ms: float) -> list[tuple[fl
     return [(a, b) for a, b in episodes]
 
 
+def _measure(spans: list[tuple[float, float]]) -> float:
+    """The total length of disjoint intervals."""
+    return sum((max(0.0, b - a) for a, b in spans), 0.0)
+
+
+def _cut(spans: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """``spans`` clipped to [lo, hi]."""
+    return [(max(a, lo), min(b, hi)) for a, b in spans if min(b, hi) > max(a, lo)]
+
+
+def _outside(span: tuple[float, float], eps: list[tuple[float, float]]) -> float:
+    """How much of ``span`` lies outside the disjoint intervals ``eps``."""
+    a, b = span
+    return max(0.0, b - a) - _measure(_cut(eps, a, b))
+
+
+def transfer_parts(
+    start: float,
+    end: float,
+    t_ramped: float,
+    episodes: list[tuple[float, float]],
+    delivered_at: list[float],
+    stall_ms: float,
+) -> dict[str, float]:
+    """The transfer [``start``, ``end``] divided into disjoint parts that sum to its
+    length: loss recovery (inside ``episodes``), ramp-up (before ``t_ramped``, outside
+    them), stalls (after it, outside them: gaps of more than ``stall_ms`` between the
+    times ``delivered_at`` at which bytes were delivered) and the rest, bytes flowing."""
+    eps = _cut(sorted(episodes), start, end)
+    loss = _measure(eps)
+    ramp = _outside((start, max(start, min(t_ramped, end))), eps)
+    after = max(start, min(t_ramped, end))
+    times = [t for t in sorted(delivered_at) if after <= t <= end]
+    gaps = [(a, b) for a, b in itertools.pairwise([after, *times]) if b - a > stall_ms]
+    stalls = sum((_outside(g, eps) for g in gaps), 0.0)
+    rest = (end - start) - loss - ramp - stalls
+    return {
+        "loss_recovery": loss,
+        "ramp_up": ramp,
+        "stalls": stalls,
+        "transfer": max(0.0, rest),
+    }
+
+
 def arm_numbers(load: ArmLoad, base_rtt_ms: float) -> dict[str, Any]:
-    """One arm's components (ms) and the facts behind them; None where not known."""
+    """One arm's components (ms; they partition [0, PLT]) and the facts behind them;
+    None where not known."""
     n: dict[str, Any] = {"plt_ms": load.plt_ms, "ttfb_ms": load.ttfb_ms}
+    plt = load.plt_ms
     main = load.entries[0] if load.entries else None
-    n["handshake"] = main["sent"] if main else None
-    n["first_byte"] = (main["first_byte"] - main["sent"]) if main else None
+    sent = min(max(main["sent"], 0.0), plt) if main else None
+    first = min(max(main["first_byte"], sent or 0.0), plt) if main else None
+    n["handshake"] = sent
+    n["first_byte"] = None if main is None or sent is None or first is None else first - sent
     n["connect_ms"] = main["connect_ms"] if main else None
     n["tls_ms"] = main["ssl_ms"] if main else None
     for k in (
         "ramp_up",
         "loss_recovery",
-        "full_rate",
+        "stalls",
+        "transfer",
+        "after_last_byte",
+        "ideal_transfer_ms",
         "peak_rate_mbit",
         "delivered_bytes",
         "t_peak_ms",
+        "last_byte_ms",
         "first_loss_ms",
         "losses",
         "lost_bytes",
@@ -365,13 +439,13 @@ def arm_numbers(load: ArmLoad, base_rtt_ms: float) -> dict[str, Any]:
         hs = [s["t_page_ms"] for s in samples if s.get("event") == "handshake_done"]
         n["handshake_done_ms"] = hs[0] if hs else None
         window = max(2 * base_rtt_ms, 20.0)  # ACKs come in bursts: one RTT reads high
-        series = [p for p in delivered_series(samples) if p[0] <= load.plt_ms]
+        series = [p for p in delivered_series(samples) if p[0] <= plt]
+        eps = loss_episodes(samples, base_rtt_ms)
         if series and series[-1][1] > 0:
             rates = rate_series(series, window)
             # a cumulative ACK that repairs a loss acknowledges at once what arrived over
             # the recovery: windows touching an episode (to one RTT after it) would read
             # rates above the link's; the peak comes from the others where there are any
-            eps = loss_episodes(samples, base_rtt_ms)
             clean = [
                 (t, r)
                 for t, r in rates
@@ -380,12 +454,19 @@ def arm_numbers(load: ArmLoad, base_rtt_ms: float) -> dict[str, Any]:
             peak = max(r for _, r in (clean or rates))
             n["peak_rate_mbit"] = peak * 8 / 1000
             n["delivered_bytes"] = series[-1][1]
-            n["full_rate"] = series[-1][1] / peak if peak > 0 else None
+            n["ideal_transfer_ms"] = series[-1][1] / peak if peak > 0 else None
             t90 = next(t for t, r in rates if r >= RAMP_FRACTION * peak)
             n["t_peak_ms"] = t90
-            start = main["first_byte"] if main else series[0][0]
-            n["ramp_up"] = max(0.0, t90 - start)
             n["rate_window_ms"] = window
+            # the transfer: from the main response's first byte to the last byte
+            # delivered (the first sample's time where the HAR has no entry)
+            start = first if first is not None else min(max(series[0][0], 0.0), plt)
+            grew = [t for (t, d), (_, d0) in zip(series[1:], series, strict=False) if d > d0]
+            last = max([series[0][0], *grew])
+            end = min(max(last, start), plt)
+            n["last_byte_ms"] = end
+            n.update(transfer_parts(start, end, t90, eps, [series[0][0], *grew], window))
+            n["after_last_byte"] = plt - end
         else:
             unknown.append("delivered bytes (no sample carries them)")
         lossy = [s for s in samples if s.get("event") in LOSS_EVENTS]
@@ -394,13 +475,7 @@ def arm_numbers(load: ArmLoad, base_rtt_ms: float) -> dict[str, Any]:
         n["lost_bytes"] = sum(sizes) if sizes else None  # TCP's tracepoint has no length
         if lossy:
             n["first_loss_ms"] = lossy[0]["t_page_ms"]
-            eps = loss_episodes(samples, base_rtt_ms)
-            n["loss_recovery"] = sum(min(b, load.plt_ms) - a for a, b in eps if a < load.plt_ms)
-            n["after_first_loss_ms"] = load.plt_ms - lossy[0]["t_page_ms"]
-        else:
-            n["loss_recovery"] = 0.0
-    known = [n[c] for c in COMPONENTS if n[c] is not None]
-    n["rest"] = load.plt_ms - sum(known) if len(known) == len(COMPONENTS) else None
+            n["after_first_loss_ms"] = plt - lossy[0]["t_page_ms"]
     n["unknown"] = unknown
     return n
 
@@ -474,7 +549,7 @@ def _data(cell_id: str, attempt: int, title: str, loads: dict[str, ArmLoad]) -> 
         a, b = loads[names[0]].numbers, loads[other].numbers
         diffs[f"{names[0]}/{other}"] = {
             c: None if a[c] is None or b[c] is None else a[c] - b[c]
-            for c in ("plt_ms", *COMPONENTS, "rest")
+            for c in ("plt_ms", *COMPONENTS)
         }
     out: dict[str, Any] = _r(
         {
@@ -485,7 +560,7 @@ def _data(cell_id: str, attempt: int, title: str, loads: dict[str, ArmLoad]) -> 
             "arms": arms,
             "difference_h2_minus_h3": diffs.get("h2/h3", {}),
             "differences": diffs,
-            "definitions": {c: LABELS[c] for c in (*COMPONENTS, "rest")},
+            "definitions": {c: LABELS[c] for c in COMPONENTS},
         }
     )
     return out
@@ -503,7 +578,7 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
             f"{arm} ({'QUIC' if ld.quic else 'TCP+TLS'}) load {ld.rep}: "
             f"PLT {ld.plt_ms:.0f} ms; {ld.why_chosen}"
         )
-        for c in (*COMPONENTS, "rest"):
+        for c in COMPONENTS:
             lines.append(f"  {LABELS[c]:<40} {_ms(n[c])}")
         if n["peak_rate_mbit"] is not None:
             lines.append(
@@ -520,7 +595,7 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
         if ld.samples is None:
             why = "; ".join(f"{k}: {v}" for k, v in sorted(ld.missing.items())) or "not stored"
             lines.append(
-                f"  cannot tell ramp-up, loss recovery or the full-rate transfer: "
+                f"  cannot tell ramp-up, loss recovery, stalls or the transfer: "
                 f"no transport samples ({why}); handshake and first byte are "
                 "from the HAR"
             )
@@ -549,8 +624,8 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
             lines.append(f"  {LABELS[c]:<40} cannot be told (missing samples on an arm)")
     lines += [
         "",
-        "Components are indicative: loss recovery may overlap the ramp-up; "
-        "the rest holds the browser's own work. Definitions: docs/explain.md.",
+        "The components partition each load: disjoint parts of its timeline that sum to "
+        "its PLT. Definitions: docs/explain.md.",
     ]
     return "\n".join(lines) + "\n"
 
