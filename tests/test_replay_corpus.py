@@ -253,3 +253,47 @@ def test_the_command_builds_and_lists(tmp_path: Path) -> None:
         2,
         "quicbed: error: unknown page model 'p99' (defined: p25, p50, p90)\n",
     )
+
+
+def test_a_package_carries_the_archives_its_cells_replayed_and_a_rerun_installs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replication package holds each replayed page's archive whole (results/pages/,
+    checked against the digest its cells recorded), so a reviewer's rerun replays the
+    same bytes: the rerun installs it into an empty page store once, and refuses a store
+    that holds another archive under the name (issue 40: packages lacked them)."""
+    from quicbed.model.link import make_condition
+    from quicbed.package.build import snapshot_results
+    from quicbed.results.store import Store
+    from quicbed.spec.cellconfig import make_cell
+
+    monkeypatch.setenv("QUICBED_PAGES", str(tmp_path / "mine"))
+    assert pagestore.ensure("p25") is not None
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="p25", runs=2)
+    assert cfg.replay == load(tmp_path / "mine" / "p25").digest()
+    store = Store(tmp_path / "res", create=True)
+    store.add_cell(cfg.cell_id(), cfg.model_dump(mode="json"))
+    store.finish_attempt(cfg.cell_id(), store.new_attempt(cfg.cell_id(), {}), "done")
+    store.close()
+    _, _, left_out = snapshot_results(tmp_path / "res", tmp_path / "pkg", no_har=False)
+    assert left_out == []
+    carried = tmp_path / "pkg" / pagestore.CARRIED
+    assert load(carried / "p25").digest() == cfg.replay  # whole: its bodies checked too
+    # a store that lost it, or holds another digest: left out, said why
+    assert pagestore.carry({"p90": cfg.replay}, tmp_path / "x")[0].startswith(
+        "replay archive p90: not in the page store"
+    )
+    assert "its cells replayed" in pagestore.carry({"p25": "0" * 64}, tmp_path / "y")[0]
+    # another machine: an empty store gets the archive, once
+    monkeypatch.setenv("QUICBED_PAGES", str(tmp_path / "elsewhere"))
+    assert pagestore.install_carried(carried) == ["p25"]
+    assert load(tmp_path / "elsewhere" / "p25").digest() == cfg.replay
+    assert pagestore.install_carried(carried) == []
+    # a store holding another archive under the name is refused by name
+    monkeypatch.setenv("QUICBED_PAGES", str(tmp_path / "third"))
+    other, bodies = corpus.build("p50", models.load())
+    pagestore.put(other.model_copy(update={"name": "p25"}), bodies, tmp_path / "third")
+    with pytest.raises(
+        QuicbedError, match=r"replay archive p25 is in the page store .* QUICBED_PAGES"
+    ):
+        pagestore.install_carried(carried)

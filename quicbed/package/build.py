@@ -10,7 +10,8 @@ Layout (format 1), under one top folder named after the archive::
     results/        a quicbed results folder: sweep.json, store.sqlite (a consistent
                     snapshot), hars/ (gzipped, unless --no-har), logs/ (server
                     connection logs, browser logs), link-traces/ (the traces of
-                    the varying links its cells ran on), traces/ (only with --traces:
+                    the varying links its cells ran on), pages/ (the replay
+                    archives its cells replayed), traces/ (only with --traces:
                     per-load captures, qlog, TCP samples, NetLogs; TLS key logs
                     only with --keys as well)
     report/         the report rebuilt from results/: index.html, table.csv,
@@ -55,6 +56,7 @@ from quicbed.errors import QuicbedError
 from quicbed.model import capacity
 from quicbed.package.secretscan import KEYLOG_RULES, Finding, scan_tree, user_needles
 from quicbed.paths import REPO_ROOT, sha256_file
+from quicbed.replay import pagestore
 from quicbed.results import provenance
 from quicbed.results.folder import SWEEP_FILE, is_running, read_sweep
 from quicbed.results.store import DB_NAME, Store
@@ -218,7 +220,8 @@ def snapshot_results(
         runs = store.all_runs()
         hars = [r.har_path for r in runs if r.har_path is not None]
         n_runs, n_cells = len(runs), len(store.cells())
-        conds = [cfg.get("condition") or {} for cfg in store.cell_configs().values()]
+        configs = list(store.cell_configs().values())
+        conds = [cfg.get("condition") or {} for cfg in configs]
     finally:
         store.close()
     used = {
@@ -261,6 +264,10 @@ def snapshot_results(
     if used:  # the varying links' traces, so a rerun runs on them (quicbed.model.capacity)
         for why in capacity.carry(used, dst / capacity.CARRIED):
             left_out.append({"path": f"results/{capacity.CARRIED}", "why": why})
+    pages = pagestore.replayed(configs)
+    if pages:  # the replayed pages' archives, so a rerun replays them (quicbed.replay)
+        for why in pagestore.carry(pages, dst / pagestore.CARRIED):
+            left_out.append({"path": f"results/{pagestore.CARRIED}", "why": why})
     known = {DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", SWEEP_FILE, "hars", "logs", "traces"}
     others = sorted(
         p.name + ("/" if p.is_dir() else "") for p in src.iterdir() if p.name not in known

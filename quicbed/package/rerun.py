@@ -22,6 +22,7 @@ from quicbed.errors import QuicbedError
 from quicbed.model import capacity
 from quicbed.package.build import SUFFIX, check_files, open_package
 from quicbed.paths import check_folder_target, sha256_file
+from quicbed.replay import pagestore
 from quicbed.results.folder import (
     checked_software,
     describe_changes,
@@ -117,8 +118,10 @@ def rerun_folder(archive: Path, out: Path | None = None) -> tuple[Path, dict[str
             latest = {cid: a.attempt for cid, a in store.latest_attempts().items()}
         finally:
             store.close()
-        # the varying links' traces first: refused by name before anything moves
+        # the varying links' traces and the replayed pages first: refused by name
+        # before anything moves
         capacity.install_carried(top / "results" / capacity.CARRIED)
+        pagestore.install_carried(top / "results" / pagestore.CARRIED)
         out.mkdir(parents=True, exist_ok=True)
         for item in sorted((top / "results").iterdir()):
             shutil.move(item, out / item.name)

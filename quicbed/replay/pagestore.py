@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from quicbed.errors import QuicbedError
 from quicbed.replay import corpus, models
-from quicbed.replay.archive import MANIFEST, Archive, find, load, save, store
+from quicbed.replay.archive import BODIES, MANIFEST, Archive, find, load, save, store
 
 Put = Literal["new", "unchanged", "replaced"]
 
@@ -101,3 +102,66 @@ def ensure(name: str) -> Path | None:
 def known() -> list[str]:
     """Every replayed page a cell may name: the store's archives and the page models."""
     return sorted(set(names(store())) | _model_names())
+
+
+# --- replication packages -----------------------------------------------------------
+#: where a replication package carries the archives its cells replayed (under results/)
+CARRIED = "pages"
+
+
+def replayed(configs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The archives cells replayed: page name -> the digest each cell recorded."""
+    return {str(c["page"]): str(c["replay"]) for c in configs if c.get("replay")}
+
+
+def carry(used: Mapping[str, str], dest: Path) -> list[str]:
+    """Copy the archives ``used`` (name -> the digest its cells recorded) from the page
+    store into ``dest`` (a package's results folder's CARRIED), each whole, its bodies
+    checked; returns why any was left out (not in the store, damaged, or stored with
+    another digest than its cells replayed)."""
+    missing = []
+    for name, digest in sorted(used.items()):
+        folder = find(name)
+        if folder is None:
+            missing.append(f"replay archive {name}: not in the page store {store()}")
+            continue
+        try:
+            got = load(folder).digest()
+        except QuicbedError as exc:
+            missing.append(f"replay archive {name}: {exc}")
+            continue
+        if got != digest:
+            missing.append(
+                f"replay archive {name}: the page store's has digest {got[:12]}, its cells "
+                f"replayed {digest[:12]}"
+            )
+            continue
+        shutil.copytree(folder, dest / name)
+    return missing
+
+
+def install_carried(src: Path) -> list[str]:
+    """Put the archives a package carries (``src``: its CARRIED folder) into the page
+    store, so its cells replay on a rerun what they replayed; one already stored with
+    the same digest is left as it is, one stored with another is refused by name.
+    Returns the names installed."""
+    installed = []
+    for m in sorted(src.glob(f"*/{MANIFEST}")) if src.is_dir() else []:
+        carried = load(m.parent)  # every body present and sound
+        if carried.name != m.parent.name:
+            raise QuicbedError(f"{m.parent}: holds the archive {carried.name!r}, not its own")
+        held = find(carried.name)
+        if held is not None:
+            mine = load(held, check_bodies=False).digest()
+            if mine != carried.digest():
+                raise QuicbedError(
+                    f"replay archive {carried.name} is in the page store {store()} with "
+                    f"digest {mine[:12]}, the package's cells replayed "
+                    f"{carried.digest()[:12]}: set QUICBED_PAGES to another folder for this "
+                    "rerun"
+                )
+            continue
+        bodies = {e.body: (m.parent / BODIES / e.body).read_bytes() for e in carried.entries()}
+        put(carried, bodies, store())
+        installed.append(carried.name)
+    return installed
