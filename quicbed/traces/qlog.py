@@ -45,6 +45,8 @@ ALIASES = {
     "quic:congestion_state_updated": "recovery:congestion_state_updated",
 }
 _FRACTION = re.compile(r"^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+#: the client's address in a quicbed quiche server's qlog description (its port)
+_PEER = re.compile(r"\bpeer=\S*:(\d+)\b")
 
 
 def wall_clock_s(text: str) -> float:
@@ -299,9 +301,19 @@ def qlog_samples(
 
 
 def qlog_client_port(data: bytes) -> int | None:
-    """The peer's UDP port of a server's qlog (quic-go's ``transport:connection_started``
-    logs it; quiche's qlog does not: None), to tell which flow a connection was."""
-    for r in _records(data)[1:40]:
+    """The peer's UDP port of a server's qlog, to tell which flow a connection was:
+    quic-go's ``transport:connection_started`` logs it; quiche's qlog logs no such
+    event, and quicbed's quiche server names the peer in the qlog's description
+    (``peer=IP:PORT``). None where neither does (an older quiche server's qlog)."""
+    records = _records(data)
+    try:
+        head = json.loads(records[0]) if records else {}
+    except ValueError:
+        head = {}
+    described = _PEER.search(str(head.get("description") or "")) if isinstance(head, dict) else None
+    if described:
+        return int(described.group(1))
+    for r in records[1:40]:
         try:
             e = json.loads(r)
         except ValueError:

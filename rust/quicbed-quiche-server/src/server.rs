@@ -357,7 +357,7 @@ impl Server {
                     Err(_) => return,
                 };
                 if let Some(dir) = &self.cfg.qlog_dir {
-                    set_qlog(&mut conn, dir, &odcid);
+                    set_qlog(&mut conn, dir, &odcid, from);
                 }
                 let id = self.next_id;
                 self.next_id += 1;
@@ -588,15 +588,22 @@ fn close_reason(conn: &quiche::Connection) -> String {
 }
 
 /// One JSON-SEQ qlog per connection, named as quic-go names its own:
-/// `<original destination connection ID>_server.sqlog`.
-fn set_qlog(conn: &mut quiche::Connection, dir: &std::path::Path, odcid: &[u8]) {
+/// `<original destination connection ID>_server.sqlog`. Its description names the
+/// client's address (`peer=IP:PORT`): quiche's qlog logs no `connection_started`, and
+/// quicbed tells the flows of a compete cell apart by their client ports.
+fn set_qlog(
+    conn: &mut quiche::Connection,
+    dir: &std::path::Path,
+    odcid: &[u8],
+    peer: std::net::SocketAddr,
+) {
     let name: String = odcid.iter().map(|b| format!("{b:02x}")).collect();
     let path: PathBuf = dir.join(format!("{name}_server.sqlog"));
     if let Ok(f) = File::create(&path) {
         conn.set_qlog(
             Box::new(BufWriter::new(f)),
             "quicbed-quiche-server".into(),
-            format!("quicbed-quiche-server odcid={name}"),
+            format!("quicbed-quiche-server odcid={name} peer={peer}"),
         );
     }
 }
