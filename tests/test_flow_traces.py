@@ -235,6 +235,10 @@ def test_a_compete_cells_quiche_flows_are_matched_to_their_connections(
     )
     r = measured_transfer(cfg, tmp_path / "r", shared_links, traces="light")
     assert isinstance(r, CompeteResult)
+    if sum(not run.spoiled for run in r.runs) < 2:
+        from conftest import LinkNotHeld
+
+        raise LinkNotHeld(f"compete repetitions spoiled on a busy host: {len(r.runs)} measured")
     checked = 0
     for run in r.runs:
         if run.spoiled:
