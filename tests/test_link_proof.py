@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import LinkNotHeld, reads_well, spoiled, stall_emulator
@@ -89,6 +90,20 @@ def test_a_link_changed_mid_cell_fails_the_attempt(prefix: str, tmp_path: Path) 
     assert not os.path.exists(f"/run/quicbed/{prefix}")  # the cell's testbed is gone
 
 
+def _stall_cell(runs: int) -> Any:
+    """The stall tests' cell: 1 MB (about 1 s at 10 Mbit/s, 36 ms, so a stall 0.4 s after
+    the fault hook falls inside the load), h2 and h3, one warm-up, the userspace
+    emulator (whose own clock sees the stall)."""
+    return make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="1mb",
+        runs=runs,
+        warmup=1,
+        arms=["h2", "h3"],
+        shaper="userspace",
+    )
+
+
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
@@ -101,14 +116,7 @@ def test_an_arm_whose_every_load_the_emulator_stalled_fails_on_its_link(
     again), not as the protocol's, naming the lateness. After each spoiled load the
     host probed quiet and the cell paused before the next (CI saw a burst spoil three
     flows in a row), which the attempt's wait counts (1 s here instead of 10)."""
-    cfg = make_cell(
-        condition=make_condition(rate_mbit=10, rtt_ms=36),
-        page="1mb",
-        runs=2,
-        warmup=1,
-        arms=["h2", "h3"],
-        shaper="userspace",
-    )
+    cfg = _stall_cell(runs=2)
     tb = LocalTestbed(prefix)
 
     def stall(arm: str, rep: int, servers: dict[str, WebServer]) -> None:
@@ -149,14 +157,7 @@ def test_a_load_during_which_the_emulator_stalled_is_invalid_and_replaced(
     ended done with every load valid, the stalls in its PLTs. The page is 1 MB (about
     1 s at 10 Mbit/s), so a stall 0.4 s after the hook is called falls inside the load
     (the hook runs before the load's own preparations)."""
-    cfg = make_cell(
-        condition=make_condition(rate_mbit=10, rtt_ms=36),
-        page="1mb",
-        runs=4,
-        warmup=1,
-        arms=["h2", "h3"],
-        shaper="userspace",
-    )
+    cfg = _stall_cell(runs=4)
     tb = LocalTestbed(prefix)
     stalls = {("h2", 2): 0.2, ("h3", 3): 0.02}
     monkeypatch.setattr(quiet, "FIRST_PAUSE_S", 1.0)  # the pause after each: 1 s, not 10

@@ -410,10 +410,12 @@ def arm_numbers(load: ArmLoad, base_rtt_ms: float) -> dict[str, Any]:
     n: dict[str, Any] = {"plt_ms": load.plt_ms, "ttfb_ms": load.ttfb_ms}
     plt = load.plt_ms
     main = load.entries[0] if load.entries else None
-    sent = min(max(main["sent"], 0.0), plt) if main else None
-    first = min(max(main["first_byte"], sent or 0.0), plt) if main else None
+    sent = first = None  # the main request sent, its first byte: clamped into [0, PLT]
+    if main:
+        sent = min(max(main["sent"], 0.0), plt)
+        first = min(max(main["first_byte"], sent), plt)
     n["handshake"] = sent
-    n["first_byte"] = None if main is None or sent is None or first is None else first - sent
+    n["first_byte"] = None if sent is None or first is None else first - sent
     n["connect_ms"] = main["connect_ms"] if main else None
     n["tls_ms"] = main["ssl_ms"] if main else None
     for k in (

@@ -559,12 +559,16 @@ class _Job:
         it again), the cell's own failure otherwise."""
         spoiled = spoiled_throughout(self.store, self.cell_id, self.attempt, self.cfg)
         if set(empty) <= spoiled:
+            # a transfer's spoiled runs are kept apart from its flows (a compete cell's
+            # under all its arms at once); a page cell's reasons are its loads'
             mine = transfer_spoiled(self.store, self.cell_id, self.attempt)
-            why = " | ".join(
-                f"{arm}: {'; '.join(mine.get(arm) or reasons)}" for arm, reasons in empty.items()
-            )
             if self.cfg.kind == "compete":
                 why = "; ".join(r for runs in mine.values() for r in runs)
+            else:
+                why = " | ".join(
+                    f"{arm}: {'; '.join(mine.get(arm) or reasons)}"
+                    for arm, reasons in empty.items()
+                )
             raise LinkFailed(
                 FailureReason.LINK_SPOILED_RUNS,
                 f"arm(s) {', '.join(empty)} ended with no valid run: the link or the host "
