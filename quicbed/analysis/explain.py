@@ -76,6 +76,7 @@ from quicbed.figsave import save_figure
 from quicbed.results.rows import AttemptRow, RunRow
 from quicbed.results.store import Store
 from quicbed.spec.arms import arm_colour
+from quicbed.traces import wire
 from quicbed.traces.tracer import SAMPLE_COLUMNS, read_samples
 
 ARMS = ("h2", "h3")
@@ -121,6 +122,10 @@ class ArmLoad:
     samples: list[dict[str, Any]] | None  # with t_page_ms added; None: none stored
     numbers: dict[str, Any] = field(default_factory=dict)
     quic: bool = False  # the load's entries went over HTTP/3
+    #: where the samples come from: the stack's own log (qlog, tcp_probe) or the wire
+    source: str | None = None
+    #: the wire's counts against the stack's log of the same load (wire.cross_check)
+    wire_check: dict[str, Any] | None = None
 
 
 @dataclass
@@ -176,6 +181,7 @@ def choose(
             "--traces light"
         )
     kind = ((att.provenance or {}).get("testbed") or {}).get("kind")
+    ports = _server_ports(cfg)
     loads = {}
     for arm in cfg.get("arms", ARMS):
         measured = [r for r in runs if r.arm == arm and not r.warmup]
@@ -203,8 +209,19 @@ def choose(
             med = statistics.median(p for p, _ in valid)
             r = min(valid, key=lambda pr: (abs(pr[0] - med), pr[1].rep))[1]
             why = f"PLT closest to the arm's median ({med:.1f} ms of {len(valid)} valid loads)"
-        loads[arm] = _read_load(store.root, r, why, kind)
+        loads[arm] = _read_load(store.root, r, why, kind, ports)
     return loads, att.attempt, cfg
+
+
+def _server_ports(cfg: dict[str, Any]) -> set[int]:
+    """The cell's server ports, to tell a capture's server side (443 where the stored
+    configuration no longer resolves: a stack gone from this quicbed)."""
+    from quicbed.spec.cellconfig import CellConfig
+
+    try:
+        return {a.port for a in CellConfig.model_validate(cfg).resolved_arms()}
+    except (QuicbedError, ValueError):
+        return {443}
 
 
 def _attempts(store: Store, cell_id: str) -> list[AttemptRow]:
@@ -212,7 +229,9 @@ def _attempts(store: Store, cell_id: str) -> list[AttemptRow]:
     return [store.attempt(cell_id, n) for n in range(1, latest + 1)]
 
 
-def _read_load(root: Path, run: RunRow, why: str, testbed_kind: str | None) -> ArmLoad:
+def _read_load(
+    root: Path, run: RunRow, why: str, testbed_kind: str | None, ports: set[int]
+) -> ArmLoad:
     detail = run.detail
     tr = detail.get("traces") or {}
     missing = dict(tr.get("missing") or {})
@@ -226,10 +245,23 @@ def _read_load(root: Path, run: RunRow, why: str, testbed_kind: str | None) -> A
     rel = (tr.get("files") or {}).get("transport")
     if rel and (root / rel).exists():
         samples = read_samples(root / rel)
-        for s in samples:
-            s["t_page_ms"] = None if s["t_ms"] is None else s["t_ms"] - (offset or 0.0)
-    elif not missing:
+    found = _wire_of(root, run, began, ports)
+    check = None
+    partial = found is not None and found[1].get("undecrypted", 0) > 0
+    if partial and found is not None:
+        missing["wire"] = (
+            f"partial: {found[1]['undecrypted']} QUIC packets of the capture could not be "
+            "decrypted (a key update with packets reordered around it; docs/explain.md)"
+        )
+    elif samples is None and found is not None:
+        samples = found[0]  # a stack without a log quicbed keeps: the wire's own
+    elif samples is not None and found is not None:
+        check = wire.cross_check(found[1], samples)
+    if samples is None and not missing:
         missing["transport"] = "no transport samples were stored for this load"
+    for s in samples or []:
+        s["t_page_ms"] = None if s["t_ms"] is None else s["t_ms"] - (offset or 0.0)
+    sources = sorted({str(s["source"]) for s in samples or [] if s.get("source")})
     return ArmLoad(
         arm=run.arm,
         rep=run.rep,
@@ -244,7 +276,29 @@ def _read_load(root: Path, run: RunRow, why: str, testbed_kind: str | None) -> A
         align_note=note,
         samples=samples,
         quic="h3" in (run.protocols or []),
+        source=",".join(sources) or None,
+        wire_check=check,
     )
+
+
+def _wire_of(
+    root: Path, run: RunRow, began: float | None, ports: set[int]
+) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """The load's wire timeline (quicbed.traces.wire): its rows and counts as the cell
+    stored them, or derived now from its capture (a load measured before quicbed
+    derived them); None without a capture or where tshark cannot read it."""
+    stored = run.detail.get("wire") or {}
+    if stored.get("file") and (root / stored["file"]).exists():
+        return read_samples(root / stored["file"]), stored
+    files = (run.detail.get("traces") or {}).get("files") or {}
+    if "capture" not in files or began is None or not (root / files["capture"]).exists():
+        return None
+    keys = root / files["keys"] if "keys" in files else None
+    try:
+        w = wire.read(root / files["capture"], keys, ports, began)
+    except QuicbedError:
+        return None
+    return w.samples, w.summary()
 
 
 def _wall(iso: str) -> float:
@@ -542,6 +596,8 @@ def _data(cell_id: str, attempt: int, title: str, loads: dict[str, ArmLoad]) -> 
             "alignment": ld.align_note,
             "trace_offset_ms": ld.offset_ms,
             "samples": len(ld.samples or []),
+            "samples_from": ld.source,
+            "wire_check": ld.wire_check,
             "facts": ld.facts,
             **ld.numbers,
         }
@@ -601,6 +657,21 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
                 f"no transport samples ({why}); handshake and first byte are "
                 "from the HAR"
             )
+        if ld.source:
+            lines.append(f"  transport samples from: {_FROM.get(ld.source, ld.source)}")
+        if ld.wire_check:
+            w = ld.wire_check
+            verdict = "agree" if w["agree"] else "DIFFER"
+            spurious = (
+                f"; spurious {w['wire_spurious']} on the wire, {w['stack_spurious']} in the log"
+                if w.get("stack_spurious")
+                else ""
+            )
+            lines.append(
+                f"  wire against {w['stack_log']}: {w['wire_resent']} packets re-sent data "
+                f"on the wire, {w['stack_losses']} losses in the stack's log{spurious}: "
+                f"{verdict} ({w['rule']})"
+            )
         facts = _facts_line(ld.facts)
         if facts:
             lines.append(f"  transport facts: {facts}")
@@ -630,6 +701,15 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
         "its PLT. Definitions: docs/explain.md.",
     ]
     return "\n".join(lines) + "\n"
+
+
+#: what a summary says of each sample source
+_FROM = {
+    "qlog": "the server's qlog",
+    "tcp_probe": "the server kernel's tcp_probe",
+    "ss": "the server's socket statistics (ss)",
+    "wire": "the wire (the client's capture, decrypted; no cwnd or bytes in flight)",
+}
 
 
 def _facts_line(f: dict[str, Any]) -> str:

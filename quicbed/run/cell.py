@@ -61,11 +61,11 @@ from quicbed.spec.cellconfig import CellConfig
 from quicbed.testbed.lifecycle import RPath, Testbed
 from quicbed.testbed.local import LocalTestbed
 from quicbed.testbed.owner import shielded
-from quicbed.traces import TraceContext, TraceSet, check_level, handshake, instruments
+from quicbed.traces import TraceContext, TraceSet, check_level, handshake, instruments, wire
 from quicbed.traces.capture import complete_netlog
 from quicbed.traces.facts import derive
 from quicbed.traces.tcp import TRANSFER_BUFFER_KB
-from quicbed.traces.tracer import LoadTrace, write_gz
+from quicbed.traces.tracer import LoadTrace, write_gz, write_samples
 
 if TYPE_CHECKING:
     from quicbed.client.browser import Browser
@@ -1210,6 +1210,7 @@ class _Job:
                 patch = {"traces": tracing.detail(lt)}
                 if "capture" in lt.files:
                     patch["handshake"] = self._handshakes(lt, ports)
+                    patch["wire"] = self._wire(lt, ports)
                 facts = derive(
                     lt.samples,
                     arm=lt.key.arm,
@@ -1235,6 +1236,19 @@ class _Job:
             return {"error": str(exc)}
         conns = [h.as_dict() for h in found]
         return handshake.summary(conns) | {"all": conns}
+
+    def _wire(self, lt: LoadTrace, ports: set[int]) -> dict[str, Any]:
+        """The load's transport timeline from its capture (quicbed.traces.wire), its rows
+        beside the capture as ``wire.csv.gz``; or why there is none (never fails a load)."""
+        root = self.store.root
+        keys = root / lt.files["keys"] if "keys" in lt.files else None
+        try:
+            found = wire.read(root / lt.files["capture"], keys, ports, lt.began_wall)
+        except QuicbedError as exc:
+            return {"error": str(exc)}
+        rel = lt.key.rel() / "wire.csv.gz"
+        write_samples(root / rel, found.samples)
+        return found.summary() | {"file": str(rel)}
 
 
 def _writes_netlog(browser: str | None) -> bool:
