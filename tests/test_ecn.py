@@ -88,7 +88,9 @@ def test_a_marking_link_passes_its_receipt_and_marks_a_tcp_flow(
 ) -> None:
     """At 50 Mbit/s, 36 ms with marks from 1 BDP of a 2-BDP queue: the receipt's ECT(0)
     overload comes out mostly marked in both directions, and a 10 MB download over TCP
-    with ECN negotiated (h2:tcp_ecn=1) is marked on every run, by the emulator's count."""
+    with ECN negotiated (h2:tcp_ecn=1) is marked on every run, by the emulator's count;
+    quic-go's flows (ECN on by default) are marked too, and its loss count is the
+    emulator's drops."""
     out = tmp_path / "r"
     cp = subprocess.run(
         [
@@ -126,3 +128,14 @@ def test_a_marking_link_passes_its_receipt_and_marks_a_tcp_flow(
     h2 = [r for r in rec["runs"] if r["arm"] == "h2" and r["flow"]["ok"]]
     assert h2 and all(r["bottleneck"]["ce_marked"] > 0 for r in h2), [r["bottleneck"] for r in h2]
     assert rec["summary"]["h2"]["ce_marks_mean"] > 0
+    # quic-go (issue 45): the packets it declares lost are the emulator's drops, not its
+    # CE marks (upstream counts each ECN-CE signal as a lost packet; quicbed's patch
+    # counts those apart), and it cuts its window at most once a round trip
+    h3 = [r for r in rec["runs"] if r["arm"] == "h3" and r["flow"]["ok"]]
+    assert h3, [r["flow"] for r in rec["runs"] if r["arm"] == "h3"]
+    for r in h3:
+        b, st = r["bottleneck"], r["flow"]["server"]["stats"]
+        drops = b["queue_drops"] + b["loss_drops"]
+        assert abs(r["flow"]["retransmissions"] - drops) <= max(3, drops // 10), (b, st)
+        assert 0 < st["ecn_signals"] <= b["ce_marked"], (b, st)
+        assert 1 <= st["cutbacks"] < st["ecn_signals"], (b, st)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from conftest import SharedLinks, scheduled, spoiled
 
+from quicbed.analysis.explain import COMPONENTS, explain
 from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.results.store import Store
@@ -53,7 +54,7 @@ def test_a_gquic_cell_is_verified_per_load(shared_links: SharedLinks, tmp_path: 
             srv.argv = original.pop()  # type: ignore[method-assign]
         srv.start()
 
-    r = shared_links.run_cell(cfg, tmp_path, fault=other_version)
+    r = shared_links.run_cell(cfg, tmp_path, fault=other_version, traces="full")
     assert r.status == "done", r.problem
     assert r.verified["gquic"]["protocols"] == ["http/2+quic/39"]
     assert r.verified["gquic"]["valid"] == 3 and r.verified["gquic"]["used_0rtt"] >= 3
@@ -83,6 +84,12 @@ def test_a_gquic_cell_is_verified_per_load(shared_links: SharedLinks, tmp_path: 
     finally:
         store.close()
     assert "h2/gquic" in r.comparisons and r.comparisons["h2/gquic"].candidate.n == 3
+    # explain reads gQUIC from the wire as far as its clear header goes (packet numbers
+    # and sizes: quicbed.traces.wire), with parts that sum to its PLT
+    res = explain(tmp_path, r.cell_id, None, None, tmp_path / "explain")
+    g = res.data["arms"]["gquic"]
+    assert g["samples_from"] == "wire" and g["delivered_bytes"] > 100_000, g
+    assert sum(g[c] for c in COMPONENTS) == pytest.approx(g["plt_ms"], abs=0.01), g
 
 
 @pytest.mark.parametrize(

@@ -185,6 +185,26 @@ def test_a_packet_tshark_could_not_decrypt_is_counted_not_read() -> None:
     assert w.conns[0].delivered_bytes == 1000
 
 
+def test_gquic_is_read_as_far_as_its_clear_header_goes() -> None:
+    """gQUIC's payload is sealed with keys no key log holds: its packet numbers and
+    sizes are all there is. A number skipped and never sent later is a loss."""
+
+    def g(t: float, pn: int, server: bool = True, size: int = 1358) -> str:
+        ports = (SERVER, 7000) if server else (7000, SERVER)
+        return _line(
+            t,
+            **{"udp.srcport": ports[0], "udp.dstport": ports[1], "udp.length": size}
+            | {"gquic.packet_number": pn},
+        )
+
+    lines = [g(1, 1), g(2, 3), g(3, 5), g(4, 2), g(5, 1, server=False), g(6, 6)]
+    w = derive(lines, {SERVER}, BEGAN)
+    (c,) = w.conns
+    assert (c.transport, c.lost, c.reordered, c.missing_packets) == ("gquic", 1, 1, 1)
+    assert c.delivered_bytes == 5 * 1350 and c.rtt_samples == 0
+    assert [(r["event"], r["t_ms"]) for r in w.samples] == [("lost", 3.0), ("sample", 5.0)]
+
+
 def test_other_ports_are_not_the_loads() -> None:
     w = derive([_line(1, **{"udp.srcport": 9, "udp.dstport": 10})], {SERVER}, BEGAN)
     assert w.conns == [] and w.samples == []

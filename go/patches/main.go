@@ -88,6 +88,9 @@ var sets = []*patchSet{{
 	pinned: map[string]string{
 		"internal/ackhandler/sent_packet_handler.go": "62165c46021a1a4b3b8401aeb5382c1720165f5f71caa69b411dc12eae68baf7",
 		"internal/congestion/cubic.go":               "5f3c3d16c7758163f09e12ddf1da3703cabf8327effb2bd7dbf4384267a5eed1",
+		"internal/congestion/cubic_sender.go":        "f0851305dab69494e3d3b81c3f437d25247db1026972cd23d743a5195f90f153",
+		"internal/utils/connstats.go":                "15c1d9d7f0724ce855d24a066b8dd5027bb0d35b840921ce2b14c52a4b3039d8",
+		"connection.go":                              "8b81ef81d9ddd638fd61cb53c3d3693c5ed83e93f5826cb934673b7d1c1ed6bc",
 	},
 	addedDir: "_quic-go-v0.65.0",
 	copyDir:  "quic-go-v0.65.0",

@@ -275,7 +275,7 @@ def _read_load(
         offset_ms=offset,
         align_note=note,
         samples=samples,
-        quic="h3" in (run.protocols or []),
+        quic=any(p == "h3" or "quic" in p for p in run.protocols or []),
         source=",".join(sources) or None,
         wire_check=check,
     )
@@ -507,7 +507,8 @@ def arm_numbers(load: ArmLoad, base_rtt_ms: float) -> dict[str, Any]:
                 for t, r in rates
                 if not any(t >= a and t - window <= b + base_rtt_ms for a, b in eps)
             ]
-            peak = max(r for _, r in (clean or rates))
+            # (where those others delivered nothing, before the first byte, all of them)
+            peak = max((r for _, r in clean), default=0.0) or max(r for _, r in rates)
             n["peak_rate_mbit"] = peak * 8 / 1000
             n["delivered_bytes"] = series[-1][1]
             n["ideal_transfer_ms"] = series[-1][1] / peak if peak > 0 else None
@@ -708,7 +709,7 @@ _FROM = {
     "qlog": "the server's qlog",
     "tcp_probe": "the server kernel's tcp_probe",
     "ss": "the server's socket statistics (ss)",
-    "wire": "the wire (the client's capture, decrypted; no cwnd or bytes in flight)",
+    "wire": "the wire (the client's capture; no cwnd or bytes in flight)",
 }
 
 

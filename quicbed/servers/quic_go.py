@@ -240,7 +240,8 @@ class QuicGoServer(OwnH3Server):
             retransmissions=int(stats["lost"]),
             retrans_bytes=stats.get("lost_bytes"),
             source="the server's conn_close stats (lost packets: their data is "
-            "sent again; quic-go counts no retransmitted packets)",
+            "sent again; quic-go counts no retransmitted packets; ECN-CE signals and "
+            "window reductions apart: ecn_signals, cutbacks)",
         )
 
     @classmethod

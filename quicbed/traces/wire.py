@@ -42,6 +42,12 @@ leave them out, and explain does not take a partial timeline for a load's sample
 (it says so). quic-go's loads have their qlog; QUICHE (Envoy) and quiche do not update
 keys unasked.
 
+**gQUIC** (Chromium 72's own QUIC crypto; its keys are in no key log) shows only its
+packet numbers and sizes: its timeline has delivered bytes (the server's UDP payload of
+packets seen the first time, re-sent data included), losses (numbers skipped and never
+sent, timed when the gap appeared) and reordering; no RTT, no spurious losses, no ECN
+echo, transport ``gquic``.
+
 What the client's capture cannot give: the sender's congestion window and bytes in
 flight (no sample carries them), and packets lost on the way *up* (the client sees
 only what it sent). ACK frames of datagrams that coalesce long-header packets are
@@ -82,6 +88,8 @@ _FIELDS = (
     "ip.id",
     "udp.srcport",
     "udp.dstport",
+    "udp.length",
+    "gquic.packet_number",
     "quic.long.packet_type",
     "quic.packet_number",
     "quic.frame_type",
@@ -231,6 +239,7 @@ class _Side:
     srtt: float | None = None
     rtts: list[float] = field(default_factory=list)
     isn: int | None = None
+    gaps: dict[int, float] = field(default_factory=dict)  # gQUIC: pn -> when skipped
 
 
 def _split(value: str) -> list[str]:
@@ -253,7 +262,7 @@ def read(capture: Path, keylog: Path | None, server_ports: set[int], began_wall:
             with gzip.open(capture, "rb") as src:
                 pcap.write_bytes(src.read())
         argv = ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog or ''}"]
-        argv += ["-Y", "quic || tcp", "-T", "fields", "-E", "occurrence=a"]
+        argv += ["-Y", "quic || gquic || tcp", "-T", "fields", "-E", "occurrence=a"]
         for f in _FIELDS:
             argv += ["-e", f]
         out = run(argv, timeout=600).stdout
@@ -278,7 +287,8 @@ def derive(lines: list[str], server_ports: set[int], began_wall: float) -> Wire:
         if not from_server and d not in server_ports:
             continue
         client, server = (d, s) if from_server else (s, d)
-        key = ("quic" if udp else "tcp", client)
+        gquic = udp and bool(row["gquic.packet_number"])
+        key = ("gquic" if gquic else "quic" if udp else "tcp", client)
         side = sides.get(key)
         if side is None:
             side = sides[key] = _Side(Conn(key[0], client, server))
@@ -296,7 +306,9 @@ def derive(lines: list[str], server_ports: set[int], began_wall: float) -> Wire:
                 c.ce += ecn[0] == CE
         else:
             c.client_packets += 1
-        if udp:
+        if gquic:
+            _gquic(side, row, from_server, t, wire.samples)
+        elif udp:
             _quic(side, row, from_server, t, wire.samples)
         else:
             _tcp(side, row, from_server, t, wire.samples)
@@ -306,8 +318,14 @@ def derive(lines: list[str], server_ports: set[int], began_wall: float) -> Wire:
             c.rtt_samples = len(side.rtts)
             c.rtt_min_ms = round(min(side.rtts), 3)
             c.rtt_median_ms = round(statistics.median(side.rtts), 3)
-        if c.transport == "quic" and side.seen_pns:
-            c.missing_packets = max(side.seen_pns) + 1 - len(side.seen_pns)
+        if c.transport != "tcp" and side.seen_pns:
+            first = 0 if c.transport == "quic" else min(side.seen_pns)
+            c.missing_packets = max(side.seen_pns) + 1 - first - len(side.seen_pns)
+        if c.transport == "gquic":  # a number never seen: lost when its gap appeared
+            for pn, since in sorted(side.gaps.items()):
+                if pn not in side.seen_pns:
+                    c.lost += 1
+                    wire.samples.append(_row(side, since, "lost"))
     wire.samples.sort(key=lambda r: r["t_ms"])
     return wire
 
@@ -423,6 +441,31 @@ def _quic(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: l
         side.conn.ce_echoed = max(side.conn.ce_echoed, max(ce))
     if any(f in ACK_FRAMES for f in _ints(row["quic.frame_type"])):
         rows.append(_row(side, t, "sample", delivered_bytes=side.conn.delivered_bytes))
+
+
+def _gquic(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: list[Any]) -> None:
+    """gQUIC (Chromium 72's QUIC crypto, not TLS: no key log opens it): only its
+    packet numbers and sizes are in the clear. Delivered bytes are the server's UDP
+    payload of packets seen for the first time (re-sent data included: it cannot be
+    told apart); a number the server skipped and never sent later is a loss, timed
+    when the gap appeared; no RTT, no spurious losses."""
+    pns = _ints(row["gquic.packet_number"])
+    if not pns:
+        return
+    pn = pns[0]
+    if not from_server:
+        rows.append(_row(side, t, "sample", delivered_bytes=side.conn.delivered_bytes))
+        return
+    if pn in side.seen_pns:
+        return
+    if pn < side.newest_sent:
+        side.conn.reordered += 1
+    for gap in range(side.newest_sent + 1, pn) if side.seen_pns else ():  # gQUIC counts from 1
+        side.gaps.setdefault(gap, t)
+    side.seen_pns.add(pn)
+    side.newest_sent = max(side.newest_sent, pn)
+    size = _ints(row["udp.length"]) if "udp.length" in row else []
+    side.conn.delivered_bytes += max(0, size[0] - 8) if size else 0
 
 
 def _unwrap_id(side: _Side, ip_id: int) -> int | None:

@@ -535,12 +535,15 @@ func (s *Server) connContext(ctx context.Context, c *quic.Conn) context.Context 
 // closeStats is a closed connection's counters, named as the quiche server logs them
 // (sent, recv, lost and their bytes), so one reader serves both stacks. quic-go counts
 // lost packets, not packets that carried retransmitted data: there is no "retrans".
+// quicbed's patch keeps ECN-CE signals out of "lost" (upstream counts each as a lost
+// packet) and adds them and the window reductions: "ecn_signals", "cutbacks".
 func closeStats(st quic.ConnectionStats) map[string]any {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return map[string]any{
 		"sent": st.PacketsSent, "recv": st.PacketsReceived, "lost": st.PacketsLost,
 		"sent_bytes": st.BytesSent, "recv_bytes": st.BytesReceived, "lost_bytes": st.BytesLost,
 		"cwnd": st.CongestionWindow, "rtt_ms": ms(st.SmoothedRTT), "min_rtt_ms": ms(st.MinRTT),
+		"ecn_signals": st.ECNCongestionSignals, "cutbacks": st.CongestionCutbacks,
 	}
 }
 

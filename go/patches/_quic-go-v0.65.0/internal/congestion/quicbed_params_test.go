@@ -139,3 +139,28 @@ func TestQuicbedBadParams(t *testing.T) {
 		t.Errorf("refused values changed the settings to %d, %v", n, b)
 	}
 }
+
+// An ECN-CE signal (0 lost bytes, as sent_packet_handler reports it) is no lost
+// packet; losses and signals inside one recovery episode cut the window once.
+func TestQuicbedStatsTellLossesFromECNSignals(t *testing.T) {
+	quicbedDefaults(t)
+	stats := &utils.ConnectionStats{}
+	s := NewCubicSender(quicbedClock{}, utils.NewRTTStats(), stats,
+		initialMaxDatagramSize, UseReno(), nil)
+	for pn := protocol.PacketNumber(0); pn < 20; pn++ {
+		s.OnPacketSent(monotime.Time(1), 0, pn, initialMaxDatagramSize, true)
+	}
+	s.OnCongestionEvent(3, 0, 20*initialMaxDatagramSize)                      // ECN: a cutback
+	s.OnCongestionEvent(4, initialMaxDatagramSize, 20*initialMaxDatagramSize) // same episode
+	s.OnCongestionEvent(5, 0, 20*initialMaxDatagramSize)                      // same episode
+	for pn := protocol.PacketNumber(20); pn < 30; pn++ {
+		s.OnPacketSent(monotime.Time(1), 0, pn, initialMaxDatagramSize, true)
+	}
+	s.OnCongestionEvent(25, initialMaxDatagramSize, 10*initialMaxDatagramSize) // a new episode
+	got := [4]uint64{stats.PacketsLost.Load(), stats.BytesLost.Load(),
+		stats.ECNCongestionSignals.Load(), stats.CongestionCutbacks.Load()}
+	want := [4]uint64{2, 2 * uint64(initialMaxDatagramSize), 2, 2}
+	if got != want {
+		t.Errorf("lost, lost bytes, ECN signals, cutbacks = %v, want %v", got, want)
+	}
+}
