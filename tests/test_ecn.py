@@ -90,7 +90,8 @@ def test_a_marking_link_passes_its_receipt_and_marks_a_tcp_flow(
     overload comes out mostly marked in both directions, and a 10 MB download over TCP
     with ECN negotiated (h2:tcp_ecn=1) is marked on every run, by the emulator's count;
     quic-go's flows (ECN on by default) are marked too, and its loss count is the
-    emulator's drops."""
+    emulator's drops; the client's capture (traced at full) sees the same marks arrive
+    and echoed."""
     out = tmp_path / "r"
     cp = subprocess.run(
         [
@@ -114,6 +115,8 @@ def test_a_marking_link_passes_its_receipt_and_marks_a_tcp_flow(
             str(out),
             "--prefix",
             prefix,
+            "--traces",
+            "full",
             "--json",
         ],
         capture_output=True,
@@ -139,3 +142,13 @@ def test_a_marking_link_passes_its_receipt_and_marks_a_tcp_flow(
         assert abs(r["flow"]["retransmissions"] - drops) <= max(3, drops // 10), (b, st)
         assert 0 < st["ecn_signals"] <= b["ce_marked"], (b, st)
         assert 1 <= st["cutbacks"] < st["ecn_signals"], (b, st)
+        # the client's capture (decrypted with the client's key log): every CE mark the
+        # emulator made arrives and is echoed in the ACK frames' ECN counts; the data
+        # re-sent is the drops'
+        w = r["flow"]["trace"]["wire"]
+        assert w["ce"] == b["ce_marked"] == w["ce_echoed"], (b, w)
+        assert w["undecrypted"] == 0 and w["delivered_bytes"] >= 10_000_000, w
+        assert abs(w["lost"] + w["spurious"] - drops) <= max(3, drops // 10), (b, w)
+    for r in h2:  # TCP: the marks arrive, the client echoes them (ECE), the server answers
+        w = r["flow"]["trace"]["wire"]
+        assert w["ce"] == r["bottleneck"]["ce_marked"] and w["ce_echoed"] > 0 and w["cwr"] > 0, w

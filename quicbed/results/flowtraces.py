@@ -30,8 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from quicbed.errors import QuicbedError
+from quicbed.traces import wire
 from quicbed.traces.facts import derive
 from quicbed.traces.tracer import LoadTrace, TraceSet, read_samples
+from quicbed.traces.wire import Wire
 
 if TYPE_CHECKING:
     from quicbed.results.transfers import BulkResult, CompeteResult, FlowResult
@@ -71,9 +74,17 @@ class FlowTracing:
         *,
         spurious: dict[str, bool],
         qlog_writers: dict[str, bool],
+        ports: set[int],
     ) -> None:
         """Servers stopped: every flow of ``result`` gets its ``trace`` (:func:`seal`)."""
-        seal(self.tracing, self.loads, result, spurious=spurious, qlog_writers=qlog_writers)
+        seal(
+            self.tracing,
+            self.loads,
+            result,
+            spurious=spurious,
+            qlog_writers=qlog_writers,
+            ports=ports,
+        )
 
 
 def seal(
@@ -83,13 +94,23 @@ def seal(
     *,
     spurious: dict[str, bool],
     qlog_writers: dict[str, bool],
+    ports: set[int],
 ) -> None:
     """Complete the loads' traces (servers stopped: qlog files are closed), then give
     every flow of ``result`` its ``trace`` record. ``spurious``: per arm, whether its
     server logs spurious losses; ``qlog_writers``: per QUIC arm, whether its server
-    writes qlog at all (Envoy's QUICHE and gQUIC's server do not)."""
+    writes qlog at all (Envoy's QUICHE and gQUIC's server do not); ``ports``: the
+    arms' server ports. At level full a flow's record also holds its connection's
+    counts from the wire (``wire``: quicbed.traces.wire), read from its load's capture
+    with its client's key log."""
+    root = tracing.ctx.results
+    for held in loads:  # the clients' key logs (level full), as a page load's
+        keys = held.trace.key.arm_rel("keys.log")
+        if (root / keys).exists():
+            held.trace.files["keys"] = str(keys)
     tracing.finish()
     by_key = {(ld.arm, ld.rep): ld for ld in loads}
+    wires: dict[tuple[str, int], Wire | str] = {}
     for rep, f in _flows(result):
         ld = by_key.get((f.arm, rep))
         if ld is None:
@@ -108,6 +129,31 @@ def seal(
         )
         t0_ms = round((ld.zero_wall - lt.began_wall) * 1000.0, 3)
         f.trace = detail | {"conn": conn, "t0_ms": t0_ms, "facts": facts}
+        if "capture" in lt.files:
+            key = (f.arm, rep)
+            if key not in wires:
+                wires[key] = _wire(root, lt, ports)
+            f.trace["wire"] = _flow_wire(wires[key], f)
+
+
+def _wire(root: Path, lt: LoadTrace, ports: set[int]) -> Wire | str:
+    """A load's wire timeline (quicbed.traces.wire), or why there is none."""
+    keys = root / lt.files["keys"] if "keys" in lt.files else None
+    try:
+        return wire.read(root / lt.files["capture"], keys, ports, lt.began_wall)
+    except QuicbedError as exc:
+        return str(exc)
+
+
+def _flow_wire(w: Wire | str, f: FlowResult) -> dict[str, Any]:
+    """The flow's connection's counts from the wire, found by its client port."""
+    from quicbed.servers.webserver import port_of
+
+    if isinstance(w, str):
+        return {"error": w}
+    port = port_of(f.local_addr)
+    hit = [c for c in w.conns if c.client_port == port]
+    return hit[0].as_dict() if hit else {"error": f"no connection from client port {port}"}
 
 
 def _flows(result: BulkResult | CompeteResult) -> list[tuple[int, FlowResult]]:

@@ -220,6 +220,14 @@ class _Rig:
         }
         self.by_name = {a.name: a for a in arms}
         self.flows = 0
+        #: at level full, the clients' TLS key logs, per arm, beside the captures (so a
+        #: flow's capture decrypts: quicbed.traces.wire), as a page cell keeps its
+        #: browsers'; None below full
+        self.keys: tuple[Path, RPath] | None = None
+        if traced and traced.tracing.ctx.level == "full":
+            ctx = traced.tracing.ctx
+            local = ctx.results / "traces" / ctx.cell_id / str(ctx.attempt)
+            self.keys = (local, tb.outbox("client", local))
 
     @timelog.phase(timelog.SERVERS)
     def start(self) -> None:
@@ -232,6 +240,8 @@ class _Rig:
             s.stop()
         for role in ("server", "client"):
             self.tb.collect(role, self.logs)
+        if self.keys:
+            self.tb.collect("client", self.keys[0])
 
     def spawn(
         self, arm: str, flow: str, duration_s: float | None, start_at_ns: int | None
@@ -258,6 +268,7 @@ class _Rig:
             *(["-start-at", str(start_at_ns)] if start_at_ns else []),
             *(client_transport_argv(a.params) if a.protocol == "h3" else []),
             *(sockopts.client_argv(a.params) if a.protocol == "h3" else []),
+            *(["-keylog", str(self.keys[1] / f"{arm}-keys.log")] if self.keys else []),
         ]
         self.flows += 1
         log = self.client_logs / f"{flow}.jsonl"
@@ -518,6 +529,7 @@ def run_transfer(
                 result,
                 spurious={n: s.logs_spurious_losses for n, s in stacks.items()},
                 qlog_writers={n: s.writes_qlog for n, s in stacks.items() if s.transport == "udp"},
+                ports={a.port for a in arms},
             )
         return result
     finally:

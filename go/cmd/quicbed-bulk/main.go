@@ -133,6 +133,9 @@ type config struct {
 	// (a quicbed-h3server sink), whose server counts what arrives
 	Upload bool
 	Size   int64
+	// KeyLog: append the connection's TLS secrets here (NSS key log format), so a
+	// capture of the flow decrypts (quicbed.traces.wire); "" writes none
+	KeyLog string
 	// the client's congestion control, which an upload's sends run: TCPCC on the h2
 	// socket (TCP_CONGESTION), QuicCC quic-go's ("": the namespace's, quic-go's own)
 	TCPCC, QuicCC string
@@ -212,6 +215,7 @@ func main() {
 	flag.BoolVar(&c.Upload, "upload", false, "send instead of fetch: POST bodies of -size bytes to -url (a quicbed-h3server -sink-interval server), as -duration and -every say")
 	flag.Int64Var(&c.Size, "size", 0, "with -upload: bytes of each request body")
 	flag.StringVar(&c.TCPCC, "tcp-cc", "", "h2: kernel congestion control of the client's socket (TCP_CONGESTION), which an upload's sends run; \"\" = the namespace's default")
+	flag.StringVar(&c.KeyLog, "keylog", "", "append the TLS secrets of the connection to this file (NSS key log format), for a capture to decrypt")
 	flag.StringVar(&c.QuicCC, "cc", "", "h3: quic-go's congestion control for the client's sends (reno, cubic); \"\" = quic-go's own")
 	autotune := flag.Bool("flow-control-autotune", true, "h3: grow the receive windows as the body is read (quic-go's own); false: they stay at their initial values")
 	flag.Parse()
@@ -386,6 +390,14 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	tlsCfg, err := tlsConfig(c.CA)
 	if err != nil {
 		return err
+	}
+	if c.KeyLog != "" {
+		f, err := os.OpenFile(c.KeyLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return fmt.Errorf("-keylog: %v", err)
+		}
+		defer f.Close()
+		tlsCfg.KeyLogWriter = f
 	}
 	if c.QuicCC != "" { // process-wide in quic-go (quicbed's patch): this client's connection
 		if err := quic.SetCongestionControl(c.QuicCC); err != nil {

@@ -126,7 +126,8 @@ func TestObjectBothProtocols(t *testing.T) {
 	for proto, url := range map[string]string{"h2": h2URL, "h3": h3URL} {
 		t.Run(proto, func(t *testing.T) {
 			var out bytes.Buffer
-			c := config{Proto: proto, URL: url, CA: ca, Interval: 100 * time.Millisecond, Flow: "f1"}
+			keys := filepath.Join(t.TempDir(), "keys.log")
+			c := config{Proto: proto, URL: url, CA: ca, Interval: 100 * time.Millisecond, Flow: "f1", KeyLog: keys}
 			if proto == "h3" { // by name, dialling the address: as the testbed does
 				u, err := neturl.Parse(url)
 				must(t, err)
@@ -176,6 +177,14 @@ func TestObjectBothProtocols(t *testing.T) {
 			}
 			if final["local_addr"] == "" {
 				t.Fatalf("no local address: %v", final)
+			}
+			// the connection's TLS 1.3 secrets, for a capture of the flow to decrypt
+			logged, err := os.ReadFile(keys)
+			must(t, err)
+			for _, label := range []string{"SERVER_HANDSHAKE_TRAFFIC_SECRET", "SERVER_TRAFFIC_SECRET_0"} {
+				if !strings.Contains(string(logged), label+" ") {
+					t.Fatalf("-keylog wrote no %s: %q", label, logged)
+				}
 			}
 		})
 	}
