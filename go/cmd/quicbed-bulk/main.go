@@ -396,7 +396,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("-keylog: %v", err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		tlsCfg.KeyLogWriter = f
 	}
 	if c.QuicCC != "" { // process-wide in quic-go (quicbed's patch): this client's connection
