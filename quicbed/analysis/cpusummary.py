@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from quicbed.results.cpuuse import CpuUse
+from quicbed.results.cpuuse import CpuTime, CpuUse
 from quicbed.roles import ROLES
 
 
@@ -18,7 +18,14 @@ def summary(items: list[tuple[CpuUse, int | None]]) -> dict[str, dict[str, Any]]
     """Per role, over the loads or flows ``items`` ((its CpuUse, bytes it carried)):
     n, the means of user, system and total ms per load, the total's sd, the total per
     MB carried (all the items' CPU over all their bytes) and the share of one core
-    (CPU time over wall-clock time)."""
+    (CPU time over wall-clock time).
+
+    The total is the group's run time (exact); user and system are the kernel's tick
+    samples (quicbed.results.cpuuse.CpuTime), another counter that need not add up to
+    it (a tick charges 4 ms to whatever ran at that instant, softirq work included,
+    and work timed to start just after a tick is never sampled): ``user_share`` is
+    the user ticks' share of all ticks, the one figure of the split shown beside
+    the total."""
     out: dict[str, dict[str, Any]] = {}
     for role in ROLES:
         got = [(u.roles[role], b, u.wall_ms) for u, b in items if role in u.roles]
@@ -37,5 +44,13 @@ def summary(items: list[tuple[CpuUse, int | None]]) -> dict[str, dict[str, Any]]
             "total_ms_sd": statistics.stdev(totals) if len(totals) > 1 else None,
             "ms_per_mb": spent / (carried / 1e6) if carried else None,
             "core_share": sum(totals) / wall if (wall := sum(w for _, _, w in got)) else None,
+            "user_share": _user_share([t for t, _, _ in got]),
         }
     return out
+
+
+def _user_share(times: list[CpuTime]) -> float | None:
+    """The user ticks' share of all the ticks sampled (None: no tick fell in)."""
+    user = sum(t.user_ms for t in times)
+    ticks = user + sum(t.system_ms for t in times)
+    return user / ticks if ticks else None

@@ -36,6 +36,7 @@ COLUMNS = [
     "n",
     "user_ms",
     "system_ms",
+    "user_share",
     "total_ms",
     "total_ms_sd",
     "ms_per_mb",

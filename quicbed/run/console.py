@@ -281,11 +281,11 @@ def print_cpu(items: dict[str, list[Any]], per: str) -> None:
                 parts.append(f"{role} -")
                 continue
             mb = "" if s["ms_per_mb"] is None else f", {s['ms_per_mb']:.2f} ms/MB"
-            parts.append(
-                f"{role} {s['total_ms']:.0f} ms (user {s['user_ms']:.0f}, "
-                f"system {s['system_ms']:.0f}{mb})"
-            )
-        out.print(f"{arm}: CPU per {per}: {'; '.join(parts)}")
+            share = s["user_share"]
+            ticks = "no ticks" if share is None else f"ticks {share:.0%} user"
+            parts.append(f"{role} {s['total_ms']:.0f} ms ({ticks}{mb})")
+        how = "run time; user share of the tick samples"
+        out.print(f"{arm}: CPU per {per} ({how}): {'; '.join(parts)}")
 
 
 # --- sweeps ---------------------------------------------------------------------------
