@@ -15,6 +15,7 @@ from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.results.store import Store
 from quicbed.servers import envoy, envoy_config
+from quicbed.servers.envoy import EnvoyServer
 from quicbed.servers.webserver import Arm
 from quicbed.spec.arms import parse_cli, resolve
 from quicbed.spec.cellconfig import make_cell
@@ -253,16 +254,24 @@ def test_each_heatmap_says_how_its_quic_arm_differs_from_the_study() -> None:
 
     from quicbed.report.build import against_study
 
+    study = ":".join(f"{k}={v}" for k, v in EnvoyServer.STUDY_WINDOWS.items())
     arms = {
         a.name: a
-        for a in resolve(*parse_cli("h2,h3,h3-envoy,h3-envoy-bbr2:stack=envoy:cc=bbr2"), "cubic")
+        for a in resolve(
+            *parse_cli(f"h2,h3,h3-envoy:{study},h3-envoy-bbr2:stack=envoy:cc=bbr2"), "cubic"
+        )
     }
     notes = against_study([cell_row(ref="h2", cand="h3-envoy-bbr2", arms=arms)])
     assert notes == [
         "h3-envoy-bbr2: Google QUICHE as in the study, through Envoy 1.40.0 (a QUICHE of "
         "2026, the study's of Chromium 111's time), serving the files from Envoy's memory; "
+        "Envoy's windows (16 MiB per stream, 24 MiB per connection unless set) where the "
+        "study's server started at 64 KiB and 1 MiB; Envoy's GSO batching and deferred "
+        "sending, which it cannot switch off as the study's server had them, differ; "
         "CC bbr2 where the study ran CUBIC with N = 2"
     ]
+    (study_arm,) = against_study([cell_row(ref="h2", cand="h3-envoy", arms=arms)])
+    assert "; the study's server's windows (64 KiB per stream, 1 MiB per connection);" in study_arm
     (quic_go,) = against_study([cell_row(ref="h2", cand="h3", arms=arms)])
     assert quic_go.startswith(
         "h3: quic-go, not the study's Google QUICHE: its own CUBIC with N = 1"

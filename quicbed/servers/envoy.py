@@ -347,14 +347,33 @@ class EnvoyServer(GoogleQuicheServer):
         version = str(component.get("version") or "").split("/")[1:2]
         return f"Envoy {version[0] if version else '?'}, {cls.wire(arm)}"
 
+    #: the study's quic_server's flow-control windows as the arm keys that set them
+    #: (docs/envoy-vs-quic-server.md): sweeps/long-look.yaml's h3-envoy runs them
+    STUDY_WINDOWS: ClassVar[dict[str, int]] = {
+        "initial_max_stream_data_bidi_local": 65536,
+        "initial_max_stream_data_bidi_remote": 65536,
+        "initial_max_stream_data_uni": 65536,
+        "initial_max_data": 1048576,
+    }
+
     @classmethod
     def against_study(cls, arm: Arm) -> str | None:
         ld = arm.params.get("loss_detection", "quiche")
         cc = "" if arm.cc == "cubic" else f"; CC {arm.cc} where the study ran CUBIC with N = 2"
         loss = "" if ld == "quiche" else f"; loss detection {ld} ({LOSS_DETECTION[ld][1]})"
+        study = all(arm.params.get(k) == v for k, v in cls.STUDY_WINDOWS.items())
+        windows = (
+            "; the study's server's windows (64 KiB per stream, 1 MiB per connection)"
+            if study
+            else "; Envoy's windows (16 MiB per stream, 24 MiB per connection unless set) "
+            "where the study's server started at 64 KiB and 1 MiB"
+        )
         return (
             "Google QUICHE as in the study, through Envoy 1.40.0 (a QUICHE of 2026, the "
-            "study's of Chromium 111's time), serving the files from Envoy's memory" + cc + loss
+            "study's of Chromium 111's time), serving the files from Envoy's memory"
+            + windows
+            + "; Envoy's GSO batching and deferred sending, which it cannot switch off "
+            "as the study's server had them, differ" + cc + loss
         )
 
     # --- start and stop ---------------------------------------------------------------
