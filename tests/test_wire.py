@@ -177,6 +177,23 @@ def test_tcp_late_packets_in_a_row_are_reordered_not_resent() -> None:
     assert (c.lost, c.reordered, c.spurious, c.delivered_bytes) == (0, 2, 0, 5 * 1448)
 
 
+def test_quic_flow_control_frames_are_counted() -> None:
+    """A server held by the client's windows says so (DATA_BLOCKED 0x14,
+    STREAM_DATA_BLOCKED 0x15); the client opens them (MAX_DATA 0x10, MAX_STREAM_DATA
+    0x11)."""
+    lines = [
+        _quic(1, 0, 0, 0, 1000, **{"quic.frame_type": "21,14"}),  # blocked + STREAM
+        _ack(2, 0, **{"quic.frame_type": "2,16,17"}),
+        _quic(3, 1, 0, 1000, 1000),
+    ]
+    w = derive(lines, {SERVER}, BEGAN)
+    (c,) = w.conns
+    assert (c.blocked_frames, c.window_updates) == (1, 2)
+    assert [(r["event"], r["t_ms"]) for r in w.samples if r["event"] == "blocked"] == [
+        ("blocked", 1.0)
+    ]
+
+
 def test_a_packet_tshark_could_not_decrypt_is_counted_not_read() -> None:
     lines = [_quic(1, 0, 0, 0, 1000), _quic(2, 1, 0, 1000, 1000)]
     lines[1] = lines[1].replace("\t14\t", "\t\t", 1)  # no frames: its payload not read

@@ -31,7 +31,10 @@ quicbed.traces.tracer.SAMPLE_COLUMNS (``source`` = ``wire``):
   out of QUIC's);
 - ECN, per connection: the server's packets that arrived ECT(0), ECT(1) and CE, and
   what the client echoed (QUIC: the largest ECN-CE count in its ACK frames; TCP:
-  client segments with ECE set) and the server's CWR answers (TCP).
+  client segments with ECE set) and the server's CWR answers (TCP);
+- QUIC flow control: the server's DATA_BLOCKED and STREAM_DATA_BLOCKED frames (a
+  ``blocked`` row each: the sender had data the client's windows held back) and the
+  client's MAX_DATA and MAX_STREAM_DATA updates.
 
 **Key updates.** quic-go updates its 1-RTT keys early (after its first 100 packets,
 to prove the peer can). Debian's tshark 4.0 follows a key update in order, but where
@@ -77,6 +80,10 @@ NOT_ECT, ECT1, ECT0, CE = 0, 1, 2, 3
 #: QUIC frame types: ACK (2; 3 with ECN counts) and STREAM (0x08-0x0f)
 ACK_FRAMES = (2, 3)
 STREAM_FRAMES = range(8, 16)
+#: a sender held by flow control says so (DATA_BLOCKED, STREAM_DATA_BLOCKED; RFC 9000
+#: 19.12-13); a receiver opens its windows with MAX_DATA and MAX_STREAM_DATA (19.9-10)
+BLOCKED_FRAMES = (0x14, 0x15)
+WINDOW_FRAMES = (0x10, 0x11)
 #: QUIC's default ack_delay_exponent (RFC 9000 18.2): ACK delays are in 8 us units
 ACK_DELAY_UNIT_MS = 8 / 1000
 #: RFC 9002 5.3's smoothing weight of a new RTT sample
@@ -143,6 +150,10 @@ class Conn:
     ce: int = 0
     ce_echoed: int = 0
     cwr: int | None = None
+    #: QUIC: the server's DATA_BLOCKED and STREAM_DATA_BLOCKED frames (held by the
+    #: client's flow-control windows) and the client's MAX_DATA and MAX_STREAM_DATA
+    blocked_frames: int | None = None
+    window_updates: int | None = None
     first_ms: float | None = None
     last_ms: float | None = None
 
@@ -417,7 +428,13 @@ def _quic(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: l
     if only_short and short_pn is not None and not row["quic.frame_type"]:
         side.conn.undecrypted += 1  # its header read, its payload not: no frames
         return
+    frames = _ints(row["quic.frame_type"])
+    c = side.conn
     if from_server:
+        blocked = sum(1 for f in frames if f in BLOCKED_FRAMES)
+        c.blocked_frames = (c.blocked_frames or 0) + blocked
+        if blocked:
+            rows.append(_row(side, t, "blocked", delivered_bytes=c.delivered_bytes))
         if short_pn is not None:
             side.seen_pns.add(short_pn)
         ranges = _stream_ranges(row)
@@ -436,10 +453,11 @@ def _quic(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: l
         return
     if short_pn is not None:
         side.client_sent.setdefault(short_pn, t)
+    c.window_updates = (c.window_updates or 0) + sum(1 for f in frames if f in WINDOW_FRAMES)
     ce = _ints(row["quic.ack.ecn_ce_count"])
     if ce:
         side.conn.ce_echoed = max(side.conn.ce_echoed, max(ce))
-    if any(f in ACK_FRAMES for f in _ints(row["quic.frame_type"])):
+    if any(f in ACK_FRAMES for f in frames):
         rows.append(_row(side, t, "sample", delivered_bytes=side.conn.delivered_bytes))
 
 
