@@ -200,6 +200,11 @@ def test_a_packet_tshark_could_not_decrypt_is_counted_not_read() -> None:
     w = derive(lines, {SERVER}, BEGAN)
     assert w.conns[0].undecrypted == 1 and w.summary()["undecrypted"] == 1
     assert w.conns[0].delivered_bytes == 1000
+    assert w.partial()  # half its packets: too few read to stand for the load
+    many = [_quic(i, i, 0, 1000 * i, 1000) for i in range(200)]
+    many[100] = many[100].replace("\t14\t", "\t\t", 1)
+    few = derive(many, {SERVER}, BEGAN)
+    assert few.conns[0].undecrypted == 1 and not few.partial()  # 1 of 200: short by one
 
 
 def test_gquic_is_read_as_far_as_its_clear_header_goes() -> None:

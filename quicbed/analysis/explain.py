@@ -126,6 +126,8 @@ class ArmLoad:
     source: str | None = None
     #: the wire's counts against the stack's log of the same load (wire.cross_check)
     wire_check: dict[str, Any] | None = None
+    #: what a reader of its numbers should know (a few packets the wire could not read)
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -247,12 +249,16 @@ def _read_load(
         samples = read_samples(root / rel)
     found = _wire_of(root, run, began, ports)
     check = None
-    partial = found is not None and found[1].get("undecrypted", 0) > 0
-    if partial and found is not None:
-        missing["wire"] = (
-            f"partial: {found[1]['undecrypted']} QUIC packets of the capture could not be "
-            "decrypted (a key update with packets reordered around it; docs/explain.md)"
-        )
+    partial = found is not None and any(wire.is_partial(c) for c in found[1].get("all", []))
+    notes = []
+    if found is not None and found[1].get("undecrypted"):
+        short = f"{found[1]['undecrypted']} QUIC packets of the capture could not be decrypted"
+        if partial:
+            missing["wire"] = f"partial: {short} (docs/traces.md#the-wire-timeline-full)"
+        else:
+            notes.append(f"wire: {short}; its counts are short by those packets")
+    if partial:
+        pass  # neither taken for the samples nor compared with the stack's log
     elif samples is None and found is not None:
         samples = found[0]  # a stack without a log quicbed keeps: the wire's own
     elif samples is not None and found is not None:
@@ -278,6 +284,7 @@ def _read_load(
         quic=any(p == "h3" or "quic" in p for p in run.protocols or []),
         source=",".join(sources) or None,
         wire_check=check,
+        notes=notes,
     )
 
 
@@ -599,6 +606,7 @@ def _data(cell_id: str, attempt: int, title: str, loads: dict[str, ArmLoad]) -> 
             "samples": len(ld.samples or []),
             "samples_from": ld.source,
             "wire_check": ld.wire_check,
+            "notes": ld.notes,
             "facts": ld.facts,
             **ld.numbers,
         }
@@ -660,6 +668,7 @@ def _summary(title: str, loads: dict[str, ArmLoad], data: dict[str, Any]) -> str
             )
         if ld.source:
             lines.append(f"  transport samples from: {_FROM.get(ld.source, ld.source)}")
+        lines += [f"  note: {n}" for n in ld.notes]
         if ld.wire_check:
             w = ld.wire_check
             verdict = "agree" if w["agree"] else "DIFFER"

@@ -700,7 +700,8 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
             nbytes = pageset.pages[c.page].total_image_bytes(pageset.kb)
             rtts = 4
         load = rtts * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
-        lossy = nbytes * 8 / (loss_bound_mbit(c.condition) * 1e6)
+        bound = min(loss_bound_mbit(c.condition), jitter_bound_mbit(c.condition))
+        lossy = nbytes * 8 / (bound * 1e6)
         load = min(max(_slack(c) * load, lossy), c.load_timeout_s)
         total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * (load + 0.5)
     return total
@@ -723,6 +724,23 @@ def _slack(c: CellConfig) -> float:
         or c.background
     )
     return CLEAN_SLACK if clean else DIRTY_SLACK
+
+
+#: the window a CUBIC sender held under the study's step jitter: quic-go left slow start
+#: at 108-110 kB without a loss (the jitter's RTT steps end it) and held 75-135 kB
+#: over a 10 MB load, about 96 KiB on average (docs/benchmarks/envoy-mechanism.md)
+JITTER_WINDOW_BYTES = 96 * 1024
+
+
+def jitter_bound_mbit(cond: LinkCondition) -> float:
+    """Under jitter a QUIC CUBIC sender leaves slow start early and its window grows
+    slowly: its rate is about :data:`JITTER_WINDOW_BYTES` per RTT (7 Mbit/s at
+    112 ms, where a 50 Mbit/s link's 10 MB loads took 9-18 s), capped at the link's."""
+    mean = cond.mean_rate_mbit()
+    rate = 1000.0 if mean is None else mean
+    if not cond.jitter_ms:
+        return rate
+    return min(rate, JITTER_WINDOW_BYTES * 8 / (max(cond.rtt(), 1.0) / 1000) / 1e6)
 
 
 def loss_bound_mbit(cond: LinkCondition) -> float:
