@@ -43,16 +43,12 @@ records need the key log.
 
 from __future__ import annotations
 
-import gzip
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed.errors import QuicbedError
-from quicbed.proc import run
 from quicbed.traces.hellos import CIPHERS, HRR_RANDOM, PRE_SHARED_KEY, grease, group_name
+from quicbed.traces.tsharkfields import fields, ints
 
 #: handshake message types (RFC 8446 4)
 CLIENT_HELLO, SERVER_HELLO, ENCRYPTED_EXTENSIONS, FINISHED = 1, 2, 8, 20
@@ -132,10 +128,6 @@ class _Packet:
     randoms: list[str]
 
 
-def _ints(value: str) -> list[int]:
-    return [int(v, 0) for v in value.split(",") if v.strip()]
-
-
 def _packets(out: str) -> list[_Packet]:
     """tshark's tab-separated fields (:data:`_FIELDS`), one packet per line."""
     packets = []
@@ -158,13 +150,13 @@ def _packets(out: str) -> list[_Packet]:
                 dst=int(dst.split(",")[0]),
                 udp_bytes=max(0, int(ulen.split(",")[0]) - 8) if ulen else 0,
                 long_header=bool(lh.strip()),
-                types=_ints(types),
-                lengths=_ints(lens),
-                key_shares=_ints(ks),
-                ciphers=_ints(cs),
-                cert_lengths=_ints(cl),
-                sig_algs=_ints(sa),
-                extensions=_ints(ext),
+                types=ints(types),
+                lengths=ints(lens),
+                key_shares=ints(ks),
+                ciphers=ints(cs),
+                cert_lengths=ints(cl),
+                sig_algs=ints(sa),
+                extensions=ints(ext),
                 randoms=[r for r in rnd.split(",") if r],
             )
         )
@@ -252,19 +244,7 @@ def read(
 ) -> list[Handshake]:
     """Every connection's handshake in one load's capture (``capture.pcap`` or
     ``.pcap.gz``), decrypted with ``keylog`` where given."""
-    if not shutil.which("tshark"):
-        raise QuicbedError("tshark is not installed: `make setup` (the tools role) installs it")
-    with tempfile.TemporaryDirectory(prefix="quicbed-hs-") as tmp:
-        pcap = capture
-        if capture.suffix == ".gz":  # Debian's tshark 4.0 reads gzip, but not from a pipe
-            pcap = Path(tmp) / "capture.pcap"
-            with gzip.open(capture, "rb") as src:
-                pcap.write_bytes(src.read())
-        argv = ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog or ''}"]
-        argv += ["-Y", _DISPLAY, "-T", "fields", "-E", "occurrence=a"]
-        for f in _FIELDS:
-            argv += ["-e", f]
-        out = run(argv, timeout=300).stdout
+    out = "\n".join(fields(capture, keylog, _DISPLAY, _FIELDS, timeout=300))
     return derive(_packets(out), server_ports, rtt_ms)
 
 

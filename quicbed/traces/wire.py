@@ -66,16 +66,12 @@ load, so neither is trusted alone (docs/explain.md states the rule).
 from __future__ import annotations
 
 import bisect
-import gzip
-import shutil
 import statistics
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed.errors import QuicbedError
-from quicbed.proc import run
+from quicbed.traces.tsharkfields import fields, ints
 
 #: IP ECN codepoints (RFC 3168)
 NOT_ECT, ECT1, ECT0, CE = 0, 1, 2, 3
@@ -273,27 +269,11 @@ def _split(value: str) -> list[str]:
     return [v for v in value.split(",")] if value else []
 
 
-def _ints(value: str) -> list[int]:
-    return [int(v, 0) for v in value.split(",") if v.strip()]
-
-
 def read(capture: Path, keylog: Path | None, server_ports: set[int], began_wall: float) -> Wire:
     """The wire timeline of one load's capture (``.pcap`` or ``.pcap.gz``), decrypted
     with ``keylog``; sample times in ms since ``began_wall`` (the load's t_ms = 0)."""
-    if not shutil.which("tshark"):
-        raise QuicbedError("tshark is not installed: `make setup` (the tools role) installs it")
-    with tempfile.TemporaryDirectory(prefix="quicbed-wire-") as tmp:
-        pcap = capture
-        if capture.suffix == ".gz":  # Debian's tshark 4.0 reads gzip, but not from a pipe
-            pcap = Path(tmp) / "capture.pcap"
-            with gzip.open(capture, "rb") as src:
-                pcap.write_bytes(src.read())
-        argv = ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog or ''}"]
-        argv += ["-Y", "quic || gquic || tcp", "-T", "fields", "-E", "occurrence=a"]
-        for f in _FIELDS:
-            argv += ["-e", f]
-        out = run(argv, timeout=600).stdout
-    return derive(out.splitlines(), server_ports, began_wall)
+    lines = fields(capture, keylog, "quic || gquic || tcp", _FIELDS, timeout=600)
+    return derive(lines, server_ports, began_wall)
 
 
 def derive(lines: list[str], server_ports: set[int], began_wall: float) -> Wire:
@@ -326,7 +306,7 @@ def derive(lines: list[str], server_ports: set[int], began_wall: float) -> Wire:
         c.last_ms = t
         if from_server:
             c.server_packets += 1
-            ecn = _ints(row["ip.dsfield.ecn"])
+            ecn = ints(row["ip.dsfield.ecn"])
             if ecn:
                 c.ect0 += ecn[0] == ECT0
                 c.ect1 += ecn[0] == ECT1
@@ -417,9 +397,9 @@ def _stream_ranges(row: dict[str, str]) -> list[tuple[int, int, int]]:
     """The STREAM frames of a packet as (stream, start, end): a frame without its
     offset starts at 0, one without its length runs to the end of the packet (its
     data's length says how far)."""
-    ids = _ints(row["quic.stream.stream_id"])
+    ids = ints(row["quic.stream.stream_id"])
     offs, lens = _split(row["quic.stream.off"]), _split(row["quic.stream.len"])
-    offsets, lengths = _ints(row["quic.stream.offset"]), _ints(row["quic.stream.length"])
+    offsets, lengths = ints(row["quic.stream.offset"]), ints(row["quic.stream.length"])
     data = _split(row["quic.stream_data"])
     out = []
     oi = li = 0
@@ -436,15 +416,15 @@ def _stream_ranges(row: dict[str, str]) -> list[tuple[int, int, int]]:
 
 
 def _quic(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: list[Any]) -> None:
-    long_types = _ints(row["quic.long.packet_type"])
-    pns = _ints(row["quic.packet_number"])
+    long_types = ints(row["quic.long.packet_type"])
+    pns = ints(row["quic.packet_number"])
     # long-header packets come first in a datagram; a short (1-RTT) one can only be last
     short_pn = pns[-1] if len(pns) > len(long_types) else None
     only_short = not long_types
     if only_short and short_pn is not None and not row["quic.frame_type"]:
         side.conn.undecrypted += 1  # its header read, its payload not: no frames
         return
-    frames = _ints(row["quic.frame_type"])
+    frames = ints(row["quic.frame_type"])
     c = side.conn
     if from_server:
         blocked = sum(1 for f in frames if f in BLOCKED_FRAMES)
@@ -460,8 +440,8 @@ def _quic(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: l
         if short_pn is not None:
             side.newest_sent = max(side.newest_sent, short_pn)
         if only_short:
-            delays = _ints(row["quic.ack.ack_delay"])
-            for i, largest in enumerate(_ints(row["quic.ack.largest_acknowledged"])):
+            delays = ints(row["quic.ack.ack_delay"])
+            for i, largest in enumerate(ints(row["quic.ack.largest_acknowledged"])):
                 if largest > side.largest_acked and largest in side.client_sent:
                     delay = delays[i] * ACK_DELAY_UNIT_MS if i < len(delays) else 0.0
                     _rtt(side, t - side.client_sent[largest] - delay, t, rows)
@@ -470,7 +450,7 @@ def _quic(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: l
     if short_pn is not None:
         side.client_sent.setdefault(short_pn, t)
     c.window_updates = (c.window_updates or 0) + sum(1 for f in frames if f in WINDOW_FRAMES)
-    ce = _ints(row["quic.ack.ecn_ce_count"])
+    ce = ints(row["quic.ack.ecn_ce_count"])
     if ce:
         side.conn.ce_echoed = max(side.conn.ce_echoed, max(ce))
     if any(f in ACK_FRAMES for f in frames):
@@ -483,7 +463,7 @@ def _gquic(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: 
     payload of packets seen for the first time (re-sent data included: it cannot be
     told apart); a number the server skipped and never sent later is a loss, timed
     when the gap appeared; no RTT, no spurious losses."""
-    pns = _ints(row["gquic.packet_number"])
+    pns = ints(row["gquic.packet_number"])
     if not pns:
         return
     pn = pns[0]
@@ -498,7 +478,7 @@ def _gquic(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: 
         side.gaps.setdefault(gap, t)
     side.seen_pns.add(pn)
     side.newest_sent = max(side.newest_sent, pn)
-    size = _ints(row["udp.length"]) if "udp.length" in row else []
+    size = ints(row["udp.length"]) if "udp.length" in row else []
     side.conn.delivered_bytes += max(0, size[0] - 8) if size else 0
 
 
@@ -521,15 +501,15 @@ def _unwrap_id(side: _Side, ip_id: int) -> int | None:
 def _tcp(side: _Side, row: dict[str, str], from_server: bool, t: float, rows: list[Any]) -> None:
     c = side.conn
     c.cwr = c.cwr or 0
-    tsval = _ints(row["tcp.options.timestamp.tsval"])
-    tsecr = _ints(row["tcp.options.timestamp.tsecr"])
+    tsval = ints(row["tcp.options.timestamp.tsval"])
+    tsecr = ints(row["tcp.options.timestamp.tsecr"])
     if from_server:
         c.cwr += row["tcp.flags.cwr"] in ("1", "True")
-        seq = _ints(row["tcp.seq_raw"])
-        size = _ints(row["tcp.len"])
+        seq = ints(row["tcp.seq_raw"])
+        size = ints(row["tcp.len"])
         if side.isn is None and seq:
             side.isn = seq[0] + (0 if size and size[0] else 1)  # a SYN-ACK takes one
-        ip_ids = _ints(row["ip.id"])
+        ip_ids = ints(row["ip.id"])
         order = _unwrap_id(side, ip_ids[0]) if ip_ids else None
         if seq and size and size[0] > 0 and side.isn is not None:
             a = (seq[0] - side.isn) % 2**32
