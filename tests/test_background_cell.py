@@ -131,6 +131,11 @@ def test_a_load_during_which_a_flow_died_is_invalid_and_ends_the_attempt(
     last = max(runs, key=lambda x: x.seq)
     assert (last.arm, last.rep, last.valid) == ("h3", 2, False), last
     assert want in last.reason and "its client has exited" in last.reason, last.reason
-    assert all(x.valid for x in runs if x.seq < last.seq)
+    # every load before it valid, but for one a busy host or the link spoiled (stop 62's
+    # make test: an earlier load spoiled, not the flow's doing)
+    before = [x for x in runs if x.seq < last.seq]
+    assert all(x.valid or spoiled_only(load_proof(x.detail)) for x in before), [
+        (x.arm, x.rep, x.reason) for x in before if not x.valid
+    ]
     assert json.dumps(prov["background"]["bg1"]["client"]) == "{}"  # it wrote no final record
     assert _left_running(shared_links.prefix_of(cfg)) == []
