@@ -121,6 +121,31 @@ def test_the_per_pipe_loss_variant_differs_from_the_loss_scenario_in_loss_alone(
         )
 
 
+def test_fig5_1a_runs_each_set_as_the_study_and_scaled_to_this_link() -> None:
+    """transport-params fig5.1a: its delay scenario with the study's windows, and
+    delay-scaled with every window (both ends) scaled by 100 / 519.03, the rest of each
+    set unchanged; the per-scenario change reaches that scenario alone."""
+    cat = load_catalog()
+    entry = next(e for e in cat.entries if e.id == "transport-params-2023/fig5.1a")
+    cells = plan(entry_spec(cat, entry))
+    by = {sc: [pc.config for pc in cells if pc.scenario == sc] for sc in ("delay", "delay-scaled")}
+    assert len(by["delay"]) == len(by["delay-scaled"]) == 8
+    plain = {a.name: a.params for a in by["delay"][0].resolved_arms()}
+    scaled = {a.name: a.params for a in by["delay-scaled"][0].resolved_arms()}
+    assert set(scaled) == {"h3", *(f"h3-s-{n[3:]}" for n in plain if n != "h3")}
+    for name, params in plain.items():
+        if name == "h3":
+            continue
+        other = scaled[f"h3-s-{name[3:]}"]
+        for key, value in params.items():
+            window = "initial_max_data" in key or "initial_max_stream_data" in key
+            want = value if not window or value == 2**32 - 1 else round(value * 100 / 519.03)
+            assert other[key] == want, (name, key, value, other[key])
+    bad = entry.model_copy(update={"set": {**(entry.set or {}), "per_scenario": {"lossy": {}}}})
+    with pytest.raises(QuicbedError, match="per_scenario names lossy, not among its scenarios"):
+        entry_spec(cat, bad)
+
+
 def test_speedups_are_binned_per_repetition_against_the_reference() -> None:
     cond = LinkCondition(rate_mbit=50, rtt_ms=36)
     base = {0: 100.0, 1: 100.0, 2: 100.0, 3: 100.0}

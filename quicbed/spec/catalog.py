@@ -216,9 +216,16 @@ def entries_spec(cat: Catalog, entries: list[Entry]) -> SweepSpec:
                 f"{', '.join(missing)} (it has {', '.join(preset.scenarios)})"
             )
         changes = _changes(cat, entry)
+        own = changes.pop(PER_SCENARIO, {})
+        unknown = sorted(set(own) - set(entry.scenarios))
+        if unknown:
+            raise QuicbedError(
+                f"catalog entry {entry.id}: set.{PER_SCENARIO} names {', '.join(unknown)}, "
+                f"not among its scenarios ({', '.join(entry.scenarios)})"
+            )
         for name in entry.scenarios:
             key = name if len(entries) == 1 else f"{entry.id.split('/', 1)[1]}: {name}"
-            scenarios[key] = {**body["scenarios"][name], **changes}
+            scenarios[key] = {**body["scenarios"][name], **changes, **own.get(name, {})}
     # speed-ups are against a scenario of the sweep: renamed with it, dropped without it
     stats = body.setdefault("statistics", {})
     ref = stats.get("speedup_against")
@@ -240,6 +247,11 @@ def entries_spec(cat: Catalog, entries: list[Entry]) -> SweepSpec:
         raise from_validation(exc, f"catalog: {one}") from None
     plan(spec, source=f"catalog: {one}")  # every cell valid, before anything runs
     return spec
+
+
+#: an entry's ``set`` key for changes to one of its scenarios only (a variant that needs
+#: other arms than the rest: transport-params fig5.1a's windows scaled to this link)
+PER_SCENARIO = "per_scenario"
 
 
 def _changes(cat: Catalog, entry: Entry) -> dict[str, Any]:
