@@ -414,7 +414,10 @@ def test_real_loads_partition_into_parts_that_sum_to_their_plt(
         assert all(isinstance(v, (int, float)) and v >= 0 for v in parts.values()), (arm, a)
         assert sum(parts.values()) == pytest.approx(a["plt_ms"], abs=0.01), (arm, parts)
         assert a["last_byte_ms"] <= a["plt_ms"] + 1e-6
-        assert a["delivered_bytes"] > 1_000_000, (arm, a["samples_from"])
+        # the wire counts every byte that arrived; a sender's log ends with the load, before
+        # the last flight's ACKs reach it (docs/traces.md: 885-976 kB of 1 MB seen by TCP's)
+        least = 1_000_000 if a["samples_from"] == "wire" else 850_000
+        assert a["delivered_bytes"] > least, (arm, a["samples_from"], a["delivered_bytes"])
     if level == "full":
         got = {arm: res.data["arms"][arm]["samples_from"] for arm in names}
         assert got == {"h2": "tcp_probe", "h3": "qlog", "h3-envoy": "wire", "h3-ff": "qlog"}
