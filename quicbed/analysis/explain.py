@@ -257,12 +257,11 @@ def _read_load(
             missing["wire"] = f"partial: {short} (docs/traces.md#the-wire-timeline-full)"
         else:
             notes.append(f"wire: {short}; its counts are short by those packets")
-    if partial:
-        pass  # neither taken for the samples nor compared with the stack's log
-    elif samples is None and found is not None:
-        samples = found[0]  # a stack without a log quicbed keeps: the wire's own
-    elif samples is not None and found is not None:
-        check = wire.cross_check(found[1], samples)
+    if found is not None and not partial:  # a partial one is neither taken nor compared
+        if samples is None:
+            samples = found[0]  # a stack without a log quicbed keeps: the wire's own
+        else:
+            check = wire.cross_check(found[1], samples)
     if samples is None and not missing:
         missing["transport"] = "no transport samples were stored for this load"
     for s in samples or []:
