@@ -299,9 +299,8 @@ def _wire_of(
     files = (run.detail.get("traces") or {}).get("files") or {}
     if "capture" not in files or began is None or not (root / files["capture"]).exists():
         return None
-    keys = root / files["keys"] if "keys" in files else None
     try:
-        w = wire.read(root / files["capture"], keys, ports, began)
+        w = wire.read_stored(root, files, ports, began)
     except QuicbedError:
         return None
     return w.samples, w.summary()

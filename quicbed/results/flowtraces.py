@@ -138,9 +138,8 @@ def seal(
 
 def _wire(root: Path, lt: LoadTrace, ports: set[int]) -> Wire | str:
     """A load's wire timeline (quicbed.traces.wire), or why there is none."""
-    keys = root / lt.files["keys"] if "keys" in lt.files else None
     try:
-        return wire.read(root / lt.files["capture"], keys, ports, lt.began_wall)
+        return wire.read_stored(root, lt.files, ports, lt.began_wall)
     except QuicbedError as exc:
         return str(exc)
 

@@ -1241,9 +1241,8 @@ class _Job:
         """The load's transport timeline from its capture (quicbed.traces.wire), its rows
         beside the capture as ``wire.csv.gz``; or why there is none (never fails a load)."""
         root = self.store.root
-        keys = root / lt.files["keys"] if "keys" in lt.files else None
         try:
-            found = wire.read(root / lt.files["capture"], keys, ports, lt.began_wall)
+            found = wire.read_stored(root, lt.files, ports, lt.began_wall)
         except QuicbedError as exc:
             return {"error": str(exc)}
         rel = lt.key.rel() / "wire.csv.gz"

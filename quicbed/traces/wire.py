@@ -276,6 +276,13 @@ def read(capture: Path, keylog: Path | None, server_ports: set[int], began_wall:
     return derive(lines, server_ports, began_wall)
 
 
+def read_stored(root: Path, files: dict[str, str], ports: set[int], began_wall: float) -> Wire:
+    """:func:`read` of a stored load: its trace files (``capture``, ``keys`` where kept)
+    relative to the results folder ``root``."""
+    keys = root / files["keys"] if "keys" in files else None
+    return read(root / files["capture"], keys, ports, began_wall)
+
+
 def derive(lines: list[str], server_ports: set[int], began_wall: float) -> Wire:
     """:class:`Wire` from tshark's tab-separated :data:`_FIELDS`, a packet per line."""
     sides: dict[tuple[str, int], _Side] = {}
