@@ -184,13 +184,19 @@ def test_envoy_arms_verified_per_load_from_the_server(
     )
     r = shared_links.run_cell(cfg, tmp_path / "r")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
-    got = {a: (v["cc"], v["protocols"], v["used_0rtt"]) for a, v in r.verified.items()}
-    assert got == {
-        "h2": (["cubic"], ["h2"], 0),
-        "h3-envoy": (["cubic"], ["h3"], 2),
-        "h3-envoy-reno": (["reno"], ["h3"], 2),
-        "h3-envoy-bbr2": (["bbr2"], ["h3"], 2),
+    # every measured load: a load a busy host spoiled is kept beside its replacement,
+    # so an arm may hold more than runs=2 measured loads
+    got = {
+        a: (v["cc"], v["protocols"], v["used_0rtt"] == v["measured"] >= 2, v["used_0rtt"])
+        for a, v in r.verified.items()
     }
+    assert {a: g[:3] for a, g in got.items()} == {
+        "h2": (["cubic"], ["h2"], False),
+        "h3-envoy": (["cubic"], ["h3"], True),
+        "h3-envoy-reno": (["reno"], ["h3"], True),
+        "h3-envoy-bbr2": (["bbr2"], ["h3"], True),
+    }, got
+    assert got["h2"][3] == 0, got
     store = Store(tmp_path / "r")
     runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm == "h3-envoy" and not x.warmup]
     store.close()
@@ -214,7 +220,8 @@ def test_envoy_in_firefox_is_verified_from_the_server_alone(
     )
     r = shared_links.run_cell(cfg, tmp_path / "r")
     assert r.status == "done" and r.invalid == {}, (r.problem, r.invalid)
-    assert r.verified["h3-envoy"]["used_0rtt"] == 2, r.verified
+    v = r.verified["h3-envoy"]
+    assert v["used_0rtt"] == v["measured"] >= 2, r.verified
     assert r.verified["h3-envoy"]["protocols"] == ["h3"], r.verified
     store = Store(tmp_path / "r")
     runs = [x for x in store.runs(r.cell_id, r.attempt) if x.arm == "h3-envoy" and not x.warmup]
