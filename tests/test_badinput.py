@@ -408,6 +408,9 @@ def cases() -> list[Case]:
     add("cell-no-out", ["cell", "--page", "5kb"], "give --page and --out")
     add("cell-cell-without-from", [*CELL, "--cell", "abc"], "--cell and --where need --from")
     add("cell-shaper-foo", [*CELL, "--shaper", "foo"], "shaper", "'foo'")
+    cert = [*CELL, "--certificate"]
+    add("cell-certificate-key", [*cert, "rsa-1024"], "certificate 'rsa-1024'", "ecdsa-p256")
+    add("cell-certificate-chain", [*cert, "rsa-2048/4"], "'rsa-2048/4'", "chain of '4'")
     bg = [*CELL, "--background"]
     add("cell-background-form", [*bg, "bulk:tcp"], "background", "'bulk:tcp'", "KIND:TRANSPORT:CC")
     add("cell-background-kind", [*bg, "video:tcp:cubic"], "kind 'video'", "bulk, chunks")
@@ -568,6 +571,17 @@ def cases() -> list[Case]:
             ("scenarios.base", "cc 'westwood'"),
         ),
         "background-empty": (spec(SPEC + "    background: []\n"), ("background", "is empty")),
+        "certificate": (
+            spec(SPEC + "    certificate: [ecdsa-p256, rsa-8192]\n"),
+            ("scenarios.base", "certificate 'rsa-8192'"),
+        ),
+        "certificate-bulk-cell": (
+            spec(
+                SPEC.replace("pages: [5kb]", "kind: bulk\n    objects: [1MB]")
+                + "    certificate: [rsa-2048/3]\n"
+            ),
+            ("certificate rsa-2048/3 is for page cells",),
+        ),
         "background-bulk-cell": (
             spec(
                 SPEC.replace("pages: [5kb]", "kind: bulk\n    objects: [1MB]")

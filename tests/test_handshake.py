@@ -12,6 +12,7 @@ import pytest
 from tshark import fields
 
 from quicbed.results.rows import RunRow
+from quicbed.results.store import Store
 from quicbed.run.cell import CellResult, verify_summary
 from quicbed.traces.handshake import _packets, derive
 from quicbed.traces.hellos import HRR_RANDOM
@@ -112,6 +113,10 @@ def test_every_load_of_a_full_cell_records_its_handshakes(cell_1mb_full: dict[st
     out: Path = cell_1mb_full["out"]
     r: CellResult = cell_1mb_full["result"]
     runs: list[RunRow] = cell_1mb_full["runs"]
+    store = Store.open_readonly(out)
+    chain = (store.attempt(r.cell_id, r.attempt).provenance or {})["certificate"]
+    store.close()
+    assert chain["setting"] == "ecdsa-p256/2" and chain["certificates"] == 2, chain
     for run in runs:
         hs = run.detail["handshake"]
         assert "error" not in hs, hs
@@ -138,16 +143,20 @@ def test_every_load_of_a_full_cell_records_its_handshakes(cell_1mb_full: dict[st
         assert first["transport"] == ("tcp" if run.arm == "h2" else "quic")
         assert first["decrypted"] and first["server_flight_bytes"] > 0
         assert 0.8 <= first["round_trips"] <= 3, first  # 36 ms: one round trip and change
-        if run.warmup:  # a fresh handshake: the test CA's chain, signed
-            assert first["resumed"] is False and first["certificates"] >= 1, first
-            assert first["certificate_bytes"] > 300 and first["signature_algorithm"], first
+        if run.warmup:  # a fresh handshake: the default chain (leaf, root), ECDSA-signed
+            assert first["resumed"] is False and first["certificates"] == 2, first
+            assert first["certificate_bytes"] == sum(chain["der_bytes"]), (first, chain)
+            assert first["signature_algorithm"] == 0x0403, first
         elif run.valid:  # measured: resumed (TLS ticket, 0-RTT for h3): no chain sent
             assert first["resumed"] is True and first["certificates"] == 0, first
+        assert hs["chain_problems"] == [], hs
         if first["transport"] == "quic":
             assert first["client_first_bytes"] >= 1200, first  # a padded Initial at least
             assert first["amplification_held"] is False, first
     summary = verify_summary(runs)
     assert summary["h2"]["groups"] == summary["h3"]["groups"] == ["x25519"], summary
+    for v in summary.values():  # every measured load's chains counted, none another's
+        assert v["chains_counted"] == v["measured"] and v["chain_problems"] == 0, v
     # quicbed export --table handshakes: a row per connection, both readings joined
     from quicbed.results import handshakes
 

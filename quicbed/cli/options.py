@@ -410,6 +410,18 @@ KeyExchangeOpt = Annotated[
         "An arm may name its own (h3-pq:stack=quic-go:key_exchange=x25519mlkem768).",
     ),
 ]
+CertificateOpt = Annotated[
+    str,
+    typer.Option(
+        "--certificate",
+        help="The certificate chain every arm's server sends, KEY or KEY/N: KEY "
+        "ecdsa-p256, rsa-2048 or rsa-4096 (every certificate of the chain), N the "
+        "certificates sent: 1 (the leaf), 2 (the leaf and the root; the default) or 3 "
+        "(the leaf, an intermediate and the root). Each chain has its own keys and its "
+        "client trusts that chain alone; at --traces full every connection's chain is "
+        "counted from the wire.",
+    ),
+]
 BackgroundOpt = Annotated[
     str,
     typer.Option(
@@ -492,6 +504,7 @@ class CellOptions:
     offloads: OffloadsOpt = ""
     browser: BrowserOpt = CELL["browser"]
     key_exchange: KeyExchangeOpt = CELL["key_exchange"]
+    certificate: CertificateOpt = CELL["certificate"]
     background: BackgroundOpt = ""
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
@@ -510,6 +523,7 @@ class CellOptions:
             offloads=self.offloads,
             browser=self.browser,
             key_exchange=self.key_exchange,
+            certificate=self.certificate,
             background=self.background,
         )
 

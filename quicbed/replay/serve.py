@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from quicbed.certs import TestPKI
+from quicbed.certs import ORIGINS, TestPKI
 from quicbed.errors import QuicbedError
 from quicbed.replay.archive import MANIFEST, MAX_ORIGINS, Archive, find, load, store
 from quicbed.roles.interface import PREFIX_LEN, SERVER_IP
@@ -98,7 +98,7 @@ def put(tb: Testbed, folder: Path, archive: Archive, pki: TestPKI) -> ReplayServ
         tb.push("server", folder, there)
     origins = []
     for o, ip in zip(archive.origins, ips, strict=True):
-        cert = work / "tls" / "origins" / f"{o.host}.pem"
+        cert = work / "tls" / pki.folder / ORIGINS / f"{o.host}.pem"
         tb.push("server", pki.origin_certs[o.host], cert, mode=0o644)
         origins.append(OriginServe(host=o.host, ip=ip, port=o.port, cert=cert))
     return ReplayServe(

@@ -44,6 +44,7 @@ from quicbed.results.linkload import figures as link_figures
 from quicbed.results.provenance import component_identity, measured_on, setup_identity
 from quicbed.results.store import Store, check_metric
 from quicbed.servers import get_stack
+from quicbed.settings.certificate import DEFAULT as DEFAULT_CHAIN
 from quicbed.spec import workloads
 from quicbed.spec.arms import own_pairs, parse_pairs
 from quicbed.spec.background import background_text
@@ -338,6 +339,7 @@ def cell_rows(
                 jitter_kind=cond["jitter_kind"],
                 queue=cond["queue"],
                 background=background_text(cell.background),
+                certificate=cell.certificate,
                 link=cell.condition.rate_label() if cell.condition.varying() else "",
                 mode=cfg["mode"],
                 runs=cfg["runs"],
@@ -551,6 +553,11 @@ _DIMS: dict[str, tuple[str, Any, Any]] = {
     ),
     "queue": ("queue", lambda r: r.queue, lambda r: _sort_queue(r.queue)),
     "background": ("background", lambda r: r.background, lambda r: (r.background != "none",)),
+    "certificate": (
+        "certificate",
+        lambda r: r.certificate,
+        lambda r: (r.certificate != DEFAULT_CHAIN, r.certificate),
+    ),
     "page": ("page", lambda r: r.page, lambda r: _page_index(r.page)),
 }
 
@@ -788,14 +795,21 @@ def _pair_heatmap(
         )
         if cond.background != "none":
             where += f", background {cond.background}"
+        if cond.certificate != DEFAULT_CHAIN:
+            where += f", certificate {cond.certificate}"
     else:  # what every cell of it shares
         fixed = [d for d in _DIMS if d not in (rdim, cdim)]
         where = ", ".join(
-            (f"{_DIMS[d][0]} " if d in ("loss", "queue", "jitter", "background") else "")
+            (
+                f"{_DIMS[d][0]} "
+                if d in ("loss", "queue", "jitter", "background", "certificate")
+                else ""
+            )
             + _DIMS[d][1](cond)
             for d in fixed
             if (d != "jitter" or cond.jitter_ms)
             and (d != "background" or cond.background != "none" or d in split)
+            and (d != "certificate" or cond.certificate != DEFAULT_CHAIN or d in split)
         )
     # a pair of browsers says which side loaded in which
     two = cond.ref_browser != cond.cand_browser

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from quicbed.results.rows import RunRow
+from quicbed.settings.certificate import DEFAULT as DEFAULT_CHAIN
 
 if TYPE_CHECKING:  # the report reads stored arms without importing the stacks' runners
     from quicbed.servers.webserver import Arm
@@ -34,6 +35,7 @@ COLUMNS = [
     "jitter_kind",
     "queue",
     "background",
+    "certificate",
     "link",
     "mode",
     "runs",
@@ -135,6 +137,8 @@ class CellRow(Compared):
     #: valid loads (mean over the loads of their summed share; None: no download; an
     #: upload's share, of the uplink, is in the loads' detail)
     background: str = "none"
+    #: the chain every arm's server sent (quicbed.settings.certificate: KEY/N)
+    certificate: str = DEFAULT_CHAIN
     #: a time-varying link (quicbed.model.capacity): ``trace NAME`` or ``schedule TEXT``,
     #: in place of a rate; "" for a constant one
     link: str = ""

@@ -6,6 +6,8 @@ arm that pins a key exchange (the server facts' ``tls_hellos``, quicbed.traces.h
 every traces level), and the level-full capture read with tshark and the key log (the
 run's ``detail["handshake"]``, quicbed.traces.handshake). ``source`` says which gave the
 row: ``hellos``, ``capture`` or ``both``; a column its source cannot give is empty.
+``certificate`` is the chain the cell's servers sent (quicbed.settings.certificate), which
+a row's ``certificates`` and ``certificate_bytes`` count on the wire.
 """
 
 from __future__ import annotations
@@ -14,10 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.results.store import Store
+from quicbed.settings.certificate import DEFAULT as DEFAULT_CHAIN
 
 #: the load's columns, then the connection's (quicbed.traces.hellos.Hello and
 #: quicbed.traces.handshake.Handshake name them alike)
-LOAD = ["cell_id", "attempt", "arm", "rep", "warmup", "valid", "key_exchange", "source"]
+LOAD = [
+    "cell_id",
+    "attempt",
+    "arm",
+    "rep",
+    "warmup",
+    "valid",
+    "key_exchange",
+    "certificate",
+    "source",
+]
 HELLO = [
     "transport",
     "client_port",
@@ -57,12 +70,15 @@ def rows(root: Path) -> list[dict[str, Any]]:
     try:
         out = []
         for cid in store.cells():
-            pins = _pins(store.cell_config(cid))
+            cfg = store.cell_config(cid)
+            pins = _pins(cfg)
+            chain = cfg.get("certificate", DEFAULT_CHAIN)
             for a in store.attempts(cid):
                 for r in store.runs(cid, a.attempt):
                     load = {"cell_id": cid, "attempt": a.attempt, "arm": r.arm, "rep": r.rep}
                     load |= {"warmup": int(r.warmup), "valid": int(r.valid)}
                     load["key_exchange"] = pins.get(r.arm)
+                    load["certificate"] = chain
                     out += _load_rows(r.detail or {}, load)
         return out
     finally:

@@ -4,11 +4,11 @@ They are cells of kind ``bulk`` and ``compete`` (quicbed.spec.cellconfig): quicb
 them as it runs page cells, so they get the same link (shaped, with its receipt, a
 link out of tolerance never measured on, the link checked around the transfers), the
 same attempts, store, sweeps, reports and packages. This module does the transfers
-(run_transfer), with the arms' own servers
-(quicbed.servers, the stacks of quicbed.spec.arms) serving a generated bulk object
-(quicbed.spec.bulkobjects) with the testbed's certificate (quicbed.certs). It sits below the
-runner that calls it (quicbed.run.cell) and imports none of it: the one-shot ``quicbed bulk``
-and ``quicbed compete``, which measure one such cell as a sweep does, are quicbed.cli.bulk's.
+(run_transfer), with the arms' own servers (quicbed.servers, the stacks of
+quicbed.spec.arms) serving a generated bulk object (quicbed.spec.bulkobjects) with the
+default certificate chain (quicbed.run.chainstage). It sits below the runner that calls
+it (quicbed.run.cell) and imports none of it: the one-shot ``quicbed bulk`` and
+``quicbed compete``, which measure one such cell as a sweep does, are quicbed.cli.bulk's.
 
 The client of every flow, whatever its arm, is ``quicbed-bulk`` (go/cmd/quicbed-bulk):
 Go's net/http with its bundled HTTP/2 over TCP+TLS 1.3 for h2 arms, quic-go's http3
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quicbed import certs, timelog
+from quicbed import timelog
 from quicbed.errors import QuicbedError
 from quicbed.jsonlines import json_events
 from quicbed.link import loadproof
@@ -72,6 +72,7 @@ from quicbed.results.transfers import (
     ideal_goodput_bps,
 )
 from quicbed.roles import offloads
+from quicbed.run.chainstage import stage_chain
 from quicbed.run.loadcpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
@@ -163,16 +164,10 @@ def stage_bulk(tb: Testbed, sizes: list[str], host: str) -> StagedBulk:
     cell's background flows (quicbed.run.background) serve and fetch."""
     www = tb.local_stage("server", "www")
     manifest = bulkobjects.generate_bulk(www, sizes)
-    pki = certs.ensure(tb.local_stage("server", "tls"), [host], [tb.server_ip])
     work = tb.workdir("server")
     tb.push("server", www / bulkobjects.FOLDER, work / "www" / bulkobjects.FOLDER)
-    tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
-    tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
-    ca = tb.workdir("client") / "tls" / pki.ca_cert.name
-    tb.push("client", pki.ca_cert, ca, mode=0o644)
-    return StagedBulk(
-        work / "www", work / "tls" / pki.cert.name, work / "tls" / pki.key.name, ca, manifest
-    )
+    staged = stage_chain(tb, host)
+    return StagedBulk(work / "www", staged.cert, staged.key, staged.ca, manifest)
 
 
 def client_clock_ns(tb: Testbed) -> int:

@@ -51,10 +51,12 @@ from quicbed.results.store import Store, now
 from quicbed.results.transfers import BulkResult
 from quicbed.run import background
 from quicbed.run.bulk import FlowJudge, run_transfer
+from quicbed.run.chainstage import stage_chain
 from quicbed.run.loadcpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
 from quicbed.servers.webserver import Arm, ServeSpec, WebServer
+from quicbed.settings import certificate
 from quicbed.shapers import get_shaper
 from quicbed.spec import workloads
 from quicbed.spec.cellconfig import CellConfig
@@ -409,6 +411,8 @@ class _PageRig:
     held: ExitStack = field(default_factory=ExitStack)
     #: the cell's background flows, running through every load (None: none)
     background: background.Background | None = None
+    #: the chain every arm's server sends (quicbed.settings.certificate.chain_fact)
+    chain: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -762,7 +766,7 @@ class _Job:
         browser launched and ready, and the meters read around every load. Servers and
         browsers enter ``rig`` as they are made, so a failure stops those that exist."""
         cfg, tb = self.cfg, self.tb
-        spec, rig.page, spki_pin, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
+        spec, rig.page, pki, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
         if spec.replay is not None:
             rig.held.enter_context(replay_serve.addresses(tb, spec.replay))
         if rig.tracing:
@@ -785,7 +789,7 @@ class _Job:
                 host=cfg.host,
                 server_ip=tb.server_ip,
                 port=a.port,
-                spki_pin=spki_pin,
+                spki_pin=pki.spki_pin,
                 user_data_dir=profile,
                 client=kind.name,
                 quic_version=rig.servers[a.name].quic_version,
@@ -794,6 +798,11 @@ class _Job:
                 **extra[a.name],
             )
             rig.browsers[a.name] = kind(bspec, tb, log_dir)
+        anchors = {a.name: "root" if kinds[a.name].trusts_ca else "spki pin" for a in arms}
+        rig.chain = certificate.chain_fact(
+            cfg.certificate, pki.cert.read_bytes(), pki.ca_cert.read_bytes(), pki.spki_pin, anchors
+        )
+        self.store.add_provenance(self.cell_id, self.attempt, "certificate", rig.chain)
         self._launch_browsers(rig)
         rig.urls = {a: srv.url(cfg.host, cfg.page) for a, srv in rig.servers.items()}
         metered = [*cfg.arms, background.GROUP] if cfg.background else cfg.arms
@@ -887,7 +896,7 @@ class _Job:
             for role in ("server", "client"):
                 self.tb.collect(role, log_dir)
             if rig.tracing:
-                self._seal_traces(rig.tracing, rig.loads)
+                self._seal_traces(rig.tracing, rig.loads, rig.chain)
 
     def _replace_spoiled(
         self, rig: _PageRig, proven: ProvenLink, span: dict[str, Any], seq: int
@@ -1169,7 +1178,9 @@ class _Job:
             files["qlog_dir"] = out / f"{arm}-client-qlog"
         return files
 
-    def _seal_traces(self, tracing: TraceSet, loads: list[tuple[str, LoadTrace]]) -> None:
+    def _seal_traces(
+        self, tracing: TraceSet, loads: list[tuple[str, LoadTrace]], chain: dict[str, Any]
+    ) -> None:
         """Once browsers and servers are gone: complete every load's traces (qlog files
         close with their connections), derive its facts, and record both with the run."""
 
@@ -1209,7 +1220,7 @@ class _Job:
                 stored = runs.get(run_id)
                 patch = {"traces": tracing.detail(lt)}
                 if "capture" in lt.files:
-                    patch["handshake"] = self._handshakes(lt, ports)
+                    patch["handshake"] = self._handshakes(lt, ports, chain)
                     patch["wire"] = self._wire(lt, ports)
                 facts = derive(
                     lt.samples,
@@ -1223,9 +1234,11 @@ class _Job:
         finally:
             tracing.stop()
 
-    def _handshakes(self, lt: LoadTrace, ports: set[int]) -> dict[str, Any]:
+    def _handshakes(self, lt: LoadTrace, ports: set[int], chain: dict[str, Any]) -> dict[str, Any]:
         """Each connection's handshake in the load's capture (quicbed.traces.handshake),
-        or why there is none: a trace problem never fails a load."""
+        or why there is none: a trace problem never fails a load; and whether every
+        chain on the wire was the cell's (``chain_problems``: none, or each connection's
+        difference, quicbed.settings.certificate.wire_problems)."""
         root = self.store.root
         keys = root / lt.files["keys"] if "keys" in lt.files else None
         try:
@@ -1235,7 +1248,10 @@ class _Job:
         except QuicbedError as exc:
             return {"error": str(exc)}
         conns = [h.as_dict() for h in found]
-        return handshake.summary(conns) | {"all": conns}
+        judged = (
+            certificate.wire_problems(chain["setting"], chain["der_bytes"], conns) if chain else []
+        )
+        return handshake.summary(conns) | {"all": conns, "chain_problems": judged}
 
     def _wire(self, lt: LoadTrace, ports: set[int]) -> dict[str, Any]:
         """The load's transport timeline from its capture (quicbed.traces.wire), its rows
@@ -1327,12 +1343,13 @@ def _run_detail(rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> dict[str,
 
 def _serve(
     tb: Testbed, cfg: CellConfig, pageset: Any, log_dir: Path
-) -> tuple[ServeSpec, dict[str, Any], str, RPath]:
-    """Put the page tree and the certificate on the server; what both servers serve;
-    the SPKI pin of the leaf and where the test CA is on the client.
+) -> tuple[ServeSpec, dict[str, Any], certs.TestPKI, RPath]:
+    """Put the page tree and the cell's certificate chain on the server; what both
+    servers serve; the chain (its leaf's SPKI pin) and where its root is on the client.
 
-    Both are made on the controller (one CA per testbed, kept there) and pushed to
-    the server role; the servers' logs go to the role's outbox for ``log_dir``.
+    Both are made on the controller (a chain per certificate setting and testbed, kept
+    there) and pushed to the server role; the servers' logs go to the role's outbox for
+    ``log_dir``.
     """
 
     work = tb.workdir("server")
@@ -1348,20 +1365,16 @@ def _serve(
         tb.push("server", www / cfg.page, work / "www" / cfg.page)  # only this cell's page
         hosts = []
     page["hosts"] = frozenset(hosts or [cfg.host])
-    pki = certs.ensure(tb.local_stage("server", "tls"), [cfg.host], [tb.server_ip], hosts)
-    tb.push("server", pki.cert, work / "tls" / pki.cert.name, mode=0o644)
-    tb.push("server", pki.key, work / "tls" / pki.key.name, mode=0o600)
+    staged = stage_chain(tb, cfg.host, hosts, cfg.certificate)
+    pki = staged.pki
     spec = ServeSpec(
         docroot=work / "www",
-        cert=work / "tls" / pki.cert.name,
-        key=work / "tls" / pki.key.name,
+        cert=staged.cert,
+        key=staged.key,
         logdir=tb.outbox("server", log_dir),
         replay=replay_serve.put(tb, folder, archive, pki) if archive is not None else None,
     )
-    # the CA for a browser that trusts by CA (chromium72), never its key
-    ca = tb.workdir("client") / "tls" / pki.ca_cert.name
-    tb.push("client", pki.ca_cert, ca, mode=0o644)
-    return spec, page, pki.spki_pin, ca
+    return spec, page, pki, staged.ca
 
 
 def load_groups(detail: dict[str, Any]) -> list[str]:
@@ -1377,7 +1390,9 @@ def load_groups(detail: dict[str, Any]) -> list[str]:
 def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
     """Per arm, what the checks of each measured load found, so the claim "h3 with
     0-RTT, h2 with TLS resumption" is read off the stored evidence, not the config;
-    and the key-exchange groups its ServerHellos chose (:func:`load_groups`)."""
+    the key-exchange groups its ServerHellos chose (:func:`load_groups`); and at level
+    full the loads whose chains were counted from the wire and those where one was not
+    the cell's certificate chain."""
     out: dict[str, dict[str, Any]] = {}
     for r in runs:
         if r.warmup:
@@ -1394,8 +1409,14 @@ def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
                 "spoiled": 0,
                 "replacements": 0,
                 "groups": [],
+                "chains_counted": 0,
+                "chain_problems": 0,
             },
         )
+        shake = r.detail.get("handshake") or {}
+        if "chain_problems" in shake:
+            a["chains_counted"] += 1
+            a["chain_problems"] += int(bool(shake["chain_problems"]))
         for g in load_groups(r.detail):
             if g not in a["groups"]:
                 a["groups"].append(g)

@@ -215,6 +215,18 @@ def _print_load_checks(result: Any, cfg: Any) -> None:
                 else ""
             )
         )
+    counted = {arm: v for arm, v in arms if v.get("chains_counted")}
+    if counted:
+        out.print(
+            f"certificate {cfg.certificate}: every chain counted from the wire on "
+            + ", ".join(f"{arm} {v['chains_counted']} loads" for arm, v in counted.items())
+        )
+    for arm, v in counted.items():
+        if v["chain_problems"]:
+            warn(
+                f"{arm}: {v['chain_problems']} loads carried a chain that is not the "
+                f"cell's {cfg.certificate} (their handshake's chain_problems)"
+            )
     for arm, why in unpinned_arms(cfg.resolved_arms(), cfg.key_exchange).items():
         warn(f"{arm} runs its own key exchange, not the cell's {cfg.key_exchange}: {why}")
     ran = {arm: v["groups"] for arm, v in arms if v.get("groups")}

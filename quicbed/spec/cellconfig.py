@@ -34,6 +34,7 @@ from quicbed.replay import archive, pagestore
 from quicbed.roles.offloads import check_shaper, parse
 from quicbed.servers import get_stack, tcp_ccs
 from quicbed.servers.webserver import Arm, Kind
+from quicbed.settings import certificate as chains
 from quicbed.settings import keyexchange
 from quicbed.shapers import check_condition, check_name
 from quicbed.spec import workloads
@@ -54,6 +55,7 @@ _NEW_FIELDS: dict[str, object] = {
     # cells stored before the setting ran each stack's own group (Store fills it in)
     "key_exchange": "stack",
     "background": [],
+    "certificate": chains.DEFAULT,
 }
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {
@@ -231,6 +233,9 @@ class CellConfig(BaseModel):
     #: names its own (quicbed.settings.keyexchange: x25519, secp256r1, x25519mlkem768;
     #: ``stack``: each stack's own choice, as before the setting)
     key_exchange: str = keyexchange.DEFAULT
+    #: the certificate chain every arm's server sends (quicbed.settings.certificate:
+    #: KEY/N, a key type and a count; default the chain quicbed served before the setting)
+    certificate: str = chains.DEFAULT
     #: flows that share the bottleneck with every load of a page cell, started before
     #: the first and running through the last (quicbed.spec.background); () : none
     background: Annotated[tuple[BackgroundFlow, ...], BeforeValidator(_background)] = ()
@@ -239,6 +244,14 @@ class CellConfig(BaseModel):
     @classmethod
     def _key_exchange(cls, v: object) -> str:
         return keyexchange.parse(v)
+
+    @field_validator("certificate", mode="before")
+    @classmethod
+    def _certificate(cls, v: object) -> str:
+        try:
+            return chains.parse(v)
+        except ValueError as exc:
+            raise ValueError(f"certificate {exc}") from None
 
     @field_validator("browser")
     @classmethod
@@ -373,6 +386,12 @@ class CellConfig(BaseModel):
             return
         if t is None:
             raise ValueError(f"a {self.kind} cell needs its transfer (size, duration, flows)")
+        if self.certificate != chains.DEFAULT:
+            raise ValueError(
+                f"certificate {self.certificate} is for page cells: a {self.kind} cell "
+                f"serves its flows the default chain ({chains.DEFAULT}), whose one "
+                "handshake per flow is not what it measures"
+            )
         if self.warmup != 0:
             raise ValueError(f"a {self.kind} cell has no warm-up loads (warmup {self.warmup})")
         if self.mode != "0rtt":

@@ -205,6 +205,10 @@ class Scenario(BaseModel):
     #: --background's spelling ("bulk:tcp:bbr", "none", or several comma-separated;
     #: quicbed.spec.background); unset: none, and the key is left out of the digest
     background: list[str] | None = None
+    #: the certificate chain every arm's server sends, a grid axis: each entry KEY or
+    #: KEY/N (quicbed.settings.certificate); unset: the default chain, and the key is
+    #: left out of the digest
+    certificate: list[str] | None = None
     #: a time-varying link, a grid axis instead of ``rate``: traces of the trace store by
     #: name (gen:MODEL:seed=N for a generated one) and schedules in --schedule's
     #: spelling (quicbed.model.capacity); unset: the constant rate, left out of the digest
@@ -237,6 +241,7 @@ class Scenario(BaseModel):
         "flows",
         "offloads",
         "background",
+        "certificate",
         "trace",
         "schedule",
         "start_at",
@@ -428,6 +433,7 @@ class SweepSpec(BaseModel):
                 "offloads",
                 "key_exchange",
                 "background",
+                "certificate",
                 "trace",
                 "schedule",
                 "start_at",
@@ -501,7 +507,8 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                 workloads.check_page(page, pageset)
             except QuicbedError as exc:
                 raise QuicbedError(f"{where}.pages: {exc}") from None
-        for rate, cap, delay, (loss, down, up), jitter, queue, work, offl, bg in itertools.product(
+        chains: list[str | None] = [*sc.certificate] if sc.certificate else [None]
+        grid = itertools.product(
             sc.rate or [None],
             sc.capacities(),
             sc.delays(),
@@ -511,7 +518,9 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             _workloads(sc),
             sc.offloads or [{}],
             sc.background or ["none"],
-        ):
+            chains,
+        )
+        for rate, cap, delay, (loss, down, up), jitter, queue, work, offl, bg, chain in grid:
             try:
                 cond = make_condition(
                     rate_mbit=rate,
@@ -557,6 +566,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     load_timeout_s=d.load_timeout_s,
                     **({"key_exchange": sc.key_exchange} if sc.key_exchange else {}),
                     **({"background": bg} if bg != "none" else {}),
+                    **({"certificate": chain} if chain is not None else {}),
                     **work,
                 )
                 spec.host.replaced_per_arm(cfg.runs)  # host.max_replaced within the runs
