@@ -408,6 +408,8 @@ def cases() -> list[Case]:
     add("cell-no-out", ["cell", "--page", "5kb"], "give --page and --out")
     add("cell-cell-without-from", [*CELL, "--cell", "abc"], "--cell and --where need --from")
     add("cell-shaper-foo", [*CELL, "--shaper", "foo"], "shaper", "'foo'")
+    add("cell-aead", [*CELL, "--aead", "rot13"], "aead 'rot13' is not one of aes-128-gcm")
+    add("cell-aead-refused", [*CELL, "--aead", "aes-256-gcm"], "aead aes-256-gcm (the cell's)")
     cert = [*CELL, "--certificate"]
     add("cell-certificate-key", [*cert, "rsa-1024"], "certificate 'rsa-1024'", "ecdsa-p256")
     add("cell-certificate-chain", [*cert, "rsa-2048/4"], "'rsa-2048/4'", "chain of '4'")

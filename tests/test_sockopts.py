@@ -19,7 +19,7 @@ from quicbed.errors import QuicbedError
 from quicbed.servers.quic_go import QuicGoServer
 from quicbed.servers.webserver import ServeSpec
 from quicbed.settings import sockopts
-from quicbed.spec.arms import parse_cli, resolve
+from quicbed.spec.arms import parse_cli, resolve, unpinned_aead
 from quicbed.testbed.lifecycle import RPath
 
 
@@ -53,7 +53,7 @@ def _arms(text: str, kind: str = "page") -> list:
         ("h3-envoy:aead=chacha20-poly1305", "page", "envoy cannot choose it"),
         ("h3-envoy:udp_rcvbuf=106496", "page", "envoy cannot apply it"),
         ("h2:udp_rcvbuf=106496", "bulk", "arm h2: udp_rcvbuf 106496: apache cannot apply it"),
-        ("h2:aead=aes-128-gcm", "bulk", "apache cannot choose it in quicbed yet"),
+        ("h2:tls=1.2:aead=aes-128-gcm", "page", "aead with tls 1.2: aead names a TLS 1.3"),
         (
             "h3:aead=aes-256-gcm",
             "bulk",
@@ -319,3 +319,55 @@ def test_page_loads_in_chromium_verify_the_knobs(shared_links: SharedLinks, tmp_
         else:
             assert srv["tls_cipher"] == ["TLS_AES_128_GCM_SHA256"]  # AES hardware here
             assert split > sockopts.GSO_SLACK, sends
+
+
+def test_a_cells_aead_pins_every_arm_that_can_and_names_the_others() -> None:
+    """The cell's aead reaches Apache (SSLCipherSuite TLSv1.3) and quic-go; an arm's own
+    wins; quiche and Envoy pin none and are named with why; a suite a pinning stack
+    cannot choose is refused naming the cell's setting; a TLS 1.2 arm is named."""
+    names, settings = parse_cli("h2,h3,h3-own:stack=quic-go:aead=aes-128-gcm,h3-quiche,h3-envoy")
+    arms = resolve(names, settings, "cubic", aead="chacha20-poly1305")
+    got = {a.name: a.params.get("aead") for a in arms}
+    assert got == {
+        "h2": "chacha20-poly1305",
+        "h3": "chacha20-poly1305",
+        "h3-own": "aes-128-gcm",
+        "h3-quiche": None,
+        "h3-envoy": None,
+    }
+    named = unpinned_aead(arms, "chacha20-poly1305")
+    assert sorted(named) == ["h3-envoy", "h3-quiche"]
+    assert named["h3-quiche"].startswith("quiche cannot choose it: quiche's TLS is BoringSSL")
+    assert unpinned_aead(arms, None) == {}
+    with pytest.raises(QuicbedError) as exc:
+        resolve(*parse_cli("h2,h3"), "cubic", aead="aes-256-gcm")
+    assert str(exc.value).startswith("aead aes-256-gcm (the cell's): arm h3: aead aes-256-gcm:")
+    old_tls = resolve(*parse_cli("h2:tls=1.2,h3"), "cubic", aead="chacha20-poly1305")
+    assert old_tls[0].params.get("aead") is None
+    assert "runs TLS 1.2" in unpinned_aead(old_tls, "chacha20-poly1305")["h2"]
+
+
+def test_apache_pins_the_suite_and_reads_it_from_its_log() -> None:
+    """Apache starts with the suite defined for the role's SSLCipherSuite TLSv1.3 and takes
+    every connection's negotiated suite from its access log's last field (a line of the
+    role before the field has none, and cannot prove the arm's aead)."""
+    from quicbed.servers.apache import ApacheServer
+
+    arm = resolve(*parse_cli("h2"), "cubic", aead="chacha20-poly1305")[0]
+    tb = SimpleNamespace(server_ip="10.0.0.1")
+    spec = ServeSpec(RPath("/d"), RPath("/c"), RPath("/k"), RPath("/l"))
+    srv = ApacheServer(tb, spec, arm)  # type: ignore[arg-type]
+    argv = srv.argv()
+    assert "Define QUICBED_SSL_CIPHERS TLS_CHACHA20_POLY1305_SHA256" in argv, argv
+    line = (
+        "1733500000.123456 10.0.0.2 HTTP/2.0 GET /5kb/index.html 200 512 TLSv1.3 Initial "
+        "1 0 40000 quicbed.test TLS_CHACHA20_POLY1305_SHA256"
+    )
+    facts = srv.load_facts([line])
+    assert facts["tls_cipher"] == ["TLS_CHACHA20_POLY1305_SHA256"]
+    assert srv.param_evidence(facts) == []
+    older = srv.load_facts([line.rsplit(" ", 1)[0]])
+    assert "tls_cipher" not in older
+    assert srv.param_evidence(older) == [
+        "the server's connections negotiated no cipher, not TLS_CHACHA20_POLY1305_SHA256"
+    ]

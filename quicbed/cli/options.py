@@ -410,6 +410,17 @@ KeyExchangeOpt = Annotated[
         "An arm may name its own (h3-pq:stack=quic-go:key_exchange=x25519mlkem768).",
     ),
 ]
+AeadOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--aead",
+        help="TLS 1.3 cipher suite every arm whose server can pin one runs, verified per "
+        "load from the server's record of every connection: aes-128-gcm, aes-256-gcm or "
+        "chacha20-poly1305 (Apache pins all three; quic-go aes-128-gcm and "
+        "chacha20-poly1305; quiche, Envoy and gQUIC none, named). An arm may name its own "
+        "(h3:aead=chacha20-poly1305). Default: each stack's own choice.",
+    ),
+]
 CertificateOpt = Annotated[
     str,
     typer.Option(
@@ -505,6 +516,7 @@ class CellOptions:
     browser: BrowserOpt = CELL["browser"]
     key_exchange: KeyExchangeOpt = CELL["key_exchange"]
     certificate: CertificateOpt = CELL["certificate"]
+    aead: AeadOpt = CELL["aead"]
     background: BackgroundOpt = ""
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
@@ -524,6 +536,7 @@ class CellOptions:
             browser=self.browser,
             key_exchange=self.key_exchange,
             certificate=self.certificate,
+            aead=self.aead,
             background=self.background,
         )
 

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from quicbed.backends import get_backend
 from quicbed.progress import progress_bar
-from quicbed.spec.arms import unpinned_arms
+from quicbed.spec.arms import unpinned_aead, unpinned_arms
 from quicbed.testbed.owner import describe
 
 if TYPE_CHECKING:  # scipy loads with the analysis: when a transfer is printed, not at start
@@ -229,6 +229,8 @@ def _print_load_checks(result: Any, cfg: Any) -> None:
             )
     for arm, why in unpinned_arms(cfg.resolved_arms(), cfg.key_exchange).items():
         warn(f"{arm} runs its own key exchange, not the cell's {cfg.key_exchange}: {why}")
+    for arm, why in unpinned_aead(cfg.resolved_arms(), cfg.aead).items():
+        warn(f"{arm} runs its own cipher suite, not the cell's aead {cfg.aead}: {why}")
     ran = {arm: v["groups"] for arm, v in arms if v.get("groups")}
     if len({tuple(g) for g in ran.values()}) > 1:
         warn(

@@ -22,7 +22,7 @@ from quicbed.paths import Run, sha256_of
 from quicbed.replay.serve import ReplayServe, checked
 from quicbed.servers import apache_replay
 from quicbed.servers.webserver import Arm, Params, WebServer, cold_origins, cubic_beta_bound
-from quicbed.settings import keyexchange, tcpopts
+from quicbed.settings import keyexchange, sockopts, tcpopts
 from quicbed.tcpinfo import ss_congestion
 from quicbed.testbed.lifecycle import RPath, Testbed
 
@@ -56,17 +56,29 @@ def log_requests(lines: list[str], earlier: frozenset[str] = frozenset()) -> lis
         if f[11] in earlier:
             continue
         sni = f[12] if len(f) > 12 and f[12] != "-" else ""
+        # the negotiated suite, logged since the aead knob (an older role's line has none)
+        cipher = f[13] if len(f) > 13 and f[13] != "-" else ""
         reqs.append(
-            {"proto": f[2], "status": f[5], "tls": f[7], "resumed": f[8], "port": f[11], "sni": sni}
+            {
+                "proto": f[2],
+                "status": f[5],
+                "tls": f[7],
+                "resumed": f[8],
+                "port": f[11],
+                "sni": sni,
+                "cipher": cipher,
+            }
         )
     return reqs
 
 
-class TcpParams(keyexchange.KeyExchangeKnob, Params):
+class TcpParams(keyexchange.KeyExchangeKnob, sockopts.AeadKnob, Params):
     """What a TCP arm may set. cubic_beta is Linux CUBIC's, host-wide
     (quicbed.hostparam) while the server runs; tls is the one TLS version Apache offers
     (default: the apache_h2 role's, TLS 1.3); the TCP options (quicbed.settings.tcpopts) apply on
-    both ends while the server runs, verified per load from the SYN and SYN-ACK."""
+    both ends while the server runs, verified per load from the SYN and SYN-ACK; aead the
+    one TLS 1.3 cipher suite Apache offers (``SSLCipherSuite TLSv1.3``), verified per load
+    from the suite Apache's log names for every connection."""
 
     cubic_beta: float | None = Field(default=None, description="CUBIC's loss backoff beta")
     tls: str | None = Field(default=None, description="TLS version of a TCP arm: 1.2 or 1.3")
@@ -101,8 +113,6 @@ class ApacheServer(WebServer):
             "cannot apply it: Apache runs TCP; UDP knobs are for QUIC arms (TCP's buffer "
             "is the rmem option)",
         ),
-        "aead": "cannot choose it in quicbed yet: Apache's SSLCipherSuite TLSv1.3 could, "
-        "but quicbed's role does not set it or read the negotiated suite back",
     }
     key_exchange_refusals: ClassVar[dict[str, str]] = {
         "x25519mlkem768": "cannot pin it: Debian 12's OpenSSL 3.0 has no ML-KEM (OpenSSL "
@@ -190,6 +200,9 @@ class ApacheServer(WebServer):
         groups = keyexchange.OPENSSL.get(self.arm.key_exchange or "")
         if groups:  # SSLOpenSSLConfCmd Groups, in the role's httpd.conf
             pin += ["-C", f"Define QUICBED_SSL_GROUPS {groups}"]
+        aead = self.arm.params.get("aead")
+        if aead:  # SSLCipherSuite TLSv1.3, in the role's httpd.conf
+            pin += ["-C", f"Define QUICBED_SSL_CIPHERS {sockopts.AEADS[aead]}"]
         replay = ["-D", "QUICBED_REPLAY"] if self.spec.replay is not None else []
         return [APACHE, *pin, *replay, "-f", CONF, "-D", "FOREGROUND"]
 
@@ -222,6 +235,11 @@ class ApacheServer(WebServer):
             "tls_resumed": bool(conns) and all(v == "Resumed" for v in conns.values()),
             "protocols": sorted({r["proto"] for r in reqs}),
             "tls_versions": sorted({r["tls"] for r in reqs}),
+            **(
+                {"tls_cipher": sorted({r["cipher"] for r in reqs if r["cipher"]})}
+                if any(r["cipher"] for r in reqs)
+                else {}
+            ),
         }
 
     def mark(self) -> None:
@@ -268,9 +286,11 @@ class ApacheServer(WebServer):
         """CUBIC's beta in the kernel's own 1/1024 units, as read from the host; the TLS
         version of every request, from Apache's own log; the TCP options from the load's
         handshakes (quicbed.settings.tcpopts.evidence); the key exchange from its hellos
-        (quicbed.settings.keyexchange.evidence)."""
+        (quicbed.settings.keyexchange.evidence); the cipher suite of every connection, from
+        Apache's own log (quicbed.settings.sockopts.evidence)."""
         reasons = tcpopts.evidence(self.arm.params, facts)
         reasons += keyexchange.evidence(self.arm.key_exchange, facts)
+        reasons += sockopts.evidence(self.arm.params, facts)
         if "tls" in self.arm.params:
             want = TLS_VERSIONS[self.arm.params["tls"]]
             if facts.get("tls_versions") != [want]:

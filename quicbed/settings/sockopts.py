@@ -113,7 +113,19 @@ def refuse(arm: str, who: str, params: Mapping[str, Any], why: Mapping[str, str]
             raise QuicbedError(f"arm {arm}: {key} {shown(v)}: {who} {reason}")
 
 
-class SocketKnobs(BaseModel):
+class AeadKnob(BaseModel):
+    """The field of the ``Params`` of a stack whose server can pin the TLS 1.3 cipher
+    suite (a base of it, as :class:`SocketKnobs` is): Apache's over TCP, quic-go's."""
+
+    aead: str | None = Field(default=None, description="the TLS 1.3 AEAD: " + ", ".join(AEADS))
+
+    @field_validator("aead")
+    @classmethod
+    def _aead(cls, v: str | None) -> str | None:
+        return aead_name(v)
+
+
+class SocketKnobs(AeadKnob):
     """The fields of the ``Params`` of a stack that can apply these knobs (a base of it,
     beside quicbed.servers.webserver.Params): typed and bounded here, so every stack takes
     them alike; what a stack cannot do of them is its ``knob_refusals``."""
@@ -126,7 +138,6 @@ class SocketKnobs(BaseModel):
     client_udp_sndbuf: int | None = Field(
         default=None, description="bytes (the transfer client's SO_SNDBUF)"
     )
-    aead: str | None = Field(default=None, description="the TLS 1.3 AEAD: " + ", ".join(AEADS))
     gso: bool | None = Field(
         default=None, description="the server's UDP generic segmentation offload (UDP_SEGMENT)"
     )
@@ -135,11 +146,6 @@ class SocketKnobs(BaseModel):
     @classmethod
     def _buffer(cls, v: int | None, info: ValidationInfo) -> int | None:
         return buffer_bound(str(info.field_name), v)
-
-    @field_validator("aead")
-    @classmethod
-    def _aead(cls, v: str | None) -> str | None:
-        return aead_name(v)
 
 
 #: what the client of each kind of cell can set of the client's buffers

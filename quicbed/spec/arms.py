@@ -170,6 +170,45 @@ def _pinned(arm: Arm, stack: type[WebServer], key_exchange: str) -> Arm:
     return replace(arm, key_exchange=key_exchange)
 
 
+def _with_aead(arm: Arm, stack: type[WebServer], aead: str | None) -> Arm:
+    """``arm`` with the TLS 1.3 cipher suite its server pins: its own ``aead``, else the
+    cell's where its stack can pin one (a suite the stack cannot pin is refused by name,
+    quicbed.settings.sockopts); a stack that pins none, and a TLS 1.2 arm, keep their
+    own choice (:func:`unpinned_aead` names them)."""
+    if arm.params.get("tls") == "1.2":
+        if arm.params.get("aead"):
+            raise QuicbedError(
+                f"arm {arm.name}: aead with tls 1.2: aead names a TLS 1.3 cipher suite"
+            )
+        return arm
+    if aead is None or arm.params.get("aead") or "aead" not in stack.Params.model_fields:
+        return arm
+    try:
+        params = stack.check_arm(arm.name, arm.cc, {**arm.params, "aead": aead})
+    except QuicbedError as exc:
+        raise QuicbedError(
+            f"aead {aead} (the cell's): {exc} (give the arm its own aead, or leave the "
+            "cell's unset)"
+        ) from None
+    return replace(arm, params=params)
+
+
+def unpinned_aead(arms: Sequence[Arm], aead: str | None) -> dict[str, str]:
+    """The arms a cell's ``aead`` cannot reach (their stacks pin no TLS 1.3 cipher suite,
+    or they run TLS 1.2), each with why: they run their own choice, which the cell's
+    summary names."""
+    if aead is None:
+        return {}
+
+    def why(a: Arm) -> str:
+        if a.params.get("tls") == "1.2":
+            return "the arm runs TLS 1.2, and aead names a TLS 1.3 cipher suite"
+        stack = get_stack(a.stack)
+        return f"{stack.name} {stack.knob_refusals.get('aead', 'cannot pin a cipher suite')}"
+
+    return {a.name: why(a) for a in arms if not a.params.get("aead")}
+
+
 def unpinned_arms(arms: Sequence[Arm], key_exchange: str) -> dict[str, str]:
     """The arms a cell's key exchange cannot reach (their stacks pin no group), each with
     why: they run their own choice, which the cell's summary and report name."""
@@ -193,12 +232,14 @@ def resolve(
     kind: Kind = "page",
     browser: str | None = None,
     key_exchange: str = keyexchange.STACK,
+    aead: str | None = None,
 ) -> list[Arm]:
     """The arms of a cell in order, each checked against its stack (what it takes and
     which cells it can be measured in) and, in a page cell, given its browser (``browser``:
     the cell's, None: the stacks' choice); every arm whose stack can pin a group runs the
-    cell's ``key_exchange`` unless it names its own (:func:`_pinned`); errors name the
-    value."""
+    cell's ``key_exchange`` unless it names its own (:func:`_pinned`), and every arm
+    whose stack can pin a TLS 1.3 cipher suite the cell's ``aead`` (:func:`_with_aead`);
+    errors name the value."""
 
     extra = sorted(set(settings) - set(names))
     if extra:
@@ -252,6 +293,7 @@ def resolve(
             for a in out
         ]
     out = [_pinned(a, stacks_of[a.name], key_exchange) for a in out]
+    out = [_with_aead(a, stacks_of[a.name], aead) for a in out]
     tcp = [a for a in out if a.transport == "tcp"]
     if len(tcp) > 1:
         raise QuicbedError(

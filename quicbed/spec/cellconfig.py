@@ -35,7 +35,7 @@ from quicbed.roles.offloads import check_shaper, parse
 from quicbed.servers import get_stack, tcp_ccs
 from quicbed.servers.webserver import Arm, Kind
 from quicbed.settings import certificate as chains
-from quicbed.settings import keyexchange
+from quicbed.settings import keyexchange, sockopts
 from quicbed.shapers import check_condition, check_name
 from quicbed.spec import workloads
 from quicbed.spec.arms import ArmSettings, resolve
@@ -56,6 +56,7 @@ _NEW_FIELDS: dict[str, object] = {
     "key_exchange": "stack",
     "background": [],
     "certificate": chains.DEFAULT,
+    "aead": None,
 }
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {
@@ -236,6 +237,10 @@ class CellConfig(BaseModel):
     #: the certificate chain every arm's server sends (quicbed.settings.certificate:
     #: KEY/N, a key type and a count; default the chain quicbed served before the setting)
     certificate: str = chains.DEFAULT
+    #: the TLS 1.3 cipher suite (its AEAD: quicbed.settings.sockopts.AEADS) every arm
+    #: whose server can pin one runs unless the arm names its own ``aead``; None: each
+    #: stack's own choice (the client's preference among its suites)
+    aead: str | None = None
     #: flows that share the bottleneck with every load of a page cell, started before
     #: the first and running through the last (quicbed.spec.background); () : none
     background: Annotated[tuple[BackgroundFlow, ...], BeforeValidator(_background)] = ()
@@ -244,6 +249,11 @@ class CellConfig(BaseModel):
     @classmethod
     def _key_exchange(cls, v: object) -> str:
         return keyexchange.parse(v)
+
+    @field_validator("aead")
+    @classmethod
+    def _aead(cls, v: str | None) -> str | None:
+        return sockopts.aead_name(v)
 
     @field_validator("certificate", mode="before")
     @classmethod
@@ -425,7 +435,13 @@ class CellConfig(BaseModel):
 
     def resolved_arms(self) -> list[Arm]:
         return resolve(
-            self.arms, self.arm_settings, self.cc, self.kind, self.browser, self.key_exchange
+            self.arms,
+            self.arm_settings,
+            self.cc,
+            self.kind,
+            self.browser,
+            self.key_exchange,
+            self.aead,
         )
 
     def browsers(self) -> list[str]:

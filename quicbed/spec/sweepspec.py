@@ -201,6 +201,9 @@ class Scenario(BaseModel):
     #: the TLS key-exchange group of this scenario's cells (quicbed.settings.keyexchange);
     #: unset: the cell's default (x25519), and the key is left out of the digest
     key_exchange: str | None = None
+    #: the TLS 1.3 cipher suite of this scenario's cells (quicbed.settings.sockopts: the
+    #: arms' ``aead``); unset: each stack's own, and the key is left out of the digest
+    aead: str | None = None
     #: background flows beside the loads, a grid axis: each entry one cell's flows in
     #: --background's spelling ("bulk:tcp:bbr", "none", or several comma-separated;
     #: quicbed.spec.background); unset: none, and the key is left out of the digest
@@ -432,6 +435,7 @@ class SweepSpec(BaseModel):
                 "browser",
                 "offloads",
                 "key_exchange",
+                "aead",
                 "background",
                 "certificate",
                 "trace",
@@ -565,6 +569,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     offloads=offl,
                     load_timeout_s=d.load_timeout_s,
                     **({"key_exchange": sc.key_exchange} if sc.key_exchange else {}),
+                    **({"aead": sc.aead} if sc.aead else {}),
                     **({"background": bg} if bg != "none" else {}),
                     **({"certificate": chain} if chain is not None else {}),
                     **work,

@@ -1,6 +1,8 @@
-"""The certificate setting in a real cell (quicbed.settings.certificate): every server
-sends the cell's chain, every client trusts that chain alone, and at level full every
-fresh handshake's chain is counted from the wire."""
+"""The handshake's knobs in a real cell: the certificate chain (quicbed.settings.certificate:
+every server sends the cell's chain, every client trusts that chain alone, and at level
+full every fresh handshake's chain is counted from the wire) and the TLS 1.3 cipher suite
+(the cell's ``aead``: pinned where a server can, verified per load from the server's own
+record, the others named)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ COND = make_condition(rate_mbit=10, rtt_ms=36)
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.slow
-def test_an_rsa_chain_of_three_on_every_stack_and_both_browsers(
+def test_an_rsa_chain_of_three_and_chacha20_on_every_stack_and_both_browsers(
     shared_links: SharedLinks, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """rsa-2048/3 (leaf, intermediate, root) on Apache, quic-go, quiche and Envoy in
@@ -28,7 +30,9 @@ def test_an_rsa_chain_of_three_on_every_stack_and_both_browsers(
     database), 1-RTT so every load's handshake sends the chain: tshark reads on the wire,
     for every connection of every load, three certificates of exactly the chain's DER
     bytes and a CertificateVerify signed with RSA-PSS; the attempt records the chain and
-    each arm's anchor."""
+    each arm's anchor. The cell's aead chacha20-poly1305 is pinned on Apache and quic-go
+    (both browsers), by their own records of every connection and by the ServerHellos the
+    hello capture read; quiche and Envoy pin no suite and are left to their own."""
     names, settings = parse_cli("h2,h3,h3-quiche,h3-envoy,h3-ff:stack=quic-go:browser=firefox")
     cfg = make_cell(
         condition=COND,
@@ -39,6 +43,7 @@ def test_an_rsa_chain_of_three_on_every_stack_and_both_browsers(
         arms=names,
         arm_settings=settings,
         certificate="rsa-2048/3",
+        aead="chacha20-poly1305",
     )
     out = tmp_path_factory.mktemp("chain") / "r"
     r = shared_links.run_cell(cfg, out, traces="full")
@@ -66,3 +71,19 @@ def test_an_rsa_chain_of_three_on_every_stack_and_both_browsers(
             assert h["signature_algorithm"] in certificate.KEYS["rsa-2048"], (run.arm, h)
     for arm, v in r.verified.items():
         assert v["chains_counted"] == v["measured"] and v["chain_problems"] == 0, (arm, v)
+    chacha = "TLS_CHACHA20_POLY1305_SHA256"
+    pinned = {a.name: a.params.get("aead") for a in cfg.resolved_arms()}
+    assert pinned == {
+        "h2": "chacha20-poly1305",
+        "h3": "chacha20-poly1305",
+        "h3-quiche": None,
+        "h3-envoy": None,
+        "h3-ff": "chacha20-poly1305",
+    }
+    for run in runs:
+        server = run.detail["server"]
+        suites = {h["cipher"] for h in server.get("tls_hellos") or []}
+        if pinned[run.arm]:  # the server's own record, and its ServerHellos
+            assert server["tls_cipher"] == [chacha] and suites == {chacha}, (run.arm, server)
+        elif run.arm == "h3-quiche":  # BoringSSL's own choice: AES first with AES hardware
+            assert suites and chacha not in suites, (run.arm, suites)
