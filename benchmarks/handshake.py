@@ -11,10 +11,12 @@ chose (every load is checked against its arm's pin), valid of the measured loads
 and standard deviation of PLT (ms), and from each valid load's first connection (its
 level-full capture, read with tshark): the median ClientHello and server-flight bytes
 (handshake messages), the median handshake span in round trips of the base RTT, and how
-many were resumed; then per cell each pair (h2 against every QUIC arm, and each stack's
-classical against its post-quantum arm): the difference of means in % (positive: the
-second arm is faster) and Welch's p. The head gives the host's steal and busy shares
-over the run (/proc/stat) and the wall time.
+many were resumed; the cell's certificate chain and the median bytes of the chain on the
+wire (0 or -: resumed, none sent), and for QUIC the client's first bytes and how many
+server flights QUIC's anti-amplification limit held back; then per cell each pair (h2
+against every QUIC arm, and each stack's classical against its post-quantum arm): the
+difference of means in % (positive: the second arm is faster) and Welch's p. The head
+gives the host's steal and busy shares over the run (/proc/stat) and the wall time.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from real_pages import _cells, _mean_sd, _table, bench_main
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "sweeps" / "handshake.yaml"
 ARM_HEAD = ["Mbit/s", "RTT ms", "page", "mode", "arm", "groups", "valid", "PLT", "sd"]
-ARM_HEAD += ["CH bytes", "flight bytes", "round trips", "resumed"]
+ARM_HEAD += ["CH bytes", "flight bytes", "round trips", "resumed", "chain", "chain bytes"]
+ARM_HEAD += ["client first", "held"]
 PAIR_HEAD = ["Mbit/s", "RTT ms", "page", "mode", "pair", "PLT diff %", "Welch p"]
 
 
@@ -61,6 +64,20 @@ def arm_rows(root: Path) -> list[list[str]]:
                 for key in ("client_hello_bytes", "server_flight_bytes", "round_trips"):
                     row.append(_median([f[key] for f in first if f.get(key) is not None]))
                 row.append(f"{sum(1 for f in first if f.get('resumed'))}/{len(first)}")
+                row += [
+                    cfg.certificate,
+                    _median([f["certificate_bytes"] for f in first if f.get("certificate_bytes")]),
+                ]
+                row.append(
+                    _median(
+                        [
+                            f["client_first_bytes"]
+                            for f in first
+                            if f.get("client_first_bytes") is not None
+                        ]
+                    )
+                )
+                row.append(f"{sum(1 for f in first if f.get('amplification_held'))}/{len(first)}")
                 rows.append(row)
     finally:
         store.close()

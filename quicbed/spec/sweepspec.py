@@ -462,6 +462,9 @@ def cell_traces(spec: SweepSpec, scenario: str) -> str | None:
 class PlannedCell(BaseModel):
     scenario: str
     config: CellConfig
+    #: the trace level its loads run at (:func:`cell_traces`; None: the kind's default),
+    #: which the time estimate counts (level full reads every load's capture)
+    traces: str | None = None
 
 
 def _store_trace_files(data: dict[str, Any], base: Path) -> None:
@@ -583,7 +586,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             if cfg.cell_id() in seen:
                 continue  # scenarios may overlap; a cell is measured once
             seen.add(cfg.cell_id())
-            cells.append(PlannedCell(scenario=name, config=cfg))
+            cells.append(PlannedCell(scenario=name, config=cfg, traces=cell_traces(spec, name)))
     for a, b in extra:
         if (a, b) not in used:  # a pair is compared in the cells that have both arms
             raise QuicbedError(
@@ -718,8 +721,17 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
         bound = min(loss_bound_mbit(c.condition), jitter_bound_mbit(c.condition))
         lossy = nbytes * 8 / (bound * 1e6)
         load = min(max(_slack(c) * load, lossy), c.load_timeout_s)
-        total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * (load + 0.5)
+        each = load + 0.5 + (FULL_TRACE_S if pc.traces == "full" else 0.0)
+        total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * each
     return total
+
+
+#: what level-full traces add to a load: its capture and key log kept, then read with
+#: tshark for its handshakes and its wire timeline (quicbed.traces.handshake, .wire).
+#: benchmarks/durations/handshake-chains: 504 loads of 5 KB took about 0.9 s each beyond
+#: their page load time, 0.4 s more than the 0.5 s every load is given; 0.6 s here, with
+#: margin
+FULL_TRACE_S = 0.6
 
 
 #: a load's time over its bound on a clean link (no loss, jitter, varying rate or
