@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 from quicbed.analysis.cells import compare_cell
+from quicbed.results.handshakes import load_groups
 from quicbed.results.store import Store
-from quicbed.run.cell import load_groups
 from quicbed.spec.arms import own_pairs, parse_pairs
 from quicbed.spec.sweepspec import load_spec
 

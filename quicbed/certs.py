@@ -46,10 +46,10 @@ VALIDITY_DAYS = 30
 @dataclass(frozen=True)
 class TestPKI:
     ca_cert: Path
-    cert: Path  # leaf + CA chain (PEM)
+    cert: Path  # the chain the server sends (PEM): the leaf, then its issuers
     key: Path
     spki_pin: str  # base64(sha256(leaf SubjectPublicKeyInfo DER))
-    #: a replayed page's origins: host -> its own leaf + CA chain (PEM), on ``key``
+    #: a replayed page's origins: host -> its own leaf and the chain's issuers (PEM), on ``key``
     origin_certs: dict[str, Path] = field(default_factory=dict)
     #: the key type of every certificate of the chain (:data:`KINDS`) and how many
     #: certificates the server sends

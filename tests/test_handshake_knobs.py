@@ -10,6 +10,7 @@ import pytest
 from conftest import SharedLinks
 
 from quicbed.model.link import make_condition
+from quicbed.report.build import cell_rows
 from quicbed.results.store import Store
 from quicbed.settings import certificate
 from quicbed.spec.arms import parse_cli
@@ -87,3 +88,11 @@ def test_an_rsa_chain_of_three_and_chacha20_on_every_stack_and_both_browsers(
             assert server["tls_cipher"] == [chacha] and suites == {chacha}, (run.arm, server)
         elif run.arm == "h3-quiche":  # BoringSSL's own choice: AES first with AES hardware
             assert suites and chacha not in suites, (run.arm, suites)
+    # the report's cell table names each side's groups and the cell's chain
+    rows = {row.pair: row for row in cell_rows(out)[0] if row.pair}
+    # (h3-ff is in another browser than h2: a cell compares arms of one browser)
+    assert set(rows) == {"h2/h3", "h2/h3-quiche", "h2/h3-envoy"}, rows
+    for pair, row in rows.items():
+        assert row.certificate == "rsa-2048/3" and row.ref_groups == "x25519", (pair, row)
+        want = "x25519mlkem768" if pair == "h2/h3-envoy" else "x25519"  # Envoy pins none
+        assert row.cand_groups == want, (pair, row.cand_groups)

@@ -39,6 +39,7 @@ from quicbed.report.plots import HeatCell, draw_heatmap, figure_data
 from quicbed.report.transfers import is_transfer
 from quicbed.results import advertised
 from quicbed.results.folder import SWEEP_FILE
+from quicbed.results.handshakes import arm_groups
 from quicbed.results.linkload import background_share, cell_line, load_proof, shortfall
 from quicbed.results.linkload import figures as link_figures
 from quicbed.results.provenance import component_identity, measured_on, setup_identity
@@ -374,6 +375,8 @@ def cell_rows(
                     cand_cc=arms[cand].cc,
                     ref_browser=browser_label(components, arms[ref]),
                     cand_browser=browser_label(components, arms[cand]),
+                    ref_groups=arm_groups(runs, ref),
+                    cand_groups=arm_groups(runs, cand),
                     invalid_ref=invalid[ref],
                     invalid_cand=invalid[cand],
                     bg_share_ref=background_share(runs, ref),
@@ -1191,5 +1194,6 @@ def _write_html(
         version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         root=source,
+        default_chain=DEFAULT_CHAIN,
     )
     (report.out / "index.html").write_text(html)

@@ -49,6 +49,8 @@ COLUMNS = [
     "cand_cc",
     "ref_browser",
     "cand_browser",
+    "ref_groups",
+    "cand_groups",
     "n_ref",
     "mean_ref",
     "sd_ref",
@@ -158,6 +160,10 @@ class CellRow(Compared):
     #: the browser each side loaded in, with its build (``Firefox 153.8.0``)
     ref_browser: str | None = None
     cand_browser: str | None = None
+    #: the key-exchange groups each side's measured loads ran, as their ServerHellos
+    #: showed (quicbed.results.handshakes.arm_groups; "" where none was read)
+    ref_groups: str = ""
+    cand_groups: str = ""
     invalid_ref: int | None = None
     invalid_cand: int | None = None
     # what the page shows beside the table

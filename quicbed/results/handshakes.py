@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
 from quicbed.settings.certificate import DEFAULT as DEFAULT_CHAIN
 
@@ -55,6 +56,23 @@ CAPTURE = [
     "amplification_held",
 ]
 COLUMNS = [*LOAD, *HELLO, *CAPTURE]
+
+
+def load_groups(detail: dict[str, Any]) -> list[str]:
+    """The key-exchange groups a load's ServerHellos chose: from its hello capture (an arm
+    that pins one, quicbed.settings.keyexchange), else its level-full capture
+    (quicbed.traces.handshake); none where neither was taken."""
+    hellos = (detail.get("server") or {}).get("tls_hellos")
+    if hellos is not None:
+        return sorted({h["group_name"] for h in hellos if h.get("group_name")})
+    return list((detail.get("handshake") or {}).get("groups") or [])
+
+
+def arm_groups(runs: list[RunRow], arm: str) -> str:
+    """The groups an arm's measured loads ran, comma-separated ("" where none was read):
+    what the report names beside each arm, so a comparison of two key exchanges shows."""
+    found = {g for r in runs if r.arm == arm and not r.warmup for g in load_groups(r.detail)}
+    return ",".join(sorted(found))
 
 
 def _cell(v: Any) -> Any:

@@ -44,6 +44,7 @@ from quicbed.replay import verify as replay_verify
 from quicbed.results import provenance
 from quicbed.results.cpuuse import CpuUse
 from quicbed.results.folder import FailureReason
+from quicbed.results.handshakes import load_groups
 from quicbed.results.linkload import background_share, is_replacement, load_proof, spoiled_only
 from quicbed.results.netcounters import RoleCounters
 from quicbed.results.rows import RunRow
@@ -1375,16 +1376,6 @@ def _serve(
         replay=replay_serve.put(tb, folder, archive, pki) if archive is not None else None,
     )
     return spec, page, pki, staged.ca
-
-
-def load_groups(detail: dict[str, Any]) -> list[str]:
-    """The key-exchange groups a load's ServerHellos chose: from its hello capture (an arm
-    that pins one, quicbed.settings.keyexchange), else its level-full capture
-    (quicbed.traces.handshake); none where neither was taken."""
-    hellos = (detail.get("server") or {}).get("tls_hellos")
-    if hellos is not None:
-        return sorted({h["group_name"] for h in hellos if h.get("group_name")})
-    return list((detail.get("handshake") or {}).get("groups") or [])
 
 
 def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
