@@ -151,16 +151,18 @@ def test_a_setting_quicbed_does_not_make_is_refused_by_name(value: str, words: l
 
 
 def _shake(port: int, **kw: object) -> dict[str, object]:
-    return {"client_port": port, "resumed": False, **kw}
+    return {"client_port": port, "resumed": False, "cipher": 0x1301, **kw}
 
 
 def test_wire_problems_judge_count_bytes_and_signature_of_each_full_handshake() -> None:
     """A connection that sent a chain is judged by its count, its bytes and its
-    CertificateVerify's scheme; a resumed one sent none; one not decrypted is named."""
+    CertificateVerify's scheme; a resumed one sent none and one without a ServerHello
+    had no handshake; one whose ServerHello was read but not the rest is named."""
     sizes = [782, 739, 732]
     good = _shake(1, certificates=3, certificate_bytes=2253, signature_algorithm=0x0804)
     resumed = _shake(2, resumed=True, certificates=0, certificate_bytes=0)
-    assert certificate.wire_problems("rsa-2048/3", sizes, [good, resumed]) == []
+    left = _shake(6, cipher=None, certificates=None)  # opened, no ServerHello
+    assert certificate.wire_problems("rsa-2048/3", sizes, [good, resumed, left]) == []
     short = _shake(3, certificates=2, certificate_bytes=1521, signature_algorithm=0x0804)
     ecdsa = _shake(4, certificates=3, certificate_bytes=2253, signature_algorithm=0x0403)
     dark = _shake(5, certificates=None)

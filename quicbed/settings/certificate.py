@@ -2,10 +2,11 @@
 
 A handshake that is not resumed carries the server's certificate chain and a
 CertificateVerify signed with the leaf's key. Their size and their signing cost are
-what a key type and a chain length change: an ECDSA P-256 chain of two is about 1 KB,
-an RSA-4096 chain of three about 4.4 KB, which in QUIC meets the anti-amplification
-limit (RFC 9000 8.1: three times what the client has sent) before the address is
-validated, and in TCP the initial window.
+what a key type and a chain length change: an ECDSA P-256 chain of two is 0.7 KB, an
+RSA-4096 chain of three 3.8 KB, which with the rest of a QUIC server's first flight can
+pass the anti-amplification limit (RFC 9000 8.1: three times what the client has sent
+before its address is validated; docs/benchmarks/handshake.md measured QUICHE in Envoy
+held by it).
 
 So a cell names its chain (``certificate``, spelled ``KEY`` or ``KEY/N``): ``KEY`` one
 of :data:`KEYS` (every certificate of the chain on that key type, as a CA of that type
@@ -21,14 +22,14 @@ signed. A client is given only that chain's trust anchor: Chromium the SPKI pin 
 leaf's key, Firefox, Chromium 72 and quicbed-bulk its root (an NSS database or a CA
 file). A load that completes a handshake has therefore been served a chain on that leaf
 key (Chromium) or under that root (the others); a chain of another setting fails the
-handshake. Each load records the chain it was served under (:func:`load_fact`).
+handshake. Each attempt records the chain its loads were served (:func:`chain_fact`).
 
 **Counted per load from the wire at level full**: the load's capture, decrypted with
 its key log (quicbed.traces.handshake), gives every connection's Certificate message:
 the number of certificates and their DER bytes, and the CertificateVerify's signature
 scheme. :func:`wire_problems` names a connection whose chain is not the setting's
 (another count, other bytes, a signature of another key type); a resumed connection
-sends no chain and is not judged.
+sends no chain, and one that never had a ServerHello no handshake: neither is judged.
 """
 
 from __future__ import annotations
@@ -133,12 +134,13 @@ def wire_problems(setting: str, sizes: list[int], handshakes: list[dict[str, Any
     are not the setting's chain of ``sizes``: each connection that sent one is judged by
     its certificate count, its certificates' bytes (a Certificate entry's length is the
     DER's) and its CertificateVerify's signature scheme; resumed connections send none,
-    and a connection whose messages were not decrypted cannot be judged (named)."""
+    a connection without a ServerHello (one the browser opened and left) had no
+    handshake, and one whose messages were not decrypted cannot be judged (named)."""
     key, n = split(setting)
     out: list[str] = []
     for h in handshakes:
         port = h.get("client_port")
-        if h.get("resumed") or h.get("certificates") == 0:
+        if h.get("resumed") or h.get("certificates") == 0 or h.get("cipher") is None:
             continue
         if h.get("certificates") is None:
             out.append(f"port {port}: its Certificate message was not decrypted")
