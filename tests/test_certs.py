@@ -84,9 +84,12 @@ def _openssl_verify(ca: Path, chain: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(
     ("setting", "key_type", "bits"),
-    [("ecdsa-p256/1", "id-ecPublicKey", 256), ("rsa-2048/3", "rsaEncryption", 2048),
-     ("rsa-4096/2", "rsaEncryption", 4096)],
-)  # fmt: skip
+    [
+        ("ecdsa-p256/1", "id-ecPublicKey", 256),
+        ("rsa-2048/3", "rsaEncryption", 2048),
+        ("rsa-4096/2", "rsaEncryption", 4096),
+    ],
+)
 def test_each_setting_makes_its_chain_openssl_verifies(
     tmp_path: Path, setting: str, key_type: str, bits: int
 ) -> None:

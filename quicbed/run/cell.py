@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quicbed import certs, timelog
+from quicbed import timelog
 from quicbed.analysis.cells import compare_cell
 from quicbed.analysis.stats import Comparison
 from quicbed.analysis.transfers import stored_transfer
@@ -52,7 +52,7 @@ from quicbed.results.store import Store, now
 from quicbed.results.transfers import BulkResult
 from quicbed.run import background
 from quicbed.run.bulk import FlowJudge, run_transfer
-from quicbed.run.chainstage import stage_chain
+from quicbed.run.chainstage import StagedChain, stage_chain
 from quicbed.run.loadcpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
@@ -767,7 +767,8 @@ class _Job:
         browser launched and ready, and the meters read around every load. Servers and
         browsers enter ``rig`` as they are made, so a failure stops those that exist."""
         cfg, tb = self.cfg, self.tb
-        spec, rig.page, pki, ca_cert = _serve(tb, cfg, self.pageset, log_dir)
+        spec, rig.page, staged = _serve(tb, cfg, self.pageset, log_dir)
+        pki = staged.pki
         if spec.replay is not None:
             rig.held.enter_context(replay_serve.addresses(tb, spec.replay))
         if rig.tracing:
@@ -794,7 +795,7 @@ class _Job:
                 user_data_dir=profile,
                 client=kind.name,
                 quic_version=rig.servers[a.name].quic_version,
-                ca_cert=ca_cert if kind.trusts_ca else None,
+                ca_cert=staged.ca if kind.trusts_ca else None,
                 origins=rig.servers[a.name].origin_addresses(),
                 **extra[a.name],
             )
@@ -1344,7 +1345,7 @@ def _run_detail(rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> dict[str,
 
 def _serve(
     tb: Testbed, cfg: CellConfig, pageset: Any, log_dir: Path
-) -> tuple[ServeSpec, dict[str, Any], certs.TestPKI, RPath]:
+) -> tuple[ServeSpec, dict[str, Any], StagedChain]:
     """Put the page tree and the cell's certificate chain on the server; what both
     servers serve; the chain (its leaf's SPKI pin) and where its root is on the client.
 
@@ -1367,15 +1368,14 @@ def _serve(
         hosts = []
     page["hosts"] = frozenset(hosts or [cfg.host])
     staged = stage_chain(tb, cfg.host, hosts, cfg.certificate)
-    pki = staged.pki
     spec = ServeSpec(
         docroot=work / "www",
         cert=staged.cert,
         key=staged.key,
         logdir=tb.outbox("server", log_dir),
-        replay=replay_serve.put(tb, folder, archive, pki) if archive is not None else None,
+        replay=replay_serve.put(tb, folder, archive, staged.pki) if archive is not None else None,
     )
-    return spec, page, pki, staged.ca
+    return spec, page, staged
 
 
 def verify_summary(runs: list[RunRow]) -> dict[str, dict[str, Any]]:
