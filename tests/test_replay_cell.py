@@ -5,8 +5,11 @@ per request from the browser's HAR."""
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SharedLinks
@@ -16,7 +19,7 @@ from quicbed.model.link import make_condition
 from quicbed.replay import archive as arch
 from quicbed.replay.archive import Archive, Entry, Origin
 from quicbed.results.store import Store
-from quicbed.spec.cellconfig import make_cell
+from quicbed.spec.cellconfig import CellConfig, make_cell
 
 ORIGINS = ("www.t3.example", "static.t3.example", "img.t3.example")
 
@@ -28,11 +31,13 @@ def _entry(url: str, body: bytes, ctype: str, bodies: dict[str, bytes]) -> Entry
     return Entry(method="GET", url=url, status=200, headers=headers, body=sha, size=len(body))
 
 
-def three_origins(store: Path) -> Archive:
+def three_origins(
+    store: Path, rtts: tuple[float | None, float | None, float | None] = (None, None, None)
+) -> Archive:
     """A page on three origins: its HTML links a stylesheet on a second origin, which
     pulls a background image from a third; a script on the second origin adds an image
     from the third with a cache-buster in its query (answered by path: recorded without
-    one)."""
+    one). ``rtts``: each origin's recorded RTT (ms; None: none recorded)."""
     www, static, img = (f"https://{h}" for h in ORIGINS)
     bodies: dict[str, bytes] = {}
     html = (
@@ -60,11 +65,13 @@ def three_origins(store: Path) -> Archive:
             Origin(
                 origin=www,
                 host=ORIGINS[0],
+                rtt_ms=rtts[0],
                 entries=(_entry(f"{www}/", html, "text/html", bodies),),
             ),
             Origin(
                 origin=static,
                 host=ORIGINS[1],
+                rtt_ms=rtts[1],
                 entries=(
                     _entry(f"{static}/site.css", css, "text/css", bodies),
                     _entry(f"{static}/app.js", js, "text/javascript", bodies),
@@ -73,6 +80,7 @@ def three_origins(store: Path) -> Archive:
             Origin(
                 origin=img,
                 host=ORIGINS[2],
+                rtt_ms=rtts[2],
                 entries=(
                     _entry(f"{img}/bg.png", png, "image/png", bodies),
                     _entry(f"{img}/a.png", png + b"\0", "image/png", bodies),
@@ -102,6 +110,114 @@ def test_a_cell_names_an_archive_by_name_and_is_identified_by_its_content(
     assert plain.replay is None and "replay" not in plain.model_dump(exclude_defaults=True)
     with pytest.raises(QuicbedError, match="cannot serve a replayed page"):
         make_cell(condition=cond, page="t3", arms=["h2", "h3-quiche"])
+
+
+#: the recorded RTTs of three_origins' origins in the per-origin tests (ms; the first
+#: recorded none, so the link adds nothing for it)
+RECORDED = (None, 30.0, 60.0)
+#: where the origins are on the testbed (quicbed.replay.serve.origin_ips)
+ORIGIN_IPS = ("10.10.1.100", "10.10.1.101", "10.10.1.102")
+
+
+def test_origin_rtt_resolves_into_the_link_from_the_archive(page_store: Path) -> None:
+    """``origin_rtt`` puts each origin's RTT into the cell's link, by the address the
+    origin gets: the recorded ones, or one for all; the cell's identity changes with it
+    and not without it."""
+    three_origins(page_store, RECORDED)
+    cond = make_condition(rate_mbit=10, rtt_ms=36)
+    plain = make_cell(condition=cond, page="t3", arms=["h2"])
+    rec = make_cell(condition=cond, page="t3", arms=["h2"], origin_rtt="Recorded")
+    assert rec.origin_rtt == "recorded"
+    assert rec.condition.origin_rtt == "10.10.1.100=0,10.10.1.101=30,10.10.1.102=60"
+    assert rec.condition.origin_rtts() == dict(zip(ORIGIN_IPS, (0, 30, 60), strict=True))
+    assert "origin_rtt" not in json.dumps(plain.model_dump(mode="json", exclude_defaults=True))
+    assert plain.cell_id() == make_cell(condition=cond, page="t3", arms=["h2"]).cell_id()
+    same = make_cell(condition=cond, page="t3", arms=["h2"], origin_rtt=40)
+    assert same.condition.origin_rtt == ",".join(f"{ip}=40" for ip in ORIGIN_IPS)
+    assert len({plain.cell_id(), rec.cell_id(), same.cell_id()}) == 3
+    # a stored cell keeps what it resolved to: read back without the archive
+    stored = rec.model_dump(mode="json")
+    arch.store().joinpath("t3", "archive.json").unlink()
+    again = CellConfig.model_validate(stored)
+    assert again.cell_id() == rec.cell_id()
+    # half of each origin's RTT each way after the bottleneck, the odd us down
+    down, up = (p.address_delay_us for p in rec.condition.pipes().values())
+    assert down == {"10.10.1.100": 0, "10.10.1.101": 15000, "10.10.1.102": 30000} == up
+    assert "3 origin(s) +0..60 ms" in rec.condition.label()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"page": "5kb", "origin_rtt": "recorded"}, "origin_rtt 'recorded' places a replayed"),
+        ({"page": "t3", "origin_rtt": "far"}, "origin_rtt 'far': recorded"),
+        ({"page": "t3", "origin_rtt": -3}, "origin_rtt -3: recorded"),
+        ({"page": "t3", "origin_rtt": "nan"}, "origin_rtt 'nan': recorded"),
+        ({"page": "t3", "shaper": "netem", "origin_rtt": 5}, "the netem shaper delays every"),
+    ],
+)
+def test_bad_origin_rtts_are_named(page_store: Path, kwargs: dict[str, Any], message: str) -> None:
+    three_origins(page_store, RECORDED)
+    cond = make_condition(rate_mbit=10, rtt_ms=36)
+    with pytest.raises(QuicbedError, match=re.escape(message)):
+        make_cell(condition=cond, arms=["h2"], **kwargs)
+
+
+def test_a_link_with_origin_rtts_needs_the_cells_setting(page_store: Path) -> None:
+    three_origins(page_store, RECORDED)
+    cond = make_condition(rate_mbit=10, rtt_ms=36, origin_rtt="10.10.1.100=5")
+    for page in ("t3", "5kb"):
+        with pytest.raises(QuicbedError, match="is a replayed page's: set the cell's origin_rtt"):
+            make_cell(condition=cond, page=page, arms=["h2"])
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_each_origin_is_at_its_recorded_distance_in_the_receipt_and_every_load(
+    shared_links: SharedLinks, page_store: Path, tmp_path: Path
+) -> None:
+    """Issue 40 item 3: with ``origin_rtt: recorded`` the emulator adds each origin's
+    recorded RTT on top of the link's: the receipt pings every origin address and finds
+    it there; every h2 load's TCP handshake to an origin (HAR connect less TLS) takes
+    the link's RTT plus that origin's."""
+    three_origins(page_store, RECORDED)
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="t3",
+        arms=["h2", "h3"],
+        runs=2,
+        warmup=0,
+        mode="1rtt",
+        origin_rtt="recorded",
+    )
+    r = shared_links.run_cell(cfg, tmp_path / "res")
+    assert r.status == "done", r
+    assert not r.invalid, r.invalid
+    store = Store.open_readonly(tmp_path / "res")
+    try:
+        (row,) = store.receipts()
+        checks = {c["name"]: c for c in row["receipt"]["checks"]}
+        base = checks["rtt"]["expected"]
+        for ip, extra in zip(ORIGIN_IPS, (0, 30, 60), strict=True):
+            c = checks[f"rtt {ip}"]
+            assert c["passed"] and c["expected"] == pytest.approx(base + extra), c
+            assert abs(c["measured"] - base - extra) < 3, c
+        runs = [x for x in store.all_runs() if not x.warmup and x.valid]
+        assert sorted(x.arm for x in runs) == ["h2"] * 2 + ["h3"] * 2
+        for run in runs:
+            entries = run.detail["entries"]
+            assert {e["host"] for e in entries} == set(ORIGINS)
+            if run.arm != "h2":
+                continue
+            for host, extra in zip(ORIGINS, (0, 30, 60), strict=True):
+                # the TCP handshake of each origin's connection: one round trip
+                tcp = [e["connect"] - e["ssl"] for e in entries if e["host"] == host]
+                tcp = [t for t in tcp if t > 0]
+                assert tcp, (host, entries)
+                assert all(36 + extra - 2 < t < 36 + extra + 25 for t in tcp), (host, tcp)
+    finally:
+        store.close()
 
 
 @pytest.mark.root

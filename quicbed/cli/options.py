@@ -433,6 +433,16 @@ CertificateOpt = Annotated[
         "counted from the wire.",
     ),
 ]
+OriginRttOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--origin-rtt",
+        help="A replayed page's origins at their own distances: 'recorded' (each origin's "
+        "RTT from its recording) or an extra RTT in ms for every origin, added by the "
+        "userspace emulator per origin address on top of --rtt and checked per origin in "
+        "the receipt. Default: every origin at the link's RTT.",
+    ),
+]
 BackgroundOpt = Annotated[
     str,
     typer.Option(
@@ -518,6 +528,7 @@ class CellOptions:
     certificate: CertificateOpt = CELL["certificate"]
     aead: AeadOpt = CELL["aead"]
     background: BackgroundOpt = ""
+    origin_rtt: OriginRttOpt = None
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
         names, settings = parse_cli(self.arms)
@@ -538,6 +549,7 @@ class CellOptions:
             certificate=self.certificate,
             aead=self.aead,
             background=self.background,
+            origin_rtt=self.origin_rtt,
         )
 
 

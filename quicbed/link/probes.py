@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quicbed.errors import QuicbedError
+from quicbed.roles.interface import PREFIX_LEN
 from quicbed.testbed.lifecycle import Process, RPath, Testbed
 
 IPERF_PORT = 5201
@@ -31,19 +32,51 @@ def resolve_neighbours(tb: Testbed, role: str, ip: str) -> None:
     tb.exec(role, ["ping", "-n", "-c", "1", "-W", "5", ip], timeout=15, check=False)
 
 
-def ping(tb: Testbed, *, count: int = 200, interval: float = 0.01) -> dict[str, Any]:
-    """RTT samples from client to server (ICMP echo, 56-byte payload, 98-byte frames)."""
-    resolve_neighbours(tb, "client", tb.server_ip)
+def ping(
+    tb: Testbed, *, count: int = 200, interval: float = 0.01, ip: str | None = None
+) -> dict[str, Any]:
+    """RTT samples from client to server (ICMP echo, 56-byte payload, 98-byte frames):
+    to its testbed address, or to another address ``ip`` it holds (a replayed page's
+    origin: server_addresses)."""
+    ip = ip or tb.server_ip
+    resolve_neighbours(tb, "client", ip)
     wait = max(2.0, count * interval + 5)
     cp = tb.exec(
         "client",
-        ["ping", "-n", "-c", str(count), "-i", f"{interval:g}", "-W", "3", tb.server_ip],
+        ["ping", "-n", "-c", str(count), "-i", f"{interval:g}", "-W", "3", ip],
         timeout=wait + 10,
         check=False,
     )
     samples = [float(m.group(2)) for m in _PING_RE.finditer(cp.stdout)]
     seqs = {int(m.group(1)) for m in _PING_RE.finditer(cp.stdout)}
     return ping_summary(samples, count, len(seqs))
+
+
+def server_interface(tb: Testbed) -> str:
+    """The server's interface that holds its testbed address."""
+    cp = tb.exec("server", ["ip", "-o", "-4", "addr", "show"])
+    for line in cp.stdout.splitlines():
+        f = line.split()
+        if len(f) > 3 and f[2] == "inet" and f[3].split("/")[0] == tb.server_ip:
+            return f[1]
+    raise QuicbedError(f"{tb.name('server')}: no interface holds {tb.server_ip}")
+
+
+@contextmanager
+def server_addresses(tb: Testbed, ips: list[str]) -> Iterator[None]:
+    """The server holds ``ips`` (of its testbed subnet) beside its own address, on the
+    same interface, while the block runs: a replayed page's origins, each at an address
+    of its own (quicbed.replay.serve), for its cell or for a receipt's pings to them."""
+    dev = server_interface(tb)
+    added: list[str] = []
+    try:
+        for ip in ips:
+            tb.exec("server", ["ip", "addr", "replace", f"{ip}/{PREFIX_LEN}", "dev", dev])
+            added.append(ip)
+        yield
+    finally:
+        for ip in added:
+            tb.exec("server", ["ip", "addr", "del", f"{ip}/{PREFIX_LEN}", "dev", dev], check=False)
 
 
 def ping_summary(samples: list[float], sent: int, received: int) -> dict[str, Any]:

@@ -643,6 +643,7 @@ def measure(
         run.checks.append(_varying_rtt(cond, pr, spot=False))
     else:
         run.checks.append(_delay_check("rtt", cond, expected_rtt(cond), pr, 2, n_ping * 0.01))
+    _origin_rtt_checks(run)
 
     delay = _plan_delay_probe(cond, pr.get("sd_ms", 0.0))
     streams = run.steady("owd", lambda: probes.udp_probes(tb, delay.plans, idle=delay.idle))
@@ -678,6 +679,31 @@ def measure(
         host_cpu=host_cpu,
         probes=run.seen,
     )
+
+
+#: pings to each delayed origin address (every 10 ms): the link's own RTT check has
+#: shown the pipes; these show each address got its extra delay (a mean off by a
+#: whole extra RTT is far outside the tolerance at 20 samples)
+ORIGIN_PINGS = 20
+
+
+def _origin_rtt_checks(run: _Probing) -> None:
+    """A check per delayed origin address (LinkCondition.origin_rtt): its ping RTT is
+    the link's plus that origin's extra, each address held by the server while it is
+    pinged (quicbed.link.probes.server_addresses)."""
+    rtts = run.cond.origin_rtts()
+    if not rtts:
+        return
+    expected = expected_rtt(run.cond)
+    with probes.server_addresses(run.tb, list(rtts)):
+        for ip, extra in rtts.items():
+            pr = run.steady(
+                f"rtt {ip}", partial(probes.ping, run.tb, count=ORIGIN_PINGS, interval=0.01, ip=ip)
+            )
+            check = _delay_check(
+                f"rtt {ip}", run.cond, expected + extra, pr, 2, ORIGIN_PINGS * 0.01
+            )
+            run.checks.append(check)
 
 
 def _rate_bps(cond: LinkCondition) -> float | None:

@@ -18,6 +18,7 @@ Conventions (documented in docs/link.md):
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from enum import StrEnum
@@ -88,6 +89,42 @@ class Pipe(BaseModel):
     #: "sha256": the trace's digest} or {"kind": "schedule", "steps": [{duration_us,
     #: rate_bps, delay_us}]}; None: the constant rate
     capacity: dict[str, Any] | None = None
+    #: extra one-way delay after the bottleneck for frames of these server-side IPv4
+    #: addresses (a replayed page's origins: LinkCondition.origin_rtt), in microseconds;
+    #: None: none
+    address_delay_us: dict[str, int] | None = None
+
+
+def parse_origin_rtt(text: str) -> dict[str, float]:
+    """``IP=MS,...`` (a condition's ``origin_rtt``) as {address: extra RTT in ms}, each
+    address an IPv4 one and each RTT in [0, MAX_DELAY_MS]; an error names the bad part."""
+    out: dict[str, float] = {}
+    for part in str(text).split(","):
+        ip, sep, ms = part.strip().partition("=")
+        try:
+            addr = ipaddress.ip_address(ip.strip())
+        except ValueError:
+            addr = None
+        if not sep or not isinstance(addr, ipaddress.IPv4Address):
+            raise ValueError(f"origin_rtt {part.strip()!r}: give IPv4=MS (10.10.1.100=40)")
+        try:
+            v = float(ms)
+        except ValueError:
+            raise ValueError(f"origin_rtt {part.strip()!r}: {ms!r} is not a number of ms") from None
+        if not (0 <= v <= MAX_DELAY_MS):
+            raise ValueError(
+                f"origin_rtt {part.strip()!r}: an extra RTT in [0, {MAX_DELAY_MS:g}] ms"
+            )
+        if str(addr) in out:
+            raise ValueError(f"origin_rtt: address {addr} given twice")
+        out[str(addr)] = v
+    return out
+
+
+def origin_rtt_text(rtts: dict[str, float]) -> str:
+    """The canonical spelling of per-address extra RTTs: by address, each ``IP=MS``."""
+    ordered = sorted(rtts.items(), key=lambda kv: ipaddress.IPv4Address(kv[0]))
+    return ",".join(f"{ip}={ms:g}" for ip, ms in ordered)
 
 
 _QUEUE_RE = re.compile(
@@ -168,6 +205,11 @@ class LinkCondition(BaseModel):
     #: each load restarts there, so a cell can measure another part of a trace than its
     #: first seconds
     start_ms: float = 0.0
+    #: a replayed page's origins at their own distances: extra RTT (ms) per server
+    #: address, on top of the link's and after its bottleneck, ``IP=MS,...`` in its
+    #: canonical spelling (origin_rtt_text); filled by a cell's ``origin_rtt`` setting
+    #: from its archive (quicbed.spec.cellconfig); None: every address at the link's RTT
+    origin_rtt: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -185,6 +227,8 @@ class LinkCondition(BaseModel):
         if isinstance(data.get("schedule"), str):
             steps = capacity.parse_schedule(data["schedule"])
             data = {**data, "schedule": capacity.schedule_text(steps)}
+        if data.get("origin_rtt") is not None:
+            data = {**data, "origin_rtt": origin_rtt_text(parse_origin_rtt(data["origin_rtt"]))}
         return data
 
     @model_validator(mode="after")
@@ -338,6 +382,23 @@ class LinkCondition(BaseModel):
             )
 
     # --- derived values -------------------------------------------------------------
+    def origin_rtts(self) -> dict[str, float]:
+        """Each delayed server address's extra RTT (ms), by address ({}: none)."""
+        return {} if self.origin_rtt is None else parse_origin_rtt(self.origin_rtt)
+
+    def address_delays_us(self, direction: str) -> dict[str, int] | None:
+        """One direction's share of each address's extra RTT (us): half each way, the
+        odd microsecond down, so the two add up to it exactly; None: none."""
+        rtts = self.origin_rtts()
+        if not rtts:
+            return None
+        out = {}
+        for ip, ms in rtts.items():
+            total = round(ms * 1000)
+            down = total - total // 2
+            out[ip] = down if direction == "down" else total - down
+        return out
+
     def delay_down(self) -> float:
         if self.delay_down_ms is not None:
             return self.delay_down_ms
@@ -421,6 +482,7 @@ class LinkCondition(BaseModel):
                 count=self.count,
                 ecn_threshold_bytes=self.ecn_threshold_bytes(),
                 capacity=self._capacity(name, delay),
+                address_delay_us=self.address_delays_us(name),
             )
         return out
 
@@ -469,6 +531,11 @@ class LinkCondition(BaseModel):
         parts.append(f"queue {self.queue}")
         if self.ecn_threshold:
             parts.append(f"ECN marks from {self.ecn_threshold}")
+        rtts = self.origin_rtts()
+        if rtts:
+            lo, hi = min(rtts.values()), max(rtts.values())
+            span = f"+{lo:g} ms" if lo == hi else f"+{lo:g}..{hi:g} ms"
+            parts.append(f"{len(rtts)} origin(s) {span}")
         return ", ".join(parts)
 
 

@@ -11,13 +11,15 @@ server's interface while the cell runs; every arm's server answers on all of the
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
-from contextlib import contextmanager
+import math
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from quicbed.certs import ORIGINS, TestPKI
 from quicbed.errors import QuicbedError
+from quicbed.link.probes import server_addresses
+from quicbed.model.link import MAX_DELAY_MS, LinkCondition
 from quicbed.replay.archive import MANIFEST, MAX_ORIGINS, Archive, find, load, store
 from quicbed.roles.interface import PREFIX_LEN, SERVER_IP
 from quicbed.testbed.lifecycle import RPath, Testbed
@@ -64,6 +66,37 @@ def origin_ips(server_ip: str, n: int) -> list[str]:
     return [str(net.network_address + ORIGIN_FIRST + i) for i in range(n)]
 
 
+#: the cell setting ``origin_rtt``'s word for each origin's recorded RTT
+RECORDED = "recorded"
+
+
+def origin_setting(value: object) -> str:
+    """A cell's ``origin_rtt`` as it is kept: ``recorded`` (each origin's RTT as the
+    archive recorded it) or one extra RTT in ms for every origin (``40``)."""
+    if isinstance(value, str) and value.strip().lower() == RECORDED:
+        return RECORDED
+    try:
+        ms = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        ms = math.nan
+    if not (0 <= ms <= MAX_DELAY_MS):
+        raise QuicbedError(
+            f"origin_rtt {value!r}: {RECORDED} (each origin's recorded RTT) or an extra RTT "
+            f"in [0, {MAX_DELAY_MS:g}] ms for every origin"
+        )
+    return f"{ms:g}"
+
+
+def origin_rtts(archive: Archive, setting: str, server_ip: str = SERVER_IP) -> dict[str, float]:
+    """Each origin's address and the RTT the link adds for it: its recorded one (0 for
+    an origin whose entries all reused a connection, which recorded none) or the
+    setting's for all."""
+    ips = origin_ips(server_ip, len(archive.origins))
+    if setting == RECORDED:
+        return {ip: o.rtt_ms or 0.0 for o, ip in zip(archive.origins, ips, strict=True)}
+    return dict.fromkeys(ips, float(setting))
+
+
 def checked(name: str, digest: str) -> tuple[Path, Archive]:
     """The stored archive ``name`` with every body checked, and it is the one a cell
     was made with (``digest``); its origins on 443 and few enough for addresses."""
@@ -106,26 +139,19 @@ def put(tb: Testbed, folder: Path, archive: Archive, pki: TestPKI) -> ReplayServ
     )
 
 
-def server_interface(tb: Testbed) -> str:
-    """The server's interface that holds its testbed address."""
-    cp = tb.exec("server", ["ip", "-o", "-4", "addr", "show"])
-    for line in cp.stdout.splitlines():
-        f = line.split()
-        if len(f) > 3 and f[2] == "inet" and f[3].split("/")[0] == tb.server_ip:
-            return f[1]
-    raise QuicbedError(f"{tb.name('server')}: no interface holds {tb.server_ip}")
-
-
-@contextmanager
-def addresses(tb: Testbed, serve: ReplayServe) -> Iterator[None]:
+def addresses(tb: Testbed, serve: ReplayServe) -> AbstractContextManager[None]:
     """Each origin's address on the server's interface while the cell runs."""
-    dev = server_interface(tb)
-    added: list[str] = []
-    try:
-        for o in serve.origins:
-            tb.exec("server", ["ip", "addr", "replace", f"{o.ip}/{PREFIX_LEN}", "dev", dev])
-            added.append(o.ip)
-        yield
-    finally:
-        for ip in added:
-            tb.exec("server", ["ip", "addr", "del", f"{ip}/{PREFIX_LEN}", "dev", dev], check=False)
+    return server_addresses(tb, [o.ip for o in serve.origins])
+
+
+def check_link(serve: ReplayServe, cond: LinkCondition) -> None:
+    """A link with per-origin RTTs delays exactly the addresses the origins got (the
+    condition names them from the testbed's usual server address; a testbed whose
+    server has another gives its origins others, and the link would delay none)."""
+    rtts = cond.origin_rtts()
+    got = sorted(o.ip for o in serve.origins)
+    if rtts and sorted(rtts) != got:
+        raise QuicbedError(
+            f"origin_rtt: the link delays {', '.join(sorted(rtts))}, but the origins are at "
+            f"{', '.join(got)} on this testbed (its server is not at {SERVER_IP})"
+        )

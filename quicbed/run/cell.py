@@ -770,6 +770,7 @@ class _Job:
         spec, rig.page, staged = _serve(tb, cfg, self.pageset, log_dir)
         pki = staged.pki
         if spec.replay is not None:
+            replay_serve.check_link(spec.replay, cfg.condition)
             rig.held.enter_context(replay_serve.addresses(tb, spec.replay))
         if rig.tracing:
             rig.tracing.start()

@@ -10,7 +10,7 @@ from typing import Any
 from quicbed.errors import QuicbedError
 from quicbed.model.link import JitterKind, LinkCondition, Pipe
 from quicbed.roles.interface import Roles, RPath
-from quicbed.shapers.shaper import Shaper, constant_capacity, no_ecn_marking
+from quicbed.shapers.shaper import Shaper, constant_capacity, no_ecn_marking, one_distance
 
 #: written on the bridge by the bridge_dummynet role: which Emulab pipe shapes which way
 PIPES_FILE = RPath("/var/db/quicbed/pipes.json")
@@ -190,6 +190,7 @@ class DummynetShaper(Shaper):
     def check(self, cond: LinkCondition) -> None:
         no_ecn_marking(self.name, cond)
         constant_capacity(self.name, cond)
+        one_distance(self.name, cond)
         self.commands(cond, {"down": 0, "up": 0})  # the ipfw commands refuse what they can't
 
     def describe(self, cond: LinkCondition) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from quicbed.errors import QuicbedError
 from quicbed.model.link import ETH_HEADER, MAX_FRAME, JitterKind, LinkCondition, Pipe
 from quicbed.roles.interface import Roles
 from quicbed.shapers.bridge import BRIDGE_DEV, bridge_state, bridge_up
-from quicbed.shapers.shaper import EGRESS, Shaper, constant_capacity, no_ecn_marking
+from quicbed.shapers.shaper import EGRESS, Shaper, constant_capacity, no_ecn_marking, one_distance
 
 
 class NetemShaper(Shaper):
@@ -122,6 +122,7 @@ class NetemShaper(Shaper):
     def check(self, cond: LinkCondition) -> None:
         no_ecn_marking(self.name, cond)
         constant_capacity(self.name, cond)
+        one_distance(self.name, cond)
         self.commands(cond)
 
     def describe(self, cond: LinkCondition) -> dict[str, Any]:

@@ -64,6 +64,8 @@ class NoShaper(Shaper):
             shaped.append(f"jitter {cond.jitter_ms:g} ms")
         if cond.varying():
             shaped.append(f"{cond.varying()} {cond.trace or cond.schedule}")
+        if cond.origin_rtt:
+            shaped.append(f"origin_rtt {cond.origin_rtt}")
         if shaped:
             raise QuicbedError(
                 f"shaper none shapes nothing, so it takes rate unlimited and no delay, loss "

@@ -107,6 +107,16 @@ def no_ecn_marking(shaper: str, cond: LinkCondition) -> None:
         )
 
 
+def one_distance(shaper: str, cond: LinkCondition) -> None:
+    """Refuse per-origin RTTs by name on a shaper that delays every address alike: tbf,
+    netem and Dummynet's pipes as quicbed sets them have one delay per direction."""
+    if cond.origin_rtt is not None:
+        raise QuicbedError(
+            f"origin_rtt {cond.origin_rtt!r}: the {shaper} shaper delays every address "
+            "alike (only the userspace emulator adds an RTT per origin: --shaper userspace)"
+        )
+
+
 def constant_capacity(shaper: str, cond: LinkCondition) -> None:
     """Refuse a time-varying link by name on a shaper whose rate is set once: tbf,
     netem and Dummynet's pipes take one rate and one delay (docs/varying-links.md)."""

@@ -109,6 +109,7 @@ class UserspaceShaper(Shaper):
                 "queue_packets": p.queue_packets or 0,
                 "count": p.count,
                 **({"ecn_threshold_bytes": p.ecn_threshold_bytes} if p.ecn_threshold_bytes else {}),
+                **({"address_delay_us": p.address_delay_us} if p.address_delay_us else {}),
                 **extra,
             }
         return {

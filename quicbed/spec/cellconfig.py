@@ -29,8 +29,8 @@ from pydantic import (
 
 from quicbed.client import get_browser
 from quicbed.errors import QuicbedError, from_validation
-from quicbed.model.link import LinkCondition
-from quicbed.replay import archive, pagestore
+from quicbed.model.link import LinkCondition, origin_rtt_text
+from quicbed.replay import archive, pagestore, serve
 from quicbed.roles.offloads import check_shaper, parse
 from quicbed.servers import get_stack, tcp_ccs
 from quicbed.servers.webserver import Arm, Kind
@@ -57,6 +57,7 @@ _NEW_FIELDS: dict[str, object] = {
     "background": [],
     "certificate": chains.DEFAULT,
     "aead": None,
+    "origin_rtt": None,
 }
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {
@@ -66,6 +67,7 @@ _NEW_CONDITION_FIELDS: dict[str, object] = {
     "trace_mean_mbit": None,
     "schedule": None,
     "start_ms": 0.0,
+    "origin_rtt": None,
 }
 TEST_HOST = "quicbed.test"
 #: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
@@ -186,6 +188,43 @@ def _background(value: object) -> tuple[BackgroundFlow, ...]:
         raise ValueError(str(exc).removeprefix("background: ")) from None
 
 
+def _origin_setting(value: object) -> str | None:
+    if value is None:
+        return None
+    try:
+        return serve.origin_setting(value)
+    except QuicbedError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _with_origin_rtts(data: dict[str, Any]) -> dict[str, Any]:
+    """A replay cell's ``origin_rtt`` resolved into its condition's per-address RTTs
+    from the archive (a stored cell's condition has them already, and keeps them: the
+    archive need not be in the store to read results)."""
+    setting = data.get("origin_rtt")
+    if setting is None:
+        return data
+    cond = data.get("condition")
+    fields = cond.model_dump() if isinstance(cond, LinkCondition) else dict(cond or {})
+    if fields.get("origin_rtt") is not None:
+        return data
+    if not data.get("replay"):
+        raise ValueError(
+            f"origin_rtt {setting!r} places a replayed page's origins; page "
+            f"{data.get('page')!r} is one origin (import or build a page: quicbed pages)"
+        )
+    folder = archive.find(str(data.get("page")))
+    if folder is None:
+        raise ValueError(f"origin_rtt: no replay archive {data.get('page')!r} in {archive.store()}")
+    try:
+        rtts = serve.origin_rtts(
+            archive.load(folder, check_bodies=False), serve.origin_setting(setting)
+        )
+    except QuicbedError as exc:
+        raise ValueError(str(exc)) from None
+    return {**data, "condition": {**fields, "origin_rtt": origin_rtt_text(rtts)}}
+
+
 def shaper_field(v: str) -> str:
     """A shaper's name as a cell's or a spec's field takes it: known by name here
     (quicbed.shapers); whether it can run on a testbed is cell.validate's question."""
@@ -244,6 +283,12 @@ class CellConfig(BaseModel):
     #: flows that share the bottleneck with every load of a page cell, started before
     #: the first and running through the last (quicbed.spec.background); () : none
     background: Annotated[tuple[BackgroundFlow, ...], BeforeValidator(_background)] = ()
+    #: a replayed page's origins at their own distances (quicbed.replay.serve):
+    #: ``recorded`` (each origin's RTT from its recording) or one extra RTT in ms for
+    #: every origin, added by the emulator per origin address on top of the link's; the
+    #: condition's ``origin_rtt`` holds what it resolved to. None: every origin at the
+    #: link's RTT
+    origin_rtt: Annotated[str | None, BeforeValidator(_origin_setting)] = None
 
     @field_validator("key_exchange", mode="before")
     @classmethod
@@ -306,8 +351,10 @@ class CellConfig(BaseModel):
     def _replay_page(cls, data: Any) -> Any:
         """A page cell whose page names an archive of the page store, and not a page of
         workloads/pages.yaml, replays it: its digest is filled in."""
-        if not isinstance(data, dict) or data.get("replay") or data.get("kind", "page") != "page":
+        if not isinstance(data, dict):
             return data
+        if data.get("replay") or data.get("kind", "page") != "page":
+            return _with_origin_rtts(data)
         page = data.get("page")
         if isinstance(page, str) and pagestore.ensure(page) is not None:
             if page in workloads.load().pages:
@@ -315,8 +362,8 @@ class CellConfig(BaseModel):
                     f"page {page!r} is both a page of workloads/pages.yaml and a replay "
                     f"archive in {archive.store()}: rename the archive"
                 )
-            return {**data, "replay": archive.digest_of(page)}
-        return data
+            data = {**data, "replay": archive.digest_of(page)}
+        return _with_origin_rtts(data)
 
     @model_validator(mode="after")
     def _resolve(self) -> CellConfig:
@@ -339,6 +386,11 @@ class CellConfig(BaseModel):
                     )
         self._check_kind()
         self._check_background()
+        if self.condition.origin_rtt is not None and (self.replay is None or not self.origin_rtt):
+            raise ValueError(
+                f"a link with per-origin RTTs ({self.condition.origin_rtt}) is a replayed "
+                "page's: set the cell's origin_rtt (recorded, or ms for every origin)"
+            )
         self._check_modes(arms)
         if self.replay is not None:
             try:

@@ -212,6 +212,11 @@ class Scenario(BaseModel):
     #: KEY/N (quicbed.settings.certificate); unset: the default chain, and the key is
     #: left out of the digest
     certificate: list[str] | None = None
+    #: a replayed page's origins at their own distances, a grid axis: each entry
+    #: ``recorded`` (each origin's recorded RTT), an extra RTT in ms for every origin, or
+    #: ``none`` (every origin at the link's RTT; quicbed.replay.serve.origin_setting);
+    #: unset: none, and the key is left out of the digest
+    origin_rtt: list[str | float] | None = None
     #: a time-varying link, a grid axis instead of ``rate``: traces of the trace store by
     #: name (gen:MODEL:seed=N for a generated one) and schedules in --schedule's
     #: spelling (quicbed.model.capacity); unset: the constant rate, left out of the digest
@@ -245,6 +250,7 @@ class Scenario(BaseModel):
         "offloads",
         "background",
         "certificate",
+        "origin_rtt",
         "trace",
         "schedule",
         "start_at",
@@ -438,6 +444,7 @@ class SweepSpec(BaseModel):
                 "aead",
                 "background",
                 "certificate",
+                "origin_rtt",
                 "trace",
                 "schedule",
                 "start_at",
@@ -450,6 +457,10 @@ class SweepSpec(BaseModel):
                 sc.pop("stagger")
         blob = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+#: a scenario's ``origin_rtt`` entry for no per-origin RTT
+NO_ORIGIN_RTT = "none"
 
 
 def cell_traces(spec: SweepSpec, scenario: str) -> str | None:
@@ -515,6 +526,8 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             except QuicbedError as exc:
                 raise QuicbedError(f"{where}.pages: {exc}") from None
         chains: list[str | None] = [*sc.certificate] if sc.certificate else [None]
+        # the handshake's certificate and the origins' distances: one axis of pairs
+        serving = list(itertools.product(chains, sc.origin_rtt or [NO_ORIGIN_RTT]))
         grid = itertools.product(
             sc.rate or [None],
             sc.capacities(),
@@ -525,9 +538,10 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             _workloads(sc),
             sc.offloads or [{}],
             sc.background or ["none"],
-            chains,
+            serving,
         )
-        for rate, cap, delay, (loss, down, up), jitter, queue, work, offl, bg, chain in grid:
+        for rate, cap, delay, (loss, down, up), jitter, queue, work, offl, bg, served in grid:
+            chain, orig = served
             try:
                 cond = make_condition(
                     rate_mbit=rate,
@@ -575,6 +589,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     **({"aead": sc.aead} if sc.aead else {}),
                     **({"background": bg} if bg != "none" else {}),
                     **({"certificate": chain} if chain is not None else {}),
+                    **({"origin_rtt": orig} if orig != NO_ORIGIN_RTT else {}),
                     **work,
                 )
                 spec.host.replaced_per_arm(cfg.runs)  # host.max_replaced within the runs

@@ -20,6 +20,7 @@ const lateBuckets = 100000
 type frame struct {
 	release int64 // CLOCK_MONOTONIC ns
 	seq     uint64
+	class   int // its address class (linkmodel.AddressDelays; 0: no extra delay)
 	data    []byte
 }
 
@@ -88,6 +89,11 @@ type Direction struct {
 	in   int
 	out  int
 	pipe *linkmodel.Pipe
+	// addr adds an extra delay after the pipe for some server-side addresses; each
+	// class's frames leave in their own order (the pipe's), so reordering is counted
+	// within a class: frames of two addresses at different distances overtake each
+	// other as they would on two paths
+	addr *linkmodel.AddressDelays
 
 	mu      sync.Mutex
 	heap    releaseHeap
@@ -102,8 +108,10 @@ type Direction struct {
 	late       []uint64
 	coarse     [coarseBuckets]uint64 // latehist.go: exported, differenced per load
 	lateMax    int64
-	maxSentSeq uint64
-	sentAny    bool
+	maxSentSeq []uint64 // by address class
+	sentAny    []bool
+	// classFrames counts the frames sent per address class
+	classFrames []atomic.Uint64
 
 	// stamped: the kernel stamps each frame's arrival on the input socket
 	// (SO_TIMESTAMPNS), so a frame's schedule starts when it arrived, not when this
@@ -114,8 +122,15 @@ type Direction struct {
 	lastArrival int64
 }
 
-// NewDirection prepares forwarding of frames read on inFd to outFd.
-func NewDirection(name string, inFd, outFd int, pipe *linkmodel.Pipe) (*Direction, error) {
+// NewDirection prepares forwarding of frames read on inFd to outFd, through pipe and
+// then addr's extra delays (nil: none).
+func NewDirection(name string, inFd, outFd int, pipe *linkmodel.Pipe, addr *linkmodel.AddressDelays) (*Direction, error) {
+	if addr == nil {
+		var err error
+		if addr, err = linkmodel.NewAddressDelays(nil, false); err != nil {
+			return nil, err
+		}
+	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, err
@@ -125,8 +140,10 @@ func NewDirection(name string, inFd, outFd int, pipe *linkmodel.Pipe) (*Directio
 		_ = unix.Close(wake)
 		return nil, err
 	}
-	d := &Direction{Name: name, in: inFd, out: outFd, pipe: pipe, wake: wake, timer: timer,
-		late: make([]uint64, lateBuckets)}
+	n := addr.Classes()
+	d := &Direction{Name: name, in: inFd, out: outFd, pipe: pipe, addr: addr, wake: wake, timer: timer,
+		late: make([]uint64, lateBuckets), maxSentSeq: make([]uint64, n), sentAny: make([]bool, n),
+		classFrames: make([]atomic.Uint64, n)}
 	d.stamped = unix.SetsockoptInt(inFd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) == nil
 	d.pool.New = func() any { b := make([]byte, 2048); return &b }
 	return d, nil
@@ -188,7 +205,8 @@ func (d *Direction) receive() {
 		}
 		copy(data, buf[:n])
 		d.seq++
-		f := frame{release: int64(release), seq: d.seq, data: data}
+		class, extra := d.addr.Classify(data)
+		f := frame{release: int64(release + extra), seq: d.seq, class: class, data: data}
 		d.heap.push(f)
 		isHead := d.heap[0].seq == f.seq
 		d.mu.Unlock()
@@ -276,13 +294,15 @@ func (d *Direction) transmit(f frame, now int64) {
 		d.C.TxPackets.Add(1)
 		d.C.TxBytes.Add(uint64(len(f.data)))
 	}
-	if d.sentAny && f.seq < d.maxSentSeq {
+	c := f.class
+	d.classFrames[c].Add(1)
+	if d.sentAny[c] && f.seq < d.maxSentSeq[c] {
 		d.C.Reordered.Add(1)
 	}
-	if f.seq > d.maxSentSeq {
-		d.maxSentSeq = f.seq
+	if f.seq > d.maxSentSeq[c] {
+		d.maxSentSeq[c] = f.seq
 	}
-	d.sentAny = true
+	d.sentAny[c] = true
 	lateNs := now - f.release
 	if lateNs < 0 {
 		lateNs = 0
@@ -338,6 +358,12 @@ type Stats struct {
 	// last restart and the bytes that have left the bottleneck since (absent on a
 	// constant link).
 	Capacity *linkmodel.CapacityState `json:"capacity,omitempty"`
+	// AddressFrames is the frames sent per delayed server-side address (absent when
+	// no address has an extra delay): the evidence that each origin's frames took
+	// its path
+	AddressFrames map[string]uint64 `json:"address_frames,omitempty"`
+	// Addresses describes the address-delay stage ("" when there is none)
+	Addresses string `json:"addresses,omitempty"`
 }
 
 // Restart starts the pipe's trace or schedule again at now (CLOCK_MONOTONIC ns).
@@ -356,6 +382,13 @@ func (d *Direction) Snapshot(socketDrops uint64) Stats {
 		SendErrors: d.C.SendErrors.Load(), Reordered: d.C.Reordered.Load(),
 		ECNCapable: d.C.ECNCapable.Load(), CEMarked: d.C.CEMarked.Load(),
 		SocketDrops: socketDrops, Pipe: d.pipe.String(), RxTimestamps: d.stamped,
+		Addresses: d.addr.String(),
+	}
+	for c := 1; c < d.addr.Classes(); c++ {
+		if s.AddressFrames == nil {
+			s.AddressFrames = map[string]uint64{}
+		}
+		s.AddressFrames[d.addr.Name(c)] = d.classFrames[c].Load()
 	}
 	d.mu.Lock()
 	s.MaxQueueBytes, s.MaxQueuePackets = d.pipe.MaxQueueBytes, d.pipe.MaxQueuePackets

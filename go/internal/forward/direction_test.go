@@ -68,6 +68,12 @@ func startLink(t *testing.T, p linkmodel.Params, seed int64) *testLink {
 // waits in the input socket until l.d.Start().
 func newTestLink(t *testing.T, p linkmodel.Params, seed int64) *testLink {
 	t.Helper()
+	return newTestLinkWith(t, p, seed, nil)
+}
+
+// newTestLinkWith is newTestLink with an address-delay stage after the pipe.
+func newTestLinkWith(t *testing.T, p linkmodel.Params, seed int64, addr *linkmodel.AddressDelays) *testLink {
+	t.Helper()
 	pipe, err := linkmodel.NewPipe(p, seed, "down")
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +93,7 @@ func newTestLink(t *testing.T, p linkmodel.Params, seed int64) *testLink {
 	if err := unix.SetsockoptTimeval(rx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDirection("down", in, out, pipe)
+	d, err := NewDirection("down", in, out, pipe, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +427,7 @@ func TestFailedWritesAreCountedNotSent(t *testing.T) {
 	in, inAdr := mustSocket(t)
 	tx, _ := mustSocket(t)
 	t.Cleanup(func() { _ = unix.Close(tx) })
-	d, err := NewDirection("up", in, unconnectedSocket(t), pipe)
+	d, err := NewDirection("up", in, unconnectedSocket(t), pipe, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +451,7 @@ func idleDirection(t *testing.T) *Direction {
 		t.Fatal(err)
 	}
 	out := unconnectedSocket(t)
-	d, err := NewDirection("down", -1, out, pipe)
+	d, err := NewDirection("down", -1, out, pipe, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -653,5 +659,59 @@ func TestReleaseHeapMatchesASort(t *testing.T) {
 	}
 	for len(h) > 0 {
 		pop()
+	}
+}
+
+// originFrame is datagram id as an Ethernet frame of IPv4 from src (the pattern of
+// payload after the headers).
+func originFrame(id uint32, src [4]byte) []byte {
+	b := payload(id, 200)
+	b[12], b[13] = 0x08, 0x00
+	b[linkmodel.EthernetHeader] = 0x45
+	copy(b[linkmodel.EthernetHeader+12:], src[:])
+	binary.BigEndian.PutUint32(b[linkmodel.EthernetHeader+20:], id)
+	return b
+}
+
+func TestAnAddressDelayHoldsThatOriginsFramesOnly(t *testing.T) {
+	addr, err := linkmodel.NewAddressDelays(map[string]int64{"10.10.1.100": 30000}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLinkWith(t, linkmodel.Params{Delay: 5 * time.Millisecond}, 1, addr)
+	l.d.Start()
+	far, near := [4]byte{10, 10, 1, 100}, [4]byte{10, 10, 1, 1}
+	start := time.Now()
+	for i, src := range [][4]byte{far, near, far, near} {
+		if err := unix.Sendto(l.tx, originFrame(uint32(i), src), 0, l.inAdr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var order []uint32
+	var took []time.Duration
+	for range 4 {
+		r := l.recv()
+		order = append(order, binary.BigEndian.Uint32(r.data[linkmodel.EthernetHeader+20:]))
+		took = append(took, r.at.Sub(start))
+	}
+	// the near origin's frames overtake the far one's, each address in its own order
+	if order[0] != 1 || order[1] != 3 || order[2] != 0 || order[3] != 2 {
+		t.Fatalf("order %v, want [1 3 0 2]", order)
+	}
+	if took[0] < 5*time.Millisecond || took[0] > 30*time.Millisecond {
+		t.Fatalf("the near frame took %v (5 ms delay)", took[0])
+	}
+	if took[2] < 35*time.Millisecond {
+		t.Fatalf("the far frame took %v (5 ms + 30 ms)", took[2])
+	}
+	s := l.d.Snapshot(0)
+	if s.Reordered != 0 {
+		t.Fatalf("reordered %d: frames of two addresses are not a reordering", s.Reordered)
+	}
+	if s.AddressFrames["10.10.1.100"] != 2 || len(s.AddressFrames) != 1 {
+		t.Fatalf("address frames %v", s.AddressFrames)
+	}
+	if s.Addresses == "" {
+		t.Fatal("the stage is not described")
 	}
 }

@@ -45,11 +45,15 @@ func Open(cfg *linkmodel.Config) (l *Link, err error) {
 		if err != nil {
 			return l, fmt.Errorf("directions.%s.%v", name, err)
 		}
+		addr, err := cfg.Directions[name].Addresses(name)
+		if err != nil {
+			return l, fmt.Errorf("directions.%s.%v", name, err)
+		}
 		in, out := fs, fc
 		if name == "up" {
 			in, out = fc, fs
 		}
-		d, err := NewDirection(name, in, out, pipe)
+		d, err := NewDirection(name, in, out, pipe, addr)
 		if err != nil {
 			return l, err
 		}

@@ -56,6 +56,15 @@ type DirectionConfig struct {
 	// Capacity, when present, makes the link's capacity vary over time (rate_bps
 	// must then be 0): a Mahimahi trace or a rate and delay schedule.
 	Capacity *CapacityConfig `json:"capacity,omitempty"`
+	// AddressDelayUs adds an extra one-way delay after the pipe for frames of these
+	// server-side IPv4 addresses (AddressDelays: "down" by source, "up" by
+	// destination), in microseconds; absent = none.
+	AddressDelayUs map[string]int64 `json:"address_delay_us,omitempty"`
+}
+
+// Addresses is the direction's address-delay stage ("down" matches the source).
+func (d DirectionConfig) Addresses(direction string) (*AddressDelays, error) {
+	return NewAddressDelays(d.AddressDelayUs, direction == "down")
 }
 
 // CapacityConfig is a time-varying capacity as quicbed's Python side writes it.
@@ -184,6 +193,9 @@ func ParseConfig(data []byte, read ReadFile) (*Config, error) {
 			return nil, fmt.Errorf("config: unknown direction %q (down or up)", name)
 		}
 		if _, err := d.Params(); err != nil {
+			return nil, fmt.Errorf("config: directions.%s.%v", name, err)
+		}
+		if _, err := d.Addresses(name); err != nil {
 			return nil, fmt.Errorf("config: directions.%s.%v", name, err)
 		}
 	}
