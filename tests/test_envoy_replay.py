@@ -6,6 +6,7 @@ tests/test_replay_cell.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -15,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from test_replay_cell import ORIGINS, three_origins
+from test_replay_cell import ORIGINS, WAITS, three_origins
 
 from quicbed.replay import archive as arch
 from quicbed.replay.archive import Archive, Entry, Origin
@@ -401,11 +402,12 @@ def test_envoy_itself_accepts_a_replay_config(tmp_path: Path) -> None:
     from quicbed import certs
 
     a = _corner_archive(tmp_path / "pages")
-    b = three_origins(tmp_path / "pages")
+    b = three_origins(tmp_path / "pages", waits=WAITS)  # with server times (fault filter)
     hosts = [o.host for o in (*a.origins, *b.origins)]
     pki = certs.ensure(tmp_path / "tls", ["test.quicbed"], ["10.10.1.1"], hosts)
     for archive in (a, b):
         serve = _serve(tmp_path / "pages" / archive.name, archive, pki.origin_certs)
+        serve = dataclasses.replace(serve, wait=archive is b)
         s = {
             **_server(tmp_path, serve).settings(),
             "key": str(pki.key),
@@ -420,3 +422,41 @@ def test_envoy_itself_accepts_a_replay_config(tmp_path: Path) -> None:
             timeout=60,
         )
         assert cp.returncode == 0 and "OK" in cp.stdout, cp.stdout + cp.stderr
+
+
+def test_a_recorded_server_time_is_a_per_route_delay_only_when_asked(tmp_path: Path) -> None:
+    """With the cell's server time on, each route whose entry recorded one holds its
+    requests that long by Envoy's fault filter (per route; the filter injects nothing
+    of its own), by URL and by path alike; off, no route and no chain has a fault."""
+    a = three_origins(tmp_path / "pages", waits=WAITS)
+    serve = _serve(tmp_path / "pages" / a.name, a)
+    for wait in (False, True):
+        srv = _server(tmp_path, dataclasses.replace(serve, wait=wait))
+        cfg = envoy_config.config(srv.settings())
+        delays: dict[str, str] = {}
+        for chain in _chains(cfg):
+            hcm = _hcm(chain)
+            names = [f["name"] for f in hcm["http_filters"]]
+            assert names[-1] == "envoy.filters.http.router"
+            for r in hcm["route_config"]["virtual_hosts"][0]["routes"]:
+                fault = r.get("typed_per_filter_config", {}).get(envoy_config.FAULT)
+                if fault is not None:
+                    assert envoy_config.FAULT in names, names
+                    assert fault["delay"]["percentage"] == {
+                        "numerator": 100,
+                        "denominator": "HUNDRED",
+                    }
+                    delays[r["name"]] = fault["delay"]["fixed_delay"]
+            assert (envoy_config.FAULT in names) is wait, names
+        if not wait:
+            assert delays == {}
+            continue
+        www, css, bg = list(WAITS)
+        assert delays == {
+            f"url GET {www}": "0.150000s",
+            f"path GET {www}": "0.150000s",
+            f"url GET {css}": "0.060000s",
+            f"path GET {css}": "0.060000s",
+            f"url GET {bg}": "0.080000s",
+            f"path GET {bg}": "0.080000s",
+        }

@@ -4,6 +4,7 @@ per request from the browser's HAR."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -18,26 +19,41 @@ from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
 from quicbed.replay import archive as arch
 from quicbed.replay.archive import Archive, Entry, Origin
+from quicbed.replay.serve import OriginServe, ReplayServe
 from quicbed.results.store import Store
 from quicbed.spec.cellconfig import CellConfig, make_cell
 
 ORIGINS = ("www.t3.example", "static.t3.example", "img.t3.example")
 
 
-def _entry(url: str, body: bytes, ctype: str, bodies: dict[str, bytes]) -> Entry:
+def _entry(
+    url: str, body: bytes, ctype: str, bodies: dict[str, bytes], wait_ms: float | None = None
+) -> Entry:
     sha = hashlib.sha256(body).hexdigest()
     bodies[sha] = body
     headers = (("content-type", ctype), ("cache-control", "max-age=60"))
-    return Entry(method="GET", url=url, status=200, headers=headers, body=sha, size=len(body))
+    return Entry(
+        method="GET",
+        url=url,
+        status=200,
+        headers=headers,
+        body=sha,
+        size=len(body),
+        wait_ms=wait_ms,
+    )
 
 
 def three_origins(
-    store: Path, rtts: tuple[float | None, float | None, float | None] = (None, None, None)
+    store: Path,
+    rtts: tuple[float | None, float | None, float | None] = (None, None, None),
+    waits: dict[str, float] | None = None,
 ) -> Archive:
     """A page on three origins: its HTML links a stylesheet on a second origin, which
     pulls a background image from a third; a script on the second origin adds an image
     from the third with a cache-buster in its query (answered by path: recorded without
-    one). ``rtts``: each origin's recorded RTT (ms; None: none recorded)."""
+    one). ``rtts``: each origin's recorded RTT (ms; None: none recorded); ``waits``:
+    recorded server times (ms) by URL."""
+    w = waits or {}
     www, static, img = (f"https://{h}" for h in ORIGINS)
     bodies: dict[str, bytes] = {}
     html = (
@@ -66,15 +82,19 @@ def three_origins(
                 origin=www,
                 host=ORIGINS[0],
                 rtt_ms=rtts[0],
-                entries=(_entry(f"{www}/", html, "text/html", bodies),),
+                entries=(_entry(f"{www}/", html, "text/html", bodies, w.get(f"{www}/")),),
             ),
             Origin(
                 origin=static,
                 host=ORIGINS[1],
                 rtt_ms=rtts[1],
                 entries=(
-                    _entry(f"{static}/site.css", css, "text/css", bodies),
-                    _entry(f"{static}/app.js", js, "text/javascript", bodies),
+                    _entry(
+                        f"{static}/site.css", css, "text/css", bodies, w.get(f"{static}/site.css")
+                    ),
+                    _entry(
+                        f"{static}/app.js", js, "text/javascript", bodies, w.get(f"{static}/app.js")
+                    ),
                 ),
             ),
             Origin(
@@ -82,8 +102,8 @@ def three_origins(
                 host=ORIGINS[2],
                 rtt_ms=rtts[2],
                 entries=(
-                    _entry(f"{img}/bg.png", png, "image/png", bodies),
-                    _entry(f"{img}/a.png", png + b"\0", "image/png", bodies),
+                    _entry(f"{img}/bg.png", png, "image/png", bodies, w.get(f"{img}/bg.png")),
+                    _entry(f"{img}/a.png", png + b"\0", "image/png", bodies, w.get(f"{img}/a.png")),
                 ),
             ),
         ),
@@ -321,6 +341,129 @@ def _seen(a: Archive, url: str, **kw: object) -> dict[str, object]:
     size = found[0].size if found else 0
     base = {"url": url, "host": url.split("/")[2], "method": "GET", "status": 200}
     return {**base, "protocol": "h3", "replay": "url", "body_bytes": size, **kw}
+
+
+#: recorded server times of three_origins' entries in the server-time tests (ms)
+WAITS = {
+    f"https://{ORIGINS[0]}/": 150.0,
+    f"https://{ORIGINS[1]}/site.css": 60.0,
+    f"https://{ORIGINS[2]}/bg.png": 80.0,
+}
+
+
+def test_server_time_is_a_replayed_pages_setting(page_store: Path) -> None:
+    """``server_time``: recorded, or none (the default, which leaves the cell's identity
+    as it was); refused by name for another value or a page that is not replayed."""
+    three_origins(page_store, waits=WAITS)
+    cond = make_condition(rate_mbit=10, rtt_ms=36)
+    plain = make_cell(condition=cond, page="t3", arms=["h2"])
+    timed = make_cell(condition=cond, page="t3", arms=["h2"], server_time="Recorded")
+    assert timed.server_time == "recorded" and timed.cell_id() != plain.cell_id()
+    for none in ("none", "off", None):
+        assert make_cell(condition=cond, page="t3", arms=["h2"], server_time=none) == plain
+    with pytest.raises(QuicbedError, match=re.escape("server_time 'slow': recorded (each")):
+        make_cell(condition=cond, page="t3", arms=["h2"], server_time="slow")
+    with pytest.raises(QuicbedError, match="server_time recorded: a replayed page's recorded"):
+        make_cell(condition=cond, page="5kb", arms=["h2"], server_time="recorded")
+
+
+def test_a_response_sooner_than_its_server_time_is_named(page_store: Path) -> None:
+    """With server time on, a response whose HAR wait is below its entry's recorded
+    server time did not wait (one RTT more is the normal case); a wait the browser did
+    not time is not judged, and without server time nothing of it is."""
+    from quicbed.replay.verify import reasons
+
+    a = three_origins(page_store, waits=WAITS)
+    www, css = f"https://{ORIGINS[0]}/", f"https://{ORIGINS[1]}/site.css"
+    js = f"https://{ORIGINS[1]}/app.js"  # no server time recorded
+    ok = [_seen(a, www, wait=190.0), _seen(a, css, wait=96.2), _seen(a, js, wait=3.0)]
+    assert reasons(ok, a, "h3", waits=True) == []
+    early = [_seen(a, www, wait=40.0), _seen(a, css, wait=-1), _seen(a, js, wait=3.0)]
+    assert reasons(early, a, "h3") == []
+    assert reasons(early, a, "h3", waits=True) == [
+        f"1 responses sooner than their recorded server time: {www} (wait 40 ms, recorded "
+        "server time 150)"
+    ]
+
+
+def test_apache_sleeps_the_recorded_server_time_only_where_asked(
+    page_store: Path, tmp_path: Path
+) -> None:
+    """Apache's replay tree carries each entry's server time in its maps (us) and the
+    hook that sleeps it, loaded only under the define a waiting arm starts Apache with."""
+    from quicbed.servers import apache_replay
+    from quicbed.servers.apache import ApacheServer
+    from quicbed.servers.webserver import Arm, ServeSpec
+    from quicbed.testbed.lifecycle import RPath
+
+    a = three_origins(page_store, waits=WAITS)
+    serve = ReplayServe(
+        name=a.name,
+        digest=a.digest(),
+        archive=RPath("/srv/t3"),
+        main=a.main,
+        origins=tuple(
+            OriginServe(o.host, ip, 443, RPath(f"/tls/{o.host}.pem"))
+            for o, ip in zip(a.origins, ORIGIN_IPS, strict=True)
+        ),
+        wait=True,
+    )
+    apache_replay.write_tree(page_store / "t3", a, serve, tmp_path / "tree", "/tls/k.pem")
+    maps = {p.parent.name + "/" + p.name: p.read_text() for p in (tmp_path / "tree").rglob("*.map")}
+    assert maps["o0/exact.map"] == "GET:/ e0:150000\n"
+    assert maps["o1/exact.map"] == "GET:/site.css e0:60000\nGET:/app.js e1:0\n"
+    conf = (tmp_path / "tree" / apache_replay.CONF).read_text()
+    tree = f"/srv/t3/{apache_replay.TREE}"
+    hook = f'<IfDefine QUICBED_REPLAY_WAIT>\nLuaHookFixups "{tree}/wait.lua" wait'
+    assert hook in conf and conf.count("E=QB_WAIT_US:%2") == 2 * len(ORIGINS)
+    assert "r.usleep(us)" in (tmp_path / "tree" / apache_replay.WAIT_HOOK).read_text()
+    arm = Arm("h2", "apache", "h2", "tcp", "cubic", {}, 443)
+    for wait in (True, False):
+        spec = ServeSpec(
+            docroot=RPath("/www"),
+            cert=RPath("/c"),
+            key=RPath("/k"),
+            logdir=RPath("/l"),
+            replay=dataclasses.replace(serve, wait=wait),
+        )
+        argv = ApacheServer(None, spec, arm).argv()  # type: ignore[arg-type]
+        assert ("QUICBED_REPLAY_WAIT" in argv) is wait, argv
+
+
+@pytest.mark.root
+@pytest.mark.browser
+@pytest.mark.slow
+def test_every_server_waits_each_responses_recorded_server_time(
+    shared_links: SharedLinks, page_store: Path, tmp_path: Path
+) -> None:
+    """Issue 40 item 3: with ``server_time: recorded`` Apache (its mod_lua hook), quic-go
+    (-replay-wait) and Envoy (its fault filter) each hold every response its entry's
+    recorded server time, which every load's HAR shows (a response sooner would make
+    the load invalid); and not much longer."""
+    three_origins(page_store, waits=WAITS)
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="t3",
+        arms=["h2", "h3", "h3-envoy"],
+        runs=2,
+        warmup=1,
+        server_time="recorded",
+    )
+    r = shared_links.run_cell(cfg, tmp_path / "res")
+    assert r.status == "done", r
+    assert not r.invalid, r.invalid
+    store = Store.open_readonly(tmp_path / "res")
+    try:
+        runs = [x for x in store.all_runs() if not x.warmup and x.valid]
+        assert sorted(x.arm for x in runs) == ["h2"] * 2 + ["h3"] * 2 + ["h3-envoy"] * 2
+        for run in runs:
+            waited = {e["url"]: e["wait"] for e in run.detail["entries"]}
+            print(run.arm, {u: round(waited[u], 1) for u in WAITS})  # for the record (-s)
+            for url, ms in WAITS.items():
+                # the server time and one round trip (measured 1-4 ms more on every stack)
+                assert ms + 36 - 3 <= waited[url] < ms + 36 + 40, (run.arm, url, waited)
+    finally:
+        store.close()
 
 
 def test_a_load_is_judged_per_request_against_the_archive(page_store: Path) -> None:

@@ -443,6 +443,15 @@ OriginRttOpt = Annotated[
         "the receipt. Default: every origin at the link's RTT.",
     ),
 ]
+ServerTimeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server-time",
+        help="A replayed page's server time: 'recorded' (every arm's server sends each "
+        "response after its entry's recorded server time, judged per response from the "
+        "browser's HAR) or 'none'. Default: none (every response at once).",
+    ),
+]
 BackgroundOpt = Annotated[
     str,
     typer.Option(
@@ -529,6 +538,7 @@ class CellOptions:
     aead: AeadOpt = CELL["aead"]
     background: BackgroundOpt = ""
     origin_rtt: OriginRttOpt = None
+    server_time: ServerTimeOpt = None
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
         names, settings = parse_cli(self.arms)
@@ -550,6 +560,7 @@ class CellOptions:
             aead=self.aead,
             background=self.background,
             origin_rtt=self.origin_rtt,
+            server_time=self.server_time,
         )
 
 

@@ -48,6 +48,9 @@ class ReplayServe:
     archive: RPath  # the archive's folder on the server (archive.json, bodies/)
     main: str  # the main document's URL: what the browser loads
     origins: tuple[OriginServe, ...]
+    #: each response waits its entry's recorded server time (``wait_ms``) before it is
+    #: sent (a cell's ``server_time``); False: every response at once
+    wait: bool = False
 
     def host_map(self) -> dict[str, str]:
         """Every origin host and the address the browser must reach it at."""
@@ -66,8 +69,26 @@ def origin_ips(server_ip: str, n: int) -> list[str]:
     return [str(net.network_address + ORIGIN_FIRST + i) for i in range(n)]
 
 
-#: the cell setting ``origin_rtt``'s word for each origin's recorded RTT
+#: the cell settings' word for what the recording says: ``origin_rtt`` each origin's
+#: recorded RTT, ``server_time`` each response's recorded server time
 RECORDED = "recorded"
+#: what ``server_time`` also takes for "none" (every response at once)
+NO_SERVER_TIME = ("none", "off")
+
+
+def server_time_setting(value: object) -> str | None:
+    """A cell's ``server_time`` as it is kept: ``recorded`` (each response waits its
+    entry's recorded server time, ``wait_ms``), or None (``none``/``off``: at once)."""
+    if value is None:
+        return None
+    word = str(value).strip().lower() if isinstance(value, str) else value
+    if word == RECORDED:
+        return RECORDED
+    if word in NO_SERVER_TIME:
+        return None
+    raise QuicbedError(
+        f"server_time {value!r}: {RECORDED} (each response after its recorded server time) or none"
+    )
 
 
 def origin_setting(value: object) -> str:
@@ -120,9 +141,12 @@ def checked(name: str, digest: str) -> tuple[Path, Archive]:
     return folder, archive
 
 
-def put(tb: Testbed, folder: Path, archive: Archive, pki: TestPKI) -> ReplayServe:
+def put(
+    tb: Testbed, folder: Path, archive: Archive, pki: TestPKI, *, wait: bool = False
+) -> ReplayServe:
     """The archive and its origins' certificates on the server (the archive only once
-    per digest: its folder there is named by it), and what the servers are given."""
+    per digest: its folder there is named by it), and what the servers are given
+    (``wait``: each response after its recorded server time)."""
     ips = origin_ips(tb.server_ip, len(archive.origins))
     work = tb.workdir("server")
     digest = archive.digest()
@@ -135,7 +159,12 @@ def put(tb: Testbed, folder: Path, archive: Archive, pki: TestPKI) -> ReplayServ
         tb.push("server", pki.origin_certs[o.host], cert, mode=0o644)
         origins.append(OriginServe(host=o.host, ip=ip, port=o.port, cert=cert))
     return ReplayServe(
-        name=archive.name, digest=digest, archive=there, main=archive.main, origins=tuple(origins)
+        name=archive.name,
+        digest=digest,
+        archive=there,
+        main=archive.main,
+        origins=tuple(origins),
+        wait=wait,
     )
 
 

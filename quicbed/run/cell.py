@@ -152,7 +152,9 @@ def _judge(
     if not result.get("ok"):
         reasons = [f"load failed: {result.get('error')}"]
     elif page.get("archive") is not None:  # a replayed page: per request, by the archive
-        reasons = replay_verify.reasons(m["entries"], page["archive"], srv.page_protocol())
+        reasons = replay_verify.reasons(
+            m["entries"], page["archive"], srv.page_protocol(), waits=cfg.server_time is not None
+        )
     else:
         reasons = har.verify(
             m,
@@ -1374,7 +1376,11 @@ def _serve(
         cert=staged.cert,
         key=staged.key,
         logdir=tb.outbox("server", log_dir),
-        replay=replay_serve.put(tb, folder, archive, staged.pki) if archive is not None else None,
+        replay=(
+            None
+            if archive is None
+            else replay_serve.put(tb, folder, archive, staged.pki, wait=cfg.server_time is not None)
+        ),
     )
     return spec, page, staged
 

@@ -203,7 +203,9 @@ class ApacheServer(WebServer):
         aead = self.arm.params.get("aead")
         if aead:  # SSLCipherSuite TLSv1.3, in the role's httpd.conf
             pin += ["-C", f"Define QUICBED_SSL_CIPHERS {sockopts.AEADS[aead]}"]
-        replay = ["-D", "QUICBED_REPLAY"] if self.spec.replay is not None else []
+        replay = [] if self.spec.replay is None else ["-D", "QUICBED_REPLAY"]
+        if self.spec.replay is not None and self.spec.replay.wait:  # apache_replay's hook
+            replay += ["-D", apache_replay.WAIT_DEFINE]
         return [APACHE, *pin, *replay, "-f", CONF, "-D", "FOREGROUND"]
 
     def env(self) -> dict[str, str]:

@@ -401,6 +401,7 @@ class EnvoyServer(GoogleQuicheServer):
                 "replay": {
                     "archive": str(s.replay.archive),
                     "origins": [{"host": o.host, "cert": str(o.cert)} for o in s.replay.origins],
+                    "wait": s.replay.wait,
                 }
             }
         )

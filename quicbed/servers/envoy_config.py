@@ -34,6 +34,12 @@ name's first value overwrites, its later ones are added), with ``x-quicbed-repla
    compares the ``:path`` up to its ``?`` and ignores the query;
 3. ``none``: anything else, ``404`` with an empty body.
 
+**Server time** (settings ``replay.wait``: a cell's ``server_time``): a route whose entry
+recorded a server time (``wait_ms``) delays its answer that long with Envoy's fault
+filter (``envoy.filters.http.fault``, a per-route ``fixed_delay`` for every request;
+the filter's own configuration injects nothing), which runs before the router sends
+the direct response.
+
 **How Envoy treats ``:path``** (Envoy 1.40; set explicitly here, although these are its
 defaults): no RFC 3986 normalisation (``normalize_path: false``: dot segments stay,
 percent-encodings are neither decoded nor case-folded), adjacent slashes are not merged
@@ -120,6 +126,8 @@ BODIES = "bodies"
 #: the smallest body-size limit a route configuration gets (Envoy's default is 4096)
 MIN_BODY_LIMIT = 4096
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
+FAULT = "envoy.filters.http.fault"
+_FAULT_TYPE = "extensions.filters.http.fault.v3.HTTPFault"
 #: a ``:path`` whose path part ``path`` matched, with no query or an empty one (RE2,
 #: matched whole)
 ANY_QUERY = r"[^?]*\??"
@@ -209,9 +217,20 @@ def _local_reply_fixes(e: dict[str, Any]) -> list[dict[str, Any]]:
     return fixes
 
 
-def replay_route(e: dict[str, Any], how: str, folder: Path) -> dict[str, Any]:
+def _delay(wait_ms: float) -> dict[str, Any]:
+    """The fault filter's per-route configuration that holds every request ``wait_ms``."""
+    return {
+        "@type": _ANY + _FAULT_TYPE,
+        "delay": {
+            "fixed_delay": f"{wait_ms / 1000:.6f}s",
+            "percentage": {"numerator": 100, "denominator": "HUNDRED"},
+        },
+    }
+
+
+def replay_route(e: dict[str, Any], how: str, folder: Path, wait: bool = False) -> dict[str, Any]:
     """The route that answers entry ``e`` (archive.json's form) as the matching rule's
-    ``how`` (``url`` or ``path``)."""
+    ``how`` (``url`` or ``path``); with ``wait``, after its recorded server time."""
     if not 200 <= e["status"] < 600:
         raise ValueError(f"{e['url']}: Envoy's direct_response cannot answer {e['status']}")
     if e["status"] in (204, 304) and e["size"] > 0:
@@ -231,14 +250,17 @@ def replay_route(e: dict[str, Any], how: str, folder: Path) -> dict[str, Any]:
         "direct_response": response,
         "response_headers_to_add": [*_entry_headers(e), _header(REPLAY_HEADER, how)],
     }
+    per_filter: dict[str, Any] = {}
     fixes = _local_reply_fixes(e)
     if fixes:
-        out["typed_per_filter_config"] = {
-            HEADER_MUTATION: {
-                "@type": _ANY + "extensions.filters.http.header_mutation.v3.HeaderMutationPerRoute",
-                "mutations": {"response_mutations": fixes},
-            }
+        per_filter[HEADER_MUTATION] = {
+            "@type": _ANY + "extensions.filters.http.header_mutation.v3.HeaderMutationPerRoute",
+            "mutations": {"response_mutations": fixes},
         }
+    if wait and e.get("wait_ms"):
+        per_filter[FAULT] = _delay(float(e["wait_ms"]))
+    if per_filter:
+        out["typed_per_filter_config"] = per_filter
     return out
 
 
@@ -252,9 +274,11 @@ def not_found() -> dict[str, Any]:
     }
 
 
-def replay_routes(origin: dict[str, Any], folder: Path) -> tuple[list[dict[str, Any]], int]:
+def replay_routes(
+    origin: dict[str, Any], folder: Path, wait: bool = False
+) -> tuple[list[dict[str, Any]], int]:
     """One origin's routes in the matching rule's order (module docstring), and its
-    largest body."""
+    largest body (``wait``: each after its entry's recorded server time)."""
     exact, by_path = [], {}
     seen: set[tuple[str, str, str]] = set()
     for e in origin["entries"]:
@@ -262,17 +286,17 @@ def replay_routes(origin: dict[str, Any], folder: Path) -> tuple[list[dict[str, 
         if (e["method"], path, query) in seen:
             continue  # a later recording of the same request is never served
         seen.add((e["method"], path, query))
-        exact.append(replay_route(e, "url", folder))
+        exact.append(replay_route(e, "url", folder, wait))
         if (e["method"], path) not in by_path:
-            by_path[(e["method"], path)] = replay_route(e, "path", folder)
+            by_path[(e["method"], path)] = replay_route(e, "path", folder, wait)
     largest = max((e["size"] for e in origin["entries"]), default=0)
     return [*exact, *by_path.values(), not_found()], largest
 
 
-def replay_route_config(origin: dict[str, Any], folder: Path) -> dict[str, Any]:
+def replay_route_config(origin: dict[str, Any], folder: Path, wait: bool = False) -> dict[str, Any]:
     """One origin's route configuration: its virtual host, and any other authority
     answered ``none``."""
-    rts, largest = replay_routes(origin, folder)
+    rts, largest = replay_routes(origin, folder, wait)
     host = origin["host"]
     return {
         "name": host,
@@ -400,19 +424,24 @@ def _replay_chains(s: dict[str, Any]) -> list[dict[str, Any]]:
             "mutations": {},
         },
     }
+    # injects nothing of its own: each route with a server time sets its delay
+    fault = {"name": FAULT, "typed_config": {"@type": _ANY + _FAULT_TYPE}}
     chains = []
     for served in replay["origins"]:
         origin = by_host.get(served["host"])
         if origin is None:
             raise ValueError(f"{served['host']} is not an origin of {folder / MANIFEST}")
-        rc = replay_route_config(origin, folder)
-        fixes = any("typed_per_filter_config" in r for r in rc["virtual_hosts"][0]["routes"])
+        rc = replay_route_config(origin, folder, bool(replay.get("wait")))
+        per_route = [r.get("typed_per_filter_config", {}) for r in rc["virtual_hosts"][0]["routes"]]
+        # the filters some route configures (the mutation acts on the reply, the fault on
+        # the request: their order changes nothing)
+        filters = [f for f in (mutation, fault) if any(f["name"] in p for p in per_route)]
         hcm = _hcm(
             s,
             rc,
             {**ACCESS_LOG_FIELDS, **REPLAY_LOG_FIELDS},
             REPLAY_PATHS,
-            (mutation,) if fixes else (),
+            tuple(filters),
         )
         chains.append(_chain(_tls(served["cert"], s["key"]), hcm, [served["host"]]))
     return chains

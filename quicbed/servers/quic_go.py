@@ -338,6 +338,8 @@ class QuicGoServer(OwnH3Server):
             str(s.replay.archive),
             "-replay-certs",
             str(self._replay_certs()),
+            # each response after its entry's recorded server time (a cell's server_time)
+            *(["-replay-wait"] if s.replay.wait else []),
         ]
 
     def argv(self) -> list[str]:

@@ -58,6 +58,7 @@ _NEW_FIELDS: dict[str, object] = {
     "certificate": chains.DEFAULT,
     "aead": None,
     "origin_rtt": None,
+    "server_time": None,
 }
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {
@@ -197,6 +198,13 @@ def _origin_setting(value: object) -> str | None:
         raise ValueError(str(exc)) from None
 
 
+def _server_time(value: object) -> str | None:
+    try:
+        return serve.server_time_setting(value)
+    except QuicbedError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _with_origin_rtts(data: dict[str, Any]) -> dict[str, Any]:
     """A replay cell's ``origin_rtt`` resolved into its condition's per-address RTTs
     from the archive (a stored cell's condition has them already, and keeps them: the
@@ -289,6 +297,11 @@ class CellConfig(BaseModel):
     #: condition's ``origin_rtt`` holds what it resolved to. None: every origin at the
     #: link's RTT
     origin_rtt: Annotated[str | None, BeforeValidator(_origin_setting)] = None
+    #: a replayed page's server time (quicbed.replay.serve.server_time_setting):
+    #: ``recorded``, each response sent after its entry's recorded server time
+    #: (``wait_ms``) by every arm's server, and judged per response from the browser's
+    #: HAR; None: every response at once
+    server_time: Annotated[str | None, BeforeValidator(_server_time)] = None
 
     @field_validator("key_exchange", mode="before")
     @classmethod
@@ -386,6 +399,11 @@ class CellConfig(BaseModel):
                     )
         self._check_kind()
         self._check_background()
+        if self.server_time is not None and self.replay is None:
+            raise ValueError(
+                f"server_time {self.server_time}: a replayed page's recorded server times; "
+                f"page {self.page!r} is not one (import or build a page: quicbed pages)"
+            )
         if self.condition.origin_rtt is not None and (self.replay is None or not self.origin_rtt):
             raise ValueError(
                 f"a link with per-origin RTTs ({self.condition.origin_rtt}) is a replayed "

@@ -217,6 +217,10 @@ class Scenario(BaseModel):
     #: ``none`` (every origin at the link's RTT; quicbed.replay.serve.origin_setting);
     #: unset: none, and the key is left out of the digest
     origin_rtt: list[str | float] | None = None
+    #: a replayed page's recorded server times, a grid axis: each entry ``recorded``
+    #: (each response after its entry's ``wait_ms``) or ``none``; unset: none, and the
+    #: key is left out of the digest
+    server_time: list[str] | None = None
     #: a time-varying link, a grid axis instead of ``rate``: traces of the trace store by
     #: name (gen:MODEL:seed=N for a generated one) and schedules in --schedule's
     #: spelling (quicbed.model.capacity); unset: the constant rate, left out of the digest
@@ -251,6 +255,7 @@ class Scenario(BaseModel):
         "background",
         "certificate",
         "origin_rtt",
+        "server_time",
         "trace",
         "schedule",
         "start_at",
@@ -445,6 +450,7 @@ class SweepSpec(BaseModel):
                 "background",
                 "certificate",
                 "origin_rtt",
+                "server_time",
                 "trace",
                 "schedule",
                 "start_at",
@@ -459,8 +465,8 @@ class SweepSpec(BaseModel):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-#: a scenario's ``origin_rtt`` entry for no per-origin RTT
-NO_ORIGIN_RTT = "none"
+#: a scenario's ``origin_rtt`` or ``server_time`` entry for none
+NONE_SETTING = "none"
 
 
 def cell_traces(spec: SweepSpec, scenario: str) -> str | None:
@@ -526,8 +532,13 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             except QuicbedError as exc:
                 raise QuicbedError(f"{where}.pages: {exc}") from None
         chains: list[str | None] = [*sc.certificate] if sc.certificate else [None]
-        # the handshake's certificate and the origins' distances: one axis of pairs
-        serving = list(itertools.product(chains, sc.origin_rtt or [NO_ORIGIN_RTT]))
+        # what the servers serve beyond the page: the handshake's certificate, the
+        # origins' distances and the server times, one axis of triples
+        serving = list(
+            itertools.product(
+                chains, sc.origin_rtt or [NONE_SETTING], sc.server_time or [NONE_SETTING]
+            )
+        )
         grid = itertools.product(
             sc.rate or [None],
             sc.capacities(),
@@ -541,7 +552,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
             serving,
         )
         for rate, cap, delay, (loss, down, up), jitter, queue, work, offl, bg, served in grid:
-            chain, orig = served
+            chain, orig, stime = served
             try:
                 cond = make_condition(
                     rate_mbit=rate,
@@ -589,7 +600,8 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     **({"aead": sc.aead} if sc.aead else {}),
                     **({"background": bg} if bg != "none" else {}),
                     **({"certificate": chain} if chain is not None else {}),
-                    **({"origin_rtt": orig} if orig != NO_ORIGIN_RTT else {}),
+                    **({"origin_rtt": orig} if orig != NONE_SETTING else {}),
+                    **({"server_time": stime} if stime != NONE_SETTING else {}),
                     **work,
                 )
                 spec.host.replaced_per_arm(cfg.runs)  # host.max_replaced within the runs
