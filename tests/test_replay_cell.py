@@ -367,23 +367,66 @@ def test_server_time_is_a_replayed_pages_setting(page_store: Path) -> None:
         make_cell(condition=cond, page="5kb", arms=["h2"], server_time="recorded")
 
 
-def test_a_response_sooner_than_its_server_time_is_named(page_store: Path) -> None:
-    """With server time on, a response whose HAR wait is below its entry's recorded
-    server time did not wait (one RTT more is the normal case); a wait the browser did
-    not time is not judged, and without server time nothing of it is."""
-    from quicbed.replay.verify import reasons
+def test_a_response_held_less_than_its_server_time_is_named(page_store: Path) -> None:
+    """By each server's own word (a load's ``replay_waits``): with server time on, a
+    response held less than its entry's recorded server time, and with it off, one held
+    at all, makes the load invalid, named; a log that cannot say fails only a cell that
+    asks for server time. The three stacks' logs read into it."""
+    from quicbed.replay.verify import wait_reasons
+    from quicbed.servers import apache, envoy, quic_go
 
     a = three_origins(page_store, waits=WAITS)
     www, css = f"https://{ORIGINS[0]}/", f"https://{ORIGINS[1]}/site.css"
     js = f"https://{ORIGINS[1]}/app.js"  # no server time recorded
-    ok = [_seen(a, www, wait=190.0), _seen(a, css, wait=96.2), _seen(a, js, wait=3.0)]
-    assert reasons(ok, a, "h3", waits=True) == []
-    early = [_seen(a, www, wait=40.0), _seen(a, css, wait=-1), _seen(a, js, wait=3.0)]
-    assert reasons(early, a, "h3") == []
-    assert reasons(early, a, "h3", waits=True) == [
-        f"1 responses sooner than their recorded server time: {www} (wait 40 ms, recorded "
-        "server time 150)"
+    held = [
+        {"method": "GET", "entry": www, "slept_ms": 150.2},
+        {"url": css, "asked_ms": 60.0, "slept_ms": 60.0},  # Apache's: asked from its map
+        {"method": "GET", "entry": js, "slept_ms": 0},
     ]
+    assert wait_reasons(held, a, True) == []
+    assert wait_reasons(held, a, False) == [
+        f"2 responses held though the cell's server time is off: {www} (150.2 ms), {css} (60 ms)"
+    ]
+    short = [{**held[0], "slept_ms": 0}, {**held[1], "slept_ms": 54.5}, held[2]]
+    assert wait_reasons(short, a, True) == [
+        f"2 responses held less than their recorded server time: {www} (0 ms of 150), "
+        f"{css} (54.5 ms of 60)"
+    ]
+    assert wait_reasons([{**held[0], "slept_ms": 147}], a, True) == []  # Envoy's 0-RTT
+    assert wait_reasons(None, a, False) == []
+    assert wait_reasons(None, a, True) == [
+        "the server's log does not say how long it held each response"
+    ]
+    # quic-go's replay records, Envoy's access log (DI: the fault filter held it), and
+    # Apache's two last fields (us; "-" where the hook did not run)
+    qg = quic_go.quic_load_facts(
+        [
+            json.dumps({"event": "replay", "method": "GET", "entry": www, "wait_ms": 150.4}),
+            json.dumps({"event": "replay", "method": "GET", "entry": None, "wait_ms": 0}),
+        ]
+    )
+    assert qg["replay_waits"] == [{"method": "GET", "entry": www, "slept_ms": 150.4}]
+    ev = envoy.replay_waits(
+        [
+            {"route": f"url GET {www}", "flags": "DI", "duration_ms": "151"},
+            {"route": f"path GET {css}", "flags": "-", "duration_ms": "2"},
+            {"route": "none", "flags": "-", "duration_ms": "1"},
+        ]
+    )
+    assert ev == [
+        {"method": "GET", "entry": www, "slept_ms": 151.0},
+        {"method": "GET", "entry": css, "slept_ms": 0.0},
+    ]
+    line = (
+        "1.5 10.10.1.2 HTTP/2.0 GET /site.css 200 50 TLSv1.3 Initial 7 0 40001 "
+        f"{ORIGINS[1]} TLS_AES_128_GCM_SHA256 "
+    )
+    reqs = apache.log_requests([line + "60000 60000", line + "0 -"])
+    assert apache.replay_waits(reqs) == [
+        {"url": css, "asked_ms": 60.0, "slept_ms": 60.0},
+        {"url": css, "asked_ms": 0.0, "slept_ms": 0.0},
+    ]
+    assert apache.replay_waits(apache.log_requests([line.strip()])) == []  # an older role
 
 
 def test_apache_sleeps_the_recorded_server_time_only_where_asked(
@@ -462,6 +505,12 @@ def test_every_server_waits_each_responses_recorded_server_time(
             for url, ms in WAITS.items():
                 # the server time and one round trip (measured 1-4 ms more on every stack)
                 assert ms + 36 - 3 <= waited[url] < ms + 36 + 40, (run.arm, url, waited)
+            # and by the server's own word, each response held its entry's time
+            slept = {
+                w.get("entry") or w.get("url"): w["slept_ms"]
+                for w in run.detail["server"]["replay_waits"]
+            }
+            assert all(slept[u] >= ms - 5 for u, ms in WAITS.items()), (run.arm, slept)
     finally:
         store.close()
 

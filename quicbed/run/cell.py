@@ -152,8 +152,9 @@ def _judge(
     if not result.get("ok"):
         reasons = [f"load failed: {result.get('error')}"]
     elif page.get("archive") is not None:  # a replayed page: per request, by the archive
-        reasons = replay_verify.reasons(
-            m["entries"], page["archive"], srv.page_protocol(), waits=cfg.server_time is not None
+        reasons = replay_verify.reasons(m["entries"], page["archive"], srv.page_protocol())
+        reasons += replay_verify.wait_reasons(
+            facts.get("replay_waits"), page["archive"], cfg.server_time is not None
         )
     else:
         reasons = har.verify(

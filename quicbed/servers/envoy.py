@@ -185,11 +185,30 @@ def access_facts(lines: list[str]) -> dict[str, Any]:
         "stream_retransmitted_packets": sum(int(e.get("retx_packets") or 0) for e in reqs),
         # a replayed page's requests by how each matched (envoy_config.REPLAY_LOG_FIELDS)
         **(
-            {"server_replay": dict(Counter(str(e.get("replay") or "unmarked") for e in reqs))}
+            {
+                "server_replay": dict(Counter(str(e.get("replay") or "unmarked") for e in reqs)),
+                "replay_waits": replay_waits(reqs),
+            }
             if any("replay" in e for e in reqs)
             else {}
         ),
     }
+
+
+def replay_waits(reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """How long Envoy held each request a route answered from an entry (its route's name,
+    ``url|path METHOD URL``): its whole duration where the fault filter delayed it
+    (response flag DI), else none (quicbed.replay.verify.wait_reasons)."""
+    out = []
+    for e in reqs:
+        how, _, rest = str(e.get("route") or "").partition(" ")
+        method, _, url = rest.partition(" ")
+        if how not in ("url", "path") or not url:
+            continue
+        held = "DI" in str(e.get("flags") or "").split(",")
+        slept = float(e.get("duration_ms") or 0) if held else 0.0
+        out.append({"method": method, "entry": url, "slept_ms": slept})
+    return out
 
 
 def connection_options(arm: Arm) -> tuple[str, ...]:

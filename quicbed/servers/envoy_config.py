@@ -113,6 +113,8 @@ REPLAY_LOG_FIELDS = {
     "sni": "%REQUESTED_SERVER_NAME%",
     "local": "%DOWNSTREAM_LOCAL_ADDRESS%",
     "route": "%ROUTE_NAME%",
+    # DI: the fault filter held the request (a recorded server time)
+    "flags": "%RESPONSE_FLAGS%",
     "replay": "%RESP(X-QUICBED-REPLAY)%",
 }
 

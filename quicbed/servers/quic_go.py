@@ -66,6 +66,13 @@ def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str,
         ciphers = sorted({str(c["tls_cipher"]) for c in conns if c.get("tls_cipher")})
         if ciphers:  # the AEAD each connection negotiated (quicbed.settings.sockopts)
             facts["tls_cipher"] = ciphers
+    replayed = [e for e in reqs if e.get("event") == "replay"]
+    if replayed:  # how long each response from an entry was held (quicbed.replay.verify)
+        facts["replay_waits"] = [
+            {"method": e.get("method"), "entry": e["entry"], "slept_ms": e.get("wait_ms") or 0}
+            for e in replayed
+            if e.get("entry")
+        ]
     closes = [e for e in ev if e.get("event") == "conn_close" and e.get("stats")]
     if closes:
         facts["stats"] = [e["stats"] for e in closes]
