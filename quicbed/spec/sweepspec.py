@@ -737,14 +737,22 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
         if c.transfer is not None:
             total += 2 * SPOT_CHECK_S + _transfer_seconds(c, rate)
             continue
-        if c.replay is not None:  # a replayed page: its bytes, and round trips per level
-            found = archive.find(c.page)  # of its dependency tree (a guess: 8)
-            nbytes = archive.load(found, check_bodies=False).total_bytes() if found else 0
+        rtt_ms, held_ms = c.condition.rtt(), 0.0
+        if c.replay is not None:
+            # a replayed page: its bytes, and round trips per level of its dependency tree
+            # (a guess: 8), each to the farthest origin and held as long as the longest
+            # recorded server time where the cell serves them
+            found = archive.find(c.page)
+            page = archive.load(found, check_bodies=False) if found else None
+            nbytes = page.total_bytes() if page else 0
             rtts = 8
+            rtt_ms += max(c.condition.origin_rtts().values(), default=0.0)
+            if c.server_time is not None and page is not None:
+                held_ms = max((e.wait_ms or 0.0 for e in page.entries()), default=0.0)
         else:
             nbytes = pageset.pages[c.page].total_image_bytes(pageset.kb)
             rtts = 4
-        load = rtts * c.condition.rtt() / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
+        load = rtts * (rtt_ms + held_ms) / 1000 + nbytes * 8 / (rate * 1e6) * 1.1
         bound = min(loss_bound_mbit(c.condition), jitter_bound_mbit(c.condition))
         lossy = nbytes * 8 / (bound * 1e6)
         load = min(max(_slack(c) * load, lossy), c.load_timeout_s)
