@@ -367,66 +367,76 @@ def test_server_time_is_a_replayed_pages_setting(page_store: Path) -> None:
         make_cell(condition=cond, page="5kb", arms=["h2"], server_time="recorded")
 
 
-def test_a_response_held_less_than_its_server_time_is_named(page_store: Path) -> None:
-    """By each server's own word (a load's ``replay_waits``): with server time on, a
-    response held less than its entry's recorded server time, and with it off, one held
-    at all, makes the load invalid, named; a log that cannot say fails only a cell that
-    asks for server time. The three stacks' logs read into it."""
-    from quicbed.replay.verify import wait_reasons
+def test_what_each_server_says_it_sent_is_judged_against_the_archive(page_store: Path) -> None:
+    """By each server's own word (a load's ``replay_served``): a body not at its entry's
+    size, a response held less than its recorded server time (server time on) or held
+    at all (off), a response from no entry, and a log that cannot say, each make the
+    load invalid, named. The three stacks' logs read into it."""
+    from quicbed.replay.verify import served_reasons
     from quicbed.servers import apache, envoy, quic_go
 
     a = three_origins(page_store, waits=WAITS)
     www, css = f"https://{ORIGINS[0]}/", f"https://{ORIGINS[1]}/site.css"
     js = f"https://{ORIGINS[1]}/app.js"  # no server time recorded
+    size = {e.url: e.size for e in a.entries()}
     held = [
-        {"method": "GET", "entry": www, "slept_ms": 150.2},
-        {"url": css, "asked_ms": 60.0, "slept_ms": 60.0},  # Apache's: asked from its map
-        {"method": "GET", "entry": js, "slept_ms": 0},
+        {"method": "GET", "entry": www, "bytes": size[www], "slept_ms": 150.2},
+        # Apache's: the entry by its place (origin 1, entry 0: site.css)
+        {"method": "GET", "entry_ref": "o1/e0", "bytes": size[css], "slept_ms": 60.0},
+        {"method": "GET", "entry": js, "bytes": size[js], "slept_ms": 0},
     ]
-    assert wait_reasons(held, a, True) == []
-    assert wait_reasons(held, a, False) == [
+    assert served_reasons(held, a, True) == []
+    assert served_reasons(held, a, False) == [
         f"2 responses held though the cell's server time is off: {www} (150.2 ms), {css} (60 ms)"
     ]
     short = [{**held[0], "slept_ms": 0}, {**held[1], "slept_ms": 54.5}, held[2]]
-    assert wait_reasons(short, a, True) == [
+    assert served_reasons(short, a, True) == [
         f"2 responses held less than their recorded server time: {www} (0 ms of 150), "
         f"{css} (54.5 ms of 60)"
     ]
-    assert wait_reasons([{**held[0], "slept_ms": 147}], a, True) == []  # Envoy's 0-RTT
-    assert wait_reasons(None, a, False) == []
-    assert wait_reasons(None, a, True) == [
-        "the server's log does not say how long it held each response"
+    assert served_reasons([{**held[0], "slept_ms": 147}], a, True) == []  # Envoy's 0-RTT
+    cut = [{**held[0], "bytes": 100}, {**held[1], "entry_ref": "o9/e0"}]
+    assert served_reasons(cut, a, True) == [
+        "1 responses from no entry of the archive, by the server's log: o9/e0",
+        f"1 bodies the server sent not at the archive's size: {www} (100 bytes, recorded "
+        f"{size[www]})",
+    ]
+    assert served_reasons(None, a, False) == [
+        "the server's log does not say what it sent per request (a server or role older "
+        "than quicbed: run make setup)"
     ]
     # quic-go's replay records, Envoy's access log (DI: the fault filter held it), and
-    # Apache's two last fields (us; "-" where the hook did not run)
+    # Apache's last fields (us, the entry; "-" where none)
     qg = quic_go.quic_load_facts(
         [
-            json.dumps({"event": "replay", "method": "GET", "entry": www, "wait_ms": 150.4}),
+            json.dumps(
+                {"event": "replay", "method": "GET", "entry": www, "bytes": 9, "wait_ms": 150.4}
+            ),
             json.dumps({"event": "replay", "method": "GET", "entry": None, "wait_ms": 0}),
         ]
     )
-    assert qg["replay_waits"] == [{"method": "GET", "entry": www, "slept_ms": 150.4}]
-    ev = envoy.replay_waits(
+    assert qg["replay_served"] == [{"method": "GET", "entry": www, "bytes": 9, "slept_ms": 150.4}]
+    ev = envoy.replay_served(
         [
-            {"route": f"url GET {www}", "flags": "DI", "duration_ms": "151"},
-            {"route": f"path GET {css}", "flags": "-", "duration_ms": "2"},
-            {"route": "none", "flags": "-", "duration_ms": "1"},
+            {"route": f"url GET {www}", "flags": "DI", "duration_ms": "151", "bytes": "242"},
+            {"route": f"path GET {css}", "flags": "-", "duration_ms": "2", "bytes": "61"},
+            {"route": "none", "flags": "-", "duration_ms": "1", "bytes": "0"},
         ]
     )
     assert ev == [
-        {"method": "GET", "entry": www, "slept_ms": 151.0},
-        {"method": "GET", "entry": css, "slept_ms": 0.0},
+        {"method": "GET", "entry": www, "bytes": 242, "slept_ms": 151.0},
+        {"method": "GET", "entry": css, "bytes": 61, "slept_ms": 0.0},
     ]
     line = (
         "1.5 10.10.1.2 HTTP/2.0 GET /site.css 200 50 TLSv1.3 Initial 7 0 40001 "
         f"{ORIGINS[1]} TLS_AES_128_GCM_SHA256 "
     )
-    reqs = apache.log_requests([line + "60000 60000", line + "0 -"])
-    assert apache.replay_waits(reqs) == [
-        {"url": css, "asked_ms": 60.0, "slept_ms": 60.0},
-        {"url": css, "asked_ms": 0.0, "slept_ms": 0.0},
+    reqs = apache.log_requests([line + "60000 60000 o1/e0", line + "0 - o1/e0", line + "- - -"])
+    assert apache.replay_served(reqs) == [
+        {"method": "GET", "entry_ref": "o1/e0", "bytes": 50, "slept_ms": 60.0},
+        {"method": "GET", "entry_ref": "o1/e0", "bytes": 50, "slept_ms": 0.0},
     ]
-    assert apache.replay_waits(apache.log_requests([line.strip()])) == []  # an older role
+    assert apache.replay_served(apache.log_requests([line.strip()])) == []  # an older role
 
 
 def test_apache_sleeps_the_recorded_server_time_only_where_asked(
@@ -459,6 +469,7 @@ def test_apache_sleeps_the_recorded_server_time_only_where_asked(
     tree = f"/srv/t3/{apache_replay.TREE}"
     hook = f'<IfDefine QUICBED_REPLAY_WAIT>\nLuaHookFixups "{tree}/wait.lua" wait'
     assert hook in conf and conf.count("E=QB_WAIT_US:%2") == 2 * len(ORIGINS)
+    assert conf.count("E=QB_ENTRY:o2/%1]") == 2  # each answered request names its entry
     assert "r.usleep(us)" in (tmp_path / "tree" / apache_replay.WAIT_HOOK).read_text()
     arm = Arm("h2", "apache", "h2", "tcp", "cubic", {}, 443)
     for wait in (True, False):
@@ -483,7 +494,9 @@ def test_every_server_waits_each_responses_recorded_server_time(
     (-replay-wait) and Envoy (its fault filter) each hold every response its entry's
     recorded server time, which every load's HAR shows (a response sooner would make
     the load invalid); and not much longer."""
-    three_origins(page_store, waits=WAITS)
+    from quicbed.replay.verify import served_entry
+
+    a = three_origins(page_store, waits=WAITS)
     cfg = make_cell(
         condition=make_condition(rate_mbit=10, rtt_ms=36),
         page="t3",
@@ -507,8 +520,8 @@ def test_every_server_waits_each_responses_recorded_server_time(
                 assert ms + 36 - 3 <= waited[url] < ms + 36 + 40, (run.arm, url, waited)
             # and by the server's own word, each response held its entry's time
             slept = {
-                w.get("entry") or w.get("url"): w["slept_ms"]
-                for w in run.detail["server"]["replay_waits"]
+                str(getattr(served_entry(w, a), "url", None)): w["slept_ms"]
+                for w in run.detail["server"]["replay_served"]
             }
             assert all(slept[u] >= ms - 5 for u, ms in WAITS.items()), (run.arm, slept)
     finally:
@@ -618,8 +631,11 @@ def test_a_replayed_load_in_0rtt_mode_needs_every_origin_warm_not_every_connecti
     ok = {"ok": True}
     page = {"archive": a}
 
+    # what the server says it sent: every entry whole (quicbed.replay.verify.served_reasons)
+    served = [{"method": "GET", "entry": e.url, "bytes": e.size} for e in a.entries()]
+
     def judge(**facts: object) -> list[str]:
-        f = {"connections": 4, "used_0rtt": False, **facts}
+        f = {"connections": 4, "used_0rtt": False, "replay_served": served, **facts}
         return _judge(cfg, Server(), False, ok, {"entries": entries}, f, page)  # type: ignore[arg-type]
 
     assert judge(cold_origins=[], cold_connections=1) == []

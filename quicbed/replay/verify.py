@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quicbed.replay.archive import REPLAY_HEADER, Archive
+from quicbed.replay.archive import REPLAY_HEADER, Archive, Entry
 
 
 def how_matched(headers: list[dict[str, Any]]) -> str | None:
@@ -77,32 +77,58 @@ def reasons(entries: list[dict[str, Any]], archive: Archive, protocol: str) -> l
 #: Firefox's 0-RTT loads here, while the browser saw the full time (quic-go 150.2-151,
 #: Apache 150.0 exactly)
 WAIT_SLACK_MS = 5.0
+#: statuses whose responses carry no body (RFC 9110), whatever the entry's size
+NO_BODY = {204, 304}
 
 
-def wait_reasons(waits: list[dict[str, Any]] | None, archive: Archive, on: bool) -> list[str]:
-    """Whether the server held each response its recorded server time (``on``: a cell's
-    ``server_time``) or none (off), by the server's own word: ``waits`` is a load's fact
-    ``replay_waits``, per request the server answered from an entry, ``slept_ms`` (how
-    long it held the response) and either ``asked_ms`` (the server's own record of the
-    entry's time, Apache's) or ``method`` and ``entry`` (the entry's URL, looked up
-    here). The browser's HAR cannot say it: over 0-RTT Firefox starts a request's
-    ``wait`` at the handshake's end, after the server has begun to hold it."""
-    if waits is None:
-        return ["the server's log does not say how long it held each response"] if on else []
-    short, held = [], []
-    for w in waits:
-        asked = w.get("asked_ms")
-        if asked is None:
-            found = archive.match(str(w.get("method") or "GET"), str(w.get("entry") or ""))
-            asked = (found[0].wait_ms or 0.0) if found is not None else 0.0
-        slept = float(w.get("slept_ms") or 0.0)
-        name = str(w.get("entry") or w.get("url") or "?")
-        if on and asked and slept < float(asked) - WAIT_SLACK_MS:
-            short.append(f"{name} ({slept:g} ms of {float(asked):g})")
-        if not on and slept > 0:
+def served_entry(s: dict[str, Any], archive: Archive) -> Entry | None:
+    """The entry a server says it answered one request from: by its recorded URL and the
+    request's method (quic-go's and Envoy's logs), or by its place in the archive,
+    ``o<origin>/e<entry>`` (Apache's: quicbed.servers.apache_replay's file names)."""
+    ref = str(s.get("entry_ref") or "")
+    if ref:
+        o, _, e = ref.partition("/")
+        try:
+            return archive.origins[int(o[1:])].entries[int(e[1:])]
+        except (ValueError, IndexError):
+            return None
+    found = archive.match(str(s.get("method") or "GET"), str(s.get("entry") or ""))
+    return found[0] if found is not None else None
+
+
+def served_reasons(served: list[dict[str, Any]] | None, archive: Archive, waits: bool) -> list[str]:
+    """What each server says it sent, per request it answered from an entry (a load's
+    fact ``replay_served``: ``entry`` and ``method``, or ``entry_ref``; ``bytes`` of body
+    sent; ``slept_ms`` it held the response): every body the entry's size, and every
+    response held its recorded server time (``waits``: a cell's ``server_time``) or
+    none. This is the one word on sizes the browser cannot give (Firefox sees no size
+    of another origin's no-cors response) and on server time (over 0-RTT Firefox starts
+    a request's HAR wait at the handshake's end, after the server began to hold it)."""
+    if served is None:
+        return [
+            "the server's log does not say what it sent per request (a server or role "
+            "older than quicbed: run make setup)"
+        ]
+    unknown, sized, short, held = [], [], [], []
+    for s in served:
+        rec = served_entry(s, archive)
+        name = str(s.get("entry") or s.get("entry_ref") or "?")
+        if rec is None:
+            unknown.append(name)
+            continue
+        name = rec.url
+        body = 0 if rec.status in NO_BODY or s.get("method") == "HEAD" else rec.size
+        if s.get("bytes") is not None and int(s["bytes"]) != body:
+            sized.append(f"{name} ({s['bytes']} bytes, recorded {body})")
+        slept, asked = float(s.get("slept_ms") or 0.0), rec.wait_ms or 0.0
+        if waits and asked and slept < asked - WAIT_SLACK_MS:
+            short.append(f"{name} ({slept:g} ms of {asked:g})")
+        if not waits and slept > 0:
             held.append(f"{name} ({slept:g} ms)")
     out = []
     for what, urls in (
+        ("responses from no entry of the archive, by the server's log", unknown),
+        ("bodies the server sent not at the archive's size", sized),
         ("responses held less than their recorded server time", short),
         ("responses held though the cell's server time is off", held),
     ):

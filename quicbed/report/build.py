@@ -341,6 +341,8 @@ def cell_rows(
                 queue=cond["queue"],
                 background=background_text(cell.background),
                 certificate=cell.certificate,
+                origin_rtt=cell.origin_rtt or "",
+                server_time=cell.server_time or "",
                 link=cell.condition.rate_label() if cell.condition.varying() else "",
                 mode=cfg["mode"],
                 runs=cfg["runs"],
@@ -561,8 +563,22 @@ _DIMS: dict[str, tuple[str, Any, Any]] = {
         lambda r: r.certificate,
         lambda r: (r.certificate != DEFAULT_CHAIN, r.certificate),
     ),
+    "origins": (
+        "origins",
+        lambda r: _label_origins(r.origin_rtt, r.server_time),
+        lambda r: (r.origin_rtt != "", r.origin_rtt == "recorded", r.origin_rtt, r.server_time),
+    ),
     "page": ("page", lambda r: r.page, lambda r: _page_index(r.page)),
 }
+
+
+def _label_origins(origin_rtt: str, server_time: str) -> str:
+    """A replayed page's origins as a heatmap names them: their distance beyond the
+    link's RTT (the cell's ``origin_rtt``) and whether responses wait their recorded
+    server time."""
+    where = {"": "origins at the link's RTT", "recorded": "origins at their recorded RTTs"}
+    text = where.get(origin_rtt, f"origins +{origin_rtt} ms")
+    return text + (", recorded server time" if server_time else "")
 
 
 def _page_index(page: str) -> int:
@@ -800,6 +816,8 @@ def _pair_heatmap(
             where += f", background {cond.background}"
         if cond.certificate != DEFAULT_CHAIN:
             where += f", certificate {cond.certificate}"
+        if cond.origin_rtt or cond.server_time:
+            where += f", {_label_origins(cond.origin_rtt, cond.server_time)}"
     else:  # what every cell of it shares
         fixed = [d for d in _DIMS if d not in (rdim, cdim)]
         where = ", ".join(
@@ -813,6 +831,7 @@ def _pair_heatmap(
             if (d != "jitter" or cond.jitter_ms)
             and (d != "background" or cond.background != "none" or d in split)
             and (d != "certificate" or cond.certificate != DEFAULT_CHAIN or d in split)
+            and (d != "origins" or cond.origin_rtt or cond.server_time or d in split)
         )
     # a pair of browsers says which side loaded in which
     two = cond.ref_browser != cond.cand_browser

@@ -36,6 +36,8 @@ COLUMNS = [
     "queue",
     "background",
     "certificate",
+    "origin_rtt",
+    "server_time",
     "link",
     "mode",
     "runs",
@@ -141,6 +143,10 @@ class CellRow(Compared):
     background: str = "none"
     #: the chain every arm's server sent (quicbed.settings.certificate: KEY/N)
     certificate: str = DEFAULT_CHAIN
+    #: a replayed page's origins (the cell's settings: ``recorded``, ms for every
+    #: origin, "" for the link's RTT) and server time (``recorded``, "" for none)
+    origin_rtt: str = ""
+    server_time: str = ""
     #: a time-varying link (quicbed.model.capacity): ``trace NAME`` or ``schedule TEXT``,
     #: in place of a rate; "" for a constant one
     link: str = ""

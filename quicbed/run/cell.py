@@ -153,8 +153,8 @@ def _judge(
         reasons = [f"load failed: {result.get('error')}"]
     elif page.get("archive") is not None:  # a replayed page: per request, by the archive
         reasons = replay_verify.reasons(m["entries"], page["archive"], srv.page_protocol())
-        reasons += replay_verify.wait_reasons(
-            facts.get("replay_waits"), page["archive"], cfg.server_time is not None
+        reasons += replay_verify.served_reasons(
+            facts.get("replay_served"), page["archive"], cfg.server_time is not None
         )
     else:
         reasons = har.verify(

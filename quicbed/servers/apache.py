@@ -58,40 +58,44 @@ def log_requests(lines: list[str], earlier: frozenset[str] = frozenset()) -> lis
         sni = f[12] if len(f) > 12 and f[12] != "-" else ""
         # the negotiated suite, logged since the aead knob (an older role's line has none)
         cipher = f[13] if len(f) > 13 and f[13] != "-" else ""
-        # a replayed response's recorded server time and how long the hook held it
-        # (apache_replay), logged since the server-time setting
-        asked = f[14] if len(f) > 14 and f[14] != "-" else ""
+        # a replayed response's recorded server time (f[14], from the map: the archive
+        # says it too), how long the hook held it and its entry (apache_replay), logged
+        # since the server-time setting
         slept = f[15] if len(f) > 15 and f[15] != "-" else ""
+        entry = f[16] if len(f) > 16 and f[16] != "-" else ""
         reqs.append(
             {
                 "proto": f[2],
                 "status": f[5],
-                "path": f[4],
+                "method": f[3],
+                "bytes": f[6],
                 "tls": f[7],
                 "resumed": f[8],
                 "port": f[11],
                 "sni": sni,
                 "cipher": cipher,
-                "wait_us": asked,
                 "waited_us": slept,
+                "entry": entry,
             }
         )
     return reqs
 
 
-def replay_waits(reqs: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """How long Apache held each response of a replayed entry (quicbed.replay.verify
-    .wait_reasons): the entry's server time as its map gave it and what the hook slept
-    (none where it did not run: server time off). Empty where no line names an entry's
-    time: not a replayed page, or an older role's log, which does not say."""
+def replay_served(reqs: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """What Apache sent for each request of a replayed page it answered from an entry
+    (quicbed.replay.verify.served_reasons): the entry (``o<origin>/e<entry>``), the
+    body's bytes and how long the server-time hook held it (none where it did not
+    run). Empty where no line names an entry: not a replayed page, or an older role's
+    log, which does not say."""
     return [
         {
-            "url": f"https://{r['sni']}{r['path']}",
-            "asked_ms": int(r["wait_us"]) / 1000,
+            "method": r["method"],
+            "entry_ref": r["entry"],
+            "bytes": int(r["bytes"]) if r["bytes"].isdigit() else None,
             "slept_ms": int(r["waited_us"] or 0) / 1000,
         }
         for r in reqs
-        if r["wait_us"]
+        if r["entry"]
     ]
 
 
@@ -266,7 +270,7 @@ class ApacheServer(WebServer):
                 else {}
             ),
             # a replayed page's (none from an older role: wait_reasons names it)
-            **({"replay_waits": waits} if (waits := replay_waits(reqs)) else {}),
+            **({"replay_served": sent} if (sent := replay_served(reqs)) else {}),
         }
 
     def mark(self) -> None:

@@ -9,6 +9,10 @@ first, then method and path alone; else the origin's 404 file. mod_headers marks
 response with how it matched (quicbed.replay.verify.REPLAY_HEADER), as every replay
 server does.
 
+Each answered request's environment names its entry, ``o<origin>/e<entry>`` (the
+files' names: the origin's and the entry's places in the archive), which the role's
+LogFormat logs, so a load's facts say per request which entry Apache sent.
+
 **Server time** (a cell's ``server_time``): each map's value names the entry's file and
 its recorded server time in microseconds (``e3:12000``); mod_rewrite puts the time into
 the request's environment (``QB_WAIT_US``), and where Apache runs with
@@ -122,11 +126,11 @@ def write_tree(folder: Path, archive: Archive, serve: ReplayServe, out: Path, ke
             r'    RewriteCond "%{THE_REQUEST}" "^(\S+) (\S+) "',
             f'    RewriteCond "${{exact{i}:%1:%2}}" "^(e[0-9]+):([0-9]+)$"',
             f'    RewriteRule "^" "{own_there}/%1.asis" '
-            "[L,H=send-as-is,E=QB_REPLAY:url,E=QB_WAIT_US:%2]",
+            f"[L,H=send-as-is,E=QB_REPLAY:url,E=QB_WAIT_US:%2,E=QB_ENTRY:o{i}/%1]",
             r'    RewriteCond "%{THE_REQUEST}" "^(\S+) ([^?\s]+)"',
             f'    RewriteCond "${{path{i}:%1:%2}}" "^(e[0-9]+):([0-9]+)$"',
             f'    RewriteRule "^" "{own_there}/%1.asis" '
-            "[L,H=send-as-is,E=QB_REPLAY:path,E=QB_WAIT_US:%2]",
+            f"[L,H=send-as-is,E=QB_REPLAY:path,E=QB_WAIT_US:%2,E=QB_ENTRY:o{i}/%1]",
             f'    RewriteRule "^" "{own_there}/unmatched.asis" [L,H=send-as-is,E=QB_REPLAY:none]',
             f'    Header always set {REPLAY_HEADER} "%{{QB_REPLAY}}e"',
             "</VirtualHost>",

@@ -187,7 +187,7 @@ def access_facts(lines: list[str]) -> dict[str, Any]:
         **(
             {
                 "server_replay": dict(Counter(str(e.get("replay") or "unmarked") for e in reqs)),
-                "replay_waits": replay_waits(reqs),
+                "replay_served": replay_served(reqs),
             }
             if any("replay" in e for e in reqs)
             else {}
@@ -195,10 +195,11 @@ def access_facts(lines: list[str]) -> dict[str, Any]:
     }
 
 
-def replay_waits(reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """How long Envoy held each request a route answered from an entry (its route's name,
-    ``url|path METHOD URL``): its whole duration where the fault filter delayed it
-    (response flag DI), else none (quicbed.replay.verify.wait_reasons)."""
+def replay_served(reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What Envoy sent for each request a route answered from an entry (its route's name,
+    ``url|path METHOD URL``): its body bytes, and how long it held it: the request's
+    whole duration where the fault filter delayed it (response flag DI), else none
+    (quicbed.replay.verify.served_reasons)."""
     out = []
     for e in reqs:
         how, _, rest = str(e.get("route") or "").partition(" ")
@@ -207,7 +208,8 @@ def replay_waits(reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         held = "DI" in str(e.get("flags") or "").split(",")
         slept = float(e.get("duration_ms") or 0) if held else 0.0
-        out.append({"method": method, "entry": url, "slept_ms": slept})
+        sent = int(e["bytes"]) if str(e.get("bytes") or "").isdigit() else None
+        out.append({"method": method, "entry": url, "bytes": sent, "slept_ms": slept})
     return out
 
 

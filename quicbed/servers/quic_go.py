@@ -67,9 +67,14 @@ def quic_load_facts(lines: list[str], params: tuple[str, ...] = ()) -> dict[str,
         if ciphers:  # the AEAD each connection negotiated (quicbed.settings.sockopts)
             facts["tls_cipher"] = ciphers
     replayed = [e for e in reqs if e.get("event") == "replay"]
-    if replayed:  # how long each response from an entry was held (quicbed.replay.verify)
-        facts["replay_waits"] = [
-            {"method": e.get("method"), "entry": e["entry"], "slept_ms": e.get("wait_ms") or 0}
+    if replayed:  # what each response from an entry was (quicbed.replay.verify)
+        facts["replay_served"] = [
+            {
+                "method": e.get("method"),
+                "entry": e["entry"],
+                "bytes": e.get("bytes"),
+                "slept_ms": e.get("wait_ms") or 0,
+            }
             for e in replayed
             if e.get("entry")
         ]
