@@ -88,17 +88,23 @@ def arm_rows(
     return rows
 
 
-def pair_rows(root: Path, describe: Describe = _by_background) -> list[list[str]]:
-    """Per cell and pair: the difference of means (%, positive: the second faster) and
-    Welch's p."""
+def pair_rows(
+    root: Path, describe: Describe = _by_background, metrics: tuple[str, ...] = ("plt_ms",)
+) -> list[list[str]]:
+    """Per cell and pair, for each of ``metrics``: the difference of means (%, positive:
+    the second faster) and Welch's p."""
     store = Store(root)
     out = []
     try:
         for cid, attempt, cfg, head in _cells(store, describe):
-            for pair, c in compare_cell(store, cid, attempt, cfg).items():
-                diff = f"{c.pct_diff:+.1f}" if c.pct_diff is not None else "-"
-                p = f"{c.welch_p:.2g}" if c.welch_p is not None else "-"
-                out.append([*head, pair, diff, p])
+            by = {m: compare_cell(store, cid, attempt, cfg, metric=m) for m in metrics}
+            for pair in by[metrics[0]]:
+                row = [*head, pair]
+                for m in metrics:
+                    c = by[m][pair]
+                    row.append(f"{c.pct_diff:+.1f}" if c.pct_diff is not None else "-")
+                    row.append(f"{c.welch_p:.2g}" if c.welch_p is not None else "-")
+                out.append(row)
     finally:
         store.close()
     return out

@@ -21,6 +21,7 @@ from quicbed.replay import archive as arch
 from quicbed.replay.archive import Archive, Entry, Origin
 from quicbed.replay.serve import OriginServe, ReplayServe
 from quicbed.results.store import Store
+from quicbed.run.cell import CellResult
 from quicbed.spec.cellconfig import CellConfig, make_cell
 
 ORIGINS = ("www.t3.example", "static.t3.example", "img.t3.example")
@@ -132,6 +133,16 @@ def test_a_cell_names_an_archive_by_name_and_is_identified_by_its_content(
         make_cell(condition=cond, page="t3", arms=["h2", "h3-quiche"])
 
 
+def _t3_cell(shared_links: SharedLinks, tmp_path: Path, **cell: Any) -> CellResult:
+    """three_origins' page measured at 10 Mbit/s, 36 ms with ``cell``'s settings, into
+    ``tmp_path / "res"``: the cell done, every load valid."""
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="t3", **cell)
+    r = shared_links.run_cell(cfg, tmp_path / "res")
+    assert r.status == "done", r
+    assert not r.invalid, r.invalid
+    return r
+
+
 #: the recorded RTTs of three_origins' origins in the per-origin tests (ms; the first
 #: recorded none, so the link adds nothing for it)
 RECORDED = (None, 30.0, 60.0)
@@ -202,18 +213,15 @@ def test_each_origin_is_at_its_recorded_distance_in_the_receipt_and_every_load(
     it there; every h2 load's TCP handshake to an origin (HAR connect less TLS) takes
     the link's RTT plus that origin's."""
     three_origins(page_store, RECORDED)
-    cfg = make_cell(
-        condition=make_condition(rate_mbit=10, rtt_ms=36),
-        page="t3",
+    _t3_cell(
+        shared_links,
+        tmp_path,
         arms=["h2", "h3"],
         runs=2,
         warmup=0,
         mode="1rtt",
         origin_rtt="recorded",
     )
-    r = shared_links.run_cell(cfg, tmp_path / "res")
-    assert r.status == "done", r
-    assert not r.invalid, r.invalid
     store = Store.open_readonly(tmp_path / "res")
     try:
         (row,) = store.receipts()
@@ -250,17 +258,14 @@ def test_a_replayed_page_is_served_per_origin_and_verified_per_request_on_both_a
     """In Chromium (its resolver rules) and in Firefox (its driver's resolver overrides
     and alt-svc mappings), every origin at its own address on both arms."""
     a = three_origins(page_store)
-    cfg = make_cell(
-        condition=make_condition(rate_mbit=10, rtt_ms=36),
-        page="t3",
+    _t3_cell(
+        shared_links,
+        tmp_path,
         arms=["h2", "h3"],
         runs=3,
         warmup=1,
         browser=browser,
     )
-    r = shared_links.run_cell(cfg, tmp_path / "res")
-    assert r.status == "done", r
-    assert not r.invalid, r.invalid
     store = Store.open_readonly(tmp_path / "res")
     try:
         runs = [x for x in store.all_runs() if not x.warmup and x.valid]
@@ -298,16 +303,13 @@ def test_envoy_replays_the_page_beside_apache_and_quic_go(
     every origin reached over the arm's protocol, each request answered as the rule
     says; Envoy's loads 0-RTT by its own log on every connection, CUBIC by its senders."""
     a = three_origins(page_store)
-    cfg = make_cell(
-        condition=make_condition(rate_mbit=10, rtt_ms=36),
-        page="t3",
+    r = _t3_cell(
+        shared_links,
+        tmp_path,
         arms=["h2", "h3", "h3-envoy"],
         runs=3,
         warmup=1,
     )
-    r = shared_links.run_cell(cfg, tmp_path / "res")
-    assert r.status == "done", r
-    assert not r.invalid, r.invalid
     assert r.verified["h3-envoy"]["cc"] == ["cubic"], r.verified
     store = Store.open_readonly(tmp_path / "res")
     try:
@@ -497,17 +499,14 @@ def test_every_server_waits_each_responses_recorded_server_time(
     from quicbed.replay.verify import served_entry
 
     a = three_origins(page_store, waits=WAITS)
-    cfg = make_cell(
-        condition=make_condition(rate_mbit=10, rtt_ms=36),
-        page="t3",
+    _t3_cell(
+        shared_links,
+        tmp_path,
         arms=["h2", "h3", "h3-envoy"],
         runs=2,
         warmup=1,
         server_time="recorded",
     )
-    r = shared_links.run_cell(cfg, tmp_path / "res")
-    assert r.status == "done", r
-    assert not r.invalid, r.invalid
     store = Store.open_readonly(tmp_path / "res")
     try:
         runs = [x for x in store.all_runs() if not x.warmup and x.valid]
