@@ -452,6 +452,9 @@ def test_the_drivers_read_fcp_and_lcp_in_a_real_browser(served: Served, name: st
     b = cls(spec, served.tb, served.logs)
     try:
         b.start()
+        if name == "chromium":  # its singleton socket's folder in its TMPDIR, the profile's
+            made = list(Path(spec.tmpdir).glob("org.chromium.Chromium.*"))
+            assert made and all((d / "SingletonSocket").exists() for d in made), made
         loads = [
             b.load(f"https://{HOST}/paint/", fresh_context=False, timeout_s=20),
             b.load(f"https://{HOST}/paint/", fresh_context=True, timeout_s=20),

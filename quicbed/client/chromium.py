@@ -224,10 +224,11 @@ class Chromium(Browser):
         tb = self.tb
         argv = command_line(self.spec)  # refuses a bad spec before anything is made
         seed_profile(tb, self.spec.user_data_dir)
-        env = None
+        tb.mkdir("client", self.spec.tmpdir)
+        env = {"TMPDIR": str(self.spec.tmpdir)}  # its temporary folders go with the profile
         if self.trusts_ca:  # by its own NSS database, under a throwaway HOME
             seed_nss_db(tb, self.spec, self.spec.nss_db, self.role)
-            env = {"HOME": str(self.spec.home)}
+            env["HOME"] = str(self.spec.home)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.log_dir / f"chromium-{self.spec.arm}.argv.json").write_text(json.dumps(argv))
         self._log = tb.outbox("client", self.log_dir) / f"chromium-{self.spec.arm}.log"
