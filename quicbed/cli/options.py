@@ -448,8 +448,8 @@ ServerTimeOpt = Annotated[
     typer.Option(
         "--server-time",
         help="A replayed page's server time: 'recorded' (every arm's server sends each "
-        "response after its entry's recorded server time, judged per response from the "
-        "browser's HAR) or 'none'. Default: none (every response at once).",
+        "response after its entry's recorded server time, judged per response by each "
+        "server's own log) or 'none'. Default: none (every response at once).",
     ),
 ]
 BackgroundOpt = Annotated[

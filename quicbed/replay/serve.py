@@ -72,29 +72,37 @@ def origin_ips(server_ip: str, n: int) -> list[str]:
 #: the cell settings' word for what the recording says: ``origin_rtt`` each origin's
 #: recorded RTT, ``server_time`` each response's recorded server time
 RECORDED = "recorded"
-#: what ``server_time`` also takes for "none" (every response at once)
-NO_SERVER_TIME = ("none", "off")
+#: what both settings also take for none (a sweep scenario's axis spells it so)
+NONE = ("none", "off")
+
+
+def _word(value: object) -> object:
+    """A setting's value as its spellings compare: a word stripped and lower-cased."""
+    return value.strip().lower() if isinstance(value, str) else value
 
 
 def server_time_setting(value: object) -> str | None:
     """A cell's ``server_time`` as it is kept: ``recorded`` (each response waits its
-    entry's recorded server time, ``wait_ms``), or None (``none``/``off``: at once)."""
-    if value is None:
+    entry's recorded server time, ``wait_ms``), or None (None, ``none``, ``off``: at
+    once)."""
+    word = _word(value)
+    if word is None or word in NONE:
         return None
-    word = str(value).strip().lower() if isinstance(value, str) else value
     if word == RECORDED:
         return RECORDED
-    if word in NO_SERVER_TIME:
-        return None
     raise QuicbedError(
         f"server_time {value!r}: {RECORDED} (each response after its recorded server time) or none"
     )
 
 
-def origin_setting(value: object) -> str:
+def origin_setting(value: object) -> str | None:
     """A cell's ``origin_rtt`` as it is kept: ``recorded`` (each origin's RTT as the
-    archive recorded it) or one extra RTT in ms for every origin (``40``)."""
-    if isinstance(value, str) and value.strip().lower() == RECORDED:
+    archive recorded it), one extra RTT in ms for every origin (``40``), or None (None,
+    ``none``, ``off``: every origin at the link's RTT)."""
+    word = _word(value)
+    if word is None or word in NONE:
+        return None
+    if word == RECORDED:
         return RECORDED
     try:
         ms = float(value)  # type: ignore[arg-type]

@@ -269,7 +269,7 @@ class ApacheServer(WebServer):
                 if any(r["cipher"] for r in reqs)
                 else {}
             ),
-            # a replayed page's (none from an older role: wait_reasons names it)
+            # a replayed page's (none from an older role: served_reasons names it)
             **({"replay_served": sent} if (sent := replay_served(reqs)) else {}),
         }
 

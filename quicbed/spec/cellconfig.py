@@ -190,8 +190,6 @@ def _background(value: object) -> tuple[BackgroundFlow, ...]:
 
 
 def _origin_setting(value: object) -> str | None:
-    if value is None:
-        return None
     try:
         return serve.origin_setting(value)
     except QuicbedError as exc:
@@ -209,7 +207,7 @@ def _with_origin_rtts(data: dict[str, Any]) -> dict[str, Any]:
     """A replay cell's ``origin_rtt`` resolved into its condition's per-address RTTs
     from the archive (a stored cell's condition has them already, and keeps them: the
     archive need not be in the store to read results)."""
-    setting = data.get("origin_rtt")
+    setting = _origin_setting(data.get("origin_rtt"))
     if setting is None:
         return data
     cond = data.get("condition")
@@ -224,12 +222,7 @@ def _with_origin_rtts(data: dict[str, Any]) -> dict[str, Any]:
     folder = archive.find(str(data.get("page")))
     if folder is None:
         raise ValueError(f"origin_rtt: no replay archive {data.get('page')!r} in {archive.store()}")
-    try:
-        rtts = serve.origin_rtts(
-            archive.load(folder, check_bodies=False), serve.origin_setting(setting)
-        )
-    except QuicbedError as exc:
-        raise ValueError(str(exc)) from None
+    rtts = serve.origin_rtts(archive.load(folder, check_bodies=False), setting)
     return {**data, "condition": {**fields, "origin_rtt": origin_rtt_text(rtts)}}
 
 
@@ -299,8 +292,8 @@ class CellConfig(BaseModel):
     origin_rtt: Annotated[str | None, BeforeValidator(_origin_setting)] = None
     #: a replayed page's server time (quicbed.replay.serve.server_time_setting):
     #: ``recorded``, each response sent after its entry's recorded server time
-    #: (``wait_ms``) by every arm's server, and judged per response from the browser's
-    #: HAR; None: every response at once
+    #: (``wait_ms``) by every arm's server, and judged per response by each server's own
+    #: log (quicbed.replay.verify.served_reasons); None: every response at once
     server_time: Annotated[str | None, BeforeValidator(_server_time)] = None
 
     @field_validator("key_exchange", mode="before")

@@ -465,10 +465,6 @@ class SweepSpec(BaseModel):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-#: a scenario's ``origin_rtt`` or ``server_time`` entry for none
-NONE_SETTING = "none"
-
-
 def cell_traces(spec: SweepSpec, scenario: str) -> str | None:
     """The trace level of a scenario's cells: the spec's (``--traces`` sets it), else the
     scenario's own, else None (run_cell's default for the cell's kind)."""
@@ -534,11 +530,9 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
         chains: list[str | None] = [*sc.certificate] if sc.certificate else [None]
         # what the servers serve beyond the page: the handshake's certificate, the
         # origins' distances and the server times, one axis of triples
-        serving = list(
-            itertools.product(
-                chains, sc.origin_rtt or [NONE_SETTING], sc.server_time or [NONE_SETTING]
-            )
-        )
+        origins: list[str | float | None] = [*sc.origin_rtt] if sc.origin_rtt else [None]
+        times: list[str | None] = [*sc.server_time] if sc.server_time else [None]
+        serving = list(itertools.product(chains, origins, times))
         grid = itertools.product(
             sc.rate or [None],
             sc.capacities(),
@@ -600,8 +594,8 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     **({"aead": sc.aead} if sc.aead else {}),
                     **({"background": bg} if bg != "none" else {}),
                     **({"certificate": chain} if chain is not None else {}),
-                    **({"origin_rtt": orig} if orig != NONE_SETTING else {}),
-                    **({"server_time": stime} if stime != NONE_SETTING else {}),
+                    origin_rtt=orig,  # none spelled "none" too (quicbed.replay.serve)
+                    server_time=stime,
                     **work,
                 )
                 spec.host.replaced_per_arm(cfg.runs)  # host.max_replaced within the runs
