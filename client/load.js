@@ -3,8 +3,8 @@
 // on request, one JSON command per stdin line, one JSON result per stdout line:
 //
 //   {"cmd": "load", "url": "https://quicbed.test/5kb/", "fresh_context": false, "timeout_ms": 60000,
-//    "content": false}
-//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "paint": {...}, "context": "...",
+//    "content": false, "visual": false}
+//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "paint": {...}, "visual": {...}, "context": "...",
 //       "started_at": ms, "frames": {"attached": 1}, "clearing": {"cache": "chrome.benchmarking.clearCache", ...}}
 //
 //   node load.js PORT [--fallbacks]
@@ -21,6 +21,8 @@
 // The HAR is built from the CDP events with chrome-har-capturer's fromLog. "paint" is
 // the page's first contentful paint and largest contentful paint, read in the page
 // after the load (client/paint.js says what and when; Chromium 72 has no LCP: null).
+// "visual" (only when the command asks) is the load's frames from the blank page before
+// it to the paint read after it (client/visual.js says how and on which clock).
 //
 // "clearing" says, per step, what cleared it before the load: the chrome.benchmarking
 // function, a fallback (below), or null with the reason in "clearing_skipped".
@@ -52,6 +54,7 @@ const {execFileSync} = require('child_process');
 const CDP = require('chrome-remote-interface');
 const CHC = require('chrome-har-capturer');
 const {PAINT} = require('./paint');
+const {chromiumStart} = require('./visual');
 
 const port = parseInt(process.argv[2], 10);
 const FALLBACKS = process.argv.slice(3).includes('--fallbacks');
@@ -93,6 +96,15 @@ async function readPaint(client) {
         return {error: `paint read failed: ${(ex.exception && ex.exception.description) || ex.text}`};
     }
     return JSON.parse(r.result.value);
+}
+
+// the frames' record; a failed capture is the load's "visual": {error}, never a failure
+async function stopVisual(capture) {
+    try {
+        return await capture.stop();
+    } catch (e) {
+        return {error: `frame capture failed: ${e.message || e}`};
+    }
 }
 
 // --- closing the browser's connections from outside (the fallback) --------------------
@@ -352,6 +364,7 @@ async function load(cmd) {
     };
     const off = [];
     let cleared = {clearing: null, skipped: {}, closed: null};
+    let capture = null;
     try {
         // a clean slate: no cached body, no resolver entry, no idle connection
         await client.Page.navigate({url: 'about:blank'});
@@ -362,6 +375,7 @@ async function load(cmd) {
             off.push(client.on(m, record(m)));
         }
         const loaded = new Promise((resolve) => client.once('Page.loadEventFired', resolve));
+        if (cmd.visual) capture = await chromiumStart(client);
         const nav = await client.Page.navigate({url: cmd.url});
         if (nav.errorText) throw new Error(`navigation failed: ${nav.errorText}`);
         await withTimeout(loaded, cmd.timeout_ms || 60000, 'page load');
@@ -373,7 +387,9 @@ async function load(cmd) {
         const har = await CHC.fromLog(cmd.url, events, {content: !!cmd.content});
         // after the HAR: a request the page makes while its paint is read is not the load's
         const paint = await readPaint(client);
-        return {ok: true, error: null, har, nav: JSON.parse(navTiming.result.value || 'null'), paint,
+        const visual = capture ? await stopVisual(capture) : undefined;
+        capture = null;
+        return {ok: true, error: null, har, nav: JSON.parse(navTiming.result.value || 'null'), paint, visual,
             context: tab.contextId || 'default', target: tab.targetId, started_at, frames: frames(), ...report(cleared)};
     } catch (e) {
         let har = null;
@@ -381,6 +397,7 @@ async function load(cmd) {
         return {ok: false, error: String(e.message || e), har, nav: null, paint: null,
             context: tab.contextId || 'default', target: tab.targetId, started_at, frames: frames(), ...report(cleared)};
     } finally {
+        if (capture) { try { await client.Page.stopScreencast(); } catch (e) { /* gone */ } }
         for (const o of off) { if (typeof o === 'function') o(); }
         if (cmd.fresh_context) spent = tab;
     }

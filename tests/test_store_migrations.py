@@ -127,6 +127,18 @@ def test_version_5_reads_no_paint_for_old_loads(v1: Path) -> None:
             store.close()
 
 
+def test_version_6_reads_no_visual_figures_for_old_loads(v1: Path) -> None:
+    """Loads stored before the visual columns read speed_index_ms and visual_complete_ms
+    as null, and a comparison on them finds no values."""
+    store = Store.open_readonly(v1)
+    try:
+        runs = store.all_runs()
+        assert {(r.speed_index_ms, r.visual_complete_ms) for r in runs} == {(None, None)}
+        assert store.values(runs[0].cell_id, 2, "h2", "speed_index_ms") == []
+    finally:
+        store.close()
+
+
 def test_a_read_only_open_migrates_a_copy_and_leaves_the_file(v1: Path) -> None:
     digest = hashlib.sha256((v1 / DB_NAME).read_bytes()).hexdigest()
     ro = Store.open_readonly(v1)

@@ -4,8 +4,9 @@
 // protocol of client/load.js: one JSON command per stdin line, one JSON result per
 // stdout line:
 //
-//   {"cmd": "load", "url": "https://quicbed.test/5kb/", "fresh_context": false, "timeout_ms": 60000}
-//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "paint": {...}, "context": "...",
+//   {"cmd": "load", "url": "https://quicbed.test/5kb/", "fresh_context": false, "timeout_ms": 60000,
+//    "visual": false}
+//   -> {"ok": true, "error": null, "har": {...}, "nav": {...}, "paint": {...}, "visual": {...}, "context": "...",
 //       "started_at": ms, "clearing": {...}, "connections_closed": {...}}
 //
 //   node load.js PORT HOST SERVER_IP [HOST2 IP2 ...]   (a replayed page: every origin)
@@ -51,11 +52,13 @@
 // as chrome-har-capturer leaves them out.
 // "paint" is the page's first contentful paint and largest contentful paint, read in the
 // page after the load by the expression client/load.js uses (client/paint.js says what
-// and when).
+// and when). "visual" (only when the command asks) is the load's frames, from the Gecko
+// profiler's screenshots (client/visual.js says how).
 
 const readline = require('readline');
 const WebSocket = require('ws');
 const {PAINT} = require('../paint');
+const {geckoStart, GECKO_HIDE_STATUS} = require('../visual');
 
 const [port, ...pairs] = process.argv.slice(2);
 // every host the page names and the address it is served at (the test host, or each
@@ -330,6 +333,11 @@ async function openTab(userContext) {
     return {context, userContext};
 }
 
+// the tab's viewport as the browser draws it now (a visual load's final look), base64 PNG
+async function screenshot(context) {
+    return (await send('browsingContext.captureScreenshot', {context, origin: 'viewport'})).data;
+}
+
 async function closeTab(tab) {
     try { await send('browsingContext.close', {context: tab.context}); } catch (e) { /* gone */ }
     if (tab.userContext) {
@@ -377,10 +385,12 @@ async function load(cmd) {
     };
     listeners.add(listener);
     let closed = null;
+    let capture = null;
     const base = {context: tab.userContext || 'default', target: tab.context, started_at, clearing: CLEARING};
     try {
         await send('browsingContext.navigate', {context: tab.context, url: 'about:blank', wait: 'complete'});
         closed = await closeConnections();
+        if (cmd.visual) capture = await geckoStart(evaluate, chrome);
         recording = true;
         await withTimeout(send('browsingContext.navigate', {context: tab.context, url: cmd.url, wait: 'complete'}),
             cmd.timeout_ms || 60000, 'page load');
@@ -397,10 +407,19 @@ async function load(cmd) {
         } catch (e) {
             paint = {error: `paint read failed: ${e.message || e}`};
         }
+        let visual;
+        if (capture) {
+            try {
+                visual = await capture.stop(tab.context, screenshot);
+            } catch (e) {
+                visual = {error: `frame capture failed: ${e.message || e}`};
+            }
+            capture = null;
+        }
         const unfinished = [...requests.values()].filter((r) => !r.done).map((r) => r.request.url);
         if (unfinished.length) problems.push(`requests without an end: ${unfinished.join(', ')}`);
         return {ok: problems.length === 0, error: problems.length ? problems.join('; ') : null, har, nav: perf.nav,
-            paint, ...base, connections_closed: closed};
+            paint, visual, ...base, connections_closed: closed};
     } catch (e) {
         recording = false;
         let har = null;
@@ -411,6 +430,7 @@ async function load(cmd) {
         try { await send('browsingContext.navigate', {context: tab.context, url: 'about:blank', wait: 'none'}); } catch (e3) { /* gone */ }
         return {ok: false, error: String(e.message || e), har, nav: null, paint: null, ...base, connections_closed: closed};
     } finally {
+        if (capture) { try { await evaluate(chrome, 'Services.profiler.StopProfiler(), true'); } catch (e) { /* gone */ } }
         listeners.delete(listener);
         if (cmd.fresh_context) spent = tab;
     }
@@ -430,6 +450,7 @@ async function main() {
     await send('session.subscribe', {events: ['network.beforeRequestSent', 'network.responseCompleted', 'network.fetchError',
         'browsingContext.contextCreated']});
     await evaluate(chrome, ALTSVC_INIT);
+    await evaluate(chrome, GECKO_HIDE_STATUS);
     process.stdout.write(JSON.stringify({ready: true, browser: version, build: caps['moz:buildID'] || null,
         user_agent: caps.userAgent || null, pid: caps['moz:processID'] || null,
         altsvc_init_port: ALTSVC_INIT_PORT}) + '\n');

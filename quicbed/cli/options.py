@@ -452,6 +452,15 @@ ServerTimeOpt = Annotated[
         "server's own log) or 'none'. Default: none (every response at once).",
     ),
 ]
+VisualOpt = Annotated[
+    bool,
+    typer.Option(
+        "--visual/--no-visual",
+        help="Capture every load's frames as the browser showed them and score its Speed "
+        "Index and visually complete (part of the cell's identity: capturing costs the "
+        "browser CPU). Default: off.",
+    ),
+]
 BackgroundOpt = Annotated[
     str,
     typer.Option(
@@ -539,6 +548,7 @@ class CellOptions:
     background: BackgroundOpt = ""
     origin_rtt: OriginRttOpt = None
     server_time: ServerTimeOpt = None
+    visual: VisualOpt = False
 
     def config(self, condition: LinkCondition, page: str) -> CellConfig:
         names, settings = parse_cli(self.arms)
@@ -561,6 +571,7 @@ class CellOptions:
             background=self.background,
             origin_rtt=self.origin_rtt,
             server_time=self.server_time,
+            visual=self.visual,
         )
 
 

@@ -81,6 +81,9 @@ class BrowserSpec:
     #: keep every response's body in the load's HAR (a browser with ``har_content``; at
     #: traces level full), so the load can be imported as a replay archive
     har_content: bool = False
+    #: capture every load's frames as the browser showed them (client/visual.js), for
+    #: its visual progress (quicbed.client.visual; a cell's ``visual``)
+    visual: bool = False
 
     def host_map(self) -> list[tuple[str, str]]:
         """Every host the page may name and where the arm serves it."""
@@ -319,6 +322,7 @@ class Browser(ABC):
             "fresh_context": fresh_context,
             "timeout_ms": int(timeout_s * 1000),
             **({"content": True} if self.spec.har_content else {}),
+            **({"visual": True} if self.spec.visual else {}),
         }
         self.driver.stdin.write(json.dumps(cmd) + "\n")
         self.driver.stdin.flush()

@@ -767,6 +767,8 @@ METRIC_LABELS = {
     "plt_ms": "PLT",
     "fcp_ms": "FCP",
     "lcp_ms": "LCP",
+    "speed_index_ms": "Speed Index",
+    "visual_complete_ms": "visually complete",
     "ttfb_ms": "TTFB",
     "nav_load_ms": "navigation load",
     "onload_ms": "onLoad",

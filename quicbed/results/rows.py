@@ -45,6 +45,17 @@ class RunRow(BaseModel):
         "after onload (None: nothing contentful painted, no LCP in the browser, or a "
         "store older than schema 5)",
     )
+    speed_index_ms: float | None = Field(
+        default=None,
+        description="Speed Index from the frames the browser showed (None: the cell "
+        "captured no frames, the frames could not be scored, or a store older than "
+        "schema 6: quicbed.client.visual)",
+    )
+    visual_complete_ms: float | None = Field(
+        default=None,
+        description="when the page's frames reached 99 % visual progress and stayed "
+        "(None as speed_index_ms)",
+    )
     objects: int | None = None
     bytes: int | None = None
     protocols: list[str] | None = Field(

@@ -10,6 +10,7 @@ Layout (the rest of a results folder: quicbed.results.folder)::
     DIR/store.sqlite                  cells, attempts (receipt, provenance), runs
     DIR/hars/<cell>/<attempt>/<arm>-<rep>.har.gz
     DIR/logs/<cell>/<attempt>/...     server logs, browser logs
+    DIR/visual/<cell>/<attempt>/<arm>-<rep>/  a visual cell's frames per load
 
 No SQL is written outside this module: every reader asks a method here, which
 returns rows with their JSON columns decoded the same way everywhere.
@@ -24,6 +25,9 @@ Schema versions (``meta.schema_version``); MIGRATIONS[n] takes version n to n + 
   5: runs.fcp_ms and runs.lcp_ms, a load's first and largest contentful paint (ms after
      the navigation's time origin, read by the page-load driver: client/paint.js);
      NULL for the loads of older stores, which never read them.
+  6: runs.speed_index_ms and runs.visual_complete_ms, a load's visual progress from the
+     frames its browser showed (quicbed.client.visual; only a cell with ``visual``
+     captures them); NULL for the loads of older stores.
 A writable store of an older version is migrated when it is opened, in one
 transaction (a migration that stops leaves the store as it was); a read-only open
 migrates an in-memory copy and leaves the file untouched. A newer version is refused.
@@ -46,7 +50,7 @@ from quicbed.errors import QuicbedError
 from quicbed.results.rows import AttemptRow, RunRow
 from quicbed.spec.significance import DEFAULT_METRIC, METRICS  # the runs columns compared
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DB_NAME = "store.sqlite"
 
 
@@ -156,11 +160,15 @@ UPDATE attempts SET reason = CASE
 ALTER TABLE runs ADD COLUMN fcp_ms REAL;          -- first contentful paint, ms
 ALTER TABLE runs ADD COLUMN lcp_ms REAL;          -- largest contentful paint, ms
 """,
+    5: """
+ALTER TABLE runs ADD COLUMN speed_index_ms REAL;      -- Speed Index, ms
+ALTER TABLE runs ADD COLUMN visual_complete_ms REAL;  -- visually complete, ms
+""",
 }
 
 
 #: folders with one sub-folder per cell and attempt (``<dir>/<cell>/<attempt>/``)
-ATTEMPT_DIRS = ("hars", "logs", "traces")
+ATTEMPT_DIRS = ("hars", "logs", "traces", "visual")
 
 
 def now() -> str:

@@ -24,7 +24,7 @@ from quicbed import timelog
 from quicbed.analysis.cells import compare_cell
 from quicbed.analysis.stats import Comparison
 from quicbed.analysis.transfers import stored_transfer
-from quicbed.client import get_browser, har
+from quicbed.client import get_browser, har, visual
 from quicbed.client.browser import DEFAULT as DEFAULT_BROWSER
 from quicbed.client.browser import BrowserSpec
 from quicbed.errors import QuicbedError
@@ -801,6 +801,7 @@ class _Job:
                 quic_version=rig.servers[a.name].quic_version,
                 ca_cert=staged.ca if kind.trusts_ca else None,
                 origins=rig.servers[a.name].origin_addresses(),
+                visual=cfg.visual,
                 **extra[a.name],
             )
             rig.browsers[a.name] = kind(bspec, tb, log_dir)
@@ -1004,6 +1005,12 @@ class _Job:
         m = har.metrics(
             result.get("har"), result.get("nav"), rig.page["hosts"], result.get("paint")
         )
+        if cfg.visual:  # the frames scored, and kept beside the HAR (quicbed.client.visual)
+            rel = Path("visual") / self.cell_id / str(self.attempt) / f"{arm}-{rep:03d}"
+            figures, detail = visual.visual_figures(
+                result.get("visual"), m.get("fcp_ms"), self.store.root / rel
+            )
+            m.update(figures, visual=detail and {**detail, "folder": str(rel)})
         # a replayed page has no fixed object count: the load's own requests
         facts = _server_facts(srv, rig.page["objects"] or m.get("objects") or 0)
         facts.update(srv.observe())
@@ -1069,6 +1076,8 @@ class _Job:
             ttfb_ms=m.get("ttfb_ms"),
             fcp_ms=m.get("fcp_ms"),
             lcp_ms=m.get("lcp_ms"),
+            speed_index_ms=m.get("speed_index_ms"),
+            visual_complete_ms=m.get("visual_complete_ms"),
             objects=m.get("objects"),
             bytes=m.get("bytes"),
             protocols=m.get("protocols"),
@@ -1335,6 +1344,8 @@ def _run_detail(rig: _PageRig, proven: ProvenLink, load: _PageLoad) -> dict[str,
         # the driver's paint record (LCP element, why a figure is null), requests and
         # bytes per origin and per protocol (har.metrics)
         **{k: m.get(k) for k in ("paint", "by_origin", "by_protocol")},
+        # a visual cell's frames: per frame its time, progress and kept file
+        **({"visual": m["visual"]} if m.get("visual") else {}),
         "link": {
             "generation": load.generation,
             "receipt": proven.receipt.created,

@@ -59,6 +59,7 @@ _NEW_FIELDS: dict[str, object] = {
     "aead": None,
     "origin_rtt": None,
     "server_time": None,
+    "visual": False,
 }
 #: the same for the link condition's fields
 _NEW_CONDITION_FIELDS: dict[str, object] = {
@@ -295,6 +296,11 @@ class CellConfig(BaseModel):
     #: (``wait_ms``) by every arm's server, and judged per response by each server's own
     #: log (quicbed.replay.verify.served_reasons); None: every response at once
     server_time: Annotated[str | None, BeforeValidator(_server_time)] = None
+    #: every load's frames captured as the browser showed them, scored into Speed Index
+    #: and visually complete (quicbed.client.visual). In the identity: capturing costs
+    #: the browser CPU (docs/benchmarks/visual.md), so loads with and without it are not
+    #: one measurement
+    visual: bool = False
 
     @field_validator("key_exchange", mode="before")
     @classmethod
@@ -469,6 +475,8 @@ class CellConfig(BaseModel):
             raise ValueError(f"a {self.kind} cell has no warm-up loads (warmup {self.warmup})")
         if self.mode != "0rtt":
             raise ValueError(f"mode {self.mode} is for page loads, not a {self.kind} cell")
+        if self.visual:
+            raise ValueError(f"visual is for page loads: a {self.kind} cell shows no page")
 
         if self.page != object_path(t.size):
             raise ValueError(

@@ -22,8 +22,18 @@ DEFAULT_ALPHA = 0.01
 MIN_VALID_SHARE = 0.8
 #: the per-load figures a comparison can be drawn on (a results store's runs columns,
 #: quicbed.results.store): times in ms, none where a load has none (an old store's
-#: fcp_ms and lcp_ms, a page that painted nothing contentful)
-METRICS = ("plt_ms", "fcp_ms", "lcp_ms", "ttfb_ms", "nav_load_ms", "onload_ms")
+#: fcp_ms and lcp_ms, a page that painted nothing contentful; the visual figures of a
+#: cell that captured no frames)
+METRICS = (
+    "plt_ms",
+    "fcp_ms",
+    "lcp_ms",
+    "speed_index_ms",
+    "visual_complete_ms",
+    "ttfb_ms",
+    "nav_load_ms",
+    "onload_ms",
+)
 #: what a comparison is drawn on unless asked otherwise (the reference study's PLT)
 DEFAULT_METRIC = "plt_ms"
 

@@ -221,6 +221,10 @@ class Scenario(BaseModel):
     #: (each response after its entry's ``wait_ms``) or ``none``; unset: none, and the
     #: key is left out of the digest
     server_time: list[str] | None = None
+    #: every load's frames captured and scored (Speed Index, visually complete:
+    #: quicbed.client.visual); a condition of the measurement (the capture costs the
+    #: browser CPU), so in the cells' identity; unset: off, left out of the digest
+    visual: bool | None = None
     #: a time-varying link, a grid axis instead of ``rate``: traces of the trace store by
     #: name (gen:MODEL:seed=N for a generated one) and schedules in --schedule's
     #: spelling (quicbed.model.capacity); unset: the constant rate, left out of the digest
@@ -454,6 +458,7 @@ class SweepSpec(BaseModel):
                 "trace",
                 "schedule",
                 "start_at",
+                "visual",
             ):
                 if sc[key] is None:
                     sc.pop(key)
@@ -596,6 +601,7 @@ def plan(spec: SweepSpec, source: str = "spec") -> list[PlannedCell]:
                     **({"certificate": chain} if chain is not None else {}),
                     origin_rtt=orig,  # none spelled "none" too (quicbed.replay.serve)
                     server_time=stime,
+                    **({"visual": True} if sc.visual else {}),
                     **work,
                 )
                 spec.host.replaced_per_arm(cfg.runs)  # host.max_replaced within the runs
