@@ -114,7 +114,7 @@ def test_the_content_area_alone_is_scored() -> None:
         ([(5, 0)], {}, None, "1 frame(s)"),
         ([(-5, 0), (100, 0)], {}, None, "drew nothing"),
         ([(120, 0), (300, H)], {}, 100.0, "no blank start"),
-        ([(-5, 0), (300, H)], {}, 100.0, "more than 50 ms after the first contentful"),
+        ([(-5, 0), (300, H)], {}, 100.0, "more than 100 ms after the first contentful"),
         ([(-5, 0), (300, H)], {"final": {"png": _picture(0, fmt="PNG")}}, None, "missed"),
         ([(-5, 0), (300, H)], {"final": {"error": "screenshot failed: x"}}, None, "x"),
         ([(-5, 0), (300, H)], {"final": {"png": "%%"}}, None, "not base64"),

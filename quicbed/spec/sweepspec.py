@@ -757,6 +757,7 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
         lossy = nbytes * 8 / (bound * 1e6)
         load = min(max(_slack(c) * load, lossy), c.load_timeout_s)
         each = load + 0.5 + (FULL_TRACE_S if pc.traces == "full" else 0.0)
+        each += VISUAL_S if c.visual else 0.0
         total += 2 * SPOT_CHECK_S + len(c.arms) * (c.runs + c.warmup) * each
     return total
 
@@ -767,6 +768,13 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
 #: their page load time, 0.4 s more than the 0.5 s every load is given; 0.6 s here, with
 #: margin
 FULL_TRACE_S = 0.6
+
+
+#: what a visual cell's frame capture adds to a load: the capture stopped, a final
+#: screenshot, the frames scored and kept. benchmarks/visual_progress.py (docs/benchmarks/
+#: visual.md): 0.12-0.27 s a load in Chromium, 0.27-0.63 s in Firefox (its profiler's
+#: data gathered from every process); with margin
+VISUAL_S = 0.8
 
 
 #: a load's time over its bound on a clean link (no loss, jitter, varying rate or
