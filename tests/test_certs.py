@@ -175,3 +175,15 @@ def test_wire_problems_judge_count_bytes_and_signature_of_each_full_handshake() 
         "port 4: CertificateVerify signed with scheme 0x0403, not an rsa-2048 key's",
         "port 5: its Certificate message was not decrypted",
     ]
+    # a replayed page: each origin's own leaf, the same issuers; the connection's bytes
+    # must be one of the cell's chains
+    origin = _shake(7, certificates=3, certificate_bytes=2260, signature_algorithm=0x0804)
+    assert certificate.wire_problems("rsa-2048/3", sizes, [origin], [[789, 739, 732]]) == []
+    assert certificate.wire_problems("rsa-2048/3", sizes, [origin]) == [
+        "port 7: 3 certificates, 2260 B on the wire, not the rsa-2048/3 chain's 3 of 2253 B"
+    ]
+    stray = _shake(8, certificates=3, certificate_bytes=2270, signature_algorithm=0x0804)
+    assert certificate.wire_problems("rsa-2048/3", sizes, [stray], [[789, 739, 732]]) == [
+        "port 8: 3 certificates, 2270 B on the wire, not the rsa-2048/3 chain's 3 of 2253 B "
+        "or 2260 B"
+    ]

@@ -17,7 +17,7 @@ from quicbed.run.cell import CellResult, verify_summary
 from quicbed.traces.handshake import _packets, derive
 from quicbed.traces.hellos import HRR_RANDOM
 
-#: tshark's 15 tab-separated fields of quicbed.traces.handshake._FIELDS, for one packet
+#: tshark's 16 tab-separated fields of quicbed.traces.handshake._FIELDS, for one packet
 COLS = (
     "t",
     "tsrc",
@@ -34,6 +34,7 @@ COLS = (
     "sa",
     "ext",
     "rnd",
+    "rec",
 )
 
 
@@ -74,6 +75,32 @@ def test_a_hello_retry_is_seen_and_the_second_server_hello_names_the_group() -> 
     assert h.server_flight_bytes == 120 + 10 + 700 + 74 + 32  # the retry's hello is not in it
     assert h.span_ms == 121.0 and h.round_trips == 3.0
     assert h.amplification_held is None  # TCP: no such limit
+    assert h.client_continued is True  # its Finished
+
+
+def test_a_tcp_connection_the_client_left_before_its_finished_is_told_apart() -> None:
+    """Two connections whose server flights were not decrypted (no keys): one the
+    client went on with (an encrypted record after the server's hello: its keys are
+    missing, named by the chain check), one it raced and dropped without a word after
+    the server's hello (it never read the chain: not judged)."""
+    from quicbed.settings import certificate
+
+    out = "\n".join(
+        [
+            _line(t="0.000", tsrc="5001", tdst="443", types="1", lens="300", ks="29"),
+            _line(t="0.001", tsrc="5002", tdst="443", types="1", lens="300", ks="29"),
+            _line(t="0.040", tsrc="443", tdst="5001", types="2", lens="88", cs="0x1301", rec="22"),
+            _line(t="0.040", tsrc="443", tdst="5002", types="2", lens="88", cs="0x1301", rec="22"),
+            _line(t="0.041", tsrc="443", tdst="5001", rec="23,23"),
+            _line(t="0.041", tsrc="443", tdst="5002", rec="23,23"),
+            _line(t="0.080", tsrc="5001", tdst="443", rec="20,23"),
+        ]
+    )
+    went, left = derive(_packets(out), {443}, rtt_ms=40)
+    assert (went.client_port, went.client_continued, went.certificates) == (5001, True, None)
+    assert (left.client_port, left.client_continued, left.certificates) == (5002, False, None)
+    got = certificate.wire_problems("ecdsa-p256/2", [500, 450], [went.as_dict(), left.as_dict()])
+    assert got == ["port 5001: its Certificate message was not decrypted"]
 
 
 def test_a_quic_flight_over_three_times_the_clients_bytes_was_held() -> None:

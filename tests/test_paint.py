@@ -424,6 +424,35 @@ BROWSERS: dict[str, tuple[type[Browser], str, str, dict[str, Any]]] = {
 }
 
 
+def spec_for(served: Served, name: str, **extra: Any) -> tuple[type[Browser], BrowserSpec]:
+    """Browser ``name``'s class and its spec for the served pages (failing the test if
+    the browser or its driver is not installed)."""
+    cls, program, modules, own = BROWSERS[name]
+    if shutil.which(program) is None or not (ROOT / modules).exists():
+        pytest.fail(f"{program} or its driver ({modules}) missing: make setup (roles/{cls.role})")
+    spec = BrowserSpec(
+        arm=name,
+        host=HOST,
+        server_ip=served.tb.server_ip,
+        spki_pin=served.pki.spki_pin,
+        ca_cert=served.ca,
+        user_data_dir=served.tb.workdir("client") / f"profile-{name}",
+        **own,
+        **extra,
+    )
+    return cls, spec
+
+
+def three_loads(b: Browser) -> list[dict[str, Any]]:
+    """The paint page in the kept tab, then in a fresh context, then the synthetic
+    5 KB page in the kept tab."""
+    return [
+        b.load(f"https://{HOST}/paint/", fresh_context=False, timeout_s=20),
+        b.load(f"https://{HOST}/paint/", fresh_context=True, timeout_s=20),
+        b.load(f"https://{HOST}/5kb/", fresh_context=False, timeout_s=20),
+    ]
+
+
 @pytest.mark.root
 @pytest.mark.browser
 @pytest.mark.parallel  # FCP and LCP are read and ordered, never judged against a time
@@ -437,33 +466,19 @@ def test_the_drivers_read_fcp_and_lcp_in_a_real_browser(served: Served, name: st
     synthetic 5 KB page: FCP from the heading before LCP from the image, the LCP element
     the 300x300 IMG, both after the document's first byte and before the driver read
     them; on the synthetic page both null, naming why; Chromium 72 has FCP, never LCP."""
-    cls, program, modules, own = BROWSERS[name]
-    if shutil.which(program) is None or not (ROOT / modules).exists():
-        pytest.fail(f"{program} or its driver ({modules}) missing: make setup (roles/{cls.role})")
-    spec = BrowserSpec(
-        arm=name,
-        host=HOST,
-        server_ip=served.tb.server_ip,
-        spki_pin=served.pki.spki_pin,
-        ca_cert=served.ca,
-        user_data_dir=served.tb.workdir("client") / f"profile-{name}",
-        **own,
-    )
+    cls, spec = spec_for(served, name)
     b = cls(spec, served.tb, served.logs)
     try:
         b.start()
         if name == "chromium":  # its singleton socket's folder in its TMPDIR, the profile's
             made = list(Path(spec.tmpdir).glob("org.chromium.Chromium.*"))
             assert made and all((d / "SingletonSocket").exists() for d in made), made
-        loads = [
-            b.load(f"https://{HOST}/paint/", fresh_context=False, timeout_s=20),
-            b.load(f"https://{HOST}/paint/", fresh_context=True, timeout_s=20),
-            b.load(f"https://{HOST}/5kb/", fresh_context=False, timeout_s=20),
-        ]
+        loads = three_loads(b)
     finally:
         b.stop()
     for r in loads:
         assert r["ok"], r["error"]
+        assert "visual" not in r  # frames only where asked (tests/test_visual.py)
         assert r["paint"]["visibility"] == "visible" and "error" not in r["paint"]
         assert r["paint"]["waited_ms"] >= 50  # two frames and PAINT_SETTLE_MS (paint.js)
     figures = [metrics(r["har"], r["nav"], {HOST}, r["paint"]) for r in loads]

@@ -713,6 +713,13 @@ def test_a_recorded_load_is_imported_and_replayed_with_every_request_matched(
         run = next(x for x in store.all_runs() if not x.warmup and x.valid)
     finally:
         store.close()
+    # its capture holds every origin's packets (each origin at its own address), each
+    # connection's chain its origin's own leaf: the handshakes and the wire read from it
+    origins_reached = len(run.detail["by_origin"])
+    shakes = run.detail["handshake"]
+    assert shakes["connections"] >= origins_reached, shakes
+    assert shakes["chain_problems"] == [], shakes["chain_problems"]
+    assert run.detail["wire"]["connections"] >= origins_reached, run.detail["wire"]
     har = tmp_path / "p25.har"
     with gzip.open(tmp_path / "rec" / str(run.har_path)) as f:
         har.write_bytes(f.read())

@@ -22,6 +22,7 @@ from quicbed.spec.cellconfig import make_cell
 from quicbed.testbed.lifecycle import ROLES
 from quicbed.testbed.ssh import Node, SshTestbed
 from quicbed.traces import tcp
+from quicbed.traces.capture import hosts_filter
 from quicbed.traces.facts import KEYS, derive
 from quicbed.traces.qlog import qlog_samples, validate_qlog, wall_clock_s
 from quicbed.traces.tcp import TcpTracer, client_ports_in, parse_probe_lines, tracefs_problem
@@ -81,7 +82,7 @@ def test_probe_lines_become_samples_with_wrap_units_and_handshake() -> None:
         _probe(100.081, nxt=1, una=1, src="10.10.9.9"),  # another host: dropped
         _retx(100.090),
     ]
-    rows, kept = parse_probe_lines(lines, began_mono=99.990, server_ip=SERVER, port=443)
+    rows, kept = parse_probe_lines(lines, began_mono=99.990, server_ips=[SERVER], port=443)
     assert len(kept) == 5
     samples = [r for r in rows if r["event"] == "sample"]
     assert [r["t_ms"] for r in samples] == [10.0, 11.0, 50.0, 90.0]
@@ -98,9 +99,24 @@ def test_probe_lines_become_samples_with_wrap_units_and_handshake() -> None:
     assert retx == [{"t_ms": 100.0, "event": "retransmit", "conn": "51000", "source": "tcp_probe"}]
     # only our namespace's client ports, when known
     rows, kept = parse_probe_lines(
-        lines, began_mono=99.99, server_ip=SERVER, port=443, client_ports={40000}
+        lines, began_mono=99.99, server_ips=[SERVER], port=443, client_ports={40000}
     )
     assert rows == [] and kept == []
+    # a replayed page's origins, each at its own address: every listed address's flows
+    # kept, each counted from its own first byte even where two share a client port
+    origins = ["10.10.1.100", "10.10.1.101"]
+    lines = [
+        _probe(100.0, nxt=1000, una=1000, src=origins[0]),
+        _probe(100.0, nxt=7000, una=7000, src=origins[1]),
+        _probe(100.1, nxt=9000, una=5000, src=origins[0]),
+        _probe(100.1, nxt=9000, una=8000, src=origins[1]),
+        _probe(100.1, nxt=9000, una=8000, src=SERVER),  # not an origin of this page
+    ]
+    rows, kept = parse_probe_lines(lines, began_mono=99.99, server_ips=origins, port=443)
+    assert len(kept) == 4
+    assert [r["delivered_bytes"] for r in rows if r["event"] == "sample"] == [0, 0, 4000, 1000]
+    want = ["(", "host", origins[0], "or", "host", origins[1], ")"]
+    assert hosts_filter(tuple(origins)) == want
     # a connection of the previous load has no handshake in this one
     assert not [r for r in tcp.drop_handshakes_of(rows, {51000}) if r["event"] == "handshake_done"]
 

@@ -11,19 +11,16 @@ known pictures.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import io
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PIL import Image, ImageDraw
-from test_paint import BROWSERS, HOST, ROOT, Served, served  # noqa: F401 - the fixture
+from test_paint import BROWSERS, HOST, Served, served, spec_for, three_loads  # noqa: F401
 
 from quicbed.client import visual
-from quicbed.client.browser import BrowserSpec
 from quicbed.client.har import metrics
 from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
@@ -221,39 +218,15 @@ def test_the_drivers_capture_frames_that_score_a_real_page(
     and in a fresh context: frames from the blank start to the page as loaded, scored
     with no problem, the first change just after FCP, Speed Index between the first
     change and visually complete, which comes before the driver's paint read; the last
-    frame like the final screenshot. The synthetic page draws nothing: null, named. A
-    load that does not ask has no frames."""
-    cls, program, modules, own = BROWSERS[name]
-    if shutil.which(program) is None or not (ROOT / modules).exists():
-        pytest.fail(f"{program} or its driver ({modules}) missing: make setup (roles/{cls.role})")
-    spec = BrowserSpec(
-        arm=name,
-        host=HOST,
-        server_ip=served.tb.server_ip,
-        spki_pin=served.pki.spki_pin,
-        ca_cert=served.ca,
-        user_data_dir=served.tb.workdir("client") / f"profile-{name}",
-        visual=True,
-        **own,
-    )
-    plain = dataclasses.replace(spec, visual=False, arm=f"{name}-plain")
+    frame like the final screenshot. The synthetic page draws nothing: null, named.
+    (test_paint's loads, which do not ask, have no frames.)"""
+    cls, spec = spec_for(served, name, visual=True)
     b = cls(spec, served.tb, served.logs)
     try:
         b.start()
-        loads = [
-            b.load(f"https://{HOST}/paint/", fresh_context=False, timeout_s=20),
-            b.load(f"https://{HOST}/paint/", fresh_context=True, timeout_s=20),
-            b.load(f"https://{HOST}/5kb/", fresh_context=False, timeout_s=20),
-        ]
+        loads = three_loads(b)
     finally:
         b.stop()
-    other = cls(plain, served.tb, served.logs)
-    try:
-        other.start()
-        unasked = other.load(f"https://{HOST}/paint/", fresh_context=False, timeout_s=20)
-    finally:
-        other.stop()
-    assert unasked["ok"] and "visual" not in unasked
     for r in loads:
         assert r["ok"], r["error"]
         assert r["visual"]["error"] is None and r["visual"]["started_ms"] < 0

@@ -776,6 +776,8 @@ class _Job:
             replay_serve.check_link(spec.replay, cfg.condition)
             rig.held.enter_context(replay_serve.addresses(tb, spec.replay))
         if rig.tracing:
+            if spec.replay is not None:  # the loads reach every origin's own address
+                rig.tracing.ctx.server_ips = tuple(o.ip for o in spec.replay.origins)
             rig.tracing.start()
             spec = replace(spec, qlog_dirs=rig.tracing.ctx.qlog_dirs)
         rig.servers.update(servers_for(cfg, tb, spec))
@@ -807,7 +809,12 @@ class _Job:
             rig.browsers[a.name] = kind(bspec, tb, log_dir)
         anchors = {a.name: "root" if kinds[a.name].trusts_ca else "spki pin" for a in arms}
         rig.chain = certificate.chain_fact(
-            cfg.certificate, pki.cert.read_bytes(), pki.ca_cert.read_bytes(), pki.spki_pin, anchors
+            cfg.certificate,
+            pki.cert.read_bytes(),
+            pki.ca_cert.read_bytes(),
+            pki.spki_pin,
+            anchors,
+            {h: p.read_bytes() for h, p in pki.origin_certs.items()},
         )
         self.store.add_provenance(self.cell_id, self.attempt, "certificate", rig.chain)
         self._launch_browsers(rig)
@@ -1264,7 +1271,14 @@ class _Job:
             return {"error": str(exc)}
         conns = [h.as_dict() for h in found]
         judged = (
-            certificate.wire_problems(chain["setting"], chain["der_bytes"], conns) if chain else []
+            certificate.wire_problems(
+                chain["setting"],
+                chain["der_bytes"],
+                conns,
+                list(chain.get("origin_der_bytes", {}).values()),
+            )
+            if chain
+            else []
         )
         return handshake.summary(conns) | {"all": conns, "chain_problems": judged}
 

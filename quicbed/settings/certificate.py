@@ -35,6 +35,7 @@ sends no chain, and one that never had a ServerHello no handshake: neither is ju
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from typing import Any
 
 #: quicbed's names of the key types, and the TLS 1.3 SignatureSchemes (RFC 8446 4.2.3)
@@ -101,13 +102,19 @@ def chain_sizes(pem: bytes) -> list[int]:
 
 
 def chain_fact(
-    setting: str, pem: bytes, root: bytes, pin: str, anchors: dict[str, str]
+    setting: str,
+    pem: bytes,
+    root: bytes,
+    pin: str,
+    anchors: dict[str, str],
+    origins: dict[str, bytes] | None = None,
 ) -> dict[str, Any]:
     """What a cell's attempt records of the chain its loads were served: the setting,
     each certificate's DER size in the order sent, the leaf's SPKI pin, the root's
     SHA-256, and per arm the one anchor its client was given (``spki pin``: Chromium;
     ``root``: a client that trusts by CA): every load that completed a handshake was
-    served this chain (module docstring)."""
+    served this chain (module docstring). A replayed page's ``origins`` (host -> its
+    chain's PEM: its own leaf, the same issuers) add each one's DER sizes."""
     sizes = chain_sizes(pem)
     return {
         "setting": parse(setting),
@@ -116,6 +123,11 @@ def chain_fact(
         "spki_pin": pin,
         "root_sha256": ca_fingerprint(root),
         "trusted_by": anchors,
+        **(
+            {"origin_der_bytes": {h: chain_sizes(p) for h, p in sorted(origins.items())}}
+            if origins
+            else {}
+        ),
     }
 
 
@@ -129,26 +141,39 @@ def ca_fingerprint(pem: bytes) -> str:
     return hashlib.sha256(der).hexdigest()
 
 
-def wire_problems(setting: str, sizes: list[int], handshakes: list[dict[str, Any]]) -> list[str]:
+def wire_problems(
+    setting: str,
+    sizes: list[int],
+    handshakes: list[dict[str, Any]],
+    others: Collection[list[int]] = (),
+) -> list[str]:
     """Why the chains a load's connections carried (quicbed.traces.handshake's facts)
     are not the setting's chain of ``sizes``: each connection that sent one is judged by
     its certificate count, its certificates' bytes (a Certificate entry's length is the
     DER's) and its CertificateVerify's signature scheme; resumed connections send none,
-    a connection without a ServerHello (one the browser opened and left) had no
-    handshake, and one whose messages were not decrypted cannot be judged (named)."""
+    a connection without a ServerHello (one the browser opened and left), or one the
+    client left before sending anything after the server's flight (a socket it raced and
+    dropped: it never read the chain, and logged no keys for it), had no handshake, and
+    any other whose messages were not decrypted cannot be judged (named).
+    ``others``: a replayed page's origins' chains, each as good as ``sizes`` (the facts
+    name no server, so a connection's bytes must be one of the cell's chains')."""
     key, n = split(setting)
+    totals = {sum(sizes), *(sum(o) for o in others)}
     out: list[str] = []
     for h in handshakes:
         port = h.get("client_port")
         if h.get("resumed") or h.get("certificates") == 0 or h.get("cipher") is None:
             continue
+        if h.get("client_continued") is False:  # the client left before its Finished
+            continue
         if h.get("certificates") is None:
             out.append(f"port {port}: its Certificate message was not decrypted")
             continue
-        if h["certificates"] != n or h.get("certificate_bytes") != sum(sizes):
+        if h["certificates"] != n or h.get("certificate_bytes") not in totals:
             out.append(
                 f"port {port}: {h['certificates']} certificates, {h.get('certificate_bytes')} B "
-                f"on the wire, not the {setting} chain's {n} of {sum(sizes)} B"
+                f"on the wire, not the {setting} chain's {n} of "
+                + " or ".join(f"{t} B" for t in sorted(totals))
             )
         sig = h.get("signature_algorithm")
         if sig is not None and sig not in KEYS[key]:

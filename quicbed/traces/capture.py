@@ -70,6 +70,14 @@ _CAPTURED = re.compile(r"(\d+) packets? captured")
 _DROPPED = re.compile(r"(\d+) packets? dropped by kernel")
 
 
+def hosts_filter(ips: tuple[str, ...]) -> list[str]:
+    """tcpdump's filter words for packets to or from any of ``ips``."""
+    words = ["("]
+    for i, ip in enumerate(ips):
+        words += [*(["or"] if i else []), "host", ip]
+    return [*words, ")"]
+
+
 @dataclass
 class _Running:
     """One load's tcpdump, and where its file and messages are on the client."""
@@ -158,8 +166,7 @@ class CaptureTracer(Tracer):
             "-n",
             "-Z",
             "root",  # keep root: the file is made after privileges drop
-            "host",
-            tb.server_ip,
+            *hosts_filter(self.ctx.servers()),
             *(w for port in self.ctx.other_ports for w in ("and", "not", "port", str(port))),
         ]
         p, started_s = start_tcpdump(tb, "client", argv, log)

@@ -74,10 +74,18 @@ _FIELDS = (
     "tls.handshake.sig_hash_alg",
     "tls.handshake.extension.type",
     "tls.handshake.random",
+    "tls.record.content_type",
 )
 #: the packets read: every QUIC long-header packet (the handshake's, for the byte
-#: counts) and every frame tshark completes a TLS handshake message in
-_DISPLAY = "tls.handshake || quic.long.packet_type"
+#: counts), every frame tshark completes a TLS handshake message in, and over TCP every
+#: TLS record after the handshake's (ChangeCipherSpec, encrypted records: whether the
+#: client went on after the server's flight)
+_DISPLAY = (
+    "tls.handshake || quic.long.packet_type"
+    " || tls.record.content_type == 20 || tls.record.content_type == 23"
+)
+#: TLS record types that show the client went on after the server's hello
+_CLIENT_ON = {20, 23}
 
 
 @dataclass
@@ -105,6 +113,10 @@ class Handshake:
     server_flight_udp_bytes: int | None = None
     amplification_held: bool | None = None
     decrypted: bool = False
+    #: TCP: whether the client sent any TLS record after the server's first packet (its
+    #: Finished, its requests); False: the client left the connection before finishing
+    #: its handshake (a socket it raced and dropped), None: QUIC, or no server packet
+    client_continued: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +138,7 @@ class _Packet:
     sig_algs: list[int]
     extensions: list[int]
     randoms: list[str]
+    records: list[int] = field(default_factory=list)  # TLS record content types
 
 
 def _packets(out: str) -> list[_Packet]:
@@ -135,7 +148,7 @@ def _packets(out: str) -> list[_Packet]:
         cols = line.split("\t")
         if len(cols) < len(_FIELDS):
             cols += [""] * (len(_FIELDS) - len(cols))
-        t, tsrc, tdst, usrc, udst, ulen, lh, types, lens, ks, cs, cl, sa, ext, rnd = cols[
+        t, tsrc, tdst, usrc, udst, ulen, lh, types, lens, ks, cs, cl, sa, ext, rnd, rec = cols[
             : len(_FIELDS)
         ]
         udp = bool(usrc)
@@ -158,6 +171,7 @@ def _packets(out: str) -> list[_Packet]:
                 sig_algs=ints(sa),
                 extensions=ints(ext),
                 randoms=[r for r in rnd.split(",") if r],
+                records=ints(rec),
             )
         )
     return packets
@@ -175,6 +189,8 @@ def derive(packets: list[_Packet], server_ports: set[int], rtt_ms: float) -> lis
         conns.setdefault((p.transport, client), []).append((from_server, p))
     out = []
     for (transport, client), seen in conns.items():  # in order of their first packet
+        if not any(p.types or p.long_header for _, p in seen):
+            continue  # records only: a connection whose handshake came before this load
         server = next(p.src if s else p.dst for s, p in seen)
         out.append(_one(transport, client, server, seen, rtt_ms))
     return out
@@ -197,6 +213,12 @@ def _one(
             client_first += p.udp_bytes
         if from_server and not flight_done:
             server_udp += p.udp_bytes
+        if (
+            not from_server
+            and server_first_t is not None
+            and (p.types or _CLIENT_ON & set(p.records))
+        ):
+            h.client_continued = True
         for i, kind in enumerate(p.types):
             size = p.lengths[i] if i < len(p.lengths) else 0
             if not from_server and kind == CLIENT_HELLO and hello_t is None:
@@ -231,6 +253,8 @@ def _one(
             h.certificates, h.certificate_bytes = 0, 0  # resumed: no chain sent
     if h.span_ms is not None and rtt_ms > 0:
         h.round_trips = round(h.span_ms / rtt_ms, 1)
+    if transport == "tcp" and server_first_t is not None and not h.client_continued:
+        h.client_continued = False
     if transport == "quic" and server_first_t is not None:
         h.client_first_bytes = client_first
         if flight_done:

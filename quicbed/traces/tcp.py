@@ -39,6 +39,7 @@ import contextlib
 import os
 import re
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -81,29 +82,30 @@ def parse_probe_lines(
     lines: list[str],
     *,
     began_mono: float,
-    server_ip: str,
+    server_ips: Collection[str],
     port: int,
     client_ports: set[int] | None = None,
     mss: int = MSS,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Sample rows (base.SAMPLE_COLUMNS) from tracepoint lines, and the lines kept.
 
-    Keeps the flows from ``server_ip:port`` (and, given ``client_ports``, only to those
-    ports). ``delivered_bytes`` is ``snd_una`` less the first ``snd_una`` of the
-    connection in these lines, modulo 2**32 (sequence numbers wrap); ``in_flight_bytes``
-    is ``snd_nxt - snd_una`` (sent and not cumulatively acknowledged: SACKed and lost
-    bytes included). A ``handshake_done`` row marks, per connection, the first client
-    segment that carries data after the server has sent some: the client's second TLS
-    flight (its Finished; the ClientHello, even split over two segments, arrives before
-    the server sends anything), the moment the server's handshake is done. On a
-    connection that existed before the load this is no handshake: the caller drops
-    those (:func:`drop_handshakes_of`).
+    Keeps the flows from ``port`` on any of ``server_ips`` (and, given ``client_ports``,
+    only to those ports). A flow is named by its client port (``conn``), as the wire
+    timeline names it (quicbed.traces.wire). ``delivered_bytes`` is ``snd_una`` less the
+    first ``snd_una`` of the connection in these lines, modulo 2**32 (sequence numbers
+    wrap); ``in_flight_bytes`` is ``snd_nxt - snd_una`` (sent and not cumulatively
+    acknowledged: SACKed and lost bytes included). A ``handshake_done`` row marks, per
+    connection, the first client segment that carries data after the server has sent some:
+    the client's second TLS flight (its Finished; the ClientHello, even split over two
+    segments, arrives before the server sends anything), the moment the server's handshake
+    is done. On a connection that existed before the load this is no handshake: the caller
+    drops those (:func:`drop_handshakes_of`).
     """
     rows: list[dict[str, Any]] = []
     kept: list[str] = []
-    first_una: dict[int, int] = {}
-    hs_done: set[int] = set()
-    src_want = f"{server_ip}:{port}"
+    first_una: dict[tuple[str, int], int] = {}
+    hs_done: set[tuple[str, int]] = set()
+    src_want = {f"{ip}:{port}" for ip in server_ips}
     for line in lines:
         m = _LINE.search(line)
         if not m:
@@ -112,14 +114,15 @@ def parse_probe_lines(
         kv = dict(_KV.findall(rest))
         t_ms = round((ts - began_mono) * 1000.0, 3)
         if name == "tcp_probe":
-            if kv.get("src") != src_want:
+            if kv.get("src") not in src_want:
                 continue
             cport = int(kv.get("dest", ":0").rsplit(":", 1)[1])
+            flow = (kv["src"], cport)
             if client_ports is not None and cport not in client_ports:
                 continue
             kept.append(line)
             nxt, una = int(kv["snd_nxt"], 16), int(kv["snd_una"], 16)
-            first = first_una.setdefault(cport, una)
+            first = first_una.setdefault(flow, una)
             delivered = (una - first) % (1 << 32)
             ssthresh = int(kv["ssthresh"])
             srtt_ms = int(kv["srtt"]) / 1000.0
@@ -139,8 +142,8 @@ def parse_probe_lines(
                 "source": "tcp_probe",
             }
             rows.append(row)
-            if cport not in hs_done and int(kv.get("data_len", 0)) > 0 and nxt != first:
-                hs_done.add(cport)
+            if flow not in hs_done and int(kv.get("data_len", 0)) > 0 and nxt != first:
+                hs_done.add(flow)
                 rows.append(
                     {
                         "t_ms": t_ms,
@@ -151,7 +154,7 @@ def parse_probe_lines(
                     }
                 )
         else:
-            if kv.get("saddr") != server_ip or int(kv.get("sport", -1)) != port:
+            if kv.get("saddr") not in server_ips or int(kv.get("sport", -1)) != port:
                 continue
             cport = int(kv.get("dport", 0))
             if client_ports is not None and cport not in client_ports:
@@ -280,7 +283,7 @@ class TcpTracer(Tracer):
         rows, kept = parse_probe_lines(
             lines,
             began_mono=trace.began_mono,
-            server_ip=self.ctx.testbed.server_ip,
+            server_ips=self.ctx.servers(),
             port=self.ctx.server_port,
             client_ports=ports,
         )

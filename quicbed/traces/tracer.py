@@ -163,6 +163,13 @@ class TraceContext:
     #: server ports whose packets are not the loads' (a page cell's background flows,
     #: quicbed.run.background): left out of a load's capture
     other_ports: tuple[int, ...] = ()
+    #: the server role's addresses the loads reach, where they are not the testbed's
+    #: server_ip alone: a replayed page's origins, each at its own (quicbed.replay.serve)
+    server_ips: tuple[str, ...] = ()
+
+    def servers(self) -> tuple[str, ...]:
+        """The addresses whose packets and flows are the loads'."""
+        return self.server_ips or (self.testbed.server_ip,)
 
     def transport(self, arm: str) -> str:
         try:
