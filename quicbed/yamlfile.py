@@ -23,8 +23,13 @@ MAX_BYTES = 1 << 20
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-class StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping with the same key twice."""
+#: PyYAML's safe loader on libyaml's parser where PyYAML was built with it (its wheels
+#: are): the same constructor, a parser 8 times faster (a catalog check plans 100 specs)
+_SAFE: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class StrictLoader(_SAFE):  # type: ignore[valid-type,misc]
+    """The safe loader, refusing a mapping with the same key twice."""
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}  # key -> its line
@@ -42,7 +47,8 @@ class StrictLoader(yaml.SafeLoader):
                     problem_mark=key_node.start_mark,
                 )
             seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 def _one_line(exc: yaml.YAMLError) -> str:

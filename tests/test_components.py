@@ -44,8 +44,8 @@ def test_make_setup_installs_the_base_and_make_test_everything() -> None:
     make = (ROOT / "Makefile").read_text()
     assert """playbooks/local.yml -e '{"quicbed_with": []}'""" in make  # setup: the base
     assert re.search(r"^setup-%: venv\n\t.*quicbed_with.*\[\"\$\*\"\]", make, re.M)
-    assert re.search(r"^test: setup-all lint$", make, re.M)
-    assert re.search(r"^demo: setup$", make, re.M)
+    assert re.search(r"^test: setup-all lint bytecode$", make, re.M)
+    assert re.search(r"^demo: setup bytecode$", make, re.M)
 
 
 def test_a_cell_whose_stack_is_not_installed_names_its_install_command(

@@ -4,6 +4,7 @@ judged by the receipt's own rule."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -26,16 +27,15 @@ def test_a_sized_loss_probe_catches_a_loss_off_by_half_four_times_in_five(p: flo
     while draws at the configured loss pass 99 % of the time or more."""
     n = power.loss_samples(p)
     rng = np.random.default_rng(7)
+
+    @functools.cache  # the check's verdict on k losses of n: judged once per distinct k
+    def passes(k: int) -> bool:
+        return bool(_loss_check("down", p, {"sent": n, "lost": k}).passed)
+
     for wrong in (1.5 * p, 0.5 * p):
-        caught = sum(
-            not _loss_check("down", p, {"sent": n, "lost": int(k)}).passed
-            for k in rng.binomial(n, wrong, 400)
-        )
+        caught = sum(not passes(int(k)) for k in rng.binomial(n, wrong, 400))
         assert caught / 400 >= 0.75, (p, wrong, caught)
-    passed = sum(
-        bool(_loss_check("down", p, {"sent": n, "lost": int(k)}).passed)
-        for k in rng.binomial(n, p, 400)
-    )
+    passed = sum(passes(int(k)) for k in rng.binomial(n, p, 400))
     assert passed / 400 >= 0.99
     assert power.loss_detects(p, n) == pytest.approx(0.5, abs=0.02)
     assert power.loss_power(p, 1.5 * p, n) >= 0.8 and power.loss_power(p, 0.5 * p, n) >= 0.8

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from quicbed.client.browser import Browser
 
 #: modules of this package that hold no browser
-_NOT_BROWSERS = ("browser", "har", "transfer")
+_NOT_BROWSERS = ("browser", "har", "transfer", "visual")
 
 
 @cache

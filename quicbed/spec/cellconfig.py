@@ -72,6 +72,12 @@ _NEW_CONDITION_FIELDS: dict[str, object] = {
     "origin_rtt": None,
 }
 TEST_HOST = "quicbed.test"
+#: resolved arms (frozen) by the settings they were resolved from: a cell resolves its
+#: arms when it is made and whenever asked, and a plan makes thousands of cells from a
+#: few settings (the catalog's check planned 12,460 cells, resolving 37,212 times); an
+#: error is raised again each time, never kept
+_RESOLVED: dict[tuple[Any, ...], tuple[Arm, ...]] = {}
+_RESOLVED_MAX = 4096
 #: Upper bounds that catch typos before the time estimate does (10 000 loads per arm
 #: is days of measurement; more warm-ups than that are never needed).
 MAX_RUNS = 10_000
@@ -505,15 +511,31 @@ class CellConfig(BaseModel):
             )
 
     def resolved_arms(self) -> list[Arm]:
-        return resolve(
+        key = (
             self.arms,
-            self.arm_settings,
+            tuple((k, v.model_dump_json()) for k, v in sorted(self.arm_settings.items())),
             self.cc,
             self.kind,
             self.browser,
             self.key_exchange,
             self.aead,
         )
+        got = _RESOLVED.get(key)
+        if got is None:
+            if len(_RESOLVED) >= _RESOLVED_MAX:
+                _RESOLVED.clear()
+            got = _RESOLVED[key] = tuple(
+                resolve(
+                    self.arms,
+                    self.arm_settings,
+                    self.cc,
+                    self.kind,
+                    self.browser,
+                    self.key_exchange,
+                    self.aead,
+                )
+            )
+        return list(got)
 
     def browsers(self) -> list[str]:
         """The browsers this cell's arms load their pages in, in arm order (none for a
