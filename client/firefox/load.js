@@ -49,7 +49,9 @@
 // pageTimings.onLoad is the Navigation Timing loadEventStart (ms after the navigation
 // start, the page's timeOrigin); docs/browsers.md says how that differs from
 // chrome-har-capturer's onLoad. data: URLs are left out (the page's favicon is one),
-// as chrome-har-capturer leaves them out.
+// as chrome-har-capturer leaves them out, and so are requests the browser answered from
+// its own cache (BiDi's fromCache: a second request of an image already on its way),
+// which reach no server: their URLs are the page's _servedFromCache.
 // "paint" is the page's first contentful paint and largest contentful paint, read in the
 // page after the load by the expression client/load.js uses (client/paint.js says what
 // and when). "visual" (only when the command asks) is the load's frames, from the Gecko
@@ -246,9 +248,17 @@ function buildHar(url, requests, perf, browserVersion) {
     const byUrl = new Map((perf.resources || []).map((r) => [r.name, r]));
     const problems = [];
     const entries = [];
+    const fromCache = [];
     for (const r of requests) {
         const req = r.request;
         if (req.url.startsWith('data:')) continue;
+        // answered by the browser from its own cache (an image the page asks for twice
+        // while its first request is under way: BiDi's fromCache, no bytes, no timings,
+        // protocol "http/1.1"): no request on the network, listed apart, not an entry
+        if (r.response && r.response.fromCache === true) {
+            fromCache.push(req.url);
+            continue;
+        }
         const isDocument = r.navigation !== null && r.navigation !== undefined && req.url === nav.name;
         const rt = isDocument ? nav : byUrl.get(req.url);
         const resp = r.response || null;
@@ -315,6 +325,7 @@ function buildHar(url, requests, perf, browserVersion) {
                     onLoad: nav.loadEventStart > 0 ? nav.loadEventStart : -1,
                 },
                 _timeOrigin: perf.origin,
+                _servedFromCache: fromCache,
             }],
             entries,
         },
