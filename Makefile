@@ -109,8 +109,8 @@ lint: venv quic-go $(GOLANGCI_LINT)
 	$(call lint-work,$(GQUIC),$(GQUIC_QUICGO),build/lint/gquic.work)
 	cd $(GQUIC) && GOWORK=$(CURDIR)/build/lint/gquic.work $(GOLANGCI_RUN) ./...
 
-# The quick loop while changing code (95 s here, the aim 90 s: issue 39; any user, only the venv): the
-# Python linters and the tests marked neither root, browser, slow nor built (markers in
+# The quick loop while changing code (95 s here, aiming at 90 s; any user, only the
+# venv): the Python linters and the tests marked neither root, browser, slow nor built (markers in
 # pyproject.toml; tests/conftest.py fails a test that uses a testbed fixture unmarked),
 # on two workers, a test file per worker: they measure nothing, so nothing spoils them.
 # `make test` stays the whole suite, the one CI runs.
