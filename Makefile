@@ -67,7 +67,7 @@ venv: $(VENV)/.installed
 # bytecode where PYTHONDONTWRITEBYTECODE is set (this machine's environment and CI's
 # set it), so without this every process compiled every module it imported from source,
 # every time: `quicbed report --help` took 1.54 s, 0.64 s compiled, and a test that runs
-# the command line 14 times 20.6 s against 9.1 s. (pip's own compiling, dropped with
+# the command line six times 20.6 s against 9.1 s. (pip's own compiling, dropped with
 # --no-compile, is serial: 10 of a new venv's 26 s; this runs on every core, 9 s here.)
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(BOOTPY) -m venv $(VENV)
