@@ -168,6 +168,38 @@ def test_visual_figures_are_stored_and_exported(tmp_path: Path) -> None:
         assert RunRow.model_fields[k].annotation == (float | None)
 
 
+def test_a_package_carries_the_frames(tmp_path: Path) -> None:
+    """A replication package holds a visual cell's kept frames and final screenshot
+    (what its Speed Index was scored from), counted, and verifies with them."""
+    import tarfile
+
+    from quicbed.package.build import build_package
+    from quicbed.package.verify import lines, verify
+
+    root = tmp_path / "res"
+    cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="5kb", visual=True)
+    store = Store(root, create=True)
+    try:
+        cid = cfg.cell_id()
+        store.add_cell(cid, cfg.model_dump(mode="json"))
+        att = store.new_attempt(cid, {"quicbed": "test"})
+        store.set_receipt(cid, att, {"passed": True, "checks": []})
+        store.finish_attempt(cid, att, "done")
+    finally:
+        store.close()
+    frames = root / "visual" / cid / str(att) / "h2-000"
+    frames.mkdir(parents=True)
+    (frames / "000_-3ms.jpg").write_bytes(base64.b64decode(_picture(0)))
+    (frames / visual.FINAL_FILE).write_bytes(base64.b64decode(_picture(0, fmt="PNG")))
+    pkg = build_package(root, tmp_path / "p.tar.gz")
+    assert pkg.counts["frames"] == 2
+    res = verify(pkg.path)
+    assert res.ok, "\n".join(lines(res))
+    with tarfile.open(pkg.path) as tar:
+        names = {m.name for m in tar.getmembers()}
+    assert f"p/results/visual/{cid}/{att}/h2-000/{visual.FINAL_FILE}" in names
+
+
 def test_visual_is_in_a_cells_identity_only_when_on() -> None:
     cond = make_condition(rate_mbit=10, rtt_ms=36)
     plain = make_cell(condition=cond, page="5kb")

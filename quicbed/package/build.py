@@ -249,18 +249,25 @@ def snapshot_results(
                 missing += 1
         if missing:
             notes.append(f"{missing} runs point at a HAR that is not in {src.name}/hars")
-    n_logs = skipped = 0
+    n_logs = n_frames = skipped = 0
     for cid, att, _ in attempts:
-        logdir = src / "logs" / cid / str(att)
-        for p in sorted(logdir.rglob("*")) if logdir.is_dir() else []:
-            if p.is_dir():
-                continue
-            if _copy_regular(p, dst / p.relative_to(src)):
-                n_logs += 1
-            else:
-                skipped += 1
+        # the servers' and browsers' logs, and a visual cell's frames (the pictures its
+        # Speed Index was scored from: quicbed.client.visual)
+        for top in ("logs", "visual"):
+            folder = src / top / cid / str(att)
+            for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
+                if p.is_dir():
+                    continue
+                if not _copy_regular(p, dst / p.relative_to(src)):
+                    skipped += 1
+                elif top == "logs":
+                    n_logs += 1
+                else:
+                    n_frames += 1
     if skipped:
-        notes.append(f"{skipped} entries of logs/ that are not regular files were left out")
+        notes.append(
+            f"{skipped} entries of logs/ or visual/ that are not regular files were left out"
+        )
     if used:  # the varying links' traces, so a rerun runs on them (quicbed.model.capacity)
         for why in capacity.carry(used, dst / capacity.CARRIED):
             left_out.append({"path": f"results/{capacity.CARRIED}", "why": why})
@@ -268,7 +275,16 @@ def snapshot_results(
     if pages:  # the replayed pages' archives, so a rerun replays them (quicbed.replay)
         for why in pagestore.carry(pages, dst / pagestore.CARRIED):
             left_out.append({"path": f"results/{pagestore.CARRIED}", "why": why})
-    known = {DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", SWEEP_FILE, "hars", "logs", "traces"}
+    known = {
+        DB_NAME,
+        f"{DB_NAME}-wal",
+        f"{DB_NAME}-shm",
+        SWEEP_FILE,
+        "hars",
+        "logs",
+        "traces",
+        "visual",
+    }
     others = sorted(
         p.name + ("/" if p.is_dir() else "") for p in src.iterdir() if p.name not in known
     )
@@ -286,6 +302,7 @@ def snapshot_results(
         "runs": n_runs,
         "hars": copied,
         "logs": n_logs,
+        "frames": n_frames,
     }
     return counts, notes, left_out
 

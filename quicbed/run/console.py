@@ -322,6 +322,7 @@ def print_package(r: Any) -> None:
     """A written replication package: what it holds and its checksum (plain: paths)."""
     c = r.counts
     more = f", {c['traces']} trace files ({c['keys']} TLS key logs)" if "traces" in c else ""
+    more += f", {c['frames']} frames" if c.get("frames") else ""
     print(
         f"wrote {r.path}: {r.size / 1024:.0f} KiB, {r.files} files ({c['cells']} cells, "
         f"{c['runs']} loads, {c['hars']} HARs, {c['logs']} logs{more})"
