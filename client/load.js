@@ -54,7 +54,7 @@ const {execFileSync} = require('child_process');
 const CDP = require('chrome-remote-interface');
 const CHC = require('chrome-har-capturer');
 const {PAINT} = require('./paint');
-const {chromiumStart} = require('./visual');
+const {chromiumStart, stopped} = require('./visual');
 
 const port = parseInt(process.argv[2], 10);
 const FALLBACKS = process.argv.slice(3).includes('--fallbacks');
@@ -96,15 +96,6 @@ async function readPaint(client) {
         return {error: `paint read failed: ${(ex.exception && ex.exception.description) || ex.text}`};
     }
     return JSON.parse(r.result.value);
-}
-
-// the frames' record; a failed capture is the load's "visual": {error}, never a failure
-async function stopVisual(capture) {
-    try {
-        return await capture.stop();
-    } catch (e) {
-        return {error: `frame capture failed: ${e.message || e}`};
-    }
 }
 
 // --- closing the browser's connections from outside (the fallback) --------------------
@@ -387,7 +378,7 @@ async function load(cmd) {
         const har = await CHC.fromLog(cmd.url, events, {content: !!cmd.content});
         // after the HAR: a request the page makes while its paint is read is not the load's
         const paint = await readPaint(client);
-        const visual = capture ? await stopVisual(capture) : undefined;
+        const visual = capture ? await stopped(capture) : undefined;
         capture = null;
         return {ok: true, error: null, har, nav: JSON.parse(navTiming.result.value || 'null'), paint, visual,
             context: tab.contextId || 'default', target: tab.targetId, started_at, frames: frames(), ...report(cleared)};
@@ -397,7 +388,7 @@ async function load(cmd) {
         return {ok: false, error: String(e.message || e), har, nav: null, paint: null,
             context: tab.contextId || 'default', target: tab.targetId, started_at, frames: frames(), ...report(cleared)};
     } finally {
-        if (capture) { try { await client.Page.stopScreencast(); } catch (e) { /* gone */ } }
+        if (capture) await capture.abort();
         for (const o of off) { if (typeof o === 'function') o(); }
         if (cmd.fresh_context) spent = tab;
     }

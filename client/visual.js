@@ -57,6 +57,10 @@ async function chromiumStart(client) {
     await client.Page.startScreencast({format: 'jpeg', quality: JPEG_QUALITY, maxWidth: MAX_SIDE,
         maxHeight: MAX_SIDE, everyNthFrame: 1});
     return {
+        async abort() {
+            try { await client.Page.stopScreencast(); } catch (e) { /* gone */ }
+            if (typeof off === 'function') off();
+        },
         async stop() {
             const stopped = Date.now();
             await client.Page.stopScreencast();
@@ -129,6 +133,9 @@ const GECKO_STOP = `(async () => {
 async function geckoStart(evaluate, chrome) {
     const started = Number(await evaluate(chrome, GECKO_START));
     return {
+        async abort() {
+            try { await evaluate(chrome, 'Services.profiler.StopProfiler(), true'); } catch (e) { /* gone */ }
+        },
         async stop(tab, screenshot) {
             const stopped = Date.now();
             const got = JSON.parse(await evaluate(chrome, GECKO_STOP));
@@ -149,4 +156,15 @@ async function geckoStart(evaluate, chrome) {
     };
 }
 
-module.exports = {chromiumStart, geckoStart, GECKO_HIDE_STATUS, MAX_SIDE};
+// a started capture's record (stop's arguments are the browser's: geckoStart's stop takes
+// the tab and a screenshot function); a failed capture is the load's "visual": {error},
+// never a load failure. A load that fails on its own abort()s its capture instead.
+async function stopped(capture, ...args) {
+    try {
+        return await capture.stop(...args);
+    } catch (e) {
+        return {error: `frame capture failed: ${e.message || e}`};
+    }
+}
+
+module.exports = {chromiumStart, geckoStart, stopped, GECKO_HIDE_STATUS, MAX_SIDE};

@@ -60,7 +60,7 @@
 const readline = require('readline');
 const WebSocket = require('ws');
 const {PAINT} = require('../paint');
-const {geckoStart, GECKO_HIDE_STATUS} = require('../visual');
+const {geckoStart, stopped, GECKO_HIDE_STATUS} = require('../visual');
 
 const [port, ...pairs] = process.argv.slice(2);
 // every host the page names and the address it is served at (the test host, or each
@@ -418,15 +418,8 @@ async function load(cmd) {
         } catch (e) {
             paint = {error: `paint read failed: ${e.message || e}`};
         }
-        let visual;
-        if (capture) {
-            try {
-                visual = await capture.stop(tab.context, screenshot);
-            } catch (e) {
-                visual = {error: `frame capture failed: ${e.message || e}`};
-            }
-            capture = null;
-        }
+        const visual = capture ? await stopped(capture, tab.context, screenshot) : undefined;
+        capture = null;
         const unfinished = [...requests.values()].filter((r) => !r.done).map((r) => r.request.url);
         if (unfinished.length) problems.push(`requests without an end: ${unfinished.join(', ')}`);
         return {ok: problems.length === 0, error: problems.length ? problems.join('; ') : null, har, nav: perf.nav,
@@ -441,7 +434,7 @@ async function load(cmd) {
         try { await send('browsingContext.navigate', {context: tab.context, url: 'about:blank', wait: 'none'}); } catch (e3) { /* gone */ }
         return {ok: false, error: String(e.message || e), har, nav: null, paint: null, ...base, connections_closed: closed};
     } finally {
-        if (capture) { try { await evaluate(chrome, 'Services.profiler.StopProfiler(), true'); } catch (e) { /* gone */ } }
+        if (capture) await capture.abort();
         listeners.delete(listener);
         if (cmd.fresh_context) spent = tab;
     }
