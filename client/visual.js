@@ -42,10 +42,16 @@ const GECKO_ENTRIES = 1 << 23;
 const GECKO_INTERVAL_MS = 100;
 
 const TIME_ORIGIN = 'performance.timeOrigin';
+// the blank page painted before a capture starts: two animation frames of the tab. A
+// browser keeps the last page's picture on screen until the next document paints, and
+// Firefox's first screenshot after the profiler starts showed the page before the blank
+// one (2 of 5 runs of tests/test_visual.py), so the start frame was no blank start
+const BLANK_PAINTED = `new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`;
 
 // --- Chromium -----------------------------------------------------------------------
 // start the screencast on a tab's CDP client; returns stop() -> the record's frames part
 async function chromiumStart(client) {
+    await client.Runtime.evaluate({expression: BLANK_PAINTED, awaitPromise: true});
     const frames = [];
     let dropped = 0;
     const off = client.on('Page.screencastFrame', ({data, metadata, sessionId}) => {
@@ -129,8 +135,10 @@ const GECKO_STOP = `(async () => {
 })()`;
 
 // evaluate(context, expression) runs script (client/firefox/load.js); chrome is the
-// parent's context, tab the loaded page's; screenshot(tab) -> base64 PNG of its viewport
-async function geckoStart(evaluate, chrome) {
+// parent's context, tab the loaded page's (showing the blank page when the capture
+// starts); screenshot(tab) -> base64 PNG of its viewport
+async function geckoStart(evaluate, chrome, tab) {
+    await evaluate(tab, BLANK_PAINTED);
     const started = Number(await evaluate(chrome, GECKO_START));
     return {
         async abort() {

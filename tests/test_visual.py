@@ -111,6 +111,7 @@ def test_the_content_area_alone_is_scored() -> None:
         ([(5, 0)], {}, None, "1 frame(s)"),
         ([(-5, 0), (100, 0)], {}, None, "drew nothing"),
         ([(120, 0), (300, H)], {}, 100.0, "no blank start"),
+        ([(-5, H // 2), (300, H)], {}, None, "the first frame is not the blank page"),
         ([(-5, 0), (300, H)], {}, 100.0, "more than 100 ms after the first contentful"),
         ([(-5, 0), (300, H)], {"final": {"png": _picture(0, fmt="PNG")}}, None, "missed"),
         ([(-5, 0), (300, H)], {"final": {"error": "screenshot failed: x"}}, None, "x"),
@@ -248,8 +249,9 @@ def test_the_drivers_capture_frames_that_score_a_real_page(
 ) -> None:
     """Visual loads of the paint page (a heading, then a 300x300 image) in the kept tab
     and in a fresh context: frames from the blank start to the page as loaded, scored
-    with no problem, the first change just after FCP, Speed Index between the first
-    change and visually complete, which comes before the driver's paint read; the last
+    with no problem, the first change at FCP or after (20 ms before it at most), Speed
+    Index between the first change and visually complete, which comes before the
+    driver's paint read; the last
     frame like the final screenshot. The synthetic page draws nothing: null, named.
     (test_paint's loads, which do not ask, have no frames.)"""
     cls, spec = spec_for(served, name, visual=True)
@@ -272,7 +274,9 @@ def test_the_drivers_capture_frames_that_score_a_real_page(
             detail["first_change_ms"],
         )
         assert si is not None and vc is not None
-        assert m["fcp_ms"] <= first + 5 and first <= si <= vc <= r["paint"]["read_ms"], (m, detail)
+        # Chromium's screencast stamps a frame at its swap, and rounds FCP to 4 ms: its
+        # first change came up to 10 ms before FCP (docs/benchmarks/visual.md)
+        assert m["fcp_ms"] <= first + 20 and first <= si <= vc <= r["paint"]["read_ms"], (m, detail)
         assert detail["frames"][0]["ms"] <= m["fcp_ms"]
         kept = sorted(p.name for p in (tmp_path / str(i)).iterdir())
         assert visual.FINAL_FILE in kept and len(kept) >= 3  # the start, a change, the end

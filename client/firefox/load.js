@@ -401,7 +401,7 @@ async function load(cmd) {
     try {
         await send('browsingContext.navigate', {context: tab.context, url: 'about:blank', wait: 'complete'});
         closed = await closeConnections();
-        if (cmd.visual) capture = await geckoStart(evaluate, chrome);
+        if (cmd.visual) capture = await geckoStart(evaluate, chrome, tab.context);
         recording = true;
         await withTimeout(send('browsingContext.navigate', {context: tab.context, url: cmd.url, wait: 'complete'}),
             cmd.timeout_ms || 60000, 'page load');

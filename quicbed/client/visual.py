@@ -27,7 +27,8 @@ path of the browser: their thumbnails (THUMB_WIDTH px wide, box-filtered) may di
 most FINAL_TOLERANCE on average.
 
 A figure is null, with the reason named, where the frames cannot support it: no frames or
-one, a first frame later than the first contentful paint (the start would not be blank),
+one, a first frame that is not the white blank page or is later than the first
+contentful paint (no blank start),
 a first visual change later than FCP by more than ``FCP_SLACK_MS`` (frames missed, or the
 capture's clock not the page's), a last frame unlike the screenshot taken after the
 capture (the capture missed the page's last paints),
@@ -67,6 +68,9 @@ CHANGE = 0.001
 #: before to 11 ms after FCP here, Firefox's composited screenshots 0-48 ms after:
 #: docs/benchmarks/visual.md); later than this, frames were missed or the clocks differ
 FCP_SLACK_MS = 100.0
+#: the share of the first frame's pixels that must be white (each channel in the top
+#: bin): it is the blank page every load starts from, not the page before it
+BLANK = 0.99
 #: the last frame and the final screenshot are compared as thumbnails this many px wide
 #: (box-filtered): the two are drawn by different paths at different sizes, and a page's
 #: noise-like images (the corpus's) have unlike histograms at two scales but the same
@@ -247,6 +251,12 @@ def _checks(
     """What makes the frames unfit to score: a start that is not the blank page, a first
     change too late for the page's FCP, an end unlike the page's final screenshot."""
     problems = []
+    white = float(frames[0].hist[:, -1].min())
+    if white < BLANK:
+        problems.append(
+            f"the first frame is not the blank page ({white:.0%} white, at least "
+            f"{BLANK:.0%}): the capture began on another picture"
+        )
     if fcp_ms is not None and times[0] > fcp_ms:
         problems.append(
             f"the first frame ({times[0]:.1f} ms) is later than the first contentful "
