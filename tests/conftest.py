@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +44,20 @@ from quicbed.results.linkload import is_replacement, load_proof, spoiled_only
 from quicbed.run.cell import CellResult
 from quicbed.shapers.userspace import UserspaceShaper
 from quicbed.testbed.local import LocalTestbed
+
+#: pytest keeps each test module as rewritten for its assertions in tests/__pycache__, but
+#: writes it only where Python may write bytecode: with PYTHONDONTWRITEBYTECODE set (as on
+#: this machine and, by its times, CI) every pytest process rewrote all the test modules
+#: again, about 5 s of each one's start. Allowed while the test modules are collected,
+#: and put back before any test runs (pytest_collection_finish), so nothing a test runs
+#: in-process writes bytecode where the user said not to.
+_DONT_WRITE_BYTECODE = sys.dont_write_bytecode
+sys.dont_write_bytecode = False
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    sys.dont_write_bytecode = _DONT_WRITE_BYTECODE
+
 
 ROOT, BROWSER, SLOW, BUILT, PARALLEL = "root", "browser", "slow", "built", "parallel"
 #: what a run leaves for CI to keep: report screenshots, the suite's time report

@@ -33,6 +33,9 @@ from pathlib import Path
 
 import pytest
 
+# The report's modules (matplotlib, scipy.stats: 0.6 s) are imported here once, not in
+# each forked child (_run) that reaches `quicbed report`'s lazy import of them.
+import quicbed.report.build  # noqa: F401
 from quicbed.cli import main as cli
 from quicbed.model.link import make_condition
 from quicbed.package.build import KIND, MANIFEST, PACKAGE_FORMAT
