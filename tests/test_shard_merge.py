@@ -13,16 +13,14 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import secrets
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
-from conftest import reads_well
+from conftest import SharedLinks, reads_well
 from made_rows import cell_row
 
 from quicbed.analysis.cells import compare_cell
@@ -32,19 +30,24 @@ from quicbed.results.store import DB_NAME, Store
 from quicbed.run.shard import Shard, assign, parse_shard, select
 from quicbed.spec.cellconfig import make_cell
 from quicbed.spec.sweepspec import load_spec, plan
-from quicbed.testbed.local import LocalTestbed
 
 REPO = Path(__file__).resolve().parents[1]
 QB = [sys.executable, "-m", "quicbed"]
+#: two cells on two links, a shard each: the suite's two kept links (conftest.SharedLinks),
+#: so the shards' sweeps reuse their receipts as a user's commands on a kept link do
 SPEC = """
 format: 1
 name: halves
 receipt_tcp_seconds: 1
 defaults: {runs: 2, warmup: 1}
 scenarios:
-  base:
-    rate: [null]
-    rtt: [10, 20]
+  slow:
+    rate: [10]
+    rtt: [36]
+    pages: [5kb]
+  fast:
+    rate: [50]
+    rtt: [20]
     pages: [5kb]
 """
 
@@ -137,34 +140,31 @@ def _stats(root: Path) -> dict[str, dict[str, tuple]]:
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    """(work folder, home): the spec's two shards, measured."""
-    if os.geteuid() != 0:
-        pytest.fail("this test needs root (network namespaces); CI runs as root")
+def folders(
+    tmp_path_factory: pytest.TempPathFactory, shared_links: SharedLinks
+) -> tuple[Path, Path]:
+    """(work folder, home): the spec's two shards, measured, each on the kept link of its
+    cell's condition."""
     base = tmp_path_factory.mktemp("shards")
     (base / "home").mkdir()
     (base / "halves.yaml").write_text(SPEC)
-    prefix = "m" + secrets.token_hex(3)
-    try:
-        for out, shard in (("s1", "1/2"), ("s2", "2/2")):
-            cp = qb(
-                "run",
-                base / "halves.yaml",
-                "--out",
-                base / out,
-                "--prefix",
-                prefix,
-                "--shard",
-                shard,
-                home=base / "home",
-            )
-            assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-            assert f"shard {shard} of sweep 'halves': 1 cells" in cp.stdout
-        yield base, base / "home"
-    finally:
-        left = LocalTestbed(prefix).leftovers()
-        LocalTestbed(prefix).down()
-        assert not left, f"namespaces left behind: {left}"
+    cells = plan(load_spec(base / "halves.yaml"))
+    for out, shard in (("s1", "1/2"), ("s2", "2/2")):
+        (pc,) = select(cells, parse_shard(shard))
+        cp = qb(
+            "run",
+            base / "halves.yaml",
+            "--out",
+            base / out,
+            "--prefix",
+            shared_links.kept_prefix(pc.config.condition),
+            "--shard",
+            shard,
+            home=base / "home",
+        )
+        assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+        assert f"shard {shard} of sweep 'halves': 1 cells" in cp.stdout
+    return base, base / "home"
 
 
 def _planned_run_ids(spec: Path, latest: dict[str, int]) -> set[str]:
