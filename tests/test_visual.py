@@ -251,8 +251,8 @@ def test_the_drivers_capture_frames_that_score_a_real_page(
     and in a fresh context: frames from the blank start to the page as loaded, scored
     with no problem, the first change at FCP or after (20 ms before it at most), Speed
     Index between the first change and visually complete, which comes before the
-    driver's paint read; the last
-    frame like the final screenshot. The synthetic page draws nothing: null, named.
+    driver's paint read; the last frame like the final screenshot. The synthetic page
+    draws nothing: null, named.
     (test_paint's loads, which do not ask, have no frames.)"""
     cls, spec = spec_for(served, name, visual=True)
     b = cls(spec, served.tb, served.logs)

@@ -59,7 +59,7 @@ from quicbed.paths import REPO_ROOT, sha256_file
 from quicbed.replay import pagestore
 from quicbed.results import provenance
 from quicbed.results.folder import SWEEP_FILE, is_running, read_sweep
-from quicbed.results.store import DB_NAME, Store
+from quicbed.results.store import ATTEMPT_DIRS, DB_NAME, Store
 from quicbed.tarsafe import safe_extract
 
 PACKAGE_FORMAT = 1
@@ -275,16 +275,7 @@ def snapshot_results(
     if pages:  # the replayed pages' archives, so a rerun replays them (quicbed.replay)
         for why in pagestore.carry(pages, dst / pagestore.CARRIED):
             left_out.append({"path": f"results/{pagestore.CARRIED}", "why": why})
-    known = {
-        DB_NAME,
-        f"{DB_NAME}-wal",
-        f"{DB_NAME}-shm",
-        SWEEP_FILE,
-        "hars",
-        "logs",
-        "traces",
-        "visual",
-    }
+    known = {DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", SWEEP_FILE, *ATTEMPT_DIRS}
     others = sorted(
         p.name + ("/" if p.is_dir() else "") for p in src.iterdir() if p.name not in known
     )
