@@ -30,7 +30,8 @@ LINE_EVERY_S = 30.0
 
 
 def progress_bar(console: Console | None = None, *, transient: bool = False) -> Progress:
-    """rich's bar on a terminal, :class:`LineProgress` elsewhere."""
+    """rich's bar on a terminal, :class:`LineProgress` elsewhere (``transient`` is the
+    bar's alone: a log keeps the lines it was given)."""
     console = console or Console()
     if not console.is_terminal:
         return LineProgress(console)
