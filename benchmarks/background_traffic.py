@@ -10,11 +10,14 @@ the whole preset): pages at 10 and 50 Mbit/s, 36 ms, each beside no flow, a CUBI
 download, a BBR download (its own socket's CC; the page's TCP stays CUBIC) and a
 video-like flow (625 KB every 2 s), h2 against h3, 10 loads + 1 warm-up per arm.
 
-Prints per cell and arm: valid of the measured loads, PLT mean and standard deviation
-(ms) over the valid loads, and the background flows' share of the link over those
-loads (mean of each load's summed share); then per cell h2 against h3: the
-difference of means in % (positive: h3 faster) and Welch's p. The head gives the
-host's steal and busy shares over the run (/proc/stat) and the wall time.
+Prints first, per rate, background and pair, how many of the pages each side loaded
+significantly faster (Welch's test at alpha 0.01, the presets'; "neither": no
+significant difference, or too few valid loads to test); then per cell and arm: valid
+of the measured loads, PLT mean and standard deviation (ms) over the valid loads, and
+the background flows' share of the link over those loads (mean of each load's summed
+share); then per cell h2 against h3: the difference of means in % (positive: h3
+faster) and Welch's p. The head gives the host's steal and busy shares over the run
+(/proc/stat) and the wall time.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "benchmarks" / "specs" / "cross-traffic-small.yaml"
 ARM_HEAD = ["Mbit/s", "page", "background", "arm", "valid", "PLT", "sd", "bg share %"]
 PAIR_HEAD = ["Mbit/s", "page", "background", "pair", "PLT diff %", "Welch p"]
+TALLY_HEAD = ["Mbit/s", "background", "pair", "pages", "h3 faster", "h2 faster", "neither"]
 
 
 #: a cell's sort key and the head of its rows (its condition as the tables show it)
@@ -110,8 +114,36 @@ def pair_rows(
     return out
 
 
+def tally_rows(root: Path) -> list[list[str]]:
+    """Per rate, background and pair, over the pages: how many cells the pair's h3 stack
+    loaded faster, how many h2 did, and how many neither (no significant difference, or
+    too few valid loads to test), by Welch's test at alpha 0.01 (the presets'); a whole
+    preset's answer in a few rows."""
+    store = Store(root)
+    counts: dict[tuple[str, str, str], list[int]] = {}
+    try:
+        for cid, attempt, cfg, head in _cells(store, _by_background):
+            for pair, c in compare_cell(store, cid, attempt, cfg).items():
+                n = counts.setdefault((head[0], head[2], pair), [0, 0, 0, 0])
+                n[0] += 1
+                if c.significant and c.pct_diff is not None:
+                    n[1 if c.pct_diff > 0 else 2] += 1
+                else:
+                    n[3] += 1
+    finally:
+        store.close()
+    return [[*key, *(str(x) for x in n)] for key, n in counts.items()]
+
+
 def tables(root: Path) -> list[str]:
-    return [*_table(ARM_HEAD, arm_rows(root)), "", *_table(PAIR_HEAD, pair_rows(root)), ""]
+    return [
+        *_table(TALLY_HEAD, tally_rows(root)),
+        "",
+        *_table(ARM_HEAD, arm_rows(root)),
+        "",
+        *_table(PAIR_HEAD, pair_rows(root)),
+        "",
+    ]
 
 
 def main() -> int:
