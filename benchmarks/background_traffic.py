@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.analysis.cells import compare_cell
+from quicbed.analysis.stats import Comparison
 from quicbed.results.linkload import background_share
 from quicbed.results.rows import RunRow
 from quicbed.results.store import Store
@@ -92,56 +93,71 @@ def arm_rows(
     return rows
 
 
+#: per cell, its head and, per metric, its comparisons by pair
+Compared = list[tuple[list[str], dict[str, dict[str, Comparison]]]]
+
+
+def compared(
+    root: Path, describe: Describe = _by_background, metrics: tuple[str, ...] = ("plt_ms",)
+) -> Compared:
+    """Every cell's comparisons for each of ``metrics``, in ``describe``'s order: worked
+    out once for the tables that show them."""
+    store = Store(root)
+    try:
+        return [
+            (head, {m: compare_cell(store, cid, attempt, cfg, metric=m) for m in metrics})
+            for cid, attempt, cfg, head in _cells(store, describe)
+        ]
+    finally:
+        store.close()
+
+
 def pair_rows(
     root: Path, describe: Describe = _by_background, metrics: tuple[str, ...] = ("plt_ms",)
 ) -> list[list[str]]:
     """Per cell and pair, for each of ``metrics``: the difference of means (%, positive:
     the second faster) and Welch's p."""
-    store = Store(root)
+    return _pair_rows(compared(root, describe, metrics), metrics)
+
+
+def _pair_rows(cells: Compared, metrics: tuple[str, ...] = ("plt_ms",)) -> list[list[str]]:
     out = []
-    try:
-        for cid, attempt, cfg, head in _cells(store, describe):
-            by = {m: compare_cell(store, cid, attempt, cfg, metric=m) for m in metrics}
-            for pair in by[metrics[0]]:
-                row = [*head, pair]
-                for m in metrics:
-                    c = by[m][pair]
-                    row.append(f"{c.pct_diff:+.1f}" if c.pct_diff is not None else "-")
-                    row.append(f"{c.welch_p:.2g}" if c.welch_p is not None else "-")
-                out.append(row)
-    finally:
-        store.close()
+    for head, by in cells:
+        for pair in by[metrics[0]]:
+            row = [*head, pair]
+            for m in metrics:
+                c = by[m][pair]
+                row.append(f"{c.pct_diff:+.1f}" if c.pct_diff is not None else "-")
+                row.append(f"{c.welch_p:.2g}" if c.welch_p is not None else "-")
+            out.append(row)
     return out
 
 
-def tally_rows(root: Path) -> list[list[str]]:
+def _tally_rows(cells: Compared) -> list[list[str]]:
     """Per rate, background and pair, over the pages: how many cells the pair's h3 stack
     loaded faster, how many h2 did, and how many neither (no significant difference, or
     too few valid loads to test), by Welch's test at alpha 0.01 (the presets'); a whole
-    preset's answer in a few rows."""
-    store = Store(root)
+    preset's answer in a few rows. ``cells``: PLT comparisons, heads by _by_background."""
     counts: dict[tuple[str, str, str], list[int]] = {}
-    try:
-        for cid, attempt, cfg, head in _cells(store, _by_background):
-            for pair, c in compare_cell(store, cid, attempt, cfg).items():
-                n = counts.setdefault((head[0], head[2], pair), [0, 0, 0, 0])
-                n[0] += 1
-                if c.significant and c.pct_diff is not None:
-                    n[1 if c.pct_diff > 0 else 2] += 1
-                else:
-                    n[3] += 1
-    finally:
-        store.close()
+    for head, by in cells:
+        for pair, c in by["plt_ms"].items():
+            n = counts.setdefault((head[0], head[2], pair), [0, 0, 0, 0])
+            n[0] += 1
+            if c.significant and c.pct_diff is not None:
+                n[1 if c.pct_diff > 0 else 2] += 1
+            else:
+                n[3] += 1
     return [[*key, *(str(x) for x in n)] for key, n in counts.items()]
 
 
 def tables(root: Path) -> list[str]:
+    cells = compared(root)
     return [
-        *_table(TALLY_HEAD, tally_rows(root)),
+        *_table(TALLY_HEAD, _tally_rows(cells)),
         "",
         *_table(ARM_HEAD, arm_rows(root)),
         "",
-        *_table(PAIR_HEAD, pair_rows(root)),
+        *_table(PAIR_HEAD, _pair_rows(cells)),
         "",
     ]
 
