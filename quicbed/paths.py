@@ -64,6 +64,33 @@ def sha256_file(path: Path) -> str:
 #: runs a command where a component lives (a testbed's role, or this machine); its
 #: output, or None if it failed
 Run = Callable[[list[str]], str | None]
+#: the file dpkg rewrites whenever a package is installed, upgraded or removed: what a
+#: probe of a packaged program's version reads beside the program
+DPKG_STATUS = "/var/lib/dpkg/status"
+
+
+class Reads:
+    """A Run that also keeps the files its caller said the answers come from (``reads``):
+    what a kept software record is checked against (quicbed.results.software_cache)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.files: list[str] = []
+
+    def __call__(self, argv: list[str]) -> str | None:
+        return self.run(argv)
+
+
+def reads(run: Run, *files: str) -> None:
+    """Say, before asking ``run``, which files the answer comes from: paths, or a name
+    looked up on PATH (a link is followed; a file that is not there counts as such).
+
+    A software probe names every file that can change what it reports, or its record
+    could be given again after a file changed (quicbed.results.software_cache keeps a
+    record only while all of them are the same); a probe that names none is probed every
+    time. A plain Run keeps nothing."""
+    if isinstance(run, Reads):
+        run.files.extend(f for f in files if f not in run.files)
 
 
 def sha256_of(run: Run, paths: list[str]) -> dict[str, str] | None:
@@ -109,6 +136,7 @@ def program_build(run: Run, path: str) -> dict[str, Any] | None:
     keeps its version (our servers' is quicbed's), and only Go's say their modules.
     Our builds are reproducible (roles/quicbed_binaries: -trimpath, no VCS stamp; Cargo
     --locked), so the same code built again has the same digest."""
+    reads(run, path)
     sums = sha256_of(run, [path])
     if sums is None:
         return None

@@ -22,6 +22,8 @@ from conftest import SharedLinks
 
 from quicbed.errors import QuicbedError
 from quicbed.model.link import make_condition
+from quicbed.results import provenance, software_cache
+from quicbed.results.software_cache import SoftwareCache
 from quicbed.results.store import Store
 from quicbed.run.cell import run_cell
 from quicbed.shapers import get_shaper
@@ -200,6 +202,26 @@ def test_a_cell_over_ssh_stores_what_a_local_cell_stores(
     assert tb.has_file("client", tb.workdir("client") / "profile-h3")
     assert not tb.has_file("client", tb.workdir("client") / "www")
     assert tb._recorded("server") == [] and tb._recorded("client") == []  # all stopped
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_software_records_are_kept_per_host_over_ssh(
+    tb: SshTestbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each component's record is kept under the host that answered it, and given again
+    while its files there are the same: the second record over ssh probes nothing, and
+    is the first (quicbed.results.software_cache asks each host in one command)."""
+    monkeypatch.setattr(software_cache, "RACY_S", -3600.0)  # the lab's files may be new
+    first_cache = SoftwareCache(tmp_path / "records.json")
+    first = provenance.software(tb, cache=first_cache)
+    second_cache = SoftwareCache(tmp_path / "records.json")
+    assert provenance.software(tb, cache=second_cache) == first
+    assert set(first_cache.outcomes.values()) == {"probed"}
+    assert set(second_cache.outcomes.values()) == {"kept"}
+    hosts = {key.split("\t")[0] for key in second_cache.outcomes}
+    assert hosts == {tb.name(role) for role in ("server", "client", "bridge")}
+    assert first["quicbed-linkem"]["sha256"]  # found on the bridge
 
 
 @pytest.mark.root

@@ -30,11 +30,13 @@ from typing import Any, ClassVar
 
 from quicbed.client.browser import Browser, BrowserSpec, seed_nss_db
 from quicbed.errors import QuicbedError
-from quicbed.paths import Run, program_build
+from quicbed.paths import Run, program_build, reads
 from quicbed.settings import tparams
 from quicbed.testbed.lifecycle import RPath, Testbed
 
 CHROMIUM = "chromium"
+#: the browser Debian's ``chromium`` (a wrapper script) runs, which prints the version
+CHROMIUM_PROGRAM = "/usr/lib/chromium/chromium"
 #: Chromium 72's headless shell as roles/chromium_client_gquic links it on PATH
 CHROMIUM72 = "chromium72"
 #: what the driver's hello must name for ``chromium72`` (the role's pinned build)
@@ -189,7 +191,10 @@ class Chromium(Browser):
     @classmethod
     def software(cls, run: Run) -> dict[str, Any] | None:
         """By the version it prints: Debian's ``chromium`` on PATH is a wrapper script,
-        whose digest says nothing of the browser."""
+        whose digest says nothing of the browser. From the wrapper and the program it
+        runs (Chrome for Testing's ``chromium`` is a link to its program, and Debian's
+        program is then not there)."""
+        reads(run, CHROMIUM, CHROMIUM_PROGRAM)
         version = run([CHROMIUM, "--version"])
         return {"version": version} if version else None
 
@@ -273,6 +278,7 @@ class Chromium72(Chromium):
     def software(cls, run: Run) -> dict[str, Any] | None:
         """It prints no version: by the SHA-256 of the headless shell its link names
         (the role's pinned build)."""
+        reads(run, CHROMIUM72)  # the link: pointed elsewhere, it names another file
         where = run(["sh", "-c", f'readlink -f "$(command -v {CHROMIUM72})"'])
         return program_build(run, where) if where else None
 

@@ -36,13 +36,16 @@ from typing import Any
 
 from quicbed.client.browser import Browser, BrowserSpec, seed_nss_db
 from quicbed.errors import QuicbedError
-from quicbed.paths import Run
+from quicbed.paths import DPKG_STATUS, Run, reads
 from quicbed.settings import tparams
 from quicbed.testbed.lifecycle import RPath
 
 FIREFOX = "firefox-esr"
 #: the Debian package quicbed's role installs (its version is in the software record)
 PACKAGE = "firefox-esr"
+#: the program FIREFOX links to, whose application.ini and platform.ini ``--version``
+#: prints from
+FIREFOX_DIR = "/usr/lib/firefox-esr"
 #: where the Remote Agent writes its WebDriver BiDi address, in the profile
 BIDI_FILE = "WebDriverBiDiServer.json"
 
@@ -212,6 +215,8 @@ class Firefox(Browser):
     def software(cls, run: Run) -> dict[str, Any] | None:
         """By the version it prints and the Debian package's version (a security update
         keeps the ESR's number and changes the package's)."""
+        ini = [f"{FIREFOX_DIR}/{name}" for name in ("application.ini", "platform.ini")]
+        reads(run, FIREFOX, *ini, DPKG_STATUS)
         version = run([FIREFOX, "--version"])
         if not version:
             return None

@@ -20,7 +20,7 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from quicbed.backends import described
 from quicbed.errors import QuicbedError
 from quicbed.identity import testbed_id
 from quicbed.paths import REPO_ROOT, Run, program_build
+from quicbed.results.software_cache import SoftwareCache
 from quicbed.roles import ROLES
 
 if TYPE_CHECKING:
@@ -101,31 +102,45 @@ def _bindir(tb: Testbed | None, role: str) -> PurePosixPath:
     return PurePosixPath(tb.repo_dir(role)) / "build" / "bin"
 
 
-def software(tb: Testbed | None = None) -> dict[str, Any]:
+def software(tb: Testbed | None = None, cache: SoftwareCache | None = None) -> dict[str, Any]:
     """Every component that can touch a measurement, asked where it runs, by its version
     and the digest of its build: quicbed, the link emulator, the transfer client, every
     browser and every stack's server (each stack probes its own: WebServer.software).
     All are recorded, whichever a cell uses; the software check compares the ones a cell
-    uses (quicbed.results.folder.used_software)."""
+    uses (quicbed.results.folder.used_software).
+
+    A component's record is kept between attempts while the files it comes from stay the
+    same (quicbed.results.software_cache; ``cache``: the one to use, else the
+    controller's): each is probed again the moment one of them changes."""
     from quicbed.client import browsers
     from quicbed.servers import stacks
 
-    server, client, bridge = ask(tb, "server"), ask(tb, "client"), ask(tb, "bridge")
+    kept = cache or SoftwareCache()
+
+    def probed(role: str, name: str, probe: Callable[[Run], Any], given: str = "") -> Any:
+        where = "this machine" if tb is None or tb.controller_is_host else tb.name(role)
+        return kept.probed(ask(tb, role), f"{where}\t{name}\t{given}", probe)
+
+    client = ask(tb, "client")
     iperf = client(["iperf3", "--version"])
     out: dict[str, Any] = {
         "quicbed": __version__,
         "python": sys.version.split()[0],
         "iperf3": iperf.splitlines()[0] if iperf else None,
         "node": client(["node", "--version"]),
-        LINK_EMULATOR: program_build(bridge, str(_bindir(tb, "bridge") / LINK_EMULATOR)),
-        BULK_CLIENT: program_build(client, str(_bindir(tb, "client") / BULK_CLIENT)),
     }
+    for program, role in ((LINK_EMULATOR, "bridge"), (BULK_CLIENT, "client")):
+        path = str(_bindir(tb, role) / program)
+        out[program] = probed(role, program, functools.partial(program_build, path=path), path)
     for key, browser in browsers().items():
-        out[key] = browser.software(client)
+        out[key] = probed("client", key, browser.software)
+    bindir = _bindir(tb, "server")
     for cls in stacks().values():
         name = cls.software_name
         if name and name not in out:  # stacks that run one program probe it once
-            out[name] = cls.software(server, _bindir(tb, "server"))
+            probe = functools.partial(cls.software, bindir=bindir)
+            out[name] = probed("server", name, probe, str(bindir))
+    kept.save()
     return out
 
 

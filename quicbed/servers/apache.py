@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 
 from quicbed import hostparam
 from quicbed.errors import QuicbedError
-from quicbed.paths import Run, sha256_of
+from quicbed.paths import Run, reads, sha256_of
 from quicbed.replay.serve import ReplayServe, checked
 from quicbed.servers import apache_replay
 from quicbed.servers.webserver import Arm, Params, WebServer, cold_origins, cubic_beta_bound
@@ -156,7 +156,9 @@ class ApacheServer(WebServer):
             return None
         text = run([APACHE, "-v"]) or ""
         found = re.search(r"Apache/[\d.]+", text)
+        reads(run, CONF)
         modules = re.findall(r"^\s*LoadModule\s+\S+\s+(\S+)", run(["cat", CONF]) or "", re.M)
+        reads(run, *modules)
         files = sha256_of(run, [CONF, *modules]) or {}
         return {
             **build,
