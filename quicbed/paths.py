@@ -67,6 +67,8 @@ Run = Callable[[list[str]], str | None]
 #: the file dpkg rewrites whenever a package is installed, upgraded or removed: what a
 #: probe of a packaged program's version reads beside the program
 DPKG_STATUS = "/var/lib/dpkg/status"
+#: where roles/quicbed_binaries installs Go (its GOROOT), for a ``go`` not on PATH
+GO = "/usr/local/go/bin/go"
 
 
 class Reads:
@@ -105,10 +107,10 @@ def sha256_of(run: Run, paths: list[str]) -> dict[str, str] | None:
 
 
 def go_info(path: str, run: Run) -> dict[str, Any]:
-    """The Go and module versions compiled into a Go program; {} for any other file."""
-    text = run(["go", "version", "-m", path]) or run(
-        ["/usr/local/go/bin/go", "version", "-m", path]
-    )
+    """The Go and module versions compiled into a Go program; {} for any other file (or
+    where there is no ``go`` to read them with: the record then says no modules)."""
+    reads(run, "go", GO)
+    text = run(["go", "version", "-m", path]) or run([GO, "version", "-m", path])
     if not text:
         return {}
     first, *rest = text.splitlines()

@@ -187,6 +187,9 @@ def test_a_broken_or_unwritable_cache_is_no_cache(tmp_path: Path) -> None:
     probe = Probe(OLD_FILE)
     assert _get(broken, probe)[1] == "probed"
     assert _get(broken, probe)[1] == "kept"  # written anew
+    for entry in ({"files": "not a list", "record": 1}, {"files": [7]}, [], None):
+        broken.write_text(json.dumps({"k": entry}))
+        assert _get(broken, probe)[1] == "probed", entry
     blocked = tmp_path / "a-file" / "records.json"  # its folder is a file
     blocked.parent.write_text("")
     assert _get(blocked, probe)[1] == "probed"

@@ -2,10 +2,11 @@
 
 Collected from the programs themselves (``--version``, Go's build info, the SHA-256
 of each program's file), never typed in: a replication package must say what really
-ran. Everything here is cheap (one ``--version`` or digest per program, files under
-/proc): it runs once per attempt. On the ssh testbed each component is asked on the
-host it runs on (Chromium on the client, Apache on the server), and every host's
-kernel, OS, CPU and sysctls are recorded.
+ran. It runs once per attempt: one ``--version`` or digest per program, kept between
+attempts while the program's files stay the same (quicbed.results.software_cache), and
+files under /proc. On the ssh testbed each component is asked on the host it runs on
+(Chromium on the client, Apache on the server), and every host's kernel, OS, CPU and
+sysctls are recorded.
 
 What of a record can change a result, and so tells one set-up from another, is one
 rule here (setup_identity): the report counts set-ups by it, and the software check

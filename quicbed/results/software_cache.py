@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from quicbed.hostparam import STATE_DIR
 from quicbed.paths import Reads, Run
@@ -99,6 +99,18 @@ def _keepable(ident: dict[str, Any], probe_s: float) -> bool:
     return True
 
 
+def _still_so(entry: Any, run: Run) -> TypeGuard[dict[str, Any]]:
+    """Whether a kept ``entry`` still holds where ``run`` asks: the same boot and every
+    file's identity the same (an entry not of this module's shape is none)."""
+    if not isinstance(entry, dict) or "record" not in entry:
+        return False
+    files, boot = entry.get("files"), entry.get("boot")
+    if not files or not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return False
+    ident = identify(run, [line.split("\t")[0] for line in files])
+    return ident is not None and (ident["boot"], ident["files"]) == (boot, files)
+
+
 class SoftwareCache:
     """The controller's kept records (CACHE_FILE), read once and written back once per
     software record: ``probed`` per component, then ``save``."""
@@ -121,13 +133,11 @@ class SoftwareCache:
         machine and what the probe is given): the kept one while its files are the same,
         else probed again and kept where its files allow."""
         entry = self.records.get(key)
-        if isinstance(entry, dict) and entry.get("files"):
-            ident = identify(run, [line.split("\t")[0] for line in entry["files"]])
-            if ident and (ident["boot"], ident["files"]) == (entry["boot"], entry["files"]):
-                entry["used"] = time.time()
-                self.changed = True
-                self.outcomes[key] = "kept"
-                return copy.deepcopy(entry["record"])
+        if _still_so(entry, run):
+            entry["used"] = time.time()
+            self.changed = True
+            self.outcomes[key] = "kept"
+            return copy.deepcopy(entry["record"])
         reading = Reads(run)
         start = time.monotonic()
         record = probe(reading)
