@@ -4,7 +4,9 @@ On a terminal it is rich's live bar. Where the output is not a terminal (a sweep
 under nohup or ssh with its output in a log, CI) rich draws nothing until the work ends
 and then one frame cut at 80 columns: hours of a preset with no sign of life, and an
 ETA shown as "0…". There it is :class:`LineProgress` instead: plain lines, each with
-the clock time, as the work moves.
+the clock time, as the work moves. Both say the same ETA (``Stretch``): rich's own
+estimates the speed over the last 30 s, so a bar that moves once a cell, minutes apart,
+showed none.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
+from rich.text import Text
 
 #: the least time between two lines of one task (its last line, and sentences, aside):
 #: a load bar moves every second or so, and a log of a night's sweep stays readable
@@ -40,7 +44,7 @@ def progress_bar(console: Console | None = None, *, transient: bool = False) -> 
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        TimeLeftColumn(),
         console=console,
         transient=transient,
     )
@@ -52,18 +56,60 @@ def clock_span(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+class Stretch:
+    """The stretch of a task its ETA is taken over: from when it was first seen, or from
+    where its count last went back (a bar reused for the next cell's loads starts again
+    at 0) or its total changed. The ETA is the stretch's mean rate applied to what is
+    left: task lengths vary (a sweep's cells differ by minutes), so it is a mean, not a
+    promise."""
+
+    def __init__(self, now: float, completed: float, total: float | None) -> None:
+        self.since, self.since_completed = now, completed
+        self.completed, self.total = completed, total
+
+    def observe(self, now: float, completed: float, total: float | None) -> None:
+        """The task as it stands now: a count gone back or a new total starts a stretch."""
+        if completed < self.completed or total != self.total:
+            self.since, self.since_completed = now, completed
+        self.completed, self.total = completed, total
+
+    def left(self, now: float) -> tuple[float, float, float] | None:
+        """The stretch's time, what was done in it and the time left; None where nothing
+        was done in it yet, the total is unknown, or the task is finished."""
+        done = self.completed - self.since_completed
+        if not self.total or done <= 0 or self.completed >= self.total:
+            return None
+        spent = now - self.since
+        return spent, done, spent * (self.total - self.completed) / done
+
+
+class TimeLeftColumn(ProgressColumn):
+    """The terminal bar's ETA, by each task's ``Stretch`` (as LineProgress's lines)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stretches: dict[TaskID, Stretch] = {}
+
+    def render(self, task: Task) -> Text:
+        now = task.get_time()
+        stretch = self._stretches.get(task.id)
+        if stretch is None:
+            self._stretches[task.id] = stretch = Stretch(now, task.completed, task.total)
+        else:
+            stretch.observe(now, task.completed, task.total)
+        left = stretch.left(now)
+        return Text("-:--:--" if left is None else clock_span(left[2]), style="progress.remaining")
+
+
 @dataclass
 class _Said:
     """A task as last seen (to tell a move), what its last line said and when, and the
-    stretch its ETA is taken over: from the first update, or from where the count last
-    went back (a bar reused for the next cell's loads starts again at 0) or the total
-    changed."""
+    stretch its ETA is taken over."""
 
     seen: tuple[str, float, float | None]
+    stretch: Stretch
     line_at: float = -float("inf")
     line_description: str = ""
-    since: float = 0.0
-    since_completed: float = 0.0
 
 
 class LineProgress(Progress):
@@ -73,8 +119,7 @@ class LineProgress(Progress):
     most every ``every_s`` per task, and always when it reaches its total; a sentence
     (an update of the description alone: a wait for a quiet host) always. Each line:
     the clock time, the description, the count, the time over the stretch the ETA is
-    taken from, and the ETA: the stretch's mean rate applied to what is left. Task
-    lengths vary (a sweep's cells differ by minutes), so the ETA is a mean, not a promise.
+    taken from, and the ETA (``Stretch``).
     """
 
     def __init__(
@@ -121,10 +166,10 @@ class LineProgress(Progress):
         state = (task.description, task.completed, task.total)
         said = self._said.get(task_id)
         if said is None:
-            said = _Said(("", 0, None), since=now, since_completed=task.completed)
+            said = _Said(("", 0, None), Stretch(now, task.completed, task.total))
             self._said[task_id] = said
-        elif task.completed < said.seen[1] or task.total != said.seen[2]:
-            said.since, said.since_completed = now, task.completed
+        else:
+            said.stretch.observe(now, task.completed, task.total)
         if state == said.seen:
             return
         said.seen = state
@@ -136,9 +181,8 @@ class LineProgress(Progress):
         text = f"{self._wall()} {task.description}"
         if task.total:
             text += f": {task.completed:g}/{task.total:g}"
-            done = task.completed - said.since_completed
-            if done > 0 and not finished:
-                spent = now - said.since
-                left = spent * (task.total - task.completed) / done
+            stretch = said.stretch.left(now)
+            if stretch is not None:
+                spent, done, left = stretch
                 text += f", {clock_span(spent)} for {done:g}, about {clock_span(left)} left"
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)

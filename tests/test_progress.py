@@ -10,7 +10,7 @@ import io
 
 from rich.console import Console
 
-from quicbed.progress import LineProgress, clock_span, progress_bar
+from quicbed.progress import LineProgress, TimeLeftColumn, clock_span, progress_bar
 
 
 class Clock:
@@ -81,6 +81,37 @@ def test_a_bar_that_starts_again_takes_its_eta_from_the_new_start() -> None:
         "12:00:00 loads (h3): 1/10",
         "12:00:00 loads (h3): 2/10, 0:00:02 for 1, about 0:00:16 left",
     ], lines
+
+
+def test_the_terminal_bar_says_the_eta_of_a_bar_that_moves_minutes_apart() -> None:
+    """The terminal bar's ETA is the lines' (rich's own estimates the speed over the last
+    30 s, so the sweep's cells bar, moving once a cell, showed none): a cell in 60 s with
+    three left is 3 min, and a bar that starts again takes it from the new start."""
+    clock = Clock()
+    column = TimeLeftColumn()
+    bar = progress_bar(Console(file=io.StringIO(), force_terminal=True))
+    bar.get_time = clock  # type: ignore[method-assign]
+    assert any(isinstance(c, TimeLeftColumn) for c in bar.columns)
+    task_id = bar.add_task("cells", total=4)
+    task = bar.tasks[0]
+
+    def eta() -> str:
+        return column.render(task).plain
+
+    assert eta() == "-:--:--"  # nothing done yet
+    clock.t += 60
+    bar.update(task_id, completed=1)
+    assert eta() == "0:03:00"
+    clock.t += 600
+    bar.update(task_id, completed=2)
+    assert eta() == "0:11:00"  # two cells in 660 s, two left
+    bar.update(task_id, completed=0, total=10)  # reused: a new stretch from here
+    assert eta() == "-:--:--"
+    clock.t += 5
+    bar.update(task_id, completed=1)
+    assert eta() == "0:00:45"
+    bar.update(task_id, completed=10)
+    assert eta() == "-:--:--"  # finished
 
 
 def test_nothing_is_drawn_at_the_end() -> None:
