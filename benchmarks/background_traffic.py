@@ -117,10 +117,11 @@ def pair_rows(
 ) -> list[list[str]]:
     """Per cell and pair, for each of ``metrics``: the difference of means (%, positive:
     the second faster) and Welch's p."""
-    return _pair_rows(compared(root, describe, metrics), metrics)
+    return table_rows(compared(root, describe, metrics), metrics)
 
 
-def _pair_rows(cells: Compared, metrics: tuple[str, ...] = ("plt_ms",)) -> list[list[str]]:
+def table_rows(cells: Compared, metrics: tuple[str, ...] = ("plt_ms",)) -> list[list[str]]:
+    """``pair_rows`` of comparisons already worked out (``compared``)."""
     out = []
     for head, by in cells:
         for pair in by[metrics[0]]:
@@ -133,15 +134,18 @@ def _pair_rows(cells: Compared, metrics: tuple[str, ...] = ("plt_ms",)) -> list[
     return out
 
 
-def _tally_rows(cells: Compared) -> list[list[str]]:
-    """Per rate, background and pair, over the pages: how many cells the pair's h3 stack
-    loaded faster, how many h2 did, and how many neither (no significant difference, or
-    too few valid loads to test), by Welch's test at alpha 0.01 (the presets'); a whole
-    preset's answer in a few rows. ``cells``: PLT comparisons, heads by _by_background."""
-    counts: dict[tuple[str, str, str], list[int]] = {}
+def tally_rows(
+    cells: Compared, group: Callable[[list[str]], tuple[str, ...]] = lambda h: (h[0], h[2])
+) -> list[list[str]]:
+    """Per group of cells (``group`` of a cell's head: by default its rate and background)
+    and pair, over the pages: how many cells the pair's h3 stack loaded faster, how many
+    h2 did, and how many neither (no significant difference, or too few valid loads to
+    test), by Welch's test at alpha 0.01 (the presets'); a whole preset's answer in a few
+    rows. ``cells``: PLT comparisons (``compared``)."""
+    counts: dict[tuple[str, ...], list[int]] = {}
     for head, by in cells:
         for pair, c in by["plt_ms"].items():
-            n = counts.setdefault((head[0], head[2], pair), [0, 0, 0, 0])
+            n = counts.setdefault((*group(head), pair), [0, 0, 0, 0])
             n[0] += 1
             if c.significant and c.pct_diff is not None:
                 n[1 if c.pct_diff > 0 else 2] += 1
@@ -153,11 +157,11 @@ def _tally_rows(cells: Compared) -> list[list[str]]:
 def tables(root: Path) -> list[str]:
     cells = compared(root)
     return [
-        *_table(TALLY_HEAD, _tally_rows(cells)),
+        *_table(TALLY_HEAD, tally_rows(cells)),
         "",
         *_table(ARM_HEAD, arm_rows(root)),
         "",
-        *_table(PAIR_HEAD, _pair_rows(cells)),
+        *_table(PAIR_HEAD, table_rows(cells)),
         "",
     ]
 

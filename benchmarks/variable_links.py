@@ -14,6 +14,8 @@ Prints per cell and arm: valid of the measured loads, PLT mean and standard devi
 (ms) over the valid loads, and the share of the trace's downlink bytes the loads used
 (mean over the valid loads of each load's used_pct; "-" on a constant link); then per
 cell h2 against h3: the difference of means in % (positive: h3 faster) and Welch's p.
+It opens with a tally per link and pair over the pages: where h3 was faster, where h2
+was, and where neither (Welch, alpha 0.01).
 The head gives the host's steal and busy shares over the run and the wall time.
 """
 
@@ -27,13 +29,14 @@ from quicbed.results.rows import RunRow
 from quicbed.spec.cellconfig import CellConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported
-from background_traffic import arm_rows, pair_rows
+from background_traffic import arm_rows, compared, table_rows, tally_rows
 from real_pages import _table, bench_main
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "benchmarks" / "specs" / "variable-links-small.yaml"
 ARM_HEAD = ["link", "page", "arm", "valid", "PLT", "sd", "trace used %"]
 PAIR_HEAD = ["link", "page", "pair", "PLT diff %", "Welch p"]
+TALLY_HEAD = ["link", "pair", "pages", "h3 faster", "h2 faster", "neither"]
 
 
 def by_link(cfg: CellConfig) -> tuple[Any, list[str]]:
@@ -59,8 +62,15 @@ def used(runs: list[RunRow], arm: str) -> str:
 
 
 def tables(root: Path) -> list[str]:
-    arms = arm_rows(root, by_link, used)
-    return [*_table(ARM_HEAD, arms), "", *_table(PAIR_HEAD, pair_rows(root, by_link)), ""]
+    cells = compared(root, by_link)
+    return [
+        *_table(TALLY_HEAD, tally_rows(cells, lambda head: (head[0],))),
+        "",
+        *_table(ARM_HEAD, arm_rows(root, by_link, used)),
+        "",
+        *_table(PAIR_HEAD, table_rows(cells)),
+        "",
+    ]
 
 
 def main() -> int:
