@@ -181,6 +181,20 @@ def test_a_probe_that_names_no_file_runs_every_time(tmp_path: Path) -> None:
     assert probe.ran == 2
 
 
+def test_a_record_of_other_code_is_probed_again(tmp_path: Path) -> None:
+    """A record is kept for the code that probed it: another quicbed's (a probe that now
+    records more, or reads another file) is not given."""
+    cache_file = tmp_path / "records.json"
+    probe = Probe(OLD_FILE)
+    _get(cache_file, probe)
+    records = json.loads(cache_file.read_text())
+    assert records["k"]["code"] == software_cache.code_digest()
+    records["k"]["code"] = "0" * 64
+    cache_file.write_text(json.dumps(records))
+    assert _get(cache_file, probe)[1] == "probed"
+    assert _get(cache_file, probe)[1] == "kept"
+
+
 def test_a_broken_or_unwritable_cache_is_no_cache(tmp_path: Path) -> None:
     broken = tmp_path / "records.json"
     broken.write_text("{not json")
@@ -188,8 +202,9 @@ def test_a_broken_or_unwritable_cache_is_no_cache(tmp_path: Path) -> None:
     assert _get(broken, probe)[1] == "probed"
     assert _get(broken, probe)[1] == "kept"  # written anew
     for entry in ({"files": "not a list", "record": 1}, {"files": [7]}, [], None):
-        broken.write_text(json.dumps({"k": entry}))
+        broken.write_text(json.dumps({"k": entry, "other": entry, "u": {"used": "x"}}))
         assert _get(broken, probe)[1] == "probed", entry
+        assert _get(broken, probe)[1] == "kept", entry
     blocked = tmp_path / "a-file" / "records.json"  # its folder is a file
     blocked.parent.write_text("")
     assert _get(blocked, probe)[1] == "probed"

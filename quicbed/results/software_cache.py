@@ -18,6 +18,8 @@ files), so a record whose files changed in the seconds before its probe ended is
 kept; and a network file system may answer from attributes it cached, so only files on
 file systems of the machine itself (LOCAL_FILE_SYSTEMS) are kept.
 
+A record is also kept only for the code that probed it (code_digest): a probe changed
+to record another field, or to read another file, is never answered by the old one's.
 A probe that names no file, or a record that is not kept, costs what it always did.
 The cache is one JSON file; one that is missing, unreadable or not writable (not root)
 is no cache, never an error.
@@ -26,6 +28,8 @@ is no cache, never an error.
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import json
 import os
 import tempfile
@@ -37,6 +41,8 @@ from typing import Any, TypeGuard
 from quicbed.hostparam import STATE_DIR
 from quicbed.paths import Reads, Run
 
+#: quicbed's own code, whose every module code_digest reads
+PACKAGE = Path(__file__).resolve().parent.parent
 #: the controller's cache of records (under /run: gone at reboot, as the boots it names)
 CACHE_FILE = Path(STATE_DIR) / "software-records.json"
 #: the records kept at most; the least recently used go first (a test's temporary
@@ -70,6 +76,17 @@ done
 """
 
 
+@functools.cache
+def code_digest() -> str:
+    """The SHA-256 of quicbed's code as this process found it (every module's path and
+    bytes): an edit anywhere probes every component again, once."""
+    h = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        h.update(f"{path.relative_to(PACKAGE)}\0".encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def identify(run: Run, files: list[str]) -> dict[str, Any] | None:
     """The machine's boot and clock and each file's identity where ``run`` asks, in one
     command (on an ssh testbed one round trip); None where it could not be asked."""
@@ -100,15 +117,24 @@ def _keepable(ident: dict[str, Any], probe_s: float) -> bool:
 
 
 def _still_so(entry: Any, run: Run) -> TypeGuard[dict[str, Any]]:
-    """Whether a kept ``entry`` still holds where ``run`` asks: the same boot and every
-    file's identity the same (an entry not of this module's shape is none)."""
+    """Whether a kept ``entry`` still holds where ``run`` asks: probed by this code, the
+    same boot and every file's identity the same (an entry not of this module's shape
+    is none)."""
     if not isinstance(entry, dict) or "record" not in entry:
+        return False
+    if entry.get("code") != code_digest():
         return False
     files, boot = entry.get("files"), entry.get("boot")
     if not files or not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         return False
     ident = identify(run, [line.split("\t")[0] for line in files])
     return ident is not None and (ident["boot"], ident["files"]) == (boot, files)
+
+
+def _used(entry: dict[str, Any]) -> float:
+    """When an entry was last given or made (0: never said)."""
+    used = entry.get("used")
+    return float(used) if isinstance(used, int | float) else 0.0
 
 
 class SoftwareCache:
@@ -125,8 +151,8 @@ class SoftwareCache:
             loaded = json.loads(self.path.read_text())
         except (OSError, ValueError):
             return
-        if isinstance(loaded, dict):
-            self.records = loaded
+        if isinstance(loaded, dict):  # entries of another shape are dropped at once
+            self.records = {k: v for k, v in loaded.items() if isinstance(v, dict)}
 
     def probed(self, run: Run, key: str, probe: Callable[[Run], Any]) -> Any:
         """``probe``'s record where ``run`` asks, kept under ``key`` (which names the
@@ -149,6 +175,7 @@ class SoftwareCache:
             ident = identify(run, reading.files)
             if ident and _keepable(ident, took):
                 self.records[key] = {
+                    "code": code_digest(),
                     "boot": ident["boot"],
                     "files": ident["files"],
                     "record": copy.deepcopy(record),
@@ -162,7 +189,7 @@ class SoftwareCache:
         processes saving at once lose one's new records, never the file."""
         if not self.changed:
             return
-        recent = sorted(self.records.items(), key=lambda kv: -float(kv[1].get("used", 0)))
+        recent = sorted(self.records.items(), key=lambda kv: -_used(kv[1]))
         text = json.dumps(dict(recent[:MAX_RECORDS]), indent=1, sort_keys=True)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
