@@ -27,12 +27,12 @@ is no cache, never an error.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -191,16 +191,13 @@ class SoftwareCache:
             return
         recent = sorted(self.records.items(), key=lambda kv: -_used(kv[1]))
         text = json.dumps(dict(recent[:MAX_RECORDS]), indent=1, sort_keys=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")  # as link.kept writes
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".software-records.")
-        except OSError:
-            return
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
+            tmp.write_text(text)
             os.replace(tmp, self.path)
         except OSError:
-            Path(tmp).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             return
         self.changed = False
