@@ -6,6 +6,7 @@ and, independently, by tshark."""
 
 from __future__ import annotations
 
+import socket
 import struct
 from pathlib import Path
 from typing import Any
@@ -171,12 +172,14 @@ def _pcap(frames: list[bytes]) -> bytes:
     return out
 
 
-def _segment(sport: int, dport: int, payload: bytes) -> bytes:
-    """Ethernet + IPv4 + TCP (no options) carrying ``payload``; checksums left zero."""
+def _segment(
+    sport: int, dport: int, payload: bytes, src: str = "0.0.0.0", dst: str = "0.0.0.0"
+) -> bytes:
+    """Ethernet + IPv4 + TCP (no options) carrying ``payload`` from ``src`` to ``dst``;
+    checksums left zero."""
     tcp = struct.pack("!HHIIBBHHH", sport, dport, 1, 0, 5 << 4, 0x18, 64240, 0, 0) + payload
-    ip = struct.pack(
-        "!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 1, 0x4000, 64, 6, 0, bytes(4), bytes(4)
-    )
+    addrs = socket.inet_aton(src), socket.inet_aton(dst)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 1, 0x4000, 64, 6, 0, *addrs)
     return bytes(12) + b"\x08\x00" + ip + tcp
 
 
@@ -208,3 +211,20 @@ def test_a_transfers_segment_that_begins_like_a_record_is_not_a_hello() -> None:
     assert (h.transport, h.client_port, h.group, h.group_name) == ("tcp", 50000, 29, "x25519")
     assert h.cipher == "TLS_AES_128_GCM_SHA256" and h.resumed is False and not h.hello_retry
     assert hellos(_pcap([_segment(443, 50001, chance)]), 443) == []
+
+
+def test_each_hello_names_its_servers_address_and_one_client_port_to_two_is_two() -> None:
+    """A replayed page's origins are at addresses of their own, and Linux may give two
+    connections to two of them the same client port: each connection is its own by the
+    server's address too, and names it (quicbed.servers.webserver.reused_off_requests
+    tells the origins apart by it)."""
+    a, b, client = "10.10.1.100", "10.10.1.101", "10.10.1.2"
+    data = _pcap(
+        [
+            _segment(443, 50000, _server_hello(29), src=a, dst=client),
+            _segment(443, 50000, _server_hello(4588), src=b, dst=client),
+        ]
+    )
+    got = [(h.client_port, h.server_ip, h.group) for h in hellos(data, 443)]
+    assert got == [(50000, a, 29), (50000, b, 4588)]
+    assert hellos(data, 443)[0].as_dict()["server_ip"] == a

@@ -221,6 +221,7 @@ def test_each_origin_is_at_its_recorded_distance_in_the_receipt_and_every_load(
         warmup=0,
         mode="1rtt",
         origin_rtt="recorded",
+        key_exchange="stack",  # nothing pinned: the hellos are captured for the replay
     )
     store = Store.open_readonly(tmp_path / "res")
     try:
@@ -236,6 +237,9 @@ def test_each_origin_is_at_its_recorded_distance_in_the_receipt_and_every_load(
         for run in runs:
             entries = run.detail["entries"]
             assert {e["host"] for e in entries} == set(ORIGINS)
+            # each origin's handshakes seen on the wire (reused_off_requests reads them)
+            hellos = run.detail["server"]["tls_hellos"]
+            assert {h["server_ip"] for h in hellos} == set(ORIGIN_IPS), hellos
             if run.arm != "h2":
                 continue
             for host, extra in zip(ORIGINS, (0, 30, 60), strict=True):
@@ -288,6 +292,12 @@ def test_a_replayed_page_is_served_per_origin_and_verified_per_request_on_both_a
             else:  # Firefox cannot see another origin's no-cors sizes: unknown, not 0
                 others = [n for u, n in sizes.items() if ORIGINS[0] not in u]
                 assert others and set(others) == {-1}, sizes
+            # every handshake captured, by the address of its origin (a replay cell's
+            # capture runs whatever key exchange the arm pins); each origin resumed on one
+            hellos = run.detail["server"]["tls_hellos"]
+            assert {h["server_ip"] for h in hellos} == set(ORIGIN_IPS), hellos
+            if run.arm == "h2":
+                assert {h["server_ip"] for h in hellos if h["resumed"]} == set(ORIGIN_IPS)
     finally:
         store.close()
 
@@ -642,6 +652,34 @@ def test_a_replayed_load_in_0rtt_mode_needs_every_origin_warm_not_every_connecti
         "the quic-go log shows no 0-RTT to img.t3.example on this load"
     ]
     assert judge() == ["the QUIC server's log shows no 0-RTT on this load"]
+
+
+def test_an_origin_reused_on_a_connection_without_requests_is_warm_and_named() -> None:
+    """Chromium's idle second connection to an origin may take its ticket while the
+    requests go over a full handshake (quicbed.servers.webserver.reused_off_requests):
+    the hello capture's resumed TCP handshake to the origin's address keeps it warm and
+    names it; a QUIC resumption (not 0-RTT) or another origin's does not."""
+    from quicbed.servers.webserver import reused_off_requests
+
+    hosts = dict(zip(ORIGINS, ORIGIN_IPS, strict=True))
+
+    def hello(ip: str, resumed: bool, transport: str = "tcp") -> dict[str, object]:
+        return {"transport": transport, "server_ip": ip, "resumed": resumed}
+
+    cold = {"cold_origins": ["img.t3.example"], "cold_connections": 3}
+    spare = [hello(ORIGIN_IPS[2], False), hello(ORIGIN_IPS[2], True), hello(ORIGIN_IPS[0], True)]
+    assert reused_off_requests({**cold, "tls_hellos": spare}, hosts) == {
+        "cold_origins": [],
+        "reused_off_requests": ["img.t3.example"],
+    }
+    for hellos in (
+        [hello(ORIGIN_IPS[2], False), hello(ORIGIN_IPS[1], True)],  # another origin's
+        [hello(ORIGIN_IPS[2], True, "quic")],  # a QUIC resumption is no 0-RTT
+        [],
+    ):
+        assert reused_off_requests({**cold, "tls_hellos": hellos}, hosts) == {}
+    assert reused_off_requests(cold, hosts) == {}  # no capture: the log's answer stands
+    assert reused_off_requests({"cold_origins": [], "tls_hellos": spare}, hosts) == {}
 
 
 @pytest.mark.root

@@ -56,7 +56,7 @@ from quicbed.run.chainstage import StagedChain, stage_chain
 from quicbed.run.loadcpu import CpuMeter, joining, own_cpu_ms
 from quicbed.run.netcounters import NetMeter
 from quicbed.servers import get_stack
-from quicbed.servers.webserver import Arm, ServeSpec, WebServer
+from quicbed.servers.webserver import Arm, ServeSpec, WebServer, reused_off_requests
 from quicbed.settings import certificate
 from quicbed.shapers import get_shaper
 from quicbed.spec import workloads
@@ -1021,6 +1021,8 @@ class _Job:
         # a replayed page has no fixed object count: the load's own requests
         facts = _server_facts(srv, rig.page["objects"] or m.get("objects") or 0)
         facts.update(srv.observe())
+        if srv.spec.replay is not None:  # an origin reused off the requests' connections
+            facts.update(reused_off_requests(facts, srv.spec.replay.host_map()))
         if rig.tracing and lt:
             lt.page_started(result.get("har"))
             rig.tracing.end(lt)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -127,6 +127,36 @@ def cold_origins(conns: Iterable[tuple[str, bool]]) -> dict[str, Any]:
         "cold_origins": sorted({o for o, _ in pairs} - warm),
         "cold_connections": sum(not r for _, r in pairs),
     }
+
+
+def reused_off_requests(facts: dict[str, Any], hosts: Mapping[str, str]) -> dict[str, Any]:
+    """A TCP load's ``cold_origins`` less the origins a resumed handshake reached on a
+    connection that carried no request, and those origins as ``reused_off_requests``;
+    nothing where none did. ``hosts``: each origin's address (ReplayServe.host_map).
+
+    Why: Chromium opens two connections to an origin that two requests of a page reach
+    at once, sends the requests on the one whose handshake ends first and leaves the
+    other idle, unread, so the ticket that connection was given is never stored: after
+    the first warm load one ticket is left per origin, which the next load's first
+    handshake to the origin takes (measured: tests/test_replay_cell.py). When a host's
+    hiccup lets the other connection end its handshake first, the requests go over its
+    full handshake while the ticket went to the one left idle. A server's access log sees
+    only the connections that carried requests and would call that origin cold, but its
+    state was kept and used, as the client's capture of the hellos shows (each origin
+    at an address of its own). An origin that no handshake resumed stays cold."""
+    cold = facts.get("cold_origins")
+    if not cold:
+        return {}
+    by_ip = {ip: host for host, ip in hosts.items()}
+    warm = {
+        by_ip.get(str(h.get("server_ip")))
+        for h in facts.get("tls_hellos") or []
+        if h.get("transport") == "tcp" and h.get("resumed")
+    }
+    moved = [o for o in cold if o in warm]
+    if not moved:
+        return {}
+    return {"cold_origins": [o for o in cold if o not in warm], "reused_off_requests": moved}
 
 
 def port_of(addr: str | None) -> int | None:
@@ -469,8 +499,10 @@ class WebServer(ABC):
 
     def _hello_capture(self, held: ExitStack) -> keyexchange.HelloCapture | None:
         """The capture that verifies a pinned key exchange per load, for the server's
-        lifetime (quicbed.settings.keyexchange); None where the arm pins none."""
-        if self.arm.key_exchange is None:
+        lifetime (quicbed.settings.keyexchange), and that sees a replayed page's
+        handshakes to each origin, those of connections that carried no request too
+        (reused_off_requests); None where the arm pins none and serves no archive."""
+        if self.arm.key_exchange is None and self.spec.replay is None:
             return None
         cap = keyexchange.HelloCapture(self.tb, self.arm.port, self.transport, self.arm.name)
         cap.start()

@@ -13,6 +13,7 @@ both ways.
 
 from __future__ import annotations
 
+import socket
 import struct
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -72,6 +73,10 @@ class Hello:
     cipher: str | None = None
     resumed: bool | None = None
     client_hello_bytes: int | None = None
+    #: the server's address: which origin of a replayed page (each at an address of its
+    #: own, quicbed.replay.serve) the connection was to, where a TCP ClientHello over two
+    #: segments leaves its server name unread
+    server_ip: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,7 +187,7 @@ def _udp(ip: bytes) -> tuple[int, int, bytes] | None:
 def hellos(data: bytes, port: int) -> list[Hello]:
     """Every connection's hellos in a capture (pcap bytes) of server ``port``, in the
     order of their first packet; TCP and QUIC v1 (:mod:`quicbed.pcap`)."""
-    conns: dict[tuple[str, int], _Conn] = {}
+    conns: dict[tuple[str, str, int], _Conn] = {}
     for p in pcap.packets(data):
         ip = p.ip
         if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] not in (6, 17):
@@ -195,8 +200,12 @@ def hellos(data: bytes, port: int) -> list[Hello]:
             continue
         from_server = sport == port
         transport = "tcp" if ip[9] == 6 else "quic"
-        key = (transport, dport if from_server else sport)
-        conn = conns.setdefault(key, _Conn(Hello(transport, key[1])))
+        # by the server's address too: Linux gives two connections to two addresses (a
+        # replayed page's origins) the same client port when it likes
+        server = socket.inet_ntoa(ip[12:16] if from_server else ip[16:20])
+        client = dport if from_server else sport
+        key = (transport, server, client)
+        conn = conns.setdefault(key, _Conn(Hello(transport, client, server_ip=server)))
         if transport == "tcp":
             if _hello_record(payload):
                 size = struct.unpack("!H", payload[3:5])[0]
