@@ -138,7 +138,7 @@ def reused_off_requests(facts: dict[str, Any], hosts: Mapping[str, str]) -> dict
     at once, sends the requests on the one whose handshake ends first and leaves the
     other idle, unread, so the ticket that connection was given is never stored: after
     the first warm load one ticket is left per origin, which the next load's first
-    handshake to the origin takes (measured: tests/test_replay_cell.py). When a host's
+    handshake to the origin takes (measured, docs/replay.md). When a host's
     hiccup lets the other connection end its handshake first, the requests go over its
     full handshake while the ticket went to the one left idle. A server's access log sees
     only the connections that carried requests and would call that origin cold, but its
