@@ -504,19 +504,29 @@ def test_every_server_waits_each_responses_recorded_server_time(
 ) -> None:
     """Issue 40 item 3: with ``server_time: recorded`` Apache (its mod_lua hook), quic-go
     (-replay-wait) and Envoy (its fault filter) each hold every response its entry's
-    recorded server time, which every load's HAR shows (a response sooner would make
-    the load invalid); and not much longer."""
-    from quicbed.replay.verify import served_entry
+    recorded server time, which every valid load's HAR shows; a response sooner makes
+    its load invalid, and another is measured; and not much longer."""
+    from quicbed.replay.verify import WAIT_SLACK_MS, served_entry
 
     a = three_origins(page_store, waits=WAITS)
-    _t3_cell(
-        shared_links,
-        tmp_path,
+    cfg = make_cell(
+        condition=make_condition(rate_mbit=10, rtt_ms=36),
+        page="t3",
         arms=["h2", "h3", "h3-envoy"],
         runs=2,
         warmup=1,
         server_time="recorded",
     )
+    r = shared_links.run_cell(cfg, tmp_path / "res")
+    assert r.status == "done", r
+    # Envoy's fault timer counts from its event loop's cached clock, so a request
+    # decoded late in a long loop turn is answered early (here: 73 ms logged for 80, and
+    # the browser's wait as short). Verification makes such a load invalid, named, and
+    # the cell measures another in its place; no other stack and no other reason.
+    early = re.compile(r"#\d+: \d+ responses held less than their recorded server time: ")
+    assert all(
+        arm == "h3-envoy" and all(early.match(x) for x in xs) for arm, xs in r.invalid.items()
+    ), r.invalid
     store = Store.open_readonly(tmp_path / "res")
     try:
         runs = [x for x in store.all_runs() if not x.warmup and x.valid]
@@ -525,14 +535,17 @@ def test_every_server_waits_each_responses_recorded_server_time(
             waited = {e["url"]: e["wait"] for e in run.detail["entries"]}
             print(run.arm, {u: round(waited[u], 1) for u in WAITS})  # for the record (-s)
             for url, ms in WAITS.items():
-                # the server time and one round trip (measured 1-4 ms more on every stack)
-                assert ms + 36 - 3 <= waited[url] < ms + 36 + 40, (run.arm, url, waited)
+                # the server time and one round trip, less the slack verification grants
+                # a server: Envoy's fault timer starts from its loop's cached clock (CI
+                # saw h3-envoy's page wait 182.6 ms for 150 + 36; Apache and quic-go
+                # measured 1-4 ms more than the sum)
+                assert ms + 36 - WAIT_SLACK_MS <= waited[url] < ms + 36 + 40, (run.arm, url, waited)
             # and by the server's own word, each response held its entry's time
             slept = {
                 str(getattr(served_entry(w, a), "url", None)): w["slept_ms"]
                 for w in run.detail["server"]["replay_served"]
             }
-            assert all(slept[u] >= ms - 5 for u, ms in WAITS.items()), (run.arm, slept)
+            assert all(slept[u] >= ms - WAIT_SLACK_MS for u, ms in WAITS.items()), (run.arm, slept)
     finally:
         store.close()
 
