@@ -34,6 +34,17 @@ def test_the_estimate_is_never_short_and_at_most_twice_the_run(path: Path) -> No
     assert got["within"], f"{got} (allowed: 1 to {MAX_RATIO} x the run)"
 
 
+def test_a_shard_is_compared_with_the_cells_it_ran() -> None:
+    """A preset too long to run at once is recorded shard by shard (variable-links:
+    sixteen): each shard's record is planned down to the cells that shard ran (one
+    attempt each there), not the whole preset's."""
+    recs = [r for r in (json.loads(p.read_text()) for p in RECORDS) if r.get("shard")]
+    assert len(recs) >= 2
+    for rec in recs:
+        got = compare(rec)
+        assert got["shard"] == rec["shard"] and got["cells"] == rec["attempts"], (got, rec)
+
+
 def test_a_folder_that_is_no_finished_sweep_is_refused(tmp_path: Path) -> None:
     with pytest.raises(QuicbedError, match="not a sweep's results folder"):
         measured(tmp_path)

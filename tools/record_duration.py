@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/record_duration.py RESULTS_FOLDER [...]
 
-writes ``benchmarks/durations/<spec name>-<date>.json`` per folder
+writes ``benchmarks/durations/<spec name>[-shard-<i>of<K>]-<date>.json`` per folder
 (quicbed.run.duration.measured: the spec as it ran, its wall time, its waits for a
 quiet host, the git commit) and prints today's estimate beside it. Record runs that ran alone on the
 machine: a run slowed by a build or a test beside it is no evidence of the estimate.
@@ -25,7 +25,8 @@ def main(folders: list[str]) -> int:
         return 2
     for folder in folders:
         rec = measured(Path(folder))
-        path = OUT / f"{rec['name']}-{rec['began'][:10]}.json"
+        shard = f"-shard-{rec['shard'].replace('/', 'of')}" if rec.get("shard") else ""
+        path = OUT / f"{rec['name']}{shard}-{rec['began'][:10]}.json"
         path.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
         c = compare(rec)
         print(

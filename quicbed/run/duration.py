@@ -8,7 +8,9 @@ run worth keeping is recorded (:func:`measured`, written by ``tools/record_durat
 into ``benchmarks/durations/``) with the spec *as it ran* (its ``sweep.json``), and
 ``tests/test_estimate.py`` plans each stored spec with today's estimator and compares:
 the estimate may not be shorter than the run took (less the waits for a quiet host,
-which the estimate leaves out) nor more than :data:`MAX_RATIO` times it.
+which the estimate leaves out) nor more than :data:`MAX_RATIO` times it. A shard's
+folder (``--shard i/K``) is recorded with its shard, and compared with the estimate of
+the cells that shard runs: a preset too long to run at once is checked shard by shard.
 """
 
 from __future__ import annotations
@@ -60,20 +62,25 @@ def measured(folder: Path) -> dict[str, Any]:
         "failed": sum(1 for a in attempts if a.status == "failed"),
         "git": git.get("sha"),
         "git_dirty": git.get("dirty"),
+        "shard": sweep.get("shard"),
     }
 
 
 def compare(record: dict[str, Any]) -> dict[str, Any]:
     """Today's estimate of a recorded run's spec against its measured time."""
+    from quicbed.run.shard import parse_shard, select
     from quicbed.run.sweep import estimate
     from quicbed.spec.sweepspec import SweepSpec, plan
 
     spec = SweepSpec.model_validate(record["spec"])
     cells = plan(spec, source=record["name"])
+    if record.get("shard"):
+        cells = select(cells, parse_shard(record["shard"]))
     est = estimate(cells, spec.receipt_tcp_seconds)
     took = record["wall_s"] - record["waited_s"]
     return {
         "name": record["name"],
+        "shard": record.get("shard"),
         "cells": len(cells),
         "estimate_min": round(est / 60, 1),
         "took_min": round(took / 60, 1),
