@@ -133,12 +133,18 @@ def test_a_cell_names_an_archive_by_name_and_is_identified_by_its_content(
         make_cell(condition=cond, page="t3", arms=["h2", "h3-quiche"])
 
 
-def _t3_cell(shared_links: SharedLinks, tmp_path: Path, **cell: Any) -> CellResult:
+def _t3_run(shared_links: SharedLinks, tmp_path: Path, **cell: Any) -> CellResult:
     """three_origins' page measured at 10 Mbit/s, 36 ms with ``cell``'s settings, into
-    ``tmp_path / "res"``: the cell done, every load valid."""
+    ``tmp_path / "res"``: the cell done."""
     cfg = make_cell(condition=make_condition(rate_mbit=10, rtt_ms=36), page="t3", **cell)
     r = shared_links.run_cell(cfg, tmp_path / "res")
     assert r.status == "done", r
+    return r
+
+
+def _t3_cell(shared_links: SharedLinks, tmp_path: Path, **cell: Any) -> CellResult:
+    """:func:`_t3_run`, every load valid."""
+    r = _t3_run(shared_links, tmp_path, **cell)
     assert not r.invalid, r.invalid
     return r
 
@@ -509,16 +515,14 @@ def test_every_server_waits_each_responses_recorded_server_time(
     from quicbed.replay.verify import WAIT_SLACK_MS, served_entry
 
     a = three_origins(page_store, waits=WAITS)
-    cfg = make_cell(
-        condition=make_condition(rate_mbit=10, rtt_ms=36),
-        page="t3",
+    r = _t3_run(
+        shared_links,
+        tmp_path,
         arms=["h2", "h3", "h3-envoy"],
         runs=2,
         warmup=1,
         server_time="recorded",
     )
-    r = shared_links.run_cell(cfg, tmp_path / "res")
-    assert r.status == "done", r
     # Envoy's fault timer counts from its event loop's cached clock, so a request
     # decoded late in a long loop turn is answered early (here: 73 ms logged for 80, and
     # the browser's wait as short). Verification keeps such a load invalid and names it

@@ -723,10 +723,10 @@ def estimate_seconds(cells: list[PlannedCell], receipt_s: float) -> float:
     """A deliberately pessimistic wall-time estimate: a receipt per link condition (cells
     of one condition share it), a spot and a closing check per cell, loads at 1.5x
     their bound on a clean link, 1.8x on an otherwise clean varying one and 3x on any
-    other (:func:`_slack`), or on a lossy
-    downlink at the loss bound (``loss_bound_mbit``), which sets the time there: the
-    beta study's 3.3 MB page at 200 ms and 2 % loss took 25 s a load here, not the 4 s
-    that the rate and RTT alone predict. Checked against finished runs:
+    other (:func:`_slack`), or on a lossy downlink at the loss bound
+    (``loss_bound_mbit``), which sets the time there: the beta study's 3.3 MB page at
+    200 ms and 2 % loss took 25 s a load here, not the 4 s that the rate and RTT alone
+    predict. Checked against finished runs:
     quicbed.run.duration, tests/test_estimate.py."""
 
     pageset = workloads.load()
